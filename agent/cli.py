@@ -1,0 +1,37 @@
+"""``ranksight agent``: run the node agent in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from agent.collectors.registry import COLLECTORS
+from agent.runtime import AgentRuntime
+from ranksight.cliutil import add_config_flags, run_until_signalled, settings_from_args
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("agent", help="run the node agent (collectors -> NATS)")
+    add_config_flags(p)
+    p.add_argument("--cluster", help="cluster name (overrides cluster)")
+    p.add_argument("--node", help="node name (overrides agent.node; default: hostname)")
+    p.add_argument(
+        "--only", metavar="NAMES", help=f"comma-separated collectors to run ({', '.join(COLLECTORS)})"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides: dict = {}
+    if args.cluster:
+        overrides["cluster"] = args.cluster
+    if args.node:
+        overrides["agent"] = {"node": args.node}
+    settings = settings_from_args(args, **overrides)
+    only = [n.strip() for n in args.only.split(",")] if args.only else None
+
+    async def main(stop: asyncio.Event) -> None:
+        await AgentRuntime(settings, only=only).run(stop)
+
+    run_until_signalled(main)
+    return 0

@@ -1,0 +1,1 @@
+"""Agent collectors: one module each, registered in :mod:`agent.collectors.registry`."""

@@ -1,0 +1,87 @@
+"""The two collector shapes and the health the runtime keeps for each.
+
+- :class:`PolledCollector`: ``collect()`` every ``interval_s``; returns records.
+- :class:`StreamingCollector`: ``run(emit)`` until cancelled; calls ``emit(records)`` as facts arrive.
+
+Collectors return or raise errors; the runtime records health (last success, last error, duration) and publishes it in the
+heartbeat. ``detect()`` returning ``False`` means the source is not on this node: the collector is ``absent``, not failing.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from schemas.records import CollectorHealth, Record
+
+if TYPE_CHECKING:
+    from agent.runtime import AgentContext
+    from ranksight.config import CollectorSettings
+
+Emit = Callable[[Sequence[Record]], Awaitable[None]]
+
+
+class CollectorUnavailable(Exception):
+    """Raised by ``detect`` or ``collect`` when the source is not on this node (reported as ``absent``)."""
+
+
+@dataclass
+class Health:
+    name: str
+    state: str = "starting"
+    source: str | None = None
+    last_success_ns: int | None = None
+    last_error: str | None = None
+    last_duration_s: float | None = None
+    runs: int = 0
+    errors: int = 0
+
+    def success(self, duration_s: float) -> None:
+        self.state, self.runs, self.last_success_ns = "ok", self.runs + 1, time.time_ns()
+        self.last_duration_s = duration_s
+
+    def failure(self, error: BaseException, duration_s: float | None = None) -> None:
+        self.state, self.runs, self.errors = "error", self.runs + 1, self.errors + 1
+        self.last_error = f"{type(error).__name__}: {error}"[:500]
+        self.last_duration_s = duration_s
+
+    def snapshot(self) -> CollectorHealth:
+        return CollectorHealth.model_validate(self.__dict__)
+
+
+class Collector(ABC):
+    """Common part of both shapes. ``kind`` is the event kind its records are published as."""
+
+    name: ClassVar[str]
+    kind: ClassVar[str]
+    # Durable kinds are never dropped by the publisher (backpressure instead); gauges may be, and drops are counted.
+    durable: ClassVar[bool] = False
+
+    def __init__(self, ctx: AgentContext, settings: CollectorSettings) -> None:
+        self.ctx = ctx
+        self.settings = settings
+        self.health = Health(self.name)
+
+    @property
+    def ttl(self) -> float:
+        return self.settings.ttl()
+
+    async def detect(self) -> bool:
+        """Whether the source exists on this node. Default: always."""
+        return True
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources at shutdown."""
+
+
+class PolledCollector(Collector):
+    @abstractmethod
+    async def collect(self) -> Sequence[Record]: ...
+
+
+class StreamingCollector(Collector):
+    @abstractmethod
+    async def run(self, emit: Emit) -> None: ...

@@ -1,0 +1,226 @@
+"""The agent: collectors -> batcher -> publisher, plus a small NATS service for its own status.
+
+:class:`AgentRuntime` owns one task group: the publisher, the batcher's timer, one task per collector, and the service.
+A collector that fails is reported in its health and retried at its interval; the agent keeps running. A collector whose
+source is missing on this node is ``absent`` and idle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from importlib.metadata import PackageNotFoundError, version
+from typing import Any
+
+from nats.aio.client import Client
+from nats.micro import add_service
+from nats.micro.request import Request
+
+from agent.batcher import Batcher
+from agent.collectors.base import Collector, CollectorUnavailable, PolledCollector, StreamingCollector
+from agent.collectors.registry import COLLECTORS
+from agent.publisher import Publisher
+from ranksight.config import CollectorSettings, Settings
+from ranksight.natsconn import connect
+from schemas.records import CollectorHealth, PublisherStats, Record
+from schemas.subjects import Subjects
+
+log = logging.getLogger(__name__)
+
+CommandHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+def agent_version() -> str:
+    try:
+        return version("ranksight")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class AgentContext:
+    """What collectors may use: identity, settings, the NATS connection, and command registration."""
+
+    def __init__(
+        self, settings: Settings, nc: Client, publisher: Publisher, batcher: Batcher, incarnation: str
+    ):
+        self.settings = settings
+        self.subjects = Subjects(settings.subject_prefix)
+        self.cluster = settings.cluster
+        self.node = settings.agent.node
+        self.incarnation = incarnation
+        self.version = agent_version()
+        self.started_ns = time.time_ns()
+        self.nc = nc
+        self.publisher = publisher
+        self.batcher = batcher
+        self.collectors: dict[str, Collector] = {}
+        self.commands: dict[str, CommandHandler] = {}
+
+    def health_snapshot(self) -> list[CollectorHealth]:
+        return [c.health.snapshot() for c in self.collectors.values()]
+
+    def publisher_stats(self) -> PublisherStats:
+        return self.publisher.stats.model_copy()
+
+    def add_command(self, name: str, handler: CommandHandler) -> None:
+        """Register a command on ``<prefix>.agent.<cluster>.<node>.<name>`` (only known commands are ever run)."""
+        self.commands[name] = handler
+
+
+class AgentRuntime:
+    def __init__(self, settings: Settings, only: Sequence[str] | None = None) -> None:
+        self.settings = settings
+        self.only = set(only) if only else None
+        self.incarnation = uuid.uuid4().hex[:16]
+        self.ctx: AgentContext | None = None
+        self.ready = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        cfg = self.settings.agent
+        nc = await connect(self.settings.nats, name=f"ranksight-agent:{cfg.node}")
+        js = nc.jetstream(publish_async_max_pending=cfg.max_inflight * 2)
+        publisher = Publisher(js, cfg.queue_max_messages, cfg.max_inflight, cfg.publish_timeout_s)
+        subjects = Subjects(self.settings.subject_prefix)
+        batcher = Batcher(
+            publisher, subjects, self.settings.cluster, cfg.node, self.incarnation,
+            cfg.batch_max_records, cfg.batch_max_bytes, cfg.batch_max_delay_s,
+        )  # fmt: skip
+        ctx = self.ctx = AgentContext(self.settings, nc, publisher, batcher, self.incarnation)
+        ctx.add_command("status", self._status)
+        for name, cls in COLLECTORS.items():
+            section: CollectorSettings = getattr(cfg.collectors, name)
+            if section.enabled and (self.only is None or name in self.only):
+                ctx.collectors[name] = cls(ctx, section)
+        tasks = [asyncio.create_task(publisher.run(), name="publisher"), asyncio.create_task(batcher.run())]
+        tasks += [asyncio.create_task(self._drive(c), name=c.name) for c in ctx.collectors.values()]
+        service = await self._start_service(ctx)
+        log.info(
+            "agent %s on %s started (%s)", self.incarnation, cfg.node, ", ".join(ctx.collectors) or "none"
+        )
+        self.ready.set()
+        try:
+            await stop.wait()
+        finally:
+            collector_tasks = tasks[2:]
+            for task in collector_tasks:
+                task.cancel()
+            await asyncio.gather(*collector_tasks, return_exceptions=True)
+            for collector in ctx.collectors.values():
+                with contextlib.suppress(Exception):
+                    await collector.close()
+            await batcher.flush()
+            if not await publisher.flush(timeout=cfg.publish_timeout_s):
+                log.warning("agent stopping with %d unacknowledged messages", publisher.stats.pending)
+            for task in tasks[:2]:
+                task.cancel()
+            await asyncio.gather(*tasks[:2], return_exceptions=True)
+            with contextlib.suppress(Exception):
+                await service.stop()
+            with contextlib.suppress(Exception):
+                await nc.drain()
+
+    async def _drive(self, collector: Collector) -> None:
+        health = collector.health
+        try:
+            present = await collector.detect()
+        except CollectorUnavailable as exc:
+            present, health.last_error = False, str(exc)
+        except Exception as exc:
+            health.failure(exc)
+            present = False
+        if not present:
+            health.state = "absent" if health.state != "error" else "error"
+            return
+        ctx = self.ctx
+        assert ctx is not None
+
+        async def emit(records: Sequence[Record], on_ack: Callable[[], None] | None = None) -> None:
+            await ctx.batcher.add(collector.kind, records, collector.ttl, collector.durable, on_ack)
+
+        if isinstance(collector, StreamingCollector):
+            await self._drive_streaming(collector, emit)
+        elif isinstance(collector, PolledCollector):
+            await self._drive_polled(collector, emit)
+
+    async def _drive_polled(self, collector: PolledCollector, emit: Callable[..., Awaitable[None]]) -> None:
+        interval = collector.settings.interval_s
+        while True:
+            started = time.monotonic()
+            try:
+                records = await collector.collect()
+            except CollectorUnavailable as exc:
+                collector.health.state, collector.health.last_error = "absent", str(exc)
+            except Exception as exc:
+                collector.health.failure(exc, time.monotonic() - started)
+            else:
+                collector.health.success(time.monotonic() - started)
+                await emit(records)
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    async def _drive_streaming(
+        self, collector: StreamingCollector, emit: Callable[..., Awaitable[None]]
+    ) -> None:
+        backoff = 1.0
+        while True:
+            started = time.monotonic()
+            collector.health.state = "ok"
+            try:
+                await collector.run(emit)
+                return
+            except CollectorUnavailable as exc:
+                collector.health.state, collector.health.last_error = "absent", str(exc)
+            except Exception as exc:
+                collector.health.failure(exc, time.monotonic() - started)
+                log.warning("collector %s failed: %s; restarting in %.0fs", collector.name, exc, backoff)
+            await asyncio.sleep(backoff)
+            backoff = min(60.0, backoff * 2)
+
+    async def _start_service(self, ctx: AgentContext) -> Any:
+        service = await add_service(
+            ctx.nc,
+            name="ranksight-agent",
+            version=ctx.version,
+            description="ranksight node agent",
+            metadata={"cluster": ctx.cluster, "node": ctx.node, "incarnation": ctx.incarnation},
+        )
+        group = service.add_group(name=ctx.subjects.agent_group(ctx.cluster, ctx.node))
+        for name, handler in ctx.commands.items():
+            await group.add_endpoint(name=name, handler=_json_endpoint(handler))
+        return service
+
+    async def _status(self, request: dict[str, Any]) -> dict[str, Any]:
+        ctx = self.ctx
+        assert ctx is not None
+        return {
+            "cluster": ctx.cluster,
+            "node": ctx.node,
+            "incarnation": ctx.incarnation,
+            "version": ctx.version,
+            "started_ns": ctx.started_ns,
+            "collectors": [h.model_dump() for h in ctx.health_snapshot()],
+            "publisher": ctx.publisher_stats().model_dump(),
+        }
+
+
+def _json_endpoint(handler: CommandHandler) -> Callable[[Request], Awaitable[None]]:
+    async def endpoint(request: Request) -> None:
+        try:
+            body = json.loads(request.data) if request.data else {}
+            if not isinstance(body, dict):
+                raise ValueError("request body must be a JSON object")
+        except ValueError as exc:
+            await request.respond_error("400", f"bad request: {exc}")
+            return
+        try:
+            result = await handler(body)
+        except Exception as exc:
+            await request.respond_error("500", f"{type(exc).__name__}: {exc}")
+            return
+        await request.respond(json.dumps(result).encode())
+
+    return endpoint

@@ -1,0 +1,27 @@
+"""Node-level rules: a node whose agent stopped sending heartbeats."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from aggregator.alerts import Condition
+from aggregator.state import NS, LiveState
+from aggregator.timefmt import iso
+
+
+class NodeSilentRule:
+    name = "node_silent"
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        for node in state.nodes.nodes.values():
+            if node.state == "alive":
+                continue
+            silent_s = (now_ns - node.last_seen_ns) / NS
+            yield Condition(
+                rule=self.name,
+                severity="critical" if node.state == "gone" else "warning",
+                cluster=node.cluster,
+                node=node.node,
+                summary=f"node {node.node} is {node.state}: no heartbeat for {silent_s:.0f}s",
+                evidence={"last_seen": iso(node.last_seen_ns), "agent": node.agent, "state": node.state},
+            )

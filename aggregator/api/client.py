@@ -1,0 +1,37 @@
+"""Client side of the query service, used by the CLI (and by anyone scripting against the API)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import nats.errors
+
+from ranksight.config import Settings
+from ranksight.natsconn import connect
+from schemas.api import ApiResponse
+from schemas.subjects import Subjects
+
+
+class ApiUnavailable(RuntimeError):
+    """No aggregator answered (not running, or unreachable)."""
+
+
+async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None = None,
+                timeout: float = 10.0) -> ApiResponse:  # fmt: skip
+    try:
+        nc = await connect(
+            settings.nats, name="ranksight-cli", max_reconnect_attempts=0, allow_reconnect=False
+        )
+    except Exception as exc:
+        raise ApiUnavailable(f"cannot connect to NATS at {settings.nats.url}: {exc}") from None
+    try:
+        subject = Subjects(settings.subject_prefix).api(endpoint)
+        msg = await nc.request(subject, json.dumps(params or {}).encode(), timeout=timeout)
+    except nats.errors.NoRespondersError:
+        raise ApiUnavailable(f"no aggregator answers on {settings.nats.url} (is it running?)") from None
+    except nats.errors.TimeoutError:
+        raise ApiUnavailable(f"the aggregator did not answer within {timeout}s") from None
+    finally:
+        await nc.close()
+    return ApiResponse.model_validate_json(msg.data)

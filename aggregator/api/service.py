@@ -1,0 +1,66 @@
+"""The aggregator's query service on NATS (``nats.micro``: discoverable through ``$SRV.PING/INFO/STATS``).
+
+Every endpoint takes a JSON object and answers one :class:`~schemas.api.ApiResponse`; an error is also reported in the
+service error headers (``Nats-Service-Error``, ``Nats-Service-Error-Code``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from nats.aio.client import Client
+from nats.micro import add_service
+from nats.micro.request import Request
+from nats.micro.service import Service
+
+from aggregator.api.queries import ENDPOINTS, RequestError
+from schemas.api import ApiResponse
+
+if TYPE_CHECKING:
+    from aggregator.runtime import Aggregator
+
+log = logging.getLogger(__name__)
+
+SERVICE_NAME = "ranksight-aggregator"
+
+
+def _handler(agg: Aggregator, name: str) -> Callable[[Request], Awaitable[None]]:
+    query = ENDPOINTS[name]
+
+    async def handle(request: Request) -> None:
+        try:
+            params: Any = json.loads(request.data) if request.data.strip() else {}
+            if not isinstance(params, dict):
+                raise RequestError("request body must be a JSON object")
+            response = await query(agg, params)
+        except (RequestError, json.JSONDecodeError) as exc:
+            response, code = ApiResponse.failure(f"bad request: {exc}"), "400"
+        except Exception as exc:
+            log.exception("endpoint %s failed", name)
+            response, code = ApiResponse.failure(f"{type(exc).__name__}: {exc}"), "500"
+        else:
+            code = "" if response.ok else "422"
+        body = response.model_dump_json().encode()
+        if code:
+            await request.respond_error(code, response.error or "error", data=body)
+        else:
+            await request.respond(body)
+
+    return handle
+
+
+async def start_service(nc: Client, agg: Aggregator) -> Service:
+    service = await add_service(
+        nc,
+        name=SERVICE_NAME,
+        version=agg.version,
+        description="ranksight aggregator query API",
+        metadata={"cluster": agg.settings.cluster},
+    )
+    group = service.add_group(name=agg.subjects.api_group())
+    for name in ENDPOINTS:
+        await group.add_endpoint(name=name, handler=_handler(agg, name))
+    return service

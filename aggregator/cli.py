@@ -1,0 +1,58 @@
+"""``ranksight aggregator`` (run it) and ``ranksight status`` (ask a running one)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from aggregator.api.client import ApiUnavailable, query
+from aggregator.runtime import Aggregator
+from ranksight.cliutil import (
+    EXIT_FAILED,
+    add_config_flags,
+    print_json,
+    print_table,
+    run_until_signalled,
+    settings_from_args,
+)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("aggregator", help="run the aggregator (ingest, state, alerts, query API)")
+    add_config_flags(p)
+    p.add_argument("--db", type=Path, help="DuckDB file (overrides aggregator.db_path)")
+    p.set_defaults(func=run)
+
+    s = sub.add_parser("status", help="nodes and their state, from the running aggregator")
+    add_config_flags(s)
+    s.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    s.set_defaults(func=status)
+
+
+def run(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args, **({"aggregator": {"db_path": args.db}} if args.db else {}))
+
+    async def main(stop: asyncio.Event) -> None:
+        await Aggregator(settings).run(stop)
+
+    run_until_signalled(main)
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    settings = settings_from_args(args)
+    try:
+        response = asyncio.run(query(settings, "status"))
+    except ApiUnavailable as exc:
+        print(f"ranksight: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if not response.ok:
+        print(f"ranksight: {response.error}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print_json({"nodes": response.rows, "aggregator": response.meta})
+    else:
+        print_table(response.rows, ["node", "state", "last_seen", "version", "clock_skew_s"])
+    return 0

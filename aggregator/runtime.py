@@ -1,0 +1,203 @@
+"""The aggregator: durable ingest -> validate -> DuckDB -> live state -> rules -> alerts, plus the query service.
+
+Ingest reads the event stream through a durable pull consumer in batches, commits each batch to DuckDB in one
+transaction (on the writer thread), and only then acknowledges it; a crash at any point redelivers what was not
+acknowledged, and the store's sequence marks make the redelivery harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import nats.errors
+import nats.js.errors
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+
+from agent.runtime import agent_version
+from aggregator.alerts import AlertEngine, Rule
+from aggregator.analysis import default_rules
+from aggregator.api.service import start_service
+from aggregator.state import NS, LiveState
+from aggregator.store import BatchResult, Incoming, Store
+from ranksight.config import Settings
+from ranksight.natsconn import connect
+from schemas.alerts import Alert
+from schemas.subjects import Subjects
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IngestStats:
+    messages: int = 0
+    records: int = 0
+    batches: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    new_gaps: int = 0
+    last_batch_size: int = 0
+    last_commit_s: float = 0.0
+    lag_s: float = 0.0
+
+
+async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
+    cfg = settings.aggregator
+    subjects = Subjects(settings.subject_prefix)
+    stream = StreamConfig(
+        name=cfg.stream,
+        subjects=[subjects.events_filter()],
+        storage=StorageType.FILE,
+        max_age=cfg.stream_max_age_s,
+        max_bytes=cfg.stream_max_bytes,
+        duplicate_window=cfg.duplicate_window_s,
+    )
+    try:
+        await js.stream_info(cfg.stream)
+        await js.update_stream(stream)
+    except nats.js.errors.NotFoundError:
+        await js.add_stream(stream)
+
+
+class Aggregator:
+    def __init__(self, settings: Settings, rules: list[Rule] | None = None) -> None:
+        self.settings = settings
+        self.subjects = Subjects(settings.subject_prefix)
+        self.version = agent_version()
+        self.store = Store(settings.db_path(), self.subjects)
+        self.state = LiveState(settings.aggregator.node_gone_after_s)
+        self.rules = rules if rules is not None else default_rules()
+        self.engine = AlertEngine()
+        self.stats = IngestStats()
+        self.nc: Client | None = None
+        self.ready = asyncio.Event()
+        self.started_ns = time.time_ns()
+
+    def status_meta(self) -> dict[str, Any]:
+        return {
+            "cluster": self.settings.cluster,
+            "version": self.version,
+            "started_ns": self.started_ns,
+            "ingest": self.stats.__dict__,
+            "sequence": self.store.sequence_stats(),
+            "alerts_firing": len(self.engine.active),
+        }
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.store.call(self.store.open)
+        try:
+            await self._rebuild()
+            nc = self.nc = await connect(self.settings.nats, name="ranksight-aggregator")
+            js = nc.jetstream()
+            await ensure_stream(js, self.settings)
+            service = await start_service(nc, self)
+            tasks = [
+                asyncio.create_task(self._ingest(js), name="ingest"),
+                asyncio.create_task(self._tick_loop(), name="tick"),
+            ]
+            log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
+            self.ready.set()
+            try:
+                done, _ = await asyncio.wait([*tasks, asyncio.create_task(stop.wait())],
+                                             return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                for task in done:
+                    if task in tasks and task.exception():
+                        raise task.exception()  # type: ignore[misc]
+            finally:
+                for task in tasks:
+                    task.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                with contextlib.suppress(Exception):
+                    await service.stop()
+                with contextlib.suppress(Exception):
+                    await nc.flush(
+                        timeout=2
+                    )  # acks and alerts out; drain would wait on the pull subscription
+                await nc.close()
+        finally:
+            await self.store.call(self.store.close_connection)
+            self.store.shutdown()
+
+    async def _rebuild(self) -> None:
+        """Replay recent history into live state; reload active alerts so nothing already firing fires again."""
+        now = time.time_ns()
+        since = now - int(self.settings.aggregator.replay_window_s * NS)
+        replayed = await self.store.call(self.store.replay, self.state.kinds, since)
+        for env, recv_ns in replayed:
+            self.state.observe(env, recv_ns)
+        self.state.tick(now)
+        self.engine = AlertEngine(await self.store.call(self.store.active_alerts))
+        log.info("rebuilt live state from %d stored messages; %d alerts firing", len(replayed),
+                 len(self.engine.active))  # fmt: skip
+
+    async def _ingest(self, js: JetStreamContext) -> None:
+        cfg = self.settings.aggregator
+        consumer = ConsumerConfig(
+            durable_name=cfg.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=cfg.ack_wait_s,
+            max_ack_pending=max(cfg.fetch_batch * 4, 1000),
+            max_deliver=-1,
+        )
+        psub = await js.pull_subscribe(self.subjects.events_filter(), durable=cfg.durable, stream=cfg.stream,
+                                       config=consumer)  # fmt: skip
+        while True:
+            try:
+                msgs = await psub.fetch(cfg.fetch_batch, timeout=1.0)
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
+                    nats.js.errors.APIError) as exc:  # fmt: skip
+                log.warning("fetch failed (%s); retrying", exc)
+                await asyncio.sleep(0.5)
+                continue
+            recv_ns = time.time_ns()
+            batch = [Incoming(m.subject, m.data, recv_ns, (m.headers or {}).get("Nats-Msg-Id")) for m in msgs]
+            started = time.monotonic()
+            result = await self.store.call(self.store.commit_batch, batch)
+            commit_s = time.monotonic() - started
+            for m in msgs:  # only after the commit: a crash before this line redelivers, harmlessly
+                await m.ack()
+            self._account(result, len(msgs), commit_s, msgs[-1].metadata.timestamp if msgs else None)
+            for env, recv in result.accepted:
+                self.state.observe(env, recv)
+
+    def _account(self, result: BatchResult, n: int, commit_s: float, last_ts: Any) -> None:
+        s = self.stats
+        s.messages += n
+        s.records += result.records
+        s.batches += 1
+        s.duplicates += result.duplicates
+        s.dead_letters += result.dead_letters
+        s.new_gaps += result.new_gaps
+        s.last_batch_size, s.last_commit_s = n, commit_s
+        if last_ts is not None:
+            s.lag_s = max(0.0, time.time() - last_ts.timestamp())
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.aggregator.tick_s)
+            await self.tick(time.time_ns())
+
+    async def tick(self, now_ns: int) -> list[Alert]:
+        self.state.tick(now_ns)
+        transitions = self.engine.evaluate(self.rules, self.state, now_ns)
+        if transitions:
+            await self.store.call(self.store.write_alerts, transitions)
+            await self._publish_alerts(transitions)
+        return transitions
+
+    async def _publish_alerts(self, alerts: list[Alert]) -> None:
+        if self.nc is None:
+            return
+        for alert in alerts:
+            subject = self.subjects.alert(alert.cluster, alert.severity, alert.rule)
+            await self.nc.publish(subject, json.dumps(alert.model_dump()).encode())

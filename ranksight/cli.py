@@ -1,0 +1,36 @@
+"""``ranksight``: the thin command dispatcher. Each component registers its own subcommands."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# One module per component; each has ``register(subparsers)``.
+COMMAND_MODULES = [
+    "ranksight.up",
+    "agent.cli",
+    "aggregator.cli",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ranksight", description="Live diagnosis of RCCL/NCCL training jobs."
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

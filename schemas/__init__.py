@@ -1,0 +1,10 @@
+"""The wire contract of ranksight, and nothing else.
+
+Public surface:
+- :mod:`schemas.subjects`: the one helper that builds and parses subjects.
+- :mod:`schemas.envelope`: the event envelope.
+- :mod:`schemas.records`: one record model per event kind (``RECORD_MODELS``).
+- :mod:`schemas.alerts`: the alert payload.
+- :mod:`schemas.api`: the one query response shape.
+- :mod:`schemas.codec`: the only msgpack user; ``decode_event`` raises :class:`schemas.codec.DecodeError`.
+"""

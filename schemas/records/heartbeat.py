@@ -1,0 +1,43 @@
+"""``heartbeat``: an agent proves it is alive and reports the health of its collectors."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from schemas.records.base import Record
+
+CollectorState = Literal["ok", "error", "absent", "disabled", "starting"]
+
+
+class CollectorHealth(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    state: CollectorState
+    source: str | None = None
+    last_success_ns: int | None = None
+    last_error: str | None = None
+    last_duration_s: float | None = None
+    runs: int = 0
+    errors: int = 0
+
+
+class PublisherStats(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    published: int = 0
+    acked: int = 0
+    retries: int = 0
+    dropped: int = 0
+    pending: int = 0
+
+
+class HeartbeatRecord(Record):
+    hostname: str
+    version: str
+    pid: int
+    started_ns: int
+    collectors: list[CollectorHealth] = []
+    publisher: PublisherStats = PublisherStats()

@@ -1,0 +1,108 @@
+"""The one place that knows the subject layout (design §2).
+
+::
+
+    <prefix>.ev.<cluster>.<node>.<kind>          agent -> aggregator, msgpack envelopes
+    <prefix>.alert.<cluster>.<severity>.<rule>   aggregator -> anyone, JSON alerts
+    <prefix>.api.<endpoint>                      aggregator query service (nats.micro), JSON
+    <prefix>.agent.<cluster>.<node>.<cmd>        per-agent service: status, probe
+
+Tokens are limited to ``[A-Za-z0-9_-]``; anything else (dots in FQDNs, spaces, wildcards) is replaced by ``_`` so a
+hostname can never change the shape of a subject.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+DEFAULT_PREFIX = "ranksight.v1"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
+_MAX_TOKEN = 128
+
+
+class SubjectError(ValueError):
+    """A subject that does not have the shape this helper builds."""
+
+
+def sanitize_token(value: str) -> str:
+    """Map any string to one safe subject token (never empty)."""
+    token = _UNSAFE.sub("_", value.strip())[:_MAX_TOKEN]
+    return token or "_"
+
+
+@dataclass(frozen=True)
+class EventSubject:
+    cluster: str
+    node: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class AlertSubject:
+    cluster: str
+    severity: str
+    rule: str
+
+
+@dataclass(frozen=True)
+class Subjects:
+    """Builds and parses every subject under one configurable prefix."""
+
+    prefix: str = DEFAULT_PREFIX
+
+    def __post_init__(self) -> None:
+        parts = self.prefix.split(".")
+        if not parts or any(not p or _UNSAFE.search(p) for p in parts):
+            raise SubjectError(f"invalid subject prefix {self.prefix!r}: dot-separated [A-Za-z0-9_-] tokens")
+
+    # -- events -------------------------------------------------------------------------------------------------
+    def event(self, cluster: str, node: str, kind: str) -> str:
+        return f"{self.prefix}.ev.{sanitize_token(cluster)}.{sanitize_token(node)}.{sanitize_token(kind)}"
+
+    def events_filter(self, cluster: str | None = None) -> str:
+        """Wildcard over all events (of one cluster when given)."""
+        return f"{self.prefix}.ev.{sanitize_token(cluster)}.>" if cluster else f"{self.prefix}.ev.>"
+
+    def parse_event(self, subject: str) -> EventSubject:
+        rest = self._strip(subject, "ev")
+        if len(rest) != 3:
+            raise SubjectError(f"event subject must be {self.prefix}.ev.<cluster>.<node>.<kind>: {subject!r}")
+        return EventSubject(*rest)
+
+    # -- alerts -------------------------------------------------------------------------------------------------
+    def alert(self, cluster: str, severity: str, rule: str) -> str:
+        return (
+            f"{self.prefix}.alert.{sanitize_token(cluster)}.{sanitize_token(severity)}.{sanitize_token(rule)}"
+        )
+
+    def alerts_filter(self, cluster: str | None = None) -> str:
+        return f"{self.prefix}.alert.{sanitize_token(cluster)}.>" if cluster else f"{self.prefix}.alert.>"
+
+    def parse_alert(self, subject: str) -> AlertSubject:
+        rest = self._strip(subject, "alert")
+        if len(rest) != 3:
+            raise SubjectError(
+                f"alert subject must be {self.prefix}.alert.<cluster>.<severity>.<rule>: {subject!r}"
+            )
+        return AlertSubject(*rest)
+
+    # -- query api and agent commands ---------------------------------------------------------------------------
+    def api_group(self) -> str:
+        return f"{self.prefix}.api"
+
+    def api(self, endpoint: str) -> str:
+        return f"{self.api_group()}.{sanitize_token(endpoint)}"
+
+    def agent_group(self, cluster: str, node: str) -> str:
+        return f"{self.prefix}.agent.{sanitize_token(cluster)}.{sanitize_token(node)}"
+
+    def agent(self, cluster: str, node: str, cmd: str) -> str:
+        return f"{self.agent_group(cluster, node)}.{sanitize_token(cmd)}"
+
+    # -- helpers ------------------------------------------------------------------------------------------------
+    def _strip(self, subject: str, family: str) -> list[str]:
+        head = f"{self.prefix}.{family}."
+        if not subject.startswith(head):
+            raise SubjectError(f"subject {subject!r} is not under {head}")
+        return subject[len(head) :].split(".")

@@ -1,0 +1,50 @@
+"""Shared fixtures: a real nats-server per test, settings pointing at it, and in-process agent/aggregator runners."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ranksight.config import Settings, load_settings
+from ranksight.natsserver import NatsServer
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A developer's RANKSIGHT_* variables must not leak into tests."""
+    import os
+
+    for name in list(os.environ):
+        if name.upper().startswith("RANKSIGHT_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
+    server = NatsServer(tmp_path / "nats").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def settings(tmp_path: Path, nats_server: NatsServer) -> Settings:
+    """Fast intervals so tests see state changes within a second or two."""
+    return load_settings(
+        None,
+        cluster="test",
+        state_dir=tmp_path / "state",
+        nats={"url": nats_server.url},
+        agent={
+            "node": "node-a",
+            "batch_max_delay_s": 0.05,
+            "collectors": {"heartbeat": {"interval_s": 0.2, "ttl_s": 1.0}},
+        },
+        aggregator={"tick_s": 0.1, "node_gone_after_s": 3.0, "fetch_batch": 500},
+    )

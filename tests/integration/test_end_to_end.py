@@ -1,0 +1,50 @@
+"""Real nats-server + agent + aggregator + DuckDB file: heartbeats make a node alive; silence makes it stale."""
+
+from __future__ import annotations
+
+import json
+
+import duckdb
+
+from aggregator.api.client import query
+from ranksight.config import Settings
+from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
+
+
+async def test_heartbeat_alive_then_stale_then_alert(settings: Settings) -> None:
+    async with aggregator(settings) as agg:
+        async with agent(settings, only=["heartbeat"]):
+            node = await wait_for(lambda: agg.state.nodes.nodes.get(("test", "node-a")))
+            await wait_for(lambda: node.state == "alive" and agg.stats.records >= 2)
+            response = await query(settings, "status")
+            assert response.ok
+            assert [(r["node"], r["state"]) for r in response.rows] == [("node-a", "alive")]
+            assert response.rows[0]["collectors"][0]["name"] == "heartbeat"
+        # Agent stopped: after its TTL (1 s) the node is stale, and node_silent fires.
+        await wait_for(lambda: agg.state.nodes.nodes[("test", "node-a")].state == "stale", timeout=5)
+        await wait_for(lambda: any(a.rule == "node_silent" for a in agg.engine.active.values()), timeout=5)
+        await wait_for(lambda: agg.state.nodes.nodes[("test", "node-a")].state == "gone", timeout=8)
+    con = duckdb.connect(str(settings.db_path()), read_only=True)
+    (count,) = con.execute("SELECT count(*) FROM heartbeat WHERE node = 'node-a'").fetchone()
+    assert count >= 2
+    (firing,) = con.execute(
+        "SELECT count(*) FROM alerts WHERE rule = 'node_silent' AND state = 'firing'"
+    ).fetchone()
+    assert firing == 1
+
+
+async def test_status_cli_json_shape(settings: Settings) -> None:
+    async with aggregator(settings) as agg, agent(settings, only=["heartbeat"]):
+        await wait_for(lambda: agg.state.nodes.nodes.get(("test", "node-a")))
+        proc = await run_cli_async("status", "--json", env=settings_env(settings))
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        assert out["nodes"][0]["node"] == "node-a"
+        assert out["nodes"][0]["state"] == "alive"
+        assert out["nodes"][0]["last_seen"].endswith("Z")
+
+
+def test_status_cli_without_aggregator_exits_1(nats_server) -> None:  # type: ignore[no-untyped-def]
+    proc = run_cli("status", "--nats", nats_server.url, timeout=30)
+    assert proc.returncode == 1
+    assert "no aggregator answers" in proc.stderr

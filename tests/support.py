@@ -1,0 +1,87 @@
+"""Test helpers: run the real agent/aggregator in-process, wait for conditions, spawn CLI processes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from agent.runtime import AgentRuntime
+from aggregator.runtime import Aggregator
+from ranksight.config import Settings
+
+
+async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` (sync or async) until truthy; fail the test with a clear message on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if isinstance(value, Awaitable):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s: {predicate}")
+        await asyncio.sleep(interval)
+
+
+@contextlib.asynccontextmanager
+async def running(component: Aggregator | AgentRuntime) -> AsyncIterator[Any]:
+    stop = asyncio.Event()
+    task = asyncio.create_task(component.run(stop))
+    ready = asyncio.create_task(component.ready.wait())
+    done, _ = await asyncio.wait([task, ready], timeout=20, return_when=asyncio.FIRST_COMPLETED)
+    if task in done:
+        ready.cancel()
+        task.result()  # raises the startup error
+    assert ready in done, "component did not become ready"
+    try:
+        yield component
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+@contextlib.asynccontextmanager
+async def aggregator(settings: Settings) -> AsyncIterator[Aggregator]:
+    async with running(Aggregator(settings)) as agg:
+        yield agg
+
+
+@contextlib.asynccontextmanager
+async def agent(settings: Settings, only: list[str] | None = None) -> AsyncIterator[AgentRuntime]:
+    async with running(AgentRuntime(settings, only=only)) as rt:
+        yield rt
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """Environment that makes a ``ranksight`` child process use ``settings``' NATS, state dir and cluster."""
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("RANKSIGHT_")}
+    env.update(
+        RANKSIGHT_NATS__URL=settings.nats.url,
+        RANKSIGHT_STATE_DIR=str(settings.state_dir),
+        RANKSIGHT_CLUSTER=settings.cluster,
+        PYTHONUNBUFFERED="1",
+    )
+    return env
+
+
+def ranksight_cmd(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ranksight.cli", *args]
+
+
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(ranksight_cmd(*args), capture_output=True, text=True, env=env, timeout=timeout)
+
+
+async def run_cli_async(*args: str, env: dict[str, str] | None = None,
+                        timeout: float = 60) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """``run_cli`` off the event loop, so in-process servers keep answering while the child runs."""
+    return await asyncio.to_thread(run_cli, *args, env=env, timeout=timeout)

@@ -14,6 +14,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import pyarrow as pa
 from pydantic import BaseModel
+from pydantic_core import to_json
 
 from schemas.records import RECORD_MODELS
 
@@ -33,75 +34,95 @@ _SCALARS: dict[Any, pa.DataType] = {int: pa.int64(), float: pa.float64(), str: p
 @dataclass(frozen=True)
 class KindColumns:
     fields: tuple[str, ...]
-    json_fields: frozenset[str]
-    schema: pa.Schema
+    json_fields: frozenset[str]  # sub-models, stored as JSON text
+    schema: pa.Schema  # envelope columns then record columns
+    record_schema: pa.Schema
+
+
+def _scalar(annotation: Any) -> pa.DataType | None:
+    if get_origin(annotation) is Literal:
+        return pa.string()
+    return _SCALARS.get(annotation)
 
 
 def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
-    """(arrow type, stored as JSON?) for one field annotation."""
+    """(arrow type, stored as JSON text?) for one field annotation.
+
+    Lists of scalars and str-keyed maps of scalars stay native Arrow (DuckDB casts them into JSON columns without a
+    Python round trip); only sub-models go through JSON text.
+    """
     origin = get_origin(annotation)
     if origin in (Union, types.UnionType):
         inner = [a for a in get_args(annotation) if a is not type(None)]
         if len(inner) == 1:
             return _arrow_type(inner[0])
-    if origin is Literal:
-        return pa.string(), False
-    if annotation in _SCALARS:
-        return _SCALARS[annotation], False
+    scalar = _scalar(annotation)
+    if scalar is not None:
+        return scalar, False
+    args = get_args(annotation)
+    if origin is list and len(args) == 1 and _scalar(args[0]) is not None:
+        return pa.list_(_scalar(args[0])), False
+    if origin is dict and len(args) == 2 and args[0] is str and _scalar(args[1]) is not None:
+        return pa.map_(pa.string(), _scalar(args[1])), False
     return pa.string(), True
 
 
 @cache
 def kind_columns(kind: str) -> KindColumns:
     model = RECORD_MODELS[kind]
-    fields, json_fields, arrow_fields = [], set(), list(ENVELOPE_FIELDS)
+    fields, json_fields, record_fields = [], set(), []
     for name, info in model.model_fields.items():
         arrow_type, is_json = _arrow_type(info.annotation)
         fields.append(name)
         if is_json:
             json_fields.add(name)
-        arrow_fields.append((name, arrow_type))
-    return KindColumns(tuple(fields), frozenset(json_fields), pa.schema(arrow_fields))
+        record_fields.append(pa.field(name, arrow_type))
+    record_schema = pa.schema(record_fields)
+    schema = pa.schema([pa.field(n, t) for n, t in ENVELOPE_FIELDS] + record_fields)
+    return KindColumns(tuple(fields), frozenset(json_fields), schema, record_schema)
 
 
 def _to_json(value: Any) -> str | None:
     if value is None:
         return None
-    if isinstance(value, BaseModel):
-        return value.model_dump_json()
-    if isinstance(value, list) and value and isinstance(value[0], BaseModel):
-        return "[" + ",".join(v.model_dump_json() for v in value) + "]"
-    return json.dumps(value)
+    return to_json(value).decode()
 
 
 class ColumnBuilder:
-    """Accumulates the rows of one kind across the envelopes of a batch, then yields one Arrow table."""
+    """Accumulates the rows of one kind across the envelopes of a batch, then yields one Arrow table.
+
+    Records are read through their ``__dict__`` by Arrow's C++ converter (no per-field Python loop): this is the hot
+    path of ingest.
+    """
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
         self.cols = kind_columns(kind)
-        self.data: dict[str, list[Any]] = {name: [] for name in self.cols.schema.names}
+        self.rows: list[dict[str, Any]] = []
+        self.envelope: dict[str, list[Any]] = {name: [] for name, _ in ENVELOPE_FIELDS}
 
     def add(self, cluster: str, node: str, agent: str, seq: int, ts: int, recv_ts: int, ttl: float,
             records: list[Any]) -> None:  # fmt: skip
         n = len(records)
-        data = self.data
+        env = self.envelope
         for name, value in (("cluster", cluster), ("node", node), ("agent", agent), ("seq", seq), ("ts", ts),
                             ("recv_ts", recv_ts), ("ttl", ttl)):  # fmt: skip
-            data[name].extend([value] * n)
+            env[name].extend([value] * n)
         json_fields = self.cols.json_fields
-        for name in self.cols.fields:
-            column = data[name]
-            if name in json_fields:
-                column.extend(_to_json(getattr(r, name)) for r in records)
-            else:
-                column.extend(getattr(r, name) for r in records)
+        if json_fields:
+            self.rows.extend(
+                {**r.__dict__, **{f: _to_json(getattr(r, f)) for f in json_fields}} for r in records
+            )
+        else:
+            self.rows.extend(r.__dict__ for r in records)
 
     def __len__(self) -> int:
-        return len(self.data["seq"])
+        return len(self.rows)
 
     def table(self) -> pa.Table:
-        return pa.Table.from_pydict(self.data, schema=self.cols.schema)
+        records = pa.Table.from_pylist(self.rows, schema=self.cols.record_schema)
+        arrays = [pa.array(self.envelope[name], type=t) for name, t in ENVELOPE_FIELDS]
+        return pa.Table.from_arrays(arrays + records.columns, schema=self.cols.schema)
 
 
 def row_to_record(kind: str, row: dict[str, Any]) -> BaseModel:

@@ -79,6 +79,7 @@ class Aggregator:
         self.nc: Client | None = None
         self.ready = asyncio.Event()
         self.started_ns = time.time_ns()
+        self._stopping = False
 
     def status_meta(self) -> dict[str, Any]:
         return {
@@ -111,6 +112,8 @@ class Aggregator:
                     if task in tasks and task.exception():
                         raise task.exception()  # type: ignore[misc]
             finally:
+                self._stopping = True
+                await asyncio.wait(tasks, timeout=5)  # let the current batch commit and be acked
                 for task in tasks:
                     task.cancel()
                 await asyncio.gather(*tasks, return_exceptions=True)
@@ -149,7 +152,8 @@ class Aggregator:
         )
         psub = await js.pull_subscribe(self.subjects.events_filter(), durable=cfg.durable, stream=cfg.stream,
                                        config=consumer)  # fmt: skip
-        while True:
+        # A flag, not only cancellation: on Python 3.11 asyncio.wait_for (inside nats-py's fetch) can swallow a cancel.
+        while not self._stopping:
             try:
                 msgs = await psub.fetch(cfg.fetch_batch, timeout=1.0)
             except (TimeoutError, nats.errors.TimeoutError):
@@ -159,7 +163,9 @@ class Aggregator:
                 log.warning("fetch failed (%s); retrying", exc)
                 await asyncio.sleep(0.5)
                 continue
-            recv_ns = time.time_ns()
+            recv_ns = (
+                time.time_ns() // 1000 * 1000
+            )  # stored at microsecond precision: replay must agree exactly
             batch = [Incoming(m.subject, m.data, recv_ns, (m.headers or {}).get("Nats-Msg-Id")) for m in msgs]
             started = time.monotonic()
             result = await self.store.call(self.store.commit_batch, batch)

@@ -170,7 +170,10 @@ class Store:
             "SELECT agent, cluster, node, high_seq, messages, duplicates, epoch_ns(first_recv), epoch_ns(last_recv) "
             "FROM agent_seq"
         ).fetchall()
-        self._seq = {r[0]: AgentSeq(*r[:6], gaps=gaps[r[0]], first_recv=r[6], last_recv=r[7]) for r in rows}
+        self._seq = {
+            agent: AgentSeq(agent, cluster, node, high, messages, dups, gaps[agent], first, last)
+            for agent, cluster, node, high, messages, dups, first, last in rows
+        }
 
     # -- ingest -------------------------------------------------------------------------------------------------
     def commit_batch(self, batch: list[Incoming]) -> BatchResult:
@@ -217,8 +220,9 @@ class Store:
         con.execute("BEGIN TRANSACTION")
         try:
             for kind, builder in builders.items():
-                arrow_batch = builder.table()  # noqa: F841 - referenced by name in SQL
+                con.register("arrow_batch", builder.table())
                 con.execute(f'INSERT INTO "{kind}" BY NAME SELECT * FROM arrow_batch')
+                con.unregister("arrow_batch")
             if dead:
                 con.executemany("INSERT INTO dead_letters VALUES (?, ?, ?, ?, ?, ?, ?)", dead)
             self._write_seq(changed)

@@ -102,7 +102,9 @@ class AggregatorSettings(Section):
     stream_max_bytes: int = Field(10 * 1024**3, gt=0)
     duplicate_window_s: float = Field(300, gt=0)
     fetch_batch: int = Field(1000, ge=1)
-    ack_wait_s: float = Field(60, gt=0)
+    ack_wait_s: float = Field(
+        15, gt=0, description="redelivery delay of unacknowledged batches (e.g. after a crash)"
+    )
     tick_s: float = Field(1.0, gt=0)
     node_gone_after_s: float = Field(
         300, gt=0, description="a silent node turns from stale to gone after this"

@@ -8,7 +8,9 @@ import asyncio
 import contextlib
 import socket
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 from agent.runtime import AgentRuntime
 from aggregator.runtime import Aggregator
@@ -76,9 +78,9 @@ async def _serve(settings: Settings, server: NatsServer, stop: asyncio.Event) ->
     await asyncio.gather(agg_task, agent_task)
 
 
-async def _first(ready: object, task: asyncio.Task[None]) -> None:
+async def _first(ready: Awaitable[Any], task: asyncio.Task[None]) -> None:
     """Wait for ``ready``; if ``task`` ends first (it failed), re-raise its error."""
-    waiter = asyncio.ensure_future(ready)  # type: ignore[arg-type]
+    waiter = asyncio.ensure_future(ready)
     done, _ = await asyncio.wait([waiter, task], return_when=asyncio.FIRST_COMPLETED)
     if task in done:
         waiter.cancel()

@@ -48,7 +48,8 @@ def encode_event(envelope: Envelope) -> bytes:
 
 @cache
 def _records_adapter(kind: str) -> TypeAdapter[list[Any]]:
-    return TypeAdapter(list[RECORD_MODELS[kind]])  # type: ignore[index]
+    model = RECORD_MODELS[kind]
+    return TypeAdapter(list[model])  # type: ignore[valid-type]
 
 
 def _first_error(exc: ValidationError) -> str:

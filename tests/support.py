@@ -44,7 +44,11 @@ async def running(component: Aggregator | AgentRuntime) -> AsyncIterator[Any]:
         yield component
     finally:
         stop.set()
-        await asyncio.wait_for(task, 20)
+        done, _ = await asyncio.wait([task], timeout=20)
+        if not done:
+            stacks = "\n".join(f"{t.get_name()}: {t.get_stack(limit=5)}" for t in asyncio.all_tasks())
+            raise AssertionError(f"{type(component).__name__} did not stop within 20s; tasks:\n{stacks}")
+        task.result()
 
 
 @contextlib.asynccontextmanager

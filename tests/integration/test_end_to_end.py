@@ -48,3 +48,23 @@ def test_status_cli_without_aggregator_exits_1(nats_server) -> None:  # type: ig
     proc = run_cli("status", "--nats", nats_server.url, timeout=30)
     assert proc.returncode == 1
     assert "no aggregator answers" in proc.stderr
+
+
+async def test_restart_rebuilds_state_and_refires_nothing(settings: Settings) -> None:
+    async with aggregator(settings) as agg:
+        async with agent(settings, only=["heartbeat"]):
+            await wait_for(lambda: agg.state.nodes.nodes.get(("test", "node-a")))
+        await wait_for(lambda: any(a.rule == "node_silent" for a in agg.engine.active.values()), timeout=5)
+        before = agg.state.nodes.nodes[("test", "node-a")]
+    async with aggregator(settings) as again:
+        rebuilt = again.state.nodes.nodes[("test", "node-a")]
+        assert (rebuilt.agent, rebuilt.last_seen_ns, rebuilt.expires_ns) == (
+            before.agent, before.last_seen_ns, before.expires_ns)  # fmt: skip
+        assert rebuilt.state in ("stale", "gone")
+        assert [a.rule for a in again.engine.active.values()] == ["node_silent"]
+        await again.tick(again.state.now_ns + 1)
+    con = duckdb.connect(str(settings.db_path()), read_only=True)
+    (fired,) = con.execute(
+        "SELECT count(*) FROM alerts WHERE rule = 'node_silent' AND state = 'firing'"
+    ).fetchone()
+    assert fired == 1

@@ -1,0 +1,110 @@
+"""Nothing lost, nothing doubled: aggregator SIGKILLed mid-stream, NATS restarted while agents publish."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+
+import duckdb
+import nats
+
+from agent.loadgen import SyntheticAgent
+from aggregator.api.client import ApiUnavailable, query
+from aggregator.runtime import ensure_stream
+from ranksight.config import Settings
+from ranksight.natsserver import NatsServer
+from tests.support import aggregator, ranksight_cmd, settings_env, wait_for
+
+
+def _gpu_counts(settings: Settings) -> tuple[int, int]:
+    con = duckdb.connect(str(settings.db_path()), read_only=True)
+    try:
+        total, distinct = con.execute('SELECT count(*), count(DISTINCT (agent, "index")) FROM gpu').fetchone()
+        return total, distinct
+    finally:
+        con.close()
+
+
+async def _consumer_drained(settings: Settings) -> bool:
+    nc = await nats.connect(settings.nats.url)
+    try:
+        info = await nc.jetstream().consumer_info(settings.aggregator.stream, settings.aggregator.durable)
+        return info.num_pending == 0 and info.num_ack_pending == 0
+    finally:
+        await nc.close()
+
+
+async def _ingested(settings: Settings) -> int:
+    try:
+        response = await query(settings, "status", timeout=2)
+    except ApiUnavailable:
+        return 0
+    return int(response.meta["sequence"]["messages"]) if response.ok else 0
+
+
+async def test_sigkill_aggregator_mid_stream_exactly_once(settings: Settings) -> None:
+    env = settings_env(settings)
+    nc = await nats.connect(settings.nats.url)
+    await ensure_stream(nc.jetstream(), settings)  # agents may publish before the aggregator runs
+    await nc.close()
+    per_agent, chunk = 40_000, 500
+    agents = [await SyntheticAgent(settings, f"sim-{i}", records_per_batch=chunk).start() for i in range(3)]
+
+    async def produce() -> None:
+        for _ in range(per_agent // chunk):
+            for a in agents:
+                await a.emit(chunk)
+            await asyncio.sleep(0.01)
+
+    producer = asyncio.create_task(produce())
+    proc = subprocess.Popen(ranksight_cmd("aggregator"), env=env, stderr=subprocess.DEVNULL)
+    try:
+        await wait_for(lambda: _ingested(settings), timeout=60, interval=0.05)  # it is committing now
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        committed_before_kill, _ = _gpu_counts(settings)
+        await producer
+        for a in agents:
+            assert await a.flush(60), "agent could not deliver its events"
+        assert 0 < committed_before_kill < 3 * per_agent, "the kill must land mid-stream"
+        proc = subprocess.Popen(ranksight_cmd("aggregator"), env=env, stderr=subprocess.DEVNULL)
+        await wait_for(lambda: _consumer_drained(settings), timeout=60, interval=0.3)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(20)
+        for a in agents:
+            await a.close()
+    assert _gpu_counts(settings) == (3 * per_agent, 3 * per_agent)
+    con = duckdb.connect(str(settings.db_path()), read_only=True)
+    (gaps,) = con.execute("SELECT coalesce(sum(gaps_open), 0) FROM agent_seq").fetchone()
+    assert gaps == 0
+
+
+async def test_nats_restart_while_publishing_loses_nothing(
+    settings: Settings, nats_server: NatsServer
+) -> None:
+    async with aggregator(settings):
+        sim = await SyntheticAgent(settings, "sim-r", records_per_batch=100).start()
+        try:
+            for _ in range(20):
+                await sim.emit(100)
+                await asyncio.sleep(0.01)
+            port, store = nats_server.port, nats_server.store_dir
+            nats_server.stop()
+            for _ in range(20):  # accepted while the server is down
+                await sim.emit(100)
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(1.0)
+            restarted = NatsServer(store, port=port).start()
+            try:
+                for _ in range(20):
+                    await sim.emit(100)
+                assert await sim.flush(60), "publisher did not recover after the restart"
+                await wait_for(lambda: _consumer_drained(settings), timeout=60, interval=0.3)
+            finally:
+                await sim.close()
+        finally:
+            pass
+    restarted.stop()
+    assert _gpu_counts(settings) == (6000, 6000)

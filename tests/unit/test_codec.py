@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import time
+
+import msgpack
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from schemas.codec import DecodeError, decode_event, encode_event
+from schemas.envelope import Envelope, event_type
+from schemas.records import CollectorHealth, GpuRecord, HeartbeatRecord
+
+
+def _env(kind: str, records: list) -> Envelope:  # type: ignore[type-arg]
+    return Envelope(type=event_type(kind), cluster="c", node="n", agent="a1", seq=7, ts=time.time_ns(), ttl=15,
+                    records=records)  # fmt: skip
+
+
+def test_round_trip_typed_records() -> None:
+    beat = HeartbeatRecord(hostname="h", version="1", pid=1, started_ns=5,
+                           collectors=[CollectorHealth(name="gpu", state="absent")])  # fmt: skip
+    decoded = decode_event(encode_event(_env("heartbeat", [beat])))
+    assert decoded.kind == "heartbeat" and decoded.msg_id == "a1:7"
+    assert decoded.records == [beat]
+
+
+def test_unsupported_values_stay_null() -> None:
+    decoded = decode_event(encode_event(_env("gpu", [GpuRecord(index=0, power_w=None)])))
+    assert decoded.records[0].power_w is None
+
+
+def test_newer_agent_fields_are_ignored() -> None:
+    raw = msgpack.packb(
+        {**_env("gpu", []).model_dump(), "future": 1, "records": [{"index": 1, "new_field": "x"}]}
+    )
+    assert decode_event(raw).records[0].index == 1
+
+
+@pytest.mark.parametrize(
+    ("payload", "reason"),
+    [
+        (b"\xc1", "not_msgpack"),
+        (msgpack.packb("text"), "not_a_map"),
+        (msgpack.packb({"type": "ranksight.ev.v1.gpu"}), "bad_envelope"),
+        (msgpack.packb({**_env("gpu", []).model_dump(), "type": "ranksight.ev.v1.nope"}), "unknown_type"),
+        (msgpack.packb({**_env("gpu", []).model_dump(), "records": [{"index": "x"}]}), "bad_record"),
+        (msgpack.packb({**_env("gpu", []).model_dump(), "records": "notalist"}), "bad_envelope"),
+    ],
+)
+def test_bad_input_raises_one_clear_error(payload: bytes, reason: str) -> None:
+    with pytest.raises(DecodeError) as info:
+        decode_event(payload)
+    assert info.value.reason == reason
+    assert reason in str(info.value)
+
+
+@settings(max_examples=300)
+@given(st.binary(max_size=300))
+def test_random_bytes_only_ever_raise_decode_error(data: bytes) -> None:
+    try:
+        decode_event(data)
+    except DecodeError:
+        pass

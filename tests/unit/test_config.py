@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ranksight.config import ConfigError, load_settings
+
+
+def test_defaults_work_without_a_file() -> None:
+    s = load_settings()
+    assert s.nats.url.startswith("nats://") and s.cluster == "default"
+    assert s.agent.collectors.heartbeat.ttl() == 15.0
+
+
+def test_unknown_key_in_file_is_named(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text("[agent]\nbatch_max_recrods = 5\n")
+    with pytest.raises(ConfigError, match=r"unknown setting 'agent\.batch_max_recrods'"):
+        load_settings(f)
+
+
+def test_unknown_environment_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANKSIGHT_NATS__URLL", "nats://x:1")
+    with pytest.raises(ConfigError, match="RANKSIGHT_NATS__URLL"):
+        load_settings()
+
+
+def test_environment_overrides_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(
+        'cluster = "from-file"\n[nats]\nurl = "nats://file:4222"\n[agent.collectors.gpu]\ninterval_s = 9\n'
+    )
+    monkeypatch.setenv("RANKSIGHT_NATS__URL", "nats://env:4222")
+    monkeypatch.setenv("RANKSIGHT_CONFIG", str(f))
+    s = load_settings()
+    assert (s.cluster, s.nats.url, s.agent.collectors.gpu.interval_s) == ("from-file", "nats://env:4222", 9.0)
+
+
+def test_bad_value_and_bad_toml(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text("[agent]\nbatch_max_records = -1\n")
+    with pytest.raises(ConfigError, match=r"agent\.batch_max_records"):
+        load_settings(f)
+    f.write_text("cluster = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(f)
+    with pytest.raises(ConfigError, match="not found"):
+        load_settings(tmp_path / "missing.toml")
+
+
+def test_secrets_are_not_printed(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text('[nats]\npassword = "hunter2"\ntoken = "tok-123"\n')
+    s = load_settings(f)
+    assert "hunter2" not in repr(s) and "tok-123" not in str(s.model_dump())
+    assert s.nats.password is not None and s.nats.password.get_secret_value() == "hunter2"

@@ -217,8 +217,11 @@ class Store:
         con.execute("BEGIN TRANSACTION")
         try:
             for kind, builder in builders.items():
-                arrow_batch = builder.table()  # noqa: F841 - referenced by name in SQL
+                # Registered explicitly: the SQL sandbox turns off external access, which also disables
+                # DuckDB's implicit scans of Python variables.
+                con.register("arrow_batch", builder.table())
                 con.execute(f'INSERT INTO "{kind}" BY NAME SELECT * FROM arrow_batch')
+                con.unregister("arrow_batch")
             if dead:
                 con.executemany("INSERT INTO dead_letters VALUES (?, ?, ?, ?, ?, ?, ?)", dead)
             self._write_seq(changed)

@@ -1,7 +1,8 @@
 """The aggregator's query service on NATS (``nats.micro``: discoverable through ``$SRV.PING/INFO/STATS``).
 
 Every endpoint takes a JSON object and answers one :class:`~schemas.api.ApiResponse`; an error is also reported in the
-service error headers (``Nats-Service-Error``, ``Nats-Service-Error-Code``).
+service error headers (``Nats-Service-Error``, ``Nats-Service-Error-Code``): 400 bad request (unknown or invalid
+parameter), 403 SQL refused by the sandbox, 422 query failed (or timed out), 500 internal error.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from aggregator.api.queries import ENDPOINTS, RequestError
+from aggregator.api.sql import SqlFailed, SqlRefused
 from schemas.api import ApiResponse
 
 if TYPE_CHECKING:
@@ -38,6 +40,10 @@ def _handler(agg: Aggregator, name: str) -> Callable[[Request], Awaitable[None]]
             response = await query(agg, params)
         except (RequestError, json.JSONDecodeError) as exc:
             response, code = ApiResponse.failure(f"bad request: {exc}"), "400"
+        except SqlRefused as exc:
+            response, code = ApiResponse.failure(f"refused: {exc}"), "403"
+        except SqlFailed as exc:
+            response, code = ApiResponse.failure(f"query failed: {exc}"), "422"
         except Exception as exc:
             log.exception("endpoint %s failed", name)
             response, code = ApiResponse.failure(f"{type(exc).__name__}: {exc}"), "500"

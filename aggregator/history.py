@@ -66,10 +66,11 @@ def export_parquet(con: duckdb.DuckDBPyConnection, since: datetime.datetime, unt
         (count,) = con.execute(f'SELECT count(*) FROM "{table}" {where}', [since, until]).fetchone() or (0,)
         if not count:
             continue
-        con.execute(f"""SELECT *, strftime("{column}", '%Y-%m-%d') AS day FROM "{table}" {where}""", [since, until])
+        rows = con.sql(f"""SELECT *, strftime("{column}", '%Y-%m-%d') AS day FROM "{table}" {where}""",
+                       params=[since, until])  # fmt: skip
         target = out_dir / table
         ds.write_dataset(
-            con.to_arrow_reader(),
+            rows.to_arrow_reader(),
             target,
             format="parquet",
             partitioning=["day"],

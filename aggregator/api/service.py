@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 SERVICE_NAME = "ranksight-aggregator"
 
 
-def _handler(agg: Aggregator, name: str) -> Callable[[Request], Awaitable[None]]:
+def _handler(agg: Aggregator, name: str, errors: Counter[str]) -> Callable[[Request], Awaitable[None]]:
     query = ENDPOINTS[name]
 
     async def handle(request: Request) -> None:
@@ -51,6 +52,7 @@ def _handler(agg: Aggregator, name: str) -> Callable[[Request], Awaitable[None]]
             code = "" if response.ok else "422"
         body = response.model_dump_json().encode()
         if code:
+            errors[code] += 1
             await request.respond_error(code, response.error or "error", data=body)
         else:
             await request.respond(body)
@@ -59,14 +61,18 @@ def _handler(agg: Aggregator, name: str) -> Callable[[Request], Awaitable[None]]
 
 
 async def start_service(nc: Client, agg: Aggregator) -> Service:
+    # Answered errors are replies, not handler exceptions, so nats.micro's num_errors does not see them: each
+    # endpoint's STATS ``data`` carries its error replies by code instead.
+    errors: dict[str, Counter[str]] = {name: Counter() for name in ENDPOINTS}
     service = await add_service(
         nc,
         name=SERVICE_NAME,
         version=agg.version,
         description="ranksight aggregator query API",
         metadata={"cluster": agg.settings.cluster},
+        stats_handler=lambda stats: {"errors_by_code": dict(errors[stats.name])},
     )
     group = service.add_group(name=agg.subjects.api_group())
     for name in ENDPOINTS:
-        await group.add_endpoint(name=name, handler=_handler(agg, name))
+        await group.add_endpoint(name=name, handler=_handler(agg, name, errors[name]))
     return service

@@ -63,7 +63,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, since: datetime.datetime, unt
     summary = []
     for table, column in history_tables(con):
         where = f'WHERE "{column}" >= ? AND "{column}" < ?'
-        (count,) = con.execute(f'SELECT count(*) FROM "{table}" {where}', [since, until]).fetchone() or (0,)
+        ((count,),) = con.execute(f'SELECT count(*) FROM "{table}" {where}', [since, until]).fetchall()
         if not count:
             continue
         rows = con.sql(f"""SELECT *, strftime("{column}", '%Y-%m-%d') AS day FROM "{table}" {where}""",

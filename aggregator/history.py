@@ -47,7 +47,9 @@ def delete_older_than(con: duckdb.DuckDBPyConnection, cutoff: datetime.datetime)
     try:
         for table, column in history_tables(con):
             extra = f" AND fingerprint NOT IN ({_FIRING})" if table == "alerts" else ""
-            (n,) = con.execute(f'DELETE FROM "{table}" WHERE "{column}" < ?{extra}', [cutoff]).fetchone() or (0,)
+            (n,) = con.execute(f'DELETE FROM "{table}" WHERE "{column}" < ?{extra}', [cutoff]).fetchone() or (
+                0,
+            )
             if n:
                 deleted[table] = n
         con.execute("COMMIT")
@@ -87,7 +89,11 @@ async def retention_loop(store: Store, retention_days: float, interval_s: float)
     """Delete history older than ``retention_days`` now and then every ``interval_s`` (on the writer thread)."""
     while True:
         cutoff = datetime.datetime.fromtimestamp(time.time() - retention_days * 86400, tz=datetime.UTC)
-        deleted = await store.call(lambda: delete_older_than(store.con, cutoff.replace(tzinfo=None)))
+        deleted = await store.call(_delete_older_than, store, cutoff.replace(tzinfo=None))
         if deleted:
-            log.info("retention: deleted rows older than %s: %s", cutoff.isoformat(), deleted)
+            log.info("retention: deleted rows older than %s UTC: %s", cutoff.isoformat(), deleted)
         await asyncio.sleep(interval_s)
+
+
+def _delete_older_than(store: Store, cutoff: datetime.datetime) -> dict[str, int]:
+    return delete_older_than(store.con, cutoff)

@@ -105,9 +105,14 @@ class Aggregator:
             tasks = [
                 asyncio.create_task(self._ingest(js), name="ingest"),
                 asyncio.create_task(self._tick_loop(), name="tick"),
-                asyncio.create_task(retention_loop(self.store, self.settings.aggregator.retention_days,
-                                                   self.settings.aggregator.query.retention_interval_s),
-                                    name="retention"),  # fmt: skip
+                asyncio.create_task(
+                    retention_loop(
+                        self.store,
+                        self.settings.aggregator.retention_days,
+                        self.settings.aggregator.query.retention_interval_s,
+                    ),
+                    name="retention",
+                ),
             ]
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
             self.ready.set()

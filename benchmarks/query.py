@@ -36,7 +36,7 @@ SELECT 'bench' AS cluster, 'node-' || (i % {NODES}) AS node, 'agent-' || (i % {N
        CASE WHEN i % {RANKS} = 17 THEN 60.0 ELSE 100.0 + random() * 10 END AS exec_time_us, 'kernel' AS timing_source,
        10.0 AS algobw_gbs, 18.0 AS busbw_gbs, i AS dump_ts_us
 FROM range(?) t(i)
-"""  # noqa: E501
+"""
 
 PER_RANK = (
     "SELECT rank, count(*) AS ops, median(exec_time_us) AS median_us, quantile_cont(exec_time_us, 0.95) AS p95_us "

@@ -70,7 +70,9 @@ def call_api(args: argparse.Namespace, endpoint: str, params: dict[str, Any]) ->
     """The aggregator's answer, or None after printing why there is none (unreachable, refused, failed)."""
     settings = settings_from_args(args)
     try:
-        response = asyncio.run(query(settings, endpoint, params, timeout=_request_timeout(settings, endpoint)))
+        response = asyncio.run(
+            query(settings, endpoint, params, timeout=_request_timeout(settings, endpoint))
+        )
     except ApiUnavailable as exc:
         print(f"ranksight: {exc}", file=sys.stderr)
         return None
@@ -111,17 +113,27 @@ def register(sub: SubParsers) -> None:
 
     s = sub.add_parser("sql", help="a read-only SQL query over the history")
     add_config_flags(s)
-    s.add_argument("query", metavar="SQL", help='one SELECT statement, e.g. "SELECT * FROM node_timeline LIMIT 10"')
+    s.add_argument(
+        "query", metavar="SQL", help='one SELECT statement, e.g. "SELECT * FROM node_timeline LIMIT 10"'
+    )
     fmt = s.add_mutually_exclusive_group()
     fmt.add_argument("--json", action="store_true", help='print {"ok", "rows", "truncated", "error", "meta"}')
     fmt.add_argument("--csv", action="store_true", help="CSV with a header line")
-    s.add_argument("--max-rows", type=int, help="at most this many rows (capped by aggregator.query.sql_max_rows)")
-    s.add_argument("--time-limit", type=float, metavar="S", help="seconds (capped by aggregator.query.sql_time_limit_s)")
+    s.add_argument(
+        "--max-rows", type=int, help="at most this many rows (capped by aggregator.query.sql_max_rows)"
+    )
+    s.add_argument(
+        "--time-limit", type=float, metavar="S", help="seconds (capped by aggregator.query.sql_time_limit_s)"
+    )
     s.set_defaults(func=sql)
 
-    e = sub.add_parser("export", help="write history to Parquet, partitioned by day (on the aggregator's host)")
+    e = sub.add_parser(
+        "export", help="write history to Parquet, partitioned by day (on the aggregator's host)"
+    )
     add_config_flags(e)
-    e.add_argument("--since", required=True, type=_timestamp, help="ISO date or time (UTC unless an offset is given)")
+    e.add_argument(
+        "--since", required=True, type=_timestamp, help="ISO date or time (UTC unless an offset is given)"
+    )
     e.add_argument("--until", required=True, type=_timestamp, help="end, exclusive")
     e.add_argument("dir", type=Path, help="output folder on the aggregator's host")
     e.add_argument("--json", action="store_true", help="print the per-table summary as JSON")
@@ -149,7 +161,9 @@ def sql(args: argparse.Namespace) -> int:
     response = call_api(args, "sql", params)
     if response is None:
         return EXIT_FAILED
-    print_rows(args, response, response.meta.get("columns") or list(response.rows[0] if response.rows else []))
+    print_rows(
+        args, response, response.meta.get("columns") or list(response.rows[0] if response.rows else [])
+    )
     return EXIT_OK
 
 
@@ -205,5 +219,7 @@ async def _follow(settings: Settings, cluster: str | None, as_json: bool, stop: 
 
 
 def _alert_line(alert: Alert) -> str:
-    where = " ".join(f"{k}={v}" for k in ("cluster", "node", "job", "comm", "rank") if (v := getattr(alert, k)))
+    where = " ".join(
+        f"{k}={v}" for k in ("cluster", "node", "job", "comm", "rank") if (v := getattr(alert, k))
+    )
     return f"{alert.updated_at}  {alert.state.upper():8}  {alert.severity:8}  {alert.rule}  {where}  {alert.summary}"

@@ -42,7 +42,9 @@ def parse_params(model: type[P], params: dict[str, Any]) -> P:
         problems = []
         for err in exc.errors():
             key = ".".join(str(p) for p in err["loc"]) or "body"
-            problems.append(f"unknown parameter {key!r}" if err["type"] == "extra_forbidden" else f"{key}: {err['msg']}")
+            problems.append(
+                f"unknown parameter {key!r}" if err["type"] == "extra_forbidden" else f"{key}: {err['msg']}"
+            )
         raise RequestError("; ".join(problems)) from None
 
 
@@ -104,7 +106,9 @@ async def nodes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
 
 
 class AlertsParams(Params):
-    state: Literal["firing", "resolved", "all"] = Field("firing", description="firing: live; else from history")
+    state: Literal["firing", "resolved", "all"] = Field(
+        "firing", description="firing: live; else from history"
+    )
     cluster: str | None = None
     rule: str | None = None
     severity: Literal["info", "warning", "critical"] | None = None

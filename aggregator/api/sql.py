@@ -192,7 +192,9 @@ class SqlSandbox:
         return SqlResult(columns, rows, truncated, loop.time() - started)
 
 
-def _fetch(cursor: duckdb.DuckDBPyConnection, sql: str, max_rows: int) -> tuple[list[str], list[dict[str, Any]], bool]:
+def _fetch(
+    cursor: duckdb.DuckDBPyConnection, sql: str, max_rows: int
+) -> tuple[list[str], list[dict[str, Any]], bool]:
     try:
         cursor.execute(sql)
         columns = [d[0] for d in cursor.description or []]

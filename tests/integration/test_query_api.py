@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,8 +19,8 @@ from aggregator.runtime import Aggregator
 from aggregator.state import LiveState
 from ranksight.config import Settings
 from ranksight.natsconn import connect
-from tests.unit.test_query_sql import REFUSED
 from tests.support import agent, ranksight_cmd, run_cli_async, running, settings_env, wait_for
+from tests.unit.test_query_sql import REFUSED
 
 
 class SwitchRule:
@@ -98,13 +97,17 @@ async def test_refused_statements_exit_1_with_a_clear_error(settings: Settings, 
         env = settings_env(settings)
         copy, cte, syntax = await asyncio.gather(
             run_cli_async("sql", f"/* just a select */ COPY alerts TO '{tmp_path / 'stolen.csv'}'", env=env),
-            run_cli_async("sql", "with t as (select * from READ_CSV('/etc/passwd')) select * from t", env=env),
+            run_cli_async(
+                "sql", "with t as (select * from READ_CSV('/etc/passwd')) select * from t", env=env
+            ),
             run_cli_async("sql", "SELEC 1", env=env),
         )
     for name, answer in answers.items():
         assert not answer.ok and (answer.error or "").startswith("refused: "), (name, answer)
     for proc in (copy, cte):
-        assert proc.returncode == 1 and proc.stdout == "" and "ranksight: refused:" in proc.stderr, proc.stderr
+        assert proc.returncode == 1 and proc.stdout == "" and "ranksight: refused:" in proc.stderr, (
+            proc.stderr
+        )
     assert not (tmp_path / "stolen.csv").exists()
     assert syntax.returncode == 1 and "query failed: Parser Error" in syntax.stderr
 
@@ -120,34 +123,53 @@ async def test_long_query_is_interrupted_while_ingest_commits(settings: Settings
         assert not response.ok and "over the time limit of 1.5s" in (response.error or "")
         assert 1.4 <= elapsed < 4.0
         assert agg.stats.batches > batches_before  # heartbeats kept committing during the query
-        after = await query(settings, "sql", {"sql": "SELECT 42 AS answer"})  # the reader pool is healthy again
+        after = await query(
+            settings, "sql", {"sql": "SELECT 42 AS answer"}
+        )  # the reader pool is healthy again
         assert after.ok and after.rows == [{"answer": 42}]
 
 
 async def test_alerts_follow_receives_fired_and_resolved(settings: Settings) -> None:
     rule = SwitchRule()
     async with running(Aggregator(settings, rules=[rule])) as agg:
-        follow = subprocess.Popen(ranksight_cmd("alerts", "--follow", "--json"), env=settings_env(settings),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        follow = await asyncio.create_subprocess_exec(
+            *ranksight_cmd("alerts", "--follow", "--json"), env=settings_env(settings),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)  # fmt: skip
+        assert follow.stdout and follow.stderr
         try:
-            line = await asyncio.to_thread(follow.stderr.readline)  # type: ignore[union-attr]
-            assert "following alerts on ranksight.v1.alert.>" in line
+            line = await asyncio.wait_for(follow.stderr.readline(), 20)
+            assert b"following alerts on ranksight.v1.alert.>" in line
             rule.on = True
-            fired = json.loads(await asyncio.to_thread(follow.stdout.readline))  # type: ignore[union-attr]
+            fired = json.loads(await asyncio.wait_for(follow.stdout.readline(), 10))
             current = await run_cli_async("alerts", "--json", env=settings_env(settings))
             rule.on = False
-            resolved = json.loads(await asyncio.to_thread(follow.stdout.readline))  # type: ignore[union-attr]
+            resolved = json.loads(await asyncio.wait_for(follow.stdout.readline(), 10))
             await wait_for(lambda: not agg.engine.active)
             history = await query(settings, "alerts", {"state": "all"})
         finally:
             follow.send_signal(signal.SIGTERM)
-            rc = await asyncio.to_thread(follow.wait, 10)
+            rc = await asyncio.wait_for(follow.wait(), 10)
     assert rc == 0
     assert fired["state"] == "firing" and resolved["state"] == "resolved"
     assert fired["fingerprint"] == resolved["fingerprint"]
-    for key in ("rule", "severity", "cluster", "node", "rank", "summary", "evidence", "started_at", "updated_at"):
+    for key in (
+        "rule",
+        "severity",
+        "cluster",
+        "node",
+        "rank",
+        "summary",
+        "evidence",
+        "started_at",
+        "updated_at",
+    ):
         assert key in fired
-    assert (fired["rule"], fired["node"], fired["rank"], fired["evidence"]) == ("test_switch", "node-a", 3, {"why": "test"})
+    assert (fired["rule"], fired["node"], fired["rank"], fired["evidence"]) == (
+        "test_switch",
+        "node-a",
+        3,
+        {"why": "test"},
+    )
     assert resolved["resolved_at"]
     assert current.returncode == 0, current.stderr
     assert [a["fingerprint"] for a in json.loads(current.stdout)["rows"]] == [fired["fingerprint"]]
@@ -163,8 +185,12 @@ async def test_export_writes_parquet_partitioned_by_day(settings: Settings, tmp_
         env = settings_env(settings)
         proc = await run_cli_async("export", "--since", "2000-01-01", "--until", "2100-01-01", str(out), "--json",
                                    env=env)  # fmt: skip
-        bad = await run_cli_async("export", "--since", "yesterday", "--until", "2100-01-01", str(out), env=env)
-        empty = await run_cli_async("export", "--since", "2100-01-01", "--until", "2000-01-01", str(out), env=env)
+        bad = await run_cli_async(
+            "export", "--since", "yesterday", "--until", "2100-01-01", str(out), env=env
+        )
+        empty = await run_cli_async(
+            "export", "--since", "2100-01-01", "--until", "2000-01-01", str(out), env=env
+        )
     assert proc.returncode == 0, proc.stderr
     summary = {r["table"]: r for r in json.loads(proc.stdout)["rows"]}
     today = time.strftime("%Y-%m-%d", time.gmtime())
@@ -177,7 +203,9 @@ async def test_export_writes_parquet_partitioned_by_day(settings: Settings, tmp_
     assert empty.returncode == 1 and "since must be before until" in empty.stderr
 
 
-@pytest.mark.parametrize("args", [["sql"], ["sql", "  "], ["sql", "SELECT 1", "--json", "--csv"], ["export", "/tmp/x"]])
+@pytest.mark.parametrize(
+    "args", [["sql"], ["sql", "  "], ["sql", "SELECT 1", "--json", "--csv"], ["export", "/tmp/x"]]
+)
 async def test_usage_errors_exit_2(args: list[str]) -> None:
     proc = await run_cli_async(*args)
     assert proc.returncode == 2

@@ -21,7 +21,9 @@ def _seed(con) -> None:  # type: ignore[no-untyped-def]
             [when, when],
         )
         con.execute("INSERT INTO dead_letters VALUES (?, 's', 'bad', 'x', NULL, 1, 'x'::BLOB)", [when])
-    alert = "INSERT INTO alerts VALUES (?, 'r', 'warning', ?, 'c', 'n', NULL, NULL, NULL, 's', '{}', ?, NULL, ?)"
+    alert = (
+        "INSERT INTO alerts VALUES (?, 'r', 'warning', ?, 'c', 'n', NULL, NULL, NULL, 's', '{}', ?, NULL, ?)"
+    )
     con.execute(alert, ["resolved-long-ago", "firing", OLD, OLD])
     con.execute(alert, ["resolved-long-ago", "resolved", OLD, OLD])
     con.execute(alert, ["still-firing", "firing", OLD, OLD])
@@ -40,8 +42,14 @@ async def test_retention_deletes_old_rows_but_keeps_firing_alerts(tmp_path: Path
         assert deleted == {"heartbeat": 1, "dead_letters": 1, "alerts": 2}
         con = store.con
         assert await store.call(_count, con, "SELECT count(*) FROM heartbeat") == 1
-        assert await store.call(_count, con, "SELECT count(*) FROM alerts WHERE fingerprint = 'still-firing'") == 1
-        assert await store.call(_count, con, "SELECT count(*) FROM alerts WHERE fingerprint <> 'still-firing'") == 0
+        assert (
+            await store.call(_count, con, "SELECT count(*) FROM alerts WHERE fingerprint = 'still-firing'")
+            == 1
+        )
+        assert (
+            await store.call(_count, con, "SELECT count(*) FROM alerts WHERE fingerprint <> 'still-firing'")
+            == 0
+        )
     finally:
         await store.call(store.close_connection)
         store.shutdown()

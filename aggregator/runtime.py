@@ -25,6 +25,8 @@ from agent.runtime import agent_version
 from aggregator.alerts import AlertEngine, Rule
 from aggregator.analysis import default_rules
 from aggregator.api.service import start_service
+from aggregator.api.sql import SqlSandbox
+from aggregator.history import retention_loop
 from aggregator.state import NS, LiveState
 from aggregator.store import BatchResult, Incoming, Store
 from ranksight.config import Settings
@@ -75,6 +77,7 @@ class Aggregator:
         self.state = LiveState(settings.aggregator.node_gone_after_s)
         self.rules = rules if rules is not None else default_rules()
         self.engine = AlertEngine()
+        self.sandbox = SqlSandbox(self.store, settings.aggregator.query.reader_threads)
         self.stats = IngestStats()
         self.nc: Client | None = None
         self.ready = asyncio.Event()
@@ -94,6 +97,7 @@ class Aggregator:
     async def run(self, stop: asyncio.Event) -> None:
         await self.store.call(self.store.open)
         try:
+            await self.sandbox.open()
             await self._rebuild()
             nc = self.nc = await connect(self.settings.nats, name="ranksight-aggregator")
             js = nc.jetstream()
@@ -102,6 +106,14 @@ class Aggregator:
             tasks = [
                 asyncio.create_task(self._ingest(js), name="ingest"),
                 asyncio.create_task(self._tick_loop(), name="tick"),
+                asyncio.create_task(
+                    retention_loop(
+                        self.store,
+                        self.settings.aggregator.retention_days,
+                        self.settings.aggregator.query.retention_interval_s,
+                    ),
+                    name="retention",
+                ),
             ]
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
             self.ready.set()
@@ -125,6 +137,7 @@ class Aggregator:
                     )  # acks and alerts out; drain would wait on the pull subscription
                 await nc.close()
         finally:
+            await self.sandbox.close()
             await self.store.call(self.store.close_connection)
             self.store.shutdown()
 

@@ -220,6 +220,8 @@ class Store:
         con.execute("BEGIN TRANSACTION")
         try:
             for kind, builder in builders.items():
+                # Registered explicitly: the SQL sandbox turns off external access, which also disables
+                # DuckDB's implicit scans of Python variables.
                 con.register("arrow_batch", builder.table())
                 con.execute(f'INSERT INTO "{kind}" BY NAME SELECT * FROM arrow_batch')
                 con.unregister("arrow_batch")

@@ -94,6 +94,20 @@ class AgentSettings(Section):
     collectors: CollectorsSettings = CollectorsSettings()
 
 
+class QuerySettings(Section):
+    """The query API, SQL over history, retention and export (``aggregator.query``)."""
+
+    sql_time_limit_s: float = Field(10.0, gt=0, description="a SQL query is interrupted after this")
+    sql_max_rows: int = Field(10_000, ge=1, description="rows returned at most; beyond it truncated=true")
+    reader_threads: int = Field(4, ge=1, description="SQL queries that run at once, each on its own cursor")
+    retention_interval_s: float = Field(
+        3600, gt=0, description="how often history older than retention_days goes"
+    )
+    export_enabled: bool = Field(
+        True, description="allow `ranksight export` to write Parquet on the aggregator host"
+    )
+
+
 class AggregatorSettings(Section):
     db_path: Path | None = Field(None, description="DuckDB file; default <state_dir>/ranksight.duckdb")
     stream: str = "RANKSIGHT_EVENTS"
@@ -111,6 +125,7 @@ class AggregatorSettings(Section):
     )
     replay_window_s: float = Field(3600, gt=0, description="history replayed into live state at start")
     retention_days: float = Field(30, gt=0)
+    query: QuerySettings = Field(default_factory=QuerySettings)
 
 
 class Settings(BaseSettings):

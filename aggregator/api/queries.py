@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from aggregator.api.sql import jsonable
+from aggregator.history import export_parquet
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from aggregator.runtime import Aggregator
+    from aggregator.state import NodeState
 
 Query = Callable[["Aggregator", dict[str, Any]], Awaitable[ApiResponse]]
 
@@ -18,9 +25,43 @@ class RequestError(ValueError):
     """A request the endpoint cannot answer as asked (bad parameter); answered with ok=false and code 400."""
 
 
+class Params(BaseModel):
+    """Base of every endpoint's parameters: unknown keys are an error, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+P = TypeVar("P", bound=Params)
+
+
+def parse_params(model: type[P], params: dict[str, Any]) -> P:
+    """Validate a request body into ``model``; a :class:`RequestError` naming each bad parameter otherwise."""
+    try:
+        return model.model_validate(params)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            key = ".".join(str(p) for p in err["loc"]) or "body"
+            problems.append(
+                f"unknown parameter {key!r}" if err["type"] == "extra_forbidden" else f"{key}: {err['msg']}"
+            )
+        raise RequestError("; ".join(problems)) from None
+
+
+def _utc(value: datetime.datetime) -> datetime.datetime:
+    """Naive UTC, the form every TIMESTAMP column holds; a naive input is taken as UTC."""
+    if value.tzinfo is None:
+        return value
+    return value.astimezone(datetime.UTC).replace(tzinfo=None)
+
+
+def _sorted_nodes(agg: Aggregator) -> list[NodeState]:
+    return sorted(agg.state.nodes.nodes.values(), key=lambda n: (n.cluster, n.node))
+
+
 def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
     rows = []
-    for n in sorted(agg.state.nodes.nodes.values(), key=lambda n: (n.cluster, n.node)):
+    for n in _sorted_nodes(agg):
         rows.append({
             "node": n.node,
             "cluster": n.cluster,
@@ -36,16 +77,126 @@ def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
     return rows
 
 
+class StatusParams(Params):
+    cluster: str | None = None
+
+
 async def status(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
-    unknown = set(params) - {"cluster"}
-    if unknown:
-        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-    rows = _node_rows(agg)
-    if params.get("cluster"):
-        rows = [r for r in rows if r["cluster"] == params["cluster"]]
+    p = parse_params(StatusParams, params)
+    rows = [r for r in _node_rows(agg) if p.cluster in (None, r["cluster"])]
     return ApiResponse.success(rows, meta=agg.status_meta())
+
+
+class NodesParams(Params):
+    cluster: str | None = None
+    node: str | None = None
+    state: Literal["alive", "stale", "gone"] | None = None
+
+
+async def nodes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """Every node the aggregator knows, with its agent's health and publisher counters."""
+    p = parse_params(NodesParams, params)
+    rows = []
+    for row, n in zip(_node_rows(agg), _sorted_nodes(agg), strict=True):
+        wanted = (p.cluster, p.node, p.state)
+        if any(w not in (None, have) for w, have in zip(wanted, (n.cluster, n.node, n.state), strict=True)):
+            continue
+        rows.append({**row, "started": iso(n.started_ns), "publisher": n.publisher})
+    return ApiResponse.success(rows)
+
+
+class AlertsParams(Params):
+    state: Literal["firing", "resolved", "all"] = Field(
+        "firing", description="firing: live; else from history"
+    )
+    cluster: str | None = None
+    rule: str | None = None
+    severity: Literal["info", "warning", "critical"] | None = None
+    node: str | None = None
+    since: datetime.datetime | None = Field(None, description="history only: transitions at or after this")
+    limit: int = Field(1000, ge=1, le=100_000)
+
+
+_ALERT_FILTERS = ("cluster", "rule", "severity", "node")
+
+
+async def alerts(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """Firing alerts from live state, or (state=resolved|all) alert transitions from history, newest first."""
+    p = parse_params(AlertsParams, params)
+    if p.state == "firing":
+        found = [a.model_dump() for a in agg.engine.active.values()
+                 if all(getattr(p, k) in (None, getattr(a, k)) for k in _ALERT_FILTERS)]  # fmt: skip
+        found.sort(key=lambda a: a["started_at"], reverse=True)
+        return ApiResponse.success(found[: p.limit], truncated=len(found) > p.limit)
+    where, args = ["TRUE"], []
+    for key in _ALERT_FILTERS:
+        if getattr(p, key) is not None:
+            where.append(f"{key} = ?")
+            args.append(getattr(p, key))
+    if p.state == "resolved":
+        where.append("state = 'resolved'")
+    if p.since is not None:
+        where.append("updated_at >= ?")
+        args.append(_utc(p.since))
+    sql = f"SELECT * FROM alert_history WHERE {' AND '.join(where)} ORDER BY updated_at DESC LIMIT ?"
+    rows = await agg.sandbox.run(_alert_history, sql, [*args, p.limit + 1])
+    return ApiResponse.success(rows[: p.limit], truncated=len(rows) > p.limit)
+
+
+def _alert_history(cursor: Any, sql: str, args: list[Any]) -> list[dict[str, Any]]:
+    cur = cursor.execute(sql, args)
+    names = [d[0] for d in cur.description]
+    return [{n: jsonable(v) for n, v in zip(names, r, strict=True)} for r in cur.fetchall()]
+
+
+class SqlParams(Params):
+    sql: str = Field(min_length=1)
+    max_rows: int | None = Field(None, ge=1, description="at most the aggregator's sql_max_rows")
+    time_limit_s: float | None = Field(None, gt=0, description="at most the aggregator's sql_time_limit_s")
+
+    @field_validator("sql")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+
+async def sql(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """A read-only query over the history (the sandbox refuses anything else); capped rows, limited time."""
+    p = parse_params(SqlParams, params)
+    cfg = agg.settings.aggregator.query
+    max_rows = min(p.max_rows or cfg.sql_max_rows, cfg.sql_max_rows)
+    limit_s = min(p.time_limit_s or cfg.sql_time_limit_s, cfg.sql_time_limit_s)
+    result = await agg.sandbox.query(p.sql, max_rows, limit_s)
+    meta = {"columns": result.columns, "elapsed_s": round(result.elapsed_s, 6), "max_rows": max_rows}
+    return ApiResponse.success(result.rows, truncated=result.truncated, meta=meta)
+
+
+class ExportParams(Params):
+    since: datetime.datetime
+    until: datetime.datetime
+    dir: str = Field(min_length=1, description="absolute path on the aggregator's host")
+
+
+async def export(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """Parquet of [since, until) under ``dir`` on the aggregator host, partitioned by day; one row per table."""
+    p = parse_params(ExportParams, params)
+    if not agg.settings.aggregator.query.export_enabled:
+        raise RequestError("export is disabled on this aggregator (aggregator.query.export_enabled)")
+    since, until, out = _utc(p.since), _utc(p.until), Path(p.dir)
+    if since >= until:
+        raise RequestError("since must be before until")
+    if not out.is_absolute():
+        raise RequestError("dir must be an absolute path (it is on the aggregator's host)")
+    rows = await agg.sandbox.run(export_parquet, since, until, out)
+    return ApiResponse.success(rows)
 
 
 ENDPOINTS: dict[str, Query] = {
     "status": status,
+    "nodes": nodes,
+    "alerts": alerts,
+    "sql": sql,
+    "export": export,
 }

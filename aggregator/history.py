@@ -1,0 +1,99 @@
+"""Retention and Parquet export of the DuckDB history.
+
+History tables are found, not listed: every table with a ``recv_ts`` column (each event kind, ``dead_letters``) is
+aged and exported by receipt time (the aggregator's clock: an agent's skewed clock cannot keep rows alive), plus
+``alerts`` by ``updated_at``. Retention never deletes the rows of an alert that is still firing.
+
+Export writes ``DIR/<table>/day=YYYY-MM-DD/*.parquet`` (Hive-style, one folder per UTC day); exporting the same range
+again replaces those day folders, so it is safe to repeat.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow.dataset as ds
+
+from aggregator.store import Store
+
+log = logging.getLogger(__name__)
+
+_HISTORY_TABLES_SQL = (
+    "SELECT table_name FROM duckdb_columns() WHERE schema_name = 'main' AND column_name = 'recv_ts' "
+    "AND table_name IN (SELECT table_name FROM duckdb_tables()) ORDER BY table_name"
+)
+_FIRING = (
+    "SELECT fingerprint FROM (SELECT fingerprint, state, row_number() OVER (PARTITION BY fingerprint "
+    "ORDER BY updated_at DESC, state = 'resolved' DESC) AS rn FROM alerts) WHERE rn = 1 AND state = 'firing'"
+)
+
+
+def history_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """(table, time column) of every table that holds history."""
+    tables = [(name, "recv_ts") for (name,) in con.execute(_HISTORY_TABLES_SQL).fetchall()]
+    return [*tables, ("alerts", "updated_at")]
+
+
+def delete_older_than(con: duckdb.DuckDBPyConnection, cutoff: datetime.datetime) -> dict[str, int]:
+    """Delete history received before ``cutoff`` (naive UTC), in one transaction; rows deleted per table."""
+    deleted: dict[str, int] = {}
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table, column in history_tables(con):
+            extra = f" AND fingerprint NOT IN ({_FIRING})" if table == "alerts" else ""
+            (n,) = con.execute(f'DELETE FROM "{table}" WHERE "{column}" < ?{extra}', [cutoff]).fetchone() or (
+                0,
+            )
+            if n:
+                deleted[table] = n
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    return deleted
+
+
+def export_parquet(con: duckdb.DuckDBPyConnection, since: datetime.datetime, until: datetime.datetime,
+                   out_dir: Path) -> list[dict[str, Any]]:  # fmt: skip
+    """Write rows of [since, until) to Parquet under ``out_dir``, partitioned by day; one summary row per table."""
+    summary = []
+    for table, column in history_tables(con):
+        where = f'WHERE "{column}" >= ? AND "{column}" < ?'
+        ((count,),) = con.execute(f'SELECT count(*) FROM "{table}" {where}', [since, until]).fetchall()
+        if not count:
+            continue
+        rows = con.sql(f"""SELECT *, strftime("{column}", '%Y-%m-%d') AS day FROM "{table}" {where}""",
+                       params=[since, until])  # fmt: skip
+        target = out_dir / table
+        ds.write_dataset(
+            rows.to_arrow_reader(),
+            target,
+            format="parquet",
+            partitioning=["day"],
+            partitioning_flavor="hive",
+            basename_template=f"{table}-{{i}}.parquet",
+            existing_data_behavior="delete_matching",
+        )
+        days = sorted(p.name.removeprefix("day=") for p in target.glob("day=*"))
+        summary.append({"table": table, "rows": count, "days": days, "path": str(target)})
+    return summary
+
+
+async def retention_loop(store: Store, retention_days: float, interval_s: float) -> None:
+    """Delete history older than ``retention_days`` now and then every ``interval_s`` (on the writer thread)."""
+    while True:
+        cutoff = datetime.datetime.fromtimestamp(time.time() - retention_days * 86400, tz=datetime.UTC)
+        deleted = await store.call(_delete_older_than, store, cutoff.replace(tzinfo=None))
+        if deleted:
+            log.info("retention: deleted rows older than %s UTC: %s", cutoff.isoformat(), deleted)
+        await asyncio.sleep(interval_s)
+
+
+def _delete_older_than(store: Store, cutoff: datetime.datetime) -> dict[str, int]:
+    return delete_older_than(store.con, cutoff)

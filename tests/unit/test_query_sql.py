@@ -1,0 +1,97 @@
+"""The SQL sandbox's parsed-statement check, value conversion and request validation (pure, no server)."""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+
+import pytest
+
+from aggregator.api.queries import Params, RequestError, SqlParams, parse_params
+from aggregator.api.sql import SqlFailed, SqlRefused, check_read_only, jsonable
+
+REFUSED = {
+    "read_text": "SELECT * FROM read_text('/etc/passwd')",
+    "read_csv": "SELECT * FROM read_csv('/etc/passwd')",
+    "read_parquet": "select * from read_parquet('s3://bucket/x.parquet')",
+    "file_as_table": "SELECT * FROM '/etc/passwd'",
+    "copy": "COPY alerts TO '/tmp/alerts.csv'",
+    "attach": "ATTACH '/tmp/other.duckdb' AS other",
+    "install": "INSTALL httpfs",
+    "load": "LOAD httpfs",
+    "set": "SET enable_external_access = true",
+    "reset": "RESET lock_configuration",
+    "pragma": "PRAGMA enable_profiling",
+    "insert": "INSERT INTO alerts SELECT * FROM alerts",
+    "drop": "DROP TABLE heartbeat",
+    "create": "CREATE TABLE x AS SELECT 1",
+    "two_statements": "SELECT 1; DROP TABLE heartbeat",
+    "comment_hidden": "/* harmless */ SELECT 1 -- ok\n; DELETE FROM alerts",
+    "mixed_case": "sElEcT * FrOm ReAd_TeXt('/etc/passwd')",
+    "comment_inside": "SELECT * FROM read_text /* x */ ('/etc/passwd')",
+    "cte_wrapped": "WITH x AS (SELECT * FROM read_csv('/etc/passwd')) SELECT * FROM x",
+    "nested_cte": "WITH a AS (WITH b AS (FROM read_blob('/etc/shadow')) SELECT * FROM b) SELECT * FROM a",
+    "subquery": "SELECT (SELECT count(*) FROM read_json('/x.json')) AS n",
+    "union": "SELECT 1 AS a UNION ALL SELECT content FROM read_text('/etc/hosts')",
+    "glob": "SELECT * FROM glob('/*')",
+    "query_fn": "SELECT * FROM query('SELECT 1')",
+    "summarize": "SUMMARIZE SELECT * FROM read_text('/etc/passwd')",
+    "getenv": "SELECT getenv('HOME')",
+    "checkpoint": "CHECKPOINT",
+    "export_db": "EXPORT DATABASE '/tmp/x'",
+}
+
+ALLOWED = [
+    "SELECT 1",
+    "select node, count(*) from heartbeat group by all",
+    "/* comment */ WITH x AS (SELECT * FROM range(3)) SELECT * FROM x -- trailing",
+    "FROM node_timeline LIMIT 5",
+    "SELECT * FROM duckdb_tables()",
+    "SHOW TABLES",
+    "DESCRIBE alerts",
+]
+
+
+@pytest.mark.parametrize("sql", REFUSED.values(), ids=REFUSED.keys())
+def test_refused_statements(sql: str) -> None:
+    with pytest.raises(SqlRefused):
+        check_read_only(sql)
+
+
+@pytest.mark.parametrize("sql", ALLOWED)
+def test_allowed_statements(sql: str) -> None:
+    check_read_only(sql)
+
+
+def test_refusal_names_the_reason() -> None:
+    with pytest.raises(SqlRefused, match=r"table function read_text\(\) is not allowed"):
+        check_read_only("WITH x AS (SELECT * FROM read_text('/etc/passwd')) SELECT * FROM x")
+    with pytest.raises(SqlRefused, match="not COPY"):
+        check_read_only("copy alerts to '/tmp/x'")
+    with pytest.raises(SqlRefused, match="exactly one statement"):
+        check_read_only("select 1; select 2")
+
+
+def test_syntax_error_is_a_failure_not_a_refusal() -> None:
+    with pytest.raises(SqlFailed, match="syntax error"):
+        check_read_only("SELEC 1")
+
+
+def test_jsonable_values() -> None:
+    assert jsonable(datetime.datetime(2024, 5, 1, 12, 0, 0)) == "2024-05-01T12:00:00Z"
+    assert jsonable(decimal.Decimal("1.5")) == 1.5
+    assert jsonable(b"\x00\xff") == "00ff"
+    assert jsonable(datetime.timedelta(seconds=90)) == 90.0
+    assert jsonable({"a": [datetime.date(2024, 1, 2)]}) == {"a": ["2024-01-02"]}
+
+
+def test_request_validation_messages() -> None:
+    with pytest.raises(RequestError, match="unknown parameter 'limt'"):
+        parse_params(SqlParams, {"sql": "select 1", "limt": 3})
+    with pytest.raises(RequestError, match="sql: Field required"):
+        parse_params(SqlParams, {})
+    with pytest.raises(RequestError, match="max_rows: Input should be greater than or equal to 1"):
+        parse_params(SqlParams, {"sql": "select 1", "max_rows": 0})
+    with pytest.raises(RequestError, match="sql: Value error, must not be blank"):
+        parse_params(SqlParams, {"sql": "   "})
+    assert isinstance(parse_params(SqlParams, {"sql": "select 1"}), Params)

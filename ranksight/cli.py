@@ -11,6 +11,8 @@ COMMAND_MODULES = [
     "ranksight.up",
     "agent.cli",
     "aggregator.cli",
+    "ranksight.parse",
+    "agent.collectors.ras.cli",
 ]
 
 

@@ -77,7 +77,7 @@ class RasEvent(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     time: str | None = None
-    group: str | None = None  # LIFECYCLE, TRACE (JSON only)
+    event_group: str | None = None  # LIFECYCLE, TRACE (JSON only); RANKSIGHT for ENDPOINT_CLOSED
     event: str
     host: str | None = None
     pid: int | None = None

@@ -70,7 +70,7 @@ async def test_monitor_events_text_and_json() -> None:
         await asyncio.sleep(0.2)
         await server.push_event(event)
         got = await asyncio.wait_for(first, 5)
-        assert (got.event, got.host, got.pid, got.gpus, got.group) == ("PEER_DEAD", "172.16.64.245", 1524345, [1],
+        assert (got.event, got.host, got.pid, got.gpus, got.event_group) == ("PEER_DEAD", "172.16.64.245", 1524345, [1],
                                                                         "LIFECYCLE")  # fmt: skip
         await stream.aclose()
 

@@ -178,7 +178,7 @@ def test_monitor_decoder_handles_chunks_and_concatenated_objects() -> None:
         events += decoder.feed(stream[i : i + 7])
     assert [e.event for e in events] == ["PEER_DEAD", "PEER_RECOVERED"]
     line = b"[2025-12-19 13:07:07] PEER_DEAD: Process 1524345 on node 172.16.64.245 managing GPU 1 \n"
-    assert parse_monitor(b"OK\n" + line)[0].model_dump(exclude={"group"}) == {
+    assert parse_monitor(b"OK\n" + line)[0].model_dump(exclude={"event_group"}) == {
         "time": "2025-12-19 13:07:07", "event": "PEER_DEAD", "host": "172.16.64.245", "pid": 1524345,
         "gpus": [1], "details": "",
     }  # fmt: skip

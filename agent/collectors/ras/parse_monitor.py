@@ -44,7 +44,7 @@ def event_from_json(obj: Any) -> RasEvent:
     devs = peer.get("cuda_devs")
     return RasEvent(
         time=str(obj["timestamp"]) if obj.get("timestamp") is not None else None,
-        group=str(obj["group"]) if obj.get("group") is not None else None,
+        event_group=str(obj["group"]) if obj.get("group") is not None else None,
         event=obj["event"],
         host=str(peer["host"]) if peer.get("host") is not None else None,
         pid=sane_count(pid) if isinstance(pid, int) else None,

@@ -7,11 +7,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from aggregator.alerts import Condition, Rule
-from aggregator.state import LiveState
+from aggregator.jobs import JobState
+from aggregator.state import NS, LiveState
 from aggregator.timefmt import iso
 
 MISMATCH_PERSIST_POLLS = 3  # MISMATCH is routinely transient (ranks between two collectives)
 HANG_POLLS = 3  # polls in a row with all ranks RUNNING and no op count advancing
+
+
+def cycle(job: JobState) -> str:
+    """The job cycle in an alert's identity, in whole seconds: the store keeps microseconds, so a replayed start
+    time must give the same fingerprint as the live one."""
+    return str(job.first_seen_ns // NS)
 
 
 class RankMissingRule:
@@ -84,7 +91,7 @@ class JobStartedRule:
         for job in state.jobs.jobs.values():
             if job.state != "ended":
                 yield Condition(self.name, "info", job.cluster, f"job {job.job_id} started on {job.endpoint}",
-                                job=job.job_id, key=str(job.first_seen_ns),
+                                job=job.job_id, key=cycle(job),
                                 evidence={"first_seen": iso(job.first_seen_ns), "version": job.version})  # fmt: skip
 
 
@@ -96,7 +103,7 @@ class JobEndedRule:
             if job.state == "ended":
                 how = "normally" if job.normal_end else "after a failure"
                 yield Condition(self.name, "info" if job.normal_end else "warning", job.cluster,
-                                f"job {job.job_id} ended {how}", job=job.job_id, key=str(job.first_seen_ns),
+                                f"job {job.job_id} ended {how}", job=job.job_id, key=cycle(job),
                                 evidence={"ended": iso(job.ended_ns), "normal": job.normal_end,
                                           "last_health": job.health})  # fmt: skip
 

@@ -93,7 +93,9 @@ class JobTracker:
         if job is not None and job.last_poll_ns is not None and job.last_poll_ns > recv_ns:
             return  # an older poll never replaces a newer one
         if job is None or job.state == "ended":  # a new job, or a new cycle under the same id
-            job = self.jobs[key] = JobState(env.cluster, key[1], rec.endpoint, env.node, first_seen_ns=recv_ns)
+            job = self.jobs[key] = JobState(
+                env.cluster, key[1], rec.endpoint, env.node, first_seen_ns=recv_ns
+            )
         comms = {}
         for c in rec.communicators:
             op_total = sum(c.op_counts.values()) if c.op_counts else None

@@ -17,11 +17,17 @@ PARAMS = {"cluster", "job"}
 def _selected(agg: Aggregator, params: dict[str, Any]) -> list[JobState]:
     unknown = set(params) - PARAMS
     if unknown:
-        from aggregator.api.queries import RequestError  # the shared error type; imported late (queries imports us)
+        from aggregator.api.queries import (
+            RequestError,
+        )  # the shared error type; imported late (queries imports us)
 
         raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
     jobs = sorted(agg.state.jobs.jobs.values(), key=lambda j: (j.cluster, j.first_seen_ns))
-    return [j for j in jobs if params.get("cluster") in (None, j.cluster) and params.get("job") in (None, j.job_id)]
+    return [
+        j
+        for j in jobs
+        if params.get("cluster") in (None, j.cluster) and params.get("job") in (None, j.job_id)
+    ]
 
 
 async def jobs(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:

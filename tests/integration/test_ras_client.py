@@ -61,7 +61,9 @@ async def test_feature_probe_is_cached_per_endpoint() -> None:
 
 
 async def test_monitor_events_text_and_json() -> None:
-    event = RasEvent(time="2025-12-19 13:07:07", event="PEER_DEAD", host="172.16.64.245", pid=1524345, gpus=[1])
+    event = RasEvent(
+        time="2025-12-19 13:07:07", event="PEER_DEAD", host="172.16.64.245", pid=1524345, gpus=[1]
+    )
     async with fake("2.29") as server:
         client = RasClient(server.address)
         assert await client.probe_monitor() is True

@@ -38,8 +38,12 @@ async def test_lease_takeover_between_two_agents(settings: Settings, tmp_path: P
     async with FakeRasServer(PROFILES["2.29"], b"", healthy) as server:
         proc = fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "777"})
         stack_a, stack_b = contextlib.AsyncExitStack(), contextlib.AsyncExitStack()
-        a = await stack_a.enter_async_context(agent(ras_settings(settings, server, proc, "node-a"), only=["ras"]))
-        b = await stack_b.enter_async_context(agent(ras_settings(settings, server, proc, "node-b"), only=["ras"]))
+        a = await stack_a.enter_async_context(
+            agent(ras_settings(settings, server, proc, "node-a"), only=["ras"])
+        )
+        b = await stack_b.enter_async_context(
+            agent(ras_settings(settings, server, proc, "node-b"), only=["ras"])
+        )
         try:
             await wait_for(lambda: server.statuses_served >= 3, timeout=10)
             assert holder(a) != holder(b)  # exactly one poller per job
@@ -80,11 +84,15 @@ async def test_job_alert_lifecycle_through_ingest_and_replay(settings: Settings,
             proc_out = await run_cli_async("jobs", "--json", env=settings_env(s))
             assert proc_out.returncode == 0, proc_out.stderr
             rows = json.loads(proc_out.stdout)["jobs"]
-            assert [(r["job"], r["health"], r["state"]) for r in rows] == [("slurm-42", "degraded", "running")]
+            assert [(r["job"], r["health"], r["state"]) for r in rows] == [
+                ("slurm-42", "degraded", "running")
+            ]
             proc_out = await run_cli_async("comms", "--json", env=settings_env(s))
             assert json.loads(proc_out.stdout)["comms"][0]["missing_ranks"] == [1]
             server.status_json = finalized  # ranks FINALIZE, then the endpoint closes: a normal end
-            await wait_for(lambda: "rank_missing" not in {a.rule for a in agg.engine.active.values()}, timeout=10)
+            await wait_for(
+                lambda: "rank_missing" not in {a.rule for a in agg.engine.active.values()}, timeout=10
+            )
             await server.stop()
             await wait_for(lambda: agg.state.jobs.jobs[("test", "slurm-42")].state == "ended", timeout=10)
             await wait_for(lambda: "job_ended" in {a.rule for a in agg.engine.active.values()}, timeout=5)

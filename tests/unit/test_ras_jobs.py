@@ -27,7 +27,13 @@ def record(st: RasStatus, job: str = "slurm-1") -> RasRecord:
 
 class Harness:
     def __init__(self) -> None:
-        self.state, self.engine, self.rules, self.now, self.seq = LiveState(), AlertEngine(), default_rules(), 0, 0
+        self.state, self.engine, self.rules, self.now, self.seq = (
+            LiveState(),
+            AlertEngine(),
+            default_rules(),
+            0,
+            0,
+        )
         self.fired: list[str] = []
 
     def feed(self, kind: str, rec: object) -> list[tuple[str, str]]:
@@ -44,7 +50,9 @@ def test_mismatch_fires_only_when_it_persists_and_resolves() -> None:
     first = record(status("nccl_2.28.9_json_status_mismatch_4node_a10g.json"))
 
     def poll(n: int, errors: list[str]) -> RasRecord:  # op counts advance: a moving job, not a hang
-        comm = first.communicators[0].model_copy(update={"op_counts": {"AllReduce": 101 + n}, "errors": errors})
+        comm = first.communicators[0].model_copy(
+            update={"op_counts": {"AllReduce": 101 + n}, "errors": errors}
+        )
         return first.model_copy(update={"communicators": [comm]})
 
     assert ("job_started", "firing") in h.feed("ras", poll(0, ["MISMATCH"]))

@@ -120,7 +120,9 @@ def test_json_op_counts_and_rank_status_feed_hang_detection() -> None:
 
 def _json_status(init_state: int, async_error: int, **flags: bool) -> bytes:
     doc = json.loads(load("nccl_2.28.9_json_status_healthy_2rank.json"))
-    doc["communicators"][0]["ranks"][1]["status"].update(init_state=init_state, async_error=async_error, **flags)
+    doc["communicators"][0]["ranks"][1]["status"].update(
+        init_state=init_state, async_error=async_error, **flags
+    )
     return json.dumps(doc).encode()
 
 
@@ -161,7 +163,11 @@ def test_text_2_26_wording_rank_lines_and_process_not_found() -> None:
     assert (parsed.nodes, parsed.processes, parsed.gpus) == (4, 31, 31)
     comm = parsed.communicators[0]
     assert (comm.hash, comm.errors, comm.missing_ranks) == ("0xcf264af5", ["INCOMPLETE", "ERROR"], [21, 22])
-    assert parsed.mismatches[0].model_dump() == {"hash": "0xabc", "kind": "op_count", "collective": "AllGather"}
+    assert parsed.mismatches[0].model_dump() == {
+        "hash": "0xabc",
+        "kind": "op_count",
+        "collective": "AllGather",
+    }
 
 
 def test_absent_detail_lists_still_give_health() -> None:

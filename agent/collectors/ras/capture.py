@@ -26,7 +26,9 @@ def detect_format(data: bytes) -> str:
             obj, _ = json.JSONDecoder().raw_decode(text)
         except json.JSONDecodeError:
             return "json"  # a status with the missing-comma bug does not decode as it is
-        return "monitor" if isinstance(obj, dict) and "event" in obj and "communicators" not in obj else "json"
+        return (
+            "monitor" if isinstance(obj, dict) and "event" in obj and "communicators" not in obj else "json"
+        )
     if text.startswith("[") and "] " in text.split("\n", 1)[0]:
         return "monitor"
     return "text"

@@ -93,7 +93,8 @@ class RasClient:
         for family, _, _, _, sockaddr in dict.fromkeys(infos):
             try:
                 return await asyncio.wait_for(
-                    asyncio.open_connection(sockaddr[0], sockaddr[1], family=family), deadline.left()
+                    asyncio.open_connection(str(sockaddr[0]), int(sockaddr[1]), family=family),
+                    deadline.left(),
                 )
             except TimeoutError:
                 raise RasTimeout(f"connecting to {sockaddr[0]} port {self.port} timed out") from None
@@ -173,7 +174,9 @@ class RasClient:
                 raise RasTimeout(f"status from {self.endpoint} incomplete after {self.timeout_s:g}s "
                                  f"({size} bytes)") from None  # fmt: skip
             except ConnectionError as exc:
-                raise RasReset(f"connection to {self.endpoint} reset mid-reply after {size} bytes: {exc}") from None
+                raise RasReset(
+                    f"connection to {self.endpoint} reset mid-reply after {size} bytes: {exc}"
+                ) from None
             if not chunk:
                 return b"".join(chunks)
             size += len(chunk)

@@ -113,7 +113,9 @@ class RasCollector(StreamingCollector):
             await asyncio.sleep(self.cfg.interval_s)
 
     async def _publish_events(self, events: Sequence[RasEvent]) -> None:
-        records = [RasEventRecord(job_id=self.job_id, endpoint=self.client.endpoint, **dict(e)) for e in events]
+        records = [
+            RasEventRecord(job_id=self.job_id, endpoint=self.client.endpoint, **dict(e)) for e in events
+        ]
         await self.ctx.batcher.add("ras_event", records, self.ttl, True)
 
     async def _job_gone(self) -> None:

@@ -1,13 +1,13 @@
 """The RAS exception tree, in one place::
 
-    RasError
-    ├── RasParseError            bytes that are not a RAS status / monitor output (parsers)
-    └── RasClientError           talking to a RAS endpoint failed (client)
-        ├── RasRefused           nothing listens on any address of the endpoint
-        ├── RasTimeout           connect or reply deadline passed
-        ├── RasReset             the connection was reset or closed before the reply was complete
-        ├── RasReplyError        the server answered ``ERROR: ...`` or ``BUSY: ...``
-        └── RasOversized         the reply exceeded the configured byte limit
+RasError
+├── RasParseError            bytes that are not a RAS status / monitor output (parsers)
+└── RasClientError           talking to a RAS endpoint failed (client)
+    ├── RasRefused           nothing listens on any address of the endpoint
+    ├── RasTimeout           connect or reply deadline passed
+    ├── RasReset             the connection was reset or closed before the reply was complete
+    ├── RasReplyError        the server answered ``ERROR: ...`` or ``BUSY: ...``
+    └── RasOversized         the reply exceeded the configured byte limit
 """
 
 from __future__ import annotations

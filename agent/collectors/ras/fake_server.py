@@ -67,8 +67,13 @@ def event_text(e: RasEvent) -> bytes:
 
 
 def event_json(e: RasEvent) -> bytes:
-    obj = {"timestamp": e.time, "group": e.event_group or "LIFECYCLE", "event": e.event,
-           "peer": {"host": e.host, "pid": e.pid, "cuda_devs": e.gpus, "nvml_devs": e.gpus}, "details": e.details}
+    obj = {
+        "timestamp": e.time,
+        "group": e.event_group or "LIFECYCLE",
+        "event": e.event,
+        "peer": {"host": e.host, "pid": e.pid, "cuda_devs": e.gpus, "nvml_devs": e.gpus},
+        "details": e.details,
+    }
     return (json.dumps(obj, indent=2) + "\n").encode()  # fmt: skip
 
 

@@ -19,7 +19,13 @@ from agent.collectors.ras.facts import Flags, add_process, normalize_hash, norma
 from schemas.records.ras import RasCommunicator, RasMismatch, RasProcess, RasStatus
 
 NORMAL_CODES = (0, 7)  # ncclSuccess, ncclInProgress
-_STATUS_RANK = {"NOCOMM": 0, "INIT": 1, "RUNNING": 2, "FINALIZE": 3, "ABORT": 4}  # the server's statusStr order
+_STATUS_RANK = {
+    "NOCOMM": 0,
+    "INIT": 1,
+    "RUNNING": 2,
+    "FINALIZE": 3,
+    "ABORT": 4,
+}  # the server's statusStr order
 # A value followed by a newline and the next key, with no comma between: the 2.28.7/2.28.9 bug.
 _MISSING_COMMA = re.compile(r'(?<=[\d"el\]}])(\s*\n\s*"[^"\n]+"\s*:)')
 

@@ -39,7 +39,8 @@ def event_from_text(line: str) -> RasEvent:
 def event_from_json(obj: Any) -> RasEvent:
     if not isinstance(obj, dict) or not isinstance(obj.get("event"), str):
         raise RasParseError("not a MONITOR JSON event: no 'event' string")
-    peer = obj.get("peer") if isinstance(obj.get("peer"), dict) else {}
+    raw_peer = obj.get("peer")
+    peer: dict[str, Any] = raw_peer if isinstance(raw_peer, dict) else {}
     pid = peer.get("pid")
     devs = peer.get("cuda_devs")
     return RasEvent(

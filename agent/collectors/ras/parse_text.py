@@ -93,7 +93,9 @@ class _Parser:
     def _summary(self, header: list[str], line: str) -> None:
         values = [int(v) for v in _INTS.findall(line)]
         # "(total) per node per process (total) (total)" has 5 columns; the two mixed layouts end in 3 totals.
-        picks = (0, 3, 4) if len(header) >= 7 and len(values) == 5 else (0, 1, 2) if len(values) == 3 else None
+        picks = (
+            (0, 3, 4) if len(header) >= 7 and len(values) == 5 else (0, 1, 2) if len(values) == 3 else None
+        )
         if picks is not None:
             self.nodes, self.processes, self.gpus = (sane_count(values[i]) for i in picks)
             self.recognized = True
@@ -144,7 +146,9 @@ class _Parser:
 
     def result(self) -> RasStatus:
         if not self.recognized:
-            raise RasParseError("not a RAS status reply: no version line, table or Errors/Warnings section found")
+            raise RasParseError(
+                "not a RAS status reply: no version line, table or Errors/Warnings section found"
+            )
         if self.missing:
             self.flags.flag("INCOMPLETE")
         return RasStatus(

@@ -12,6 +12,8 @@ COMMAND_MODULES = [
     "agent.cli",
     "aggregator.cli",
     "aggregator.api.cli",
+    "ranksight.parse",
+    "agent.collectors.ras.cli",
 ]
 
 

@@ -55,7 +55,21 @@ class HeartbeatSettings(CollectorSettings):
 
 
 class RasSettings(CollectorSettings):
-    interval_s: float = Field(10.0, gt=0)
+    interval_s: float = Field(10.0, gt=0, description="status poll period of the job's lease holder")
+    addr: str | None = Field(
+        None, description="RAS endpoint, NCCL_RAS_ADDR syntax; default $NCCL_RAS_ADDR or localhost:28028"
+    )
+    timeout_s: float = Field(10.0, gt=0, description="overall deadline of one status poll")
+    collective_timeout_s: float = Field(
+        5.0, gt=0, description="sent as TIMEOUT <s>: the server's gathering timeout"
+    )
+    max_reply_bytes: int = Field(64 << 20, ge=1024, description="larger status replies are refused")
+    verbose: bool = Field(False, description="VERBOSE STATUS instead of STATUS")
+    monitor: bool = Field(True, description="hold a MONITOR connection where the endpoint supports it")
+    lease_ttl_s: float | None = Field(None, gt=0, description="poll lease lifetime; default 3 x interval")
+    proc_root: Path = Field(
+        Path("/proc"), description="where to find the RAS port's process and its scheduler env"
+    )
 
 
 class InspectorSettings(CollectorSettings):

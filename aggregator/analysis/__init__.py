@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aggregator.alerts import Rule
 from aggregator.analysis.nodes import NodeSilentRule
+from aggregator.analysis.ras import ras_rules
 
 
 def default_rules() -> list[Rule]:
-    return [NodeSilentRule()]
+    return [NodeSilentRule(), *ras_rules()]

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aggregator.api.sql import jsonable
 from aggregator.history import export_parquet
+from aggregator.api import ras_queries
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
 
@@ -199,4 +200,6 @@ ENDPOINTS: dict[str, Query] = {
     "alerts": alerts,
     "sql": sql,
     "export": export,
+    "jobs": ras_queries.jobs,
+    "comms": ras_queries.comms,
 }

@@ -1,4 +1,9 @@
-"""``ras`` (a status poll of a job's RAS service) and ``ras_event`` (one MONITOR event)."""
+"""``ras`` (a status poll of a job's RAS service) and ``ras_event`` (one MONITOR event).
+
+:class:`RasStatus` is what the status parsers produce (text or JSON, any NCCL/RCCL version); :class:`RasRecord` is the
+same facts plus where they came from (job, endpoint). Hashes are normalized to ``0x`` + lowercase hex without leading
+zeros, so the text form (``%016lx``) and the JSON form (``0x%lx``) of one communicator are equal.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +14,21 @@ from pydantic import BaseModel, ConfigDict
 from schemas.records.base import Record
 
 RasHealth = Literal["ok", "warning", "degraded", "failed"]
+RasFormat = Literal["text", "json", "monitor"]
 
 
 class RasCommunicator(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     hash: str
+    secondary_hash: str | None = None
     size: int | None = None
-    status: str | None = None
-    errors: list[str] = []
+    status: str | None = None  # RUNNING, INIT, FINALIZE, ABORT, NOCOMM (UNKNOWN before 2.26)
+    errors: list[str] = []  # flags: INCOMPLETE, ERROR, MISMATCH
     missing_ranks: list[int] = []
+    ranks_reporting: int | None = None
+    rank_status: dict[str, int] = {}  # status -> number of ranks (JSON only)
+    op_counts: dict[str, int] = {}  # collective -> highest operation count over the ranks (JSON only)
 
 
 class RasProcess(BaseModel):
@@ -29,9 +39,19 @@ class RasProcess(BaseModel):
     gpus: list[int] = []
 
 
-class RasRecord(Record):
-    job_id: str | None = None
-    endpoint: str
+class RasMismatch(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    hash: str
+    kind: Literal["status", "op_count"]
+    collective: str | None = None  # None for the 2.24 wording ("collective operation counts") and for status
+
+
+class RasStatus(BaseModel):
+    """One parsed ``STATUS`` reply."""
+
+    model_config = ConfigDict(extra="ignore")
+
     format: Literal["text", "json"]
     version: str | None = None
     health: RasHealth
@@ -41,14 +61,30 @@ class RasRecord(Record):
     communicators: list[RasCommunicator] = []
     missing_processes: list[RasProcess] = []
     dead_processes: list[RasProcess] = []
+    mismatches: list[RasMismatch] = []
     timeouts: int = 0
+    collection_s: float | None = None
 
 
-class RasEventRecord(Record):
+class RasRecord(Record, RasStatus):
     job_id: str | None = None
     endpoint: str
+
+
+class RasEvent(BaseModel):
+    """One MONITOR event (text line or JSON object)."""
+
+    model_config = ConfigDict(extra="ignore")
+
     time: str | None = None
+    event_group: str | None = None  # LIFECYCLE, TRACE (JSON only); RANKSIGHT for ENDPOINT_CLOSED
     event: str
     host: str | None = None
     pid: int | None = None
+    gpus: list[int] = []
     details: str = ""
+
+
+class RasEventRecord(Record, RasEvent):
+    job_id: str | None = None
+    endpoint: str

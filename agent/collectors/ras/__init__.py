@@ -1,0 +1,1 @@
+"""RCCL/NCCL RAS: async client, pure parsers (text status, JSON status, MONITOR), a faithful fake server, the collector."""

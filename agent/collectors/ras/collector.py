@@ -1,0 +1,135 @@
+"""The ``ras`` collector: every agent holds a MONITOR connection (``ras_event`` records); the job's lease holder polls
+``STATUS`` every ``interval_s`` (``ras`` records). No RAS endpoint means no job on this node: ``absent``, not an error.
+
+When an endpoint that served a job stops answering (MONITOR EOF or a refused poll), one ``ENDPOINT_CLOSED`` event (group
+``RANKSIGHT``) is published for that job, so the aggregator can tell a normal end (ranks FINALIZE, then the port closes)
+from a failure.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from agent.collectors.base import Emit, StreamingCollector
+from agent.collectors.ras.client import DEFAULT_PORT, RasClient
+from agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused
+from agent.collectors.ras.jobid import derived_job_id, endpoint_job_id, listener_pid, scheduler_job_id
+from agent.collectors.ras.lease import Lease
+from agent.collectors.ras.parse_json import parse_status_json
+from agent.collectors.ras.parse_text import parse_status_text
+from schemas.records.ras import RasEvent, RasEventRecord, RasRecord, RasStatus
+
+if TYPE_CHECKING:
+    from agent.runtime import AgentContext
+    from ranksight.config import RasSettings
+
+ENDPOINT_CLOSED = "ENDPOINT_CLOSED"
+
+
+class RasCollector(StreamingCollector):
+    name = "ras"
+    kind = "ras"
+    durable = True  # job facts and events: never dropped
+
+    def __init__(self, ctx: AgentContext, settings: RasSettings) -> None:
+        super().__init__(ctx, settings)
+        self.cfg = settings
+        addr = settings.addr or os.environ.get("NCCL_RAS_ADDR") or f"localhost:{DEFAULT_PORT}"
+        self.client = RasClient(addr, timeout_s=settings.timeout_s,
+                                collective_timeout_s=settings.collective_timeout_s,
+                                max_reply_bytes=settings.max_reply_bytes)  # fmt: skip
+        self.lease = Lease(ctx.nc.jetstream(), settings.lease_ttl_s or 3 * settings.interval_s,
+                           f"{ctx.node}:{ctx.incarnation}")  # fmt: skip
+        self.poll_lock = asyncio.Lock()  # never two polls at once against this node's endpoint
+        self.job_id: str | None = None
+        self.last_status: RasStatus | None = None
+        ctx.add_command("ras_status", self._status_command)
+
+    def _identify(self, status: RasStatus | None = None) -> str:
+        """Scheduler id when readable; else from the communicators; else from this node's endpoint."""
+        pid = listener_pid(self.cfg.proc_root, self.client.port)
+        job = scheduler_job_id(self.cfg.proc_root, pid) if pid is not None else None
+        if job is None and status is not None:
+            job = derived_job_id(c.hash for c in status.communicators)
+        if job is None and self.job_id is not None and self.job_id.startswith("ras-"):
+            return self.job_id
+        return job or endpoint_job_id(self.ctx.node, self.client.endpoint, pid)
+
+    async def run(self, emit: Emit) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._poll_loop(emit))
+            if self.cfg.monitor:
+                group.create_task(self._monitor_loop())
+
+    async def poll_once(self) -> RasStatus | None:
+        """Poll if this agent holds the job's lease; None when another agent polls."""
+        job = self.job_id or self._identify()
+        if not await self.lease.hold(job):
+            return None
+        async with self.poll_lock:
+            fmt, body = await self.client.status(verbose=self.cfg.verbose)
+        status = parse_status_json(body) if fmt == "json" else parse_status_text(body)
+        self.job_id = self._identify(status)
+        if self.job_id != job:  # the id became job-wide: poll under that lease from now on
+            await self.lease.release()
+        self.last_status = status
+        return status
+
+    async def _poll_loop(self, emit: Emit) -> None:
+        interval = self.cfg.interval_s
+        while True:
+            started = time.monotonic()
+            try:
+                status = await self.poll_once()
+            except RasRefused as exc:
+                await self._job_gone()
+                self.health.state, self.health.last_error = "absent", str(exc)
+            except (RasClientError, RasParseError) as exc:
+                self.health.failure(exc, time.monotonic() - started)
+            else:
+                self.health.success(time.monotonic() - started)
+                if status is not None:
+                    record = RasRecord(job_id=self.job_id, endpoint=self.client.endpoint, **dict(status))
+                    await emit([record])
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    async def _monitor_loop(self) -> None:
+        while True:
+            try:
+                if not await self.client.probe_monitor():
+                    return  # this release has no MONITOR; polls still run
+                self.job_id = self.job_id or self._identify()
+                async for event in self.client.monitor():
+                    await self._publish_events([event])
+                await self._job_gone()
+            except RasRefused:
+                await self._job_gone()
+            except (RasClientError, RasParseError) as exc:
+                self.health.failure(exc)
+            await asyncio.sleep(self.cfg.interval_s)
+
+    async def _publish_events(self, events: Sequence[RasEvent]) -> None:
+        records = [
+            RasEventRecord(job_id=self.job_id, endpoint=self.client.endpoint, **dict(e)) for e in events
+        ]
+        await self.ctx.batcher.add("ras_event", records, self.ttl, True)
+
+    async def _job_gone(self) -> None:
+        """The endpoint closed: report it once for the job, forget the job and the endpoint's cached features."""
+        if self.job_id is not None:
+            closed = RasEvent(event=ENDPOINT_CLOSED, event_group="RANKSIGHT", details="RAS endpoint closed")
+            await self._publish_events([closed])
+            await self.lease.release()
+        self.job_id, self.last_status = None, None
+        self.client.features.json = self.client.features.monitor = None
+
+    async def _status_command(self, request: dict[str, Any]) -> dict[str, Any]:
+        return {"job_id": self.job_id, "endpoint": self.client.endpoint, "holds_lease": self.lease.revision is not None,
+                "status": self.last_status.model_dump(mode="json") if self.last_status else None}  # fmt: skip
+
+    async def close(self) -> None:
+        await self.lease.release()

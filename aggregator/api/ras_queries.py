@@ -1,0 +1,51 @@
+"""``jobs`` and ``comms`` endpoints: the live RAS job and communicator state (params: ``cluster``, ``job``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aggregator.jobs import JobState
+from aggregator.timefmt import iso
+from schemas.api import ApiResponse
+
+if TYPE_CHECKING:
+    from aggregator.runtime import Aggregator
+
+PARAMS = {"cluster", "job"}
+
+
+def _selected(agg: Aggregator, params: dict[str, Any]) -> list[JobState]:
+    unknown = set(params) - PARAMS
+    if unknown:
+        from aggregator.api.queries import (
+            RequestError,
+        )  # the shared error type; imported late (queries imports us)
+
+        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+    jobs = sorted(agg.state.jobs.jobs.values(), key=lambda j: (j.cluster, j.first_seen_ns))
+    return [
+        j
+        for j in jobs
+        if params.get("cluster") in (None, j.cluster) and params.get("job") in (None, j.job_id)
+    ]
+
+
+async def jobs(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    rows = [{
+        "job": j.job_id, "cluster": j.cluster, "state": j.state, "health": j.health, "endpoint": j.endpoint,
+        "node": j.node, "version": j.version, "ranks": j.ranks, "comms": len(j.comms), "polls": j.polls,
+        "first_seen": iso(j.first_seen_ns), "last_poll": iso(j.last_poll_ns), "ended": iso(j.ended_ns),
+        "normal_end": j.normal_end,
+        "missing_processes": [p.model_dump() for p in j.missing_processes],
+        "dead_processes": [p.model_dump() for p in j.dead_processes],
+    } for j in _selected(agg, params)]  # fmt: skip
+    return ApiResponse.success(rows)
+
+
+async def comms(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    rows = [{
+        "job": j.job_id, "cluster": j.cluster, "hash": c.hash, "size": c.size, "status": c.status,
+        "errors": c.errors, "missing_ranks": c.missing_ranks, "rank_status": c.rank_status, "op_count": c.op_total,
+        "mismatch_polls": c.mismatch_polls, "stalled_polls": c.stalled_polls,
+    } for j in _selected(agg, params) for c in j.comms.values()]  # fmt: skip
+    return ApiResponse.success(rows)

@@ -25,6 +25,7 @@ from agent.batcher import Batcher
 from agent.collectors.base import Collector, CollectorUnavailable, PolledCollector, StreamingCollector
 from agent.collectors.registry import COLLECTORS
 from agent.publisher import Publisher
+from ranksight.aio import cancel_all
 from ranksight.config import CollectorSettings, Settings
 from ranksight.natsconn import connect
 from schemas.records import CollectorHealth, PublisherStats, Record
@@ -106,19 +107,14 @@ class AgentRuntime:
         try:
             await stop.wait()
         finally:
-            collector_tasks = tasks[2:]
-            for task in collector_tasks:
-                task.cancel()
-            await asyncio.gather(*collector_tasks, return_exceptions=True)
+            await cancel_all(tasks[2:])
             for collector in ctx.collectors.values():
                 with contextlib.suppress(Exception):
                     await collector.close()
             await batcher.flush()
             if not await publisher.flush(timeout=cfg.publish_timeout_s):
                 log.warning("agent stopping with %d unacknowledged messages", publisher.stats.pending)
-            for task in tasks[:2]:
-                task.cancel()
-            await asyncio.gather(*tasks[:2], return_exceptions=True)
+            await cancel_all(tasks[:2])
             with contextlib.suppress(Exception):
                 await service.stop()
             with contextlib.suppress(Exception):

@@ -35,6 +35,7 @@ _SCALARS: dict[Any, pa.DataType] = {int: pa.int64(), float: pa.float64(), str: p
 class KindColumns:
     fields: tuple[str, ...]
     json_fields: frozenset[str]  # sub-models, stored as JSON text
+    nested_fields: frozenset[str]  # lists and maps of scalars, native Arrow
     schema: pa.Schema  # envelope columns then record columns
     record_schema: pa.Schema
 
@@ -70,16 +71,18 @@ def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
 @cache
 def kind_columns(kind: str) -> KindColumns:
     model = RECORD_MODELS[kind]
-    fields, json_fields, record_fields = [], set(), []
+    fields, json_fields, nested_fields, record_fields = [], set(), set(), []
     for name, info in model.model_fields.items():
         arrow_type, is_json = _arrow_type(info.annotation)
         fields.append(name)
         if is_json:
             json_fields.add(name)
+        elif pa.types.is_list(arrow_type) or pa.types.is_map(arrow_type):
+            nested_fields.add(name)
         record_fields.append(pa.field(name, arrow_type))
     record_schema = pa.schema(record_fields)
     schema = pa.schema([pa.field(n, t) for n, t in ENVELOPE_FIELDS] + record_fields)
-    return KindColumns(tuple(fields), frozenset(json_fields), schema, record_schema)
+    return KindColumns(tuple(fields), frozenset(json_fields), frozenset(nested_fields), schema, record_schema)
 
 
 def _to_json(value: Any) -> str | None:
@@ -126,10 +129,11 @@ class ColumnBuilder:
 
 
 def row_to_record(kind: str, row: dict[str, Any]) -> BaseModel:
-    """Inverse of the mapping above, for replay: a stored row back into its record model."""
+    """Inverse of the mapping above, for replay: a stored row back into its record model.
+
+    Nested values come back as JSON text (sub-models, and lists or maps stored in JSON columns).
+    """
     cols = kind_columns(kind)
-    values = {
-        f: (json.loads(row[f]) if f in cols.json_fields and row[f] is not None else row[f])
-        for f in cols.fields
-    }
+    nested = cols.json_fields | cols.nested_fields
+    values = {f: (json.loads(row[f]) if f in nested and isinstance(row[f], str) else row[f]) for f in cols.fields}
     return RECORD_MODELS[kind].model_validate({k: v for k, v in values.items() if v is not None})

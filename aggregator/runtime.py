@@ -29,6 +29,7 @@ from aggregator.api.sql import SqlSandbox
 from aggregator.history import retention_loop
 from aggregator.state import NS, LiveState
 from aggregator.store import BatchResult, Incoming, Store
+from ranksight.aio import cancel_all
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from schemas.alerts import Alert
@@ -126,9 +127,7 @@ class Aggregator:
             finally:
                 self._stopping = True
                 await asyncio.wait(tasks, timeout=5)  # let the current batch commit and be acked
-                for task in tasks:
-                    task.cancel()
-                await asyncio.gather(*tasks, return_exceptions=True)
+                await cancel_all(tasks)
                 with contextlib.suppress(Exception):
                     await service.stop()
                 with contextlib.suppress(Exception):

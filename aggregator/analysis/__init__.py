@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from aggregator.alerts import Rule
+from aggregator.analysis.hardware import hardware_rules
 from aggregator.analysis.nodes import NodeSilentRule
 
 
 def default_rules() -> list[Rule]:
-    return [NodeSilentRule()]
+    return [NodeSilentRule(), *hardware_rules()]

@@ -46,6 +46,33 @@ async def status(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     return ApiResponse.success(rows, meta=agg.status_meta())
 
 
+def _device_rows(agg: Aggregator, kind: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    from aggregator.analysis.hardware import hardware
+
+    unknown = set(params) - {"cluster", "node"}
+    if unknown:
+        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+    tracker = hardware(agg.state)
+    devices = tracker.gpus.devices if kind == "gpu" else tracker.nics.devices
+    rows = []
+    for (cluster, node, _), dev in sorted(devices.items()):
+        if params.get("cluster") not in (None, cluster) or params.get("node") not in (None, node):
+            continue
+        rows.append({"cluster": cluster, "node": node, "state": dev.state, "last_seen": iso(dev.last_seen_ns),
+                     **dev.record.model_dump()})  # fmt: skip
+    return rows
+
+
+async def gpus(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    return ApiResponse.success(_device_rows(agg, "gpu", params))
+
+
+async def nics(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    return ApiResponse.success(_device_rows(agg, "nic", params))
+
+
 ENDPOINTS: dict[str, Query] = {
     "status": status,
+    "gpus": gpus,
+    "nics": nics,
 }

@@ -58,7 +58,7 @@ def _device_rows(agg: Aggregator, kind: str, params: dict[str, Any]) -> list[dic
     for (cluster, node, _), dev in sorted(devices.items()):
         if params.get("cluster") not in (None, cluster) or params.get("node") not in (None, node):
             continue
-        rows.append({"cluster": cluster, "node": node, "state": dev.state, "last_seen": iso(dev.last_seen_ns),
+        rows.append({"cluster": cluster, "node": node, "freshness": dev.state, "last_seen": iso(dev.last_seen_ns),
                      **dev.record.model_dump()})  # fmt: skip
     return rows
 

@@ -49,7 +49,9 @@ def printing_tool(bin_dir: Path, name: str, payload: bytes) -> Path:
     data = bin_dir / f"{name}.out"
     bin_dir.mkdir(parents=True, exist_ok=True)
     data.write_bytes(payload)
-    return fake_tool(bin_dir, name, f"import sys\nsys.stdout.buffer.write(open({str(data)!r}, 'rb').read())\n")
+    return fake_tool(
+        bin_dir, name, f"import sys\nsys.stdout.buffer.write(open({str(data)!r}, 'rb').read())\n"
+    )
 
 
 def path_with(bin_dir: Path) -> str:

@@ -15,7 +15,11 @@ from aggregator.state import LiveState
 from aggregator.timefmt import iso
 from schemas.records import GpuRecord, NicRecord
 
-LINK_UP_STATES = {"up", "active", "unknown"}  # netdev operstate / RDMA port state ("unknown": no carrier concept)
+LINK_UP_STATES = {
+    "up",
+    "active",
+    "unknown",
+}  # netdev operstate / RDMA port state ("unknown": no carrier concept)
 
 
 def hardware(state: LiveState) -> HardwareTracker:
@@ -114,8 +118,13 @@ class NicFlappingRule:
         for dev in _alive_nics(state):
             count = dev.flaps_since(now_ns - self.window_ns)
             if count >= self.flaps:
-                yield _where(dev, self.name, "warning",
-                             f"NIC {dev.key} link changed {count} times in {self.window_ns // NS}s", flaps=count)
+                yield _where(
+                    dev,
+                    self.name,
+                    "warning",
+                    f"NIC {dev.key} link changed {count} times in {self.window_ns // NS}s",
+                    flaps=count,
+                )
 
 
 class NicErrorsRisingRule:
@@ -128,8 +137,13 @@ class NicErrorsRisingRule:
         for dev in _alive_nics(state):
             rate = dev.record.errors_per_s
             if rate is not None and rate >= self.per_s:
-                yield _where(dev, self.name, "warning", f"NIC {dev.key} errors rising at {rate:.1f}/s",
-                             errors_per_s=rate)
+                yield _where(
+                    dev,
+                    self.name,
+                    "warning",
+                    f"NIC {dev.key} errors rising at {rate:.1f}/s",
+                    errors_per_s=rate,
+                )
 
 
 class NicCongestionRule:
@@ -141,9 +155,19 @@ class NicCongestionRule:
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for dev in _alive_nics(state):
             rate = dev.record.congestion_per_s or 0.0
-            if rate >= self.per_s and dev.since_ns is not None and dev.last_seen_ns - dev.since_ns >= self.for_ns:
-                yield _where(dev, self.name, "warning", f"NIC {dev.key} congested: {rate:.0f} CNP/ECN per s",
-                             congestion_per_s=rate, since=iso(dev.since_ns))
+            if (
+                rate >= self.per_s
+                and dev.since_ns is not None
+                and dev.last_seen_ns - dev.since_ns >= self.for_ns
+            ):
+                yield _where(
+                    dev,
+                    self.name,
+                    "warning",
+                    f"NIC {dev.key} congested: {rate:.0f} CNP/ECN per s",
+                    congestion_per_s=rate,
+                    since=iso(dev.since_ns),
+                )
 
 
 def hardware_rules() -> list[Any]:

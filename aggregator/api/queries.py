@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from aggregator.analysis.hardware import hardware
+from aggregator.hardware import DeviceState
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
 
@@ -47,13 +49,13 @@ async def status(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
 
 
 def _device_rows(agg: Aggregator, kind: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    from aggregator.analysis.hardware import hardware
-
     unknown = set(params) - {"cluster", "node"}
     if unknown:
         raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
     tracker = hardware(agg.state)
-    devices = tracker.gpus.devices if kind == "gpu" else tracker.nics.devices
+    devices: dict[tuple[str, str, str], DeviceState[Any]] = (
+        tracker.gpus.devices if kind == "gpu" else tracker.nics.devices  # type: ignore[assignment]
+    )
     rows = []
     for (cluster, node, _), dev in sorted(devices.items()):
         if params.get("cluster") not in (None, cluster) or params.get("node") not in (None, node):

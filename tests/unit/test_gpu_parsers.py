@@ -24,7 +24,11 @@ def test_rocm_smi_602_every_card() -> None:
     card0 = records[0]
     assert card0.bus_id == "0000:83:00.0" and card0.uuid == "0x79ccd55167a2124a"
     assert card0.name == "Arcturus GL-XL [Instinct MI100]"
-    assert (card0.temperature_edge_c, card0.temperature_junction_c, card0.temperature_memory_c) == (53, 55, 53)
+    assert (card0.temperature_edge_c, card0.temperature_junction_c, card0.temperature_memory_c) == (
+        53,
+        55,
+        53,
+    )
     assert card0.sclk_hz == 300e6 and card0.mclk_hz == 1200e6
     assert card0.power_w == 36.0 and card0.power_cap_w == 290.0
     assert card0.memory_total_bytes == 34342961152 and card0.memory_used_bytes == 6750208
@@ -64,7 +68,9 @@ def test_amd_smi_gpu_data_wrapper_warnings_and_several_documents() -> None:
     }]}  # fmt: skip
     text = (
         "WARNING: User is missing the following required groups: render, video. [see docs]\n"
-        + json.dumps(captured) + "\n" + json.dumps(later)
+        + json.dumps(captured)
+        + "\n"
+        + json.dumps(later)
     )
     (gpu,) = parse_amd_smi_metric(text.encode())
     assert gpu.power_w == 10.0  # from the first document
@@ -103,7 +109,11 @@ def test_nvidia_smi_capture_sections(capture: str, section: int, expected: dict)
     assert (gpu.ecc_correctable, gpu.ecc_uncorrectable) == (0, 0)
     assert gpu.throttled is False  # idle (0x1) and no reason (0x0) are not throttling
     for field, value in expected.items():
-        assert getattr(gpu, field) == pytest.approx(value) if isinstance(value, float) else getattr(gpu, field) == value
+        assert (
+            getattr(gpu, field) == pytest.approx(value)
+            if isinstance(value, float)
+            else getattr(gpu, field) == value
+        )
 
 
 def test_nvidia_smi_noheader_nounits_in_query_order() -> None:
@@ -131,7 +141,11 @@ def test_sentinels_and_missing_values_are_null() -> None:
 def test_sysfs_fixture_card() -> None:
     (gpu,) = read_amdgpu_sysfs(SYSFS_TREE)
     assert gpu.index == 0 and gpu.bus_id == "0000:09:00.0" and gpu.uuid == "0123456789abcdef"
-    assert gpu.utilization_pct == 4 and gpu.memory_used_bytes == 1490378752 and gpu.memory_total_bytes == 8573157376
+    assert (
+        gpu.utilization_pct == 4
+        and gpu.memory_used_bytes == 1490378752
+        and gpu.memory_total_bytes == 8573157376
+    )
     assert gpu.sclk_hz == 852e6 and gpu.mclk_hz == 167e6  # the "*" DPM levels
     assert gpu.pcie_replays == 0 and gpu.temperature_edge_c is None  # no hwmon in the capture
 
@@ -152,6 +166,8 @@ def test_sysfs_hwmon_and_ras_units(tmp_path: Path) -> None:
     (gpu,) = read_amdgpu_sysfs(tmp_path)
     assert gpu.index == 1 and gpu.utilization_pct == 97
     assert (gpu.temperature_edge_c, gpu.temperature_junction_c, gpu.temperature_memory_c) == (45, 71.5, 60)
-    assert gpu.power_w == pytest.approx(312) and gpu.power_cap_w == pytest.approx(750) and gpu.sclk_hz == 2.1e9
+    assert (
+        gpu.power_w == pytest.approx(312) and gpu.power_cap_w == pytest.approx(750) and gpu.sclk_hz == 2.1e9
+    )
     assert (gpu.ecc_correctable, gpu.ecc_uncorrectable) == (6, 2)
     assert read_amdgpu_sysfs(tmp_path / "nothing") == []

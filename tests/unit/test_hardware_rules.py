@@ -12,7 +12,9 @@ NS = 1_000_000_000
 
 
 def _env(kind: str, records: list, seq: int, node: str = "n1", ttl: float = 15.0) -> Envelope:
-    return Envelope(type=event_type(kind), cluster="c", node=node, agent="a", seq=seq, ts=0, ttl=ttl, records=records)
+    return Envelope(
+        type=event_type(kind), cluster="c", node=node, agent="a", seq=seq, ts=0, ttl=ttl, records=records
+    )
 
 
 def _run(state: LiveState, engine: AlertEngine, now_s: float) -> set[tuple[str, str, str | None, str]]:
@@ -36,7 +38,7 @@ def test_gpu_alerts_fire_and_resolve() -> None:
         state.observe(_env("gpu", [hot], 2 + i), t * NS)
     fired = _rules(state, engine, 46)
     assert fired == {"gpu_overheating", "gpu_ecc_uncorrectable", "gpu_throttled", "gpu_missing"}
-    missing = [a for a in engine.active.values() if a.rule == "gpu_missing"][0]
+    missing = next(a for a in engine.active.values() if a.rule == "gpu_missing")
     assert "GPU 1" in missing.summary
     state.observe(_env("gpu", healthy, 20), 50 * NS)
     assert _rules(state, engine, 51) == set()

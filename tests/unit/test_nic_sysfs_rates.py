@@ -17,14 +17,24 @@ def test_fixture_tree_ports_and_netdev() -> None:
     nics = {n.name: n for n in read_nics(SYSFS_TREE)}
     assert list(nics) == ["hfi1_0/1", "mlx4_0/1", "mlx4_0/2", "mlx5_0/1", "eth0"]
     mlx5 = nics["mlx5_0/1"]
-    assert (mlx5.kind, mlx5.state, mlx5.phys_state, mlx5.link_layer) == ("rdma", "ACTIVE", "ACTIVE", "InfiniBand")
+    assert (mlx5.kind, mlx5.state, mlx5.phys_state, mlx5.link_layer) == (
+        "rdma",
+        "ACTIVE",
+        "ACTIVE",
+        "InfiniBand",
+    )
     assert mlx5.speed_bps == 25e9
     assert mlx5.tx_bytes == 2880761508848 * 4 and mlx5.rx_bytes == 18126345378 * 4
     assert (mlx5.tx_packets, mlx5.rx_packets) == (10907922116, 541889824)
     assert mlx5.counters["roce_slow_restart_cnps"] == 131 and mlx5.counters["out_of_sequence"] == 1
     assert nics["hfi1_0/1"].phys_state == "LinkUp" and nics["hfi1_0/1"].speed_bps == 100e9
     eth0 = nics["eth0"]
-    assert (eth0.kind, eth0.state, eth0.speed_bps, eth0.counters) == ("netdev", "up", 1e9, {"carrier_changes": 2})
+    assert (eth0.kind, eth0.state, eth0.speed_bps, eth0.counters) == (
+        "netdev",
+        "up",
+        1e9,
+        {"carrier_changes": 2},
+    )
 
 
 @pytest.mark.parametrize(

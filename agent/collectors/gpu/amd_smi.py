@@ -22,7 +22,8 @@ class ParseError(ValueError):
 def json_documents(text: str) -> list[Any]:
     """Every top-level JSON value in ``text``, skipping any non-JSON text (warnings, echoed commands) around them."""
     decoder = json.JSONDecoder()
-    documents, pos = [], 0
+    documents: list[Any] = []
+    pos = 0
     while True:
         starts = [i for i in (text.find("{", pos), text.find("[", pos)) if i >= 0]
         if not starts:
@@ -102,5 +103,7 @@ def parse_amd_smi_metric(data: bytes) -> list[GpuRecord]:
         for gpu in _gpu_objects(document):
             merged.setdefault(gpu["gpu"], {}).update(gpu)
     if not merged:
-        raise ParseError("no amd-smi GPU objects (a list or {'gpu_data': [...]} of {'gpu': N, ...}) in the output")
+        raise ParseError(
+            "no amd-smi GPU objects (a list or {'gpu_data': [...]} of {'gpu': N, ...}) in the output"
+        )
     return [_record(merged[i]) for i in sorted(merged)]

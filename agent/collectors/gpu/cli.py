@@ -27,7 +27,9 @@ TABLE = ["index", "name", "utilization_pct", "memory_used_bytes", "power_w", "te
 
 
 def register_parse(sources: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sources.add_parser("gpu", help="amd-smi metric --json, rocm-smi --json or nvidia-smi --query-gpu csv output")
+    p = sources.add_parser(
+        "gpu", help="amd-smi metric --json, rocm-smi --json or nvidia-smi --query-gpu csv output"
+    )
     p.add_argument("file", type=Path, metavar="FILE")
     p.add_argument("--source", required=True, choices=sorted(PARSERS), help="tool that produced FILE")
     p.add_argument("--json", action="store_true", help="a JSON list of records on stdout")

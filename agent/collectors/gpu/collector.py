@@ -55,7 +55,9 @@ async def run_command(argv: Sequence[str], timeout_s: float) -> bytes:
         await proc.wait()
         raise CommandFailed(f"{argv[0]} timed out after {timeout_s:g}s") from None
     if proc.returncode != 0:
-        raise CommandFailed(f"{argv[0]} exited {proc.returncode}: {err.decode(errors='replace').strip()[:200]}")
+        raise CommandFailed(
+            f"{argv[0]} exited {proc.returncode}: {err.decode(errors='replace').strip()[:200]}"
+        )
     return out
 
 
@@ -68,7 +70,9 @@ class GpuSource(Protocol):
 
 
 class CommandSource:
-    def __init__(self, name: str, argv: Sequence[str], parse: Callable[[bytes], list[GpuRecord]], timeout_s: float):
+    def __init__(
+        self, name: str, argv: Sequence[str], parse: Callable[[bytes], list[GpuRecord]], timeout_s: float
+    ):
         self.name, self.argv, self.parse, self.timeout_s = name, list(argv), parse, timeout_s
 
     async def read(self) -> list[GpuRecord]:
@@ -112,7 +116,9 @@ def build_sources(settings: GpuSettings) -> list[GpuSource]:
     timeout = settings.command_timeout_s
     known: dict[str, Callable[[], GpuSource]] = {
         "amdsmi": lambda: LibrarySource("amdsmi", AmdSmiLibrary),
-        "amd-smi": lambda: CommandSource("amd-smi", ["amd-smi", "metric", "--json"], parse_amd_smi_metric, timeout),
+        "amd-smi": lambda: CommandSource(
+            "amd-smi", ["amd-smi", "metric", "--json"], parse_amd_smi_metric, timeout
+        ),
         "rocm-smi": lambda: CommandSource("rocm-smi", ["rocm-smi", *ROCM_SMI_ARGS], parse_rocm_smi, timeout),
         "sysfs": lambda: SysfsSource(settings.sysfs_root),
         "nvml": lambda: LibrarySource("nvml", Nvml),

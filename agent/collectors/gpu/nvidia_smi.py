@@ -13,7 +13,7 @@ import io
 import re
 
 from agent.collectors.gpu.amd_smi import ParseError
-from agent.collectors.gpu.values import UNIT_FACTORS, integer, is_missing, number, with_unit
+from agent.collectors.gpu.values import UNIT_FACTORS, integer, is_missing, with_unit
 from schemas.records import GpuRecord
 
 # ``clocks_throttle_reasons.*`` is the spelling every driver accepts (newer ones alias it to clocks_event_reasons).
@@ -73,7 +73,7 @@ def parse_nvidia_smi_csv(data: bytes) -> list[GpuRecord]:
             raise ParseError(f"nvidia-smi row has {len(row)} columns, expected {len(names)}: {row[:3]}...")
         values = dict(zip(names, row, strict=True))
 
-        def reading(field: str) -> float | None:
+        def reading(field: str, values: dict[str, str] = values) -> float | None:
             # ``values.get`` is None for a field the capture did not ask for
             return with_unit(values.get(field), units.get(field), _UNITS[field])
 

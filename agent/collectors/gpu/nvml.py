@@ -47,8 +47,9 @@ def _record(index: int, h: Any) -> GpuRecord:
     util = _try(pynvml.nvmlDeviceGetUtilizationRates, h)
     mem = _try(pynvml.nvmlDeviceGetMemoryInfo, h)
     pci = _try(pynvml.nvmlDeviceGetPciInfo, h)
-    reasons_fn = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-        pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons"
+    reasons_fn = (
+        getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
+        or pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
     )
     reasons = throttle_reasons(_try(reasons_fn, h))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from agent.collectors.gpu.values import integer, number
 from schemas.records import GpuRecord
@@ -18,7 +19,11 @@ from schemas.records import GpuRecord
 AMD_VENDOR = "0x1002"
 _CARD = re.compile(r"^card(\d+)$")
 _DPM_CURRENT = re.compile(r"^\s*\d+:\s*(\d+)\s*Mhz\s*\*", re.IGNORECASE | re.MULTILINE)
-_TEMP_LABELS = {"edge": "temperature_edge_c", "junction": "temperature_junction_c", "mem": "temperature_memory_c"}
+_TEMP_LABELS = {
+    "edge": "temperature_edge_c",
+    "junction": "temperature_junction_c",
+    "mem": "temperature_memory_c",
+}
 
 
 def _read(path: Path) -> str | None:
@@ -79,7 +84,7 @@ def read_amdgpu_sysfs(root: Path) -> list[GpuRecord]:
         if match is None or _read(device / "vendor") != AMD_VENDOR:
             continue
         ce, ue = _ras_counts(device)
-        fields: dict[str, float | None] = {
+        fields: dict[str, Any] = {
             "sclk_hz": _dpm_current_hz(device / "pp_dpm_sclk"),
             "mclk_hz": _dpm_current_hz(device / "pp_dpm_mclk"),
         }

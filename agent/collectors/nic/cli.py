@@ -9,7 +9,17 @@ from pathlib import Path
 from agent.collectors.nic.sysfs import read_nics
 from ranksight.cliutil import EXIT_FAILED, print_json, print_table
 
-FIELDS = ["name", "kind", "state", "speed_bps", "tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "counters"]
+FIELDS = [
+    "name",
+    "kind",
+    "state",
+    "speed_bps",
+    "tx_bytes",
+    "rx_bytes",
+    "tx_packets",
+    "rx_packets",
+    "counters",
+]
 
 
 def register_parse(sources: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -135,5 +135,7 @@ def row_to_record(kind: str, row: dict[str, Any]) -> BaseModel:
     """
     cols = kind_columns(kind)
     nested = cols.json_fields | cols.nested_fields
-    values = {f: (json.loads(row[f]) if f in nested and isinstance(row[f], str) else row[f]) for f in cols.fields}
+    values = {
+        f: (json.loads(row[f]) if f in nested and isinstance(row[f], str) else row[f]) for f in cols.fields
+    }
     return RECORD_MODELS[kind].model_validate({k: v for k, v in values.items() if v is not None})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from aggregator.hardware import HardwareTracker
 from aggregator.jobs import JobTracker
 from schemas.envelope import Envelope
 from schemas.records import HeartbeatRecord
@@ -90,6 +91,7 @@ class LiveState:
         self.trackers: list[Tracker] = [self.nodes]
         self.jobs = JobTracker()
         self.trackers.append(self.jobs)
+        self.trackers.append(HardwareTracker())
         self.now_ns = 0
 
     @property

@@ -10,7 +10,7 @@ import os
 import socket
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -78,10 +78,20 @@ class InspectorSettings(CollectorSettings):
 
 class GpuSettings(CollectorSettings):
     interval_s: float = Field(5.0, gt=0)
+    sources: list[Literal["amdsmi", "amd-smi", "rocm-smi", "sysfs", "nvml", "nvidia-smi"]] = Field(
+        ["amdsmi", "amd-smi", "rocm-smi", "sysfs", "nvml", "nvidia-smi"],
+        description="GPU sources tried in this order; the first that returns GPUs wins",
+    )
+    command_timeout_s: float = Field(10.0, gt=0, description="limit for one amd-smi/rocm-smi/nvidia-smi run")
+    sysfs_root: Path = Field(Path("/sys"), description="sysfs root of the sysfs source")
 
 
 class NicSettings(CollectorSettings):
     interval_s: float = Field(2.0, gt=0)
+    sysfs_root: Path = Field(Path("/sys"), description="sysfs root: RDMA ports and netdevs are read under it")
+    netdevs: list[str] | None = Field(
+        None, description="netdev names to watch; default: every netdev with a device (physical), no loopback"
+    )
 
 
 class ProbeSettings(CollectorSettings):

@@ -8,6 +8,8 @@ import importlib
 # source family -> module with ``register_parse(subparsers)``
 PARSE_MODULES = [
     "agent.collectors.ras.cli",
+    "agent.collectors.gpu.cli",
+    "agent.collectors.nic.cli",
 ]
 
 

@@ -6,10 +6,14 @@ Each name is also its config section (``[agent.collectors.<name>]``) and its hea
 from __future__ import annotations
 
 from agent.collectors.base import Collector
+from agent.collectors.gpu.collector import GpuCollector
 from agent.collectors.heartbeat import HeartbeatCollector
+from agent.collectors.nic.collector import NicCollector
 from agent.collectors.ras.collector import RasCollector
 
 COLLECTORS: dict[str, type[Collector]] = {
     "heartbeat": HeartbeatCollector,
     "ras": RasCollector,
+    "gpu": GpuCollector,
+    "nic": NicCollector,
 }

@@ -1,11 +1,16 @@
-"""Analysis rules; ``RULES`` lists every rule the aggregator evaluates each tick."""
+"""Analysis rules; ``default_rules()`` lists every rule the aggregator evaluates each tick."""
 
 from __future__ import annotations
 
 from aggregator.alerts import Rule
+from aggregator.analysis.hardware import hardware_rules
 from aggregator.analysis.nodes import NodeSilentRule
 from aggregator.analysis.ras import ras_rules
 
 
 def default_rules() -> list[Rule]:
-    return [NodeSilentRule(), *ras_rules()]
+    return [
+        NodeSilentRule(),
+        *ras_rules(),
+        *hardware_rules(),
+    ]

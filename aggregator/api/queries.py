@@ -12,6 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from aggregator.api.sql import jsonable
 from aggregator.history import export_parquet
 from aggregator.api import ras_queries
+from aggregator.analysis.hardware import hardware
+from aggregator.hardware import DeviceState
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
 
@@ -192,6 +194,26 @@ async def export(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
         raise RequestError("dir must be an absolute path (it is on the aggregator's host)")
     rows = await agg.sandbox.run(export_parquet, since, until, out)
     return ApiResponse.success(rows)
+def _device_rows(agg: Aggregator, kind: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+    unknown = set(params) - {"cluster", "node"}
+    if unknown:
+        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+    tracker = hardware(agg.state)
+    devices: dict[tuple[str, str, str], DeviceState[Any]] = (
+        tracker.gpus.devices if kind == "gpu" else tracker.nics.devices  # type: ignore[assignment]
+    for (cluster, node, _), dev in sorted(devices.items()):
+        if params.get("cluster") not in (None, cluster) or params.get("node") not in (None, node):
+        rows.append({"cluster": cluster, "node": node, "freshness": dev.state, "last_seen": iso(dev.last_seen_ns),
+                     **dev.record.model_dump()})  # fmt: skip
+    return rows
+
+
+async def gpus(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    return ApiResponse.success(_device_rows(agg, "gpu", params))
+
+
+async def nics(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    return ApiResponse.success(_device_rows(agg, "nic", params))
 
 
 ENDPOINTS: dict[str, Query] = {
@@ -202,4 +224,6 @@ ENDPOINTS: dict[str, Query] = {
     "export": export,
     "jobs": ras_queries.jobs,
     "comms": ras_queries.comms,
+    "gpus": gpus,
+    "nics": nics,
 }

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from schemas.records.base import Record
-from schemas.records.gpu import GpuRecord
+from schemas.records.gpu import GpuLink, GpuRecord
 from schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
 from schemas.records.inspector import InspectorRecord
 from schemas.records.nic import NicRecord
@@ -23,6 +23,7 @@ RECORD_MODELS: dict[str, type[Record]] = {
 __all__ = [
     "RECORD_MODELS",
     "CollectorHealth",
+    "GpuLink",
     "GpuRecord",
     "HeartbeatRecord",
     "InspectorRecord",

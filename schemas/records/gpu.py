@@ -1,8 +1,18 @@
-"""``gpu``: one normalized sample of one GPU, in base units; unsupported values are null."""
+"""``gpu``: one normalized sample of one GPU, in base units (bytes, watts, celsius, hertz); unsupported values are null.
+
+``temperature_edge_c`` carries NVIDIA's single GPU-core sensor (``temperature.gpu``); AMD reports edge, junction (hotspot)
+and memory separately. ``links`` holds XGMI/NVLink state where the source reports it (``{"name": ..., "up": bool}``).
+"""
 
 from __future__ import annotations
 
 from schemas.records.base import Record
+
+
+class GpuLink(Record):
+    name: str
+    up: bool | None = None
+    peer: str | None = None
 
 
 class GpuRecord(Record):
@@ -27,3 +37,4 @@ class GpuRecord(Record):
     pcie_replays: int | None = None
     throttled: bool | None = None
     throttle_reasons: list[str] = []
+    links: list[GpuLink] = []

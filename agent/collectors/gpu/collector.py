@@ -1,0 +1,169 @@
+"""``gpu`` collector: per-GPU health from the first source that works on this node, tried in ``sources`` order.
+
+AMD: the ``amdsmi`` library, ``amd-smi metric --json``, ``rocm-smi --json``, sysfs. NVIDIA: NVML, ``nvidia-smi``. The
+winner is chosen at detection (it must open *and* return GPUs) and named in health; a node where none works is ``absent``.
+Tools run as subprocesses off the event loop with a timeout (their whole process group is killed on timeout); libraries
+run on a worker thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from agent.collectors.base import CollectorUnavailable, PolledCollector
+from agent.collectors.gpu.amd_smi import parse_amd_smi_metric
+from agent.collectors.gpu.amdsmi_lib import AmdSmiLibrary
+from agent.collectors.gpu.nvidia_smi import QUERY_FIELDS, parse_nvidia_smi_csv
+from agent.collectors.gpu.nvml import Nvml
+from agent.collectors.gpu.rocm_smi import parse_rocm_smi
+from agent.collectors.gpu.sysfs import read_amdgpu_sysfs
+from schemas.records import GpuRecord, Record
+
+if TYPE_CHECKING:
+    from agent.runtime import AgentContext
+    from ranksight.config import GpuSettings
+
+ROCM_SMI_ARGS = (
+    "--showid", "--showuniqueid", "--showbus", "--showproductname", "--showtemp", "--showuse", "--showmeminfo",
+    "vram", "--showpower", "--showmaxpower", "--showclocks", "--showreplaycount", "--json",
+)  # fmt: skip
+
+
+class CommandFailed(Exception):
+    """A tool exited non-zero, timed out, or could not start."""
+
+
+async def run_command(argv: Sequence[str], timeout_s: float) -> bytes:
+    """stdout of ``argv``; the process group is killed if it outlives ``timeout_s``."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True
+        )
+    except OSError as exc:
+        raise CommandFailed(f"{argv[0]}: {exc}") from None
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    except TimeoutError:
+        with contextlib.suppress(ProcessLookupError):  # it may have exited meanwhile
+            os.killpg(proc.pid, signal.SIGKILL)  # a shell wrapper's children too
+        await proc.wait()
+        raise CommandFailed(f"{argv[0]} timed out after {timeout_s:g}s") from None
+    if proc.returncode != 0:
+        raise CommandFailed(
+            f"{argv[0]} exited {proc.returncode}: {err.decode(errors='replace').strip()[:200]}"
+        )
+    return out
+
+
+class GpuSource(Protocol):
+    name: str
+
+    async def read(self) -> list[GpuRecord]: ...
+
+    async def close(self) -> None: ...
+
+
+class CommandSource:
+    def __init__(
+        self, name: str, argv: Sequence[str], parse: Callable[[bytes], list[GpuRecord]], timeout_s: float
+    ):
+        self.name, self.argv, self.parse, self.timeout_s = name, list(argv), parse, timeout_s
+
+    async def read(self) -> list[GpuRecord]:
+        return self.parse(await run_command(self.argv, self.timeout_s))
+
+    async def close(self) -> None:
+        return None
+
+
+class LibrarySource:
+    """A blocking vendor library (amdsmi, NVML), opened lazily and read on a worker thread."""
+
+    def __init__(self, name: str, opener: Callable[[], AmdSmiLibrary | Nvml]) -> None:
+        self.name, self._opener = name, opener
+        self._lib: AmdSmiLibrary | Nvml | None = None
+
+    async def read(self) -> list[GpuRecord]:
+        if self._lib is None:
+            self._lib = await asyncio.to_thread(self._opener)
+        return await asyncio.to_thread(self._lib.read)
+
+    async def close(self) -> None:
+        if self._lib is not None:
+            await asyncio.to_thread(self._lib.close)
+
+
+class SysfsSource:
+    name = "sysfs"
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    async def read(self) -> list[GpuRecord]:
+        return await asyncio.to_thread(read_amdgpu_sysfs, self.root)
+
+    async def close(self) -> None:
+        return None
+
+
+def build_sources(settings: GpuSettings) -> list[GpuSource]:
+    timeout = settings.command_timeout_s
+    known: dict[str, Callable[[], GpuSource]] = {
+        "amdsmi": lambda: LibrarySource("amdsmi", AmdSmiLibrary),
+        "amd-smi": lambda: CommandSource(
+            "amd-smi", ["amd-smi", "metric", "--json"], parse_amd_smi_metric, timeout
+        ),
+        "rocm-smi": lambda: CommandSource("rocm-smi", ["rocm-smi", *ROCM_SMI_ARGS], parse_rocm_smi, timeout),
+        "sysfs": lambda: SysfsSource(settings.sysfs_root),
+        "nvml": lambda: LibrarySource("nvml", Nvml),
+        "nvidia-smi": lambda: CommandSource(
+            "nvidia-smi",
+            ["nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"],
+            parse_nvidia_smi_csv,
+            timeout,
+        ),
+    }
+    return [known[name]() for name in settings.sources]
+
+
+class GpuCollector(PolledCollector):
+    name = "gpu"
+    kind = "gpu"
+    settings: GpuSettings
+
+    def __init__(self, ctx: AgentContext, settings: GpuSettings) -> None:
+        super().__init__(ctx, settings)
+        self.source: GpuSource | None = None
+
+    async def detect(self) -> bool:
+        """Pick the first source that returns at least one GPU; ``CollectorUnavailable`` lists why each failed."""
+        reasons = []
+        for source in build_sources(self.settings):
+            try:
+                records = await source.read()
+            except Exception as exc:
+                reasons.append(f"{source.name}: {type(exc).__name__}: {exc}")
+                await source.close()
+                continue
+            if records:
+                self.source = source
+                self.health.source = source.name
+                return True
+            reasons.append(f"{source.name}: no GPU")
+            await source.close()
+        raise CollectorUnavailable("no GPU source works here (" + "; ".join(reasons) + ")")
+
+    async def collect(self) -> Sequence[Record]:
+        if self.source is None:
+            raise CollectorUnavailable("no GPU source")
+        return await self.source.read()
+
+    async def close(self) -> None:
+        if self.source is not None:
+            await self.source.close()

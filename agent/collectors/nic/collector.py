@@ -1,0 +1,40 @@
+"""``nic`` collector: RDMA ports and netdevs read from sysfs every interval, with rates from deltas.
+
+Absent (not failing) on a node with neither RDMA devices nor physical netdevs under the configured sysfs root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from agent.collectors.base import CollectorUnavailable, PolledCollector
+from agent.collectors.nic.rates import RateTracker
+from agent.collectors.nic.sysfs import read_nics
+from schemas.records import Record
+
+if TYPE_CHECKING:
+    from agent.runtime import AgentContext
+    from ranksight.config import NicSettings
+
+
+class NicCollector(PolledCollector):
+    name = "nic"
+    kind = "nic"
+    settings: NicSettings
+
+    def __init__(self, ctx: AgentContext, settings: NicSettings) -> None:
+        super().__init__(ctx, settings)
+        self.rates = RateTracker()
+
+    async def detect(self) -> bool:
+        if not await asyncio.to_thread(read_nics, self.settings.sysfs_root, self.settings.netdevs):
+            raise CollectorUnavailable(f"no RDMA port or physical netdev under {self.settings.sysfs_root}")
+        self.health.source = "sysfs"
+        return True
+
+    async def collect(self) -> Sequence[Record]:
+        records = await asyncio.to_thread(read_nics, self.settings.sysfs_root, self.settings.netdevs)
+        return self.rates.update(records, time.monotonic())

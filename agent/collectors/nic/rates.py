@@ -1,0 +1,98 @@
+"""Rates from successive counter samples: wrap (32- and 64-bit), reset, link transitions, vanished devices.
+
+A counter that went down either wrapped or was reset. Its width is inferred from the previous value (< 2**32: a 32-bit
+counter, else 64-bit); it wrapped if the wrapped delta is under half the range, otherwise it was reset (driver reload,
+``perfquery -R``) and that interval's delta is unknown, so rates that need it are null and ``counter_resets`` counts it.
+A device that vanishes is forgotten: when it comes back its first sample has no rates, like a new device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from agent.collectors.nic.sysfs import RDMA_WORD_BYTES
+from schemas.records import NicRecord
+
+# counters whose increase means frames were lost or corrupted
+ERROR_COUNTERS = frozenset({
+    "symbol_error", "port_rcv_errors", "port_xmit_discards", "port_rcv_remote_physical_errors",
+    "local_link_integrity_errors", "excessive_buffer_overrun_errors", "link_error_recovery",
+    "port_rcv_switch_relay_errors", "port_xmit_constraint_errors", "port_rcv_constraint_errors",
+    "out_of_sequence", "packet_seq_err", "local_ack_timeout_err",
+    "rx_errors", "tx_errors", "rx_crc_errors", "rx_frame_errors", "tx_carrier_errors",
+})  # fmt: skip
+# counters whose increase means congestion control is acting: CNPs sent/handled, ECN-marked packets
+CONGESTION_MARKS = ("cnp", "ecn")
+# counters that count link transitions: netdev carrier up+down changes, RDMA link-down events
+FLAP_COUNTERS = ("carrier_changes", "link_downed")
+
+
+def counter_delta(previous: int, current: int) -> int | None:
+    """Increase from ``previous`` to ``current``, across a wrap; ``None`` when the counter was reset."""
+    if current >= previous:
+        return current - previous
+    width = 2**32 if previous < 2**32 else 2**64
+    wrapped = width - previous + current
+    return wrapped if wrapped < width // 2 else None
+
+
+@dataclass
+class _Sample:
+    at_s: float
+    state: str | None
+    counters: dict[str, int]
+
+
+def _byte_keys(record: NicRecord) -> tuple[str, str, int]:
+    if record.kind == "rdma":
+        return "port_xmit_data", "port_rcv_data", RDMA_WORD_BYTES
+    return "tx_bytes", "rx_bytes", 1
+
+
+class RateTracker:
+    """Keeps the previous sample of each device; :meth:`update` returns the records with rates filled in."""
+
+    def __init__(self) -> None:
+        self._previous: dict[str, _Sample] = {}
+
+    def update(self, records: list[NicRecord], at_s: float) -> list[NicRecord]:
+        out = []
+        for record in records:
+            previous = self._previous.get(record.name)
+            self._previous[record.name] = _Sample(at_s, record.state, dict(record.counters))
+            if previous is None or at_s <= previous.at_s:
+                out.append(record)
+                continue
+            out.append(record.model_copy(update=self._rates(record, previous, at_s - previous.at_s)))
+        for name in set(self._previous) - {r.name for r in records}:
+            del self._previous[name]  # vanished: a later return starts afresh
+        return out
+
+    @staticmethod
+    def _rates(record: NicRecord, previous: _Sample, dt: float) -> dict[str, object]:
+        deltas = {
+            key: counter_delta(previous.counters[key], value)
+            for key, value in record.counters.items()
+            if key in previous.counters
+        }
+
+        def per_s(keys: list[str], scale: float = 1.0) -> float | None:
+            values = [deltas.get(k) for k in keys]
+            if not keys or any(v is None for v in values):
+                return None
+            return sum(v for v in values if v is not None) * scale / dt
+
+        tx, rx, word = _byte_keys(record)
+        flaps_counted = sum(deltas.get(k) or 0 for k in FLAP_COUNTERS)
+        state_changed = int(previous.state is not None and record.state != previous.state)
+        return {
+            "interval_s": dt,
+            "tx_bps": per_s([tx], word * 8) if tx in deltas else None,
+            "rx_bps": per_s([rx], word * 8) if rx in deltas else None,
+            "errors_per_s": per_s([k for k in deltas if k in ERROR_COUNTERS and deltas[k] is not None]),
+            "congestion_per_s": per_s(
+                [k for k in deltas if any(m in k.lower() for m in CONGESTION_MARKS) and deltas[k] is not None]
+            ),
+            "link_flaps": max(flaps_counted, state_changed),
+            "counter_resets": sum(1 for d in deltas.values() if d is None),
+        }

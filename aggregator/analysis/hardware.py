@@ -1,0 +1,177 @@
+"""GPU and NIC rules: the hardware evidence the straggler engine cites (design §5 "Analysis").
+
+Thresholds are constructor arguments with production defaults; ``sustained`` conditions must hold for ``*_for_s`` of
+consecutive samples before they fire, so one throttled or congested sample raises nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from aggregator.alerts import Condition
+from aggregator.hardware import NS, DeviceState, HardwareTracker
+from aggregator.state import LiveState
+from aggregator.timefmt import iso
+from schemas.records import GpuRecord, NicRecord
+
+LINK_UP_STATES = {
+    "up",
+    "active",
+    "unknown",
+}  # netdev operstate / RDMA port state ("unknown": no carrier concept)
+
+
+def hardware(state: LiveState) -> HardwareTracker:
+    return next(t for t in state.trackers if isinstance(t, HardwareTracker))
+
+
+def _where(dev: DeviceState[Any], rule: str, severity: str, summary: str, **evidence: Any) -> Condition:
+    return Condition(
+        rule=rule, severity=severity, cluster=dev.cluster, node=dev.node, key=dev.key,  # type: ignore[arg-type]
+        summary=f"{dev.node} {summary}", evidence={"last_seen": iso(dev.last_seen_ns), **evidence},
+    )  # fmt: skip
+
+
+def _alive_gpus(state: LiveState) -> Iterator[DeviceState[GpuRecord]]:
+    return (d for d in hardware(state).gpus.devices.values() if d.state == "alive")
+
+
+def _alive_nics(state: LiveState) -> Iterator[DeviceState[NicRecord]]:
+    return (d for d in hardware(state).nics.devices.values() if d.state == "alive")
+
+
+class GpuEccUncorrectableRule:
+    name = "gpu_ecc_uncorrectable"
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        for dev in _alive_gpus(state):
+            count = dev.record.ecc_uncorrectable
+            if count:
+                yield _where(dev, self.name, "critical", f"GPU {dev.key}: {count} uncorrectable ECC errors",
+                             ecc_uncorrectable=count, source=dev.record.source)  # fmt: skip
+
+
+class GpuThrottledRule:
+    name = "gpu_throttled"
+
+    def __init__(self, for_s: float = 30.0) -> None:
+        self.for_ns = int(for_s * NS)
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        for dev in _alive_gpus(state):
+            if dev.since_ns is not None and dev.last_seen_ns - dev.since_ns >= self.for_ns:
+                reasons = dev.record.throttle_reasons
+                yield _where(dev, self.name, "warning",
+                             f"GPU {dev.key} throttled for {(dev.last_seen_ns - dev.since_ns) / NS:.0f}s "
+                             f"({', '.join(reasons) or 'reason unknown'})",
+                             reasons=reasons, since=iso(dev.since_ns), sclk_hz=dev.record.sclk_hz,
+                             power_w=dev.record.power_w)  # fmt: skip
+
+
+class GpuOverheatingRule:
+    name = "gpu_overheating"
+
+    def __init__(self, edge_c: float = 90.0, junction_c: float = 105.0, memory_c: float = 95.0) -> None:
+        self.limits = {"temperature_edge_c": edge_c, "temperature_junction_c": junction_c,
+                       "temperature_memory_c": memory_c}  # fmt: skip
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        for dev in _alive_gpus(state):
+            hot = {f: getattr(dev.record, f) for f, limit in self.limits.items()
+                   if (getattr(dev.record, f) or 0) >= limit}  # fmt: skip
+            if hot:
+                text = ", ".join(f"{f.split('_')[1]} {v:.0f}C" for f, v in hot.items())
+                yield _where(dev, self.name, "warning", f"GPU {dev.key} overheating: {text}", **hot)
+
+
+class GpuMissingRule:
+    name = "gpu_missing"
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        for dev in hardware(state).gpus.devices.values():
+            if dev.state == "vanished":
+                yield _where(dev, self.name, "critical", f"GPU {dev.key} ({dev.record.bus_id or '?'}) disappeared",
+                             bus_id=dev.record.bus_id, uuid=dev.record.uuid)  # fmt: skip
+
+
+class NicLinkDownRule:
+    name = "nic_link_down"
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        for dev in hardware(state).nics.devices.values():
+            link = (dev.record.state or "unknown").lower()
+            if dev.state == "vanished":
+                yield _where(dev, self.name, "critical", f"NIC {dev.key} disappeared", state="vanished")
+            elif dev.state == "alive" and link not in LINK_UP_STATES:
+                yield _where(dev, self.name, "critical", f"NIC {dev.key} link is {dev.record.state}",
+                             state=dev.record.state, phys_state=dev.record.phys_state)  # fmt: skip
+
+
+class NicFlappingRule:
+    name = "nic_flapping"
+
+    def __init__(self, flaps: int = 3, window_s: float = 300.0) -> None:
+        self.flaps, self.window_ns = flaps, int(window_s * NS)
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        for dev in _alive_nics(state):
+            count = dev.flaps_since(now_ns - self.window_ns)
+            if count >= self.flaps:
+                yield _where(
+                    dev,
+                    self.name,
+                    "warning",
+                    f"NIC {dev.key} link changed {count} times in {self.window_ns // NS}s",
+                    flaps=count,
+                )
+
+
+class NicErrorsRisingRule:
+    name = "nic_errors_rising"
+
+    def __init__(self, per_s: float = 1.0) -> None:
+        self.per_s = per_s
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        for dev in _alive_nics(state):
+            rate = dev.record.errors_per_s
+            if rate is not None and rate >= self.per_s:
+                yield _where(
+                    dev,
+                    self.name,
+                    "warning",
+                    f"NIC {dev.key} errors rising at {rate:.1f}/s",
+                    errors_per_s=rate,
+                )
+
+
+class NicCongestionRule:
+    name = "nic_congestion"
+
+    def __init__(self, per_s: float = 1000.0, for_s: float = 30.0) -> None:
+        self.per_s, self.for_ns = per_s, int(for_s * NS)
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        for dev in _alive_nics(state):
+            rate = dev.record.congestion_per_s or 0.0
+            if (
+                rate >= self.per_s
+                and dev.since_ns is not None
+                and dev.last_seen_ns - dev.since_ns >= self.for_ns
+            ):
+                yield _where(
+                    dev,
+                    self.name,
+                    "warning",
+                    f"NIC {dev.key} congested: {rate:.0f} CNP/ECN per s",
+                    congestion_per_s=rate,
+                    since=iso(dev.since_ns),
+                )
+
+
+def hardware_rules() -> list[Any]:
+    return [
+        GpuEccUncorrectableRule(), GpuThrottledRule(), GpuOverheatingRule(), GpuMissingRule(),
+        NicLinkDownRule(), NicFlappingRule(), NicErrorsRisingRule(), NicCongestionRule(),
+    ]  # fmt: skip

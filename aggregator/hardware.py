@@ -1,0 +1,119 @@
+"""Live GPU and NIC state (design §5 "Reconcile"): the latest sample of each device, alive until receipt + TTL.
+
+A device whose facts expired while its node still reports other devices of the same kind has *vanished* (a GPU that fell
+off the bus, a NIC whose driver unbound); when the whole node goes quiet the devices are merely ``stale`` (node_silent
+covers that). Runs of conditions that must persist (throttling, congestion) and recent link flaps are tracked here so the
+rules stay stateless. Pure: the clock is the receipt time passed in.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Generic, Literal, TypeVar
+
+from schemas.envelope import Envelope
+from schemas.records import GpuRecord, NicRecord
+
+DeviceStateName = Literal["alive", "stale", "vanished"]
+R = TypeVar("R", GpuRecord, NicRecord)
+NS = 1_000_000_000  # not imported from aggregator.state, which imports this module
+FLAP_WINDOW_NS = 300 * NS
+
+
+@dataclass
+class DeviceState(Generic[R]):
+    cluster: str
+    node: str
+    key: str
+    record: R
+    last_seen_ns: int
+    expires_ns: int
+    state: DeviceStateName = "alive"
+    since_ns: int | None = None  # start of the current run of the sustained condition (throttled / congested)
+    flaps: deque[tuple[int, int]] = field(default_factory=deque)  # (receipt ns, transitions)
+
+    def flaps_since(self, since_ns: int) -> int:
+        return sum(n for at, n in self.flaps if at >= since_ns)
+
+
+class _DeviceTracker(Generic[R]):
+    kinds: frozenset[str]
+
+    def __init__(self) -> None:
+        self.devices: dict[tuple[str, str, str], DeviceState[R]] = {}
+
+    def _key(self, record: R) -> str:
+        raise NotImplementedError
+
+    def _sustained(self, record: R) -> bool:
+        raise NotImplementedError
+
+    def observe(self, env: Envelope, recv_ns: int) -> None:
+        for record in env.records:
+            key = (env.cluster, env.node, self._key(record))
+            current = self.devices.get(key)
+            if current is not None and current.last_seen_ns > recv_ns:
+                continue  # an older fact never replaces a newer one
+            state = DeviceState(env.cluster, env.node, key[2], record, recv_ns, recv_ns + int(env.ttl * NS))
+            if current is not None:
+                state.flaps = current.flaps
+                state.since_ns = current.since_ns
+            if not self._sustained(record):
+                state.since_ns = None
+            elif state.since_ns is None:
+                state.since_ns = recv_ns
+            if isinstance(record, NicRecord) and record.link_flaps:
+                state.flaps.append((recv_ns, record.link_flaps))
+            while state.flaps and state.flaps[0][0] < recv_ns - FLAP_WINDOW_NS:
+                state.flaps.popleft()
+            self.devices[key] = state
+
+    def tick(self, now_ns: int) -> None:
+        latest: dict[tuple[str, str], int] = {}
+        for (cluster, node, _), dev in self.devices.items():
+            latest[(cluster, node)] = max(latest.get((cluster, node), 0), dev.last_seen_ns)
+        for (cluster, node, _), dev in self.devices.items():
+            if now_ns < dev.expires_ns:
+                dev.state = "alive"
+            elif latest[(cluster, node)] > dev.expires_ns:
+                dev.state = "vanished"  # its node kept reporting after this device's facts expired
+            else:
+                dev.state = "stale"
+
+
+class GpuTracker(_DeviceTracker[GpuRecord]):
+    kinds = frozenset({"gpu"})
+
+    def _key(self, record: GpuRecord) -> str:
+        return str(record.index)
+
+    def _sustained(self, record: GpuRecord) -> bool:
+        return bool(record.throttled)
+
+
+class NicTracker(_DeviceTracker[NicRecord]):
+    kinds = frozenset({"nic"})
+
+    def _key(self, record: NicRecord) -> str:
+        return record.name
+
+    def _sustained(self, record: NicRecord) -> bool:
+        return bool(record.congestion_per_s)
+
+
+class HardwareTracker:
+    """GPUs and NICs together, so ``LiveState`` needs one line."""
+
+    kinds = frozenset({"gpu", "nic"})
+
+    def __init__(self) -> None:
+        self.gpus = GpuTracker()
+        self.nics = NicTracker()
+
+    def observe(self, env: Envelope, recv_ns: int) -> None:
+        (self.gpus if env.kind == "gpu" else self.nics).observe(env, recv_ns)
+
+    def tick(self, now_ns: int) -> None:
+        self.gpus.tick(now_ns)
+        self.nics.tick(now_ns)

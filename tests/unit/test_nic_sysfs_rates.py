@@ -1,0 +1,98 @@
+"""NIC sysfs reader on the captured tree, and rates on fake trees: wrap, reset, flaps, vanished devices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agent.collectors.nic.rates import RateTracker, counter_delta
+from agent.collectors.nic.sysfs import read_nics
+from tests.gpu_nic_support import SYSFS_TREE, write_tree
+
+PORT = "class/infiniband/mlx5_0/ports/1"
+
+
+def test_fixture_tree_ports_and_netdev() -> None:
+    nics = {n.name: n for n in read_nics(SYSFS_TREE)}
+    assert list(nics) == ["hfi1_0/1", "mlx4_0/1", "mlx4_0/2", "mlx5_0/1", "eth0"]
+    mlx5 = nics["mlx5_0/1"]
+    assert (mlx5.kind, mlx5.state, mlx5.phys_state, mlx5.link_layer) == (
+        "rdma",
+        "ACTIVE",
+        "ACTIVE",
+        "InfiniBand",
+    )
+    assert mlx5.speed_bps == 25e9
+    assert mlx5.tx_bytes == 2880761508848 * 4 and mlx5.rx_bytes == 18126345378 * 4
+    assert (mlx5.tx_packets, mlx5.rx_packets) == (10907922116, 541889824)
+    assert mlx5.counters["roce_slow_restart_cnps"] == 131 and mlx5.counters["out_of_sequence"] == 1
+    assert nics["hfi1_0/1"].phys_state == "LinkUp" and nics["hfi1_0/1"].speed_bps == 100e9
+    eth0 = nics["eth0"]
+    assert (eth0.kind, eth0.state, eth0.speed_bps, eth0.counters) == (
+        "netdev",
+        "up",
+        1e9,
+        {"carrier_changes": 2},
+    )
+
+
+@pytest.mark.parametrize(
+    ("previous", "current", "delta"),
+    [(10, 15, 5), (2**32 - 10, 5, 15), (2**64 - 1, 9, 10), (1000, 5, None), (5 * 10**12, 100, None)],
+)
+def test_counter_delta_wrap_and_reset(previous: int, current: int, delta: int | None) -> None:
+    assert counter_delta(previous, current) == delta
+
+
+def _port(root: Path, xmit: int, rcv: int, state: str = "4: ACTIVE", downed: int = 0, cnp: int = 0,
+          errors: int = 0) -> None:  # fmt: skip
+    write_tree(root, {
+        f"{PORT}/state": state, f"{PORT}/rate": "200 Gb/sec (4X HDR)", f"{PORT}/counters/port_xmit_data": xmit,
+        f"{PORT}/counters/port_rcv_data": rcv, f"{PORT}/counters/link_downed": downed,
+        f"{PORT}/counters/symbol_error": errors, f"{PORT}/hw_counters/np_cnp_sent": cnp,
+    })  # fmt: skip
+
+
+def test_rates_wrap_reset_and_congestion(tmp_path: Path) -> None:
+    tracker = RateTracker()
+    _port(tmp_path, xmit=2**32 - 250, rcv=1000)
+    (first,) = tracker.update(read_nics(tmp_path), at_s=100.0)
+    assert first.tx_bps is None and first.interval_s is None
+    _port(tmp_path, xmit=250, rcv=3000, cnp=4000, errors=6)  # xmit wrapped at 32 bits
+    (second,) = tracker.update(read_nics(tmp_path), at_s=102.0)
+    assert second.tx_bps == 500 * 4 * 8 / 2 and second.rx_bps == 2000 * 4 * 8 / 2
+    assert second.congestion_per_s == 2000 and second.errors_per_s == 3 and second.counter_resets == 0
+    _port(tmp_path, xmit=10, rcv=3500, cnp=4000)  # xmit and symbol_error reset (driver reload)
+    (third,) = tracker.update(read_nics(tmp_path), at_s=104.0)
+    assert third.tx_bps is None and third.rx_bps == 500 * 4 * 8 / 2
+    assert third.counter_resets == 2 and third.congestion_per_s == 0
+
+
+def test_link_flap_and_vanished_device(tmp_path: Path) -> None:
+    tracker = RateTracker()
+    write_tree(tmp_path, {"class/net/ens1/operstate": "up", "class/net/ens1/carrier_changes": 2,
+                          "class/net/ens1/statistics/tx_bytes": 100})  # fmt: skip
+    _port(tmp_path, xmit=0, rcv=0)
+    tracker.update(read_nics(tmp_path), at_s=1.0)
+    write_tree(tmp_path, {"class/net/ens1/operstate": "down", "class/net/ens1/carrier_changes": 3})
+    _port(tmp_path, xmit=0, rcv=0, state="1: DOWN", downed=1)
+    nics = {n.name: n for n in tracker.update(read_nics(tmp_path), at_s=3.0)}
+    assert nics["ens1"].state == "down" and nics["ens1"].link_flaps == 1
+    assert nics["mlx5_0/1"].state == "DOWN" and nics["mlx5_0/1"].link_flaps == 1
+    write_tree(tmp_path, {"class/net/ens1/operstate": "up", "class/net/ens1/carrier_changes": 8})
+    nics = {n.name: n for n in tracker.update(read_nics(tmp_path), at_s=5.0)}
+    assert nics["ens1"].link_flaps == 5  # counter saw more transitions than the two samples show
+    for path in sorted((tmp_path / "class/infiniband").rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    assert [n.name for n in tracker.update(read_nics(tmp_path), at_s=7.0)] == ["ens1"]
+    _port(tmp_path, xmit=5, rcv=5)  # back: treated as new, no rates from a stale baseline
+    back = {n.name: n for n in tracker.update(read_nics(tmp_path), at_s=9.0)}["mlx5_0/1"]
+    assert back.tx_bps is None and back.counter_resets == 0
+
+
+def test_virtual_netdevs_and_loopback_skipped(tmp_path: Path) -> None:
+    write_tree(tmp_path, {"devices/virtual/net/veth0/operstate": "up", "class/net/lo/operstate": "unknown"})
+    (tmp_path / "class/net/veth0").symlink_to(tmp_path / "devices/virtual/net/veth0")
+    assert read_nics(tmp_path) == []
+    assert [n.name for n in read_nics(tmp_path, netdevs=["veth0"])] == ["veth0"]

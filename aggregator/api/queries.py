@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from aggregator.api.sql import jsonable
-from aggregator.history import export_parquet
-from aggregator.api import ras_queries
 from aggregator.analysis.hardware import hardware
+from aggregator.api import ras_queries
+from aggregator.api.sql import jsonable
 from aggregator.hardware import DeviceState
+from aggregator.history import export_parquet
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
 
@@ -194,6 +194,8 @@ async def export(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
         raise RequestError("dir must be an absolute path (it is on the aggregator's host)")
     rows = await agg.sandbox.run(export_parquet, since, until, out)
     return ApiResponse.success(rows)
+
+
 def _device_rows(agg: Aggregator, kind: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     unknown = set(params) - {"cluster", "node"}
     if unknown:
@@ -201,8 +203,11 @@ def _device_rows(agg: Aggregator, kind: str, params: dict[str, Any]) -> list[dic
     tracker = hardware(agg.state)
     devices: dict[tuple[str, str, str], DeviceState[Any]] = (
         tracker.gpus.devices if kind == "gpu" else tracker.nics.devices  # type: ignore[assignment]
+    )
+    rows = []
     for (cluster, node, _), dev in sorted(devices.items()):
         if params.get("cluster") not in (None, cluster) or params.get("node") not in (None, node):
+            continue
         rows.append({"cluster": cluster, "node": node, "freshness": dev.state, "last_seen": iso(dev.last_seen_ns),
                      **dev.record.model_dump()})  # fmt: skip
     return rows

@@ -126,7 +126,7 @@ class Aggregator:
                         raise task.exception()  # type: ignore[misc]
             finally:
                 self._stopping = True
-                await asyncio.wait(tasks, timeout=5)  # let the current batch commit and be acked
+                await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks)
                 with contextlib.suppress(Exception):
                     await service.stop()

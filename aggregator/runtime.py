@@ -25,6 +25,7 @@ from agent.runtime import agent_version
 from aggregator.alerts import AlertEngine, Rule
 from aggregator.analysis import default_rules
 from aggregator.api.service import start_service
+from aggregator.probes import ProbePlanner
 from aggregator.state import NS, LiveState
 from aggregator.store import BatchResult, Incoming, Store
 from ranksight.config import Settings
@@ -101,6 +102,7 @@ class Aggregator:
             tasks = [
                 asyncio.create_task(self._ingest(js), name="ingest"),
                 asyncio.create_task(self._tick_loop(), name="tick"),
+                asyncio.create_task(ProbePlanner(self.settings.aggregator.probes).run(self), name="probe-planner"),
             ]
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
             self.ready.set()

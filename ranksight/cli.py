@@ -12,6 +12,7 @@ COMMAND_MODULES = [
     "agent.cli",
     "aggregator.cli",
     "ranksight.probe",
+    "aggregator.links_cli",
 ]
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from agent.collectors.base import Collector
 from agent.collectors.heartbeat import HeartbeatCollector
+from agent.collectors.probe import ProbeCollector
 
 COLLECTORS: dict[str, type[Collector]] = {
     "heartbeat": HeartbeatCollector,
+    "probe": ProbeCollector,
 }

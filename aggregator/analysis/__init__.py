@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from aggregator.alerts import Rule
+from aggregator.analysis.links import LinkDegradedRule
 from aggregator.analysis.nodes import NodeSilentRule
 
 
 def default_rules() -> list[Rule]:
-    return [NodeSilentRule()]
+    return [NodeSilentRule(), LinkDegradedRule()]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from aggregator.linkmap import link_rows
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
 
@@ -46,6 +47,15 @@ async def status(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     return ApiResponse.success(rows, meta=agg.status_meta())
 
 
+async def links(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    unknown = set(params) - {"cluster"}
+    if unknown:
+        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+    rows, skipped = link_rows(agg.state, params.get("cluster"))
+    return ApiResponse.success(rows, meta={"skipped": skipped})
+
+
 ENDPOINTS: dict[str, Query] = {
     "status": status,
+    "links": links,
 }

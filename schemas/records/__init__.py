@@ -8,6 +8,7 @@ from schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, Publishe
 from schemas.records.inspector import InspectorRecord
 from schemas.records.nic import NicRecord
 from schemas.records.probe import ProbeRecord
+from schemas.records.probe import ProbeEndpointRecord
 from schemas.records.ras import RasEventRecord, RasRecord
 
 RECORD_MODELS: dict[str, type[Record]] = {
@@ -18,6 +19,7 @@ RECORD_MODELS: dict[str, type[Record]] = {
     "gpu": GpuRecord,
     "nic": NicRecord,
     "probe": ProbeRecord,
+    "probe_endpoint": ProbeEndpointRecord,
 }
 
 __all__ = [
@@ -28,6 +30,7 @@ __all__ = [
     "InspectorRecord",
     "NicRecord",
     "ProbeRecord",
+    "ProbeEndpointRecord",
     "PublisherStats",
     "RasEventRecord",
     "RasRecord",

@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,6 +60,25 @@ def is_allowed(peer_ip: str, allow: Sequence[IpNetwork]) -> bool:
     return any(addr.version == net.version and addr in net for net in allow)
 
 
+def _any_address_socket(port: int) -> socket.socket:
+    """One dual-stack listening socket for all addresses, so that port 0 yields one port for IPv4 and IPv6."""
+    try:
+        sock = socket.socket(socket.AF_INET6, socket.SOCK_STREAM)
+        sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 0)
+        bind: tuple[str, int] = ("::", port)
+    except OSError:  # no IPv6 on this host
+        sock, bind = socket.socket(socket.AF_INET, socket.SOCK_STREAM), ("0.0.0.0", port)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(bind)
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    sock.setblocking(False)
+    return sock
+
+
 class ProbeServer:
     def __init__(
         self, host: str | None, port: int, allow: Sequence[IpNetwork] = (), limits: ServerLimits = ServerLimits()
@@ -74,7 +94,10 @@ class ProbeServer:
         self._server: asyncio.Server | None = None
 
     async def start(self) -> ProbeServer:
-        self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
+        if self.host is None:
+            self._server = await asyncio.start_server(self._handle, sock=_any_address_socket(self.port))
+        else:
+            self._server = await asyncio.start_server(self._handle, self.host, self.port, reuse_address=True)
         self.port = self._server.sockets[0].getsockname()[1]  # the real port when 0 was asked
         return self
 

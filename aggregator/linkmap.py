@@ -48,7 +48,9 @@ class Link:
     measured_ns: int
     expires_ns: int
     fresh: bool = True
-    history: deque[tuple[float | None, float | None]] = field(default_factory=deque)  # (upload, download), oldest first
+    history: deque[tuple[float | None, float | None]] = field(
+        default_factory=deque
+    )  # (upload, download), oldest first
 
     @property
     def key(self) -> LinkKey:
@@ -74,7 +76,9 @@ class LinkTracker:
             ep: ProbeEndpointRecord = env.records[-1]
             current = self.endpoints.get(node)
             if current is None or current.expires_ns <= expires:
-                self.endpoints[node] = Endpoint(env.cluster, env.node, ep.addrs, ep.port, ep.transport, ep.rail, expires)
+                self.endpoints[node] = Endpoint(
+                    env.cluster, env.node, ep.addrs, ep.port, ep.transport, ep.rail, expires
+                )
         else:
             for rec in env.records:
                 self._observe_probe(env.cluster, rec, recv_ns, expires)
@@ -116,7 +120,9 @@ def link_tracker(state: LiveState) -> LinkTracker:
     return next(t for t in state.trackers if isinstance(t, LinkTracker))
 
 
-def link_rows(state: LiveState, cluster: str | None = None) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+def link_rows(
+    state: LiveState, cluster: str | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """The link map as API rows, and the nodes whose heavy probes are skipped (they run a job)."""
     tracker = link_tracker(state)
     rows = []

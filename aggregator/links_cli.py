@@ -7,7 +7,14 @@ import asyncio
 import sys
 
 from aggregator.api.client import ApiUnavailable, query
-from ranksight.cliutil import EXIT_FAILED, EXIT_OK, add_config_flags, print_json, print_table, settings_from_args
+from ranksight.cliutil import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_config_flags,
+    print_json,
+    print_table,
+    settings_from_args,
+)
 
 COLUMNS = ["src", "dst", "transport", "dst_addr", "upload_bps", "download_bps", "rtt_us", "jitter_us", "measured",
            "expires", "state", "error"]  # fmt: skip

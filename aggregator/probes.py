@@ -32,7 +32,7 @@ Pair = tuple[str, str]  # (prober, probed), prober < probed
 
 def full_mesh_rounds(nodes: Sequence[str]) -> list[list[Pair]]:
     """Every unordered pair exactly once, in rounds of disjoint pairs (circle method)."""
-    ring: list[str | None] = sorted(nodes)
+    ring: list[str | None] = list(sorted(nodes))
     if len(ring) % 2:
         ring.append(None)  # the node paired with None sits the round out
     n, rounds = len(ring), []
@@ -116,13 +116,21 @@ class ProbePlanner:
             endpoints = {e.node: e for e in links.live_endpoints(cluster, now_ns)}
             for node in endpoints:
                 if links.runs_job(cluster, node, now_ns):
-                    self.skipped[node] = f"node {node} runs a job (fresh RAS or Inspector data): bandwidth not probed"
+                    self.skipped[node] = (
+                        f"node {node} runs a job (fresh RAS or Inspector data): bandwidth not probed"
+                    )
             if len(endpoints) <= self.settings.full_mesh_max_nodes:
                 schedule = full_mesh_rounds(list(endpoints))
             else:
-                schedule = disjoint_rounds(sampled_pairs(list(endpoints.values()), self.settings.random_pairs, self.rng))
+                schedule = disjoint_rounds(
+                    sampled_pairs(list(endpoints.values()), self.settings.random_pairs, self.rng)
+                )
             for round_pairs in schedule:
-                due = [p for p in (self._due(links, cluster, endpoints, pair, now_ns) for pair in round_pairs) if p]
+                due = [
+                    p
+                    for p in (self._due(links, cluster, endpoints, pair, now_ns) for pair in round_pairs)
+                    if p
+                ]
                 if due:
                     out.extend(due)
                     break
@@ -177,6 +185,11 @@ class ProbePlanner:
             log.warning("probe %s -> %s not sent: %s", probe.src, probe.dst, exc)
             return False
         if msg.headers and msg.headers.get("Nats-Service-Error"):
-            log.warning("probe %s -> %s failed on the agent: %s", probe.src, probe.dst, msg.headers["Nats-Service-Error"])
+            log.warning(
+                "probe %s -> %s failed on the agent: %s",
+                probe.src,
+                probe.dst,
+                msg.headers["Nats-Service-Error"],
+            )
             return False
         return json.loads(msg.data).get("error") is None

@@ -102,7 +102,9 @@ class Aggregator:
             tasks = [
                 asyncio.create_task(self._ingest(js), name="ingest"),
                 asyncio.create_task(self._tick_loop(), name="tick"),
-                asyncio.create_task(ProbePlanner(self.settings.aggregator.probes).run(self), name="probe-planner"),
+                asyncio.create_task(
+                    ProbePlanner(self.settings.aggregator.probes).run(self), name="probe-planner"
+                ),
             ]
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
             self.ready.set()

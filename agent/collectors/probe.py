@@ -60,7 +60,9 @@ class ProbeCollector(StreamingCollector):
             raise RuntimeError("the probe collector is not running on this node")
         budget = ProbeBudget(echo_count=cmd.echo_count, bandwidth=cmd.mode == "full", bytes=cmd.bytes,
                              seconds=cmd.seconds)  # fmt: skip
-        record = ProbeRecord(src=self.ctx.node, dst=cmd.peer, dst_addr=cmd.addr, mode=cmd.mode, skipped=cmd.skipped)
+        record = ProbeRecord(
+            src=self.ctx.node, dst=cmd.peer, dst_addr=cmd.addr, mode=cmd.mode, skipped=cmd.skipped
+        )
         async with self._probing:
             try:
                 result = await run_probe(cmd.addr, cmd.port, budget)
@@ -74,7 +76,9 @@ class ProbeCollector(StreamingCollector):
     async def _addresses(self) -> list[str]:
         if self.settings.advertise:
             return list(self.settings.advertise)
-        infos = await asyncio.get_running_loop().getaddrinfo(socket.gethostname(), None, type=socket.SOCK_STREAM)
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            socket.gethostname(), None, type=socket.SOCK_STREAM
+        )
         addrs = list(dict.fromkeys(str(info[4][0]) for info in infos))
         routable = [a for a in addrs if not ipaddress.ip_address(a.split("%", 1)[0]).is_loopback]
         return routable or addrs or ["127.0.0.1"]

@@ -15,9 +15,13 @@ DEFAULT_PORT = 28100
 
 def register_probe(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = kinds.add_parser("serve", help="run a link probe server (accepts any client unless --allow is given)")
-    s.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0 = any free)")
+    s.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0 = any free)"
+    )
     s.add_argument("--host", default=None, help="address to listen on (default: all)")
-    s.add_argument("--allow", nargs="+", default=[], metavar="CIDR", help="accept only clients from these networks")
+    s.add_argument(
+        "--allow", nargs="+", default=[], metavar="CIDR", help="accept only clients from these networks"
+    )
     s.set_defaults(func=serve)
 
     r = kinds.add_parser("run", help="probe one server: RTT, jitter, upload and download bandwidth")
@@ -73,5 +77,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result.as_dict())
     else:
-        print_table([result.as_dict()], ["rtt_us", "jitter_us", "upload_bps", "download_bps", "bytes", "duration_s"])
+        print_table(
+            [result.as_dict()], ["rtt_us", "jitter_us", "upload_bps", "download_bps", "bytes", "duration_s"]
+        )
     return EXIT_OK

@@ -62,7 +62,9 @@ async def run_probe(host: str, port: int, budget: ProbeBudget = ProbeBudget()) -
     return ProbeResult(rtt_us, jitter_us, upload, download, moved, time.monotonic() - started)
 
 
-async def _open(host: str, port: int, req: Request, timeout: float) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Reply]:
+async def _open(
+    host: str, port: int, req: Request, timeout: float
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, Reply]:
     reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
     writer.write(req.encode())
     await asyncio.wait_for(writer.drain(), timeout)
@@ -100,7 +102,9 @@ async def _upload(host: str, port: int, b: ProbeBudget) -> tuple[float | None, i
         if writer.can_write_eof():
             writer.write_eof()
         # the server measured what it received: (bytes, timed bytes, timed ns)
-        result = Reply.decode(await asyncio.wait_for(reader.readexactly(REPLY_SIZE), grant.c / 1000 + 2 * b.timeout_s))
+        result = Reply.decode(
+            await asyncio.wait_for(reader.readexactly(REPLY_SIZE), grant.c / 1000 + 2 * b.timeout_s)
+        )
     finally:
         writer.close()
     return rate_bps(result.b, result.c), result.a

@@ -15,6 +15,7 @@ its socket buffer fill, which overstates the rate). Rates are in bits per second
 from __future__ import annotations
 
 import enum
+import itertools
 import statistics
 import struct
 from collections.abc import Sequence
@@ -129,5 +130,5 @@ def rtt_stats_us(samples_ns: Sequence[int]) -> tuple[float | None, float | None]
     rtt = statistics.median(samples_ns) / 1e3
     if len(samples_ns) < 2:
         return rtt, None
-    diffs = [abs(b - a) for a, b in zip(samples_ns, samples_ns[1:], strict=False)]
+    diffs = [abs(b - a) for a, b in itertools.pairwise(samples_ns)]
     return rtt, sum(diffs) / len(diffs) / 1e3

@@ -81,7 +81,11 @@ def _any_address_socket(port: int) -> socket.socket:
 
 class ProbeServer:
     def __init__(
-        self, host: str | None, port: int, allow: Sequence[IpNetwork] = (), limits: ServerLimits = ServerLimits()
+        self,
+        host: str | None,
+        port: int,
+        allow: Sequence[IpNetwork] = (),
+        limits: ServerLimits = ServerLimits(),
     ) -> None:
         self.host, self.port = host, port
         self.allow = list(allow)
@@ -169,4 +173,3 @@ class ProbeServer:
             writer.write(Reply(Status.OK, meter.total, meter.timed, meter.elapsed_ns).encode())
         else:
             await send_for(writer, nbytes, budget_ms / 1000, lim.io_timeout_s)
-

@@ -8,7 +8,9 @@ import time
 from agent.probe.protocol import CHUNK, ReceiveMeter
 
 
-async def receive_timed(reader: asyncio.StreamReader, limit: int, deadline_s: float, io_timeout_s: float) -> ReceiveMeter:
+async def receive_timed(
+    reader: asyncio.StreamReader, limit: int, deadline_s: float, io_timeout_s: float
+) -> ReceiveMeter:
     """Read until ``limit`` bytes, EOF or the deadline; time what arrives."""
     meter = ReceiveMeter()
     end = time.monotonic() + deadline_s

@@ -22,22 +22,27 @@ DIRECTIONS = ("upload_bps", "download_bps")
 class LinkDegradedRule:
     name = "link_degraded"
 
-    def __init__(self, settings: ProbePlannerSettings = ProbePlannerSettings()) -> None:
+    def __init__(self, settings: ProbePlannerSettings | None = None) -> None:
+        settings = settings or ProbePlannerSettings.model_validate({})
         self.ratio = settings.degraded_ratio
         self.min_history = settings.min_history
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         measured = [link for link in link_tracker(state).links.values() if link.fresh and _full(link)]
         for link in measured:
-            peers = [p for p in measured if p is not link and (p.cluster, p.transport) == (link.cluster, link.transport)]
+            peers = [
+                p
+                for p in measured
+                if p is not link and (p.cluster, p.transport) == (link.cluster, link.transport)
+            ]
             findings = {}
             for i, direction in enumerate(DIRECTIONS):
                 value = getattr(link.record, direction)
                 if value is None:
                     continue
-                own = [h[i] for h in list(link.history)[:-1] if h[i] is not None]
-                others = [getattr(p.record, direction) for p in peers if getattr(p.record, direction) is not None]
-                baselines = {}
+                own: list[float] = [v for h in list(link.history)[:-1] if (v := h[i]) is not None]
+                others: list[float] = [v for p in peers if (v := getattr(p.record, direction)) is not None]
+                baselines: dict[str, float] = {}
                 if len(own) >= self.min_history:
                     baselines["own_history_median_bps"] = statistics.median(own)
                 if len(others) >= 2:

@@ -7,8 +7,7 @@ from schemas.records.gpu import GpuRecord
 from schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
 from schemas.records.inspector import InspectorRecord
 from schemas.records.nic import NicRecord
-from schemas.records.probe import ProbeRecord
-from schemas.records.probe import ProbeEndpointRecord
+from schemas.records.probe import ProbeEndpointRecord, ProbeRecord
 from schemas.records.ras import RasEventRecord, RasRecord
 
 RECORD_MODELS: dict[str, type[Record]] = {
@@ -29,8 +28,8 @@ __all__ = [
     "HeartbeatRecord",
     "InspectorRecord",
     "NicRecord",
-    "ProbeRecord",
     "ProbeEndpointRecord",
+    "ProbeRecord",
     "PublisherStats",
     "RasEventRecord",
     "RasRecord",

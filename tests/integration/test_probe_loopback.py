@@ -31,9 +31,13 @@ async def test_probe_measures_rtt_jitter_and_both_directions() -> None:
 
 
 async def test_server_clamps_grants_to_its_limits() -> None:
-    server = await ProbeServer("127.0.0.1", 0, limits=ServerLimits(max_bytes=1024**2, max_echo_count=5)).start()
+    server = await ProbeServer(
+        "127.0.0.1", 0, limits=ServerLimits(max_bytes=1024**2, max_echo_count=5)
+    ).start()
     try:
-        result = await run_probe("127.0.0.1", server.port, ProbeBudget(echo_count=500, bytes=64 * 1024**2, seconds=2))
+        result = await run_probe(
+            "127.0.0.1", server.port, ProbeBudget(echo_count=500, bytes=64 * 1024**2, seconds=2)
+        )
     finally:
         await server.stop()
     assert result.bytes == 2 * 64 * 5 + 2 * 1024**2
@@ -57,15 +61,20 @@ async def test_server_answers_busy_beyond_max_concurrent() -> None:
         with pytest.raises(ProbeError, match="is busy"):
             await run_probe("127.0.0.1", server.port, FAST)
         hog.close()
-        await wait_for(lambda: server.active == 0, timeout=5)  # the silent client is dropped after io_timeout_s
+        await wait_for(
+            lambda: server.active == 0, timeout=5
+        )  # the silent client is dropped after io_timeout_s
         assert (await run_probe("127.0.0.1", server.port, FAST)).rtt_us is not None
     finally:
         await server.stop()
 
 
 async def test_cli_serve_and_run_json() -> None:
-    serve = subprocess.Popen(ranksight_cmd("probe", "serve", "--port", "0", "--allow", "127.0.0.0/8"),
-                             stderr=subprocess.PIPE, text=True)  # fmt: skip
+    serve = subprocess.Popen(  # noqa: ASYNC220 - started once, read off the loop below
+        ranksight_cmd("probe", "serve", "--port", "0", "--allow", "127.0.0.0/8"),
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert serve.stderr is not None
         line = await asyncio.wait_for(asyncio.to_thread(serve.stderr.readline), 20)
@@ -96,7 +105,9 @@ def _node_settings(settings: Settings, node: str) -> Settings:
 def _fast_planner(settings: Settings) -> Settings:
     probes = settings.aggregator.probes.model_copy(update={"round_pause_s": 0.1, "seconds": 0.2,
                                                            "bytes": 4 * 1024**2, "echo_count": 10})  # fmt: skip
-    return settings.model_copy(update={"aggregator": settings.aggregator.model_copy(update={"probes": probes})})
+    return settings.model_copy(
+        update={"aggregator": settings.aggregator.model_copy(update={"probes": probes})}
+    )
 
 
 async def test_agents_and_planner_fill_the_link_map(settings: Settings) -> None:

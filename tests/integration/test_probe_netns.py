@@ -81,7 +81,9 @@ def namespaces() -> Iterator[list[str]]:
             server.terminate()
             server.wait(10)
         for ns in made:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)  # takes its veth end along
+            subprocess.run(
+                ["ip", "netns", "del", ns], capture_output=True, timeout=10
+            )  # takes its veth end along
         for i in (1, 2, 3):
             subprocess.run(["ip", "link", "del", f"{TAG}h{i}"], capture_output=True, timeout=10)
 

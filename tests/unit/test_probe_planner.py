@@ -70,7 +70,9 @@ def _measure(state: LiveState, src: str, dst: str, addr: str, at: int, up: float
     state.observe(_env("probe", src, [rec], ttl=ttl), at)
 
 
-def _run_rounds(planner: ProbePlanner, state: LiveState, now: int, ttl: float = 60) -> list[list[tuple[str, str]]]:
+def _run_rounds(
+    planner: ProbePlanner, state: LiveState, now: int, ttl: float = 60
+) -> list[list[tuple[str, str]]]:
     """Plan rounds until nothing is due, 'measuring' each planned probe right away."""
     rounds = []
     for _ in range(100):
@@ -118,7 +120,9 @@ def test_only_the_expired_link_is_reprobed() -> None:
 
 def test_busy_node_gets_light_probe_and_says_why() -> None:
     state = _state(["a", "b", "c", "d"])
-    state.observe(_env("ras", "b", [RasRecord(endpoint="localhost:28028", format="json", health="ok")], ttl=30), T0)
+    state.observe(
+        _env("ras", "b", [RasRecord(endpoint="localhost:28028", format="json", health="ok")], ttl=30), T0
+    )
     planner = ProbePlanner(ProbePlannerSettings(), seed=0)
     state.tick(T0)
     planned = []

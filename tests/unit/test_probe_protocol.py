@@ -5,7 +5,16 @@ from __future__ import annotations
 import pytest
 
 from agent.probe.cli import parse_target
-from agent.probe.protocol import Op, ProtocolError, ReceiveMeter, Reply, Request, Status, rate_bps, rtt_stats_us
+from agent.probe.protocol import (
+    Op,
+    ProtocolError,
+    ReceiveMeter,
+    Reply,
+    Request,
+    Status,
+    rate_bps,
+    rtt_stats_us,
+)
 from agent.probe.server import is_allowed, parse_networks
 
 
@@ -60,7 +69,7 @@ def test_allow_list() -> None:
     assert not is_allowed("192.168.1.1", allow)
     assert not is_allowed("garbage", allow)
     assert is_allowed("192.168.1.1", [])  # no list: anyone (the by-hand server)
-    with pytest.raises(ValueError, match="not an address or CIDR: '10.0.0/33'"):
+    with pytest.raises(ValueError, match=r"not an address or CIDR: '10\.0\.0/33'"):
         parse_networks(["10.0.0/33"])
 
 

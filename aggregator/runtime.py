@@ -27,6 +27,7 @@ from aggregator.analysis import default_rules
 from aggregator.api.service import start_service
 from aggregator.api.sql import SqlSandbox
 from aggregator.history import retention_loop
+from aggregator.probes import ProbePlanner
 from aggregator.state import NS, LiveState
 from aggregator.store import BatchResult, Incoming, Store
 from ranksight.aio import cancel_all
@@ -114,6 +115,9 @@ class Aggregator:
                         self.settings.aggregator.query.retention_interval_s,
                     ),
                     name="retention",
+                ),
+                asyncio.create_task(
+                    ProbePlanner(self.settings.aggregator.probes).run(self), name="probe-planner"
                 ),
             ]
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)

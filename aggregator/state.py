@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol
 
 from aggregator.hardware import HardwareTracker
 from aggregator.jobs import JobTracker
+from aggregator.linkmap import LinkTracker
 from schemas.envelope import Envelope
 from schemas.records import HeartbeatRecord
 
@@ -92,6 +93,7 @@ class LiveState:
         self.jobs = JobTracker()
         self.trackers.append(self.jobs)
         self.trackers.append(HardwareTracker())
+        self.trackers.append(LinkTracker())
         self.now_ns = 0
 
     @property

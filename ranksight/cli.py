@@ -14,6 +14,8 @@ COMMAND_MODULES = [
     "aggregator.api.cli",
     "ranksight.parse",
     "agent.collectors.ras.cli",
+    "ranksight.probe",
+    "aggregator.links_cli",
 ]
 
 

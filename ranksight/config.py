@@ -95,7 +95,36 @@ class NicSettings(CollectorSettings):
 
 
 class ProbeSettings(CollectorSettings):
-    interval_s: float = Field(60.0, gt=0)
+    interval_s: float = Field(30.0, gt=0, description="how often the node announces its probe endpoint")
+    ttl_s: float | None = Field(
+        300.0, gt=0, description="a link measurement's lifetime; the planner re-probes after"
+    )
+    port: int = Field(28100, ge=0, le=65535, description="probe server TCP port (0: any free port)")
+    listen_host: str | None = Field(None, description="address the probe server listens on; default: all")
+    advertise: list[str] = Field(
+        default_factory=list,
+        description="addresses peers probe this node on; default: what the hostname resolves to",
+    )
+    rail: str | None = Field(
+        None, description="rail or network group of this node (the planner pairs same-rail nodes)"
+    )
+    allow: list[str] = Field(
+        default_factory=lambda: [
+            "10.0.0.0/8",
+            "172.16.0.0/12",
+            "192.168.0.0/16",
+            "127.0.0.0/8",
+            "fc00::/7",
+            "::1/128",
+        ],
+        description="CIDRs whose clients the probe server accepts",
+    )
+    max_concurrent: int = Field(2, ge=1, description="probes served at once; more are answered busy")
+    max_bytes: int = Field(
+        256 * 1024**2, ge=1, description="bytes per probe direction the server grants at most"
+    )
+    max_seconds: float = Field(5.0, gt=0, description="seconds per probe direction the server grants at most")
+    max_bytes_per_minute: int = Field(4 * 1024**3, ge=1, description="all probes served together")
 
 
 class CollectorsSettings(Section):
@@ -132,6 +161,29 @@ class QuerySettings(Section):
     )
 
 
+class ProbePlannerSettings(Section):
+    enabled: bool = True
+    round_pause_s: float = Field(1.0, ge=0, description="pause between probe rounds")
+    full_mesh_max_nodes: int = Field(
+        16, ge=2, description="above this many nodes, probe a sampled set of pairs"
+    )
+    random_pairs: int = Field(4, ge=0, description="random pairs added to the sampled set each round")
+    echo_count: int = Field(50, ge=1, le=1000, description="small echoes per RTT measurement")
+    bytes: int = Field(64 * 1024**2, ge=1, description="byte budget per direction of a full probe")
+    seconds: float = Field(1.0, gt=0, le=30, description="time budget per direction of a full probe")
+    command_timeout_s: float = Field(30.0, gt=0)
+    degraded_ratio: float = Field(
+        0.5,
+        gt=0,
+        lt=1,
+        description="link_degraded: bandwidth below this share of its history or of comparable links",
+    )
+    history: int = Field(20, ge=2, description="measurements kept per link for its own baseline")
+    min_history: int = Field(
+        3, ge=1, description="earlier measurements needed before comparing a link to itself"
+    )
+
+
 class AggregatorSettings(Section):
     db_path: Path | None = Field(None, description="DuckDB file; default <state_dir>/ranksight.duckdb")
     stream: str = "RANKSIGHT_EVENTS"
@@ -150,6 +202,7 @@ class AggregatorSettings(Section):
     replay_window_s: float = Field(3600, gt=0, description="history replayed into live state at start")
     retention_days: float = Field(30, gt=0)
     query: QuerySettings = Field(default_factory=QuerySettings)
+    probes: ProbePlannerSettings = ProbePlannerSettings()
 
 
 class Settings(BaseSettings):

@@ -9,6 +9,7 @@ from agent.collectors.base import Collector
 from agent.collectors.gpu.collector import GpuCollector
 from agent.collectors.heartbeat import HeartbeatCollector
 from agent.collectors.nic.collector import NicCollector
+from agent.collectors.probe import ProbeCollector
 from agent.collectors.ras.collector import RasCollector
 
 COLLECTORS: dict[str, type[Collector]] = {
@@ -16,4 +17,5 @@ COLLECTORS: dict[str, type[Collector]] = {
     "ras": RasCollector,
     "gpu": GpuCollector,
     "nic": NicCollector,
+    "probe": ProbeCollector,
 }

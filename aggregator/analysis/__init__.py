@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aggregator.alerts import Rule
 from aggregator.analysis.hardware import hardware_rules
+from aggregator.analysis.links import LinkDegradedRule
 from aggregator.analysis.nodes import NodeSilentRule
 from aggregator.analysis.ras import ras_rules
 
@@ -13,4 +14,5 @@ def default_rules() -> list[Rule]:
         NodeSilentRule(),
         *ras_rules(),
         *hardware_rules(),
+        LinkDegradedRule(),
     ]

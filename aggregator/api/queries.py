@@ -14,6 +14,7 @@ from aggregator.api import ras_queries
 from aggregator.api.sql import jsonable
 from aggregator.hardware import DeviceState
 from aggregator.history import export_parquet
+from aggregator.linkmap import link_rows
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
 
@@ -221,6 +222,14 @@ async def nics(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     return ApiResponse.success(_device_rows(agg, "nic", params))
 
 
+async def links(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    unknown = set(params) - {"cluster"}
+    if unknown:
+        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+    rows, skipped = link_rows(agg.state, params.get("cluster"))
+    return ApiResponse.success(rows, meta={"skipped": skipped})
+
+
 ENDPOINTS: dict[str, Query] = {
     "status": status,
     "nodes": nodes,
@@ -231,4 +240,5 @@ ENDPOINTS: dict[str, Query] = {
     "comms": ras_queries.comms,
     "gpus": gpus,
     "nics": nics,
+    "links": links,
 }

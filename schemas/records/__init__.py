@@ -7,7 +7,7 @@ from schemas.records.gpu import GpuLink, GpuRecord
 from schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
 from schemas.records.inspector import InspectorRecord
 from schemas.records.nic import NicRecord
-from schemas.records.probe import ProbeRecord
+from schemas.records.probe import ProbeEndpointRecord, ProbeRecord
 from schemas.records.ras import RasEventRecord, RasRecord
 
 RECORD_MODELS: dict[str, type[Record]] = {
@@ -18,6 +18,7 @@ RECORD_MODELS: dict[str, type[Record]] = {
     "gpu": GpuRecord,
     "nic": NicRecord,
     "probe": ProbeRecord,
+    "probe_endpoint": ProbeEndpointRecord,
 }
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "HeartbeatRecord",
     "InspectorRecord",
     "NicRecord",
+    "ProbeEndpointRecord",
     "ProbeRecord",
     "PublisherStats",
     "RasEventRecord",

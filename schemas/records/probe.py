@@ -1,8 +1,19 @@
-"""``probe``: one active link measurement from this node to a peer."""
+"""``probe``: one active link measurement from this node to a peer; ``probe_endpoint``: where a node can be probed.
+
+``ProbeCommand`` is the body of the ``probe`` agent command the aggregator's planner sends
+(``<prefix>.agent.<cluster>.<node>.probe``); the agent answers with the resulting :class:`ProbeRecord` as JSON.
+Rates are bits per second, timed on the receiving side.
+"""
 
 from __future__ import annotations
 
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
 from schemas.records.base import Record
+
+ProbeMode = Literal["full", "light"]  # light: RTT and jitter only (a node runs a job)
 
 
 class ProbeRecord(Record):
@@ -10,10 +21,34 @@ class ProbeRecord(Record):
     dst: str
     transport: str = "tcp"
     dst_addr: str
+    mode: ProbeMode = "full"
     rtt_us: float | None = None
     jitter_us: float | None = None
-    upload_bps: float | None = None
-    download_bps: float | None = None
+    upload_bps: float | None = None  # src -> dst
+    download_bps: float | None = None  # dst -> src
     bytes: int = 0
     duration_s: float = 0.0
+    skipped: str | None = None  # why bandwidth was not measured, when it was not
     error: str | None = None
+
+
+class ProbeEndpointRecord(Record):
+    """Announced by every agent's probe collector each interval: the planner probes only nodes it has heard of."""
+
+    addrs: list[str]
+    port: int
+    transport: str = "tcp"
+    rail: str | None = None
+
+
+class ProbeCommand(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    peer: str = Field(min_length=1, description="the destination node's name")
+    addr: str = Field(min_length=1)
+    port: int = Field(ge=1, le=65535)
+    mode: ProbeMode = "full"
+    skipped: str | None = None
+    echo_count: int = Field(50, ge=1, le=1000)
+    bytes: int = Field(64 * 1024**2, ge=1)
+    seconds: float = Field(1.0, gt=0, le=30)

@@ -1,0 +1,84 @@
+"""``probe``: runs this node's probe server, announces where it listens, and runs the probes the planner commands.
+
+The aggregator's planner decides who probes whom (``aggregator/probes.py``); this collector only obeys the ``probe``
+command (``<prefix>.agent.<cluster>.<node>.probe``, body :class:`~schemas.records.probe.ProbeCommand`), measures with
+the probe client and publishes the result as a ``probe`` record, which it also returns as the command's answer.
+A failed measurement is a record too (``error`` set): a link that cannot be probed is a finding, not a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+from typing import TYPE_CHECKING, Any
+
+from agent.collectors.base import Emit, StreamingCollector
+from agent.probe.client import ProbeBudget, ProbeError, run_probe
+from agent.probe.server import ProbeServer, ServerLimits, parse_networks
+from schemas.records.probe import ProbeCommand, ProbeEndpointRecord, ProbeRecord
+
+if TYPE_CHECKING:
+    from agent.runtime import AgentContext
+    from ranksight.config import ProbeSettings
+
+
+class ProbeCollector(StreamingCollector):
+    name = "probe"
+    kind = "probe"
+    durable = True
+    settings: ProbeSettings
+
+    def __init__(self, ctx: AgentContext, settings: ProbeSettings) -> None:  # type: ignore[override]
+        super().__init__(ctx, settings)
+        limits = ServerLimits(settings.max_concurrent, settings.max_bytes, settings.max_seconds,
+                              settings.max_bytes_per_minute)  # fmt: skip
+        self.server = ProbeServer(settings.listen_host, settings.port, parse_networks(settings.allow), limits)
+        self._emit: Emit | None = None
+        self._probing = asyncio.Lock()  # one outgoing probe at a time: the planner never asks for two
+        ctx.add_command("probe", self.command)
+
+    async def run(self, emit: Emit) -> None:
+        await self.server.start()
+        self._emit = emit
+        try:
+            while True:
+                endpoint = ProbeEndpointRecord(addrs=await self._addresses(), port=self.server.port,
+                                               rail=self.settings.rail)  # fmt: skip
+                await self.ctx.batcher.add("probe_endpoint", [endpoint], 3 * self.settings.interval_s, False)
+                await asyncio.sleep(self.settings.interval_s)
+        finally:
+            self._emit = None
+            await self.server.stop()
+
+    async def close(self) -> None:
+        await self.server.stop()
+
+    async def command(self, body: dict[str, Any]) -> dict[str, Any]:
+        cmd = ProbeCommand.model_validate(body)
+        if self._emit is None:
+            raise RuntimeError("the probe collector is not running on this node")
+        budget = ProbeBudget(echo_count=cmd.echo_count, bandwidth=cmd.mode == "full", bytes=cmd.bytes,
+                             seconds=cmd.seconds)  # fmt: skip
+        record = ProbeRecord(
+            src=self.ctx.node, dst=cmd.peer, dst_addr=cmd.addr, mode=cmd.mode, skipped=cmd.skipped
+        )
+        async with self._probing:
+            try:
+                result = await run_probe(cmd.addr, cmd.port, budget)
+            except ProbeError as exc:
+                record.error = str(exc)
+            else:
+                record = record.model_copy(update=result.as_dict())
+        await self._emit([record])
+        return record.model_dump()
+
+    async def _addresses(self) -> list[str]:
+        if self.settings.advertise:
+            return list(self.settings.advertise)
+        infos = await asyncio.get_running_loop().getaddrinfo(
+            socket.gethostname(), None, type=socket.SOCK_STREAM
+        )
+        addrs = list(dict.fromkeys(str(info[4][0]) for info in infos))
+        routable = [a for a in addrs if not ipaddress.ip_address(a.split("%", 1)[0]).is_loopback]
+        return routable or addrs or ["127.0.0.1"]

@@ -1,0 +1,69 @@
+"""``link_degraded``: a link whose bandwidth fell well below its own history or below the median of comparable links.
+
+Comparable links: the other fresh, fully measured links of the same cluster and transport. Each direction (upload =
+src -> dst, download = dst -> src) is judged on its own; a link needs ``min_history`` earlier measurements before it is
+compared with itself, and at least two other links before it is compared with its peers.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterator
+
+from aggregator.alerts import Condition
+from aggregator.linkmap import Link, link_tracker
+from aggregator.state import LiveState
+from aggregator.timefmt import iso
+from ranksight.config import ProbePlannerSettings
+
+DIRECTIONS = ("upload_bps", "download_bps")
+
+
+class LinkDegradedRule:
+    name = "link_degraded"
+
+    def __init__(self, settings: ProbePlannerSettings | None = None) -> None:
+        settings = settings or ProbePlannerSettings.model_validate({})
+        self.ratio = settings.degraded_ratio
+        self.min_history = settings.min_history
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        measured = [link for link in link_tracker(state).links.values() if link.fresh and _full(link)]
+        for link in measured:
+            peers = [
+                p
+                for p in measured
+                if p is not link and (p.cluster, p.transport) == (link.cluster, link.transport)
+            ]
+            findings = {}
+            for i, direction in enumerate(DIRECTIONS):
+                value = getattr(link.record, direction)
+                if value is None:
+                    continue
+                own: list[float] = [v for h in list(link.history)[:-1] if (v := h[i]) is not None]
+                others: list[float] = [v for p in peers if (v := getattr(p.record, direction)) is not None]
+                baselines: dict[str, float] = {}
+                if len(own) >= self.min_history:
+                    baselines["own_history_median_bps"] = statistics.median(own)
+                if len(others) >= 2:
+                    baselines["comparable_median_bps"] = statistics.median(others)
+                below = {k: v for k, v in baselines.items() if value < self.ratio * v}
+                if below:
+                    findings[direction] = {"value_bps": value, **below}
+            if findings:
+                worst = min(findings.items(), key=lambda kv: kv[1]["value_bps"])
+                yield Condition(
+                    rule=self.name,
+                    severity="warning",
+                    cluster=link.cluster,
+                    node=link.src,
+                    key=f"{link.src}->{link.dst}/{link.transport}/{link.dst_addr}",
+                    summary=(f"link {link.src} -> {link.dst} ({link.dst_addr}) {worst[0].removesuffix('_bps')} "
+                             f"{worst[1]['value_bps'] / 1e6:.1f} Mbit/s, below {self.ratio:.0%} of its baseline"),
+                    evidence={"dst": link.dst, "dst_addr": link.dst_addr, "measured": iso(link.measured_ns),
+                              **findings},
+                )  # fmt: skip
+
+
+def _full(link: Link) -> bool:
+    return link.record.mode == "full" and link.record.error is None

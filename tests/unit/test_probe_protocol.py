@@ -1,0 +1,81 @@
+"""Probe wire frames and measurement arithmetic (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.probe.cli import parse_target
+from agent.probe.protocol import (
+    Op,
+    ProtocolError,
+    ReceiveMeter,
+    Reply,
+    Request,
+    Status,
+    rate_bps,
+    rtt_stats_us,
+)
+from agent.probe.server import is_allowed, parse_networks
+
+
+def test_request_and_reply_round_trip() -> None:
+    req = Request(Op.UPLOAD, 5 * 1024**3, 7, 1500)
+    assert Request.decode(req.encode()) == req
+    rep = Reply(Status.BUSY, 1, 2, 3)
+    assert Reply.decode(rep.encode()) == rep
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "must be 24 bytes"),
+        (b"HTTP" + bytes(20), "bad magic"),
+        (b"RSPB\x09" + bytes(19), "unknown probe operation 9"),
+    ],
+)
+def test_request_rejects_foreign_bytes(data: bytes, message: str) -> None:
+    with pytest.raises(ProtocolError, match=message):
+        Request.decode(data)
+
+
+def test_reply_rejects_unknown_status() -> None:
+    with pytest.raises(ProtocolError, match="unknown reply status 7"):
+        Reply.decode(b"RSPB\x07" + bytes(27))
+
+
+def test_rtt_is_median_and_jitter_mean_of_successive_differences() -> None:
+    rtt, jitter = rtt_stats_us([100_000, 300_000, 200_000, 1_000_000])
+    assert rtt == 250.0  # median of 100, 300, 200, 1000 us
+    assert jitter == pytest.approx((200 + 100 + 800) / 3)
+    assert rtt_stats_us([]) == (None, None)
+    assert rtt_stats_us([5000]) == (5.0, None)
+
+
+def test_receive_meter_times_from_first_chunk() -> None:
+    meter = ReceiveMeter()
+    meter.chunk(1000, 10_000)  # clock starts here; these bytes are not timed
+    meter.chunk(500_000, 2_010_000)
+    meter.chunk(500_000, 4_010_000)
+    assert (meter.total, meter.timed, meter.elapsed_ns) == (1_001_000, 1_000_000, 4_000_000)
+    assert rate_bps(meter.timed, meter.elapsed_ns) == pytest.approx(2e9)  # 1 MB in 4 ms = 2 Gbit/s
+    assert rate_bps(0, 0) is None
+
+
+def test_allow_list() -> None:
+    allow = parse_networks(["10.0.0.0/8", "::1"])
+    assert is_allowed("10.1.2.3", allow)
+    assert is_allowed("::ffff:10.1.2.3", allow)  # IPv4-mapped from a dual-stack socket
+    assert is_allowed("::1", allow)
+    assert not is_allowed("192.168.1.1", allow)
+    assert not is_allowed("garbage", allow)
+    assert is_allowed("192.168.1.1", [])  # no list: anyone (the by-hand server)
+    with pytest.raises(ValueError, match=r"not an address or CIDR: '10\.0\.0/33'"):
+        parse_networks(["10.0.0/33"])
+
+
+def test_parse_target() -> None:
+    assert parse_target("10.0.0.1:28100") == ("10.0.0.1", 28100)
+    assert parse_target("[::1]:9") == ("::1", 9)
+    for bad in ("host", "host:", ":80", "h:99999", "h:x"):
+        with pytest.raises(ValueError):
+            parse_target(bad)

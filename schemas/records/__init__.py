@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from schemas.records.base import Record
 from schemas.records.gpu import GpuRecord
+from schemas.records.gpu_probe import GpuProbeRecord
 from schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
 from schemas.records.inspector import InspectorRecord
 from schemas.records.nic import NicRecord
@@ -18,11 +19,13 @@ RECORD_MODELS: dict[str, type[Record]] = {
     "gpu": GpuRecord,
     "nic": NicRecord,
     "probe": ProbeRecord,
+    "gpu_probe": GpuProbeRecord,
 }
 
 __all__ = [
     "RECORD_MODELS",
     "CollectorHealth",
+    "GpuProbeRecord",
     "GpuRecord",
     "HeartbeatRecord",
     "InspectorRecord",

@@ -6,8 +6,10 @@ Each name is also its config section (``[agent.collectors.<name>]``) and its hea
 from __future__ import annotations
 
 from agent.collectors.base import Collector
+from agent.collectors.gpu_probe import GpuProbeCollector
 from agent.collectors.heartbeat import HeartbeatCollector
 
 COLLECTORS: dict[str, type[Collector]] = {
     "heartbeat": HeartbeatCollector,
+    "gpu_probe": GpuProbeCollector,
 }

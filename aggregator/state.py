@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from aggregator.gpu_probes import GpuProbeTracker
 from schemas.envelope import Envelope
 from schemas.records import HeartbeatRecord
 
@@ -87,6 +88,7 @@ class LiveState:
     def __init__(self, gone_after_s: float = 300.0) -> None:
         self.nodes = NodeTracker(gone_after_s)
         self.trackers: list[Tracker] = [self.nodes]
+        self.trackers.append(GpuProbeTracker())
         self.now_ns = 0
 
     @property

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from aggregator.alerts import Rule
+from aggregator.analysis.gpu_probe import GpuUnderperformingRule
 from aggregator.analysis.nodes import NodeSilentRule
 
 
 def default_rules() -> list[Rule]:
-    return [NodeSilentRule()]
+    return [NodeSilentRule(), GpuUnderperformingRule()]

@@ -99,8 +99,8 @@ async def run_worker(
             await asyncio.wait_for(proc.wait(), EXIT_GRACE_S)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(drain, 1)
-    if failure is None and proc.returncode not in (0, -signal.SIGKILL):
-        failure = f"worker exited with code {proc.returncode}"
+    if proc.returncode not in (None, 0, -signal.SIGKILL):
+        failure = f"{failure or 'worker finished'} (exit code {proc.returncode})"
     if failure is not None:
         tail = stderr_tail.decode(errors="replace").strip()[-300:]
         outcome.status, outcome.reason = "error", failure + (f": {tail}" if tail else "")

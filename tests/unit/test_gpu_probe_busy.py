@@ -73,10 +73,10 @@ def test_each_signal_makes_the_node_busy(tmp_path: Path) -> None:
     assert busy_reasons(GpuProbeSettings(proc_root=proc, sys_root=SYSFS, busy_util_pct=3)) == [
         "GPU utilization card0 4%"
     ]
-    # RAS listening on 28028 (0x6DAC) in /proc/net/tcp6.
+    # RAS listening on 28028 (0x6D7C) in /proc/net/tcp6.
     (proc / "net" / "tcp6").write_text(
         "  sl  local_address                         remote_address                        st tx_queue rx_queue\n"
-        "   0: 00000000000000000000000000000000:6DAC 00000000000000000000000000000000:0000 0A 00000000:00000000\n"
+        "   0: 00000000000000000000000000000000:6D7C 00000000000000000000000000000000:0000 0A 00000000:00000000\n"
     )
     assert busy_reasons(GpuProbeSettings(**roots)) == [
         "RAS port 28028 is listening (an RCCL/NCCL job runs here)"

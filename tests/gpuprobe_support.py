@@ -22,6 +22,10 @@ def idle_roots(tmp_path: Path) -> dict[str, Path]:
 
 
 def probe_settings(tmp_path: Path, *fake_args: str, **overrides: Any) -> GpuProbeSettings:
-    values: dict[str, Any] = {"worker_command": fake_command(*fake_args), "timeout_s": 20, **idle_roots(tmp_path)}
+    values: dict[str, Any] = {
+        "worker_command": fake_command(*fake_args),
+        "timeout_s": 20,
+        **idle_roots(tmp_path),
+    }
     values.update(overrides)
     return GpuProbeSettings(**values)

@@ -30,10 +30,12 @@ NODE_INDEX = -1  # a record about the node, not one GPU
 def outcome_records(outcome: ProbeOutcome) -> list[GpuProbeRecord]:
     """One ``ok`` record per measured GPU, one ``error`` per failed GPU, and one node record if the run failed."""
     records = [
-        GpuProbeRecord(status="ok", backend=outcome.backend, **g.model_dump(exclude={"type"})) for g in outcome.gpus
+        GpuProbeRecord(status="ok", backend=outcome.backend, **g.model_dump(exclude={"type"}))
+        for g in outcome.gpus
     ]
     records += [
-        GpuProbeRecord(index=e.index, status="error", reason=e.error, backend=outcome.backend) for e in outcome.errors
+        GpuProbeRecord(index=e.index, status="error", reason=e.error, backend=outcome.backend)
+        for e in outcome.errors
     ]
     if outcome.status != "ok":
         records.append(GpuProbeRecord(index=NODE_INDEX, status=outcome.status, reason=outcome.reason,
@@ -75,7 +77,13 @@ class GpuProbeCollector(StreamingCollector):
         now, started = time.time(), time.monotonic()
         reasons = await check_busy(self.cfg)
         if reasons:
-            await emit([GpuProbeRecord(index=NODE_INDEX, status="skipped", reason="node busy: " + "; ".join(reasons))])
+            await emit(
+                [
+                    GpuProbeRecord(
+                        index=NODE_INDEX, status="skipped", reason="node busy: " + "; ".join(reasons)
+                    )
+                ]
+            )
             return
         outcome = await run_probe(self.cfg)
         attempt = self.last = LastAttempt(now, outcome.status)

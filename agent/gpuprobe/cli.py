@@ -14,7 +14,14 @@ import sys
 
 from agent.gpuprobe.busy import check_busy
 from agent.gpuprobe.runner import ProbeOutcome, run_probe
-from ranksight.cliutil import EXIT_FAILED, EXIT_OK, add_config_flags, print_json, print_table, settings_from_args
+from ranksight.cliutil import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_config_flags,
+    print_json,
+    print_table,
+    settings_from_args,
+)
 from ranksight.config import GpuProbeSettings
 
 GPU_FIELDS = ["index", "name", "tflops_bf16", "tflops_fp16", "mem_bandwidth_bps", "duration_s"]

@@ -19,7 +19,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from agent.gpuprobe.protocol import MAX_LINE, Done, GpuError, GpuResult, ProtocolError, Start, Unavailable, parse_line
+from agent.gpuprobe.protocol import (
+    MAX_LINE,
+    Done,
+    GpuError,
+    GpuResult,
+    ProtocolError,
+    Start,
+    Unavailable,
+    parse_line,
+)
 from ranksight.config import GpuProbeSettings
 
 OutcomeStatus = Literal["ok", "unavailable", "error"]
@@ -81,7 +90,9 @@ async def run_worker(
     watchdog = asyncio.create_task(_watch_memory(proc.pid, memory_limit_bytes, proc_root))
     failure: str | None = "cancelled"
     try:
-        done, _ = await asyncio.wait({reader, watchdog}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {reader, watchdog}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
+        )
         if reader in done:
             failure = reader.result()
         elif watchdog in done:

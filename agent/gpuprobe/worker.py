@@ -18,8 +18,6 @@ from typing import IO, Any
 
 from agent.gpuprobe.protocol import Done, GpuError, GpuResult, ProtocolMessage, Start, Unavailable, encode
 
-_DTYPES = (("tflops_bf16", "bfloat16"), ("tflops_fp16", "float16"))
-
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m agent.gpuprobe.worker")
@@ -85,15 +83,14 @@ def _devices(torch: Any, allow_cpu: bool) -> tuple[list[Any], str]:
 def measure(torch: Any, index: int, device: Any, args: argparse.Namespace) -> GpuResult:
     started = time.perf_counter()
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
-    rates = {
-        field: _matmul_tflops(torch, device, getattr(torch, dtype), args, sync) for field, dtype in _DTYPES
-    }
+    bf16 = _matmul_tflops(torch, device, torch.bfloat16, args, sync)
+    fp16 = _matmul_tflops(torch, device, torch.float16, args, sync)
     mem_bytes = _buffer_bytes(torch, device, args.mem_bytes, args.max_mem_fraction)
     bandwidth = _read_bandwidth(torch, device, mem_bytes, args, sync)
     name, uuid = _identity(torch, device)
     return GpuResult(
         index=index, name=name, uuid=uuid, mem_bandwidth_bps=bandwidth, duration_s=time.perf_counter() - started,
-        matmul_n=args.matmul_n, mem_bytes=mem_bytes, **rates,
+        matmul_n=args.matmul_n, mem_bytes=mem_bytes, tflops_bf16=bf16, tflops_fp16=fp16,
     )  # fmt: skip
 
 
@@ -110,7 +107,9 @@ def _best_time(run: Callable[[], None], warmup: int, repeats: int, sync: Callabl
     return best
 
 
-def _matmul_tflops(torch: Any, device: Any, dtype: Any, args: argparse.Namespace, sync: Callable[[], None]) -> float:
+def _matmul_tflops(
+    torch: Any, device: Any, dtype: Any, args: argparse.Namespace, sync: Callable[[], None]
+) -> float:
     n, iters = args.matmul_n, max(1, args.matmul_iters)
     a = torch.randn(n, n, device=device, dtype=dtype)
     b = torch.randn(n, n, device=device, dtype=dtype)
@@ -121,7 +120,6 @@ def _matmul_tflops(torch: Any, device: Any, dtype: Any, args: argparse.Namespace
             torch.mm(a, b, out=c)
 
     seconds = _best_time(run, args.warmup, args.repeats, sync)
-    del a, b, c
     return 2.0 * n**3 * iters / seconds / 1e12
 
 
@@ -138,7 +136,6 @@ def _read_bandwidth(
     buf = torch.empty(nbytes // 4, device=device, dtype=torch.float32)
     buf.fill_(1.0)  # in place: touches every page without a second buffer
     seconds = _best_time(lambda: torch.sum(buf), args.warmup, args.repeats, sync)
-    del buf
     return nbytes / seconds
 
 

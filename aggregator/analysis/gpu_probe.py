@@ -29,7 +29,9 @@ def tracker_of(state: LiveState) -> GpuProbeTracker | None:
     return next((t for t in state.trackers if isinstance(t, GpuProbeTracker)), None)
 
 
-def robust_outliers(values: dict[GpuKey, float], min_drop: float, z_threshold: float) -> dict[GpuKey, dict[str, Any]]:
+def robust_outliers(
+    values: dict[GpuKey, float], min_drop: float, z_threshold: float
+) -> dict[GpuKey, dict[str, Any]]:
     """Members of one peer group that sit far below its median: key -> evidence."""
     median = statistics.median(values.values())
     if median <= 0:
@@ -93,14 +95,23 @@ class GpuUnderperformingRule:
                 cluster=result.cluster,
                 node=result.node,
                 key=f"gpu{result.index}",
-                summary=(f"GPU {result.index} ({result.name}) on {result.node}: {worst['metric']} "
-                         f"{worst['drop']:.0%} below its {worst['basis']}"),  # fmt: skip
-                evidence={"gpu": result.index, "name": result.name, "uuid": result.uuid,
-                          "measured": iso(result.recv_ns), "findings": items},  # fmt: skip
+                summary=(
+                    f"GPU {result.index} ({result.name}) on {result.node}: {worst['metric']} "
+                    f"{worst['drop']:.0%} below its {worst['basis']}"
+                ),
+                evidence={
+                    "gpu": result.index,
+                    "name": result.name,
+                    "uuid": result.uuid,
+                    "measured": iso(result.recv_ns),
+                    "findings": items,
+                },
             )
 
 
-def gpu_evidence(state: LiveState, cluster: str, node: str, rule: GpuUnderperformingRule | None = None) -> list[dict[str, Any]]:
+def gpu_evidence(
+    state: LiveState, cluster: str, node: str, rule: GpuUnderperformingRule | None = None
+) -> list[dict[str, Any]]:
     """Underperforming GPUs of one node, for other analyses (the straggler engine) to cite as evidence."""
     tracker = tracker_of(state)
     if tracker is None:

@@ -31,7 +31,9 @@ def _runs(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-async def test_results_stored_live_and_not_rerun_after_agent_restart(settings: Settings, tmp_path: Path) -> None:
+async def test_results_stored_live_and_not_rerun_after_agent_restart(
+    settings: Settings, tmp_path: Path
+) -> None:
     runs = tmp_path / "runs"
     settings.agent.collectors.gpu_probe = probe_settings(
         tmp_path, "--gpus", "2", "--runs-file", str(runs), stagger_s=0, interval_s=0.2
@@ -61,7 +63,9 @@ async def test_results_stored_live_and_not_rerun_after_agent_restart(settings: S
             ("node-a", 1, "AMD Instinct MI300X", 700.0),
         ]
         assert live[0].expires_ns - live[0].recv_ns == 3600 * 10**9
-    rows = _db_rows(settings, 'SELECT "index", status, backend, mem_bandwidth_bps, ttl FROM gpu_probe ORDER BY 1')
+    rows = _db_rows(
+        settings, 'SELECT "index", status, backend, mem_bandwidth_bps, ttl FROM gpu_probe ORDER BY 1'
+    )
     assert rows == [(0, "ok", "fake 1.0", 4.0e12, 3600.0), (1, "ok", "fake 1.0", 4.0e12, 3600.0)]
 
 

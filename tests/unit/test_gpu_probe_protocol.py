@@ -18,8 +18,17 @@ from agent.gpuprobe.protocol import (
 
 MESSAGES = [
     Start(backend="torch-rocm 2.5.1", devices=8),
-    GpuResult(index=3, name="AMD Instinct MI300X", uuid="GPU-1", tflops_bf16=612.5, tflops_fp16=640.0,
-              mem_bandwidth_bps=4.1e12, duration_s=3.2, matmul_n=8192, mem_bytes=4 << 30),  # fmt: skip
+    GpuResult(
+        index=3,
+        name="AMD Instinct MI300X",
+        uuid="GPU-1",
+        tflops_bf16=612.5,
+        tflops_fp16=640.0,
+        mem_bandwidth_bps=4.1e12,
+        duration_s=3.2,
+        matmul_n=8192,
+        mem_bytes=4 << 30,
+    ),
     GpuError(index=1, error="OutOfMemoryError: CUDA out of memory"),
     Unavailable(reason="no GPU visible to PyTorch (torch-cpu 2.13.0)"),
     Done(),

@@ -97,7 +97,9 @@ def test_drop_against_its_own_history_fires_then_resolves() -> None:
     t = 0
     for scale in (1.0, 1.01, 0.99, 1.0):
         t += 3000 * NS
-        state.observe(probe_env("c", "solo", [result(0, "NVIDIA H100 80GB HBM3", {"mem_bandwidth_bps": scale})]), t)
+        state.observe(
+            probe_env("c", "solo", [result(0, "NVIDIA H100 80GB HBM3", {"mem_bandwidth_bps": scale})]), t
+        )
     state.tick(t)
     assert engine.evaluate([rule], state, t) == []
     t += 3000 * NS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -36,7 +37,11 @@ async def test_unavailable_is_reported_with_reason(tmp_path: Path) -> None:
     outcome = await run_probe(probe_settings(tmp_path, "--mode", "unavailable"))
     assert (outcome.status, outcome.reason) == ("unavailable", "PyTorch is not installed (fake)")
     [record] = outcome_records(outcome)
-    assert (record.index, record.status, record.reason) == (-1, "unavailable", "PyTorch is not installed (fake)")
+    assert (record.index, record.status, record.reason) == (
+        -1,
+        "unavailable",
+        "PyTorch is not installed (fake)",
+    )
 
 
 async def test_timeout_kills_worker_and_its_children_keeping_partial_results(tmp_path: Path) -> None:
@@ -52,7 +57,7 @@ async def test_timeout_kills_worker_and_its_children_keeping_partial_results(tmp
     for _ in range(50):  # the orphaned child is killed with the group; give init a moment to reap it
         if not _alive(child_pid):
             break
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
     assert not _alive(child_pid)
     records = outcome_records(outcome)
     assert [(r.index, r.status) for r in records] == [(0, "ok"), (-1, "error")]

@@ -13,12 +13,27 @@ import pytest
 from agent.gpuprobe.protocol import Done, GpuResult, Start, Unavailable, parse_line
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
-needs_torch = pytest.mark.skipif(not HAS_TORCH, reason="PyTorch is not installed (pip install torch to run this)")
-SMALL = ["--matmul-n", "128", "--matmul-iters", "2", "--warmup", "1", "--repeats", "2", "--mem-bytes", str(16 << 20)]
+needs_torch = pytest.mark.skipif(
+    not HAS_TORCH, reason="PyTorch is not installed (pip install torch to run this)"
+)
+SMALL = [
+    "--matmul-n",
+    "128",
+    "--matmul-iters",
+    "2",
+    "--warmup",
+    "1",
+    "--repeats",
+    "2",
+    "--mem-bytes",
+    str(16 << 20),
+]
 
 
 def run_worker(*args: str) -> list:
-    proc = subprocess.run([sys.executable, "-m", "agent.gpuprobe.worker", *args], capture_output=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "agent.gpuprobe.worker", *args], capture_output=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr.decode()
     return [parse_line(line) for line in proc.stdout.splitlines(keepends=True)]
 

@@ -6,6 +6,7 @@ Also ``ranksight probe gpu`` as a real child process.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import duckdb
 
 from aggregator.analysis.gpu_probe import tracker_of
+from aggregator.api.client import query
 from ranksight.config import Settings
 from tests.gpuprobe_support import fake_command, idle_roots, probe_settings
 from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for
@@ -63,6 +65,15 @@ async def test_results_stored_live_and_not_rerun_after_agent_restart(
             ("node-a", 1, "AMD Instinct MI300X", 700.0),
         ]
         assert live[0].expires_ns - live[0].recv_ns == 3600 * 10**9
+        response = await query(settings, "gpu_probes", {"node": "node-a"})
+        assert response.ok, response.error
+        assert [(r["index"], r["tflops_fp16"], r["underperforming"]) for r in response.rows] == [
+            (0, 707.0, False),
+            (1, 707.0, False),
+        ]
+        assert (await query(settings, "gpu_probes", {"node": "other"})).rows == []
+        bad = await query(settings, "gpu_probes", {"gpu": 1})
+        assert (bad.ok, bad.error) == (False, "unknown parameter(s): gpu")
     rows = _db_rows(
         settings, 'SELECT "index", status, backend, mem_bandwidth_bps, ttl FROM gpu_probe ORDER BY 1'
     )
@@ -131,3 +142,25 @@ async def test_probe_gpu_cli_refuses_a_busy_node_unless_forced(settings: Setting
     assert proc.stderr.strip() == "unavailable: node busy: processes using GPUs: 4242 (python)"
     forced = await run_cli_async("probe", "gpu", "--json", "--force", env=env)
     assert forced.returncode == 0 and len(json.loads(forced.stdout)["gpus"]) == 1
+
+
+async def test_slow_gpu_among_peers_raises_gpu_underperforming(settings: Settings, tmp_path: Path) -> None:
+    nodes = {"node-a": "700", "node-b": "700", "node-c": "450", "node-d": "700"}
+    async with aggregator(settings) as agg, contextlib.AsyncExitStack() as stack:
+        for node, tflops in nodes.items():
+            own = settings.model_copy(deep=True)
+            own.agent.node = node
+            own.agent.collectors.gpu_probe = probe_settings(
+                tmp_path / node, "--gpus", "2", "--tflops", tflops, stagger_s=0
+            )
+            await stack.enter_async_context(agent(own, only=["gpu_probe"]))
+        alert = await wait_for(
+            lambda: next((a for a in agg.engine.active.values() if a.rule == "gpu_underperforming"), None)
+        )
+        await asyncio.sleep(0.3)  # a few more ticks: the slow node's second GPU may arrive in a later batch
+        fired = sorted((a.node, a.evidence["gpu"]) for a in agg.engine.active.values())
+    assert fired == [("node-c", 0), ("node-c", 1)]
+    metrics = {f["metric"] for f in alert.evidence["findings"]}
+    assert metrics == {"tflops_bf16", "tflops_fp16"}  # bandwidth is normal
+    rows = _db_rows(settings, "SELECT DISTINCT node, state FROM alerts WHERE rule = 'gpu_underperforming'")
+    assert rows == [("node-c", "firing")]

@@ -57,6 +57,7 @@ class GpuProbeCollector(StreamingCollector):
         self.last = load_last(self.state_path)
         self.started_s = time.time()
         self.offset_s = stagger_offset_s(ctx.cluster, ctx.node, settings.stagger_s)
+        self.last_skip: str | None = None
 
     async def detect(self) -> bool:
         if self.cfg.worker_command or importlib.util.find_spec("torch") is not None:
@@ -77,14 +78,12 @@ class GpuProbeCollector(StreamingCollector):
         now, started = time.time(), time.monotonic()
         reasons = await check_busy(self.cfg)
         if reasons:
-            await emit(
-                [
-                    GpuProbeRecord(
-                        index=NODE_INDEX, status="skipped", reason="node busy: " + "; ".join(reasons)
-                    )
-                ]
-            )
+            reason = "node busy: " + "; ".join(reasons)
+            if reason != self.last_skip:  # say it once per busy spell, not at every check
+                self.last_skip = reason
+                await emit([GpuProbeRecord(index=NODE_INDEX, status="skipped", reason=reason)])
             return
+        self.last_skip = None
         outcome = await run_probe(self.cfg)
         attempt = self.last = LastAttempt(now, outcome.status)
         await emit(outcome_records(outcome), lambda: save_last(self.state_path, attempt))  # type: ignore[call-arg]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from aggregator.gpu_probes import GpuProbeTracker
 from aggregator.hardware import HardwareTracker
 from aggregator.jobs import JobTracker
 from aggregator.linkmap import LinkTracker
@@ -94,6 +95,7 @@ class LiveState:
         self.trackers.append(self.jobs)
         self.trackers.append(HardwareTracker())
         self.trackers.append(LinkTracker())
+        self.trackers.append(GpuProbeTracker())
         self.now_ns = 0
 
     @property

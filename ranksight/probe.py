@@ -8,6 +8,7 @@ import importlib
 # probe family -> module with ``register_probe(subparsers)``
 PROBE_MODULES = [
     "agent.probe.cli",
+    "agent.gpuprobe.cli",
 ]
 
 

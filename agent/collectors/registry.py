@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from agent.collectors.base import Collector
 from agent.collectors.gpu.collector import GpuCollector
+from agent.collectors.gpu_probe import GpuProbeCollector
 from agent.collectors.heartbeat import HeartbeatCollector
 from agent.collectors.nic.collector import NicCollector
 from agent.collectors.probe import ProbeCollector
@@ -18,4 +19,5 @@ COLLECTORS: dict[str, type[Collector]] = {
     "gpu": GpuCollector,
     "nic": NicCollector,
     "probe": ProbeCollector,
+    "gpu_probe": GpuProbeCollector,
 }

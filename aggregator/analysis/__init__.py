@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aggregator.alerts import Rule
+from aggregator.analysis.gpu_probe import GpuUnderperformingRule
 from aggregator.analysis.hardware import hardware_rules
 from aggregator.analysis.links import LinkDegradedRule
 from aggregator.analysis.nodes import NodeSilentRule
@@ -15,4 +16,5 @@ def default_rules() -> list[Rule]:
         *ras_rules(),
         *hardware_rules(),
         LinkDegradedRule(),
+        GpuUnderperformingRule(),
     ]

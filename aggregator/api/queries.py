@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from aggregator.analysis.hardware import hardware
 from aggregator.api import ras_queries
+from aggregator.api.gpu_probes import gpu_probes
 from aggregator.api.sql import jsonable
 from aggregator.hardware import DeviceState
 from aggregator.history import export_parquet
@@ -241,4 +242,5 @@ ENDPOINTS: dict[str, Query] = {
     "gpus": gpus,
     "nics": nics,
     "links": links,
+    "gpu_probes": gpu_probes,
 }

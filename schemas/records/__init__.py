@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from schemas.records.base import Record
 from schemas.records.gpu import GpuLink, GpuRecord
+from schemas.records.gpu_probe import GpuProbeRecord
 from schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
 from schemas.records.inspector import InspectorRecord
 from schemas.records.nic import NicRecord
@@ -19,12 +20,14 @@ RECORD_MODELS: dict[str, type[Record]] = {
     "nic": NicRecord,
     "probe": ProbeRecord,
     "probe_endpoint": ProbeEndpointRecord,
+    "gpu_probe": GpuProbeRecord,
 }
 
 __all__ = [
     "RECORD_MODELS",
     "CollectorHealth",
     "GpuLink",
+    "GpuProbeRecord",
     "GpuRecord",
     "HeartbeatRecord",
     "InspectorRecord",

@@ -58,7 +58,10 @@ async def test_sigkill_aggregator_mid_stream_exactly_once(settings: Settings) ->
             await asyncio.sleep(0.01)
 
     producer = asyncio.create_task(produce())
-    proc = subprocess.Popen(ranksight_cmd("aggregator"), env=env, stderr=open("/tmp/agg-delivery.log", "a"))
+    log = (settings.state_dir / "aggregator.log").open(
+        "ab"
+    )  # the child's stderr, kept for a failure's report
+    proc = subprocess.Popen(ranksight_cmd("aggregator"), env=env, stderr=log)
     try:
         await wait_for(lambda: _ingested(settings), timeout=60, interval=0.05)  # it is committing now
         proc.send_signal(signal.SIGKILL)
@@ -68,18 +71,19 @@ async def test_sigkill_aggregator_mid_stream_exactly_once(settings: Settings) ->
         for a in agents:
             assert await a.flush(60), "agent could not deliver its events"
         assert 0 < committed_before_kill < 3 * per_agent, "the kill must land mid-stream"
-        proc = subprocess.Popen(
-            ranksight_cmd("aggregator"), env=env, stderr=open("/tmp/agg-delivery.log", "a")
-        )
+        proc = subprocess.Popen(ranksight_cmd("aggregator"), env=env, stderr=log)
         await wait_for(lambda: _consumer_drained(settings), timeout=60, interval=0.3)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(20)
         except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGUSR1)
+            proc.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack into the log
             await asyncio.sleep(1)
-            raise
+            proc.kill()
+            raise AssertionError(
+                f"aggregator did not stop: {(settings.state_dir / 'aggregator.log').read_text()}"
+            )
         for a in agents:
             await a.close()
     assert _gpu_counts(settings) == (3 * per_agent, 3 * per_agent)

@@ -1,0 +1,36 @@
+"""``gpu_probes`` query: the live GPU probe results, each with the ``gpu_underperforming`` findings about it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aggregator.analysis.gpu_probe import GpuUnderperformingRule, tracker_of
+from aggregator.timefmt import iso
+from schemas.api import ApiResponse
+
+if TYPE_CHECKING:
+    from aggregator.runtime import Aggregator
+
+PARAMS = frozenset({"cluster", "node"})
+
+
+async def gpu_probes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    unknown = set(params) - PARAMS
+    if unknown:
+        return ApiResponse.failure(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+    tracker = tracker_of(agg.state)
+    if tracker is None:
+        return ApiResponse.success([])
+    rule = next((r for r in agg.rules if isinstance(r, GpuUnderperformingRule)), GpuUnderperformingRule())
+    findings = rule.findings(tracker)
+    rows = []
+    for key, r in sorted(tracker.live.items()):
+        if any(params.get(p) not in (None, getattr(r, p)) for p in PARAMS):
+            continue
+        rows.append({
+            "cluster": r.cluster, "node": r.node, "index": r.index, "name": r.name, "uuid": r.uuid,
+            "tflops_bf16": r.tflops_bf16, "tflops_fp16": r.tflops_fp16, "mem_bandwidth_bps": r.mem_bandwidth_bps,
+            "measured": iso(r.recv_ns), "expires": iso(r.expires_ns),
+            "underperforming": key in findings, "findings": findings.get(key, []),
+        })  # fmt: skip
+    return ApiResponse.success(rows, meta={"discarded_busy": tracker.discarded_busy})

@@ -1,0 +1,29 @@
+"""``gpu_probe``: one active measurement of one GPU (matmul TFLOPS, memory bandwidth), or why none was taken.
+
+``status`` is ``ok`` for a measurement; ``skipped`` (the node was busy), ``unavailable`` (no PyTorch or no GPU) and
+``error`` (the probe crashed, timed out or hit its memory bound) carry ``reason`` and ``index`` = -1 when they concern
+the node rather than one GPU. Rates are in base units: FLOP/s as TFLOPS (10^12), bytes per second.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from schemas.records.base import Record
+
+GpuProbeStatus = Literal["ok", "skipped", "unavailable", "error"]
+
+
+class GpuProbeRecord(Record):
+    index: int
+    status: GpuProbeStatus
+    reason: str | None = None
+    name: str | None = None
+    uuid: str | None = None
+    backend: str | None = None
+    tflops_bf16: float | None = None
+    tflops_fp16: float | None = None
+    mem_bandwidth_bps: float | None = None
+    duration_s: float | None = None
+    matmul_n: int | None = None
+    mem_bytes: int | None = None

@@ -1,7 +1,8 @@
 """Simulated agents for tests and benchmarks: the real batcher and publisher, fed synthetic records.
 
 Each :class:`SyntheticAgent` is one agent incarnation with its own NATS connection; ``emit(n)`` publishes ``n`` GPU
-records whose ``index`` is a running counter, so a test can check that every record arrived exactly once.
+records of an 8-GPU node whose ``memory_used_bytes`` is a running counter, so a test can check that every record
+arrived exactly once.
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ class SyntheticAgent:
     def make_records(self, n: int) -> list[GpuRecord]:
         first = self.sent
         self.sent += n
-        return [GpuRecord(index=i, name="synthetic", utilization_pct=float(i % 100), power_w=300.0,
-                          memory_used_bytes=i * 1024) for i in range(first, first + n)]  # fmt: skip
+        return [GpuRecord(index=i % 8, name="synthetic", utilization_pct=float(i % 100), power_w=300.0,
+                          memory_used_bytes=i) for i in range(first, first + n)]  # fmt: skip
 
     async def emit(self, n: int) -> None:
         assert self.batcher is not None

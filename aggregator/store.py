@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
+import pyarrow as pa
 
 from aggregator.columns import ColumnBuilder, row_to_record
 from schemas.alerts import Alert
@@ -88,6 +89,19 @@ class BatchResult:
     duplicates: int = 0
     dead_letters: int = 0
     new_gaps: int = 0
+
+
+_ALERT_SCHEMA = pa.schema(
+    [(c, pa.string()) for c in ("fingerprint", "rule", "severity", "state", "cluster", "node", "job", "comm")]
+    + [
+        ("rank", pa.int64()),
+        ("summary", pa.string()),
+        ("started_at", pa.string()),
+        ("resolved_at", pa.string()),
+        ("updated_at", pa.string()),
+        ("evidence", pa.string()),
+    ]
+)
 
 
 def _ns_to_dt(ns: int) -> datetime.datetime:
@@ -286,10 +300,22 @@ class Store:
 
     # -- alerts -------------------------------------------------------------------------------------------------
     def write_alerts(self, alerts: list[Alert]) -> None:
-        rows = [(a.fingerprint, a.rule, a.severity, a.state, a.cluster, a.node, a.job, a.comm, a.rank, a.summary,
-                 json.dumps(a.evidence), a.started_at, a.resolved_at, a.updated_at) for a in alerts]  # fmt: skip
-        if rows:
-            self.con.executemany("INSERT INTO alerts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        """Append alert transitions (one columnar insert: a mass resolve can be thousands of rows)."""
+        if not alerts:
+            return
+        columns = ("fingerprint", "rule", "severity", "state", "cluster", "node", "job", "comm", "rank", "summary",
+                   "started_at", "resolved_at", "updated_at")  # fmt: skip
+        data: dict[str, list[Any]] = {c: [getattr(a, c) for a in alerts] for c in columns}
+        data["evidence"] = [json.dumps(a.evidence, default=str) for a in alerts]
+        batch = pa.table(data, schema=_ALERT_SCHEMA)
+        self.con.register("alert_batch", batch)
+        try:
+            self.con.execute(
+                "INSERT INTO alerts BY NAME SELECT * REPLACE (started_at::TIMESTAMP AS started_at, "
+                "resolved_at::TIMESTAMP AS resolved_at, updated_at::TIMESTAMP AS updated_at) FROM alert_batch"
+            )
+        finally:
+            self.con.unregister("alert_batch")
 
     def active_alerts(self) -> list[Alert]:
         cur = self.con.execute(

@@ -43,7 +43,7 @@ def _payloads(cluster: str, agents: int, batches: int, records: int) -> list[tup
     for a in range(agents):
         node, incarnation = f"sim-{a:03d}", f"{cluster}-agent-{a}"
         for b in range(batches):
-            recs = [GpuRecord(index=b * records + i, name="MI300X", utilization_pct=97.0, power_w=712.5,
+            recs = [GpuRecord(index=i % 8, name="MI300X", utilization_pct=97.0, power_w=712.5,
                               memory_used_bytes=150_000_000_000, temperature_junction_c=81.0, sclk_hz=2.1e9)
                     for i in range(records)]  # fmt: skip
             env = Envelope.model_construct(type=event_type("gpu"), cluster=cluster, node=node, agent=incarnation,

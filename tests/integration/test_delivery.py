@@ -20,7 +20,9 @@ from tests.support import aggregator, ranksight_cmd, settings_env, wait_for
 def _gpu_counts(settings: Settings) -> tuple[int, int]:
     con = duckdb.connect(str(settings.db_path()), read_only=True)
     try:
-        total, distinct = con.execute('SELECT count(*), count(DISTINCT (agent, "index")) FROM gpu').fetchone()
+        total, distinct = con.execute(
+            "SELECT count(*), count(DISTINCT (agent, memory_used_bytes)) FROM gpu"
+        ).fetchone()
         return total, distinct
     finally:
         con.close()
@@ -58,9 +60,9 @@ async def test_sigkill_aggregator_mid_stream_exactly_once(settings: Settings) ->
             await asyncio.sleep(0.01)
 
     producer = asyncio.create_task(produce())
-    log = (settings.state_dir / "aggregator.log").open(
-        "ab"
-    )  # the child's stderr, kept for a failure's report
+    log_path = settings.state_dir / "aggregator.log"  # the children's stderr, for a failure's report
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log = log_path.open("ab")
     proc = subprocess.Popen(ranksight_cmd("aggregator"), env=env, stderr=log)
     try:
         await wait_for(lambda: _ingested(settings), timeout=60, interval=0.05)  # it is committing now
@@ -81,9 +83,7 @@ async def test_sigkill_aggregator_mid_stream_exactly_once(settings: Settings) ->
             proc.send_signal(signal.SIGUSR1)  # faulthandler: every thread's stack into the log
             await asyncio.sleep(1)
             proc.kill()
-            raise AssertionError(
-                f"aggregator did not stop: {(settings.state_dir / 'aggregator.log').read_text()}"
-            )
+            raise AssertionError(f"aggregator did not stop: {log_path.read_text()}") from None
         for a in agents:
             await a.close()
     assert _gpu_counts(settings) == (3 * per_agent, 3 * per_agent)

@@ -87,6 +87,9 @@ class LiveState:
     def __init__(self, gone_after_s: float = 300.0) -> None:
         self.nodes = NodeTracker(gone_after_s)
         self.trackers: list[Tracker] = [self.nodes]
+        from aggregator.analysis.app import AppTracker  # here: the analysis package imports this module
+
+        self.app = AppTracker.attach(self)
         self.now_ns = 0
 
     @property

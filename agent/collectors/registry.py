@@ -5,9 +5,11 @@ Each name is also its config section (``[agent.collectors.<name>]``) and its hea
 
 from __future__ import annotations
 
+from agent.collectors.app import AppCollector
 from agent.collectors.base import Collector
 from agent.collectors.heartbeat import HeartbeatCollector
 
 COLLECTORS: dict[str, type[Collector]] = {
     "heartbeat": HeartbeatCollector,
+    "app": AppCollector,
 }

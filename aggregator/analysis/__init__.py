@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from aggregator.alerts import Rule
+from aggregator.analysis.app import RankHeartbeatOverdueRule, RankSectionOverdueRule
 from aggregator.analysis.nodes import NodeSilentRule
 
 
 def default_rules() -> list[Rule]:
-    return [NodeSilentRule()]
+    return [
+        NodeSilentRule(),
+        RankHeartbeatOverdueRule(),
+        RankSectionOverdueRule(),
+    ]

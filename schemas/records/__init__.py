@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from schemas.records.app import AppRecord
 from schemas.records.base import Record
 from schemas.records.gpu import GpuRecord
 from schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
@@ -18,10 +19,12 @@ RECORD_MODELS: dict[str, type[Record]] = {
     "gpu": GpuRecord,
     "nic": NicRecord,
     "probe": ProbeRecord,
+    "app": AppRecord,
 }
 
 __all__ = [
     "RECORD_MODELS",
+    "AppRecord",
     "CollectorHealth",
     "GpuRecord",
     "HeartbeatRecord",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+from aggregator.api.markers import markers
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
 
@@ -48,4 +49,6 @@ async def status(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
 
 ENDPOINTS: dict[str, Query] = {
     "status": status,
+    "markers": markers,
 }
+

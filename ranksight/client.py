@@ -19,8 +19,10 @@ normally is never reported as overdue.
 
 Wire format (the one place it is written down; the agent decodes it in ``agent/collectors/app_parse.py``)
 --------------------------------------------------------------------------------------------------------
-One Unix **datagram** per message to the socket at ``$RANKSIGHT_APP_SOCKET`` (default ``DEFAULT_SOCKET``; the agent's
-``agent.collectors.app.socket_path``). Each datagram is one msgpack map, at most ``MAX_DATAGRAM`` bytes:
+A Unix ``SOCK_SEQPACKET`` connection to ``$RANKSIGHT_APP_SOCKET`` (default ``DEFAULT_SOCKET``; the agent's
+``agent.collectors.app.socket_path``), one packet per message (seqpacket keeps message boundaries and order, like a
+datagram, but is bounded by the socket buffer in bytes, not by ``net.unix.max_dgram_qlen``, which is 10 on many hosts).
+Each packet is one msgpack map, at most ``MAX_MESSAGE`` bytes:
 
 =============== ======================================================================================================
 key             meaning
@@ -61,7 +63,7 @@ import msgpack
 SOCKET_ENV = "RANKSIGHT_APP_SOCKET"
 DEFAULT_SOCKET = "/tmp/ranksight-app.sock"
 WIRE_VERSION = 1
-MAX_DATAGRAM = 60 * 1024
+MAX_MESSAGE = 60 * 1024
 RETRY_AFTER_S = 1.0
 MAX_TEXT = 4096
 
@@ -174,19 +176,14 @@ class Client:
             self.dropped += 1
             return
         try:
-            message = {"v": WIRE_VERSION, "t": kind, "n": next(self._numbers), "ts": time.time_ns(),
-                       **self._ident, "dropped": self.dropped}  # fmt: skip
-            message.update((k, v) for k, v in body.items() if v is not None)
-            if fields:
-                message["fields"] = {str(k): _field_value(v) for k, v in fields.items()}
-            data = msgpack.packb(message, use_bin_type=True)
-            if len(data) > MAX_DATAGRAM:
-                raise ValueError("message too large")
-            if self._sock is None:
-                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                self._sock.setblocking(False)
-            self._sock.sendto(data, self.socket_path)
+            data = self._encode(kind, body, fields)
+            try:
+                self._sendmsg(data)
+            except (BrokenPipeError, ConnectionResetError):
+                self._close()  # the agent restarted: reconnect once, so a restart loses nothing
+                self._sendmsg(data)
         except (FileNotFoundError, ConnectionRefusedError, PermissionError, NotADirectoryError):
+            self._close()
             self.dropped += 1
             self._retry_at = time.monotonic() + RETRY_AFTER_S
         except Exception:  # a full socket buffer (agent slow), an odd field: never the training step's problem
@@ -195,6 +192,34 @@ class Client:
             self.sent += 1
             if kind != "end":
                 _register_exit_hook()
+
+    def _encode(self, kind: str, body: dict[str, Any], fields: dict[str, Any]) -> bytes:
+        message = {"v": WIRE_VERSION, "t": kind, "n": next(self._numbers), "ts": time.time_ns(),
+                   **self._ident, "dropped": self.dropped}  # fmt: skip
+        message.update((k, v) for k, v in body.items() if v is not None)
+        if fields:
+            message["fields"] = {str(k): _field_value(v) for k, v in fields.items()}
+        data: bytes = msgpack.packb(message, use_bin_type=True)
+        if len(data) > MAX_MESSAGE:
+            raise ValueError("message too large")
+        return data
+
+    def _sendmsg(self, data: bytes) -> None:
+        if self._sock is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            sock.setblocking(False)
+            try:
+                sock.connect(self.socket_path)
+            except BaseException:
+                sock.close()
+                raise
+            self._sock = sock
+        self._sock.send(data, socket.MSG_NOSIGNAL)
+
+    def _close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
 
 
 class Section:

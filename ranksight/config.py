@@ -82,7 +82,7 @@ class AppSettings(CollectorSettings):
     """The socket training processes send heartbeats, sections and markers to (``ranksight.client``)."""
 
     socket_path: Path = Field(
-        Path(DEFAULT_APP_SOCKET), description=f"Unix datagram socket; export ${APP_SOCKET_ENV} to jobs if changed"
+        Path(DEFAULT_APP_SOCKET), description=f"Unix seqpacket socket; export ${APP_SOCKET_ENV} to jobs if changed"
     )
     socket_mode: int = Field(0o666, description="file mode of the socket: training processes may run as any user")
     heartbeat_timeout_s: float = Field(60.0, gt=0, description="a rank is overdue after this without a heartbeat")

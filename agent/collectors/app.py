@@ -1,8 +1,8 @@
-"""``app``: serves the Unix datagram socket that training processes send heartbeats, sections and markers to.
+"""``app``: serves the Unix seqpacket socket that training processes send heartbeats, sections and markers to.
 
-Durable: these records are never dropped by the publisher (backpressure instead). When the agent is slow the socket
-buffer fills and the *client* drops and counts, so the training step never waits. Datagrams already queued are read in
-one go and emitted as one batch. A socket file left by a dead agent is replaced; one served by a live agent is not
+One connection per process (wire format: :mod:`ranksight.client`). Durable: these records are never dropped by the
+publisher (backpressure instead). When the agent is slow the socket buffer fills and the *client* drops and counts, so
+the training step never waits. Packets already queued on a connection are read in one go and emitted as one batch. A socket file left by a dead agent is replaced; one served by a live agent is not
 (``absent``: two agents on one node would steal each other's traffic).
 """
 
@@ -18,19 +18,20 @@ from typing import TYPE_CHECKING
 
 from agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
 from agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
-from ranksight.client import MAX_DATAGRAM
+from ranksight.client import MAX_MESSAGE
 from ranksight.config import AppSettings
 from schemas.records import AppRecord
 
 if TYPE_CHECKING:
     from agent.runtime import AgentContext
 
+LISTEN_BACKLOG = 256
 RECV_BUFFER_BYTES = 4 * 1024 * 1024
 MAX_BATCH = 1000
 
 
 def _served_by_live_process(path: Path) -> bool:
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         probe.connect(str(path))
     except OSError:
@@ -41,7 +42,7 @@ def _served_by_live_process(path: Path) -> bool:
 
 
 def bind_socket(path: Path, mode: int) -> socket.socket:
-    """Bind a non-blocking datagram socket at ``path``, replacing a stale socket file (never any other file)."""
+    """Bind and listen on a non-blocking seqpacket socket at ``path``, replacing a stale socket file (never any other file)."""
     if path.exists() or path.is_symlink():
         if not stat.S_ISSOCK(path.lstat().st_mode):
             raise CollectorUnavailable(f"{path} exists and is not a socket")
@@ -49,12 +50,11 @@ def bind_socket(path: Path, mode: int) -> socket.socket:
             raise CollectorUnavailable(f"{path} is served by another process")
         path.unlink()
     path.parent.mkdir(parents=True, exist_ok=True)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        with contextlib.suppress(OSError):  # a larger buffer absorbs bursts; the kernel may cap it
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER_BYTES)
         sock.bind(str(path))
         os.chmod(path, mode)
+        sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
     except BaseException:
         sock.close()
@@ -87,28 +87,54 @@ class AppCollector(StreamingCollector):
         self._inode = path.stat().st_ino
         self.health.source = str(path)
         loop = asyncio.get_running_loop()
+        connections: set[asyncio.Task[None]] = set()
         try:
             while True:
-                first = await loop.sock_recv(sock, MAX_DATAGRAM + 1)
-                records = self._parse_all([first, *self._drain(sock)])
+                conn, _ = await loop.sock_accept(sock)
+                task = asyncio.create_task(self._serve(conn, emit))
+                connections.add(task)
+                task.add_done_callback(connections.discard)
+        finally:
+            for task in list(connections):
+                task.cancel()
+            await asyncio.gather(*connections, return_exceptions=True)
+            self._close(path)
+
+    async def _serve(self, conn: socket.socket, emit: Emit) -> None:
+        """One training process: read its packets until it disconnects."""
+        loop = asyncio.get_running_loop()
+        conn.setblocking(False)
+        with contextlib.suppress(OSError):  # a larger buffer absorbs bursts; the kernel may cap it
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER_BYTES)
+        try:
+            while True:
+                first = await loop.sock_recv(conn, MAX_MESSAGE + 1)
+                if not first:
+                    return  # the process closed its end (exited)
+                records = self._parse_all([first, *self._drain(conn)])
                 if records:
                     await emit(records)
                     self.health.success(0.0)
+        except ConnectionError:
+            return
         finally:
-            self._close(path)
+            conn.close()
 
-    def _drain(self, sock: socket.socket) -> list[bytes]:
+    def _drain(self, conn: socket.socket) -> list[bytes]:
         out = []
         while len(out) < MAX_BATCH:
             try:
-                out.append(sock.recv(MAX_DATAGRAM + 1))
+                data = conn.recv(MAX_MESSAGE + 1)
             except BlockingIOError:
                 break
+            if not data:  # end of stream: the next sock_recv sees it too
+                break
+            out.append(data)
         return out
 
-    def _parse_all(self, datagrams: list[bytes]) -> list[AppRecord]:
+    def _parse_all(self, packets: list[bytes]) -> list[AppRecord]:
         records = []
-        for data in datagrams:
+        for data in packets:
             self.received += 1
             try:
                 records.append(parse_message(data, self.timeouts))

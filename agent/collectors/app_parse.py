@@ -1,4 +1,4 @@
-"""Pure decoding of one ``ranksight.client`` datagram (wire format: :mod:`ranksight.client`) into an ``AppRecord``.
+"""Pure decoding of one ``ranksight.client`` packet (wire format: :mod:`ranksight.client`) into an ``AppRecord``.
 
 The agent fills in the timeouts the process did not choose, from ``[agent.collectors.app]``, so the aggregator judges
 each rank by the timeouts recorded with its facts (as it judges every fact by the TTL its agent gave it).
@@ -18,7 +18,7 @@ SUPPORTED_VERSION = 1
 
 
 class AppMessageError(ValueError):
-    """A datagram that is not a valid client message; the message says why."""
+    """A packet that is not a valid client message; the message says why."""
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ class AppTracker:
             st.heartbeat_timeout_s = rec.timeout_s
             if rec.step is not None:
                 st.step, st.step_time_s = rec.step, rec.step_time_s
-            # A section the process no longer has open lost its close datagram: close it here.
+            # A section the process no longer has open lost its close packet: close it here.
             still_open = set(rec.open_sections)
             for sid in [s for s in st.sections if s not in still_open]:
                 del st.sections[sid]

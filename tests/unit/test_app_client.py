@@ -1,4 +1,4 @@
-"""ranksight.client against a real Unix datagram socket, decoded by the agent's parser (no agent runtime)."""
+"""ranksight.client against a real Unix seqpacket socket, decoded by the agent's parser (no agent runtime)."""
 
 from __future__ import annotations
 
@@ -19,17 +19,27 @@ from schemas.records import AppRecord
 TIMEOUTS = Timeouts(heartbeat_s=30.0, initial_s=300.0, section_s=600.0, per_section={"checkpoint_save": 3600.0})
 
 
+def listen(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    sock.bind(str(path))
+    sock.listen(8)
+    sock.settimeout(2)
+    return sock
+
+
 @pytest.fixture
 def receiver(tmp_path: Path) -> Iterator[socket.socket]:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(tmp_path / "app.sock"))
-    sock.settimeout(2)
+    sock = listen(tmp_path / "app.sock")
     yield sock
     sock.close()
 
 
 def received(sock: socket.socket, n: int) -> list[AppRecord]:
-    return [parse_message(sock.recv(65536), TIMEOUTS) for _ in range(n)]
+    """The first ``n`` messages of the first client that connected."""
+    conn, _ = sock.accept()
+    conn.settimeout(2)
+    with conn:
+        return [parse_message(conn.recv(65536), TIMEOUTS) for _ in range(n)]
 
 
 def test_identity_from_launcher_and_scheduler_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
@@ -103,14 +113,12 @@ def test_agent_appearing_later_is_picked_up_after_the_retry_delay(tmp_path: Path
     path = tmp_path / "late.sock"
     c = Client(str(path), heartbeat_interval_s=0)
     c.marker("lost")
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(path))
-    sock.settimeout(2)
+    sock = listen(path)
     try:
         c.marker("still in the retry delay")
         time.sleep(0.1)
         c.marker("arrives")
-        rec = parse_message(sock.recv(65536), TIMEOUTS)
+        (rec,) = received(sock, 1)
         assert (rec.text, rec.dropped) == ("arrives", 2)  # the receiver learns how many were lost
     finally:
         sock.close()
@@ -119,10 +127,27 @@ def test_agent_appearing_later_is_picked_up_after_the_retry_delay(tmp_path: Path
 def test_full_socket_buffer_drops_instead_of_blocking(tmp_path: Path, receiver: socket.socket) -> None:
     c = Client(str(tmp_path / "app.sock"), heartbeat_interval_s=0)
     started = time.perf_counter()
-    for _ in range(20_000):  # nobody reads: the kernel queue fills within a few hundred datagrams
+    for _ in range(20_000):  # nobody reads: the socket buffer fills within a few thousand packets
         c.marker("x" * 200)
     assert time.perf_counter() - started < 5
     assert c.stats()["dropped"] > 0 and c.stats()["sent"] > 0
+
+
+def test_a_restarted_agent_is_reconnected_without_loss(tmp_path: Path) -> None:
+    path = tmp_path / "app.sock"
+    c = Client(str(path), heartbeat_interval_s=0)
+    first = listen(path)
+    c.marker("to the first agent")
+    assert [r.text for r in received(first, 1)] == ["to the first agent"]
+    first.close()
+    path.unlink()
+    second = listen(path)
+    try:
+        c.marker("to the second agent")  # the old connection is broken: reconnect and send in the same call
+        assert [r.text for r in received(second, 1)] == ["to the second agent"]
+        assert c.stats()["dropped"] == 0
+    finally:
+        second.close()
 
 
 def test_end_is_sent_at_normal_exit(tmp_path: Path, receiver: socket.socket) -> None:

@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("markers", help="timeline markers posted by jobs, oldest first")
     add_config_flags(p)
     p.add_argument("--job", metavar="J", help="only this job id")
-    p.add_argument("--json", action="store_true", help='one JSON object on stdout: {"markers": [...], "truncated"}')
+    p.add_argument(
+        "--json", action="store_true", help='one JSON object on stdout: {"markers": [...], "truncated"}'
+    )
     p.set_defaults(func=run)
 
 

@@ -122,14 +122,18 @@ class Client:
         self._open: dict[int, str] = {}
         self._retry_at = 0.0
         self._last_beat = -float("inf")  # monotonic time of the last heartbeat sent
-        self._last_step: tuple[float, int] | None = None  # (monotonic, step) of the last heartbeat with a step
+        self._last_step: tuple[float, int] | None = (
+            None  # (monotonic, step) of the last heartbeat with a step
+        )
         self._ended = False
         self.sent = 0
         self.dropped = 0
         self.coalesced = 0
 
     # -- public calls -------------------------------------------------------------------------------------------
-    def start(self, timeout_s: float | None = None, initial_timeout_s: float | None = None, **fields: Any) -> None:
+    def start(
+        self, timeout_s: float | None = None, initial_timeout_s: float | None = None, **fields: Any
+    ) -> None:
         self._send("start", {"timeout_s": timeout_s, "initial_timeout_s": initial_timeout_s}, fields)
 
     def heartbeat(self, step: int | None = None, timeout_s: float | None = None, **fields: Any) -> None:
@@ -186,7 +190,9 @@ class Client:
             self._close()
             self.dropped += 1
             self._retry_at = time.monotonic() + RETRY_AFTER_S
-        except Exception:  # a full socket buffer (agent slow), an odd field: never the training step's problem
+        except (
+            Exception
+        ):  # a full socket buffer (agent slow), an odd field: never the training step's problem
             self.dropped += 1
         else:
             self.sent += 1

@@ -82,15 +82,24 @@ class AppSettings(CollectorSettings):
     """The socket training processes send heartbeats, sections and markers to (``ranksight.client``)."""
 
     socket_path: Path = Field(
-        Path(DEFAULT_APP_SOCKET), description=f"Unix seqpacket socket; export ${APP_SOCKET_ENV} to jobs if changed"
+        Path(DEFAULT_APP_SOCKET),
+        description=f"Unix seqpacket socket; export ${APP_SOCKET_ENV} to jobs if changed",
     )
-    socket_mode: int = Field(0o666, description="file mode of the socket: training processes may run as any user")
-    heartbeat_timeout_s: float = Field(60.0, gt=0, description="a rank is overdue after this without a heartbeat")
+    socket_mode: int = Field(
+        0o666, description="file mode of the socket: training processes may run as any user"
+    )
+    heartbeat_timeout_s: float = Field(
+        60.0, gt=0, description="a rank is overdue after this without a heartbeat"
+    )
     heartbeat_initial_timeout_s: float = Field(
         600.0, gt=0, description="allowed from client.start() to the first heartbeat (model loading)"
     )
-    section_timeout_s: float = Field(1800.0, gt=0, description="default limit on how long a section stays open")
-    section_timeouts: dict[str, float] = Field({}, description='per section name, e.g. {checkpoint_save = 3600}')
+    section_timeout_s: float = Field(
+        1800.0, gt=0, description="default limit on how long a section stays open"
+    )
+    section_timeouts: dict[str, float] = Field(
+        {}, description="per section name, e.g. {checkpoint_save = 3600}"
+    )
 
 
 class CollectorsSettings(Section):

@@ -121,7 +121,7 @@ class AppCollector(StreamingCollector):
             conn.close()
 
     def _drain(self, conn: socket.socket) -> list[bytes]:
-        out = []
+        out: list[bytes] = []
         while len(out) < MAX_BATCH:
             try:
                 data = conn.recv(MAX_MESSAGE + 1)

@@ -51,4 +51,3 @@ ENDPOINTS: dict[str, Query] = {
     "status": status,
     "markers": markers,
 }
-

@@ -34,7 +34,11 @@ class AppRecord(Record):
     section_id: int | None = None
     duration_s: float | None = None
     ok: bool | None = Field(None, description="section_close: false when the block raised")
-    timeout_s: float | None = Field(None, description="heartbeat timeout (start/heartbeat) or section timeout")
-    initial_timeout_s: float | None = Field(None, description="start: seconds allowed before the first heartbeat")
+    timeout_s: float | None = Field(
+        None, description="heartbeat timeout (start/heartbeat) or section timeout"
+    )
+    initial_timeout_s: float | None = Field(
+        None, description="start: seconds allowed before the first heartbeat"
+    )
     text: str | None = None
     fields: dict[str, FieldValue] = {}

@@ -73,7 +73,12 @@ async def test_timeouts_fire_and_resolve(app_settings: Settings, monkeypatch: py
         section.__enter__()
         await wait_for(lambda: firing(agg, "rank_heartbeat_overdue"), timeout=5)
         (alert,) = await wait_for(lambda: firing(agg, "rank_section_overdue"), timeout=5)
-        assert (alert.job, alert.rank, alert.node, alert.evidence["section"]) == ("77", 1, "node-a", "checkpoint_save")
+        assert (alert.job, alert.rank, alert.node, alert.evidence["section"]) == (
+            "77",
+            1,
+            "node-a",
+            "checkpoint_save",
+        )
         assert "section 'checkpoint_save' open for" in alert.summary
         section.__exit__(None, None, None)
         c.heartbeat(step=2)
@@ -109,11 +114,15 @@ async def test_section_left_open_across_an_agent_restart(app_settings: Settings,
         assert not app_settings.agent.collectors.app.socket_path.exists()  # the agent removed its socket
         async with agent(app_settings, only=["app"]) as second:
             assert second.incarnation != first.incarnation
-            c.heartbeat(step=5)  # reconnects to the new agent; the section is still open, the heartbeat says so
+            c.heartbeat(
+                step=5
+            )  # reconnects to the new agent; the section is still open, the heartbeat says so
             (alert,) = await wait_for(lambda: firing(agg, "rank_section_overdue"), timeout=5)
             assert alert.evidence["section"] == "checkpoint_save" and alert.evidence["open_s"] > 1.5
             (st,) = agg.state.app.ranks.values()
-            assert st.agent == second.incarnation and [s.name for s in st.sections.values()] == ["checkpoint_save"]
+            assert st.agent == second.incarnation and [s.name for s in st.sections.values()] == [
+                "checkpoint_save"
+            ]
             section.__exit__(None, None, None)
             await wait_for(lambda: not firing(agg, "rank_section_overdue"), timeout=5)
 

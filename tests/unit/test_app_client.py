@@ -16,7 +16,9 @@ from ranksight import client as client_mod
 from ranksight.client import Client
 from schemas.records import AppRecord
 
-TIMEOUTS = Timeouts(heartbeat_s=30.0, initial_s=300.0, section_s=600.0, per_section={"checkpoint_save": 3600.0})
+TIMEOUTS = Timeouts(
+    heartbeat_s=30.0, initial_s=300.0, section_s=600.0, per_section={"checkpoint_save": 3600.0}
+)
 
 
 def listen(path: Path) -> socket.socket:

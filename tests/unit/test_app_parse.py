@@ -7,7 +7,9 @@ import pytest
 
 from agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
 
-TIMEOUTS = Timeouts(heartbeat_s=30.0, initial_s=300.0, section_s=600.0, per_section={"checkpoint_save": 3600.0})
+TIMEOUTS = Timeouts(
+    heartbeat_s=30.0, initial_s=300.0, section_s=600.0, per_section={"checkpoint_save": 3600.0}
+)
 BASE = {"v": 1, "n": 1, "ts": 1_700_000_000_000_000_000, "pid": 77}
 
 
@@ -17,8 +19,15 @@ def pack(**extra: object) -> bytes:
 
 def test_section_timeout_default_and_per_name() -> None:
     assert parse_message(pack(t="section_open", section="forward", sid=1), TIMEOUTS).timeout_s == 600.0
-    assert parse_message(pack(t="section_open", section="checkpoint_save", sid=2), TIMEOUTS).timeout_s == 3600.0
-    assert parse_message(pack(t="section_open", section="checkpoint_save", sid=3, timeout_s=9), TIMEOUTS).timeout_s == 9
+    assert (
+        parse_message(pack(t="section_open", section="checkpoint_save", sid=2), TIMEOUTS).timeout_s == 3600.0
+    )
+    assert (
+        parse_message(
+            pack(t="section_open", section="checkpoint_save", sid=3, timeout_s=9), TIMEOUTS
+        ).timeout_s
+        == 9
+    )
 
 
 def test_unknown_keys_are_ignored_for_forward_compatibility() -> None:

@@ -88,7 +88,9 @@ def test_a_job_that_ends_normally_raises_nothing() -> None:
     job = Job()
     for rank in range(4):
         job.send(0, "start", rank=rank, pid=100 + rank, timeout_s=10, initial_timeout_s=10)
-        job.send(1, "section_open", rank=rank, pid=100 + rank, section="checkpoint_save", section_id=1, timeout_s=5)
+        job.send(
+            1, "section_open", rank=rank, pid=100 + rank, section="checkpoint_save", section_id=1, timeout_s=5
+        )
         job.send(2, "heartbeat", rank=rank, pid=100 + rank, timeout_s=10, open_sections=[1])
         job.send(3, "end", rank=rank, pid=100 + rank)
     assert job.at(1000) == []

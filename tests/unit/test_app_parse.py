@@ -50,3 +50,12 @@ def test_unknown_keys_are_ignored_for_forward_compatibility() -> None:
 def test_bad_messages_raise_app_message_error(data: bytes, reason: str) -> None:
     with pytest.raises(AppMessageError, match=reason):
         parse_message(data, TIMEOUTS)
+
+
+def test_the_client_socket_variable_is_not_mistaken_for_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ranksight.config import load_settings
+
+    monkeypatch.setenv("RANKSIGHT_APP_SOCKET", "/tmp/elsewhere.sock")
+    monkeypatch.setenv("RANKSIGHT_AGENT__COLLECTORS__APP__SECTION_TIMEOUTS", '{"checkpoint_save": 3600}')
+    settings = load_settings(None)
+    assert settings.agent.collectors.app.section_timeouts == {"checkpoint_save": 3600.0}

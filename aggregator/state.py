@@ -96,6 +96,9 @@ class LiveState:
         self.trackers.append(HardwareTracker())
         self.trackers.append(LinkTracker())
         self.trackers.append(GpuProbeTracker())
+        from aggregator.analysis.app import AppTracker  # here: the analysis package imports this module
+
+        self.app = AppTracker.attach(self)
         self.now_ns = 0
 
     @property

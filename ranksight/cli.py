@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "agent.collectors.ras.cli",
     "ranksight.probe",
     "aggregator.links_cli",
+    "aggregator.markers_cli",
 ]
 
 

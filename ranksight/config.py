@@ -15,9 +15,13 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
+from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
+
 CONFIG_ENV = "RANKSIGHT_CONFIG"
 # RANKSIGHT_* variables that are read elsewhere and are not settings.
 NON_SETTING_ENV = frozenset({CONFIG_ENV})
+NON_SETTING_ENV |= {APP_SOCKET_ENV}  # read by training processes (ranksight.client), not a setting
 
 
 class ConfigError(ValueError):
@@ -174,6 +178,30 @@ class GpuProbeSettings(CollectorSettings):
     sys_root: Path = Field(default=Path("/sys"))
 
 
+class AppSettings(CollectorSettings):
+    """The socket training processes send heartbeats, sections and markers to (``ranksight.client``)."""
+
+    socket_path: Path = Field(
+        Path(DEFAULT_APP_SOCKET),
+        description=f"Unix seqpacket socket; export ${APP_SOCKET_ENV} to jobs if changed",
+    )
+    socket_mode: int = Field(
+        0o666, description="file mode of the socket: training processes may run as any user"
+    )
+    heartbeat_timeout_s: float = Field(
+        60.0, gt=0, description="a rank is overdue after this without a heartbeat"
+    )
+    heartbeat_initial_timeout_s: float = Field(
+        600.0, gt=0, description="allowed from client.start() to the first heartbeat (model loading)"
+    )
+    section_timeout_s: float = Field(
+        1800.0, gt=0, description="default limit on how long a section stays open"
+    )
+    section_timeouts: dict[str, float] = Field(
+        {}, description="per section name, e.g. {checkpoint_save = 3600}"
+    )
+
+
 class CollectorsSettings(Section):
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     ras: RasSettings = RasSettings()
@@ -182,6 +210,7 @@ class CollectorsSettings(Section):
     nic: NicSettings = NicSettings()
     probe: ProbeSettings = ProbeSettings()
     gpu_probe: GpuProbeSettings = GpuProbeSettings()
+    app: AppSettings = AppSettings()
 
 
 class AgentSettings(Section):

@@ -5,6 +5,7 @@ Each name is also its config section (``[agent.collectors.<name>]``) and its hea
 
 from __future__ import annotations
 
+from agent.collectors.app import AppCollector
 from agent.collectors.base import Collector
 from agent.collectors.gpu.collector import GpuCollector
 from agent.collectors.gpu_probe import GpuProbeCollector
@@ -20,4 +21,5 @@ COLLECTORS: dict[str, type[Collector]] = {
     "nic": NicCollector,
     "probe": ProbeCollector,
     "gpu_probe": GpuProbeCollector,
+    "app": AppCollector,
 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aggregator.alerts import Rule
+from aggregator.analysis.app import RankHeartbeatOverdueRule, RankSectionOverdueRule
 from aggregator.analysis.gpu_probe import GpuUnderperformingRule
 from aggregator.analysis.hardware import hardware_rules
 from aggregator.analysis.links import LinkDegradedRule
@@ -17,4 +18,6 @@ def default_rules() -> list[Rule]:
         *hardware_rules(),
         LinkDegradedRule(),
         GpuUnderperformingRule(),
+        RankHeartbeatOverdueRule(),
+        RankSectionOverdueRule(),
     ]

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from aggregator.analysis.hardware import hardware
 from aggregator.api import ras_queries
 from aggregator.api.gpu_probes import gpu_probes
+from aggregator.api.markers import markers
 from aggregator.api.sql import jsonable
 from aggregator.hardware import DeviceState
 from aggregator.history import export_parquet
@@ -243,4 +244,5 @@ ENDPOINTS: dict[str, Query] = {
     "nics": nics,
     "links": links,
     "gpu_probes": gpu_probes,
+    "markers": markers,
 }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from schemas.records.app import AppRecord
 from schemas.records.base import Record
 from schemas.records.gpu import GpuLink, GpuRecord
 from schemas.records.gpu_probe import GpuProbeRecord
@@ -21,10 +22,12 @@ RECORD_MODELS: dict[str, type[Record]] = {
     "probe": ProbeRecord,
     "probe_endpoint": ProbeEndpointRecord,
     "gpu_probe": GpuProbeRecord,
+    "app": AppRecord,
 }
 
 __all__ = [
     "RECORD_MODELS",
+    "AppRecord",
     "CollectorHealth",
     "GpuLink",
     "GpuProbeRecord",

@@ -130,8 +130,9 @@ class Aggregator:
                         raise task.exception()  # type: ignore[misc]
             finally:
                 self._stopping = True
+                await cancel_all(tasks[1:])  # no rule runs once stopping has begun
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
-                await cancel_all(tasks)
+                await cancel_all(tasks[:1])
                 with contextlib.suppress(Exception):
                     await service.stop()
                 with contextlib.suppress(Exception):

@@ -79,7 +79,6 @@ def build_or_reuse(cache_dir: Path, root: Path = PROJECT_ROOT) -> Wheel:
                 "pip",
                 "wheel",
                 "--no-deps",
-                "--no-build-isolation",
                 "-q",
                 "-w",
                 str(target),

@@ -140,7 +140,7 @@ class Settings(BaseSettings):
     nats: NatsSettings = NatsSettings()
     agent: AgentSettings = AgentSettings()
     aggregator: AggregatorSettings = AggregatorSettings()
-    deploy: DeploySettings = Field(default_factory=DeploySettings)
+    deploy: DeploySettings = DeploySettings()
 
     @classmethod
     def settings_customise_sources(

@@ -184,11 +184,14 @@ def _process_factory(faults: Faults) -> Callable[[asyncssh.SSHServerProcess[str]
             process.stderr.write("ERROR: Could not install packages due to an OSError: injected failure\n")
             process.exit(1)
             return
+        # stdin is not relayed: deploy's background mode sends none (a systemd unit is the only stdin it writes).
         local = await asyncio.create_subprocess_shell(
-            command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
         )
-        await process.redirect(stdin=local.stdin, stdout=local.stdout, stderr=local.stderr)
-        process.exit(await local.wait())
+        stdout, stderr = await local.communicate()
+        process.stdout.write(stdout.decode(errors="replace"))
+        process.stderr.write(stderr.decode(errors="replace"))
+        process.exit(local.returncode or 0)
 
     return handle
 

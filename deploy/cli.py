@@ -83,7 +83,9 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, **_overrides(args))
-    logging.getLogger("asyncssh").setLevel(logging.WARNING)  # per-channel INFO lines would drown the progress bar
+    logging.getLogger("asyncssh").setLevel(
+        logging.WARNING
+    )  # per-channel INFO lines would drown the progress bar
     try:
         hosts = parse_hosts(args.hosts.read_text(), str(args.hosts))
         jump: Host | None = parse_host(args.jump) if args.jump else None

@@ -116,11 +116,14 @@ class DeploySettings(Section):
 
     parallel: int = Field(32, ge=1, description="hosts worked on at once")
     remote_dir: str = Field(
-        ".local/share/ranksight", description="install folder on each node; relative paths are under the login home"
+        ".local/share/ranksight",
+        description="install folder on each node; relative paths are under the login home",
     )
     python: str = Field("python3", description="interpreter on the node that creates the venv")
     system_site_packages: bool = Field(False, description="create the node venv with --system-site-packages")
-    pip_options: list[str] = Field(default_factory=list, description="extra pip options on the node, e.g. --no-index")
+    pip_options: list[str] = Field(
+        default_factory=list, description="extra pip options on the node, e.g. --no-index"
+    )
     known_hosts: Path | None = Field(None, description="known_hosts file; default ~/.ssh/known_hosts")
     identity_file: Path | None = Field(None, description="private key; default: ssh-agent and ~/.ssh/id_*")
     connect_timeout_s: float = Field(15, gt=0)

@@ -172,7 +172,7 @@ def _sftp_factory(faults: Faults) -> Callable[[asyncssh.SSHServerChannel], async
             if faults.drop_upload_after is not None and FaultySftp.written > faults.drop_upload_after:
                 self.connection.abort()
                 raise asyncssh.SFTPConnectionLost("connection dropped")
-            return super().write(file_obj, offset, data)  # type: ignore[arg-type]
+            return super().write(file_obj, offset, data)  # type: ignore[arg-type,return-value]
 
     return FaultySftp
 
@@ -186,7 +186,10 @@ def _process_factory(faults: Faults) -> Callable[[asyncssh.SSHServerProcess[str]
             return
         # stdin is not relayed: deploy's background mode sends none (a systemd unit is the only stdin it writes).
         local = await asyncio.create_subprocess_shell(
-            command, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+            command,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
         )
         stdout, stderr = await local.communicate()
         process.stdout.write(stdout.decode(errors="replace"))
@@ -208,7 +211,11 @@ async def local_shell_server(
 ) -> AsyncIterator[InProcessServer]:
     """An asyncssh server on loopback that trusts ``authorized_key`` (None: nobody, so every login fails)."""
     host_key = asyncssh.generate_private_key("ssh-ed25519")
-    authorized = asyncssh.import_authorized_keys(Path(f"{authorized_key}.pub").read_text() if authorized_key else "")
+    authorized = (
+        asyncssh.read_authorized_keys(f"{authorized_key}.pub")
+        if authorized_key
+        else asyncssh.import_authorized_keys("")
+    )
     server = await asyncssh.listen(
         "127.0.0.1",
         0,

@@ -31,7 +31,9 @@ def options(settings: Settings, tmp_path: Path, wheel: wheels.Wheel, known_hosts
             accept_new: bool = False) -> DeployOptions:  # fmt: skip
     data = settings.model_dump()
     data["nats"]["token"] = TOKEN
-    data["deploy"].update(remote_dir=str(tmp_path / "node"), known_hosts=known_hosts, identity_file=identity, verify_timeout_s=2)
+    data["deploy"].update(
+        remote_dir=str(tmp_path / "node"), known_hosts=known_hosts, identity_file=identity, verify_timeout_s=2
+    )
     return DeployOptions(Settings(**data), wheel, None, accept_new, (TOKEN,))
 
 
@@ -91,7 +93,10 @@ async def test_failing_install_reports_reason_and_starts_nothing(
         results = await deploy_all(opts, [Host("localhost", port=server.port)])
     result = results["localhost"]
     assert result.failed
-    assert result.detail == "install failed (exit 1): ERROR: Could not install packages due to an OSError: injected failure"
+    assert (
+        result.detail
+        == "install failed (exit 1): ERROR: Could not install packages due to an OSError: injected failure"
+    )
     assert (tmp_path / "node/wheels" / small_wheel.name).read_bytes() == small_wheel.path.read_bytes()
     assert not (tmp_path / "node/agent.toml").exists()
     assert not (tmp_path / "node/agent.pid").exists()

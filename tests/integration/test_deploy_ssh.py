@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import stat
 import subprocess
@@ -22,7 +23,9 @@ from tests.support import run_cli_async, settings_env
 
 TOKEN = "tok-9f3c1d-secret"
 
-pytestmark = pytest.mark.skipif(not SSHD.exists(), reason="openssh-server is not installed (.ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    not SSHD.exists(), reason="openssh-server is not installed (.ci/run installs it)"
+)
 
 
 @pytest.fixture(scope="session")
@@ -51,18 +54,27 @@ def deploy_args(node: RealSshd, wheel: wheels.Wheel, *extra: str) -> list[str]:
             "--known-hosts", str(node.known_hosts), "--wheel", str(wheel.path), "--json", *extra]  # fmt: skip
 
 
-async def deploy_cli(settings: Settings, node: RealSshd, wheel: wheels.Wheel, *extra: str) -> tuple[int, dict, str]:
+async def deploy_cli(
+    settings: Settings, node: RealSshd, wheel: wheels.Wheel, *extra: str
+) -> tuple[int, dict, str]:
     proc = await run_cli_async(*deploy_args(node, wheel, *extra), env=deploy_env(settings), timeout=120)
     assert TOKEN not in proc.stdout + proc.stderr
     out = json.loads(proc.stdout) if proc.stdout.strip() else {}
     return proc.returncode, out, proc.stderr
 
 
-async def test_deploy_status_redeploy_uninstall(settings: Settings, node: RealSshd, project_wheel: wheels.Wheel) -> None:
+async def test_deploy_status_redeploy_uninstall(
+    settings: Settings, node: RealSshd, project_wheel: wheels.Wheel
+) -> None:
     rc, out, err = await deploy_cli(settings, node, project_wheel)
     assert rc == 0, (out["hosts"][0]["detail"], err[-2000:])
     [row] = out["hosts"]
-    assert (row["host"], row["result"], row["version"], row["mode"]) == ("127.0.0.1", "ok", project_wheel.version, "background")
+    assert (row["host"], row["result"], row["version"], row["mode"]) == (
+        "127.0.0.1",
+        "ok",
+        project_wheel.version,
+        "background",
+    )
 
     config = node.remote_dir / "agent.toml"
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
@@ -77,7 +89,8 @@ async def test_deploy_status_redeploy_uninstall(settings: Settings, node: RealSs
     finally:
         await nc.close()
     assert answer is not None and answer["version"] == project_wheel.version
-    assert TOKEN not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    ps = await asyncio.to_thread(subprocess.run, ["ps", "-eo", "args"], capture_output=True, text=True)
+    assert TOKEN not in ps.stdout
     assert TOKEN not in (node.remote_dir / "agent.log").read_text()
 
     rc, out, _ = await deploy_cli(settings, node, project_wheel, "--status")
@@ -100,7 +113,9 @@ async def test_deploy_status_redeploy_uninstall(settings: Settings, node: RealSs
     assert rc == 0 and out["hosts"][0]["result"] == "not-installed"
 
 
-async def test_unreachable_host_fails_others_continue(settings: Settings, node: RealSshd, project_wheel: wheels.Wheel) -> None:
+async def test_unreachable_host_fails_others_continue(
+    settings: Settings, node: RealSshd, project_wheel: wheels.Wheel
+) -> None:
     node.hosts_file.write_text(node.hosts_file.read_text() + "localhost:1\n")
     rc, out, _ = await deploy_cli(settings, node, project_wheel, "--status")
     assert rc == 1
@@ -109,7 +124,9 @@ async def test_unreachable_host_fails_others_continue(settings: Settings, node: 
     assert rows["localhost"]["result"] == "failed" and "unreachable" in rows["localhost"]["detail"]
 
 
-async def test_deploy_through_jump_host(settings: Settings, node: RealSshd, project_wheel: wheels.Wheel, tmp_path: Path) -> None:
+async def test_deploy_through_jump_host(
+    settings: Settings, node: RealSshd, project_wheel: wheels.Wheel, tmp_path: Path
+) -> None:
     async with local_shell_server(tmp_path, Faults(allow_forwarding=True), node.identity) as bastion:
         with node.known_hosts.open("a") as fh:
             fh.write(bastion.host_key_line.replace("127.0.0.1", "localhost") + "\n")

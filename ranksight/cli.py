@@ -19,6 +19,7 @@ COMMAND_MODULES = [
     "ranksight.probe",
     "aggregator.links_cli",
     "aggregator.markers_cli",
+    "deploy.cli",
 ]
 
 

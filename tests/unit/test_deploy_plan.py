@@ -1,0 +1,51 @@
+"""Pure parts of deploy: hosts file parsing, the agent config, redaction, the fingerprint."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
+from deploy.plan import Layout, agent_config, fingerprint, redact, secrets_of
+from deploy.wheel import Wheel
+from ranksight.config import load_settings
+
+
+def test_parse_hosts_forms_comments_and_errors() -> None:
+    text = "# fleet\nnode1\nadmin@node2:2222  # bastioned\n\n[fe80::1]:22\nroot@[::1]\n"
+    assert parse_hosts(text) == [
+        Host("node1"),
+        Host("node2", "admin", 2222),
+        Host("fe80::1", None, 22),
+        Host("::1", "root"),
+    ]
+    assert str(Host("::1", "root", 2200)) == "root@[::1]:2200"
+    with pytest.raises(HostsFileError, match="hosts:2: duplicate host 'node1'"):
+        parse_hosts("node1\nx@node1:23\n", "hosts")
+    with pytest.raises(HostsFileError, match="hosts:1: not"):
+        parse_hosts("a b\n", "hosts")
+    with pytest.raises(HostsFileError, match="port out of range"):
+        parse_host("node:70000")
+
+
+def test_agent_config_has_credentials_and_redact_hides_them(tmp_path: Path) -> None:
+    settings = load_settings(
+        None, cluster="prod-a", nats={"url": "nats://n:4222", "user": "u", "password": "pw-123"}
+    )
+    layout = Layout.under("/home/ops", ".local/share/ranksight")
+    doc = tomllib.loads(agent_config(settings, Host("gpu-1"), layout).decode())
+    assert doc["cluster"] == "prod-a" and doc["agent"] == {"node": "gpu-1"}
+    assert (
+        doc["nats"]["password"] == "pw-123" and doc["state_dir"] == "/home/ops/.local/share/ranksight/state"
+    )
+    load_settings(None, **doc)  # the node can load it: no unknown keys
+    assert redact("auth pw-123 failed", secrets_of(settings)) == "auth *** failed"
+    wheel = Wheel(tmp_path / "ranksight-0.1.0-py3-none-any.whl", "ab" * 32)
+    config = agent_config(settings, Host("gpu-1"), layout)
+    assert fingerprint(wheel, config, "", settings) == fingerprint(wheel, config, "", settings)
+    assert fingerprint(wheel, config, "", settings) != fingerprint(
+        Wheel(wheel.path, "cd" * 32), config, "", settings
+    )
+    assert wheel.version == "0.1.0"

@@ -41,6 +41,9 @@ class StragglerParams:
     window_s: float = 2.0
     confirm_windows: int = 2
     z_threshold: float = 2.0
+    # Sampled records pool different operations (step-to-step jitter, intermittent delays), so there a rank is
+    # judged by how often it is among the fastest decile of its comm's samples: a binomial z-score against 10%.
+    z_threshold_sampled: float = 3.0
     z_clip: float = 6.0
     spread_floor: float = 0.02  # fraction of the group median
     min_group: int = 3  # ranks needed to judge one against the others
@@ -109,10 +112,17 @@ class _RankWindow:
     z_sum: float = 0.0
     n: int = 0
     delays: list[float] = field(default_factory=list)  # µs the peers waited for this rank, when flagged
+    threshold: float = 0.0
+    sampled: bool = False
+    fastest: int = 0  # sampled model: samples in the fastest decile of the comm
 
     @property
     def late(self) -> float:
-        return self.z_sum / self.n if self.n else 0.0
+        if not self.n:
+            return 0.0
+        if self.sampled:
+            return (self.fastest - 0.1 * self.n) / (0.09 * self.n) ** 0.5
+        return self.z_sum / self.n
 
 
 class _Collector:
@@ -167,13 +177,14 @@ class _Collector:
             self.sampled_ops.add((rec.comm_id, rec.op, rec.sn))
             self.samples[(rec.comm_id, rec.op, rec.msg_size_bytes, window)][rec.rank].append(rec.exec_time_us)
 
-    def observations(self) -> Iterable[tuple[int, str, str, int, dict[int, float]]]:
-        """(window, comm, op, size, rank -> value) for every comparable group."""
+    def observations(self) -> Iterable[tuple[int, str, str, int, dict[int, list[float]], bool]]:
+        """(window, comm, op, size, rank -> exec times, sampled?) for every comparable group: one operation (ring
+        model), or every sample of one (comm, coll, size) in a window (sampled model)."""
         for (comm, op, size, _sn), entries in self.ops.items():
             window = min(e[2] for e in entries) // self.window_us
-            yield window, comm, op, size, {rank: t for rank, t, _ in entries}
+            yield window, comm, op, size, {rank: [t] for rank, t, _ in entries}, False
         for (comm, op, size, window), per_rank in self.samples.items():
-            yield window, comm, op, size, {rank: statistics.median(ts) for rank, ts in per_rank.items()}
+            yield window, comm, op, size, per_rank, True
 
     @property
     def operations(self) -> int:
@@ -230,17 +241,26 @@ class StragglerEngine:
         c, p = self._c, self.params
         rank_windows: dict[tuple[int, str, int], _RankWindow] = defaultdict(_RankWindow)
         transfer: dict[tuple[int, str, str, int], list[float]] = defaultdict(list)
-        for window, comm, op, size, values in c.observations():
-            transfer[(window, comm, op, size)].append(min(values.values()))
-            if len(values) < p.min_group:
+        for window, comm, op, size, per_rank, sampled in c.observations():
+            threshold = p.z_threshold_sampled if sampled else p.z_threshold
+            pooled = [t for ts in per_rank.values() for t in ts]
+            # the transfer time: the last rank to arrive waits for nobody, so its time is the shortest
+            transfer[(window, comm, op, size)].append(min(pooled))
+            if len(per_rank) < p.min_group:
                 continue
-            med, spread = _robust(list(values.values()), p.spread_floor)
-            for rank, t in values.items():
-                z = max(-p.z_clip, min(p.z_clip, (med - t) / spread))
+            med, spread = _robust(pooled, p.spread_floor)
+            fast_decile = sorted(pooled)[len(pooled) // 10] if sampled else 0.0
+            for rank, ts in per_rank.items():
                 rw = rank_windows[(window, comm, rank)]
-                rw.z_sum, rw.n = rw.z_sum + z, rw.n + 1
-                if z >= p.z_threshold:
-                    rw.delays.append(med - t)
+                rw.threshold, rw.sampled = threshold, sampled
+                for t in ts:
+                    rw.z_sum += max(-p.z_clip, min(p.z_clip, (med - t) / spread))
+                    rw.n += 1
+                    if sampled and t <= fast_decile:
+                        rw.fastest += 1
+                        rw.delays.append(med - t)
+                    elif not sampled and (med - t) / spread >= threshold:
+                        rw.delays.append(med - t)
         slow_comms, node_flags = self._communication(transfer)
         findings = self._compute_findings(rank_windows, slow_comms)
         findings += self._communication_findings(node_flags)
@@ -342,7 +362,7 @@ class StragglerEngine:
         self, rank_windows: dict[tuple[int, str, int], _RankWindow], slow_comms: dict[int, set[str]]
     ) -> list[Finding]:
         c, p = self._c, self.params
-        late_in = {key for key, rw in rank_windows.items() if rw.n >= p.min_obs and rw.late >= p.z_threshold}
+        late_in = {key for key, rw in rank_windows.items() if rw.n >= p.min_obs and rw.late >= rw.threshold}
         late_ranks: dict[tuple[int, str], int] = defaultdict(int)
         for window, comm, _rank in late_in:
             late_ranks[(window, comm)] += 1

@@ -129,7 +129,9 @@ def simulate(spec: JobSpec) -> dict[tuple[str, int], list[str]]:
     ranks = [(n, i) for n in range(spec.nodes) for i in range(spec.gpus_per_node)]
     tick = spec.dump_interval_ms * 1000
     out: dict[tuple[str, int], list[_Line]] = defaultdict(list)
-    latest: dict[tuple[str, int], tuple[int, int, int]] = {}  # sampled: (comm, rank) -> (sn, exec, finish)
+    pending: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(list)  # (comm, rank) -> (sn, exec, end)
+    # each process's dump thread runs on its own timer: ranks sample different operations
+    phase_us = {r: rng.random() * tick for r in ranks}
     next_dump = tick
     now = 0.0  # µs since start
     for step in range(spec.steps):
@@ -153,29 +155,32 @@ def simulate(spec: JobSpec) -> dict[tuple[str, int], list[str]]:
                         out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, step + 1,
                                                                                 exec_us, dump)))  # fmt: skip
                     else:
-                        latest[(comm.name, rank)] = (step + 1, exec_us, int(end))
+                        pending[(comm.name, rank)].append((step + 1, exec_us, int(end)))
             # a short compute gap before the next phase, scaled by the rank's speed
             ready = {r: finished[r] + 0.05 * spec.compute_ms * 1000 * slow[r] for r in ranks}
         now = max(ready.values())
         if spec.capture == "sampled":
             while next_dump <= now:
-                _dump_sampled(spec, phases, latest, next_dump, out)
+                _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
                 next_dump += tick
     return {proc: [line.text for line in sorted(lines, key=lambda x: x.dump_ts_us)] for proc, lines in out.items()}
 
 
-def _dump_sampled(spec: JobSpec, phases: list[list[_Comm]], latest: dict[tuple[str, int], tuple[int, int, int]],
-                  at: float, out: dict[tuple[str, int], list[_Line]]) -> None:  # fmt: skip
-    """The 2.28-2.29 plugin writes only the latest completed op of each comm at each dump tick."""
-    dump = spec.start_us + int(at)
+def _dump_sampled(spec: JobSpec, phases: list[list[_Comm]], pending: dict[tuple[str, int], list[tuple[int, int, int]]],
+                  tick_at: float, phase_us: dict[tuple[int, int], float],
+                  out: dict[tuple[str, int], list[_Line]]) -> None:  # fmt: skip
+    """The 2.28-2.29 plugin writes only the latest op of each comm completed since the last dump tick."""
     for phase in phases:
         for comm in phase:
             for rank, member in enumerate(comm.members):
-                entry = latest.get((comm.name, rank))
-                if entry is not None and entry[2] <= at:
-                    out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, entry[0], entry[1],
-                                                                            dump)))  # fmt: skip
-                    del latest[(comm.name, rank)]
+                at = tick_at - phase_us[member]
+                dump = spec.start_us + int(at)
+                ops = pending.get((comm.name, rank), [])
+                done = [op for op in ops if op[2] <= at]
+                if done:
+                    sn, exec_us, _ = max(done)
+                    out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, sn, exec_us, dump)))
+                    pending[(comm.name, rank)] = [op for op in ops if op[2] > at]
 
 
 def _proc(spec: JobSpec, member: tuple[int, int]) -> tuple[str, int]:

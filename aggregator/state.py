@@ -87,6 +87,10 @@ class LiveState:
     def __init__(self, gone_after_s: float = 300.0) -> None:
         self.nodes = NodeTracker(gone_after_s)
         self.trackers: list[Tracker] = [self.nodes]
+        from aggregator.analysis.straggler_live import StragglerTracker  # here: the analysis package imports us
+
+        self.stragglers = StragglerTracker()
+        self.trackers.append(self.stragglers)
         self.now_ns = 0
 
     @property

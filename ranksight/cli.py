@@ -11,6 +11,7 @@ COMMAND_MODULES = [
     "ranksight.up",
     "agent.cli",
     "aggregator.cli",
+    "aggregator.stragglers_cli",
 ]
 
 

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from agent.collectors.base import Collector
 from agent.collectors.heartbeat import HeartbeatCollector
+from agent.collectors.inspector.collector import InspectorCollector
 
 COLLECTORS: dict[str, type[Collector]] = {
     "heartbeat": HeartbeatCollector,
+    "inspector": InspectorCollector,
 }

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from aggregator.alerts import Rule
 from aggregator.analysis.nodes import NodeSilentRule
+from aggregator.analysis.straggler_live import StragglerRule
 
 
 def default_rules() -> list[Rule]:
-    return [NodeSilentRule()]
+    return [NodeSilentRule(), StragglerRule()]

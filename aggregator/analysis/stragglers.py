@@ -38,7 +38,7 @@ Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a 
 
 @dataclass(frozen=True)
 class StragglerParams:
-    window_s: float = 2.0
+    window_s: float = 10.0
     confirm_windows: int = 2
     z_threshold: float = 2.0
     # Sampled records pool different operations (step-to-step jitter, intermittent delays), so there a rank is

@@ -1,8 +1,9 @@
 """Online straggler analysis: a live-state tracker that keeps recent Inspector records and runs the one engine
 (:mod:`aggregator.analysis.stragglers`) on tick, and the ``straggler`` alert rule that reports its findings.
 
-Scoring happens every ``evaluate_every_s`` over the retained windows, never per message, so ingest stays fast. Records
-are kept by receipt time: when a job stops writing, its records age out and its alerts resolve. GPU and NIC samples of
+Scoring happens every ``evaluate_every_s`` over the retained windows, never per message, so ingest stays fast; in the
+aggregator it runs on a worker thread (``background=True``) and its result is picked up by a later tick, so the event
+loop never waits for it. Records are kept by receipt time: when a job stops writing, its records age out and its alerts resolve. GPU and NIC samples of
 the same node are kept (latest per device) to corroborate each finding.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -34,14 +36,18 @@ class StragglerTracker:
 
     def __init__(self, settings: StragglerSettings | None = None) -> None:
         self.records: deque[tuple[int, str, InspectorRecord]] = deque()
+        self._executor: ThreadPoolExecutor | None = None
+        self._running: Future[dict[str, ClusterFindings]] | None = None
         self.configure(settings or StragglerSettings())
         self.gpus: dict[tuple[str, str, int], GpuRecord] = {}
         self.nics: dict[tuple[str, str, str], NicRecord] = {}
         self.clusters: dict[str, ClusterFindings] = {}
         self._last_eval_ns = 0
 
-    def configure(self, settings: StragglerSettings) -> None:
+    def configure(self, settings: StragglerSettings, background: bool = False) -> None:
         self.settings = settings
+        if background and self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stragglers")
         self.params = StragglerParams(window_s=settings.window_s, confirm_windows=settings.confirm_windows)
         self.records = deque(self.records, maxlen=settings.max_records)
 
@@ -56,22 +62,32 @@ class StragglerTracker:
                 self.nics[(env.cluster, env.node, nic.name)] = nic
 
     def tick(self, now_ns: int) -> None:
-        if now_ns - self._last_eval_ns < self.settings.evaluate_every_s * NS:
+        if self._running is not None and self._running.done():
+            self.clusters, self._running = self._running.result(), None
+        if self._running is not None or now_ns - self._last_eval_ns < self.settings.evaluate_every_s * NS:
             return
         self._last_eval_ns = now_ns
         horizon = now_ns - int(self.settings.retain_windows * self.settings.window_s * NS)
         while self.records and self.records[0][0] < horizon:
             self.records.popleft()
+        snapshot = list(self.records)
+        if self._executor is None:
+            self.clusters = self._analyze(snapshot, now_ns)
+        else:
+            self._running = self._executor.submit(self._analyze, snapshot, now_ns)
+
+    def _analyze(self, records: list[tuple[int, str, InspectorRecord]], now_ns: int) -> dict[str, ClusterFindings]:
         engines: dict[str, StragglerEngine] = {}
-        for _, cluster, rec in self.records:
+        for _, cluster, rec in records:
             engine = engines.get(cluster)
             if engine is None:
                 engine = engines[cluster] = StragglerEngine(self.params)
             engine.add(rec)
-        self.clusters = {}
+        out = {}
         for cluster, engine in engines.items():
             result = engine.analyze()
-            self.clusters[cluster] = ClusterFindings(result.stragglers, result.records, result.capture_model, now_ns)
+            out[cluster] = ClusterFindings(result.stragglers, result.records, result.capture_model, now_ns)
+        return out
 
     def corroboration(self, cluster: str, hostname: str) -> list[str]:
         """What GPU and NIC samples of the node say (the node name is the hostname unless configured otherwise)."""

@@ -52,6 +52,8 @@ class Tailer:
         self.chunk_bytes = chunk_bytes
         self.files: dict[str, FileState] = {}
         self.dirty = False
+        self.bad_lines = 0  # since start, across rotations
+        self.records = 0
 
     # -- state file -----------------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -114,6 +116,8 @@ class Tailer:
         state.pending.append(state.read)
         state.records += len(records)
         state.bad_lines += bad
+        self.records += len(records)
+        self.bad_lines += bad
         return Chunk(path, state.inode, state.read, records, bad, first_error)
 
     def acked(self, path: str, inode: int, end: int) -> None:
@@ -132,7 +136,8 @@ class Tailer:
             "directory": str(self.directory),
             "files": {p: {"inode": f.inode, "committed": f.committed, "read": f.read, "records": f.records,
                           "bad_lines": f.bad_lines} for p, f in self.files.items()},  # fmt: skip
-            "bad_lines": sum(f.bad_lines for f in self.files.values()),
+            "records": self.records,
+            "bad_lines": self.bad_lines,
         }
 
 

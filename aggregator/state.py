@@ -87,7 +87,8 @@ class LiveState:
     def __init__(self, gone_after_s: float = 300.0) -> None:
         self.nodes = NodeTracker(gone_after_s)
         self.trackers: list[Tracker] = [self.nodes]
-        from aggregator.analysis.straggler_live import StragglerTracker  # here: the analysis package imports us
+        # imported here: the analysis package imports this module
+        from aggregator.analysis.straggler_live import StragglerTracker
 
         self.stragglers = StragglerTracker()
         self.trackers.append(self.stragglers)

@@ -13,7 +13,14 @@ from pathlib import Path
 from agent.collectors.inspector.dumps import DumpReader
 from aggregator.analysis.stragglers import StragglerParams, analyze_records
 from aggregator.api.client import ApiUnavailable, query
-from ranksight.cliutil import EXIT_FAILED, EXIT_USAGE, add_config_flags, print_json, print_table, settings_from_args
+from ranksight.cliutil import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    add_config_flags,
+    print_json,
+    print_table,
+    settings_from_args,
+)
 
 COLUMNS = ["hostname", "pid", "kind", "comm", "rank", "slowdown", "confidence", "evidence"]
 
@@ -22,7 +29,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     analyze = sub.add_parser("analyze", help="offline analysis of captured files")
     what = analyze.add_subparsers(dest="source", required=True, metavar="SOURCE")
     insp = what.add_parser("inspector", help="find stragglers in a directory of Inspector dump files")
-    insp.add_argument("directory", metavar="DIR", type=Path, help="searched recursively for *.log / *.jsonl (.gz)")
+    insp.add_argument(
+        "directory", metavar="DIR", type=Path, help="searched recursively for *.log / *.jsonl (.gz)"
+    )
     insp.add_argument("--json", action="store_true", help="one JSON object on stdout")
     insp.add_argument("--window-s", type=float, default=StragglerParams.window_s,
                       help="analysis window in seconds of dump time (default %(default)s)")  # fmt: skip

@@ -104,8 +104,12 @@ class StragglerSettings(Section):
     window_s: float = Field(10.0, gt=0, description="analysis window over the records' dump timestamps")
     confirm_windows: int = Field(2, ge=1, description="consecutive windows a finding needs before it alerts")
     retain_windows: int = Field(6, ge=2, description="windows of records kept in memory and re-analyzed")
-    evaluate_every_s: float = Field(5.0, gt=0, description="how often the engine runs (on tick, never per message)")
-    max_records: int = Field(2_000_000, ge=1000, description="records kept in memory at most (oldest dropped)")
+    evaluate_every_s: float = Field(
+        5.0, gt=0, description="how often the engine runs (on tick, never per message)"
+    )
+    max_records: int = Field(
+        2_000_000, ge=1000, description="records kept in memory at most (oldest dropped)"
+    )
 
 
 class AggregatorSettings(Section):

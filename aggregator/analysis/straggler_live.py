@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import statistics
 from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from aggregator.alerts import Condition
@@ -38,7 +38,7 @@ class StragglerTracker:
         self.records: deque[tuple[int, str, InspectorRecord]] = deque()
         self._executor: ThreadPoolExecutor | None = None
         self._running: Future[dict[str, ClusterFindings]] | None = None
-        self.configure(settings or StragglerSettings())
+        self.configure(settings or StragglerSettings.model_validate({}))
         self.gpus: dict[tuple[str, str, int], GpuRecord] = {}
         self.nics: dict[tuple[str, str, str], NicRecord] = {}
         self.clusters: dict[str, ClusterFindings] = {}
@@ -76,7 +76,9 @@ class StragglerTracker:
         else:
             self._running = self._executor.submit(self._analyze, snapshot, now_ns)
 
-    def _analyze(self, records: list[tuple[int, str, InspectorRecord]], now_ns: int) -> dict[str, ClusterFindings]:
+    def _analyze(
+        self, records: list[tuple[int, str, InspectorRecord]], now_ns: int
+    ) -> dict[str, ClusterFindings]:
         engines: dict[str, StragglerEngine] = {}
         for _, cluster, rec in records:
             engine = engines.get(cluster)

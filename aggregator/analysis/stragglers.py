@@ -336,10 +336,14 @@ class StragglerEngine:
             picked.append(best)
             uncovered -= candidates.pop(best)
         # The other end of a slow link has exactly the same slow comms: report it too.
-        twins = [h for h, s in candidates.items() if any(s == slow_by_host[x] for x in picked) and len(s) >= 2]
+        twins = [
+            h for h, s in candidates.items() if any(s == slow_by_host[x] for x in picked) and len(s) >= 2
+        ]
         return picked + twins
 
-    def _communication_findings(self, node_flags: dict[str, dict[int, tuple[float, list[str]]]]) -> list[Finding]:
+    def _communication_findings(
+        self, node_flags: dict[str, dict[int, tuple[float, list[str]]]]
+    ) -> list[Finding]:
         p = self.params
         out = []
         for host, windows in node_flags.items():
@@ -380,11 +384,16 @@ class StragglerEngine:
             late = [(comm, rank) for comm, rank in memberships if (window, comm, rank) in late_in]
             # A victim: it waited for a late peer in one comm, and so arrives late at its next comms.
             victim = any(
-                (window, comm, rank) not in late_in and late_ranks[(window, comm)] > 0 for comm, rank in memberships
+                (window, comm, rank) not in late_in and late_ranks[(window, comm)] > 0
+                for comm, rank in memberships
             )
             if late and not victim and proc not in explained[window]:
-                flagged[proc][window] = [(comm, rank, rank_windows[(window, comm, rank)]) for comm, rank in late]
-        confirmed = {proc: w for proc, w in flagged.items() if _consecutive_runs(list(w)) >= p.confirm_windows}
+                flagged[proc][window] = [
+                    (comm, rank, rank_windows[(window, comm, rank)]) for comm, rank in late
+                ]
+        confirmed = {
+            proc: w for proc, w in flagged.items() if _consecutive_runs(list(w)) >= p.confirm_windows
+        }
         procs_by_host: dict[str, set[Proc]] = defaultdict(set)
         for proc in seen:
             procs_by_host[proc[0]].add(proc)

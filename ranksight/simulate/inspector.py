@@ -129,7 +129,9 @@ def simulate(spec: JobSpec) -> dict[tuple[str, int], list[str]]:
     ranks = [(n, i) for n in range(spec.nodes) for i in range(spec.gpus_per_node)]
     tick = spec.dump_interval_ms * 1000
     out: dict[tuple[str, int], list[_Line]] = defaultdict(list)
-    pending: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(list)  # (comm, rank) -> (sn, exec, end)
+    pending: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(
+        list
+    )  # (comm, rank) -> (sn, exec, end)
     # each process's dump thread runs on its own timer: ranks sample different operations
     phase_us = {r: rng.random() * tick for r in ranks}
     next_dump = tick
@@ -163,7 +165,9 @@ def simulate(spec: JobSpec) -> dict[tuple[str, int], list[str]]:
             while next_dump <= now:
                 _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
                 next_dump += tick
-    return {proc: [line.text for line in sorted(lines, key=lambda x: x.dump_ts_us)] for proc, lines in out.items()}
+    return {
+        proc: [line.text for line in sorted(lines, key=lambda x: x.dump_ts_us)] for proc, lines in out.items()
+    }
 
 
 def _dump_sampled(spec: JobSpec, phases: list[list[_Comm]], pending: dict[tuple[str, int], list[tuple[int, int, int]]],
@@ -179,7 +183,9 @@ def _dump_sampled(spec: JobSpec, phases: list[list[_Comm]], pending: dict[tuple[
                 done = [op for op in ops if op[2] <= at]
                 if done:
                     sn, exec_us, _ = max(done)
-                    out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, sn, exec_us, dump)))
+                    out[_proc(spec, member)].append(
+                        _Line(dump, format_line(spec, comm, rank, sn, exec_us, dump))
+                    )
                     pending[(comm.name, rank)] = [op for op in ops if op[2] > at]
 
 

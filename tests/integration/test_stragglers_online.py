@@ -36,7 +36,11 @@ async def test_straggler_alert_endpoint_and_cli(settings: Settings, tmp_path: Pa
         alert = await wait_for(
             lambda: next((a for a in agg.engine.active.values() if a.rule == "straggler"), None), timeout=20
         )
-        assert (alert.node, alert.evidence["pid"], alert.evidence["kind"]) == ("node001", spec.pid(1, 2), "compute")
+        assert (alert.node, alert.evidence["pid"], alert.evidence["kind"]) == (
+            "node001",
+            spec.pid(1, 2),
+            "compute",
+        )
         assert alert.state == "firing" and alert.evidence["slowdown"] > 1.3
         assert len([a for a in agg.engine.active.values() if a.rule == "straggler"]) == 1
         proc = await run_cli_async("stragglers", "--json", env=settings_env(cfg))

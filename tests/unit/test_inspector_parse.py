@@ -84,7 +84,10 @@ def test_nan_string_becomes_null() -> None:
         (b'{"header":{"id":"0x1"', "not JSON"),
         (b"[1,2]", "not a JSON object"),
         (b'{"header":{},"metadata":{}}', "neither coll_perf nor p2p_perf"),
-        (compact({**sample(RS_MULTINODE), "header": {"id": "0x1", "rank": "3", "n_ranks": 4}}), "header.rank"),
+        (
+            compact({**sample(RS_MULTINODE), "header": {"id": "0x1", "rank": "3", "n_ranks": 4}}),
+            "header.rank",
+        ),
         (compact({**sample(RS_MULTINODE), "metadata": {"hostname": "h", "pid": 1}}), "dump_timestamp_us"),
     ],
 )

@@ -6,10 +6,9 @@ Lines are streamed (memory stays flat on big files); bad lines are counted, neve
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
 
 from agent.collectors.inspector.parse import ParseError, parse_line
 from schemas.records import InspectorRecord
@@ -32,7 +31,7 @@ class DumpReader:
             with opener(path, "rb") as fh:
                 yield from self._parse(fh)
 
-    def _parse(self, fh: IO[bytes]) -> Iterator[InspectorRecord]:
+    def _parse(self, fh: Iterable[bytes]) -> Iterator[InspectorRecord]:
         for line in fh:
             if not line.strip():
                 continue

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -27,7 +27,9 @@ class ParseError(ValueError):
     """A line that is not a valid Inspector record; the message says why."""
 
 
-def bandwidths_gbs(op: str, n_ranks: int, msg_bytes: int, exec_us: float | None) -> tuple[float, float] | None:
+def bandwidths_gbs(
+    op: str, n_ranks: int, msg_bytes: int, exec_us: float | None
+) -> tuple[float, float] | None:
     """(algbw, busbw) in GB/s the plugin should report for this operation (None when it cannot be computed)."""
     if exec_us is None or not exec_us > 0 or n_ranks < 1:
         return None
@@ -75,6 +77,7 @@ def parse_line(line: bytes | str) -> InspectorRecord:
     header, meta = obj.get("header"), obj.get("metadata")
     if not isinstance(header, dict) or not isinstance(meta, dict):
         raise ParseError("missing header or metadata")
+    op_kind: Literal["coll", "p2p"]
     if isinstance(obj.get("coll_perf"), dict):
         perf, prefix, op_kind = obj["coll_perf"], "coll", "coll"
     elif isinstance(obj.get("p2p_perf"), dict):

@@ -29,7 +29,9 @@ class FileState:
     inode: int
     committed: int = 0  # acknowledged up to here: what the state file keeps
     read: int = 0  # read (and handed out) up to here
-    pending: list[int] = field(default_factory=list)  # end offsets handed out, not yet acknowledged, ascending
+    pending: list[int] = field(
+        default_factory=list
+    )  # end offsets handed out, not yet acknowledged, ascending
     acked: set[int] = field(default_factory=set)  # acknowledged out of order, waiting for earlier ones
     bad_lines: int = 0
     records: int = 0
@@ -64,7 +66,11 @@ class Tailer:
         except ValueError:
             return  # a corrupt state file means re-reading from the start: duplicates are dropped downstream
         for path, entry in saved.get("files", {}).items():
-            if isinstance(entry, dict) and isinstance(entry.get("inode"), int) and isinstance(entry.get("offset"), int):
+            if (
+                isinstance(entry, dict)
+                and isinstance(entry.get("inode"), int)
+                and isinstance(entry.get("offset"), int)
+            ):
                 off = entry["offset"]
                 self.files[path] = FileState(entry["inode"], committed=off, read=off)
 
@@ -107,6 +113,8 @@ class Tailer:
         end = data.rfind(b"\n")
         if end < 0 and len(data) < self.chunk_bytes:
             return None  # no complete line yet
+        records: list[InspectorRecord]
+        first_error: str | None
         if end < 0:  # a "line" longer than a whole chunk is not Inspector output: skip it as bad
             records, bad, first_error = [], 1, f"line longer than {self.chunk_bytes} bytes"
             end = len(data) - 1
@@ -134,8 +142,16 @@ class Tailer:
     def status(self) -> dict[str, Any]:
         return {
             "directory": str(self.directory),
-            "files": {p: {"inode": f.inode, "committed": f.committed, "read": f.read, "records": f.records,
-                          "bad_lines": f.bad_lines} for p, f in self.files.items()},  # fmt: skip
+            "files": {
+                p: {
+                    "inode": f.inode,
+                    "committed": f.committed,
+                    "read": f.read,
+                    "records": f.records,
+                    "bad_lines": f.bad_lines,
+                }
+                for p, f in self.files.items()
+            },
             "records": self.records,
             "bad_lines": self.bad_lines,
         }

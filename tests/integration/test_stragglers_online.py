@@ -48,6 +48,9 @@ async def test_straggler_alert_endpoint_and_cli(settings: Settings, tmp_path: Pa
         [row] = json.loads(proc.stdout)["stragglers"]
         assert (row["hostname"], row["pid"], row["kind"], row["cluster"]) == ("node001", spec.pid(1, 2), "compute",
                                                                               "test")  # fmt: skip
+        table = await run_cli_async("stragglers", env=settings_env(cfg))
+        assert table.returncode == 0 and table.stdout.split()[:2] == ["CLUSTER", "HOSTNAME"]
+        assert "node001" in table.stdout and "compute" in table.stdout
         [view] = agg.store.rows("SELECT hostname, pid, kind, state FROM straggler_findings")
         assert view == {"hostname": "node001", "pid": spec.pid(1, 2), "kind": "compute", "state": "firing"}
         stats = list(agg.store.rows("SELECT hostname, pid, ops FROM inspector_rank_stats WHERE pid = ?",
@@ -82,3 +85,8 @@ def test_analyze_inspector_cli_healthy_table_and_bad_dir(tmp_path: Path) -> None
     assert json.loads(proc.stdout)["stragglers"] == []
     missing = run_cli("analyze", "inspector", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "not a directory" in missing.stderr
+
+
+def test_stragglers_cli_without_aggregator_exits_1(nats_server) -> None:  # type: ignore[no-untyped-def]
+    proc = run_cli("stragglers", "--nats", nats_server.url, timeout=30)
+    assert proc.returncode == 1 and "no aggregator answers" in proc.stderr

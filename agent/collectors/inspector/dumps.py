@@ -6,11 +6,11 @@ Lines are streamed (memory stays flat on big files); bad lines are counted, neve
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.collectors.inspector.parse import ParseError, parse_line
+from agent.collectors.inspector.parse import ParseError, parse_lines
 from schemas.records import InspectorRecord
 
 SUFFIXES = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
@@ -29,13 +29,7 @@ class DumpReader:
         for path in dump_files(self.directory):
             opener = gzip.open if path.name.endswith(".gz") else open
             with opener(path, "rb") as fh:
-                yield from self._parse(fh)
+                yield from parse_lines(fh, self._bad)
 
-    def _parse(self, fh: Iterable[bytes]) -> Iterator[InspectorRecord]:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                yield parse_line(line)
-            except ParseError:
-                self.bad_lines += 1
+    def _bad(self, _error: ParseError) -> None:
+        self.bad_lines += 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -125,3 +126,14 @@ def parse_line(line: bytes | str) -> InspectorRecord:
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ParseError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+
+
+def parse_lines(lines: Iterable[bytes], on_error: Callable[[ParseError], None]) -> Iterator[InspectorRecord]:
+    """Parse lines, skipping blank ones; each bad line goes to ``on_error`` and never stops the rest."""
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            yield parse_line(line)
+        except ParseError as exc:
+            on_error(exc)

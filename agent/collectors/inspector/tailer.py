@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.collectors.inspector.parse import ParseError, parse_line
+from agent.collectors.inspector.parse import ParseError, parse_lines
 from schemas.records import InspectorRecord
 
 LIVE_SUFFIXES = (".log", ".jsonl")
@@ -159,14 +159,6 @@ class Tailer:
 
 def parse_chunk(data: bytes) -> tuple[list[InspectorRecord], int, str | None]:
     """Parse complete lines; return (records, bad line count, first error)."""
-    records: list[InspectorRecord] = []
-    bad, first_error = 0, None
-    for line in data.splitlines():
-        if not line.strip():
-            continue
-        try:
-            records.append(parse_line(line))
-        except ParseError as exc:
-            bad += 1
-            first_error = first_error or str(exc)
-    return records, bad, first_error
+    errors: list[ParseError] = []
+    records = list(parse_lines(data.splitlines(), errors.append))
+    return records, len(errors), str(errors[0]) if errors else None

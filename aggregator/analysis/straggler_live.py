@@ -9,6 +9,7 @@ the same node are kept (latest per device) to corroborate each finding.
 
 from __future__ import annotations
 
+import logging
 import statistics
 from collections import deque
 from collections.abc import Iterator
@@ -21,6 +22,8 @@ from aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
 from schemas.envelope import Envelope
 from schemas.records import GpuRecord, InspectorRecord, NicRecord
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -87,7 +90,14 @@ class StragglerTracker:
             engine.add(rec)
         out = {}
         for cluster, engine in engines.items():
-            result = engine.analyze()
+            try:
+                result = engine.analyze()
+            except Exception:  # a bug or an input we did not foresee must never stop the aggregator's ticks
+                log.exception(
+                    "straggler analysis of cluster %s failed; keeping its previous findings", cluster
+                )
+                out[cluster] = self.clusters.get(cluster, ClusterFindings(evaluated_ns=now_ns))
+                continue
             out[cluster] = ClusterFindings(result.stragglers, result.records, result.capture_model, now_ns)
         return out
 

@@ -425,7 +425,8 @@ class StragglerEngine:
             per_comm[comm] += rw.n
         top = max(per_comm, key=lambda k: per_comm[k])
         rank = next(r for comm, r, _ in entries if comm == top)
-        delay = statistics.median(d for comm, _, rw in entries if comm == top for d in rw.delays)
+        delays = [d for comm, _, rw in entries if comm == top for d in rw.delays]
+        delay = statistics.median(delays) if delays else 0.0
         z = statistics.mean(rw.late for _, _, rw in entries)
         first, last = min(windows), max(windows)
         active = [w for w in seen if first <= w <= last]

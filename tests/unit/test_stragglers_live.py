@@ -61,3 +61,20 @@ def test_background_evaluation_is_picked_up_by_a_later_tick() -> None:
     state.tick(5 * NS + 1)
     [finding] = state.stragglers.clusters["c"].findings
     assert finding.pid == SPEC.pid(1, 2)
+
+
+def test_a_failing_analysis_keeps_previous_findings_and_never_raises(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
+    for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
+        state.observe(envelope("inspector", host, seq, [parse_line(x) for x in lines]), 5 * NS)
+    state.tick(5 * NS)
+    before = state.stragglers.clusters["c"]
+    assert before.findings
+
+    def broken(self):  # type: ignore[no-untyped-def]
+        raise ZeroDivisionError("unforeseen")
+
+    monkeypatch.setattr("aggregator.analysis.stragglers.StragglerEngine.analyze", broken)
+    state.tick(7 * NS)
+    assert state.stragglers.clusters["c"] is before

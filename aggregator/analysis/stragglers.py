@@ -18,8 +18,9 @@ Method, over time windows of ``dump_ts_us``:
 4. Confirmation: a finding needs ``confirm_windows`` consecutive flagged windows, so warm-up and noise raise nothing.
    A host where most processes are compute stragglers is reported once, as a node (``pid`` None).
 
-The slowdown factor is how much longer the affected collectives take than they would without the fault: group median
-over the straggler's own time (compute), or transfer time over the reference (communication).
+The slowdown factor is what the finding costs: for compute, the step period over the period minus the time the peers
+wait for the late rank per step (the op rate of a comm gives its step period, in both capture models); for
+communication, the slow comms' transfer time over the reference.
 """
 
 from __future__ import annotations

@@ -39,8 +39,9 @@ def test_one_slow_gpu_is_the_straggler_not_its_victims(tmp_path: Path, capture: 
     [finding] = run(tmp_path, spec).stragglers
     assert (finding.hostname, finding.pid, finding.kind) == ("node003", spec.pid(3, 5), "compute")
     assert finding.rank is not None and finding.comm is not None
-    # the slowdown the rank costs the job, estimated from waits and the step period, near the injected factor
-    assert 1 + (factor - 1) * 0.5 < finding.slowdown < 1 + (factor - 1) * 1.2
+    # the slowdown the rank costs the job (waits / step period): below the GPU's own factor, because with noise
+    # the job would otherwise wait for the slowest healthy rank anyway
+    assert 1 + (factor - 1) * 0.25 < finding.slowdown < 1 + (factor - 1) * 1.1
     assert finding.confidence >= 0.8
 
 

@@ -15,8 +15,6 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
-from pydantic import ValidationError
-
 from schemas.records import InspectorRecord
 
 # busbw = algbw x factor(n); traffic = msg x n for the gathering/scattering collectives.
@@ -68,6 +66,13 @@ def _str(obj: dict[str, Any], key: str, where: str) -> str:
     return value
 
 
+def _optional_str(obj: dict[str, Any], key: str, where: str) -> str | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ParseError(f"{where}.{key}: expected a string, got {value!r}")
+    return value
+
+
 def parse_line(line: bytes | str) -> InspectorRecord:
     try:
         obj = json.loads(line)
@@ -100,32 +105,30 @@ def parse_line(line: bytes | str) -> InspectorRecord:
     )
     ring = "comm_name" in header or op_kind == "p2p"
     nnodes = header.get("nnodes")
-    try:
-        return InspectorRecord(
-            comm_id=_str(header, "id", "header"),
-            comm_name=header.get("comm_name") if isinstance(header.get("comm_name"), str) else None,
-            rank=_int(header, "rank", "header"),
-            n_ranks=n_ranks,
-            nnodes=nnodes if isinstance(nnodes, int) and not isinstance(nnodes, bool) else None,
-            hostname=_str(meta, "hostname", "metadata"),
-            pid=_int(meta, "pid", "metadata"),
-            op_kind=op_kind,
-            op=op,
-            sn=_int(perf, f"{prefix}_sn", where),
-            peer=perf.get("p2p_peer") if isinstance(perf.get("p2p_peer"), int) else None,
-            msg_size_bytes=size,
-            exec_time_us=exec_us,
-            timing_source=perf.get(f"{prefix}_timing_source"),
-            algobw_gbs=_number(perf.get(f"{prefix}_algobw_gbs"), f"{where}.{prefix}_algobw_gbs"),
-            busbw_gbs=busbw,
-            dump_ts_us=_int(meta, "dump_timestamp_us", "metadata"),
-            capture_model="ring" if ring else "sampled",
-            busbw_expected_gbs=expected,
-            bw_mismatch=mismatch,
-        )
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ParseError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None
+    # Every field is checked above or here, so the record is built without a second validation pass (the parser
+    # is the agent's hot path; the aggregator validates the wire form again).
+    return InspectorRecord.model_construct(
+        comm_id=_str(header, "id", "header"),
+        comm_name=_optional_str(header, "comm_name", "header"),
+        rank=_int(header, "rank", "header"),
+        n_ranks=n_ranks,
+        nnodes=nnodes if isinstance(nnodes, int) and not isinstance(nnodes, bool) else None,
+        hostname=_str(meta, "hostname", "metadata"),
+        pid=_int(meta, "pid", "metadata"),
+        op_kind=op_kind,
+        op=op,
+        sn=_int(perf, f"{prefix}_sn", where),
+        peer=perf.get("p2p_peer") if isinstance(perf.get("p2p_peer"), int) else None,
+        msg_size_bytes=size,
+        exec_time_us=exec_us,
+        timing_source=_optional_str(perf, f"{prefix}_timing_source", where),
+        algobw_gbs=_number(perf.get(f"{prefix}_algobw_gbs"), f"{where}.{prefix}_algobw_gbs"),
+        busbw_gbs=busbw,
+        dump_ts_us=_int(meta, "dump_timestamp_us", "metadata"),
+        capture_model="ring" if ring else "sampled",
+        busbw_expected_gbs=expected,
+        bw_mismatch=mismatch,
+    )
 
 
 def parse_lines(lines: Iterable[bytes], on_error: Callable[[ParseError], None]) -> Iterator[InspectorRecord]:

@@ -46,6 +46,7 @@ class StragglerTracker:
         self.nics: dict[tuple[str, str, str], NicRecord] = {}
         self.clusters: dict[str, ClusterFindings] = {}
         self._last_eval_ns = 0
+        self._evaluated_once = False
 
     def configure(self, settings: StragglerSettings, background: bool = False) -> None:
         self.settings = settings
@@ -74,7 +75,10 @@ class StragglerTracker:
         while self.records and self.records[0][0] < horizon:
             self.records.popleft()
         snapshot = list(self.records)
-        if self._executor is None:
+        # The first run (the replay at start) is inline: a rule evaluated before it would see no findings and
+        # resolve alerts that are still true, then fire them again.
+        first, self._evaluated_once = not self._evaluated_once, True
+        if self._executor is None or first:
             self.clusters = self._analyze(snapshot, now_ns)
         else:
             self._running = self._executor.submit(self._analyze, snapshot, now_ns)

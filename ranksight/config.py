@@ -127,7 +127,7 @@ class AggregatorSettings(Section):
     )
     replay_window_s: float = Field(3600, gt=0, description="history replayed into live state at start")
     retention_days: float = Field(30, gt=0)
-    stragglers: StragglerSettings = StragglerSettings()
+    stragglers: StragglerSettings = StragglerSettings.model_validate({})
 
 
 class Settings(BaseSettings):

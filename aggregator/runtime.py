@@ -77,6 +77,7 @@ class Aggregator:
         self.version = agent_version()
         self.store = Store(settings.db_path(), self.subjects)
         self.state = LiveState(settings.aggregator.node_gone_after_s)
+        self.state.stragglers.configure(settings.aggregator.stragglers, background=True)
         self.rules = rules if rules is not None else default_rules()
         self.engine = AlertEngine()
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query.reader_threads)

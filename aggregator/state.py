@@ -99,6 +99,11 @@ class LiveState:
         from aggregator.analysis.app import AppTracker  # here: the analysis package imports this module
 
         self.app = AppTracker.attach(self)
+        # imported here: the analysis package imports this module
+        from aggregator.analysis.straggler_live import StragglerTracker
+
+        self.stragglers = StragglerTracker()
+        self.trackers.append(self.stragglers)
         self.now_ns = 0
 
     @property

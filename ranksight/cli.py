@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "aggregator.links_cli",
     "aggregator.markers_cli",
     "deploy.cli",
+    "aggregator.stragglers_cli",
 ]
 
 

@@ -77,7 +77,11 @@ class RasSettings(CollectorSettings):
 
 
 class InspectorSettings(CollectorSettings):
-    interval_s: float = Field(1.0, gt=0)
+    interval_s: float = Field(1.0, gt=0, description="how often the dump directory is re-scanned when idle")
+    dump_dir: Path | None = Field(
+        None, description="the plugin's NCCL_INSPECTOR_DUMP_DIR; unset or missing: the collector is absent"
+    )
+    read_chunk_bytes: int = Field(1 << 20, ge=4096, description="most bytes read from one file per pass")
 
 
 class GpuSettings(CollectorSettings):
@@ -261,6 +265,20 @@ class ProbePlannerSettings(Section):
     )
 
 
+class StragglerSettings(Section):
+    """Online straggler analysis (design §6); the same engine as ``ranksight analyze inspector``."""
+
+    window_s: float = Field(10.0, gt=0, description="analysis window over the records' dump timestamps")
+    confirm_windows: int = Field(2, ge=1, description="consecutive windows a finding needs before it alerts")
+    retain_windows: int = Field(6, ge=2, description="windows of records kept in memory and re-analyzed")
+    evaluate_every_s: float = Field(
+        5.0, gt=0, description="how often the engine runs (on tick, never per message)"
+    )
+    max_records: int = Field(
+        2_000_000, ge=1000, description="records kept in memory at most (oldest dropped)"
+    )
+
+
 class AggregatorSettings(Section):
     db_path: Path | None = Field(None, description="DuckDB file; default <state_dir>/ranksight.duckdb")
     stream: str = "RANKSIGHT_EVENTS"
@@ -280,6 +298,7 @@ class AggregatorSettings(Section):
     retention_days: float = Field(30, gt=0)
     query: QuerySettings = Field(default_factory=QuerySettings)
     probes: ProbePlannerSettings = ProbePlannerSettings()
+    stragglers: StragglerSettings = StragglerSettings()
 
 
 class DeploySettings(Section):

@@ -10,6 +10,7 @@ from agent.collectors.base import Collector
 from agent.collectors.gpu.collector import GpuCollector
 from agent.collectors.gpu_probe import GpuProbeCollector
 from agent.collectors.heartbeat import HeartbeatCollector
+from agent.collectors.inspector.collector import InspectorCollector
 from agent.collectors.nic.collector import NicCollector
 from agent.collectors.probe import ProbeCollector
 from agent.collectors.ras.collector import RasCollector
@@ -17,6 +18,7 @@ from agent.collectors.ras.collector import RasCollector
 COLLECTORS: dict[str, type[Collector]] = {
     "heartbeat": HeartbeatCollector,
     "ras": RasCollector,
+    "inspector": InspectorCollector,
     "gpu": GpuCollector,
     "nic": NicCollector,
     "probe": ProbeCollector,

@@ -9,12 +9,14 @@ from aggregator.analysis.hardware import hardware_rules
 from aggregator.analysis.links import LinkDegradedRule
 from aggregator.analysis.nodes import NodeSilentRule
 from aggregator.analysis.ras import ras_rules
+from aggregator.analysis.straggler_live import StragglerRule
 
 
 def default_rules() -> list[Rule]:
     return [
         NodeSilentRule(),
         *ras_rules(),
+        StragglerRule(),
         *hardware_rules(),
         LinkDegradedRule(),
         GpuUnderperformingRule(),

@@ -232,6 +232,24 @@ async def links(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     return ApiResponse.success(rows, meta={"skipped": skipped})
 
 
+async def stragglers(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """Current straggler findings of the online engine (confirmed over ``aggregator.stragglers.confirm_windows``)."""
+    unknown = set(params) - {"cluster"}
+    if unknown:
+        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+    rows = []
+    for cluster, result in sorted(agg.state.stragglers.clusters.items()):
+        if params.get("cluster") and cluster != params["cluster"]:
+            continue
+        for f in result.findings:
+            rows.append({"cluster": cluster, **f.as_dict(), "first_seen": iso(f.first_ts_us * 1000),
+                         "last_seen": iso(f.last_ts_us * 1000)})  # fmt: skip
+    tracker = agg.state.stragglers
+    meta = {"records": len(tracker.records), "window_s": tracker.settings.window_s,
+            "evaluated": {c: iso(r.evaluated_ns) for c, r in tracker.clusters.items()}}  # fmt: skip
+    return ApiResponse.success(rows, meta=meta)
+
+
 ENDPOINTS: dict[str, Query] = {
     "status": status,
     "nodes": nodes,
@@ -245,4 +263,5 @@ ENDPOINTS: dict[str, Query] = {
     "links": links,
     "gpu_probes": gpu_probes,
     "markers": markers,
+    "stragglers": stragglers,
 }

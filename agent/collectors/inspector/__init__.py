@@ -1,0 +1,1 @@
+"""The Inspector collector: tail the profiler plugin's JSONL dump files (design §4 "inspector")."""

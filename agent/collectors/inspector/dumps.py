@@ -1,0 +1,35 @@
+"""Offline reading of an Inspector dump directory: every ``*.log`` / ``*.jsonl`` (optionally ``.gz``) below it.
+
+Lines are streamed (memory stays flat on big files); bad lines are counted, never fatal.
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent.collectors.inspector.parse import ParseError, parse_lines
+from schemas.records import InspectorRecord
+
+SUFFIXES = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
+
+
+def dump_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.rglob("*") if p.is_file() and p.name.endswith(SUFFIXES))
+
+
+@dataclass
+class DumpReader:
+    directory: Path
+    bad_lines: int = 0
+
+    def records(self) -> Iterator[InspectorRecord]:
+        for path in dump_files(self.directory):
+            opener = gzip.open if path.name.endswith(".gz") else open
+            with opener(path, "rb") as fh:
+                yield from parse_lines(fh, self._bad)
+
+    def _bad(self, _error: ParseError) -> None:
+        self.bad_lines += 1

@@ -1,0 +1,164 @@
+"""Tail the Inspector dump files of one directory: new files, complete lines only, truncation, rotation, restarts.
+
+A file is identified by its path and inode. Each poll reads at most ``chunk_bytes`` per file from the last offset and
+keeps only complete lines (the rest is re-read next time), so memory stays flat on multi-GB files and a line being
+written is never parsed half-way. A smaller size than the offset means truncation, another inode means the file was
+replaced (rotation): both restart at 0.
+
+Offsets advance in two steps: ``read`` moves the *read* offset; :meth:`Tailer.acked` moves the *committed* offset once
+the records up to there are acknowledged by the stream. Only committed offsets are saved, so a restart (or a NATS
+outage) re-reads what was not acknowledged instead of losing it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.collectors.inspector.parse import ParseError, parse_lines
+from schemas.records import InspectorRecord
+
+LIVE_SUFFIXES = (".log", ".jsonl")
+
+
+@dataclass
+class FileState:
+    inode: int
+    committed: int = 0  # acknowledged up to here: what the state file keeps
+    read: int = 0  # read (and handed out) up to here
+    pending: list[int] = field(
+        default_factory=list
+    )  # end offsets handed out, not yet acknowledged, ascending
+    acked: set[int] = field(default_factory=set)  # acknowledged out of order, waiting for earlier ones
+    bad_lines: int = 0
+    records: int = 0
+
+
+@dataclass
+class Chunk:
+    path: str
+    inode: int
+    end: int
+    records: list[InspectorRecord]
+    bad_lines: int
+    first_error: str | None
+
+
+class Tailer:
+    def __init__(self, directory: Path, state_file: Path, chunk_bytes: int = 1 << 20) -> None:
+        self.directory = directory
+        self.state_file = state_file
+        self.chunk_bytes = chunk_bytes
+        self.files: dict[str, FileState] = {}
+        self.dirty = False
+        self.bad_lines = 0  # since start, across rotations
+        self.records = 0
+
+    # -- state file -----------------------------------------------------------------------------------------------
+    def load(self) -> None:
+        try:
+            saved = json.loads(self.state_file.read_text())
+        except FileNotFoundError:
+            return
+        except ValueError:
+            return  # a corrupt state file means re-reading from the start: duplicates are dropped downstream
+        for path, entry in saved.get("files", {}).items():
+            if (
+                isinstance(entry, dict)
+                and isinstance(entry.get("inode"), int)
+                and isinstance(entry.get("offset"), int)
+            ):
+                off = entry["offset"]
+                self.files[path] = FileState(entry["inode"], committed=off, read=off)
+
+    def save(self) -> None:
+        data = {"files": {p: {"inode": f.inode, "offset": f.committed} for p, f in self.files.items()}}
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, self.state_file)  # atomic: a crash leaves the old or the new file, never half of one
+        self.dirty = False
+
+    # -- reading --------------------------------------------------------------------------------------------------
+    def poll(self) -> list[Chunk]:
+        """One pass over the directory: the next chunk of complete lines of every file that grew (blocking I/O)."""
+        chunks = []
+        try:
+            names = sorted(e.name for e in os.scandir(self.directory) if e.name.endswith(LIVE_SUFFIXES))
+        except FileNotFoundError:
+            return []
+        for name in names:
+            chunk = self._read(str(self.directory / name))
+            if chunk is not None:
+                chunks.append(chunk)
+        return chunks
+
+    def _read(self, path: str) -> Chunk | None:
+        try:
+            with open(path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                state = self.files.get(path)
+                if state is None or state.inode != st.st_ino or st.st_size < state.read:
+                    state = self.files[path] = FileState(st.st_ino)  # new, replaced (rotated) or truncated
+                    self.dirty = True
+                if st.st_size <= state.read:
+                    return None
+                fh.seek(state.read)
+                data = fh.read(self.chunk_bytes)
+        except (FileNotFoundError, PermissionError, IsADirectoryError):
+            return None
+        end = data.rfind(b"\n")
+        if end < 0 and len(data) < self.chunk_bytes:
+            return None  # no complete line yet
+        records: list[InspectorRecord]
+        first_error: str | None
+        if end < 0:  # a "line" longer than a whole chunk is not Inspector output: skip it as bad
+            records, bad, first_error = [], 1, f"line longer than {self.chunk_bytes} bytes"
+            end = len(data) - 1
+        else:
+            records, bad, first_error = parse_chunk(data[: end + 1])
+        state.read += end + 1
+        state.pending.append(state.read)
+        state.records += len(records)
+        state.bad_lines += bad
+        self.records += len(records)
+        self.bad_lines += bad
+        return Chunk(path, state.inode, state.read, records, bad, first_error)
+
+    def acked(self, path: str, inode: int, end: int) -> None:
+        """Records up to ``end`` of ``path`` are in the stream: advance the committed offset over contiguous acks."""
+        state = self.files.get(path)
+        if state is None or state.inode != inode or end not in state.pending:
+            return  # the file was replaced since: nothing to commit
+        state.acked.add(end)
+        while state.pending and state.pending[0] in state.acked:
+            state.committed = state.pending.pop(0)
+            state.acked.discard(state.committed)
+            self.dirty = True
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "directory": str(self.directory),
+            "files": {
+                p: {
+                    "inode": f.inode,
+                    "committed": f.committed,
+                    "read": f.read,
+                    "records": f.records,
+                    "bad_lines": f.bad_lines,
+                }
+                for p, f in self.files.items()
+            },
+            "records": self.records,
+            "bad_lines": self.bad_lines,
+        }
+
+
+def parse_chunk(data: bytes) -> tuple[list[InspectorRecord], int, str | None]:
+    """Parse complete lines; return (records, bad line count, first error)."""
+    errors: list[ParseError] = []
+    records = list(parse_lines(data.splitlines(), errors.append))
+    return records, len(errors), str(errors[0]) if errors else None

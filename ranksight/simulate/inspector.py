@@ -1,0 +1,227 @@
+"""A simulated multi-node training job that writes Inspector dump files (used by tests, benchmarks and the demo).
+
+Faithful to: the v4.0 line format of the NCCL/RCCL Inspector plugin (compact JSON, 6-decimal doubles, the bandwidth
+formula, ``<hostname>-pid<pid>.log`` files) as captured in ``fixtures/inspector``; both capture models (ring: every op,
+``comm_name`` in the header; sampled: only the latest op per comm per dump tick, so ``coll_sn`` has gaps); and the
+collective timing model of design §6: ranks arrive at their own times, everyone finishes at the last arrival plus the
+transfer time set by the slowest participant, and each rank's exec time is its own wait plus that transfer.
+
+Layout: ``tp`` comms inside a node (AllReduce), ``dp`` comms across nodes of the same pipeline stage (ReduceScatter),
+``pp`` comms across the stages of one block of nodes (AllGather); a global barrier at each step end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from agent.collectors.inspector.parse import bandwidths_gbs
+
+FaultKind = Literal["gpu", "node", "nic"]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """``gpu``: one GPU computes ``factor`` x slower; ``node``: every GPU of a node; ``nic``: the node's network is
+    ``factor`` x slower. ``start_step`` > 0 makes it late-onset, ``probability`` < 1 intermittent (per step)."""
+
+    kind: FaultKind
+    node: int
+    gpu: int = 0
+    factor: float = 1.5
+    start_step: int = 0
+    probability: float = 1.0
+
+
+@dataclass
+class JobSpec:
+    nodes: int = 8
+    gpus_per_node: int = 8
+    pp: int = 2  # nodes per pipeline block; dp comms span nodes // pp nodes
+    steps: int = 200
+    compute_ms: float = 40.0
+    noise: float = 0.03  # lognormal sigma of each rank's compute time
+    spike_prob: float = 0.0  # per rank and step: a random hiccup
+    spike_factor: float = 2.0
+    warmup_steps: int = 0
+    warmup_noise: float = 0.5
+    capture: Literal["ring", "sampled"] = "ring"
+    dump_interval_ms: float = 100.0
+    intra_gbs: float = 200.0
+    inter_gbs: float = 40.0
+    seed: int = 0
+    start_us: int = 1_750_000_000_000_000
+    hostname_prefix: str = "node"
+    faults: list[Fault] = field(default_factory=list)
+
+    def hostname(self, node: int) -> str:
+        return f"{self.hostname_prefix}{node:03d}"
+
+    def pid(self, node: int, gpu: int) -> int:
+        return 40000 + node * 97 + gpu
+
+
+@dataclass(frozen=True)
+class _Comm:
+    name: str
+    op: str
+    size: int
+    members: tuple[tuple[int, int], ...]  # (node, gpu) by rank
+
+    @property
+    def comm_id(self) -> str:
+        return "0x" + hashlib.sha256(self.name.encode()).hexdigest()[:14]
+
+
+def _comms(spec: JobSpec) -> list[list[_Comm]]:
+    """The comms of each phase of a step, in order."""
+    g = range(spec.gpus_per_node)
+    tp = [_Comm(f"tp-n{n}", "AllReduce", 32 << 20, tuple((n, i) for i in g)) for n in range(spec.nodes)]
+    dp = [
+        _Comm(f"dp-s{s}-g{i}", "ReduceScatter", 8 << 20, tuple((n, i) for n in range(s, spec.nodes, spec.pp)))
+        for s in range(spec.pp) for i in g
+    ]  # fmt: skip
+    pp = [
+        _Comm(f"pp-b{b}-g{i}", "AllGather", 2 << 20, tuple((b * spec.pp + s, i) for s in range(spec.pp)))
+        for b in range(spec.nodes // spec.pp) for i in g
+    ]  # fmt: skip
+    return [tp, dp, pp]
+
+
+def _bus_bytes(op: str, size: int, n: int) -> float:
+    """Bytes each rank moves on the bus: busbw x time, by the plugin's own formula."""
+    one_second = bandwidths_gbs(op, n, size, 1e6)
+    return one_second[1] * 1e9 if one_second else 0.0
+
+
+@dataclass
+class _Line:
+    dump_ts_us: int
+    text: str
+
+
+def format_line(spec: JobSpec, comm: _Comm, rank: int, sn: int, exec_us: int, dump_ts_us: int) -> str:
+    """One compact Inspector v4.0 line, as the plugin writes it."""
+    node, gpu = comm.members[rank]
+    n = len(comm.members)
+    algbw, busbw = bandwidths_gbs(comm.op, n, comm.size, exec_us) or (0.0, 0.0)
+    nnodes = len({m[0] for m in comm.members})
+    name = f',"comm_name":"{comm.name}"' if spec.capture == "ring" else ""
+    return (
+        f'{{"header":{{"id":"{comm.comm_id}"{name},"rank":{rank},"n_ranks":{n},"nnodes":{nnodes}}},'
+        f'"metadata":{{"inspector_output_format_version":"v4.0","git_rev":"sim","rec_mechanism":'
+        f'"nccl_profiler_interface","dump_timestamp_us":{dump_ts_us},"hostname":"{spec.hostname(node)}",'
+        f'"pid":{spec.pid(node, gpu)}}},"coll_perf":{{"coll":"{comm.op}","coll_sn":{sn},'
+        f'"coll_msg_size_bytes":{comm.size},"coll_exec_time_us":{exec_us},"coll_timing_source":"kernel_gpu",'
+        f'"coll_algobw_gbs":{algbw:.6f},"coll_busbw_gbs":{busbw:.6f}}}}}'
+    )
+
+
+def simulate(spec: JobSpec) -> dict[tuple[str, int], list[str]]:
+    """Run the job; return the lines of each process ``(hostname, pid)`` in file order."""
+    rng = random.Random(spec.seed)
+    phases = _comms(spec)
+    ranks = [(n, i) for n in range(spec.nodes) for i in range(spec.gpus_per_node)]
+    tick = spec.dump_interval_ms * 1000
+    out: dict[tuple[str, int], list[_Line]] = defaultdict(list)
+    pending: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(
+        list
+    )  # (comm, rank) -> (sn, exec, end)
+    # each process's dump thread runs on its own timer: ranks sample different operations
+    phase_us = {r: rng.random() * tick for r in ranks}
+    next_dump = tick
+    now = 0.0  # µs since start
+    for step in range(spec.steps):
+        slow = {r: _compute_factor(spec, r, step, rng) for r in ranks}
+        nic = {n: _nic_factor(spec, n, step, rng) for n in range(spec.nodes)}
+        sigma = spec.warmup_noise if step < spec.warmup_steps else spec.noise
+        ready = {r: now + spec.compute_ms * 1000 * slow[r] * rng.lognormvariate(0, sigma) for r in ranks}
+        for phase in phases:
+            finished: dict[tuple[int, int], float] = {}
+            for comm in phase:
+                arrivals = [ready[m] for m in comm.members]
+                nodes = {m[0] for m in comm.members}
+                bw = spec.intra_gbs if len(nodes) == 1 else spec.inter_gbs / max(nic[n] for n in nodes)
+                transfer = _bus_bytes(comm.op, comm.size, len(comm.members)) / (bw * 1e3)  # µs
+                end = max(arrivals) + transfer * rng.lognormvariate(0, 0.02)
+                for rank, (member, arrival) in enumerate(zip(comm.members, arrivals, strict=True)):
+                    exec_us = max(1, round(end - arrival))
+                    finished[member] = end
+                    if spec.capture == "ring":
+                        dump = spec.start_us + int(math.ceil(end / tick) * tick)
+                        out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, step + 1,
+                                                                                exec_us, dump)))  # fmt: skip
+                    else:
+                        pending[(comm.name, rank)].append((step + 1, exec_us, int(end)))
+            # a short compute gap before the next phase, scaled by the rank's speed
+            ready = {r: finished[r] + 0.05 * spec.compute_ms * 1000 * slow[r] for r in ranks}
+        now = max(ready.values())
+        if spec.capture == "sampled":
+            while next_dump <= now:
+                _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
+                next_dump += tick
+    return {
+        proc: [line.text for line in sorted(lines, key=lambda x: x.dump_ts_us)] for proc, lines in out.items()
+    }
+
+
+def _dump_sampled(spec: JobSpec, phases: list[list[_Comm]], pending: dict[tuple[str, int], list[tuple[int, int, int]]],
+                  tick_at: float, phase_us: dict[tuple[int, int], float],
+                  out: dict[tuple[str, int], list[_Line]]) -> None:  # fmt: skip
+    """The 2.28-2.29 plugin writes only the latest op of each comm completed since the last dump tick."""
+    for phase in phases:
+        for comm in phase:
+            for rank, member in enumerate(comm.members):
+                at = tick_at - phase_us[member]
+                dump = spec.start_us + int(at)
+                ops = pending.get((comm.name, rank), [])
+                done = [op for op in ops if op[2] <= at]
+                if done:
+                    sn, exec_us, _ = max(done)
+                    out[_proc(spec, member)].append(
+                        _Line(dump, format_line(spec, comm, rank, sn, exec_us, dump))
+                    )
+                    pending[(comm.name, rank)] = [op for op in ops if op[2] > at]
+
+
+def _proc(spec: JobSpec, member: tuple[int, int]) -> tuple[str, int]:
+    return spec.hostname(member[0]), spec.pid(*member)
+
+
+def _active(fault: Fault, step: int, rng: random.Random) -> bool:
+    return step >= fault.start_step and (fault.probability >= 1 or rng.random() < fault.probability)
+
+
+def _compute_factor(spec: JobSpec, rank: tuple[int, int], step: int, rng: random.Random) -> float:
+    factor = 1.0
+    for f in spec.faults:
+        hit = (f.kind == "gpu" and (f.node, f.gpu) == rank) or (f.kind == "node" and f.node == rank[0])
+        if hit and _active(f, step, rng):
+            factor *= f.factor
+    if spec.spike_prob and rng.random() < spec.spike_prob:
+        factor *= spec.spike_factor
+    return factor
+
+
+def _nic_factor(spec: JobSpec, node: int, step: int, rng: random.Random) -> float:
+    factor = 1.0
+    for f in spec.faults:
+        if f.kind == "nic" and f.node == node and _active(f, step, rng):
+            factor *= f.factor
+    return factor
+
+
+def write_job(spec: JobSpec, directory: Path) -> list[Path]:
+    """Simulate and write one ``<hostname>-pid<pid>.log`` per process; returns the files."""
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for (host, pid), lines in simulate(spec).items():
+        path = directory / f"{host}-pid{pid}.log"
+        path.write_text("".join(line + "\n" for line in lines))
+        paths.append(path)
+    return sorted(paths)

@@ -1,0 +1,69 @@
+"""Real nats-server + agent (inspector collector) + aggregator + DuckDB: files appended, partially written,
+truncated and rotated while the collector runs; an agent restart resumes from the acknowledged offsets."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from aggregator.runtime import Aggregator
+from ranksight.config import Settings
+from ranksight.simulate.inspector import JobSpec, simulate
+from tests.support import agent, aggregator, wait_for
+
+
+@pytest.fixture
+def dump_settings(settings: Settings, tmp_path: Path) -> Settings:
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    cfg = settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05})
+    collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
+    return settings.model_copy(update={"agent": settings.agent.model_copy(update={"collectors": collectors})})
+
+
+def job_lines() -> list[str]:
+    procs = simulate(JobSpec(nodes=2, gpus_per_node=2, steps=60))
+    return [line for proc_lines in procs.values() for line in proc_lines]
+
+
+def stored(agg: Aggregator) -> tuple[int, int]:
+    [row] = agg.store.rows("SELECT count(*) AS n, count(DISTINCT (pid, comm_id, op, sn)) AS d FROM inspector")
+    return row["n"], row["d"]
+
+
+async def test_tail_partial_truncate_rotate_restart(dump_settings: Settings) -> None:
+    data = job_lines()
+    dump = dump_settings.agent.collectors.inspector.dump_dir
+    assert dump is not None
+    log = dump / "node000-pid40000.log"
+    log.write_text("".join(x + "\n" for x in data[:50]) + data[50][:30])  # last line half written
+    async with aggregator(dump_settings) as agg:
+        async with agent(dump_settings, only=["inspector"]) as rt:
+            await wait_for(lambda: stored(agg)[0] == 50)
+            with log.open("a") as fh:  # the writer completes the line and goes on, with one bad line
+                fh.write(data[50][30:] + "\n" + "garbage\n" + "".join(x + "\n" for x in data[51:80]))
+            await wait_for(lambda: stored(agg)[0] == 80)
+            os.rename(log, dump / "node000-pid40000.log.1")  # rotated: the old name starts again
+            log.write_text("".join(x + "\n" for x in data[80:100]))
+            await wait_for(lambda: stored(agg)[0] == 100)
+            other = dump / "node001-pid40097.jsonl"
+            other.write_text("".join(x + "\n" for x in data[100:140]))
+            await wait_for(lambda: stored(agg)[0] == 140)
+            other.write_text("".join(x + "\n" for x in data[140:150]))  # truncated and rewritten
+            await wait_for(lambda: stored(agg)[0] == 150)
+            assert rt.ctx is not None  # the agent's own NATS command reports files, offsets and bad lines
+            subject = rt.ctx.subjects.agent("test", "node-a", "inspector")
+            status = json.loads((await rt.ctx.nc.request(subject, b"{}", timeout=5)).data)
+            assert status["bad_lines"] == 1 and status["records"] == 150
+            assert status["files"][str(other)]["committed"] == other.stat().st_size
+        state = json.loads((dump_settings.state_dir / "inspector-offsets.json").read_text())
+        assert state["files"][str(log)]["offset"] == log.stat().st_size
+        with log.open("a") as fh:  # written while the agent is down
+            fh.write("".join(x + "\n" for x in data[150:170]))
+        async with agent(dump_settings, only=["inspector"]):
+            await wait_for(lambda: stored(agg)[0] >= 170)
+            await wait_for(lambda: agg.stats.records >= 170)
+        assert stored(agg)[0] == 170  # nothing lost, nothing re-read

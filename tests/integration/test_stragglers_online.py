@@ -1,0 +1,99 @@
+"""Online: a simulated job's dump files -> agent -> NATS -> aggregator -> engine on tick -> ``straggler`` alert,
+``stragglers`` endpoint and CLI; and the offline ``ranksight analyze inspector`` command on the same kind of files."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import time
+from pathlib import Path
+
+import duckdb
+
+from ranksight.config import Settings
+from ranksight.simulate.inspector import Fault, JobSpec, write_job
+from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
+
+STRAGGLER = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=1, gpu=2, factor=2.0)])
+
+
+def online_settings(settings: Settings, dump: Path) -> Settings:
+    return settings.model_copy(update={
+        "agent": settings.agent.model_copy(update={"collectors": settings.agent.collectors.model_copy(update={
+            "inspector": settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05}),
+        })}),
+        "aggregator": settings.aggregator.model_copy(update={"stragglers": settings.aggregator.stragglers.model_copy(
+            update={"window_s": 2.0, "evaluate_every_s": 0.3, "retain_windows": 60})}),
+    })  # fmt: skip
+
+
+async def test_straggler_alert_endpoint_and_cli(settings: Settings, tmp_path: Path) -> None:
+    spec = STRAGGLER
+    spec.start_us = time.time_ns() // 1000 - 20_000_000  # a job that has been running for 20 s
+    write_job(spec, tmp_path / "dump")
+    cfg = online_settings(settings, tmp_path / "dump")
+    async with aggregator(cfg) as agg, agent(cfg, only=["inspector"]):
+        alert = await wait_for(
+            lambda: next((a for a in agg.engine.active.values() if a.rule == "straggler"), None), timeout=20
+        )
+        assert (alert.node, alert.evidence["pid"], alert.evidence["kind"]) == (
+            "node001",
+            spec.pid(1, 2),
+            "compute",
+        )
+        assert alert.state == "firing" and alert.evidence["slowdown"] > 1.3
+        assert len([a for a in agg.engine.active.values() if a.rule == "straggler"]) == 1
+        proc = await run_cli_async("stragglers", "--json", env=settings_env(cfg))
+        assert proc.returncode == 0, proc.stderr
+        [row] = json.loads(proc.stdout)["stragglers"]
+        assert (row["hostname"], row["pid"], row["kind"], row["cluster"]) == ("node001", spec.pid(1, 2), "compute",
+                                                                              "test")  # fmt: skip
+        table = await run_cli_async("stragglers", env=settings_env(cfg))
+        assert table.returncode == 0 and table.stdout.split()[:2] == ["CLUSTER", "HOSTNAME"]
+        assert "node001" in table.stdout and "compute" in table.stdout
+        [view] = agg.store.rows("SELECT hostname, pid, kind, state FROM straggler_findings")
+        assert view == {"hostname": "node001", "pid": spec.pid(1, 2), "kind": "compute", "state": "firing"}
+        stats = list(agg.store.rows("SELECT hostname, pid, ops FROM inspector_rank_stats WHERE pid = ?",
+                                    [spec.pid(1, 2)]))  # fmt: skip
+        assert stats and all(r["hostname"] == "node001" for r in stats)
+    async with aggregator(
+        cfg
+    ) as agg:  # a restart replays history: the alert stays firing, nothing fires again
+        await wait_for(lambda: agg.state.stragglers.clusters.get("test"))
+        await asyncio.sleep(1.5)  # several ticks
+        assert [a.node for a in agg.engine.active.values() if a.rule == "straggler"] == ["node001"]
+    con = duckdb.connect(str(cfg.db_path()), read_only=True)
+    assert con.execute("SELECT state FROM alerts WHERE rule = 'straggler'").fetchall() == [("firing",)]
+
+
+def test_analyze_inspector_cli_json(tmp_path: Path) -> None:
+    files = write_job(JobSpec(nodes=4, gpus_per_node=4, capture="sampled",
+                              faults=[Fault("nic", node=2, factor=3.0)]), tmp_path / "d")  # fmt: skip
+    gz = files[0].with_suffix(".log.gz")  # compressed files are read too
+    gz.write_bytes(gzip.compress(files[0].read_bytes() + b"oops\n"))
+    files[0].unlink()
+    proc = run_cli("analyze", "inspector", str(tmp_path / "d"), "--json", "--window-s", "2")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert set(out) == {"records", "operations", "capture_model", "stragglers", "bad_lines"}
+    assert out["capture_model"] == "sampled" and out["bad_lines"] == 1 and out["records"] > 1000
+    assert out["stragglers"] == [{**out["stragglers"][0], "hostname": "node002", "pid": None,
+                                  "kind": "communication", "rank": None}]  # fmt: skip
+    assert set(out["stragglers"][0]) == {"hostname", "pid", "kind", "comm", "rank", "slowdown", "confidence",
+                                         "evidence"}  # fmt: skip
+
+
+def test_analyze_inspector_cli_healthy_table_and_bad_dir(tmp_path: Path) -> None:
+    write_job(JobSpec(nodes=4, gpus_per_node=4, noise=0.1, warmup_steps=20), tmp_path / "d")
+    proc = run_cli("analyze", "inspector", str(tmp_path / "d"), "--window-s", "2")
+    assert proc.returncode == 0 and "no stragglers found" in proc.stdout
+    proc = run_cli("analyze", "inspector", str(tmp_path / "d"), "--json", "--window-s", "2")
+    assert json.loads(proc.stdout)["stragglers"] == []
+    missing = run_cli("analyze", "inspector", str(tmp_path / "nope"))
+    assert missing.returncode == 2 and "not a directory" in missing.stderr
+
+
+def test_stragglers_cli_without_aggregator_exits_1(nats_server) -> None:  # type: ignore[no-untyped-def]
+    proc = run_cli("stragglers", "--nats", nats_server.url, timeout=30)
+    assert proc.returncode == 1 and "no aggregator answers" in proc.stderr

@@ -1,0 +1,82 @@
+"""The online tracker + ``straggler`` rule + alert engine with an injected clock: fire once, stay, then resolve when
+the job's records age out; GPU samples corroborate."""
+
+from __future__ import annotations
+
+from agent.collectors.inspector.parse import parse_line
+from aggregator.alerts import AlertEngine
+from aggregator.analysis import default_rules
+from aggregator.state import NS, LiveState
+from ranksight.config import StragglerSettings
+from ranksight.simulate.inspector import Fault, JobSpec, simulate
+from schemas.envelope import Envelope, event_type
+from schemas.records import GpuRecord
+
+SPEC = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=1, gpu=2, factor=2.0)])
+
+
+def envelope(kind: str, node: str, seq: int, records: list) -> Envelope:  # type: ignore[type-arg]
+    return Envelope.model_construct(type=event_type(kind), cluster="c", node=node, agent="a" + node, seq=seq,
+                                    ts=0, ttl=30.0, records=records)  # fmt: skip
+
+
+def test_fires_once_corroborates_and_resolves_after_records_age_out() -> None:
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
+    engine, rules = AlertEngine(), default_rules()
+    t0 = 1_000 * NS
+    for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
+        state.observe(envelope("inspector", host, seq, [parse_line(x) for x in lines]), t0)
+    throttled = GpuRecord(index=2, throttled=True, throttle_reasons=["thermal"], sclk_hz=1.0e9)
+    normal = [GpuRecord(index=i, sclk_hz=2.0e9) for i in range(3)]
+    state.observe(envelope("gpu", "node001", 1, [throttled]), t0)
+    state.observe(envelope("gpu", "node000", 1, normal), t0)
+
+    state.tick(t0)
+    fired = engine.evaluate(rules, state, t0)
+    [alert] = [a for a in fired if a.rule == "straggler"]
+    assert (alert.state, alert.node, alert.evidence["pid"]) == ("firing", "node001", SPEC.pid(1, 2))
+    assert any("throttled (thermal)" in note for note in alert.evidence["corroboration"])
+    assert any("clock 1000 MHz" in note for note in alert.evidence["corroboration"])
+
+    state.tick(t0 + 2 * NS)  # re-evaluated: still true, nothing new
+    assert [a for a in engine.evaluate(rules, state, t0 + 2 * NS) if a.rule == "straggler"] == []
+
+    later = t0 + 25 * NS  # past retain_windows x window_s with no new records: the job is gone
+    state.tick(later)
+    [resolved] = [a for a in engine.evaluate(rules, state, later) if a.rule == "straggler"]
+    assert resolved.state == "resolved" and resolved.fingerprint == alert.fingerprint
+
+
+def test_background_evaluation_is_picked_up_by_a_later_tick() -> None:
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0), background=True)
+    state.tick(1 * NS)  # the first evaluation (the replay at start) is inline, so no rule sees a gap
+    assert state.stragglers.clusters == {} and state.stragglers._running is None
+    for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
+        state.observe(envelope("inspector", host, seq, [parse_line(x) for x in lines]), 5 * NS)
+    state.tick(5 * NS)
+    assert state.stragglers.clusters == {}  # started on the worker thread, not waited for
+    running = state.stragglers._running
+    assert running is not None
+    running.result(timeout=30)
+    state.tick(5 * NS + 1)
+    [finding] = state.stragglers.clusters["c"].findings
+    assert finding.pid == SPEC.pid(1, 2)
+
+
+def test_a_failing_analysis_keeps_previous_findings_and_never_raises(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
+    for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
+        state.observe(envelope("inspector", host, seq, [parse_line(x) for x in lines]), 5 * NS)
+    state.tick(5 * NS)
+    before = state.stragglers.clusters["c"]
+    assert before.findings
+
+    def broken(self):  # type: ignore[no-untyped-def]
+        raise ZeroDivisionError("unforeseen")
+
+    monkeypatch.setattr("aggregator.analysis.stragglers.StragglerEngine.analyze", broken)
+    state.tick(7 * NS)
+    assert state.stragglers.clusters["c"] is before

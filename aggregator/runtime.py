@@ -78,7 +78,7 @@ class Aggregator:
         self.store = Store(settings.db_path(), self.subjects)
         self.state = LiveState(settings.aggregator.node_gone_after_s)
         self.state.stragglers.configure(settings.aggregator.stragglers, background=True)
-        self.rules = rules if rules is not None else default_rules()
+        self.rules = rules if rules is not None else default_rules(settings)
         self.engine = AlertEngine()
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query.reader_threads)
         self.stats = IngestStats()

@@ -10,15 +10,18 @@ from aggregator.analysis.links import LinkDegradedRule
 from aggregator.analysis.nodes import NodeSilentRule
 from aggregator.analysis.ras import ras_rules
 from aggregator.analysis.straggler_live import StragglerRule
+from ranksight.config import Settings
 
 
-def default_rules() -> list[Rule]:
+def default_rules(settings: Settings | None = None) -> list[Rule]:
+    """Every rule, configured from ``settings`` where a rule has knobs (defaults otherwise)."""
+    settings = settings or Settings()
     return [
         NodeSilentRule(),
         *ras_rules(),
         StragglerRule(),
         *hardware_rules(),
-        LinkDegradedRule(),
+        LinkDegradedRule(settings.aggregator.probes),
         GpuUnderperformingRule(),
         RankHeartbeatOverdueRule(),
         RankSectionOverdueRule(),

@@ -17,6 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from aggregator.alerts import Condition
+from aggregator.analysis.gpu_probe import gpu_evidence
 from aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
 from aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
@@ -132,6 +133,8 @@ class StragglerRule:
         for cluster, result in tracker.clusters.items():
             for f in result.findings:
                 notes = tracker.corroboration(cluster, f.hostname)
+                notes += [f"GPU {g['gpu']} active probe: {x['metric']} {x.get('drop', 0):.0%} below its {x.get('basis')}"
+                          for g in gpu_evidence(state, cluster, f.hostname) for x in g["findings"]]  # fmt: skip
                 where = f"{f.hostname}" + (f" pid {f.pid}" if f.pid is not None else "")
                 yield Condition(
                     rule=self.name,

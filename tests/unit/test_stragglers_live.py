@@ -80,3 +80,25 @@ def test_a_failing_analysis_keeps_previous_findings_and_never_raises(monkeypatch
     monkeypatch.setattr("aggregator.analysis.stragglers.StragglerEngine.analyze", broken)
     state.tick(7 * NS)
     assert state.stragglers.clusters["c"] is before
+
+
+def test_straggler_cites_an_underperforming_gpu_from_active_probes() -> None:
+    from tests.unit.test_gpu_probe_rule import probe_env, result
+
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
+    t0 = 1_000 * NS
+    for n in range(
+        SPEC.nodes
+    ):  # measured between jobs: node001's GPU 2 is 40 % below its peers of the same model
+        probes = [result(g, "AMD Instinct MI300X", {"tflops_bf16": 0.6} if (n, g) == (1, 2) else None)
+                  for g in range(SPEC.gpus_per_node)]  # fmt: skip
+        state.observe(probe_env("c", f"node{n:03d}", probes), t0 - 600 * NS)
+    for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
+        state.observe(envelope("inspector", host, seq, [parse_line(x) for x in lines]), t0)
+    state.tick(t0)
+    [alert] = [a for a in AlertEngine().evaluate(default_rules(), state, t0) if a.rule == "straggler"]
+    assert alert.node == "node001"
+    assert any(
+        "GPU 2 active probe: tflops_bf16 40% below its peers" in n for n in alert.evidence["corroboration"]
+    )

@@ -214,6 +214,9 @@ class Aggregator:
     async def tick(self, now_ns: int) -> list[Alert]:
         self.state.tick(now_ns)
         transitions = self.engine.evaluate(self.rules, self.state, now_ns)
+        findings = self.state.stragglers.take_history()
+        if findings:
+            await self.store.call(self.store.append_rows, "straggler_finding_history", findings)
         if transitions:
             await self.store.call(self.store.write_alerts, transitions)
             await self._publish_alerts(transitions)

@@ -298,6 +298,14 @@ class Store:
         out.sort(key=lambda item: item[1])
         return out
 
+    def append_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Columnar append of derived rows (findings, summaries) to ``table``, matched by column name."""
+        self.con.register("derived_batch", pa.Table.from_pylist(rows))
+        try:
+            self.con.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM derived_batch')
+        finally:
+            self.con.unregister("derived_batch")
+
     # -- alerts -------------------------------------------------------------------------------------------------
     def write_alerts(self, alerts: list[Alert]) -> None:
         """Append alert transitions (one columnar insert: a mass resolve can be thousands of rows)."""

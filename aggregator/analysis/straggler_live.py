@@ -20,6 +20,7 @@ from aggregator.alerts import Condition
 from aggregator.analysis.gpu_probe import gpu_evidence
 from aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
 from aggregator.state import NS, LiveState
+from aggregator.timefmt import iso
 from ranksight.config import StragglerSettings
 from schemas.envelope import Envelope
 from schemas.records import GpuRecord, InspectorRecord, NicRecord
@@ -48,6 +49,7 @@ class StragglerTracker:
         self.clusters: dict[str, ClusterFindings] = {}
         self._last_eval_ns = 0
         self._evaluated_once = False
+        self._history: list[dict[str, object]] = []  # findings of each evaluation, not yet stored
 
     def configure(self, settings: StragglerSettings, background: bool = False) -> None:
         self.settings = settings
@@ -68,7 +70,8 @@ class StragglerTracker:
 
     def tick(self, now_ns: int) -> None:
         if self._running is not None and self._running.done():
-            self.clusters, self._running = self._running.result(), None
+            self._set_findings(self._running.result())
+            self._running = None
         if self._running is not None or now_ns - self._last_eval_ns < self.settings.evaluate_every_s * NS:
             return
         self._last_eval_ns = now_ns
@@ -80,9 +83,22 @@ class StragglerTracker:
         # resolve alerts that are still true, then fire them again.
         first, self._evaluated_once = not self._evaluated_once, True
         if self._executor is None or first:
-            self.clusters = self._analyze(snapshot, now_ns)
+            self._set_findings(self._analyze(snapshot, now_ns))
         else:
             self._running = self._executor.submit(self._analyze, snapshot, now_ns)
+
+    def _set_findings(self, clusters: dict[str, ClusterFindings]) -> None:
+        self.clusters = clusters
+        for cluster, result in clusters.items():
+            self._history += [{"evaluated_at": iso(result.evaluated_ns), "cluster": cluster,
+                               "capture_model": result.capture_model, "records": result.records,
+                               **{k: v for k, v in f.as_dict().items() if k != "evidence"},
+                               "evidence": f.evidence} for f in result.findings]  # fmt: skip
+
+    def take_history(self) -> list[dict[str, object]]:
+        """Findings of the evaluations since the last call, for the ``straggler_finding_history`` table."""
+        rows, self._history = self._history, []
+        return rows
 
     def _analyze(
         self, records: list[tuple[int, str, InspectorRecord]], now_ns: int

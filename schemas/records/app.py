@@ -41,4 +41,4 @@ class AppRecord(Record):
         None, description="start: seconds allowed before the first heartbeat"
     )
     text: str | None = None
-    fields: dict[str, FieldValue] = {}
+    fields: dict[str, FieldValue] = Field(default_factory=dict)

@@ -6,6 +6,8 @@ and memory separately. ``links`` holds XGMI/NVLink state where the source report
 
 from __future__ import annotations
 
+from pydantic import Field
+
 from schemas.records.base import Record
 
 
@@ -36,5 +38,5 @@ class GpuRecord(Record):
     ecc_uncorrectable: int | None = None
     pcie_replays: int | None = None
     throttled: bool | None = None
-    throttle_reasons: list[str] = []
-    links: list[GpuLink] = []
+    throttle_reasons: list[str] = Field(default_factory=list)
+    links: list[GpuLink] = Field(default_factory=list)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.records.base import Record
 
@@ -39,5 +39,5 @@ class HeartbeatRecord(Record):
     version: str
     pid: int
     started_ns: int
-    collectors: list[CollectorHealth] = []
+    collectors: list[CollectorHealth] = Field(default_factory=list)
     publisher: PublisherStats = PublisherStats()

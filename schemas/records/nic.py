@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Literal
 
+from pydantic import Field
+
 from schemas.records.base import Record
 
 
@@ -29,4 +31,4 @@ class NicRecord(Record):
     congestion_per_s: float | None = None
     link_flaps: int = 0
     counter_resets: int = 0
-    counters: dict[str, int] = {}
+    counters: dict[str, int] = Field(default_factory=dict)

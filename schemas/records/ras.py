@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.records.base import Record
 
@@ -24,11 +24,13 @@ class RasCommunicator(BaseModel):
     secondary_hash: str | None = None
     size: int | None = None
     status: str | None = None  # RUNNING, INIT, FINALIZE, ABORT, NOCOMM (UNKNOWN before 2.26)
-    errors: list[str] = []  # flags: INCOMPLETE, ERROR, MISMATCH
-    missing_ranks: list[int] = []
+    errors: list[str] = Field(default_factory=list)  # flags: INCOMPLETE, ERROR, MISMATCH
+    missing_ranks: list[int] = Field(default_factory=list)
     ranks_reporting: int | None = None
-    rank_status: dict[str, int] = {}  # status -> number of ranks (JSON only)
-    op_counts: dict[str, int] = {}  # collective -> highest operation count over the ranks (JSON only)
+    rank_status: dict[str, int] = Field(default_factory=dict)  # status -> number of ranks (JSON only)
+    op_counts: dict[str, int] = Field(
+        default_factory=dict
+    )  # collective -> highest operation count over the ranks (JSON only)
 
 
 class RasProcess(BaseModel):
@@ -36,7 +38,7 @@ class RasProcess(BaseModel):
 
     host: str
     pid: int | None = None
-    gpus: list[int] = []
+    gpus: list[int] = Field(default_factory=list)
 
 
 class RasMismatch(BaseModel):
@@ -58,10 +60,10 @@ class RasStatus(BaseModel):
     nodes: int | None = None
     processes: int | None = None
     gpus: int | None = None
-    communicators: list[RasCommunicator] = []
-    missing_processes: list[RasProcess] = []
-    dead_processes: list[RasProcess] = []
-    mismatches: list[RasMismatch] = []
+    communicators: list[RasCommunicator] = Field(default_factory=list)
+    missing_processes: list[RasProcess] = Field(default_factory=list)
+    dead_processes: list[RasProcess] = Field(default_factory=list)
+    mismatches: list[RasMismatch] = Field(default_factory=list)
     timeouts: int = 0
     collection_s: float | None = None
 
@@ -81,7 +83,7 @@ class RasEvent(BaseModel):
     event: str
     host: str | None = None
     pid: int | None = None
-    gpus: list[int] = []
+    gpus: list[int] = Field(default_factory=list)
     details: str = ""
 
 

@@ -65,6 +65,10 @@ async def test_straggler_alert_endpoint_and_cli(settings: Settings, tmp_path: Pa
         assert [a.node for a in agg.engine.active.values() if a.rule == "straggler"] == ["node001"]
     con = duckdb.connect(str(cfg.db_path()), read_only=True)
     assert con.execute("SELECT state FROM alerts WHERE rule = 'straggler'").fetchall() == [("firing",)]
+    history = con.execute(
+        "SELECT DISTINCT hostname, pid, kind FROM straggler_finding_history WHERE slowdown > 1"
+    ).fetchall()
+    assert history == [("node001", spec.pid(1, 2), "compute")]  # every evaluation's findings, stored
 
 
 def test_analyze_inspector_cli_json(tmp_path: Path) -> None:

@@ -88,6 +88,8 @@ def kind_columns(kind: str) -> KindColumns:
 def _to_json(value: Any) -> str | None:
     if value is None:
         return None
+    if not value and isinstance(value, list):
+        return "[]"  # the common case (no sub-records), without a serializer call
     return to_json(value).decode()
 
 

@@ -50,21 +50,34 @@ class _DeviceTracker(Generic[R]):
         raise NotImplementedError
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
+        # A batch often holds several samples of each device, all received at once: fold them to the last sample
+        # per device (what the device's state is now), keeping what the earlier ones say about flaps and
+        # interruptions, so the per-device work below runs once per device, not once per sample.
+        last: dict[str, R] = {}
+        interrupted: set[str] = set()
+        flaps: dict[str, int] = {}
         for record in env.records:
-            key = (env.cluster, env.node, self._key(record))
+            name = self._key(record)
+            last[name] = record
+            if not self._sustained(record):
+                interrupted.add(name)
+            if isinstance(record, NicRecord) and record.link_flaps:
+                flaps[name] = flaps.get(name, 0) + record.link_flaps
+        for name, record in last.items():
+            key = (env.cluster, env.node, name)
             current = self.devices.get(key)
             if current is not None and current.last_seen_ns > recv_ns:
                 continue  # an older fact never replaces a newer one
-            state = DeviceState(env.cluster, env.node, key[2], record, recv_ns, recv_ns + int(env.ttl * NS))
+            state = DeviceState(env.cluster, env.node, name, record, recv_ns, recv_ns + int(env.ttl * NS))
             if current is not None:
                 state.flaps = current.flaps
                 state.since_ns = current.since_ns
             if not self._sustained(record):
                 state.since_ns = None
-            elif state.since_ns is None:
+            elif state.since_ns is None or name in interrupted:
                 state.since_ns = recv_ns
-            if isinstance(record, NicRecord) and record.link_flaps:
-                state.flaps.append((recv_ns, record.link_flaps))
+            if name in flaps:
+                state.flaps.append((recv_ns, flaps[name]))
             while state.flaps and state.flaps[0][0] < recv_ns - FLAP_WINDOW_NS:
                 state.flaps.popleft()
             self.devices[key] = state

@@ -279,6 +279,20 @@ class StragglerSettings(Section):
     )
 
 
+class HardwareAlertSettings(Section):
+    """Thresholds of the GPU and NIC alerts (``aggregator.hardware``)."""
+
+    gpu_throttled_for_s: float = Field(30.0, gt=0, description="a GPU must stay throttled this long to alert")
+    gpu_edge_c: float = Field(90.0, gt=0, description="edge (NVIDIA: GPU core) temperature that alerts")
+    gpu_junction_c: float = Field(105.0, gt=0, description="junction (hotspot) temperature that alerts")
+    gpu_memory_c: float = Field(95.0, gt=0, description="memory (HBM) temperature that alerts")
+    nic_flaps: int = Field(3, ge=1, description="link transitions within the window that alert")
+    nic_flap_window_s: float = Field(300.0, gt=0, description="window the flaps are counted over")
+    nic_errors_per_s: float = Field(1.0, gt=0, description="error counter increase rate that alerts")
+    nic_congestion_per_s: float = Field(1000.0, gt=0, description="CNP/ECN rate that alerts when sustained")
+    nic_congestion_for_s: float = Field(30.0, gt=0, description="how long congestion must last to alert")
+
+
 class AggregatorSettings(Section):
     db_path: Path | None = Field(None, description="DuckDB file; default <state_dir>/ranksight.duckdb")
     stream: str = "RANKSIGHT_EVENTS"
@@ -299,6 +313,7 @@ class AggregatorSettings(Section):
     query: QuerySettings = Field(default_factory=QuerySettings)
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
+    hardware: HardwareAlertSettings = HardwareAlertSettings()
 
 
 class DeploySettings(Section):

@@ -96,7 +96,8 @@ class LibrarySource:
 
     async def close(self) -> None:
         if self._lib is not None:
-            await asyncio.to_thread(self._lib.close)
+            lib, self._lib = self._lib, None  # a later read (as a fallback) opens it afresh
+            await asyncio.to_thread(lib.close)
 
 
 class SysfsSource:
@@ -140,11 +141,12 @@ class GpuCollector(PolledCollector):
     def __init__(self, ctx: AgentContext, settings: GpuSettings) -> None:
         super().__init__(ctx, settings)
         self.source: GpuSource | None = None
+        self._fallbacks: list[GpuSource] = []  # the sources after ``source`` in order, not yet opened
 
-    async def detect(self) -> bool:
-        """Pick the first source that returns at least one GPU; ``CollectorUnavailable`` lists why each failed."""
+    async def _first_working(self, sources: list[GpuSource]) -> tuple[list[GpuRecord], list[str]]:
+        """Read ``sources`` in order until one returns GPUs; it becomes ``source``, the rest stay as fallbacks."""
         reasons = []
-        for source in build_sources(self.settings):
+        for i, source in enumerate(sources):
             try:
                 records = await source.read()
             except Exception as exc:
@@ -152,17 +154,35 @@ class GpuCollector(PolledCollector):
                 await source.close()
                 continue
             if records:
-                self.source = source
+                self.source, self._fallbacks = source, sources[i + 1 :]
                 self.health.source = source.name
-                return True
+                return records, reasons
             reasons.append(f"{source.name}: no GPU")
             await source.close()
-        raise CollectorUnavailable("no GPU source works here (" + "; ".join(reasons) + ")")
+        return [], reasons
+
+    async def detect(self) -> bool:
+        """Pick the first source that returns at least one GPU; ``CollectorUnavailable`` lists why each failed."""
+        records, reasons = await self._first_working(build_sources(self.settings))
+        if not records:
+            raise CollectorUnavailable("no GPU source works here (" + "; ".join(reasons) + ")")
+        return True
 
     async def collect(self) -> Sequence[Record]:
+        """A read of the current source; when it starts failing, the next source in order that works takes over
+        (named in health, with why the old one was left). With none left, the error stands and the source stays."""
         if self.source is None:
             raise CollectorUnavailable("no GPU source")
-        return await self.source.read()
+        try:
+            return await self.source.read()
+        except Exception as exc:
+            failed, error = self.source, f"{self.source.name}: {type(exc).__name__}: {exc}"
+            records, reasons = await self._first_working(self._fallbacks)
+            if not records:
+                raise
+            await failed.close()
+            self.health.last_error = f"fell back to {self.health.source} after {error}"[:500]
+            return records
 
     async def close(self) -> None:
         if self.source is not None:

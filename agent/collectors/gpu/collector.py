@@ -1,7 +1,9 @@
 """``gpu`` collector: per-GPU health from the first source that works on this node, tried in ``sources`` order.
 
-AMD: the ``amdsmi`` library, ``amd-smi metric --json``, ``rocm-smi --json``, sysfs. NVIDIA: NVML, ``nvidia-smi``. The
-winner is chosen at detection (it must open *and* return GPUs) and named in health; a node where none works is ``absent``.
+AMD: the ``amdsmi`` library, ``amd-smi metric --json`` (with ``amd-smi topology`` links), ``rocm-smi --json``, sysfs
+(and, opt-in, ``amd-smi monitor`` text). NVIDIA: NVML, ``nvidia-smi -q -x``, ``nvidia-smi --query-gpu``. The winner is
+chosen at detection (it must open *and* return GPUs) and named in health; a node where none works is ``absent``. When
+the winner starts failing, the next source in order that works takes over (health names it and why).
 Tools run as subprocesses off the event loop with a timeout (their whole process group is killed on timeout); libraries
 run on a worker thread.
 """
@@ -18,8 +20,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from agent.collectors.base import CollectorUnavailable, PolledCollector
 from agent.collectors.gpu.amd_smi import parse_amd_smi_metric
+from agent.collectors.gpu.amd_smi_links import parse_amd_smi_topology
+from agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
 from agent.collectors.gpu.amdsmi_lib import AmdSmiLibrary
 from agent.collectors.gpu.nvidia_smi import QUERY_FIELDS, parse_nvidia_smi_csv
+from agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
 from agent.collectors.gpu.nvml import Nvml
 from agent.collectors.gpu.rocm_smi import parse_rocm_smi
 from agent.collectors.gpu.sysfs import read_amdgpu_sysfs
@@ -82,6 +87,28 @@ class CommandSource:
         return None
 
 
+class AmdSmiSource(CommandSource):
+    """``amd-smi metric --json`` plus, when asked, each GPU's links from ``amd-smi topology -a -t --json``.
+
+    A failing topology query leaves ``links`` empty rather than losing the metrics (older releases lack ``-a -t``)."""
+
+    def __init__(self, timeout_s: float, links: bool) -> None:
+        super().__init__("amd-smi", ["amd-smi", "metric", "--json"], parse_amd_smi_metric, timeout_s)
+        self.links = links
+
+    async def read(self) -> list[GpuRecord]:
+        records = await super().read()
+        if not self.links:
+            return records
+        try:
+            links = parse_amd_smi_topology(
+                await run_command(["amd-smi", "topology", "-a", "-t", "--json"], self.timeout_s)
+            )
+        except (CommandFailed, ValueError):
+            return records
+        return [r.model_copy(update={"links": links.get(r.index, [])}) for r in records]
+
+
 class LibrarySource:
     """A blocking vendor library (amdsmi, NVML), opened lazily and read on a worker thread."""
 
@@ -117,12 +144,16 @@ def build_sources(settings: GpuSettings) -> list[GpuSource]:
     timeout = settings.command_timeout_s
     known: dict[str, Callable[[], GpuSource]] = {
         "amdsmi": lambda: LibrarySource("amdsmi", AmdSmiLibrary),
-        "amd-smi": lambda: CommandSource(
-            "amd-smi", ["amd-smi", "metric", "--json"], parse_amd_smi_metric, timeout
+        "amd-smi": lambda: AmdSmiSource(timeout, settings.links),
+        "amd-smi-monitor": lambda: CommandSource(
+            "amd-smi-monitor", ["amd-smi", "monitor"], parse_amd_smi_monitor, timeout
         ),
         "rocm-smi": lambda: CommandSource("rocm-smi", ["rocm-smi", *ROCM_SMI_ARGS], parse_rocm_smi, timeout),
         "sysfs": lambda: SysfsSource(settings.sysfs_root),
         "nvml": lambda: LibrarySource("nvml", Nvml),
+        "nvidia-smi-xml": lambda: CommandSource(
+            "nvidia-smi-xml", ["nvidia-smi", "-q", "-x"], parse_nvidia_smi_xml, timeout
+        ),
         "nvidia-smi": lambda: CommandSource(
             "nvidia-smi",
             ["nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"],

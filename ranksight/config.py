@@ -87,7 +87,16 @@ class InspectorSettings(CollectorSettings):
 class GpuSettings(CollectorSettings):
     interval_s: float = Field(5.0, gt=0)
     sources: list[
-        Literal["amdsmi", "amd-smi", "amd-smi-monitor", "rocm-smi", "sysfs", "nvml", "nvidia-smi-xml", "nvidia-smi"]
+        Literal[
+            "amdsmi",
+            "amd-smi",
+            "amd-smi-monitor",
+            "rocm-smi",
+            "sysfs",
+            "nvml",
+            "nvidia-smi-xml",
+            "nvidia-smi",
+        ]
     ] = Field(
         ["amdsmi", "amd-smi", "rocm-smi", "sysfs", "nvml", "nvidia-smi-xml", "nvidia-smi"],
         description="GPU sources tried in this order; the first that returns GPUs wins, a later one takes over "
@@ -105,7 +114,8 @@ class NicSettings(CollectorSettings):
         None, description="netdev names to watch; default: every netdev with a device (physical), no loopback"
     )
     tool_counters: bool = Field(
-        True, description="read `rdma statistic -j` / `ethtool -S` for ports and netdevs whose sysfs has no counters"
+        True,
+        description="read `rdma statistic -j` / `ethtool -S` for ports and netdevs whose sysfs has no counters",
     )
     command_timeout_s: float = Field(5.0, gt=0, description="limit for one rdma/ethtool run")
 

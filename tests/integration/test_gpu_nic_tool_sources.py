@@ -14,6 +14,7 @@ from ranksight.config import GpuSettings, NicSettings
 from schemas.records import NicRecord
 from schemas.records.gpu import GpuLink
 from tests.gpu_nic_support import METRICS, fake_tool, path_with, write_tree
+from tests.support import run_cli
 
 IONIC = METRICS / "nic" / "ionic"
 
@@ -47,8 +48,12 @@ async def test_amd_smi_source_adds_topology_links(tmp_path: Path, monkeypatch: p
     assert (await without.collect())[0].links == []
 
 
-async def test_amd_smi_without_topology_keeps_its_metrics(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _tool_by_argv(tmp_path / "bin", "amd-smi", {"metric": METRICS / "amd" / "amd-smi_metric_-p_--json_changelog.txt"})
+async def test_amd_smi_without_topology_keeps_its_metrics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _tool_by_argv(
+        tmp_path / "bin", "amd-smi", {"metric": METRICS / "amd" / "amd-smi_metric_-p_--json_changelog.txt"}
+    )
     monkeypatch.setenv("PATH", path_with(tmp_path / "bin"))
     collector = GpuCollector(None, GpuSettings(sources=["amd-smi"]))  # type: ignore[arg-type]
     assert await collector.detect()
@@ -57,7 +62,9 @@ async def test_amd_smi_without_topology_keeps_its_metrics(tmp_path: Path, monkey
 
 
 async def test_amd_smi_monitor_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _tool_by_argv(tmp_path / "bin", "amd-smi", {"monitor": METRICS / "amd" / "amd-smi_monitor_mi300a_docs.txt"})
+    _tool_by_argv(
+        tmp_path / "bin", "amd-smi", {"monitor": METRICS / "amd" / "amd-smi_monitor_mi300a_docs.txt"}
+    )
     monkeypatch.setenv("PATH", path_with(tmp_path / "bin"))
     collector = GpuCollector(None, GpuSettings(sources=["amd-smi", "amd-smi-monitor"]))  # type: ignore[arg-type]
     assert await collector.detect() and collector.health.source == "amd-smi-monitor"
@@ -65,7 +72,9 @@ async def test_amd_smi_monitor_source(tmp_path: Path, monkeypatch: pytest.Monkey
 
 
 async def test_nvidia_smi_xml_source(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    _tool_by_argv(tmp_path / "bin", "nvidia-smi", {"-q": METRICS / "nvidia" / "nvidia-smi-q-x_a100-sxm4_v12.xml"})
+    _tool_by_argv(
+        tmp_path / "bin", "nvidia-smi", {"-q": METRICS / "nvidia" / "nvidia-smi-q-x_a100-sxm4_v12.xml"}
+    )
     monkeypatch.setenv("PATH", path_with(tmp_path / "bin"))
     collector = GpuCollector(None, GpuSettings(sources=["nvml", "nvidia-smi-xml", "nvidia-smi"]))  # type: ignore[arg-type]
     assert await collector.detect() and collector.health.source == "nvidia-smi-xml"
@@ -102,7 +111,9 @@ def _advancing_rdma(bin_dir: Path, tmp_path: Path) -> Path:
     return advance
 
 
-async def test_rdma_statistic_fills_counters_sysfs_lacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_rdma_statistic_fills_counters_sysfs_lacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _ionic_sysfs(tmp_path / "sys")
     advance = _advancing_rdma(tmp_path / "bin", tmp_path)
     monkeypatch.setenv("PATH", path_with(tmp_path / "bin"))
@@ -112,7 +123,9 @@ async def test_rdma_statistic_fills_counters_sysfs_lacks(tmp_path: Path, monkeyp
     assert isinstance(first, NicRecord) and first.name == "ionic_1/1" and first.state == "ACTIVE"
     assert first.speed_bps == 400e9 and first.tx_bytes == 3489656928 and first.rx_packets == 49221925
     assert first.tx_bps is None  # first sample: no rate yet
-    advance.write_text(json.dumps({"tx_rdma_ucast_bytes": 10**9, "rx_rdma_cnp_pkts": 5000, "req_rx_pkt_seq_err": 7}))
+    advance.write_text(
+        json.dumps({"tx_rdma_ucast_bytes": 10**9, "rx_rdma_cnp_pkts": 5000, "req_rx_pkt_seq_err": 7})
+    )
     (second,) = await collector.collect()
     assert second.tx_bytes == 3489656928 + 10**9 and second.interval_s
     assert second.tx_bps == pytest.approx(10**9 * 8 / second.interval_s)
@@ -121,7 +134,9 @@ async def test_rdma_statistic_fills_counters_sysfs_lacks(tmp_path: Path, monkeyp
     assert second.errors_per_s == pytest.approx(7 / second.interval_s)
 
 
-async def test_without_rdma_tool_ports_stay_counterless(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_without_rdma_tool_ports_stay_counterless(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _ionic_sysfs(tmp_path / "sys")
     fake_tool(tmp_path / "bin", "rdma", "print('{{garbage')\n")
     monkeypatch.setenv("PATH", path_with(tmp_path / "bin"))
@@ -129,3 +144,21 @@ async def test_without_rdma_tool_ports_stay_counterless(tmp_path: Path, monkeypa
     assert await collector.detect()
     (port,) = await collector.collect()
     assert port.state == "ACTIVE" and port.counters == {} and port.tx_bytes is None
+
+
+def test_parse_gpu_cli_other_captured_formats() -> None:
+    proc = run_cli("parse", "gpu", str(METRICS / "nvidia" / "nvidia-smi-q-x_a100-sxm4_v12.xml"),
+                   "--source", "nvidia-smi-xml", "--json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (row,) = json.loads(proc.stdout)
+    assert row["name"] == "NVIDIA A100-SXM4-80GB" and row["pcie_replays"] == 0 and row["power_w"] == 67.03
+    proc = run_cli("parse", "gpu", str(METRICS / "amd" / "amd-smi_monitor_mi300a_docs.txt"),
+                   "--source", "amd-smi-monitor", "--json")  # fmt: skip
+    assert proc.returncode == 0 and [r["sclk_hz"] for r in json.loads(proc.stdout)] == [
+        43e6,
+        47e6,
+        49e6,
+        40e6,
+    ]
+    proc = run_cli("parse", "gpu", str(IONIC / "dme_rdma_link.txt"), "--source", "nvidia-smi-xml")
+    assert proc.returncode == 1 and "is not nvidia-smi-xml output" in proc.stderr

@@ -22,7 +22,9 @@ def _flaky_amd_smi(bin_dir: Path, tmp_path: Path) -> None:
     ))  # fmt: skip
 
 
-async def test_failing_source_falls_back_to_next_in_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_failing_source_falls_back_to_next_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bin_dir = tmp_path / "bin"
     _flaky_amd_smi(bin_dir, tmp_path)
     printing_tool(bin_dir, "rocm-smi", (METRICS / "amd" / "rocm-smi_mi100_rocm602.json").read_bytes())

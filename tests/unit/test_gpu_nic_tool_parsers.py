@@ -31,9 +31,15 @@ def test_nvidia_smi_q_x_a100() -> None:
     assert gpu.uuid == "GPU-513536b6-7d19-9063-b049-1e69664bb298" and gpu.bus_id == "00000000:01:00.0"
     assert gpu.name == "NVIDIA A100-SXM4-80GB"
     assert gpu.utilization_pct is None  # "N/A" (MIG mode)
-    assert gpu.memory_used_bytes == 50 * MIB and gpu.memory_total_bytes == 81920 * MIB  # not a MIG slice's 19968 MiB
+    assert (
+        gpu.memory_used_bytes == 50 * MIB and gpu.memory_total_bytes == 81920 * MIB
+    )  # not a MIG slice's 19968 MiB
     assert gpu.power_w == 67.03 and gpu.power_cap_w == 500.0
-    assert gpu.temperature_edge_c == 27.0 and gpu.temperature_memory_c == 44.0 and gpu.temperature_junction_c is None
+    assert (
+        gpu.temperature_edge_c == 27.0
+        and gpu.temperature_memory_c == 44.0
+        and gpu.temperature_junction_c is None
+    )
     assert gpu.sclk_hz == 1275e6 and gpu.mclk_hz == 1593e6
     assert (gpu.ecc_correctable, gpu.ecc_uncorrectable, gpu.pcie_replays) == (0, 0, 0)
     assert gpu.throttled is False and gpu.throttle_reasons == []
@@ -41,7 +47,10 @@ def test_nvidia_smi_q_x_a100() -> None:
 
 def test_nvidia_smi_q_x_active_slowdown_and_ecc() -> None:
     xml = (NVIDIA / "nvidia-smi-q-x_a100-sxm4_v12.xml").read_text()
-    xml = xml.replace("<clocks_event_reason_hw_thermal_slowdown>Not Active", "<clocks_event_reason_hw_thermal_slowdown>Active")
+    xml = xml.replace(
+        "<clocks_event_reason_hw_thermal_slowdown>Not Active",
+        "<clocks_event_reason_hw_thermal_slowdown>Active",
+    )
     xml = xml.replace("<volatile>\n                <sram_correctable>0</sram_correctable>",
                       "<volatile>\n                <sram_correctable>3</sram_correctable>")  # fmt: skip
     (gpu,) = parse_nvidia_smi_xml(xml.encode())
@@ -49,7 +58,9 @@ def test_nvidia_smi_q_x_active_slowdown_and_ecc() -> None:
     assert gpu.ecc_correctable == 3
 
 
-@pytest.mark.parametrize("garbage", [b"", b"<html>nope</html>", b"NVIDIA-SMI has failed", b"<nvidia_smi_log/>"])
+@pytest.mark.parametrize(
+    "garbage", [b"", b"<html>nope</html>", b"NVIDIA-SMI has failed", b"<nvidia_smi_log/>"]
+)
 def test_nvidia_smi_q_x_garbage(garbage: bytes) -> None:
     with pytest.raises(ParseError):
         parse_nvidia_smi_xml(garbage)
@@ -91,7 +102,12 @@ def test_amd_smi_monitor_mi300x_partitions() -> None:
     gpus = parse_amd_smi_monitor((AMD / "amd-smi_monitor_mi300x_cpx_nps4_docs.txt").read_bytes())
     assert [g.index for g in gpus] == list(range(8))  # the trailing "..." is skipped
     g0, g1 = gpus[0], gpus[1]
-    assert (g0.power_w, g0.temperature_junction_c, g0.temperature_memory_c, g0.sclk_hz) == (183.0, 49.0, 48.0, 1427e6)
+    assert (g0.power_w, g0.temperature_junction_c, g0.temperature_memory_c, g0.sclk_hz) == (
+        183.0,
+        49.0,
+        48.0,
+        1427e6,
+    )
     assert g0.utilization_pct == 0.0
     assert g0.memory_used_bytes == int(0.3 * GIB) and g0.memory_total_bytes == 192 * GIB
     assert g1.power_w is None and g1.temperature_junction_c is None and g1.sclk_hz is None
@@ -170,13 +186,21 @@ def test_nicctl_statistics() -> None:
         ("42424650-4c32-3530-3330-303439000000", "0490812c-4f90-4242-4242-000011010000"),
         ("42424650-4c32-3434-3530-304430000000", "0490812a-2c28-4242-4242-000011010000"),
     ]
-    assert ports[0].values["octets_tx_ok"] == 509011967971912 and ports[0].values["frames_rx_ok"] == 283924078435
+    assert (
+        ports[0].values["octets_tx_ok"] == 509011967971912 and ports[0].values["frames_rx_ok"] == 283924078435
+    )
     assert ports[1].values["octets_rx_ok"] == 75542062730411
     rates = parse_nicctl_statistics((IONIC / "dme_nicctl_show_port_statistics_rate_j.txt").read_bytes())
-    assert rates[0].values["tx_bps"] == pytest.approx(33.16e9) and rates[0].values["rx_pps"] == pytest.approx(3.83e6)
+    assert rates[0].values["tx_bps"] == pytest.approx(33.16e9) and rates[0].values["rx_pps"] == pytest.approx(
+        3.83e6
+    )
     assert rates[1].values["rx_bps"] == pytest.approx(1020.0) and rates[1].values["tx_pps"] == 0
     lifs = parse_nicctl_statistics((IONIC / "dme_nicctl_show_lif_statistics_j.txt").read_bytes(), "lif")
     assert len(lifs) == 4 and lifs[0].id == "43000070-0100-0000-4242-0490812c4f90"
-    assert lifs[0].values["rx_multicast_bytes"] == 239457565 and lifs[0].values["rx_broadcast_packets"] == 232965
+    assert (
+        lifs[0].values["rx_multicast_bytes"] == 239457565 and lifs[0].values["rx_broadcast_packets"] == 232965
+    )
     with pytest.raises(ToolParseError):
-        parse_nicctl_statistics(b'{"nic": [{"id": "c", "port": [{"spec": {"id": "p"}, "statistics": {"x": "fast"}}]}]}')
+        parse_nicctl_statistics(
+            b'{"nic": [{"id": "c", "port": [{"spec": {"id": "p"}, "statistics": {"x": "fast"}}]}]}'
+        )

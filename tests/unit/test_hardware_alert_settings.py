@@ -16,7 +16,9 @@ NS = 1_000_000_000
 
 
 def _env(kind: str, records: list, seq: int) -> Envelope:
-    return Envelope(type=event_type(kind), cluster="c", node="n1", agent="a", seq=seq, ts=0, ttl=60.0, records=records)
+    return Envelope(
+        type=event_type(kind), cluster="c", node="n1", agent="a", seq=seq, ts=0, ttl=60.0, records=records
+    )
 
 
 def _fired(settings: Settings, envelopes: list[tuple[float, Envelope]], now_s: float) -> set[str]:
@@ -43,7 +45,11 @@ def test_nic_thresholds_come_from_settings() -> None:
                                              congestion_per_s=200.0)], t + 1)) for t in range(0, 12, 2)]  # fmt: skip
     assert _fired(Settings(), nic, 11) == set()
     tuned = Settings.model_validate(
-        {"aggregator": {"hardware": {"nic_errors_per_s": 0.1, "nic_congestion_per_s": 100, "nic_congestion_for_s": 5}}}
+        {
+            "aggregator": {
+                "hardware": {"nic_errors_per_s": 0.1, "nic_congestion_per_s": 100, "nic_congestion_for_s": 5}
+            }
+        }
     )
     assert _fired(tuned, nic, 11) == {"nic_errors_rising", "nic_congestion"}
 

@@ -40,7 +40,9 @@ def parse_amd_smi_monitor(data: bytes) -> list[GpuRecord]:
         if line.strip() == "...":
             continue  # the tool elides further rows
         if len(values) != len(columns):
-            raise ParseError(f"amd-smi monitor: {len(values)} values for {len(columns)} columns in {line.strip()!r}")
+            raise ParseError(
+                f"amd-smi monitor: {len(values)} values for {len(columns)} columns in {line.strip()!r}"
+            )
         row = dict(zip(columns, values, strict=True))
         used, total = _usage(row.get("VRAM_USAGE"))
         records.append(GpuRecord(

@@ -208,7 +208,7 @@ class GpuCollector(PolledCollector):
             return await self.source.read()
         except Exception as exc:
             failed, error = self.source, f"{self.source.name}: {type(exc).__name__}: {exc}"
-            records, reasons = await self._first_working(self._fallbacks)
+            records, _ = await self._first_working(self._fallbacks)
             if not records:
                 raise
             await failed.close()

@@ -40,7 +40,9 @@ def _ecc(gpu: ET.Element, kind: str) -> int | None:
         return None
     counts = [integer(c.text) for c in volatile if c.tag.endswith(f"_{kind}")]
     if not counts:  # DTD <= v11: single_bit (correctable) / double_bit (uncorrectable) totals
-        counts = [integer(_text(volatile, "single_bit/total" if kind == "correctable" else "double_bit/total"))]
+        counts = [
+            integer(_text(volatile, "single_bit/total" if kind == "correctable" else "double_bit/total"))
+        ]
     known = [c for c in counts if c is not None]
     return sum(known) if known else None
 

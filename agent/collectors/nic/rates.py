@@ -50,7 +50,11 @@ class _Sample:
 def _byte_keys(record: NicRecord) -> tuple[list[str], list[str], int]:
     """Counters summing to bytes sent and received, and their unit in bytes."""
     if record.kind == "rdma" and "port_xmit_data" not in record.counters:  # counters from ``rdma statistic``
-        return [k for k in RDMA_TX_BYTES if k in record.counters], [k for k in RDMA_RX_BYTES if k in record.counters], 1
+        return (
+            [k for k in RDMA_TX_BYTES if k in record.counters],
+            [k for k in RDMA_RX_BYTES if k in record.counters],
+            1,
+        )
     if record.kind == "rdma":
         return ["port_xmit_data"], ["port_rcv_data"], RDMA_WORD_BYTES
     return ["tx_bytes"], ["rx_bytes"], 1

@@ -36,6 +36,8 @@ async def fill_missing_counters(records: list[NicRecord], timeout_s: float) -> l
             except (CommandFailed, ToolParseError):
                 continue
     return [
-        _with_counters(r, tool[r.name]) if not r.counters and r.name in tool and r.kind == tool[r.name].kind else r
+        _with_counters(r, tool[r.name])
+        if not r.counters and r.name in tool and r.kind == tool[r.name].kind
+        else r
         for r in records
     ]

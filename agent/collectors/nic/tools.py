@@ -72,7 +72,9 @@ def parse_rdma_statistic(data: bytes) -> list[NicRecord]:
     for entry in document:
         if not isinstance(entry, dict) or "ifname" not in entry or "port" not in entry:
             raise ToolParseError(f"rdma statistic -j: entry without ifname/port: {str(entry)[:80]}")
-        counters = {k: v for k, v in entry.items() if isinstance(v, int) and not isinstance(v, bool) and k != "port"}
+        counters = {
+            k: v for k, v in entry.items() if isinstance(v, int) and not isinstance(v, bool) and k != "port"
+        }
         records.append(NicRecord(
             name=f"{entry['ifname']}/{entry['port']}", kind="rdma", counters=counters,
             tx_bytes=_sum(counters, RDMA_TX_BYTES), rx_bytes=_sum(counters, RDMA_RX_BYTES),

@@ -162,3 +162,26 @@ def test_parse_gpu_cli_other_captured_formats() -> None:
     ]
     proc = run_cli("parse", "gpu", str(IONIC / "dme_rdma_link.txt"), "--source", "nvidia-smi-xml")
     assert proc.returncode == 1 and "is not nvidia-smi-xml output" in proc.stderr
+
+
+async def test_ethtool_fills_a_netdev_without_statistics(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_tree(tmp_path / "sys", {"class/net/enp132s0/operstate": "up", "class/net/enp132s0/speed": 400000})
+    fake_tool(tmp_path / "bin", "ethtool", (
+        "import sys\n"
+        "assert sys.argv[1:] == ['-S', 'enp132s0'], sys.argv\n"
+        f"sys.stdout.buffer.write(open({str(IONIC / 'dme_ethtool_S_enp132s0.txt')!r}, 'rb').read())\n"
+    ))  # fmt: skip
+    monkeypatch.setenv("PATH", path_with(tmp_path / "bin"))
+    settings = NicSettings(sysfs_root=tmp_path / "sys", netdevs=["enp132s0"])
+    collector = NicCollector(None, settings)  # type: ignore[arg-type]
+    assert await collector.detect()
+    (dev,) = await collector.collect()
+    assert (dev.kind, dev.state, dev.speed_bps) == ("netdev", "up", 400e9)
+    assert (dev.tx_bytes, dev.rx_packets) == (3606, 3116274) and dev.counters[
+        "octets_rx_ok"
+    ] == 75542062581996
+    settings.tool_counters = False  # sysfs only: the netdev stays counter-less
+    (plain,) = await NicCollector(None, settings).collect()  # type: ignore[arg-type]
+    assert plain.counters == {} and plain.tx_bytes is None

@@ -86,10 +86,23 @@ class InspectorSettings(CollectorSettings):
 
 class GpuSettings(CollectorSettings):
     interval_s: float = Field(5.0, gt=0)
-    sources: list[Literal["amdsmi", "amd-smi", "rocm-smi", "sysfs", "nvml", "nvidia-smi"]] = Field(
-        ["amdsmi", "amd-smi", "rocm-smi", "sysfs", "nvml", "nvidia-smi"],
-        description="GPU sources tried in this order; the first that returns GPUs wins",
+    sources: list[
+        Literal[
+            "amdsmi",
+            "amd-smi",
+            "amd-smi-monitor",
+            "rocm-smi",
+            "sysfs",
+            "nvml",
+            "nvidia-smi-xml",
+            "nvidia-smi",
+        ]
+    ] = Field(
+        ["amdsmi", "amd-smi", "rocm-smi", "sysfs", "nvml", "nvidia-smi-xml", "nvidia-smi"],
+        description="GPU sources tried in this order; the first that returns GPUs wins, a later one takes over "
+        "when it starts failing (amd-smi-monitor: opt-in text fallback for a broken amd-smi metric --json)",
     )
+    links: bool = Field(True, description="add XGMI/PCIe link state (amd-smi topology) to amd-smi records")
     command_timeout_s: float = Field(10.0, gt=0, description="limit for one amd-smi/rocm-smi/nvidia-smi run")
     sysfs_root: Path = Field(Path("/sys"), description="sysfs root of the sysfs source")
 
@@ -100,6 +113,11 @@ class NicSettings(CollectorSettings):
     netdevs: list[str] | None = Field(
         None, description="netdev names to watch; default: every netdev with a device (physical), no loopback"
     )
+    tool_counters: bool = Field(
+        True,
+        description="read `rdma statistic -j` / `ethtool -S` for ports and netdevs whose sysfs has no counters",
+    )
+    command_timeout_s: float = Field(5.0, gt=0, description="limit for one rdma/ethtool run")
 
 
 class ProbeSettings(CollectorSettings):
@@ -279,6 +297,20 @@ class StragglerSettings(Section):
     )
 
 
+class HardwareAlertSettings(Section):
+    """Thresholds of the GPU and NIC alerts (``aggregator.hardware``)."""
+
+    gpu_throttled_for_s: float = Field(30.0, gt=0, description="a GPU must stay throttled this long to alert")
+    gpu_edge_c: float = Field(90.0, gt=0, description="edge (NVIDIA: GPU core) temperature that alerts")
+    gpu_junction_c: float = Field(105.0, gt=0, description="junction (hotspot) temperature that alerts")
+    gpu_memory_c: float = Field(95.0, gt=0, description="memory (HBM) temperature that alerts")
+    nic_flaps: int = Field(3, ge=1, description="link transitions within the window that alert")
+    nic_flap_window_s: float = Field(300.0, gt=0, description="window the flaps are counted over")
+    nic_errors_per_s: float = Field(1.0, gt=0, description="error counter increase rate that alerts")
+    nic_congestion_per_s: float = Field(1000.0, gt=0, description="CNP/ECN rate that alerts when sustained")
+    nic_congestion_for_s: float = Field(30.0, gt=0, description="how long congestion must last to alert")
+
+
 class AggregatorSettings(Section):
     db_path: Path | None = Field(None, description="DuckDB file; default <state_dir>/ranksight.duckdb")
     stream: str = "RANKSIGHT_EVENTS"
@@ -299,6 +331,7 @@ class AggregatorSettings(Section):
     query: QuerySettings = Field(default_factory=QuerySettings)
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
+    hardware: HardwareAlertSettings = HardwareAlertSettings()
 
 
 class DeploySettings(Section):

@@ -20,7 +20,7 @@ def default_rules(settings: Settings | None = None) -> list[Rule]:
         NodeSilentRule(),
         *ras_rules(),
         StragglerRule(),
-        *hardware_rules(),
+        *hardware_rules(settings.aggregator.hardware),
         LinkDegradedRule(settings.aggregator.probes),
         GpuUnderperformingRule(),
         RankHeartbeatOverdueRule(),

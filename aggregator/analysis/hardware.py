@@ -1,6 +1,6 @@
 """GPU and NIC rules: the hardware evidence the straggler engine cites (design §5 "Analysis").
 
-Thresholds are constructor arguments with production defaults; ``sustained`` conditions must hold for ``*_for_s`` of
+Thresholds are constructor arguments with production defaults, set from ``aggregator.hardware`` by :func:`hardware_rules`; ``sustained`` conditions must hold for ``*_for_s`` of
 consecutive samples before they fire, so one throttled or congested sample raises nothing.
 """
 
@@ -13,6 +13,7 @@ from aggregator.alerts import Condition
 from aggregator.hardware import NS, DeviceState, HardwareTracker
 from aggregator.state import LiveState
 from aggregator.timefmt import iso
+from ranksight.config import HardwareAlertSettings
 from schemas.records import GpuRecord, NicRecord
 
 LINK_UP_STATES = {
@@ -170,8 +171,12 @@ class NicCongestionRule:
                 )
 
 
-def hardware_rules() -> list[Any]:
+def hardware_rules(settings: HardwareAlertSettings | None = None) -> list[Any]:
+    """The hardware rules with the thresholds of ``settings`` (``aggregator.hardware``; defaults otherwise)."""
+    s = settings or HardwareAlertSettings()
     return [
-        GpuEccUncorrectableRule(), GpuThrottledRule(), GpuOverheatingRule(), GpuMissingRule(),
-        NicLinkDownRule(), NicFlappingRule(), NicErrorsRisingRule(), NicCongestionRule(),
+        GpuEccUncorrectableRule(), GpuThrottledRule(s.gpu_throttled_for_s),
+        GpuOverheatingRule(s.gpu_edge_c, s.gpu_junction_c, s.gpu_memory_c), GpuMissingRule(),
+        NicLinkDownRule(), NicFlappingRule(s.nic_flaps, s.nic_flap_window_s), NicErrorsRisingRule(s.nic_errors_per_s),
+        NicCongestionRule(s.nic_congestion_per_s, s.nic_congestion_for_s),
     ]  # fmt: skip

@@ -8,7 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent.collectors.gpu.amd_smi import ParseError, parse_amd_smi_metric
+from agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
 from agent.collectors.gpu.nvidia_smi import parse_nvidia_smi_csv
+from agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
 from agent.collectors.gpu.rocm_smi import parse_rocm_smi
 from ranksight.cliutil import EXIT_FAILED, print_json, print_table
 from schemas.records import GpuRecord
@@ -17,6 +19,9 @@ PARSERS: dict[str, Callable[[bytes], list[GpuRecord]]] = {
     "amd-smi": parse_amd_smi_metric,
     "rocm-smi": parse_rocm_smi,
     "nvidia-smi": parse_nvidia_smi_csv,
+    # beyond the three: the other captured formats the collector reads
+    "amd-smi-monitor": parse_amd_smi_monitor,
+    "nvidia-smi-xml": parse_nvidia_smi_xml,
 }
 FIELDS = [
     "index", "name", "utilization_pct", "memory_used_bytes", "memory_total_bytes", "power_w", "power_cap_w",

@@ -1,7 +1,9 @@
 """``gpu`` collector: per-GPU health from the first source that works on this node, tried in ``sources`` order.
 
-AMD: the ``amdsmi`` library, ``amd-smi metric --json``, ``rocm-smi --json``, sysfs. NVIDIA: NVML, ``nvidia-smi``. The
-winner is chosen at detection (it must open *and* return GPUs) and named in health; a node where none works is ``absent``.
+AMD: the ``amdsmi`` library, ``amd-smi metric --json`` (with ``amd-smi topology`` links), ``rocm-smi --json``, sysfs
+(and, opt-in, ``amd-smi monitor`` text). NVIDIA: NVML, ``nvidia-smi -q -x``, ``nvidia-smi --query-gpu``. The winner is
+chosen at detection (it must open *and* return GPUs) and named in health; a node where none works is ``absent``. When
+the winner starts failing, the next source in order that works takes over (health names it and why).
 Tools run as subprocesses off the event loop with a timeout (their whole process group is killed on timeout); libraries
 run on a worker thread.
 """
@@ -18,8 +20,11 @@ from typing import TYPE_CHECKING, Protocol
 
 from agent.collectors.base import CollectorUnavailable, PolledCollector
 from agent.collectors.gpu.amd_smi import parse_amd_smi_metric
+from agent.collectors.gpu.amd_smi_links import parse_amd_smi_topology
+from agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
 from agent.collectors.gpu.amdsmi_lib import AmdSmiLibrary
 from agent.collectors.gpu.nvidia_smi import QUERY_FIELDS, parse_nvidia_smi_csv
+from agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
 from agent.collectors.gpu.nvml import Nvml
 from agent.collectors.gpu.rocm_smi import parse_rocm_smi
 from agent.collectors.gpu.sysfs import read_amdgpu_sysfs
@@ -82,6 +87,28 @@ class CommandSource:
         return None
 
 
+class AmdSmiSource(CommandSource):
+    """``amd-smi metric --json`` plus, when asked, each GPU's links from ``amd-smi topology -a -t --json``.
+
+    A failing topology query leaves ``links`` empty rather than losing the metrics (older releases lack ``-a -t``)."""
+
+    def __init__(self, timeout_s: float, links: bool) -> None:
+        super().__init__("amd-smi", ["amd-smi", "metric", "--json"], parse_amd_smi_metric, timeout_s)
+        self.links = links
+
+    async def read(self) -> list[GpuRecord]:
+        records = await super().read()
+        if not self.links:
+            return records
+        try:
+            links = parse_amd_smi_topology(
+                await run_command(["amd-smi", "topology", "-a", "-t", "--json"], self.timeout_s)
+            )
+        except (CommandFailed, ValueError):
+            return records
+        return [r.model_copy(update={"links": links.get(r.index, [])}) for r in records]
+
+
 class LibrarySource:
     """A blocking vendor library (amdsmi, NVML), opened lazily and read on a worker thread."""
 
@@ -96,7 +123,8 @@ class LibrarySource:
 
     async def close(self) -> None:
         if self._lib is not None:
-            await asyncio.to_thread(self._lib.close)
+            lib, self._lib = self._lib, None  # a later read (as a fallback) opens it afresh
+            await asyncio.to_thread(lib.close)
 
 
 class SysfsSource:
@@ -116,12 +144,16 @@ def build_sources(settings: GpuSettings) -> list[GpuSource]:
     timeout = settings.command_timeout_s
     known: dict[str, Callable[[], GpuSource]] = {
         "amdsmi": lambda: LibrarySource("amdsmi", AmdSmiLibrary),
-        "amd-smi": lambda: CommandSource(
-            "amd-smi", ["amd-smi", "metric", "--json"], parse_amd_smi_metric, timeout
+        "amd-smi": lambda: AmdSmiSource(timeout, settings.links),
+        "amd-smi-monitor": lambda: CommandSource(
+            "amd-smi-monitor", ["amd-smi", "monitor"], parse_amd_smi_monitor, timeout
         ),
         "rocm-smi": lambda: CommandSource("rocm-smi", ["rocm-smi", *ROCM_SMI_ARGS], parse_rocm_smi, timeout),
         "sysfs": lambda: SysfsSource(settings.sysfs_root),
         "nvml": lambda: LibrarySource("nvml", Nvml),
+        "nvidia-smi-xml": lambda: CommandSource(
+            "nvidia-smi-xml", ["nvidia-smi", "-q", "-x"], parse_nvidia_smi_xml, timeout
+        ),
         "nvidia-smi": lambda: CommandSource(
             "nvidia-smi",
             ["nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"],
@@ -140,11 +172,12 @@ class GpuCollector(PolledCollector):
     def __init__(self, ctx: AgentContext, settings: GpuSettings) -> None:
         super().__init__(ctx, settings)
         self.source: GpuSource | None = None
+        self._fallbacks: list[GpuSource] = []  # the sources after ``source`` in order, not yet opened
 
-    async def detect(self) -> bool:
-        """Pick the first source that returns at least one GPU; ``CollectorUnavailable`` lists why each failed."""
+    async def _first_working(self, sources: list[GpuSource]) -> tuple[list[GpuRecord], list[str]]:
+        """Read ``sources`` in order until one returns GPUs; it becomes ``source``, the rest stay as fallbacks."""
         reasons = []
-        for source in build_sources(self.settings):
+        for i, source in enumerate(sources):
             try:
                 records = await source.read()
             except Exception as exc:
@@ -152,17 +185,35 @@ class GpuCollector(PolledCollector):
                 await source.close()
                 continue
             if records:
-                self.source = source
+                self.source, self._fallbacks = source, sources[i + 1 :]
                 self.health.source = source.name
-                return True
+                return records, reasons
             reasons.append(f"{source.name}: no GPU")
             await source.close()
-        raise CollectorUnavailable("no GPU source works here (" + "; ".join(reasons) + ")")
+        return [], reasons
+
+    async def detect(self) -> bool:
+        """Pick the first source that returns at least one GPU; ``CollectorUnavailable`` lists why each failed."""
+        records, reasons = await self._first_working(build_sources(self.settings))
+        if not records:
+            raise CollectorUnavailable("no GPU source works here (" + "; ".join(reasons) + ")")
+        return True
 
     async def collect(self) -> Sequence[Record]:
+        """A read of the current source; when it starts failing, the next source in order that works takes over
+        (named in health, with why the old one was left). With none left, the error stands and the source stays."""
         if self.source is None:
             raise CollectorUnavailable("no GPU source")
-        return await self.source.read()
+        try:
+            return await self.source.read()
+        except Exception as exc:
+            failed, error = self.source, f"{self.source.name}: {type(exc).__name__}: {exc}"
+            records, _ = await self._first_working(self._fallbacks)
+            if not records:
+                raise
+            await failed.close()
+            self.health.last_error = f"fell back to {self.health.source} after {error}"[:500]
+            return records
 
     async def close(self) -> None:
         if self.source is not None:

@@ -1,5 +1,7 @@
 """``nic`` collector: RDMA ports and netdevs read from sysfs every interval, with rates from deltas.
 
+Ports and netdevs whose sysfs has no counters (AMD Pollara ``ionic``) get them from ``rdma statistic -j`` / ``ethtool -S``.
+
 Absent (not failing) on a node with neither RDMA devices nor physical netdevs under the configured sysfs root.
 """
 
@@ -13,6 +15,7 @@ from typing import TYPE_CHECKING
 from agent.collectors.base import CollectorUnavailable, PolledCollector
 from agent.collectors.nic.rates import RateTracker
 from agent.collectors.nic.sysfs import read_nics
+from agent.collectors.nic.tool_counters import fill_missing_counters
 from schemas.records import Record
 
 if TYPE_CHECKING:
@@ -37,4 +40,6 @@ class NicCollector(PolledCollector):
 
     async def collect(self) -> Sequence[Record]:
         records = await asyncio.to_thread(read_nics, self.settings.sysfs_root, self.settings.netdevs)
+        if self.settings.tool_counters:
+            records = await fill_missing_counters(records, self.settings.command_timeout_s)
         return self.rates.update(records, time.monotonic())

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.collectors.nic.sysfs import RDMA_WORD_BYTES
+from agent.collectors.nic.tools import RDMA_RX_BYTES, RDMA_TX_BYTES
 from schemas.records import NicRecord
 
 # counters whose increase means frames were lost or corrupted
@@ -20,6 +21,9 @@ ERROR_COUNTERS = frozenset({
     "port_rcv_switch_relay_errors", "port_xmit_constraint_errors", "port_rcv_constraint_errors",
     "out_of_sequence", "packet_seq_err", "local_ack_timeout_err",
     "rx_errors", "tx_errors", "rx_crc_errors", "rx_frame_errors", "tx_carrier_errors",
+    # ionic (``rdma statistic``, ``ethtool -S``)
+    "req_rx_pkt_seq_err", "resp_rx_outouf_seq", "req_tx_retry_excd_err", "tx_rdma_ack_timeout",
+    "rx_rdma_mtu_discard_pkts", "frames_rx_bad_fcs", "hw_rx_over_errors", "hw_rx_missed_errors",
 })  # fmt: skip
 # counters whose increase means congestion control is acting: CNPs sent/handled, ECN-marked packets
 CONGESTION_MARKS = ("cnp", "ecn")
@@ -43,10 +47,17 @@ class _Sample:
     counters: dict[str, int]
 
 
-def _byte_keys(record: NicRecord) -> tuple[str, str, int]:
+def _byte_keys(record: NicRecord) -> tuple[list[str], list[str], int]:
+    """Counters summing to bytes sent and received, and their unit in bytes."""
+    if record.kind == "rdma" and "port_xmit_data" not in record.counters:  # counters from ``rdma statistic``
+        return (
+            [k for k in RDMA_TX_BYTES if k in record.counters],
+            [k for k in RDMA_RX_BYTES if k in record.counters],
+            1,
+        )
     if record.kind == "rdma":
-        return "port_xmit_data", "port_rcv_data", RDMA_WORD_BYTES
-    return "tx_bytes", "rx_bytes", 1
+        return ["port_xmit_data"], ["port_rcv_data"], RDMA_WORD_BYTES
+    return ["tx_bytes"], ["rx_bytes"], 1
 
 
 class RateTracker:
@@ -87,8 +98,8 @@ class RateTracker:
         state_changed = int(previous.state is not None and record.state != previous.state)
         return {
             "interval_s": dt,
-            "tx_bps": per_s([tx], word * 8) if tx in deltas else None,
-            "rx_bps": per_s([rx], word * 8) if rx in deltas else None,
+            "tx_bps": per_s(tx, word * 8) if tx and all(k in deltas for k in tx) else None,
+            "rx_bps": per_s(rx, word * 8) if rx and all(k in deltas for k in rx) else None,
             "errors_per_s": per_s([k for k in deltas if k in ERROR_COUNTERS and deltas[k] is not None]),
             "congestion_per_s": per_s(
                 [k for k in deltas if any(m in k.lower() for m in CONGESTION_MARKS) and deltas[k] is not None]

@@ -1,0 +1,206 @@
+"""The remaining captured GPU/NIC outputs parsed, with values hand-checked against each capture (units converted)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent.collectors.gpu.amd_smi import ParseError
+from agent.collectors.gpu.amd_smi_links import parse_amd_smi_topology, parse_amd_smi_xgmi
+from agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
+from agent.collectors.gpu.dcgm_fields import DCGM_FIELDS, dcgm_exporter_fields
+from agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
+from agent.collectors.nic.tools import (
+    ToolParseError,
+    parse_ethtool_stats,
+    parse_ip_link,
+    parse_nicctl_statistics,
+    parse_rdma_link,
+    parse_rdma_statistic,
+)  # fmt: skip
+from schemas.records import GpuRecord
+from schemas.records.gpu import GpuLink
+from tests.gpu_nic_support import METRICS
+
+AMD, NVIDIA, IONIC = METRICS / "amd", METRICS / "nvidia", METRICS / "nic" / "ionic"
+MIB, GIB = 1024**2, 1024**3
+
+
+def test_nvidia_smi_q_x_a100() -> None:
+    (gpu,) = parse_nvidia_smi_xml((NVIDIA / "nvidia-smi-q-x_a100-sxm4_v12.xml").read_bytes())
+    assert gpu.index == 0 and gpu.source == "nvidia-smi-xml" and gpu.vendor == "nvidia"
+    assert gpu.uuid == "GPU-513536b6-7d19-9063-b049-1e69664bb298" and gpu.bus_id == "00000000:01:00.0"
+    assert gpu.name == "NVIDIA A100-SXM4-80GB"
+    assert gpu.utilization_pct is None  # "N/A" (MIG mode)
+    assert (
+        gpu.memory_used_bytes == 50 * MIB and gpu.memory_total_bytes == 81920 * MIB
+    )  # not a MIG slice's 19968 MiB
+    assert gpu.power_w == 67.03 and gpu.power_cap_w == 500.0
+    assert (
+        gpu.temperature_edge_c == 27.0
+        and gpu.temperature_memory_c == 44.0
+        and gpu.temperature_junction_c is None
+    )
+    assert gpu.sclk_hz == 1275e6 and gpu.mclk_hz == 1593e6
+    assert (gpu.ecc_correctable, gpu.ecc_uncorrectable, gpu.pcie_replays) == (0, 0, 0)
+    assert gpu.throttled is False and gpu.throttle_reasons == []
+
+
+def test_nvidia_smi_q_x_active_slowdown_and_ecc() -> None:
+    xml = (NVIDIA / "nvidia-smi-q-x_a100-sxm4_v12.xml").read_text()
+    xml = xml.replace(
+        "<clocks_event_reason_hw_thermal_slowdown>Not Active",
+        "<clocks_event_reason_hw_thermal_slowdown>Active",
+    )
+    xml = xml.replace("<volatile>\n                <sram_correctable>0</sram_correctable>",
+                      "<volatile>\n                <sram_correctable>3</sram_correctable>")  # fmt: skip
+    (gpu,) = parse_nvidia_smi_xml(xml.encode())
+    assert gpu.throttled is True and gpu.throttle_reasons == ["hw_thermal_slowdown"]
+    assert gpu.ecc_correctable == 3
+
+
+@pytest.mark.parametrize(
+    "garbage", [b"", b"<html>nope</html>", b"NVIDIA-SMI has failed", b"<nvidia_smi_log/>"]
+)
+def test_nvidia_smi_q_x_garbage(garbage: bytes) -> None:
+    with pytest.raises(ParseError):
+        parse_nvidia_smi_xml(garbage)
+
+
+def test_amd_smi_topology_both_shapes() -> None:
+    plain = parse_amd_smi_topology((AMD / "amd-smi_topology_--json_changelog_a.txt").read_bytes())
+    assert plain == {0: [GpuLink(name="pcie/gpu1", up=False)], 1: [GpuLink(name="pcie/gpu0", up=False)]}
+    detailed = parse_amd_smi_topology((AMD / "amd-smi_topology_-a_-t_--json_changelog_c.txt").read_bytes())
+    assert detailed == {
+        0: [GpuLink(name="pcie/gpu1", up=False, peer="0000:44:00.0")],
+        1: [GpuLink(name="pcie/gpu0", up=False, peer="0000:08:00.0")],
+    }
+    with pytest.raises(ParseError):
+        parse_amd_smi_topology(b"amd-smi: command not found")
+
+
+def test_amd_smi_xgmi_table() -> None:
+    links = parse_amd_smi_xgmi((AMD / "amd-smi_xgmi_table_8gpu_changelog.txt").read_bytes())
+    assert sorted(links) == list(range(8))
+    assert all(len(peers) == 7 and all(link.up for link in peers) for peers in links.values())
+    assert links[0][0] == GpuLink(name="xgmi/gpu1", up=True, peer="0000:22:00.0")
+    assert links[7][-1] == GpuLink(name="xgmi/gpu6", up=True, peer="0000:bf:00.0")
+    assert "xgmi/gpu3" not in {link.name for link in links[3]}  # no link to itself
+    with pytest.raises(ParseError):
+        parse_amd_smi_xgmi(b"LINK METRIC TABLE:\n")
+
+
+def test_amd_smi_monitor_mi300a() -> None:
+    gpus = parse_amd_smi_monitor((AMD / "amd-smi_monitor_mi300a_docs.txt").read_bytes())
+    assert [g.index for g in gpus] == [0, 1, 2, 3]
+    g2 = gpus[2]
+    assert (g2.power_w, g2.temperature_junction_c, g2.temperature_memory_c) == (33.0, 30.0, 31.0)
+    assert g2.sclk_hz == 49e6 and g2.utilization_pct == 2.0
+    assert g2.memory_used_bytes is None and g2.memory_total_bytes is None  # GTT_USAGE is not VRAM
+
+
+def test_amd_smi_monitor_mi300x_partitions() -> None:
+    gpus = parse_amd_smi_monitor((AMD / "amd-smi_monitor_mi300x_cpx_nps4_docs.txt").read_bytes())
+    assert [g.index for g in gpus] == list(range(8))  # the trailing "..." is skipped
+    g0, g1 = gpus[0], gpus[1]
+    assert (g0.power_w, g0.temperature_junction_c, g0.temperature_memory_c, g0.sclk_hz) == (
+        183.0,
+        49.0,
+        48.0,
+        1427e6,
+    )
+    assert g0.utilization_pct == 0.0
+    assert g0.memory_used_bytes == int(0.3 * GIB) and g0.memory_total_bytes == 192 * GIB
+    assert g1.power_w is None and g1.temperature_junction_c is None and g1.sclk_hz is None
+    assert g1.memory_used_bytes == int(0.5 * GIB) and g1.memory_total_bytes == 48 * GIB
+    with pytest.raises(ParseError):
+        parse_amd_smi_monitor(b"GPU  POWER\n  0  12 W  extra 7 W\n")
+
+
+def test_dcgm_field_map_is_in_the_exporter_lists() -> None:
+    for capture in ("dcgm-exporter_default-counters.csv", "dcgm-exporter_dcp-metrics-included.csv"):
+        listed = dcgm_exporter_fields((NVIDIA / capture).read_text())
+        assert len(listed) > 20
+        for field in DCGM_FIELDS:
+            assert field.record_field in GpuRecord.model_fields
+            assert listed.get(field.dcgm) is field.enabled_by_default, (capture, field.dcgm)
+
+
+def test_ethtool_stats_ionic() -> None:
+    pf = parse_ethtool_stats((IONIC / "dme_ethtool_S_enp132s0.txt").read_bytes(), "enp132s0")
+    assert (pf.name, pf.kind) == ("enp132s0", "netdev")
+    assert (pf.tx_packets, pf.tx_bytes, pf.rx_packets, pf.rx_bytes) == (29, 3606, 3116274, 315945243)
+    assert pf.counters["octets_tx_ok"] == 103623222172110 and pf.counters["frames_rx_ok"] == 69867940032
+    assert len(pf.counters) == 607
+    other = parse_ethtool_stats((IONIC / "dme_ethtool_S_enp68s0.txt").read_bytes(), "enp68s0")
+    assert (other.tx_packets, other.tx_bytes, other.rx_bytes) == (25, 3086, 315941320)
+    assert other.counters["octets_tx_ok"] == 509011967971838
+    vf = parse_ethtool_stats((IONIC / "dme_ethtool_S_enp132s0v0.txt").read_bytes(), "enp132s0v0")
+    assert (vf.tx_packets, vf.tx_bytes, vf.rx_packets, vf.rx_bytes) == (32438, 2884904, 3064455, 310422278)
+    with pytest.raises(ToolParseError):
+        parse_ethtool_stats(b"Cannot get stats strings information: Operation not supported\n", "eth9")
+
+
+def test_rdma_statistic_ionic_and_mlx5() -> None:
+    ports = parse_rdma_statistic((IONIC / "dme_rdma_statistic_j.txt").read_bytes())
+    assert [p.name for p in ports] == ["rocep132s0/1", "rocep68s0/1", "ionic_1/1"]
+    assert all(p.kind == "rdma" and p.tx_bytes == 0 and p.rx_packets == 0 for p in ports[:2])
+    ionic = ports[2]  # bytes are bytes here (no 4-byte words), unicast plus multicast
+    assert (ionic.tx_bytes, ionic.tx_packets) == (3489656928, 32852846)
+    assert (ionic.rx_bytes, ionic.rx_packets) == (3087001744, 49221925)
+    assert ionic.counters["req_rx_dup_response"] == 34
+    assert {"tx_rdma_cnp_pkts", "rx_rdma_ecn_pkts", "req_rx_pkt_seq_err"} <= set(ports[0].counters)
+    newer = parse_rdma_statistic((IONIC / "node-scraper_rdma_statistic_-j.json").read_bytes())
+    assert [p.name for p in newer] == [f"ionic_{i}/1" for i in range(8)] + [f"mlx5_{i}/1" for i in range(4)]
+    assert "tx_rdma_retx_pkts" in newer[0].counters and "port" not in newer[0].counters
+    assert newer[8].tx_bytes is None and newer[8].counters["np_cnp_sent"] == 0  # mlx5: no ionic byte counters
+    for garbage in (b"", b'{"ifname": "x"}', b'[{"port": 1}]'):
+        with pytest.raises(ToolParseError):
+            parse_rdma_statistic(garbage)
+
+
+def test_rdma_link_text_and_json() -> None:
+    text = parse_rdma_link((IONIC / "dme_rdma_link.txt").read_bytes())
+    assert [(li.name, li.state, li.phys_state, li.netdev) for li in text] == [
+        ("rocep68s0/1", "ACTIVE", "LINK_UP", "enp68s0"),
+        ("rocep132s0/1", "ACTIVE", "LINK_UP", "enp132s0"),
+        ("ionic_1/1", "ACTIVE", "LINK_UP", "enp132s0v0"),
+    ]
+    js = parse_rdma_link((IONIC / "node-scraper_rdma_link_-j.json").read_bytes())
+    assert [(li.name, li.netdev) for li in js] == [
+        ("ionic_0/1", "benic8p1"), ("ionic_1/1", "benic7p1"), ("ionic_2/1", "benic5p1"), ("ionic_3/1", "benic6p1"),
+    ]  # fmt: skip
+    with pytest.raises(ToolParseError):
+        parse_rdma_link(b"error: no such device\n")
+
+
+def test_ip_link_show() -> None:
+    (link,) = parse_ip_link((IONIC / "dme_ip_link_show_enp132s0.txt").read_bytes())
+    assert (link.name, link.state, link.mtu, link.carrier) == ("enp132s0", "UP", 1500, True)
+    with pytest.raises(ToolParseError):
+        parse_ip_link(b'Device "eth9" does not exist.\n')
+
+
+def test_nicctl_statistics() -> None:
+    ports = parse_nicctl_statistics((IONIC / "dme_nicctl_show_port_statistics_j.txt").read_bytes())
+    assert [(p.card, p.id) for p in ports] == [
+        ("42424650-4c32-3530-3330-303439000000", "0490812c-4f90-4242-4242-000011010000"),
+        ("42424650-4c32-3434-3530-304430000000", "0490812a-2c28-4242-4242-000011010000"),
+    ]
+    assert (
+        ports[0].values["octets_tx_ok"] == 509011967971912 and ports[0].values["frames_rx_ok"] == 283924078435
+    )
+    assert ports[1].values["octets_rx_ok"] == 75542062730411
+    rates = parse_nicctl_statistics((IONIC / "dme_nicctl_show_port_statistics_rate_j.txt").read_bytes())
+    assert rates[0].values["tx_bps"] == pytest.approx(33.16e9) and rates[0].values["rx_pps"] == pytest.approx(
+        3.83e6
+    )
+    assert rates[1].values["rx_bps"] == pytest.approx(1020.0) and rates[1].values["tx_pps"] == 0
+    lifs = parse_nicctl_statistics((IONIC / "dme_nicctl_show_lif_statistics_j.txt").read_bytes(), "lif")
+    assert len(lifs) == 4 and lifs[0].id == "43000070-0100-0000-4242-0490812c4f90"
+    assert (
+        lifs[0].values["rx_multicast_bytes"] == 239457565 and lifs[0].values["rx_broadcast_packets"] == 232965
+    )
+    with pytest.raises(ToolParseError):
+        parse_nicctl_statistics(
+            b'{"nic": [{"id": "c", "port": [{"spec": {"id": "p"}, "statistics": {"x": "fast"}}]}]}'
+        )

@@ -1,0 +1,61 @@
+"""``aggregator.hardware`` thresholds reach the hardware rules through ``default_rules(settings)``."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from aggregator.alerts import AlertEngine
+from aggregator.analysis import default_rules
+from aggregator.state import LiveState
+from ranksight.config import Settings
+from schemas.envelope import Envelope, event_type
+from schemas.records import GpuRecord, NicRecord
+
+NS = 1_000_000_000
+
+
+def _env(kind: str, records: list, seq: int) -> Envelope:
+    return Envelope(
+        type=event_type(kind), cluster="c", node="n1", agent="a", seq=seq, ts=0, ttl=60.0, records=records
+    )
+
+
+def _fired(settings: Settings, envelopes: list[tuple[float, Envelope]], now_s: float) -> set[str]:
+    state, engine = LiveState(), AlertEngine()
+    for at_s, env in envelopes:
+        state.observe(env, int(at_s * NS))
+    state.tick(int(now_s * NS))
+    engine.evaluate(default_rules(settings), state, int(now_s * NS))
+    return {a.rule for a in engine.active.values()}
+
+
+def test_gpu_thresholds_come_from_settings() -> None:
+    warm = [(0.0, _env("gpu", [GpuRecord(index=0, temperature_edge_c=85.0, throttled=True)], 1)),
+            (12.0, _env("gpu", [GpuRecord(index=0, temperature_edge_c=85.0, throttled=True)], 2))]  # fmt: skip
+    assert _fired(Settings(), warm, 13) == set()  # 85 C < 90 C, throttled 12 s < 30 s
+    tuned = Settings.model_validate(
+        {"aggregator": {"hardware": {"gpu_edge_c": 80, "gpu_throttled_for_s": 10}}}
+    )
+    assert _fired(tuned, warm, 13) == {"gpu_overheating", "gpu_throttled"}
+
+
+def test_nic_thresholds_come_from_settings() -> None:
+    nic = [(float(t), _env("nic", [NicRecord(name="eth0", kind="netdev", state="up", errors_per_s=0.5,
+                                             congestion_per_s=200.0)], t + 1)) for t in range(0, 12, 2)]  # fmt: skip
+    assert _fired(Settings(), nic, 11) == set()
+    tuned = Settings.model_validate(
+        {
+            "aggregator": {
+                "hardware": {"nic_errors_per_s": 0.1, "nic_congestion_per_s": 100, "nic_congestion_for_s": 5}
+            }
+        }
+    )
+    assert _fired(tuned, nic, 11) == {"nic_errors_rising", "nic_congestion"}
+
+
+def test_hardware_section_from_env_and_unknown_keys_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANKSIGHT_AGGREGATOR__HARDWARE__NIC_FLAPS", "7")
+    assert Settings().aggregator.hardware.nic_flaps == 7
+    with pytest.raises(ValidationError):
+        Settings.model_validate({"aggregator": {"hardware": {"gpu_edge": 80}}})

@@ -53,7 +53,8 @@ class HttpFace:
     async def start(self) -> None:
         if not self.settings.enabled:
             return
-        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=2.0)
+        # handler_cancellation: a client that hangs up ends its handler (an /events stream unsubscribes at once)
+        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, self.settings.port)
         try:

@@ -284,11 +284,19 @@ class HttpSettings(Section):
 
     enabled: bool = True
     host: str = Field("127.0.0.1", description="bind address; anything but localhost exposes the API")
-    port: int = Field(8080, ge=0, le=65535, description="0: any free port (Aggregator.http_url names it)")
-    token: SecretStr | None = Field(None, description="if set, every request needs 'Authorization: Bearer <token>'")
-    sse_queue_size: int = Field(256, ge=1, description="events buffered per /events client; a slower one is dropped")
+    port: int = Field(
+        8080, ge=0, le=65535, description="0: any free port (the aggregator's http.url names it)"
+    )
+    token: SecretStr | None = Field(
+        None, description="if set, every request needs 'Authorization: Bearer <token>'"
+    )
+    sse_queue_size: int = Field(
+        256, ge=1, description="events buffered per /events client; a slower one is dropped"
+    )
     metrics_max_series: int = Field(
-        20_000, ge=1, description="series per metric family at most (label cardinality bound); the rest are dropped"
+        20_000,
+        ge=1,
+        description="series per metric family at most (label cardinality bound); the rest are dropped",
     )
 
 

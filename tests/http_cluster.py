@@ -88,7 +88,9 @@ async def publish_cluster(pub: Publisher, hardware_ttl: float = 60.0, with_strag
 
 
 async def publish_straggler_job(pub: Publisher) -> None:
-    spec = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=SLOW[0], gpu=SLOW[1], factor=2.0)])
+    spec = JobSpec(
+        nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=SLOW[0], gpu=SLOW[1], factor=2.0)]
+    )
     spec.start_us = time.time_ns() // 1000 - 20_000_000  # running for 20 s
     for (host, _pid), lines in simulate(spec).items():
         records = [parse_line(line) for line in lines]

@@ -45,7 +45,9 @@ class _Families:
         assert isinstance(family, CounterMetricFamily)
         return family
 
-    def add(self, family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float | None) -> None:
+    def add(
+        self, family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float | None
+    ) -> None:
         if value is None:
             return  # an unsupported reading is no series, never a fake zero
         if len(family.samples) >= self.max_series:
@@ -76,7 +78,7 @@ class ClusterCollector(Collector):
 
     def _self_metrics(self, f: _Families) -> None:
         s, seq = self.agg.stats, self.agg.store.sequence_stats()
-        for name, value, doc in (
+        counters: list[tuple[str, float, str]] = [
             ("ingest_messages", s.messages, "event messages ingested"),
             ("ingest_records", s.records, "records ingested"),
             ("ingest_batches", s.batches, "batches committed to DuckDB"),
@@ -84,11 +86,20 @@ class ClusterCollector(Collector):
             ("dead_letters", s.dead_letters, "malformed messages kept in dead_letters"),
             ("sequence_gaps", s.new_gaps, "per-agent sequence gaps found"),
             ("events_published", self.events.published_total, "events published to /events clients"),
-            ("events_clients_dropped", self.events.dropped_total, "/events clients dropped for being too slow"),
-        ):
+            (
+                "events_clients_dropped",
+                self.events.dropped_total,
+                "/events clients dropped for being too slow",
+            ),
+        ]
+        for name, value, doc in counters:
             f.add(f.counter(f"ranksight_{name}", doc, []), [], value)
         for name, value, doc in (
-            ("ingest_lag_seconds", s.lag_s, "age of the newest message of the last batch when it was fetched"),
+            (
+                "ingest_lag_seconds",
+                s.lag_s,
+                "age of the newest message of the last batch when it was fetched",
+            ),
             ("ingest_last_batch_messages", s.last_batch_size, "messages in the last committed batch"),
             ("ingest_last_commit_seconds", s.last_commit_s, "DuckDB commit time of the last batch"),
             ("sequence_gaps_open", seq["gaps_open"], "sequence gaps not filled yet"),
@@ -104,12 +115,14 @@ class ClusterCollector(Collector):
     def _nodes(self, f: _Families) -> None:
         nodes = self.agg.state.nodes.nodes.values()
         by_state = f.gauge("ranksight_nodes", "nodes by state", ["cluster", "state"])
-        counts = Counter((n.cluster, n.state) for n in nodes)
+        counts: Counter[tuple[str, str]] = Counter((n.cluster, n.state) for n in nodes)
         for cluster in sorted({n.cluster for n in nodes}):
             for state in NODE_STATES:
                 f.add(by_state, [cluster, state], counts[(cluster, state)])
         up = f.gauge("ranksight_node_up", "1 alive, 0 stale (gone nodes have no series)", ["cluster", "node"])
-        skew = f.gauge("ranksight_node_clock_skew_seconds", "agent clock minus receipt time", ["cluster", "node"])
+        skew = f.gauge(
+            "ranksight_node_clock_skew_seconds", "agent clock minus receipt time", ["cluster", "node"]
+        )
         for n in sorted(nodes, key=lambda n: (n.cluster, n.node)):
             if n.state != "gone":
                 f.add(up, [n.cluster, n.node], n.state == "alive")
@@ -122,7 +135,9 @@ class ClusterCollector(Collector):
         mem = f.gauge("ranksight_gpu_memory_used_bytes", "GPU memory in use", gpu_labels)
         mem_total = f.gauge("ranksight_gpu_memory_total_bytes", "GPU memory size", gpu_labels)
         power = f.gauge("ranksight_gpu_power_watts", "GPU power draw", gpu_labels)
-        temp = f.gauge("ranksight_gpu_temperature_celsius", "GPU temperature by sensor", [*gpu_labels, "sensor"])
+        temp = f.gauge(
+            "ranksight_gpu_temperature_celsius", "GPU temperature by sensor", [*gpu_labels, "sensor"]
+        )
         clock = f.gauge("ranksight_gpu_clock_hertz", "GPU shader clock", gpu_labels)
         throttled = f.gauge("ranksight_gpu_throttled", "1 while the GPU is throttled", gpu_labels)
         ecc = f.counter("ranksight_gpu_ecc_uncorrectable_errors", "uncorrectable ECC errors", gpu_labels)
@@ -184,8 +199,12 @@ class ClusterCollector(Collector):
             f.add(dead, values, len(job.dead_processes))
             f.add(missing, values, len(job.missing_processes))
         slabels = ["cluster", "hostname", "pid", "rank", "kind"]
-        slowdown = f.gauge("ranksight_straggler_slowdown_ratio", "job time with / without the straggler", slabels)
-        confidence = f.gauge("ranksight_straggler_confidence_ratio", "confidence of the finding (0-1)", slabels)
+        slowdown = f.gauge(
+            "ranksight_straggler_slowdown_ratio", "job time with / without the straggler", slabels
+        )
+        confidence = f.gauge(
+            "ranksight_straggler_confidence_ratio", "confidence of the finding (0-1)", slabels
+        )
         for cluster, result in sorted(self.agg.state.stragglers.clusters.items()):
             for finding in result.findings:
                 values = [cluster, finding.hostname, str(finding.pid), str(finding.rank), finding.kind]
@@ -193,7 +212,9 @@ class ClusterCollector(Collector):
                 f.add(confidence, values, finding.confidence)
 
 
-def metrics_registry(agg: Aggregator, events: LiveEvents, max_series: int) -> tuple[CollectorRegistry, Histogram]:
+def metrics_registry(
+    agg: Aggregator, events: LiveEvents, max_series: int
+) -> tuple[CollectorRegistry, Histogram]:
     """A registry of its own (not the process-global one: several aggregators may run in one test process)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ClusterCollector(agg, events, max_series))

@@ -90,7 +90,11 @@ class HttpFace:
         if token is None or request.path in PUBLIC_PATHS:
             return await handler(request)
         header = request.headers.get("Authorization", "")
-        given = header.removeprefix("Bearer ") if header.startswith("Bearer ") else request.query.get(TOKEN_PARAM, "")
+        given = (
+            header.removeprefix("Bearer ")
+            if header.startswith("Bearer ")
+            else request.query.get(TOKEN_PARAM, "")
+        )
         if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
             body = ApiResponse.failure("unauthorized: a valid bearer token is required").model_dump_json()
             return web.Response(status=401, text=body, content_type="application/json",
@@ -118,7 +122,9 @@ class HttpFace:
             else:
                 status = 200 if response.ok else 422
             self.latency.labels(name).observe(time.monotonic() - started)
-            return web.Response(status=status, text=response.model_dump_json(), content_type="application/json")
+            return web.Response(
+                status=status, text=response.model_dump_json(), content_type="application/json"
+            )
 
         return handle
 
@@ -135,7 +141,9 @@ class HttpFace:
 
     async def _stream(self, request: web.Request) -> web.StreamResponse:
         """Server-sent events: ``alert`` (a transition) and ``node`` (a node changed state), JSON data."""
-        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
         await response.prepare(request)
         client = self.events.subscribe()
         try:

@@ -128,13 +128,24 @@ async def test_metrics_names_values_and_expiry(settings: Settings) -> None:
         for family in families.values():
             assert METRIC_NAME.match(family.name), family.name
             if family.type == "counter":
-                assert all(s.name.endswith("_total") for s in family.samples if not s.name.endswith("_created"))
-        samples = {(s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples}
+                assert all(
+                    s.name.endswith("_total") for s in family.samples if not s.name.endswith("_created")
+                )
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value for f in families.values() for s in f.samples
+        }
         assert samples[("ranksight_nodes", (("cluster", "test"), ("state", "alive")))] == 4
         assert samples[("ranksight_node_up", (("cluster", "test"), ("node", "node002")))] == 1
         assert samples[("ranksight_ingest_messages_total", ())] >= 4 * 3 + 5
-        assert samples[("ranksight_gpu_power_watts", (("cluster", "test"), ("gpu", "0"), ("node", "node001")))] == 600
-        up = {dict(k[1])["dst"]: v for k, v in samples.items() if k[0] == "ranksight_link_upload_bytes_per_second"}
+        assert (
+            samples[("ranksight_gpu_power_watts", (("cluster", "test"), ("gpu", "0"), ("node", "node001")))]
+            == 600
+        )
+        up = {
+            dict(k[1])["dst"]: v
+            for k, v in samples.items()
+            if k[0] == "ranksight_link_upload_bytes_per_second"
+        }
         assert up[DEGRADED[1]] == 4e7 / 8 and up["node003"] == 1e10 / 8
         assert samples[("ranksight_alerts_firing", (("cluster", "test"), ("rule", "link_degraded"),
                                                     ("severity", "warning")))] == 1  # fmt: skip
@@ -147,9 +158,13 @@ async def test_metrics_names_values_and_expiry(settings: Settings) -> None:
 
         await wait_for(expired, timeout=5)
         text = (await get(agg, "/metrics"))[2]
-        assert "ranksight_nic_up{" not in text and 'ranksight_node_up{cluster="test",node="node002"} 1.0' in text
+        assert (
+            "ranksight_nic_up{" not in text and 'ranksight_node_up{cluster="test",node="node002"} 1.0' in text
+        )
         hist = {f.name: f for f in text_string_to_metric_families(text)}["ranksight_query_duration_seconds"]
-        count = [s.value for s in hist.samples if s.name.endswith("_count") and s.labels["endpoint"] == "status"]
+        count = [
+            s.value for s in hist.samples if s.name.endswith("_count") and s.labels["endpoint"] == "status"
+        ]
         assert count == [1.0]
 
 

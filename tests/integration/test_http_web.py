@@ -12,15 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from schemas.records import HeartbeatRecord
-
 from aggregator.runtime import Aggregator
 from ranksight.config import Settings
+from schemas.records import HeartbeatRecord
 from tests.http_cluster import DEAD_PID, DEGRADED, SLOW, Publisher, http_settings, publish_cluster
 from tests.support import aggregator, wait_for
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)"
+)
 
 
 def chromium(url: str, profile: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -64,7 +65,7 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
         links = await load(agg, "links", tmp_path)
         src, dst = DEGRADED
         assert f'class="cell degraded" data-src="{src}" data-dst="{dst}"' in links
-        assert links.count("degraded\" data-src") == 1  # only that one link is highlighted
+        assert links.count('degraded" data-src') == 1  # only that one link is highlighted
         assert "0.04 Gbit/s" in links and "10.00 Gbit/s" in links
 
 

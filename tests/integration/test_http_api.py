@@ -114,6 +114,9 @@ async def test_openapi_fuzzed_by_schemathesis(settings: Settings, tmp_path: Path
         proc = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=120,
                                        cwd=tmp_path)  # fmt: skip
         assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+        generated = re.search(r"(\d+) generated, (\d+) passed", proc.stdout)
+        assert generated and int(generated[1]) >= 100 and generated[1] == generated[2], proc.stdout[-2000:]
+        assert "Tested: 12" in proc.stdout  # every HTTP endpoint was exercised
 
 
 async def test_metrics_names_values_and_expiry(settings: Settings) -> None:

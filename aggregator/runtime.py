@@ -28,6 +28,7 @@ from aggregator.analysis import default_rules
 from aggregator.api.service import start_service
 from aggregator.api.sql import SqlSandbox
 from aggregator.history import retention_loop
+from aggregator.http.server import HttpFace
 from aggregator.probes import ProbePlanner
 from aggregator.state import NS, LiveState
 from aggregator.store import BatchResult, Incoming, Store
@@ -83,6 +84,7 @@ class Aggregator:
         self.engine = AlertEngine()
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query.reader_threads)
         self.stats = IngestStats()
+        self.http = HttpFace(self)
         self.nc: Client | None = None
         self.ready = asyncio.Event()
         self.started_ns = time.time_ns()
@@ -112,6 +114,7 @@ class Aggregator:
             js = nc.jetstream()
             await ensure_stream(js, self.settings)
             service = await start_service(nc, self)
+            await self.http.start()
             tasks = [
                 asyncio.create_task(self._ingest(js), name="ingest"),
                 asyncio.create_task(self._tick_loop(), name="tick"),
@@ -142,6 +145,7 @@ class Aggregator:
                 await cancel_all(tasks[:1])
                 with contextlib.suppress(Exception):
                     await service.stop()
+                await self.http.stop()
                 with contextlib.suppress(Exception):
                     await nc.flush(
                         timeout=2
@@ -221,6 +225,7 @@ class Aggregator:
     async def tick(self, now_ns: int) -> list[Alert]:
         self.state.tick(now_ns)
         transitions = self.engine.evaluate(self.rules, self.state, now_ns)
+        self.http.events.tick(self.state, transitions)
         findings = self.state.stragglers.take_history()
         if findings:
             await self.store.call(self.store.append_rows, "straggler_finding_history", findings)

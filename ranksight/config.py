@@ -311,6 +311,27 @@ class HardwareAlertSettings(Section):
     nic_congestion_for_s: float = Field(30.0, gt=0, description="how long congestion must last to alert")
 
 
+class HttpSettings(Section):
+    """The aggregator's HTTP face (``aggregator.http``): JSON API, /openapi.json, /metrics, /events and the web page."""
+
+    enabled: bool = True
+    host: str = Field("127.0.0.1", description="bind address; anything but localhost exposes the API")
+    port: int = Field(
+        8080, ge=0, le=65535, description="0: any free port (the aggregator's http.url names it)"
+    )
+    token: SecretStr | None = Field(
+        None, description="if set, every request needs 'Authorization: Bearer <token>'"
+    )
+    sse_queue_size: int = Field(
+        256, ge=1, description="events buffered per /events client; a slower one is dropped"
+    )
+    metrics_max_series: int = Field(
+        20_000,
+        ge=1,
+        description="series per metric family at most (label cardinality bound); the rest are dropped",
+    )
+
+
 class AggregatorSettings(Section):
     db_path: Path | None = Field(None, description="DuckDB file; default <state_dir>/ranksight.duckdb")
     stream: str = "RANKSIGHT_EVENTS"
@@ -332,6 +353,7 @@ class AggregatorSettings(Section):
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()
+    http: HttpSettings = HttpSettings()
 
 
 class DeploySettings(Section):

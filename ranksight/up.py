@@ -71,6 +71,7 @@ async def _serve(settings: Settings, server: NatsServer, stop: asyncio.Event) ->
         f"  nats        {server.url}  (JetStream store {server.store_dir})\n"
         f"  aggregator  DuckDB {settings.db_path()}\n"
         f"  agent       node {settings.agent.node}, cluster {settings.cluster}\n"
+        f"  http        {aggregator.http.url or 'off (aggregator.http)'}\n"
         f"  try         ranksight status --nats {server.url}\n"
         f"Ctrl-C stops everything.",
         flush=True,

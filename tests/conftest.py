@@ -46,5 +46,11 @@ def settings(tmp_path: Path, nats_server: NatsServer) -> Settings:
             "batch_max_delay_s": 0.05,
             "collectors": {"heartbeat": {"interval_s": 0.2, "ttl_s": 1.0}},
         },
-        aggregator={"tick_s": 0.1, "node_gone_after_s": 3.0, "fetch_batch": 500, "ack_wait_s": 2.0},
+        aggregator={
+            "tick_s": 0.1,
+            "node_gone_after_s": 3.0,
+            "fetch_batch": 500,
+            "ack_wait_s": 2.0,
+            "http": {"port": 0},  # tests run many aggregators at once: never the fixed default port
+        },
     )

@@ -70,6 +70,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
         RANKSIGHT_NATS__URL=settings.nats.url,
         RANKSIGHT_STATE_DIR=str(settings.state_dir),
         RANKSIGHT_CLUSTER=settings.cluster,
+        RANKSIGHT_AGGREGATOR__HTTP__PORT="0",
         PYTHONUNBUFFERED="1",
     )
     return env

@@ -1,0 +1,223 @@
+"""``/metrics``: Prometheus text exposition, read from live state at scrape time.
+
+A custom collector, not gauges updated on ingest: a fact that expired (a GPU, NIC or link whose TTL passed, a node that
+is gone) is simply not emitted at the next scrape, so its series disappear. Names follow Prometheus rules: the
+``ranksight_`` prefix, base units (seconds, bytes, ratios), ``_total`` counters. Cardinality is bounded per family
+by ``aggregator.http.metrics_max_series``; what is left out is counted in ``ranksight_metrics_series_dropped``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from aggregator.analysis.hardware import LINK_UP_STATES, hardware
+from aggregator.linkmap import link_tracker
+
+if TYPE_CHECKING:
+    from aggregator.http.events import LiveEvents
+    from aggregator.runtime import Aggregator
+
+NODE_STATES = ("alive", "stale", "gone")
+US = 1e-6
+
+
+class _Families:
+    """Metric families by name, each capped at ``max_series`` samples."""
+
+    def __init__(self, max_series: int) -> None:
+        self.max_series = max_series
+        self.families: dict[str, GaugeMetricFamily | CounterMetricFamily] = {}
+        self.dropped: Counter[str] = Counter()
+
+    def gauge(self, name: str, doc: str, labels: list[str]) -> GaugeMetricFamily:
+        family = self.families.setdefault(name, GaugeMetricFamily(name, doc, labels=labels))
+        assert isinstance(family, GaugeMetricFamily)
+        return family
+
+    def counter(self, name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+        family = self.families.setdefault(name, CounterMetricFamily(name, doc, labels=labels))
+        assert isinstance(family, CounterMetricFamily)
+        return family
+
+    def add(
+        self, family: GaugeMetricFamily | CounterMetricFamily, labels: list[str], value: float | None
+    ) -> None:
+        if value is None:
+            return  # an unsupported reading is no series, never a fake zero
+        if len(family.samples) >= self.max_series:
+            self.dropped[family.name] += 1
+            return
+        family.add_metric(labels, float(value))
+
+
+class ClusterCollector(Collector):
+    def __init__(self, agg: Aggregator, events: LiveEvents, max_series: int) -> None:
+        self.agg = agg
+        self.events = events
+        self.max_series = max_series
+
+    def collect(self) -> Iterator[Metric]:
+        f = _Families(self.max_series)
+        self._self_metrics(f)
+        self._nodes(f)
+        self._hardware(f)
+        self._links(f)
+        self._jobs_and_stragglers(f)
+        yield from f.families.values()
+        dropped = GaugeMetricFamily("ranksight_metrics_series_dropped",
+                                    "series left out of the last scrape by the cardinality bound", labels=["family"])  # fmt: skip
+        for name, n in sorted(f.dropped.items()):
+            dropped.add_metric([name], n)
+        yield dropped
+
+    def _self_metrics(self, f: _Families) -> None:
+        s, seq = self.agg.stats, self.agg.store.sequence_stats()
+        counters: list[tuple[str, float, str]] = [
+            ("ingest_messages", s.messages, "event messages ingested"),
+            ("ingest_records", s.records, "records ingested"),
+            ("ingest_batches", s.batches, "batches committed to DuckDB"),
+            ("ingest_duplicates", s.duplicates, "redelivered or re-published messages ignored"),
+            ("dead_letters", s.dead_letters, "malformed messages kept in dead_letters"),
+            ("sequence_gaps", s.new_gaps, "per-agent sequence gaps found"),
+            ("events_published", self.events.published_total, "events published to /events clients"),
+            (
+                "events_clients_dropped",
+                self.events.dropped_total,
+                "/events clients dropped for being too slow",
+            ),
+        ]
+        for name, value, doc in counters:
+            f.add(f.counter(f"ranksight_{name}", doc, []), [], value)
+        for name, value, doc in (
+            (
+                "ingest_lag_seconds",
+                s.lag_s,
+                "age of the newest message of the last batch when it was fetched",
+            ),
+            ("ingest_last_batch_messages", s.last_batch_size, "messages in the last committed batch"),
+            ("ingest_last_commit_seconds", s.last_commit_s, "DuckDB commit time of the last batch"),
+            ("sequence_gaps_open", seq["gaps_open"], "sequence gaps not filled yet"),
+            ("agents", seq["agents"], "agent incarnations seen"),
+            ("events_clients", len(self.events.clients), "/events clients connected"),
+        ):
+            f.add(f.gauge(f"ranksight_{name}", doc, []), [], value)
+        firing = f.gauge("ranksight_alerts_firing", "alerts firing now", ["cluster", "rule", "severity"])
+        counts = Counter((a.cluster, a.rule, a.severity) for a in self.agg.engine.active.values())
+        for labels, n in sorted(counts.items()):
+            f.add(firing, list(labels), n)
+
+    def _nodes(self, f: _Families) -> None:
+        nodes = self.agg.state.nodes.nodes.values()
+        by_state = f.gauge("ranksight_nodes", "nodes by state", ["cluster", "state"])
+        counts: Counter[tuple[str, str]] = Counter((n.cluster, n.state) for n in nodes)
+        for cluster in sorted({n.cluster for n in nodes}):
+            for state in NODE_STATES:
+                f.add(by_state, [cluster, state], counts[(cluster, state)])
+        up = f.gauge("ranksight_node_up", "1 alive, 0 stale (gone nodes have no series)", ["cluster", "node"])
+        skew = f.gauge(
+            "ranksight_node_clock_skew_seconds", "agent clock minus receipt time", ["cluster", "node"]
+        )
+        for n in sorted(nodes, key=lambda n: (n.cluster, n.node)):
+            if n.state != "gone":
+                f.add(up, [n.cluster, n.node], n.state == "alive")
+                f.add(skew, [n.cluster, n.node], n.clock_skew_s)
+
+    def _hardware(self, f: _Families) -> None:
+        tracker = hardware(self.agg.state)
+        gpu_labels = ["cluster", "node", "gpu"]
+        util = f.gauge("ranksight_gpu_utilization_ratio", "GPU busy share (0-1)", gpu_labels)
+        mem = f.gauge("ranksight_gpu_memory_used_bytes", "GPU memory in use", gpu_labels)
+        mem_total = f.gauge("ranksight_gpu_memory_total_bytes", "GPU memory size", gpu_labels)
+        power = f.gauge("ranksight_gpu_power_watts", "GPU power draw", gpu_labels)
+        temp = f.gauge(
+            "ranksight_gpu_temperature_celsius", "GPU temperature by sensor", [*gpu_labels, "sensor"]
+        )
+        clock = f.gauge("ranksight_gpu_clock_hertz", "GPU shader clock", gpu_labels)
+        throttled = f.gauge("ranksight_gpu_throttled", "1 while the GPU is throttled", gpu_labels)
+        ecc = f.counter("ranksight_gpu_ecc_uncorrectable_errors", "uncorrectable ECC errors", gpu_labels)
+        for (cluster, node, key), dev in sorted(tracker.gpus.devices.items()):
+            if dev.state != "alive":
+                continue  # expired facts have no series
+            g, labels = dev.record, [cluster, node, key]
+            f.add(util, labels, None if g.utilization_pct is None else g.utilization_pct / 100)
+            f.add(mem, labels, g.memory_used_bytes)
+            f.add(mem_total, labels, g.memory_total_bytes)
+            f.add(power, labels, g.power_w)
+            for sensor, value in (("edge", g.temperature_edge_c), ("junction", g.temperature_junction_c),
+                                  ("memory", g.temperature_memory_c)):  # fmt: skip
+                f.add(temp, [*labels, sensor], value)
+            f.add(clock, labels, g.sclk_hz)
+            f.add(throttled, labels, None if g.throttled is None else int(g.throttled))
+            f.add(ecc, labels, g.ecc_uncorrectable)
+        nic_labels = ["cluster", "node", "nic", "kind"]
+        nic_up = f.gauge("ranksight_nic_up", "1 when the port or netdev is up", nic_labels)
+        speed = f.gauge("ranksight_nic_speed_bytes_per_second", "link speed", nic_labels)
+        tx = f.gauge("ranksight_nic_transmit_bytes_per_second", "transmit rate", nic_labels)
+        rx = f.gauge("ranksight_nic_receive_bytes_per_second", "receive rate", nic_labels)
+        errors = f.gauge("ranksight_nic_errors_per_second", "error counters' rate", nic_labels)
+        congestion = f.gauge("ranksight_nic_congestion_events_per_second", "CNP/ECN rate", nic_labels)
+        for (cluster, node, key), nic in sorted(tracker.nics.devices.items()):
+            if nic.state != "alive":
+                continue
+            r, labels = nic.record, [cluster, node, key, nic.record.kind]
+            f.add(nic_up, labels, None if r.state is None else int(r.state.lower() in LINK_UP_STATES))
+            f.add(speed, labels, None if r.speed_bps is None else r.speed_bps / 8)
+            f.add(tx, labels, None if r.tx_bps is None else r.tx_bps / 8)
+            f.add(rx, labels, None if r.rx_bps is None else r.rx_bps / 8)
+            f.add(errors, labels, r.errors_per_s)
+            f.add(congestion, labels, r.congestion_per_s)
+
+    def _links(self, f: _Families) -> None:
+        labels = ["cluster", "src", "dst", "transport", "dst_addr"]
+        up = f.gauge("ranksight_link_upload_bytes_per_second", "measured src -> dst rate", labels)
+        down = f.gauge("ranksight_link_download_bytes_per_second", "measured dst -> src rate", labels)
+        rtt = f.gauge("ranksight_link_rtt_seconds", "median round-trip time", labels)
+        jitter = f.gauge("ranksight_link_jitter_seconds", "mean successive RTT difference", labels)
+        for key, link in sorted(link_tracker(self.agg.state).links.items()):
+            if not link.fresh:
+                continue
+            r, values = link.record, list(key)
+            f.add(up, values, None if r.upload_bps is None else r.upload_bps / 8)
+            f.add(down, values, None if r.download_bps is None else r.download_bps / 8)
+            f.add(rtt, values, None if r.rtt_us is None else r.rtt_us * US)
+            f.add(jitter, values, None if r.jitter_us is None else r.jitter_us * US)
+
+    def _jobs_and_stragglers(self, f: _Families) -> None:
+        labels = ["cluster", "job"]
+        ranks = f.gauge("ranksight_job_ranks", "ranks of a running job", labels)
+        dead = f.gauge("ranksight_job_dead_processes", "processes RAS reports dead", labels)
+        missing = f.gauge("ranksight_job_missing_processes", "processes RAS cannot reach", labels)
+        for job in self.agg.state.jobs.live():
+            values = [job.cluster, job.job_id]
+            f.add(ranks, values, job.ranks)
+            f.add(dead, values, len(job.dead_processes))
+            f.add(missing, values, len(job.missing_processes))
+        slabels = ["cluster", "hostname", "pid", "rank", "kind"]
+        slowdown = f.gauge(
+            "ranksight_straggler_slowdown_ratio", "job time with / without the straggler", slabels
+        )
+        confidence = f.gauge(
+            "ranksight_straggler_confidence_ratio", "confidence of the finding (0-1)", slabels
+        )
+        for cluster, result in sorted(self.agg.state.stragglers.clusters.items()):
+            for finding in result.findings:
+                values = [cluster, finding.hostname, str(finding.pid), str(finding.rank), finding.kind]
+                f.add(slowdown, values, finding.slowdown)
+                f.add(confidence, values, finding.confidence)
+
+
+def metrics_registry(
+    agg: Aggregator, events: LiveEvents, max_series: int
+) -> tuple[CollectorRegistry, Histogram]:
+    """A registry of its own (not the process-global one: several aggregators may run in one test process)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ClusterCollector(agg, events, max_series))
+    latency = Histogram("ranksight_query_duration_seconds", "HTTP query endpoint latency", ["endpoint"],
+                        registry=registry)  # fmt: skip
+    return registry, latency

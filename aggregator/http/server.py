@@ -1,0 +1,167 @@
+"""The HTTP server (aiohttp, in the aggregator's event loop): ``/api/<endpoint>``, ``/openapi.json``, ``/metrics``,
+``/events`` and the web page at ``/``.
+
+``/api/<endpoint>`` validates the query string with the endpoint's parameter model, then calls the very function the
+NATS service calls, and answers the same :class:`~schemas.api.ApiResponse` with the NATS service's error codes as HTTP
+statuses (400, 403, 422, 500; 401 for a missing or wrong bearer token).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+
+from aggregator.api.queries import RequestError, parse_params
+from aggregator.api.sql import SqlFailed, SqlRefused
+from aggregator.http.events import LiveEvents
+from aggregator.http.metrics import metrics_registry
+from aggregator.http.openapi import HTTP_ENDPOINTS, PARAMS, openapi_document
+from schemas.api import ApiResponse
+
+if TYPE_CHECKING:
+    from aggregator.runtime import Aggregator
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+TOKEN_PARAM = "access_token"  # for EventSource and links, which cannot send an Authorization header
+KEEPALIVE_S = 15.0
+PUBLIC_PATHS = frozenset({"/"})  # the page holds no data; it sends the token it is given with each request
+
+
+class HttpFace:
+    """Owned by the aggregator: ``start()`` in ``run``, ``stop()`` on shutdown; ``events`` gets each tick's changes."""
+
+    def __init__(self, agg: Aggregator) -> None:
+        self.agg = agg
+        self.settings = agg.settings.aggregator.http
+        self.events = LiveEvents(self.settings.sse_queue_size)
+        self.registry, self.latency = metrics_registry(agg, self.events, self.settings.metrics_max_series)
+        self.url: str | None = None
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        if not self.settings.enabled:
+            return
+        # handler_cancellation: a client that hangs up ends its handler (an /events stream unsubscribes at once)
+        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.host, self.settings.port)
+        try:
+            await site.start()
+        except OSError as exc:  # the HTTP face is secondary: ingest and the NATS API go on without it
+            log.error("HTTP server not started on %s:%s: %s", self.settings.host, self.settings.port, exc)
+            await runner.cleanup()
+            return
+        self._runner = runner
+        host, port = runner.addresses[0][:2]
+        self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
+        log.info("HTTP API on %s", self.url)
+
+    async def stop(self) -> None:
+        self.events.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def _app(self) -> web.Application:
+        app = web.Application(middlewares=[self._auth])
+        app.router.add_get("/", self._page)
+        app.router.add_get("/openapi.json", self._openapi)
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/events", self._stream)
+        for name in HTTP_ENDPOINTS:
+            app.router.add_get(f"/api/{name}", self._endpoint(name))
+        return app
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        token = self.settings.token
+        if token is None or request.path in PUBLIC_PATHS:
+            return await handler(request)
+        header = request.headers.get("Authorization", "")
+        given = (
+            header.removeprefix("Bearer ")
+            if header.startswith("Bearer ")
+            else request.query.get(TOKEN_PARAM, "")
+        )
+        if not hmac.compare_digest(given.encode(), token.get_secret_value().encode()):
+            body = ApiResponse.failure("unauthorized: a valid bearer token is required").model_dump_json()
+            return web.Response(status=401, text=body, content_type="application/json",
+                                headers={"WWW-Authenticate": "Bearer"})  # fmt: skip
+        return await handler(request)
+
+    def _endpoint(self, name: str) -> Handler:
+        query, model = HTTP_ENDPOINTS[name], PARAMS[name]
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            started = time.monotonic()
+            params: dict[str, Any] = {k: v for k, v in request.query.items() if k != TOKEN_PARAM}
+            try:
+                typed = parse_params(model, params).model_dump(exclude_unset=True)
+                response = await query(self.agg, typed)
+            except RequestError as exc:
+                response, status = ApiResponse.failure(f"bad request: {exc}"), 400
+            except SqlRefused as exc:
+                response, status = ApiResponse.failure(f"refused: {exc}"), 403
+            except SqlFailed as exc:
+                response, status = ApiResponse.failure(f"query failed: {exc}"), 422
+            except Exception as exc:
+                log.exception("HTTP endpoint %s failed", name)
+                response, status = ApiResponse.failure(f"{type(exc).__name__}: {exc}"), 500
+            else:
+                status = 200 if response.ok else 422
+            self.latency.labels(name).observe(time.monotonic() - started)
+            return web.Response(
+                status=status, text=response.model_dump_json(), content_type="application/json"
+            )
+
+        return handle
+
+    async def _page(self, request: web.Request) -> web.StreamResponse:
+        html = resources.files("aggregator.http").joinpath("static/index.html").read_text()
+        return web.Response(text=html, content_type="text/html")
+
+    async def _openapi(self, request: web.Request) -> web.StreamResponse:
+        return web.json_response(openapi_document(self.agg.version, self.settings.token is not None))
+
+    async def _metrics(self, request: web.Request) -> web.StreamResponse:
+        body = generate_latest(self.registry)  # reads live state: on the loop, where state is consistent
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_PLAIN_0_0_4})
+
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        """Server-sent events: ``alert`` (a transition) and ``node`` (a node changed state), JSON data."""
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        client = self.events.subscribe()
+        try:
+            await response.write(b"retry: 2000\nevent: hello\ndata: {}\n\n")
+            while not client.dropped:
+                try:
+                    item = await asyncio.wait_for(client.queue.get(), KEEPALIVE_S)
+                except TimeoutError:
+                    await response.write(b": keepalive\n\n")
+                    continue
+                if item is None:
+                    break
+                name, data = item
+                await response.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+        except ConnectionResetError:
+            pass  # the client went away
+        finally:
+            self.events.unsubscribe(client)
+        with contextlib.suppress(ConnectionResetError, RuntimeError):
+            await response.write_eof()
+        return response

@@ -1,0 +1,44 @@
+"""``ranksight up`` serves the HTTP face on localhost and prints its address on startup."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.support import ranksight_cmd, settings_env
+
+
+def test_up_prints_the_http_address_and_serves_it(settings, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    env = settings_env(settings)
+    env.pop("RANKSIGHT_NATS__URL")  # up starts its own NATS
+    env.update(RANKSIGHT_AGGREGATOR__HTTP__PORT="0", RANKSIGHT_AGENT__COLLECTORS__HEARTBEAT__INTERVAL_S="0.2")
+    only_heartbeat = ("RAS", "INSPECTOR", "GPU", "NIC", "PROBE", "GPU_PROBE", "APP")
+    env.update({f"RANKSIGHT_AGENT__COLLECTORS__{c}__ENABLED": "false" for c in only_heartbeat})
+    proc = subprocess.Popen([*ranksight_cmd("up", "--state-dir", str(tmp_path / "up"), "--nats-port", "0")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    try:
+        url = None
+        deadline = time.monotonic() + 30
+        assert proc.stdout is not None
+        while url is None and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, f"up exited: {proc.stderr.read() if proc.stderr else ''}"
+            match = re.search(r"^\s+http\s+(http://127\.0\.0\.1:\d+)$", line.rstrip())
+            url = match.group(1) if match else None
+        assert url, "no http address printed"
+        body: dict = {}
+        while time.monotonic() < deadline and not body.get("rows"):
+            with urllib.request.urlopen(f"{url}/api/status", timeout=5) as resp:
+                body = json.loads(resp.read())
+            time.sleep(0.2)
+        assert body["ok"] and body["rows"][0]["state"] == "alive"
+        with urllib.request.urlopen(f"{url}/", timeout=5) as resp:
+            assert b"ranksight" in resp.read()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from pathlib import Path
 
-from aggregator.api.client import ApiUnavailable, query
+from aggregator.api.cli import call_api
 from aggregator.runtime import Aggregator
 from ranksight.cliutil import (
     EXIT_FAILED,
@@ -42,14 +41,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
-    try:
-        response = asyncio.run(query(settings, "status"))
-    except ApiUnavailable as exc:
-        print(f"ranksight: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    if not response.ok:
-        print(f"ranksight: {response.error}", file=sys.stderr)
+    response = call_api(args, "status")
+    if response is None:
         return EXIT_FAILED
     if args.json:
         print_json({"nodes": response.rows, "aggregator": response.meta})

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
-from aggregator.api.client import ApiUnavailable, query
+from aggregator.api.cli import call_api
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
@@ -29,13 +28,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def links(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
-    try:
-        response = asyncio.run(query(settings, "links", {"cluster": settings.cluster}))
-    except ApiUnavailable as exc:
-        print(f"ranksight: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    if not response.ok:
-        print(f"ranksight: {response.error}", file=sys.stderr)
+    response = call_api(args, "links", {"cluster": settings.cluster})
+    if response is None:
         return EXIT_FAILED
     skipped = response.meta.get("skipped", [])
     if args.json:

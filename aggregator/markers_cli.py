@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from typing import Any
 
-from aggregator.api.client import ApiUnavailable, query
-from ranksight.cliutil import EXIT_FAILED, add_config_flags, print_json, print_table, settings_from_args
+from aggregator.api.cli import call_api
+from ranksight.cliutil import EXIT_FAILED, add_config_flags, print_json, print_table
 
 COLUMNS = ["time", "job", "rank", "node", "text"]
 
@@ -24,15 +23,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
     params: dict[str, Any] = {"job": args.job} if args.job else {}
-    try:
-        response = asyncio.run(query(settings, "markers", params))
-    except ApiUnavailable as exc:
-        print(f"ranksight: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    if not response.ok:
-        print(f"ranksight: {response.error}", file=sys.stderr)
+    response = call_api(args, "markers", params)
+    if response is None:
         return EXIT_FAILED
     if args.json:
         print_json({"markers": response.rows, "truncated": response.truncated})

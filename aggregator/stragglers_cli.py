@@ -6,20 +6,18 @@ Both print the findings of the one straggler engine; ``--json`` prints exactly o
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 
 from agent.collectors.inspector.dumps import DumpReader
 from aggregator.analysis.stragglers import StragglerParams, analyze_records
-from aggregator.api.client import ApiUnavailable, query
+from aggregator.api.cli import call_api
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_USAGE,
     add_config_flags,
     print_json,
     print_table,
-    settings_from_args,
 )
 
 COLUMNS = ["hostname", "pid", "kind", "comm", "rank", "slowdown", "confidence", "evidence"]
@@ -66,14 +64,8 @@ def analyze_inspector(args: argparse.Namespace) -> int:
 
 
 def stragglers(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
-    try:
-        response = asyncio.run(query(settings, "stragglers"))
-    except ApiUnavailable as exc:
-        print(f"ranksight: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    if not response.ok:
-        print(f"ranksight: {response.error}", file=sys.stderr)
+    response = call_api(args, "stragglers")
+    if response is None:
         return EXIT_FAILED
     if args.json:
         print_json({"stragglers": response.rows, "meta": response.meta})

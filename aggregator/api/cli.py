@@ -66,7 +66,9 @@ def add_query_command(sub: SubParsers, name: str, help: str, columns: Sequence[s
     return p
 
 
-def call_api(args: argparse.Namespace, endpoint: str, params: dict[str, Any]) -> ApiResponse | None:
+def call_api(
+    args: argparse.Namespace, endpoint: str, params: dict[str, Any] | None = None
+) -> ApiResponse | None:
     """The aggregator's answer, or None after printing why there is none (unreachable, refused, failed)."""
     settings = settings_from_args(args)
     try:

@@ -4,14 +4,13 @@ running aggregator)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from pathlib import Path
 
 from agent.collectors.ras.capture import parse_capture
 from agent.collectors.ras.errors import RasParseError
-from aggregator.api.client import ApiUnavailable, query
-from ranksight.cliutil import EXIT_FAILED, add_config_flags, print_json, print_table, settings_from_args
+from aggregator.api.cli import call_api
+from ranksight.cliutil import EXIT_FAILED, add_config_flags, print_json, print_table
 
 JOB_COLUMNS = ["job", "state", "health", "endpoint", "ranks", "comms", "last_poll", "version"]
 COMM_COLUMNS = ["job", "hash", "size", "status", "errors", "missing_ranks", "op_count", "stalled_polls"]
@@ -66,14 +65,8 @@ def parse_ras(args: argparse.Namespace) -> int:
 
 
 def _query_rows(args: argparse.Namespace, endpoint: str, key: str, columns: list[str]) -> int:
-    settings = settings_from_args(args)
-    try:
-        response = asyncio.run(query(settings, endpoint))
-    except ApiUnavailable as exc:
-        print(f"ranksight: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    if not response.ok:
-        print(f"ranksight: {response.error}", file=sys.stderr)
+    response = call_api(args, endpoint)
+    if response is None:
         return EXIT_FAILED
     if args.json:
         print_json({key: response.rows})

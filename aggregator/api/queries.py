@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -24,6 +25,7 @@ if TYPE_CHECKING:
     from aggregator.runtime import Aggregator
     from aggregator.state import NodeState
 
+log = logging.getLogger(__name__)
 Query = Callable[["Aggregator", dict[str, Any]], Awaitable[ApiResponse]]
 
 
@@ -248,6 +250,25 @@ async def stragglers(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     meta = {"records": len(tracker.records), "window_s": tracker.settings.window_s,
             "evaluated": {c: iso(r.evaluated_ns) for c, r in tracker.clusters.items()}}  # fmt: skip
     return ApiResponse.success(rows, meta=meta)
+
+
+async def answer(name: str, call: Callable[[], Awaitable[ApiResponse]]) -> tuple[ApiResponse, int]:
+    """Run one endpoint call; its response and status: 200, 400 bad request, 403 SQL refused, 422 query failed,
+    500 internal error. The one mapping that the NATS service and the HTTP API share."""
+    from aggregator.api.sql import SqlFailed, SqlRefused  # the sandbox imports this module
+
+    try:
+        response = await call()
+    except RequestError as exc:
+        return ApiResponse.failure(f"bad request: {exc}"), 400
+    except SqlRefused as exc:
+        return ApiResponse.failure(f"refused: {exc}"), 403
+    except SqlFailed as exc:
+        return ApiResponse.failure(f"query failed: {exc}"), 422
+    except Exception as exc:
+        log.exception("endpoint %s failed", name)
+        return ApiResponse.failure(f"{type(exc).__name__}: {exc}"), 500
+    return response, 200 if response.ok else 422
 
 
 ENDPOINTS: dict[str, Query] = {

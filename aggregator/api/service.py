@@ -8,7 +8,6 @@ parameter), 403 SQL refused by the sandbox, 422 query failed (or timed out), 500
 from __future__ import annotations
 
 import json
-import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -18,14 +17,12 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from aggregator.api.queries import ENDPOINTS, RequestError
-from aggregator.api.sql import SqlFailed, SqlRefused
+from aggregator.api.queries import ENDPOINTS, RequestError, answer
 from schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from aggregator.runtime import Aggregator
 
-log = logging.getLogger(__name__)
 
 SERVICE_NAME = "ranksight-aggregator"
 
@@ -34,22 +31,17 @@ def _handler(agg: Aggregator, name: str, errors: Counter[str]) -> Callable[[Requ
     query = ENDPOINTS[name]
 
     async def handle(request: Request) -> None:
-        try:
-            params: Any = json.loads(request.data) if request.data.strip() else {}
+        async def call() -> ApiResponse:
+            try:
+                params: Any = json.loads(request.data) if request.data.strip() else {}
+            except json.JSONDecodeError as exc:
+                raise RequestError(f"body is not JSON: {exc}") from None
             if not isinstance(params, dict):
                 raise RequestError("request body must be a JSON object")
-            response = await query(agg, params)
-        except (RequestError, json.JSONDecodeError) as exc:
-            response, code = ApiResponse.failure(f"bad request: {exc}"), "400"
-        except SqlRefused as exc:
-            response, code = ApiResponse.failure(f"refused: {exc}"), "403"
-        except SqlFailed as exc:
-            response, code = ApiResponse.failure(f"query failed: {exc}"), "422"
-        except Exception as exc:
-            log.exception("endpoint %s failed", name)
-            response, code = ApiResponse.failure(f"{type(exc).__name__}: {exc}"), "500"
-        else:
-            code = "" if response.ok else "422"
+            return await query(agg, params)
+
+        response, status = await answer(name, call)
+        code = "" if status == 200 else str(status)
         body = response.model_dump_json().encode()
         if code:
             errors[code] += 1

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
-from aggregator.api.queries import RequestError, parse_params
-from aggregator.api.sql import SqlFailed, SqlRefused
+from aggregator.api.queries import answer, parse_params
 from aggregator.http.events import LiveEvents
 from aggregator.http.metrics import metrics_registry
 from aggregator.http.openapi import HTTP_ENDPOINTS, PARAMS, openapi_document
@@ -107,20 +106,11 @@ class HttpFace:
         async def handle(request: web.Request) -> web.StreamResponse:
             started = time.monotonic()
             params: dict[str, Any] = {k: v for k, v in request.query.items() if k != TOKEN_PARAM}
-            try:
-                typed = parse_params(model, params).model_dump(exclude_unset=True)
-                response = await query(self.agg, typed)
-            except RequestError as exc:
-                response, status = ApiResponse.failure(f"bad request: {exc}"), 400
-            except SqlRefused as exc:
-                response, status = ApiResponse.failure(f"refused: {exc}"), 403
-            except SqlFailed as exc:
-                response, status = ApiResponse.failure(f"query failed: {exc}"), 422
-            except Exception as exc:
-                log.exception("HTTP endpoint %s failed", name)
-                response, status = ApiResponse.failure(f"{type(exc).__name__}: {exc}"), 500
-            else:
-                status = 200 if response.ok else 422
+
+            async def call() -> ApiResponse:
+                return await query(self.agg, parse_params(model, params).model_dump(exclude_unset=True))
+
+            response, status = await answer(name, call)
             self.latency.labels(name).observe(time.monotonic() - started)
             return web.Response(
                 status=status, text=response.model_dump_json(), content_type="application/json"

@@ -56,6 +56,10 @@ class Layout:
         return posixpath.join(self.root, "deployed.json")
 
     @property
+    def secrets(self) -> str:
+        return posixpath.join(self.root, "secrets")
+
+    @property
     def config(self) -> str:
         return posixpath.join(self.root, "agent.toml")
 
@@ -98,6 +102,20 @@ def redact(text: str, secrets: tuple[str, ...]) -> str:
     return text
 
 
+# NATS settings that name a local file the agent needs: deploy uploads each (0600) and points the config at the copy.
+CREDENTIAL_FILES = ("creds_file", "nkey_seed_file", "tls_ca_file", "tls_cert_file", "tls_key_file")
+
+
+def credential_files(settings: Settings, layout: Layout) -> dict[str, tuple[Path, str]]:
+    """Setting -> (local file, its path on the node) for every credential file the settings name."""
+    out = {}
+    for key in CREDENTIAL_FILES:
+        local = getattr(settings.nats, key)
+        if local is not None:
+            out[key] = (Path(local), posixpath.join(layout.secrets, f"{key}-{Path(local).name}"))
+    return out
+
+
 def agent_config(settings: Settings, host: Host, layout: Layout) -> bytes:
     """The node's ``agent.toml``: cluster, NATS URL and credentials, node name, its own state folder."""
     nats: dict[str, Any] = {
@@ -105,6 +123,8 @@ def agent_config(settings: Settings, host: Host, layout: Layout) -> bytes:
         for k, v in settings.nats.model_dump(mode="json", exclude_none=True).items()
         if k != "connect_timeout_s"
     }
+    for key, (_, remote) in credential_files(settings, layout).items():
+        nats[key] = remote
     for key in ("password", "token"):
         secret = getattr(settings.nats, key)
         if secret is not None:
@@ -144,7 +164,10 @@ def fingerprint(wheel: Wheel, config: bytes, unit: str, settings: Settings) -> s
         deploy.python,
         str(deploy.system_site_packages),
         *deploy.pip_options,
-    ]
+        # a rotated credential file must reach the nodes even though the config naming it is unchanged
+        *(hashlib.sha256(Path(getattr(settings.nats, k)).read_bytes()).hexdigest()
+          for k in CREDENTIAL_FILES if getattr(settings.nats, k) is not None),
+    ]  # fmt: skip
     digest.update(json.dumps(parts).encode())
     return digest.hexdigest()
 

@@ -23,6 +23,7 @@ from deploy.plan import (
     DeployOptions,
     Layout,
     agent_config,
+    credential_files,
     fingerprint,
     systemd_unit,
     user_start_command,
@@ -173,6 +174,10 @@ async def deploy_host(node: Node, opts: DeployOptions, nc: Client) -> HostResult
     await node.run(
         f"{pip} {q(remote_wheel)} && {pip} --force-reinstall --no-deps {q(remote_wheel)}", "install"
     )
+    if credentials := credential_files(settings, layout):
+        await node.run(f"umask 077 && mkdir -p {q(layout.secrets)}", "create secrets folder")
+        for key, (local, remote) in credentials.items():
+            await node.write_private(local.read_bytes(), remote, f"upload {key}")
     await node.write_private(config, layout.config, "write agent config")
 
     if manifest and manifest.get("mode") in ("systemd", "systemd-user", "background"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
-from deploy.plan import Layout, agent_config, fingerprint, redact, secrets_of
+from deploy.plan import Layout, agent_config, credential_files, fingerprint, redact, secrets_of
 from deploy.wheel import Wheel
 from ranksight.config import load_settings
 
@@ -49,3 +49,19 @@ def test_agent_config_has_credentials_and_redact_hides_them(tmp_path: Path) -> N
         Wheel(wheel.path, "cd" * 32), config, "", settings
     )
     assert wheel.version == "0.1.0"
+
+
+def test_credential_files_are_uploaded_copies_and_part_of_the_fingerprint(tmp_path: Path) -> None:
+    creds = tmp_path / "agent.creds"
+    creds.write_text("-----BEGIN NATS USER JWT-----\nabc\n")
+    settings = load_settings(None, nats={"url": "nats://n:4222", "creds_file": str(creds)})
+    layout = Layout.under("/home/ops", ".local/share/ranksight")
+    [(key, (local, remote))] = credential_files(settings, layout).items()
+    assert (key, local) == ("creds_file", creds)
+    assert remote == "/home/ops/.local/share/ranksight/secrets/creds_file-agent.creds"
+    config = agent_config(settings, Host("gpu-1"), layout)
+    assert tomllib.loads(config.decode())["nats"]["creds_file"] == remote  # the node reads its own copy
+    wheel = Wheel(tmp_path / "ranksight-0.1.0-py3-none-any.whl", "ab" * 32)
+    before = fingerprint(wheel, config, "", settings)
+    creds.write_text("-----BEGIN NATS USER JWT-----\nrotated\n")
+    assert fingerprint(wheel, config, "", settings) != before  # a rotated credential is redeployed

@@ -22,7 +22,7 @@ from nats.micro import add_service
 from nats.micro.request import Request
 
 from agent.batcher import Batcher
-from agent.collectors.base import Collector, CollectorUnavailable, PolledCollector, StreamingCollector
+from agent.collectors.base import Collector, CollectorUnavailable, Emit, PolledCollector, StreamingCollector
 from agent.collectors.registry import COLLECTORS
 from agent.publisher import Publisher
 from ranksight.aio import cancel_all
@@ -143,7 +143,7 @@ class AgentRuntime:
         elif isinstance(collector, PolledCollector):
             await self._drive_polled(collector, emit)
 
-    async def _drive_polled(self, collector: PolledCollector, emit: Callable[..., Awaitable[None]]) -> None:
+    async def _drive_polled(self, collector: PolledCollector, emit: Emit) -> None:
         interval = collector.settings.interval_s
         while True:
             started = time.monotonic()
@@ -158,9 +158,7 @@ class AgentRuntime:
                 await emit(records)
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
-    async def _drive_streaming(
-        self, collector: StreamingCollector, emit: Callable[..., Awaitable[None]]
-    ) -> None:
+    async def _drive_streaming(self, collector: StreamingCollector, emit: Emit) -> None:
         backoff = 1.0
         while True:
             started = time.monotonic()

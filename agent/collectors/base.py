@@ -13,7 +13,7 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from schemas.records import CollectorHealth, Record
 
@@ -21,7 +21,13 @@ if TYPE_CHECKING:
     from agent.runtime import AgentContext
     from ranksight.config import CollectorSettings
 
-Emit = Callable[[Sequence[Record]], Awaitable[None]]
+
+class Emit(Protocol):
+    """What a streaming collector publishes through: ``on_ack`` runs once the stream has acknowledged the records."""
+
+    def __call__(
+        self, records: Sequence[Record], on_ack: Callable[[], None] | None = None
+    ) -> Awaitable[None]: ...
 
 
 class CollectorUnavailable(Exception):

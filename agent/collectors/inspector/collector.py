@@ -52,7 +52,7 @@ class InspectorCollector(StreamingCollector):
                 if chunk.first_error and chunk.path not in warned:
                     warned.add(chunk.path)  # once per file: no per-interval log spam
                     log.warning("inspector: bad line(s) in %s: %s", chunk.path, chunk.first_error)
-                await emit(chunk.records, self._on_ack(tailer, chunk))  # type: ignore[call-arg]
+                await emit(chunk.records, self._on_ack(tailer, chunk))
             if tailer.dirty:
                 await asyncio.to_thread(tailer.save)
             if not chunks:

@@ -15,10 +15,9 @@ from functools import cache
 from typing import Any, Literal, Union, get_args, get_origin
 
 import pyarrow as pa
-from pydantic import BaseModel
-from pydantic_core import to_json
 
 from schemas.records import RECORD_MODELS
+from schemas.structs import from_builtins, to_json
 
 ENVELOPE_FIELDS: list[tuple[str, pa.DataType]] = [
     ("cluster", pa.string()),
@@ -92,7 +91,7 @@ def _to_json(value: Any) -> str | None:
         return None
     if not value and isinstance(value, list):
         return "[]"  # the common case (no sub-records), without a serializer call
-    return to_json(value).decode()
+    return to_json(value)
 
 
 class ColumnBuilder:
@@ -138,8 +137,8 @@ class ColumnBuilder:
         return pa.Table.from_arrays(arrays, schema=self.cols.schema)
 
 
-def row_to_record(kind: str, row: dict[str, Any]) -> BaseModel:
-    """Inverse of the mapping above, for replay: a stored row back into its record model.
+def row_to_record(kind: str, row: dict[str, Any]) -> Any:
+    """Inverse of the mapping above, for replay: a stored row back into its record, the same twin that ingest decodes.
 
     Nested values come back as JSON text (sub-models, and lists or maps stored in JSON columns).
     """
@@ -148,4 +147,4 @@ def row_to_record(kind: str, row: dict[str, Any]) -> BaseModel:
     values = {
         f: (json.loads(row[f]) if f in nested and isinstance(row[f], str) else row[f]) for f in cols.fields
     }
-    return RECORD_MODELS[kind].model_validate({k: v for k, v in values.items() if v is not None})
+    return from_builtins(RECORD_MODELS[kind], {k: v for k, v in values.items() if v is not None})

@@ -11,7 +11,6 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from schemas.envelope import Envelope
-from schemas.records import GpuProbeRecord
 
 _NS = 1_000_000_000
 JOB_KINDS = frozenset({"ras", "inspector"})
@@ -54,7 +53,7 @@ class GpuProbeTracker:
             self.job_until_ns[node_key] = max(until, self.job_until_ns.get(node_key, 0))
             return
         for rec in env.records:
-            if not isinstance(rec, GpuProbeRecord) or rec.status != "ok" or rec.index < 0:
+            if rec.status != "ok" or rec.index < 0:
                 continue
             if recv_ns < self.job_until_ns.get(node_key, 0):
                 self.discarded_busy += 1

@@ -49,6 +49,9 @@ class _DeviceTracker(Generic[R]):
     def _sustained(self, record: R) -> bool:
         raise NotImplementedError
 
+    def _flaps(self, record: R) -> int:
+        return 0
+
     def observe(self, env: Envelope, recv_ns: int) -> None:
         # A batch often holds several samples of each device, all received at once: fold them to the last sample
         # per device (what the device's state is now), keeping what the earlier ones say about flaps and
@@ -61,8 +64,8 @@ class _DeviceTracker(Generic[R]):
             last[name] = record
             if not self._sustained(record):
                 interrupted.add(name)
-            if isinstance(record, NicRecord) and record.link_flaps:
-                flaps[name] = flaps.get(name, 0) + record.link_flaps
+            if n := self._flaps(record):
+                flaps[name] = flaps.get(name, 0) + n
         for name, record in last.items():
             key = (env.cluster, env.node, name)
             current = self.devices.get(key)
@@ -113,6 +116,9 @@ class NicTracker(_DeviceTracker[NicRecord]):
 
     def _sustained(self, record: NicRecord) -> bool:
         return bool(record.congestion_per_s)
+
+    def _flaps(self, record: NicRecord) -> int:
+        return record.link_flaps
 
 
 class HardwareTracker:

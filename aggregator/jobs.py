@@ -81,11 +81,9 @@ class JobTracker:
         return record.job_id or f"{node}:{record.endpoint}"
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
+        handle = self._status if env.kind == "ras" else self._event
         for record in env.records:
-            if isinstance(record, RasRecord):
-                self._status(env, record, recv_ns)
-            elif isinstance(record, RasEventRecord):
-                self._event(env, record, recv_ns)
+            handle(env, record, recv_ns)
 
     def _status(self, env: Envelope, rec: RasRecord, recv_ns: int) -> None:
         key = (env.cluster, self.job_key(rec, env.node))

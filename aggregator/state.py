@@ -18,6 +18,7 @@ from aggregator.jobs import JobTracker
 from aggregator.linkmap import LinkTracker
 from schemas.envelope import Envelope
 from schemas.records import HeartbeatRecord
+from schemas.structs import to_builtins
 
 NodeStateName = Literal["alive", "stale", "gone"]
 NS = 1_000_000_000
@@ -73,8 +74,8 @@ class NodeTracker:
             version=beat.version,
             started_ns=beat.started_ns,
             clock_skew_s=(env.ts - recv_ns) / NS,
-            collectors=[c.model_dump() for c in beat.collectors],
-            publisher=beat.publisher.model_dump(),
+            collectors=to_builtins(beat.collectors),
+            publisher=to_builtins(beat.publisher),
         )
 
     def tick(self, now_ns: int) -> None:

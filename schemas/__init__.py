@@ -7,4 +7,6 @@ Public surface:
 - :mod:`schemas.alerts`: the alert payload.
 - :mod:`schemas.api`: the one query response shape.
 - :mod:`schemas.codec`: the only msgpack user; ``decode_event`` raises :class:`schemas.codec.DecodeError`.
+- :mod:`schemas.structs`: the records' msgspec twins that ``decode_event`` yields (same fields, frozen), and
+  ``to_builtins`` for either form.
 """

@@ -1,20 +1,25 @@
 """The codec: the only module that speaks msgpack.
 
-``encode_event`` packs an :class:`~schemas.envelope.Envelope`; ``decode_event`` unpacks, validates the envelope and every
-record against the model of its kind, and raises :class:`DecodeError` (one exception type, with a reason) on anything wrong:
-bytes that are not msgpack, a payload that is not a map, unknown ``type``, missing or mistyped fields, too many records.
+``encode_event`` packs an :class:`~schemas.envelope.Envelope` (msgpack-python; records are pydantic models).
+``decode_event`` validates the envelope and every record against the model of its kind and raises :class:`DecodeError`
+(one exception type, with a reason) on anything wrong: bytes that are not msgpack, a payload that is not a map, unknown
+``type``, missing or mistyped fields, too many records. It decodes with msgspec into the models' frozen twins
+(:mod:`schemas.structs`), in two steps: the envelope with its records left as raw bytes, then the records with the
+decoder of their kind.
 """
 
 from __future__ import annotations
 
 from functools import cache
-from typing import Any
+from typing import Annotated, Any
 
 import msgpack
-from pydantic import BaseModel, TypeAdapter, ValidationError
+import msgspec
+from pydantic import BaseModel
 
-from schemas.envelope import TYPE_PREFIX, Envelope
+from schemas.envelope import MAX_RECORDS, TYPE_PREFIX, Envelope
 from schemas.records import RECORD_MODELS
+from schemas.structs import field_type, struct_for
 
 
 class DecodeError(ValueError):
@@ -46,36 +51,48 @@ def encode_event(envelope: Envelope) -> bytes:
     return msgpack.packb(data, default=_default, use_bin_type=True)
 
 
+# The envelope's fields with their constraints; records stay raw bytes until the kind is known.
+_EnvelopeWire = msgspec.defstruct(
+    "EnvelopeWire",
+    [(name, field_type(info)) for name, info in Envelope.model_fields.items() if name != "records"]
+    + [("records", msgspec.Raw)],
+    gc=False,
+)
+# Any: the fields are typed by the model, which mypy cannot see through defstruct.
+_ENVELOPE_DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(_EnvelopeWire)
+
+
 @cache
-def _records_adapter(kind: str) -> TypeAdapter[list[Any]]:
-    model = RECORD_MODELS[kind]
-    return TypeAdapter(list[model])  # type: ignore[valid-type]
+def _records_decoder(kind: str) -> msgspec.msgpack.Decoder[list[Any]]:
+    twin = struct_for(RECORD_MODELS[kind])
+    return msgspec.msgpack.Decoder(Annotated[list[twin], msgspec.Meta(max_length=MAX_RECORDS)])  # type: ignore[valid-type]
 
 
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"])
-    return f"{loc}: {err['msg']}" + (f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else "")
+_AT = " - at `$"
 
 
 def decode_event(data: bytes) -> Envelope:
     try:
-        raw = msgpack.unpackb(data, raw=False, strict_map_key=True)
-    except Exception as exc:  # msgpack raises several unrelated types on garbage
+        wire = _ENVELOPE_DECODER.decode(data)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        if _AT not in message and message.startswith("Expected `object`"):
+            raise DecodeError("not_a_map", f"envelope is not a map: {message}") from None
+        raise DecodeError("bad_envelope", message.replace(_AT + ".", " - at `")) from None
+    except Exception as exc:  # malformed bytes (msgspec.DecodeError), or nesting too deep
         raise DecodeError("not_msgpack", f"{type(exc).__name__}: {exc}") from None
-    if not isinstance(raw, dict):
-        raise DecodeError("not_a_map", f"envelope is a {type(raw).__name__}, not a map")
+    kind = wire.type.removeprefix(TYPE_PREFIX)
+    if not wire.type.startswith(TYPE_PREFIX) or kind not in RECORD_MODELS:
+        raise DecodeError("unknown_type", f"unknown event type {wire.type!r}")
     try:
-        envelope = Envelope.model_validate(raw)
-    except ValidationError as exc:
-        raise DecodeError("bad_envelope", _first_error(exc)) from None
-    if not envelope.type.startswith(TYPE_PREFIX) or envelope.kind not in RECORD_MODELS:
-        raise DecodeError("unknown_type", f"unknown event type {envelope.type!r}")
-    try:
-        envelope.records = _records_adapter(envelope.kind).validate_python(envelope.records)
-    except ValidationError as exc:
-        raise DecodeError("bad_record", f"records.{_first_error(exc)}") from None
-    return envelope
+        records = _records_decoder(kind).decode(wire.records)
+    except msgspec.ValidationError as exc:
+        message = str(exc)
+        if _AT not in message:  # about the records value itself: not a list, or too long
+            raise DecodeError("bad_envelope", f"records: {message}") from None
+        raise DecodeError("bad_record", message.replace(_AT, " - at `records")) from None
+    return Envelope.model_construct(type=wire.type, cluster=wire.cluster, node=wire.node, agent=wire.agent,
+                                    seq=wire.seq, ts=wire.ts, ttl=wire.ttl, records=records)  # fmt: skip
 
 
 def pack(obj: Any) -> bytes:

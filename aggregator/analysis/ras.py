@@ -10,6 +10,7 @@ from aggregator.alerts import Condition, Rule
 from aggregator.jobs import JobState
 from aggregator.state import NS, LiveState
 from aggregator.timefmt import iso
+from schemas.structs import to_builtins
 
 MISMATCH_PERSIST_POLLS = 3  # MISMATCH is routinely transient (ranks between two collectives)
 HANG_POLLS = 3  # polls in a row with all ranks RUNNING and no op count advancing
@@ -41,7 +42,7 @@ class ProcessDeadRule:
             for proc in job.dead_processes:
                 yield Condition(self.name, "critical", job.cluster,
                                 f"job {job.job_id}: process {proc.pid} on {proc.host} is dead", job=job.job_id,
-                                key=f"{proc.host}:{proc.pid}", evidence=proc.model_dump())  # fmt: skip
+                                key=f"{proc.host}:{proc.pid}", evidence=to_builtins(proc))  # fmt: skip
 
 
 class CommErrorRule:

@@ -20,6 +20,7 @@ from aggregator.history import export_parquet
 from aggregator.linkmap import link_rows
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
+from schemas.structs import to_builtins
 
 if TYPE_CHECKING:
     from aggregator.runtime import Aggregator
@@ -214,7 +215,7 @@ def _device_rows(agg: Aggregator, kind: str, params: dict[str, Any]) -> list[dic
         if params.get("cluster") not in (None, cluster) or params.get("node") not in (None, node):
             continue
         rows.append({"cluster": cluster, "node": node, "freshness": dev.state, "last_seen": iso(dev.last_seen_ns),
-                     **dev.record.model_dump()})  # fmt: skip
+                     **to_builtins(dev.record)})  # fmt: skip
     return rows
 
 

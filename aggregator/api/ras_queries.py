@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from aggregator.jobs import JobState
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
+from schemas.structs import to_builtins
 
 if TYPE_CHECKING:
     from aggregator.runtime import Aggregator
@@ -36,8 +37,8 @@ async def jobs(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
         "node": j.node, "version": j.version, "ranks": j.ranks, "comms": len(j.comms), "polls": j.polls,
         "first_seen": iso(j.first_seen_ns), "last_poll": iso(j.last_poll_ns), "ended": iso(j.ended_ns),
         "normal_end": j.normal_end,
-        "missing_processes": [p.model_dump() for p in j.missing_processes],
-        "dead_processes": [p.model_dump() for p in j.dead_processes],
+        "missing_processes": to_builtins(j.missing_processes),
+        "dead_processes": to_builtins(j.dead_processes),
     } for j in _selected(agg, params)]  # fmt: skip
     return ApiResponse.success(rows)
 

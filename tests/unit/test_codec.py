@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from schemas.codec import DecodeError, decode_event, encode_event
 from schemas.envelope import Envelope, event_type
 from schemas.records import CollectorHealth, GpuRecord, HeartbeatRecord
+from schemas.structs import struct_for, to_builtins
 
 
 def _env(kind: str, records: list) -> Envelope:  # type: ignore[type-arg]
@@ -22,7 +23,8 @@ def test_round_trip_typed_records() -> None:
                            collectors=[CollectorHealth(name="gpu", state="absent")])  # fmt: skip
     decoded = decode_event(encode_event(_env("heartbeat", [beat])))
     assert decoded.kind == "heartbeat" and decoded.msg_id == "a1:7"
-    assert decoded.records == [beat]
+    assert [to_builtins(r) for r in decoded.records] == [beat.model_dump()]
+    assert type(decoded.records[0]) is struct_for(HeartbeatRecord)
 
 
 def test_unsupported_values_stay_null() -> None:
@@ -46,6 +48,16 @@ def test_newer_agent_fields_are_ignored() -> None:
         (msgpack.packb({**_env("gpu", []).model_dump(), "type": "ranksight.ev.v1.nope"}), "unknown_type"),
         (msgpack.packb({**_env("gpu", []).model_dump(), "records": [{"index": "x"}]}), "bad_record"),
         (msgpack.packb({**_env("gpu", []).model_dump(), "records": "notalist"}), "bad_envelope"),
+        (msgpack.packb({**_env("gpu", []).model_dump(), "seq": 0}), "bad_envelope"),
+        (
+            msgpack.packb({**_env("gpu", []).model_dump(), "records": [{"index": 1}] * 100_001}),
+            "bad_envelope",
+        ),
+        (
+            msgpack.packb({**_env("gpu", []).model_dump(), "records": [{"index": 1, "links": [{}]}]}),
+            "bad_record",
+        ),
+        (msgpack.packb(_env("gpu", []).model_dump()) + b"\x00", "not_msgpack"),
     ],
 )
 def test_bad_input_raises_one_clear_error(payload: bytes, reason: str) -> None:
@@ -53,6 +65,14 @@ def test_bad_input_raises_one_clear_error(payload: bytes, reason: str) -> None:
         decode_event(payload)
     assert info.value.reason == reason
     assert reason in str(info.value)
+
+
+def test_errors_say_where() -> None:
+    payload = msgpack.packb({**_env("gpu", []).model_dump(), "records": [{"index": 0}, {"index": "x"}]})
+    with pytest.raises(DecodeError, match=r"records\[1\]\.index"):
+        decode_event(payload)
+    with pytest.raises(DecodeError, match=r"`int` >= 1 - at `seq`"):
+        decode_event(msgpack.packb({**_env("gpu", []).model_dump(), "seq": 0}))
 
 
 @settings(max_examples=300)

@@ -98,43 +98,55 @@ class ColumnBuilder:
     """Accumulates the rows of one kind across the envelopes of a batch, then yields one Arrow table.
 
     This is the hot path of ingest: records are read field by field with one C-level ``attrgetter`` per record and
-    transposed into columns; only sub-model fields go through JSON, column by column.
+    transposed into columns; only sub-model fields go through JSON, column by column. Rows are transposed in chunks of
+    about ``chunk_rows``: small enough to stay in the CPU cache (transposing 200k rows at once costs twice as much),
+    large enough that the fixed cost of a chunk (one Arrow array per column) vanishes behind small envelopes.
     """
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, chunk_rows: int = 2048) -> None:
         self.kind = kind
         self.cols = kind_columns(kind)
+        self.chunk_rows = chunk_rows
         self._fields = operator.attrgetter(*self.cols.fields)
-        self.rows: list[tuple[Any, ...]] = []
-        self.envelope: dict[str, list[Any]] = {name: [] for name, _ in ENVELOPE_FIELDS}
+        self._chunks: list[pa.RecordBatch] = []
+        self._rows: list[Any] = []  # attrgetter results: tuples, or values when the kind has one field
+        self._envelope: dict[str, list[Any]] = {name: [] for name, _ in ENVELOPE_FIELDS}
 
     def add(self, cluster: str, node: str, agent: str, seq: int, ts: int, recv_ts: int, ttl: float,
             records: list[Any]) -> None:  # fmt: skip
         n = len(records)
-        env = self.envelope
+        env = self._envelope
         for name, value in (("cluster", cluster), ("node", node), ("agent", agent), ("seq", seq), ("ts", ts),
                             ("recv_ts", recv_ts), ("ttl", ttl)):  # fmt: skip
             env[name].extend([value] * n)
-        self.rows.extend(map(self._fields, records))
+        self._rows.extend(map(self._fields, records))
+        if len(self._rows) >= self.chunk_rows:
+            self._chunks.append(self._chunk())
 
-    def __len__(self) -> int:
-        return len(self.rows)
-
-    def table(self) -> pa.Table:
-        arrays = [pa.array(self.envelope[name], type=t) for name, t in ENVELOPE_FIELDS]
+    def _chunk(self) -> pa.RecordBatch:
+        """The pending rows as one record batch; the pending lists start over."""
+        arrays = [pa.array(self._envelope[name], type=t) for name, t in ENVELOPE_FIELDS]
         fields = self.cols.fields
         columns: Iterable[Sequence[Any]]
-        if not self.rows:  # envelopes with an empty batch
+        if not self._rows:  # envelopes with an empty batch
             columns = [[] for _ in fields]
         elif len(fields) == 1:  # attrgetter of one name returns the value itself, not a 1-tuple
-            columns = [self.rows]
+            columns = [self._rows]
         else:
-            columns = zip(*self.rows, strict=True)
+            columns = zip(*self._rows, strict=True)
         for field, values in zip(self.cols.record_schema, columns, strict=True):
             if field.name in self.cols.json_fields:
                 values = [_to_json(v) for v in values]
             arrays.append(pa.array(values, type=field.type))
-        return pa.Table.from_arrays(arrays, schema=self.cols.schema)
+        self._rows = []
+        self._envelope = {name: [] for name, _ in ENVELOPE_FIELDS}
+        return pa.RecordBatch.from_arrays(arrays, schema=self.cols.schema)
+
+    def table(self) -> pa.Table:
+        """Every row added, as one contiguous table (DuckDB scans one chunk much faster than many small ones)."""
+        chunks = [*self._chunks, self._chunk()] if self._rows or not self._chunks else self._chunks
+        self._chunks = []
+        return pa.Table.from_batches(chunks, schema=self.cols.schema).combine_chunks()
 
 
 def row_to_record(kind: str, row: dict[str, Any]) -> Any:

@@ -38,3 +38,18 @@ def test_an_envelope_with_no_records_makes_an_empty_table() -> None:
     builder = ColumnBuilder("gpu")
     builder.add("c", "n", "a", 1, 5, 7, 10.0, [])
     assert builder.table().num_rows == 0
+
+
+def test_chunked_building_keeps_every_row_in_order_in_one_chunk() -> None:
+    chunked, whole = ColumnBuilder("gpu", chunk_rows=3), ColumnBuilder("gpu", chunk_rows=10**6)
+    for seq in range(1, 6):
+        records = [
+            GpuRecord(index=i, power_w=seq * 100.0 + i, links=[{"name": f"x{i}"}] if i else [])
+            for i in range(seq)
+        ]
+        for builder in (chunked, whole):
+            builder.add("c", "n", "a", seq, seq, seq, 10.0, records)
+    table = chunked.table()
+    assert table.equals(whole.table())
+    assert table.num_rows == 15 and {column.num_chunks for column in table.columns} == {1}
+    assert table.column("power_w").to_pylist()[:4] == [100.0, 200.0, 201.0, 300.0]

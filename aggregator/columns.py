@@ -87,11 +87,13 @@ def kind_columns(kind: str) -> KindColumns:
 
 
 def _to_json(value: Any) -> str | None:
-    if value is None:
-        return None
-    if not value and isinstance(value, list):
-        return "[]"  # the common case (no sub-records), without a serializer call
-    return to_json(value)
+    return None if value is None else to_json(value)
+
+
+def _json_column(values: Sequence[Any]) -> list[str | None]:
+    if values.count([]) == len(values):  # the common case (no sub-records), one C-level pass and no serializer
+        return ["[]"] * len(values)
+    return [_to_json(v) for v in values]
 
 
 class ColumnBuilder:
@@ -136,7 +138,7 @@ class ColumnBuilder:
             columns = zip(*self._rows, strict=True)
         for field, values in zip(self.cols.record_schema, columns, strict=True):
             if field.name in self.cols.json_fields:
-                values = [_to_json(v) for v in values]
+                values = _json_column(values)
             arrays.append(pa.array(values, type=field.type))
         self._rows = []
         self._envelope = {name: [] for name, _ in ENVELOPE_FIELDS}

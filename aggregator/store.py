@@ -104,6 +104,10 @@ _ALERT_SCHEMA = pa.schema(
 )
 
 
+_SEQ_COLUMNS = ("agent", "cluster", "node", "high_seq", "messages", "duplicates", "gaps_open", "first_recv",
+                "last_recv")  # fmt: skip
+
+
 def _ns_to_dt(ns: int) -> datetime.datetime:
     """Naive UTC datetime: all TIMESTAMP columns hold UTC."""
     return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC).replace(tzinfo=None)
@@ -255,7 +259,12 @@ class Store:
         con = self.con
         rows = [(s.agent, s.cluster, s.node, s.high_seq, s.messages, s.duplicates, s.gaps_open,
                  _ns_to_dt(s.first_recv), _ns_to_dt(s.last_recv)) for s in changed.values()]  # fmt: skip
-        con.executemany("INSERT OR REPLACE INTO agent_seq VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        # One columnar upsert: executemany costs about a millisecond per agent, in every commit.
+        con.register("seq_batch", pa.table(dict(zip(_SEQ_COLUMNS, zip(*rows, strict=True), strict=True))))
+        try:
+            con.execute("INSERT OR REPLACE INTO agent_seq BY NAME SELECT * FROM seq_batch")
+        finally:
+            con.unregister("seq_batch")
         touched = [
             s for s in changed.values() if s.gaps or (self._seq.get(s.agent) and self._seq[s.agent].gaps)
         ]

@@ -11,7 +11,7 @@ Each round runs on a fresh server and state directory, the aggregator first (it 
 baseline; the figures are medians over the rounds (the pair of one round shares its conditions, so the ratio is the
 median of per-round ratios).
 
-    python benchmarks/ingest.py [--agents 8] [--batches 25] [--records 1000] [--rounds 3]
+    python benchmarks/ingest.py [--agents 8] [--batches 25] [--records 1000] [--rounds 3] [--fetch-batch 200]
 """
 
 from __future__ import annotations
@@ -157,7 +157,7 @@ async def one_round(tmp: Path, args: argparse.Namespace, total: int) -> tuple[fl
     """(end-to-end events/s, bare events/s), both on one fresh server."""
     with NatsServer(tmp / "nats") as server:
         settings = load_settings(None, state_dir=tmp / "state", nats={"url": server.url},
-                                 aggregator={"fetch_batch": 200})  # fmt: skip
+                                 aggregator={"fetch_batch": args.fetch_batch})  # fmt: skip
         nc = await nats.connect(server.url)
         await ensure_stream(nc.jetstream(), settings)
         await nc.close()
@@ -175,6 +175,9 @@ async def main() -> None:
     parser.add_argument("--batches", type=int, default=25)
     parser.add_argument("--records", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3, help="rounds on fresh servers; medians are reported")
+    parser.add_argument("--fetch-batch", type=int, default=200,
+                        help="the aggregator's fetch_batch (messages per commit at most); 200 bounds a commit of "
+                             "1000-record envelopes to 200k rows")  # fmt: skip
     args = parser.parse_args()
     total = args.agents * args.batches * args.records
     tmp = Path(tempfile.mkdtemp(prefix="rs-bench-"))

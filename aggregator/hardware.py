@@ -66,15 +66,23 @@ class _DeviceTracker(Generic[R]):
                 interrupted.add(name)
             if n := self._flaps(record):
                 flaps[name] = flaps.get(name, 0) + n
+        expires_ns = recv_ns + int(env.ttl * NS)
         for name, record in last.items():
             key = (env.cluster, env.node, name)
-            current = self.devices.get(key)
-            if current is not None and current.last_seen_ns > recv_ns:
+            state = self.devices.get(key)
+            if state is None:
+                state = self.devices[key] = DeviceState(
+                    env.cluster, env.node, name, record, recv_ns, expires_ns
+                )
+            elif state.last_seen_ns > recv_ns:
                 continue  # an older fact never replaces a newer one
-            state = DeviceState(env.cluster, env.node, name, record, recv_ns, recv_ns + int(env.ttl * NS))
-            if current is not None:
-                state.flaps = current.flaps
-                state.since_ns = current.since_ns
+            else:  # updated in place: nothing keeps a device's state across a tick
+                state.record, state.last_seen_ns, state.expires_ns, state.state = (
+                    record,
+                    recv_ns,
+                    expires_ns,
+                    "alive",
+                )
             if not self._sustained(record):
                 state.since_ns = None
             elif state.since_ns is None or name in interrupted:
@@ -83,7 +91,6 @@ class _DeviceTracker(Generic[R]):
                 state.flaps.append((recv_ns, flaps[name]))
             while state.flaps and state.flaps[0][0] < recv_ns - FLAP_WINDOW_NS:
                 state.flaps.popleft()
-            self.devices[key] = state
 
     def tick(self, now_ns: int) -> None:
         latest: dict[tuple[str, str], int] = {}

@@ -77,12 +77,8 @@ class _DeviceTracker(Generic[R]):
             elif state.last_seen_ns > recv_ns:
                 continue  # an older fact never replaces a newer one
             else:  # updated in place: nothing keeps a device's state across a tick
-                state.record, state.last_seen_ns, state.expires_ns, state.state = (
-                    record,
-                    recv_ns,
-                    expires_ns,
-                    "alive",
-                )
+                state.record, state.state = record, "alive"
+                state.last_seen_ns, state.expires_ns = recv_ns, expires_ns
             if not self._sustained(record):
                 state.since_ns = None
             elif state.since_ns is None or name in interrupted:

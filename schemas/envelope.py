@@ -15,7 +15,9 @@ def event_type(kind: str) -> str:
 
 
 class Envelope(BaseModel):
-    """Envelope fields (design §2). ``records`` holds typed records once decoded by :mod:`schemas.codec`."""
+    """Envelope fields (design §2). ``records`` holds typed records: the record models when an agent builds an
+    envelope, their frozen msgspec twins (:mod:`schemas.structs`, same attributes) once :mod:`schemas.codec` decodes one.
+    """
 
     model_config = ConfigDict(extra="ignore")
 

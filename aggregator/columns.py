@@ -91,7 +91,8 @@ def _to_json(value: Any) -> str | None:
 
 
 def _json_column(values: Sequence[Any]) -> list[str | None]:
-    if values.count([]) == len(values):  # the common case (no sub-records), one C-level pass and no serializer
+    # The common case (no sub-records): one C-level pass and no serializer call.
+    if values.count([]) == len(values):
         return ["[]"] * len(values)
     return [_to_json(v) for v in values]
 

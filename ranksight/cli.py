@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import faulthandler
 import importlib
+import os
 import signal
 import sys
 
@@ -42,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`ranksight sql ... | head`): stop quietly with the status a SIGPIPE death gives, and
+        # point stdout at /dev/null so the interpreter's final flush cannot fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

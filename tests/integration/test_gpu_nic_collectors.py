@@ -4,6 +4,7 @@ the real agent + nats-server + aggregator + DuckDB file, and the ``ranksight par
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from tests.gpu_nic_support import (
     printing_tool,
     write_tree,
 )  # fmt: skip
-from tests.support import agent, aggregator, run_cli, wait_for
+from tests.support import agent, aggregator, ranksight_cmd, run_cli, wait_for
 
 H200 = "nvidia-smi_capture_linux-x86_64__nvidia-h200__590.48.01.txt"
 
@@ -195,3 +196,16 @@ def test_parse_nic_cli_json(tmp_path: Path) -> None:
     assert rows["eth0"]["kind"] == "netdev" and rows["eth0"]["counters"] == {"carrier_changes": 2}
     proc = run_cli("parse", "nic", str(tmp_path))
     assert proc.returncode == 1 and "not a sysfs root" in proc.stderr
+
+
+def test_cli_output_into_a_closed_pipe_stops_quietly(tmp_path: Path) -> None:
+    header, row = nvidia_query_sections(H200)[0].rstrip(b"\n").split(b"\n")[:2]
+    big = tmp_path / "many.csv"
+    big.write_bytes(header + b"\n" + (row + b"\n") * 3000)  # far more JSON than a pipe buffer holds
+    proc = subprocess.Popen(ranksight_cmd("parse", "gpu", str(big), "--source", "nvidia-smi", "--json"),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(10).startswith(b"[")
+    proc.stdout.close()  # like `| head -c 10`
+    assert proc.wait(timeout=60) == 141
+    assert proc.stderr.read() == b""

@@ -121,17 +121,10 @@ class AgentRuntime:
                 await nc.drain()
 
     async def _drive(self, collector: Collector) -> None:
-        health = collector.health
-        try:
-            present = await collector.detect()
-        except CollectorUnavailable as exc:
-            present, health.last_error = False, str(exc)
-        except Exception as exc:
-            health.failure(exc)
-            present = False
-        if not present:
-            health.state = "absent" if health.state != "error" else "error"
-            return
+        # A source may appear after the agent starts (a job creates its Inspector dump directory, a driver loads):
+        # an absent collector checks again every redetect_s.
+        while not await self._detect(collector):  # noqa: ASYNC110 - polling the source is the point
+            await asyncio.sleep(self.settings.agent.redetect_s)
         ctx = self.ctx
         assert ctx is not None
 
@@ -142,6 +135,20 @@ class AgentRuntime:
             await self._drive_streaming(collector, emit)
         elif isinstance(collector, PolledCollector):
             await self._drive_polled(collector, emit)
+
+    @staticmethod
+    async def _detect(collector: Collector) -> bool:
+        health = collector.health
+        try:
+            present = await collector.detect()
+        except CollectorUnavailable as exc:
+            present, health.last_error = False, str(exc)
+        except Exception as exc:
+            health.failure(exc)
+            present = False
+        if not present:
+            health.state = "absent" if health.state != "error" else "error"
+        return present
 
     async def _drive_polled(self, collector: PolledCollector, emit: Emit) -> None:
         interval = collector.settings.interval_s

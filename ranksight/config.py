@@ -243,6 +243,9 @@ class AgentSettings(Section):
     queue_max_messages: int = Field(10_000, ge=1, description="publisher queue bound; gauges drop beyond it")
     max_inflight: int = Field(512, ge=1, description="unacknowledged JetStream publishes at once")
     publish_timeout_s: float = Field(5.0, gt=0)
+    redetect_s: float = Field(
+        30.0, gt=0, description="how often an absent collector checks again whether its source has appeared"
+    )
     collectors: CollectorsSettings = CollectorsSettings()
 
 

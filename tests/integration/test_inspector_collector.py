@@ -67,3 +67,21 @@ async def test_tail_partial_truncate_rotate_restart(dump_settings: Settings) -> 
             await wait_for(lambda: stored(agg)[0] >= 170)
             await wait_for(lambda: agg.stats.records >= 170)
         assert stored(agg)[0] == 170  # nothing lost, nothing re-read
+
+
+async def test_a_dump_directory_created_after_the_agent_starts_is_picked_up(
+    settings: Settings, tmp_path: Path
+) -> None:
+    dump = tmp_path / "later"  # the job creates it when it starts, after the agent
+    cfg = settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05})
+    collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
+    agent_cfg = settings.agent.model_copy(update={"collectors": collectors, "redetect_s": 0.2})
+    late = settings.model_copy(update={"agent": agent_cfg})
+    async with aggregator(late) as agg, agent(late, only=["inspector"]) as rt:
+        assert rt.ctx is not None
+        inspector = rt.ctx.collectors["inspector"]
+        await wait_for(lambda: inspector.health.state == "absent")
+        dump.mkdir()
+        (dump / "node000-pid40000.log").write_text("".join(x + "\n" for x in job_lines()[:30]))
+        await wait_for(lambda: stored(agg)[0] == 30)
+        assert inspector.health.state == "ok"

@@ -12,6 +12,7 @@ import sys
 # One module per component; each has ``register(subparsers)``.
 COMMAND_MODULES = [
     "ranksight.up",
+    "ranksight.demo",
     "agent.cli",
     "aggregator.cli",
     "aggregator.api.cli",

@@ -8,7 +8,7 @@ import asyncio
 import contextlib
 import socket
 import sys
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-def _port_busy(port: int) -> bool:
+def port_busy(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
@@ -39,21 +39,28 @@ def _port_busy(port: int) -> bool:
 def run(args: argparse.Namespace) -> int:
     overrides = {"state_dir": args.state_dir} if args.state_dir else {}
     settings = settings_from_args(args, **overrides)
-    if args.nats_port and _port_busy(args.nats_port):
+    if args.nats_port and port_busy(args.nats_port):
         print(
             f"ranksight up: port {args.nats_port} is in use; pass --nats-port 0 for a free one",
             file=sys.stderr,
         )
         return EXIT_FAILED
-    server = NatsServer(settings.state_dir / "nats", port=args.nats_port)
+    return with_embedded_nats("up", settings, args.nats_port, _serve)
+
+
+def with_embedded_nats(command: str, settings: Settings, port: int,
+                       main: Callable[[Settings, NatsServer, asyncio.Event], Coroutine[Any, Any, None]]) -> int:  # fmt: skip
+    """Start the embedded nats-server on ``port`` (0: a free one), run ``main`` against it until SIGINT/SIGTERM sets
+    its stop event, then stop the server; exit 1 when the server cannot start."""
+    server = NatsServer(settings.state_dir / "nats", port=port)
     try:
         server.start()
     except NatsServerError as exc:
-        print(f"ranksight up: {exc}", file=sys.stderr)
+        print(f"ranksight {command}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     try:
         settings = settings.model_copy(update={"nats": settings.nats.model_copy(update={"url": server.url})})
-        run_until_signalled(lambda stop: _serve(settings, server, stop))
+        run_until_signalled(lambda stop: main(settings, server, stop))
     finally:
         server.stop()
     return 0
@@ -63,9 +70,9 @@ async def _serve(settings: Settings, server: NatsServer, stop: asyncio.Event) ->
     aggregator = Aggregator(settings)
     agent = AgentRuntime(settings)
     agg_task = asyncio.create_task(aggregator.run(stop))
-    await _first(aggregator.ready.wait(), agg_task)
+    await first(aggregator.ready.wait(), agg_task)
     agent_task = asyncio.create_task(agent.run(stop))
-    await _first(agent.ready.wait(), agent_task)
+    await first(agent.ready.wait(), agent_task)
     print(
         f"ranksight up\n"
         f"  nats        {server.url}  (JetStream store {server.store_dir})\n"
@@ -79,7 +86,7 @@ async def _serve(settings: Settings, server: NatsServer, stop: asyncio.Event) ->
     await asyncio.gather(agg_task, agent_task)
 
 
-async def _first(ready: Awaitable[Any], task: asyncio.Task[None]) -> None:
+async def first(ready: Awaitable[Any], task: asyncio.Task[None]) -> None:
     """Wait for ``ready``; if ``task`` ends first (it failed), re-raise its error."""
     waiter = asyncio.ensure_future(ready)
     done, _ = await asyncio.wait([waiter, task], return_when=asyncio.FIRST_COMPLETED)

@@ -57,37 +57,40 @@ class JobSpec:
     seed: int = 0
     start_us: int = 1_750_000_000_000_000
     hostname_prefix: str = "node"
+    pid_base: int = 40000
+    run_tag: str = ""  # a restarted job: new communicator ids (with a new pid_base, new processes)
     faults: list[Fault] = field(default_factory=list)
 
     def hostname(self, node: int) -> str:
         return f"{self.hostname_prefix}{node:03d}"
 
     def pid(self, node: int, gpu: int) -> int:
-        return 40000 + node * 97 + gpu
+        return self.pid_base + node * 97 + gpu
 
 
 @dataclass(frozen=True)
-class _Comm:
+class Comm:
     name: str
     op: str
     size: int
     members: tuple[tuple[int, int], ...]  # (node, gpu) by rank
+    run_tag: str = ""
 
     @property
     def comm_id(self) -> str:
-        return "0x" + hashlib.sha256(self.name.encode()).hexdigest()[:14]
+        return "0x" + hashlib.sha256((self.run_tag + self.name).encode()).hexdigest()[:14]
 
 
-def _comms(spec: JobSpec) -> list[list[_Comm]]:
+def comms(spec: JobSpec) -> list[list[Comm]]:
     """The comms of each phase of a step, in order."""
-    g = range(spec.gpus_per_node)
-    tp = [_Comm(f"tp-n{n}", "AllReduce", 32 << 20, tuple((n, i) for i in g)) for n in range(spec.nodes)]
+    g, tag = range(spec.gpus_per_node), spec.run_tag
+    tp = [Comm(f"tp-n{n}", "AllReduce", 32 << 20, tuple((n, i) for i in g), tag) for n in range(spec.nodes)]
     dp = [
-        _Comm(f"dp-s{s}-g{i}", "ReduceScatter", 8 << 20, tuple((n, i) for n in range(s, spec.nodes, spec.pp)))
+        Comm(f"dp-s{s}-g{i}", "ReduceScatter", 8 << 20, tuple((n, i) for n in range(s, spec.nodes, spec.pp)), tag)
         for s in range(spec.pp) for i in g
     ]  # fmt: skip
     pp = [
-        _Comm(f"pp-b{b}-g{i}", "AllGather", 2 << 20, tuple((b * spec.pp + s, i) for s in range(spec.pp)))
+        Comm(f"pp-b{b}-g{i}", "AllGather", 2 << 20, tuple((b * spec.pp + s, i) for s in range(spec.pp)), tag)
         for b in range(spec.nodes // spec.pp) for i in g
     ]  # fmt: skip
     return [tp, dp, pp]
@@ -105,7 +108,7 @@ class _Line:
     text: str
 
 
-def format_line(spec: JobSpec, comm: _Comm, rank: int, sn: int, exec_us: int, dump_ts_us: int) -> str:
+def format_line(spec: JobSpec, comm: Comm, rank: int, sn: int, exec_us: int, dump_ts_us: int) -> str:
     """One compact Inspector v4.0 line, as the plugin writes it."""
     node, gpu = comm.members[rank]
     n = len(comm.members)
@@ -124,8 +127,13 @@ def format_line(spec: JobSpec, comm: _Comm, rank: int, sn: int, exec_us: int, du
 
 def simulate(spec: JobSpec) -> dict[tuple[str, int], list[str]]:
     """Run the job; return the lines of each process ``(hostname, pid)`` in file order."""
+    return {proc: [text for _, text in lines] for proc, lines in simulate_timed(spec).items()}
+
+
+def simulate_timed(spec: JobSpec) -> dict[tuple[str, int], list[tuple[int, str]]]:
+    """Run the job; return ``(dump timestamp µs, line)`` of each process ``(hostname, pid)`` in file order."""
     rng = random.Random(spec.seed)
-    phases = _comms(spec)
+    phases = comms(spec)
     ranks = [(n, i) for n in range(spec.nodes) for i in range(spec.gpus_per_node)]
     tick = spec.dump_interval_ms * 1000
     out: dict[tuple[str, int], list[_Line]] = defaultdict(list)
@@ -166,11 +174,12 @@ def simulate(spec: JobSpec) -> dict[tuple[str, int], list[str]]:
                 _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
                 next_dump += tick
     return {
-        proc: [line.text for line in sorted(lines, key=lambda x: x.dump_ts_us)] for proc, lines in out.items()
+        proc: [(line.dump_ts_us, line.text) for line in sorted(lines, key=lambda x: x.dump_ts_us)]
+        for proc, lines in out.items()
     }
 
 
-def _dump_sampled(spec: JobSpec, phases: list[list[_Comm]], pending: dict[tuple[str, int], list[tuple[int, int, int]]],
+def _dump_sampled(spec: JobSpec, phases: list[list[Comm]], pending: dict[tuple[str, int], list[tuple[int, int, int]]],
                   tick_at: float, phase_us: dict[tuple[int, int], float],
                   out: dict[tuple[str, int], list[_Line]]) -> None:  # fmt: skip
     """The 2.28-2.29 plugin writes only the latest op of each comm completed since the last dump tick."""

@@ -1,0 +1,57 @@
+"""The demo's node-side sources read back through the agent's own parsers (ranksight/simulate/cluster.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.collectors.gpu.sysfs import read_amdgpu_sysfs
+from agent.collectors.inspector.parse import parse_line
+from agent.collectors.nic.sysfs import read_nics
+from agent.collectors.ras.parse_json import parse_status_json
+from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json
+from ranksight.simulate.inspector import JobSpec
+
+
+def _job(tmp_path: Path) -> LiveJob:
+    return LiveJob(
+        JobSpec(nodes=4, gpus_per_node=2, steps=20, start_us=1_000 * US, run_tag="t"), tmp_path / "dump"
+    )
+
+
+def test_lines_are_written_once_their_dump_time_has_passed(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    assert job.release(999 * US) == 0 and sorted(p.name for p in job.dump_root.iterdir()) == [
+        "node000", "node001", "node002", "node003"]  # fmt: skip
+    first = job.release(1_000 * US + 500_000)
+    assert 0 < first and not job.done
+    files = sorted(job.dump_dir(1).iterdir())
+    assert [f.name for f in files] == ["node001-pid40097.log", "node001-pid40098.log"]
+    records = [parse_line(line) for line in files[0].read_text().splitlines()]
+    assert all(r.hostname == "node001" and r.dump_ts_us <= 1_000 * US + 500_000 for r in records)
+    assert first + job.release(job.end_us) == sum(
+        len(f.read_text().splitlines()) for f in job.dump_root.glob("*/*.log")
+    )
+    assert job.done and max(job.counts.values()) == 20
+
+
+def test_ras_status_parses_and_shows_the_missing_rank(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    job.release(job.end_us)
+    healthy = parse_status_json(ras_status_json(job, set()))
+    assert healthy.health == "ok" and not healthy.mismatches
+    assert {c.op_counts.get("AllReduce") for c in healthy.communicators if c.size == 2 and c.hash} >= {20}
+    degraded = parse_status_json(ras_status_json(job, {(3, 1)}))
+    assert degraded.health == "degraded"
+    assert [(p.host, p.pid, p.gpus) for p in degraded.missing_processes] == [("node003", 40292, [1])]
+
+
+def test_sysfs_tree_reads_as_gpus_and_an_rdma_port_whose_counters_advance(tmp_path: Path) -> None:
+    tree = NodeSysfs(tmp_path / "sys", gpus=2, slow_gpu=1, nic_errors_per_s=4.0)
+    tree.write(100.0)
+    gpus = read_amdgpu_sysfs(tree.root)
+    assert [(g.index, g.sclk_hz, g.power_w) for g in gpus] == [(0, 2.1e9, 712.0), (1, 1.3e9, 402.0)]
+    [before] = read_nics(tree.root)
+    tree.write(102.0)
+    [after] = read_nics(tree.root)
+    assert after.counters["symbol_error"] - before.counters["symbol_error"] == 8
+    assert (after.tx_bytes or 0) - (before.tx_bytes or 0) == 2 * tree.nic_bytes_per_s

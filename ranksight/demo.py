@@ -94,9 +94,7 @@ class Demo:
         self.nodes = nodes
         self.fault_after_s = fault_after_s
         self.root = settings.state_dir / "demo"
-        self.ras = [
-            FakeRasServer(PROFILES["2.29"], status_text=b"") for _ in range(nodes)
-        ]  # 2.29 clients ask JSON
+        self.ras = [_endpoint() for _ in range(nodes)]
         self.sysfs = [NodeSysfs(self.root / "sys" / f"demo-node{i:03d}",
                                 slow_gpu=SLOW_GPU[1] if i == SLOW_GPU[0] else None,
                                 nic_errors_per_s=5.0 if i == NIC_ERRORS_NODE else 0.0) for i in range(nodes)]  # fmt: skip
@@ -124,7 +122,7 @@ class Demo:
             await ras.start()
         run = 1
         job = await asyncio.to_thread(LiveJob, _job_spec(self.nodes, run), self.root / "inspector")
-        self._refresh(job, time.time())
+        await asyncio.to_thread(self._advance, job)
         aggregator = Aggregator(self.settings)
         agg_task = asyncio.create_task(aggregator.run(stop))
         tasks = [agg_task]
@@ -157,8 +155,7 @@ class Demo:
                     )
                 elif not self.missing and time.monotonic() - run_started >= self.fault_after_s:
                     await self._lose_rank(job)
-                job.release(time.time_ns() // 1000)
-                self._refresh(job, time.time())
+                await asyncio.to_thread(self._advance, job)  # file writes, off the event loop
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
             await asyncio.gather(*services)
@@ -172,12 +169,15 @@ class Demo:
         for ras in self.ras:
             await ras.stop()
         await asyncio.sleep(2.0)  # long enough for the agents to see the endpoints gone
-        self.ras = [FakeRasServer(PROFILES["2.29"], status_text=b"", port=old.port) for old in self.ras]
+        self.ras = [_endpoint(old.port) for old in self.ras]
         for ras in self.ras:
             await ras.start()
 
-    def _refresh(self, job: LiveJob, now: float) -> None:
+    def _advance(self, job: LiveJob) -> None:
+        """Bring every source up to now: the job's dump lines, the RAS status, the sysfs trees."""
+        job.release(time.time_ns() // 1000)
         status = ras_status_json(job, self.missing)
+        now = time.time()
         for ras, sysfs in zip(self.ras, self.sysfs, strict=True):
             ras.status_json = status
             sysfs.write(now)
@@ -210,6 +210,11 @@ class Demo:
             f"Ctrl-C stops everything.",
             flush=True,
         )
+
+
+def _endpoint(port: int = 0) -> FakeRasServer:
+    """One process's RAS endpoint, NCCL 2.29: the agents' clients ask for JSON status, so there is no text form."""
+    return FakeRasServer(PROFILES["2.29"], status_text=b"", port=port)
 
 
 async def _stop_after(stop: asyncio.Event, seconds: float) -> None:

@@ -41,6 +41,7 @@ SLOW_GPU = (1, 2)  # node, GPU
 NIC_ERRORS_NODE = 2
 MISSING_GPU = 5  # on the last node
 STEPS_PER_RUN = 600  # about four minutes a run
+HOST_PREFIX = "demo-node"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _job_spec(nodes: int, run: int) -> JobSpec:
     return JobSpec(
-        nodes=nodes, steps=STEPS_PER_RUN, compute_ms=200.0, hostname_prefix="demo-node", pid_base=40000 + 1000 * run,
+        nodes=nodes, steps=STEPS_PER_RUN, compute_ms=200.0, hostname_prefix=HOST_PREFIX, pid_base=40000 + 1000 * run,
         run_tag=f"run{run}", start_us=time.time_ns() // 1000 + US, seed=run,
         faults=[Fault("gpu", node=SLOW_GPU[0], gpu=SLOW_GPU[1], factor=1.6)],
     )  # fmt: skip
@@ -95,7 +96,8 @@ class Demo:
         self.fault_after_s = fault_after_s
         self.root = settings.state_dir / "demo"
         self.ras = [_endpoint() for _ in range(nodes)]
-        self.sysfs = [NodeSysfs(self.root / "sys" / f"demo-node{i:03d}",
+        self.hosts = [_job_spec(nodes, 0).hostname(i) for i in range(nodes)]
+        self.sysfs = [NodeSysfs(self.root / "sys" / self.hosts[i],
                                 slow_gpu=SLOW_GPU[1] if i == SLOW_GPU[0] else None,
                                 nic_errors_per_s=5.0 if i == NIC_ERRORS_NODE else 0.0) for i in range(nodes)]  # fmt: skip
         self.missing: set[tuple[int, int]] = set()
@@ -112,7 +114,7 @@ class Demo:
             "gpu_probe": c.gpu_probe.model_copy(update={"enabled": False}),
             "app": c.app.model_copy(update={"enabled": False}),  # one socket per host; no client in the demo
         })  # fmt: skip
-        host = f"demo-node{node:03d}"
+        host = self.hosts[node]
         agent = self.settings.agent.model_copy(update={"node": host, "collectors": collectors})
         # each agent keeps its own state (Inspector offsets), as on its own node
         return self.settings.model_copy(update={"agent": agent, "state_dir": self.root / "agents" / host})
@@ -189,21 +191,21 @@ class Demo:
                          host=job.spec.hostname(node), pid=job.spec.pid(node, gpu), gpus=[gpu])  # fmt: skip
         for ras in self.ras:
             await ras.push_event(event)
-        print(f"ranksight demo: rank on demo-node{node:03d} GPU {gpu} stopped answering (expect rank_missing)",
+        print(f"ranksight demo: rank on {self.hosts[node]} GPU {gpu} stopped answering (expect rank_missing)",
               flush=True)  # fmt: skip
 
     def _banner(self, aggregator: Aggregator) -> None:
         url = self.settings.nats.url
-        last = self.nodes - 1
+        hosts = self.hosts
         print(
-            f"ranksight demo: {self.nodes} simulated nodes x 8 GPUs (demo-node000..demo-node{last:03d}), "
+            f"ranksight demo: {self.nodes} simulated nodes x 8 GPUs ({hosts[0]}..{hosts[-1]}), "
             f"cluster demo\n"
             f"  state       {self.settings.state_dir}\n"
             f"  nats        {url}\n"
             f"  http        {aggregator.http.url or 'off (aggregator.http)'}\n"
-            f"  faults      GPU {SLOW_GPU[1]} of demo-node{SLOW_GPU[0]:03d} is 1.6x slow (straggler, ~30 s); "
-            f"demo-node{NIC_ERRORS_NODE:03d}'s RDMA port counts symbol errors (nic_errors_rising); a rank on "
-            f"demo-node{last:03d} stops answering after {self.fault_after_s:g} s (rank_missing)\n"
+            f"  faults      GPU {SLOW_GPU[1]} of {hosts[SLOW_GPU[0]]} is 1.6x slow (straggler, ~20 s); "
+            f"{hosts[NIC_ERRORS_NODE]}'s RDMA port counts symbol errors (nic_errors_rising); a rank on "
+            f"{hosts[-1]} stops answering after {self.fault_after_s:g} s (rank_missing)\n"
             f"  try         ranksight alerts --follow --nats {url}\n"
             f"              ranksight stragglers --nats {url}\n"
             f"              ranksight jobs --nats {url}\n"

@@ -64,8 +64,11 @@ def field_type(info: FieldInfo) -> Any:
 
 
 def _default(info: FieldInfo) -> Any:
-    if info.default_factory is not None:
-        return msgspec.field(default_factory=info.default_factory)  # type: ignore[arg-type]
+    factory = info.default_factory
+    if isinstance(factory, type) and issubclass(factory, BaseModel):
+        return msgspec.field(default_factory=struct_for(factory))
+    if factory is not None:
+        return msgspec.field(default_factory=factory)  # type: ignore[arg-type]
     if isinstance(info.default, BaseModel):  # a sub-model default: a fresh twin per record
         model, values = type(info.default), info.default.model_dump()
         return msgspec.field(default_factory=lambda: msgspec.convert(values, struct_for(model)))

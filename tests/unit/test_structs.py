@@ -7,7 +7,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import msgspec
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from schemas.envelope import Envelope
 from schemas.records import RECORD_MODELS, GpuRecord, HeartbeatRecord
@@ -80,3 +80,14 @@ def test_builtins_and_json_are_the_same_for_twins_and_models() -> None:
     twin = from_builtins(GpuRecord, model.model_dump())
     assert to_builtins(twin) == to_builtins(model) == model.model_dump()
     assert to_json([twin]) == to_json([model]) == "[" + model.model_dump_json() + "]"
+
+
+def test_a_sub_model_factory_default_becomes_its_twin() -> None:
+    class Inner(BaseModel):
+        n: int = 1
+
+    class Outer(BaseModel):
+        inner: Inner = Field(default_factory=Inner)
+
+    twin = msgspec.convert({}, struct_for(Outer))
+    assert type(twin.inner) is struct_for(Inner) and to_builtins(twin) == Outer().model_dump()

@@ -72,9 +72,7 @@ def _default(info: FieldInfo) -> Any:
     if isinstance(info.default, BaseModel):  # a sub-model default: a fresh twin per record
         model, values = type(info.default), info.default.model_dump()
         return msgspec.field(default_factory=lambda: msgspec.convert(values, struct_for(model)))
-    if isinstance(info.default, list | dict) and not info.default:
-        return msgspec.field(default_factory=type(info.default))
-    return info.default
+    return info.default  # msgspec copies an empty list or dict default for every instance
 
 
 @cache

@@ -47,6 +47,9 @@ def test_defaults_are_fresh_per_record() -> None:
     twin = struct_for(HeartbeatRecord)
     a, b = (msgspec.convert(_required(HeartbeatRecord), twin) for _ in range(2))
     assert a.collectors is not b.collectors and a.publisher is not b.publisher
+    app = struct_for(RECORD_MODELS["app"])  # open_sections: a plain [] default, not a factory
+    c, d = (msgspec.convert(_required(RECORD_MODELS["app"]), app) for _ in range(2))
+    assert c.open_sections == [] and c.open_sections is not d.open_sections
 
 
 def test_constraints_carry_over() -> None:

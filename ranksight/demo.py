@@ -96,7 +96,8 @@ class Demo:
         self.fault_after_s = fault_after_s
         self.root = settings.state_dir / "demo"
         self.ras = [_endpoint() for _ in range(nodes)]
-        self.hosts = [_job_spec(nodes, 0).hostname(i) for i in range(nodes)]
+        naming = _job_spec(nodes, 0)
+        self.hosts = [naming.hostname(i) for i in range(nodes)]
         self.sysfs = [NodeSysfs(self.root / "sys" / self.hosts[i],
                                 slow_gpu=SLOW_GPU[1] if i == SLOW_GPU[0] else None,
                                 nic_errors_per_s=5.0 if i == NIC_ERRORS_NODE else 0.0) for i in range(nodes)]  # fmt: skip

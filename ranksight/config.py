@@ -63,9 +63,18 @@ class RasSettings(CollectorSettings):
     addr: str | None = Field(
         None, description="RAS endpoint, NCCL_RAS_ADDR syntax; default $NCCL_RAS_ADDR or localhost:28028"
     )
-    timeout_s: float = Field(10.0, gt=0, description="overall deadline of one status poll")
-    collective_timeout_s: float = Field(
-        5.0, gt=0, description="sent as TIMEOUT <s>: the server's gathering timeout"
+    timeout_s: float = Field(
+        30.0, gt=0, description="cap on one RAS exchange; each read may wait 2 x collective_timeout_s + 1 s"
+    )
+    collective_timeout_s: int = Field(
+        5,
+        ge=0,
+        description="sent as TIMEOUT <s>: the server's gathering timeout, whole seconds; 0 disables it",
+    )
+    detail_every: int = Field(
+        3,
+        ge=1,
+        description="every Nth poll adds a JSON status (op counts for hang detection) to the text status",
     )
     max_reply_bytes: int = Field(64 << 20, ge=1024, description="larger status replies are refused")
     verbose: bool = Field(False, description="VERBOSE STATUS instead of STATUS")

@@ -32,7 +32,7 @@ from ranksight.cliutil import (
     settings_from_args,
 )
 from ranksight.config import Settings
-from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json
+from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import Fault, JobSpec
 from ranksight.up import first, port_busy, with_embedded_nats
 from schemas.records.ras import RasEvent
@@ -179,10 +179,10 @@ class Demo:
     def _advance(self, job: LiveJob) -> None:
         """Bring every source up to now: the job's dump lines, the RAS status, the sysfs trees."""
         job.release(time.time_ns() // 1000)
-        status = ras_status_json(job, self.missing)
+        status, text = ras_status_json(job, self.missing), ras_status_text(job, self.missing)
         now = time.time()
         for ras, sysfs in zip(self.ras, self.sysfs, strict=True):
-            ras.status_json = status
+            ras.status_json, ras.status_text = status, text
             sysfs.write(now)
 
     async def _lose_rank(self, job: LiveJob) -> None:
@@ -216,7 +216,7 @@ class Demo:
 
 
 def _endpoint(port: int = 0) -> FakeRasServer:
-    """One process's RAS endpoint, NCCL 2.29: the agents' clients ask for JSON status, so there is no text form."""
+    """One process's RAS endpoint, NCCL 2.29 (text and JSON status, MONITOR)."""
     return FakeRasServer(PROFILES["2.29"], status_text=b"", port=port)
 
 

@@ -1,5 +1,7 @@
 """The ``ras`` collector: every agent holds a MONITOR connection (``ras_event`` records); the job's lease holder polls
-``STATUS`` every ``interval_s`` (``ras`` records). No RAS endpoint means no job on this node: ``absent``, not an error.
+``STATUS`` every ``interval_s`` (``ras`` records): the text status every poll, with a JSON status's communicator detail
+merged in every ``detail_every`` polls (:mod:`agent.collectors.ras.poll`). No RAS endpoint means no job on this node:
+``absent``, not an error.
 
 When an endpoint that served a job stops answering (MONITOR EOF or a refused poll), one ``ENDPOINT_CLOSED`` event (group
 ``RANKSIGHT``) is published for that job, so the aggregator can tell a normal end (ranks FINALIZE, then the port closes)
@@ -19,8 +21,7 @@ from agent.collectors.ras.client import DEFAULT_PORT, RasClient
 from agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused
 from agent.collectors.ras.jobid import derived_job_id, endpoint_job_id, listener_pid, scheduler_job_id
 from agent.collectors.ras.lease import Lease
-from agent.collectors.ras.parse_json import parse_status_json
-from agent.collectors.ras.parse_text import parse_status_text
+from agent.collectors.ras.poll import poll_status
 from schemas.records.ras import RasEvent, RasEventRecord, RasRecord, RasStatus
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ class RasCollector(StreamingCollector):
         self.poll_lock = asyncio.Lock()  # never two polls at once against this node's endpoint
         self.job_id: str | None = None
         self.last_status: RasStatus | None = None
+        self.polls = 0
         ctx.add_command("ras_status", self._status_command)
 
     def _identify(self, status: RasStatus | None = None) -> str:
@@ -71,8 +73,9 @@ class RasCollector(StreamingCollector):
         if not await self.lease.hold(job):
             return None
         async with self.poll_lock:
-            fmt, body = await self.client.status(verbose=self.cfg.verbose)
-        status = parse_status_json(body) if fmt == "json" else parse_status_text(body)
+            status = await poll_status(self.client, verbose=self.cfg.verbose,
+                                       detail=self.polls % self.cfg.detail_every == 0)  # fmt: skip
+        self.polls += 1
         self.job_id = self._identify(status)
         if self.job_id != job:  # the id became job-wide: poll under that lease from now on
             await self.lease.release()

@@ -323,6 +323,20 @@ class HardwareAlertSettings(Section):
     nic_congestion_for_s: float = Field(30.0, gt=0, description="how long congestion must last to alert")
 
 
+class RasAlertSettings(Section):
+    """The RAS alerts (``aggregator.ras``)."""
+
+    hang_after_s: float = Field(
+        120.0, gt=0, description="comm_hang: no op count of the job advanced for this long while it is alive"
+    )
+    peer_dead_confirm_polls: int = Field(
+        2,
+        ge=1,
+        description="a MONITOR PEER_DEAD alerts at once; statuses after it that do not list the process "
+        "withdraw it after this many",
+    )
+
+
 class HttpSettings(Section):
     """The aggregator's HTTP face (``aggregator.http``): JSON API, /openapi.json, /metrics, /events and the web page."""
 
@@ -365,6 +379,7 @@ class AggregatorSettings(Section):
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()
+    ras: RasAlertSettings = RasAlertSettings()
     http: HttpSettings = HttpSettings()
 
 

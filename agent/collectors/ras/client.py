@@ -36,6 +36,7 @@ from schemas.records.ras import RasEvent
 DEFAULT_PORT = 28028
 PROTOCOL = 2
 READ_CHUNK = 65536
+MONITOR_GROUPS = ("lifecycle", "trace", "all")  # what MONITOR accepts, comma-separated (2.29+)
 log = logging.getLogger(__name__)
 
 

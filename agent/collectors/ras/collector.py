@@ -11,17 +11,15 @@ from a failure.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agent.collectors.base import Emit, StreamingCollector
-from agent.collectors.ras.client import DEFAULT_PORT, RasClient
 from agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused
 from agent.collectors.ras.jobid import derived_job_id, endpoint_job_id, listener_pid, scheduler_job_id
 from agent.collectors.ras.lease import Lease
-from agent.collectors.ras.poll import poll_status
+from agent.collectors.ras.poll import client_for, poll_status
 from schemas.records.ras import RasEvent, RasEventRecord, RasRecord, RasStatus
 
 if TYPE_CHECKING:
@@ -39,10 +37,7 @@ class RasCollector(StreamingCollector):
     def __init__(self, ctx: AgentContext, settings: RasSettings) -> None:
         super().__init__(ctx, settings)
         self.cfg = settings
-        addr = settings.addr or os.environ.get("NCCL_RAS_ADDR") or f"localhost:{DEFAULT_PORT}"
-        self.client = RasClient(addr, timeout_s=settings.timeout_s,
-                                collective_timeout_s=settings.collective_timeout_s,
-                                max_reply_bytes=settings.max_reply_bytes)  # fmt: skip
+        self.client = client_for(settings)
         self.lease = Lease(ctx.nc.jetstream(), settings.lease_ttl_s or 3 * settings.interval_s,
                            f"{ctx.node}:{ctx.incarnation}")  # fmt: skip
         self.poll_lock = asyncio.Lock()  # never two polls at once against this node's endpoint

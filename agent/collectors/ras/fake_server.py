@@ -30,6 +30,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agent.collectors.ras.client import MONITOR_GROUPS
 from schemas.records.ras import RasEvent
 
 Fault = Literal["none", "silent", "reset"]
@@ -65,7 +66,7 @@ def inject_missing_comma(text: str) -> str:
     return '"missing_ranks"'.join(out)
 
 
-EVENT_GROUPS = {"lifecycle": {"LIFECYCLE"}, "trace": {"TRACE"}, "all": {"LIFECYCLE", "TRACE"}}
+EVENT_GROUPS = dict(zip(MONITOR_GROUPS, ({"LIFECYCLE"}, {"TRACE"}, {"LIFECYCLE", "TRACE"}), strict=True))
 TRACE_EVENTS = ("PEER_UNRESPONSIVE", "PEER_RETRY")
 
 

@@ -10,11 +10,24 @@ RAS collective across the job, so the caller asks for detail on only some polls.
 
 from __future__ import annotations
 
-from agent.collectors.ras.client import RasClient
+import os
+from typing import TYPE_CHECKING
+
+from agent.collectors.ras.client import DEFAULT_PORT, RasClient
 from agent.collectors.ras.facts import add_evidence, add_process
 from agent.collectors.ras.parse_json import parse_status_json
 from agent.collectors.ras.parse_text import parse_status_text
 from schemas.records.ras import RasStatus
+
+if TYPE_CHECKING:
+    from ranksight.config import RasSettings
+
+
+def client_for(settings: RasSettings, addr: str | None = None) -> RasClient:
+    """The client the settings describe; the address: ``addr``, the setting, ``$NCCL_RAS_ADDR``, localhost:28028."""
+    addr = addr or settings.addr or os.environ.get("NCCL_RAS_ADDR") or f"localhost:{DEFAULT_PORT}"
+    return RasClient(addr, timeout_s=settings.timeout_s, collective_timeout_s=settings.collective_timeout_s,
+                     max_reply_bytes=settings.max_reply_bytes)  # fmt: skip
 
 
 def merge_detail(text: RasStatus, detail: RasStatus) -> RasStatus:

@@ -55,7 +55,6 @@ async def started(component: Aggregator | AgentRuntime, stop: asyncio.Event) -> 
 
 async def one_round(root: Path, args: argparse.Namespace, monitor: bool) -> list[float]:
     """Latencies (s) of ``args.injections`` dead processes, one after another."""
-    root.mkdir(parents=True)
     nats_server = NatsServer(root / "nats").start()
     stop = asyncio.Event()
     tasks: list[asyncio.Task[None]] = []
@@ -69,7 +68,6 @@ async def one_round(root: Path, args: argparse.Namespace, monitor: bool) -> list
         servers = [await FakeRasServer(PROFILES["2.29"], ras_status_text(job, missing),
                                        ras_status_json(job, missing)).start() for _ in range(args.nodes)]  # fmt: skip
         tasks.append(await started(Aggregator(settings), stop))
-        (root / "proc").mkdir()
         for i, server in enumerate(servers):
             s = agent_settings(settings, spec.hostname(i), server, args.interval, monitor, root / "proc")
             tasks.append(await started(AgentRuntime(s, only=["ras"]), stop))
@@ -96,7 +94,11 @@ async def one_round(root: Path, args: argparse.Namespace, monitor: bool) -> list
             while True:
                 at, alert = await asyncio.wait_for(alerts.get(), timeout=60)
                 evidence = alert.get("evidence") or {}
-                if alert["rule"] == "rank_missing" and alert["state"] == "firing" and evidence.get("pid") == pid:
+                if (
+                    alert["rule"] == "rank_missing"
+                    and alert["state"] == "firing"
+                    and evidence.get("pid") == pid
+                ):
                     latencies.append(at - injected)
                     break
             await asyncio.sleep(1.0)
@@ -119,12 +121,20 @@ async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--injections", type=int, default=10)
-    parser.add_argument("--interval", type=float, default=10.0, help="the agents' status poll period (default 10)")
+    parser.add_argument(
+        "--interval", type=float, default=10.0, help="the agents' status poll period (default 10)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as d:
+        for name in ("monitor", "polls"):
+            (Path(d) / name / "proc").mkdir(
+                parents=True
+            )  # an empty /proc: no scheduler id, ids from the comms
         fast = await one_round(Path(d) / "monitor", args, monitor=True)
         base = await one_round(Path(d) / "polls", args, monitor=False)
-    print(f"{args.nodes} nodes x {GPUS} GPUs, status poll every {args.interval:g} s, {args.injections} dead processes")
+    print(
+        f"{args.nodes} nodes x {GPUS} GPUs, status poll every {args.interval:g} s, {args.injections} dead processes"
+    )
     print(f"{'path':<34}{'p50 s':>8}{'max s':>8}   each")
     print(summary("PEER_DEAD fast path (MONITOR)", fast))
     print(summary("status polls only (baseline)", base))

@@ -3,8 +3,8 @@
 Facts are keyed by (cluster, job id), so a new job or restart cycle is never judged with the previous one: a status
 that arrives for a job that had ended starts a new cycle. Per communicator the tracker counts consecutive polls with
 a MISMATCH (routinely transient, so rules wait for it to persist) and keeps its op count total with the receipt time it
-last changed (first seen counts as a change), carried over polls without JSON detail, so a hang is judged on time, not
-on poll counts. A MONITOR ``PEER_DEAD`` is kept as a pending dead peer, with the number of statuses since that did not
+last changed (first seen counts as a change), carried over polls without JSON detail (a text status lists only flagged
+communicators: the others carry over, unflagged), so a hang is judged on time, not on poll counts. A MONITOR ``PEER_DEAD`` is kept as a pending dead peer, with the number of statuses since that did not
 list it, until a status lists the process (then the status speaks for it). A job ends when its endpoint closes
 (``ENDPOINT_CLOSED``); the end is normal when the last poll had no ERROR/DEAD/ABORT and no peer died. Pure: no clock,
 no I/O.
@@ -13,7 +13,7 @@ no I/O.
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from schemas.envelope import Envelope
@@ -131,6 +131,13 @@ class JobTracker:
             comm = CommState(c.hash, c.size, c.status, list(c.errors), list(c.missing_ranks), dict(c.rank_status),
                              op_total, recv_ns, list(c.unknown_ranks), c.complete, list(c.evidence))  # fmt: skip
             comms[c.hash] = _advance(job.comms.get(c.hash), comm)
+        if (
+            not rec.all_communicators
+        ):  # text lists flagged communicators only: the others are unflagged, counts stand
+            for comm_hash, prev in job.comms.items():
+                if comm_hash not in comms:
+                    comms[comm_hash] = replace(prev, errors=[], missing_ranks=[], unknown_ranks=[], complete=True,
+                                         evidence=[], mismatch_polls=0)  # fmt: skip
         job.comms = comms
         listed = {process_key(p.host, p.pid) for p in [*rec.missing_processes, *rec.dead_processes]}
         for peer, pending in list(job.peers_dead.items()):

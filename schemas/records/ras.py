@@ -77,10 +77,10 @@ class RasStatus(BaseModel):
     mismatches: list[RasMismatch] = Field(default_factory=list)
     timeouts: int = 0
     collection_s: float | None = None
-    job_sections: bool = (
-        True  # False: the format has no job-level INCOMPLETE/DEAD sections (JSON), so an empty
-    )
-    # missing/dead list means "not said", not "none"
+    # False: the format has no job-level INCOMPLETE/DEAD sections (JSON): empty missing/dead lists mean "not said"
+    job_sections: bool = True
+    # False: only the communicators with a flag are listed (text): an absent one is unflagged, its op counts unknown
+    all_communicators: bool = True
 
 
 class RasRecord(Record, RasStatus):

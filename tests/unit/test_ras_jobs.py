@@ -215,3 +215,16 @@ def test_job_identity_from_proc(tmp_path: Path) -> None:
     assert pid == 4242 and scheduler_job_id(proc, pid) == "slurm-777"
     assert listener_pid(proc, 28029) is None
     assert derived_job_id(["0x2", "0x1"]) == derived_job_id(["0x1", "0x2", "0x1"]) != derived_job_id(["0x3"])
+
+
+def test_text_polls_between_json_polls_keep_the_unlisted_communicators() -> None:
+    from agent.collectors.ras.parse_text import parse_status_text
+
+    h = Harness()
+    h.feed("ras", _multi([4, 14, 0]))
+    text = parse_status_text((RAS / "upstream-server/ref_2.28.9_text_healthy.txt").read_bytes())
+    assert text.all_communicators is False and text.communicators == []
+    h.feed("ras", record(text))
+    job = h.state.jobs.jobs[("test", "slurm-1")]
+    assert sorted(c.op_total for c in job.comms.values()) == [0, 4, 14]  # absent from the text is not gone
+    assert {c.errors == [] for c in job.comms.values()} == {True}

@@ -47,10 +47,13 @@ class RasCollector(StreamingCollector):
         ctx.add_command("ras_status", self._status_command)
 
     def _identify(self, status: RasStatus | None = None) -> str:
-        """Scheduler id when readable; else from the communicators; else from this node's endpoint."""
+        """Scheduler id when readable; else from the communicators (a status that lists them all: JSON detail); else
+        from this node's endpoint."""
         pid = listener_pid(self.cfg.proc_root, self.client.port)
         job = scheduler_job_id(self.cfg.proc_root, pid) if pid is not None else None
-        if job is None and status is not None:
+        if (
+            job is None and status is not None and status.all_communicators
+        ):  # a partial list would give another id
             job = derived_job_id(c.hash for c in status.communicators)
         if job is None and self.job_id is not None and self.job_id.startswith("ras-"):
             return self.job_id

@@ -212,7 +212,7 @@ class _Parser:
             format="text", version=self.version, health=self.flags.health(), nodes=self.nodes,
             processes=self.processes, gpus=self.gpus, communicators=list(self.comms.values()),
             missing_processes=self.missing, dead_processes=self.dead, mismatches=self.mismatches,
-            timeouts=self.timeouts, collection_s=self.collection_s,
+            timeouts=self.timeouts, collection_s=self.collection_s, all_communicators=False,
         )  # fmt: skip
 
 

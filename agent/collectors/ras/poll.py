@@ -32,7 +32,7 @@ def client_for(settings: RasSettings, addr: str | None = None) -> RasClient:
 
 def merge_detail(text: RasStatus, detail: RasStatus) -> RasStatus:
     """The text status (job-level truth, health, evidence lines) completed with a JSON status's communicator detail."""
-    out = text.model_copy(deep=True)
+    out = text.model_copy(deep=True, update={"all_communicators": True})
     comms = {c.hash: c for c in out.communicators}
     for jc in detail.communicators:
         tc = comms.get(jc.hash)

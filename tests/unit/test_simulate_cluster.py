@@ -8,7 +8,8 @@ from agent.collectors.gpu.sysfs import read_amdgpu_sysfs
 from agent.collectors.inspector.parse import parse_line
 from agent.collectors.nic.sysfs import read_nics
 from agent.collectors.ras.parse_json import parse_status_json
-from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json
+from agent.collectors.ras.parse_text import parse_status_text
+from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import JobSpec
 
 
@@ -43,6 +44,22 @@ def test_ras_status_parses_and_shows_the_missing_rank(tmp_path: Path) -> None:
     degraded = parse_status_json(ras_status_json(job, {(3, 1)}))
     assert degraded.health == "degraded"
     assert [(p.host, p.pid, p.gpus) for p in degraded.missing_processes] == [("node003", 40292, [1])]
+
+
+def test_ras_text_status_says_what_the_json_says(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    job.release(job.end_us)
+    healthy = parse_status_text(ras_status_text(job, set()))
+    assert (healthy.health, healthy.communicators, healthy.nodes) == ("ok", [], job.spec.nodes)
+    text = parse_status_text(ras_status_text(job, {(3, 1)}))
+    body = parse_status_json(ras_status_json(job, {(3, 1)}))
+    assert text.health == body.health == "degraded"
+    assert [(p.host, p.pid, p.gpus, p.comms) for p in text.missing_processes] == [
+        (p.host, p.pid, p.gpus, p.comms) for p in body.missing_processes
+    ]
+    assert {c.hash: c.missing_ranks for c in text.communicators} == {
+        c.hash: c.missing_ranks for c in body.communicators if c.missing_ranks
+    }
 
 
 def test_sysfs_tree_reads_as_gpus_and_an_rdma_port_whose_counters_advance(tmp_path: Path) -> None:

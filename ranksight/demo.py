@@ -107,7 +107,9 @@ class Demo:
         """A real agent's settings, pointed at this node's simulated sources."""
         c = self.settings.agent.collectors
         collectors = c.model_copy(update={
-            "ras": c.ras.model_copy(update={"addr": self.ras[node].address, "interval_s": 5.0}),
+            # a simulated node's /proc holds no job process: the job id comes from the communicators
+            "ras": c.ras.model_copy(update={"addr": self.ras[node].address, "interval_s": 5.0,
+                                            "proc_root": self.root / "proc"}),
             "inspector": c.inspector.model_copy(update={"dump_dir": job.dump_dir(node)}),
             "gpu": c.gpu.model_copy(update={"sources": ["sysfs"], "sysfs_root": self.sysfs[node].root}),
             "nic": c.nic.model_copy(update={"sysfs_root": self.sysfs[node].root, "tool_counters": False}),

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import duckdb
+import nats.errors
 
 from agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from agent.runtime import AgentRuntime
@@ -151,3 +152,28 @@ async def test_job_alert_lifecycle_through_ingest_and_replay(settings: Settings,
         con.close()
     finally:
         await server.stop()
+
+
+async def test_a_lease_timeout_fails_one_poll_and_keeps_the_monitor(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Under load the lease's KV request can time out: that poll fails, the MONITOR connection stays (a restarted
+    collector would reopen it and miss the events in between)."""
+    healthy = (RAS / "nccl_2.28.9_json_status_healthy_2rank.json").read_bytes()
+    async with FakeRasServer(PROFILES["2.29"], HEALTHY_TEXT, healthy) as server:
+        proc = fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "9"})
+        async with agent(ras_settings(settings, server, proc, "node-a"), only=["ras"]) as rt:
+            assert rt.ctx is not None
+            collector = rt.ctx.collectors["ras"]
+            real, calls = collector.lease.hold, []  # type: ignore[attr-defined]
+
+            async def flaky(job: str) -> bool:
+                calls.append(job)
+                if len(calls) == 3:
+                    raise nats.errors.TimeoutError
+                return bool(await real(job))
+
+            collector.lease.hold = flaky  # type: ignore[attr-defined]
+            await wait_for(lambda: len(calls) >= 6, timeout=10)
+            assert collector.health.errors >= 1  # the failed poll is counted
+            assert server.commands.count("MONITOR lifecycle") == 1

@@ -15,6 +15,8 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import nats.errors
+
 from agent.collectors.base import Emit, StreamingCollector
 from agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused
 from agent.collectors.ras.jobid import derived_job_id, endpoint_job_id, listener_pid, scheduler_job_id
@@ -51,9 +53,7 @@ class RasCollector(StreamingCollector):
         from this node's endpoint."""
         pid = listener_pid(self.cfg.proc_root, self.client.port)
         job = scheduler_job_id(self.cfg.proc_root, pid) if pid is not None else None
-        if (
-            job is None and status is not None and status.all_communicators
-        ):  # a partial list would give another id
+        if job is None and status is not None and status.all_communicators:  # a partial list: another id
             job = derived_job_id(c.hash for c in status.communicators)
         if job is None and self.job_id is not None and self.job_id.startswith("ras-"):
             return self.job_id
@@ -70,9 +70,10 @@ class RasCollector(StreamingCollector):
         job = self.job_id or self._identify()
         if not await self.lease.hold(job):
             return None
+        # a job not identified yet gets the full communicator list at once (its id derives from it)
+        detail = self.job_id is None or self.polls % self.cfg.detail_every == 0
         async with self.poll_lock:
-            status = await poll_status(self.client, verbose=self.cfg.verbose,
-                                       detail=self.polls % self.cfg.detail_every == 0)  # fmt: skip
+            status = await poll_status(self.client, verbose=self.cfg.verbose, detail=detail)
         self.polls += 1
         self.job_id = self._identify(status)
         if self.job_id != job:  # the id became job-wide: poll under that lease from now on
@@ -89,7 +90,8 @@ class RasCollector(StreamingCollector):
             except RasRefused as exc:
                 await self._job_gone()
                 self.health.state, self.health.last_error = "absent", str(exc)
-            except (RasClientError, RasParseError) as exc:
+            # nats: the lease's KV request timed out under load; the next poll retries (the MONITOR stays up)
+            except (RasClientError, RasParseError, nats.errors.Error) as exc:
                 self.health.failure(exc, time.monotonic() - started)
             else:
                 self.health.success(time.monotonic() - started)

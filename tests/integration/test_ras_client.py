@@ -6,6 +6,7 @@ replies, oversized)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import re
 import socket
@@ -315,3 +316,13 @@ async def test_poll_of_json_only_job_state_still_sees_missing_and_dead() -> None
     assert [(p.host, p.pid, p.evidence) for p in status.dead_processes] == [("10.0.0.3", 3002, [
         "DEAD", "  1 job process is considered dead (unreachable via the RAS network)",
         "  Process 3002 on node 10.0.0.3 managing GPU 1"])]  # fmt: skip
+
+
+async def test_an_expired_cap_raises_without_leaving_a_coroutine_unawaited(
+    recwarn: pytest.WarningsRecorder,
+) -> None:
+    async with fake("2.24") as server:
+        with pytest.raises(RasTimeout, match="exceeded its 1e-09s cap"):
+            await RasClient(server.address, timeout_s=1e-9).status()
+    gc.collect()
+    assert not [w for w in recwarn if "never awaited" in str(w.message)]

@@ -105,9 +105,12 @@ class RasClient:
 
     async def _connect(self, deadline: _Deadline) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         loop = asyncio.get_running_loop()
+        limit = (
+            deadline.left()
+        )  # before the awaitable is made: an expired cap must not leave it never awaited
         try:
             infos = await asyncio.wait_for(
-                loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM), deadline.left()
+                loop.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM), limit
             )
         except socket.gaierror as exc:
             raise RasRefused(f"cannot resolve RAS host {self.host!r}: {exc}") from None
@@ -115,10 +118,10 @@ class RasClient:
             raise RasTimeout(f"resolving {self.host!r} timed out") from None
         errors = []
         for family, _, _, _, sockaddr in dict.fromkeys(infos):
+            limit = deadline.left()
             try:
                 return await asyncio.wait_for(
-                    asyncio.open_connection(str(sockaddr[0]), int(sockaddr[1]), family=family),
-                    deadline.left(),
+                    asyncio.open_connection(str(sockaddr[0]), int(sockaddr[1]), family=family), limit
                 )
             except TimeoutError:
                 raise RasTimeout(f"connecting to {sockaddr[0]} port {self.port} timed out") from None
@@ -127,10 +130,11 @@ class RasClient:
         raise RasRefused(f"no RAS endpoint at {self.endpoint} ({'; '.join(errors) or 'no address'})")
 
     async def _line(self, reader: asyncio.StreamReader, deadline: _Deadline) -> str:
+        limit = deadline.read()
         try:
-            raw = await asyncio.wait_for(reader.readline(), deadline.read())
+            raw = await asyncio.wait_for(reader.readline(), limit)
         except TimeoutError:
-            raise RasTimeout(f"{self.endpoint} did not answer within {deadline.read():g}s") from None
+            raise RasTimeout(f"{self.endpoint} did not answer within {limit:g}s") from None
         except ConnectionError as exc:
             raise RasReset(f"connection to {self.endpoint} reset: {exc}") from None
         if not raw.endswith(b"\n"):
@@ -197,8 +201,9 @@ class RasClient:
         chunks: list[bytes] = []
         size = 0
         while True:
+            limit = deadline.read()
             try:
-                chunk = await asyncio.wait_for(reader.read(READ_CHUNK), deadline.read())
+                chunk = await asyncio.wait_for(reader.read(READ_CHUNK), limit)
             except TimeoutError:
                 raise RasTimeout(f"status from {self.endpoint} stalled or exceeded the {self.timeout_s:g}s cap "
                                  f"after {size} bytes") from None  # fmt: skip

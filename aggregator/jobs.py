@@ -174,5 +174,9 @@ class JobTracker:
                 del self.jobs[key]
 
     def live(self) -> list[JobState]:
-        """Jobs being judged: polled recently and not ended."""
+        """Jobs polled recently and not ended: their facts are fresh."""
         return [j for j in self.jobs.values() if j.state == "running"]
+
+    def current(self) -> list[JobState]:
+        """Jobs not ended: live, or stale (a late poll says nothing new, so their last facts stand)."""
+        return [j for j in self.jobs.values() if j.state != "ended"]

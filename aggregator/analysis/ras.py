@@ -1,6 +1,7 @@
 """RAS rules over :class:`aggregator.jobs.JobTracker`: missing and dead processes, communicator errors, persistent
-mismatches, hangs, and the job lifecycle (started / ended). Only live (polled, not ended) jobs are judged, so a normal
-end resolves every failure alert of the job and raises none.
+mismatches, hangs, and the job lifecycle (started / ended). Jobs that have not ended are judged on their last facts,
+also while stale (a late poll under load is not news, and resolving then re-firing would flap); a hang needs fresh
+polls. A normal end resolves every failure alert of the job and raises none.
 
 Every RAS alert names the job, the node when one node is at fault (a RAS host that is an agent's node name or
 hostname), and carries the exact status lines behind it (``evidence.lines``):
@@ -56,7 +57,7 @@ class RankMissingRule:
         self.settings = settings or RasAlertSettings()
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for job in state.jobs.live():
+        for job in state.jobs.current():
             named: set[int] = set()
             for how, proc in [*(("missing", p) for p in job.missing_processes),
                               *(("dead", p) for p in job.dead_processes)]:  # fmt: skip
@@ -97,7 +98,7 @@ class ProcessDeadRule:
     name = "process_dead"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for job in state.jobs.live():
+        for job in state.jobs.current():
             for proc in job.dead_processes:
                 yield Condition(self.name, "critical", job.cluster,
                                 f"job {job.job_id}: process {proc.pid} on {proc.host} ({_gpus(proc.gpus)}) is dead",
@@ -111,7 +112,7 @@ class CommErrorRule:
     name = "comm_error"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for job in state.jobs.live():
+        for job in state.jobs.current():
             for comm in job.comms.values():
                 if "ERROR" in comm.errors or comm.status == "ABORT":
                     yield Condition(self.name, "critical", job.cluster,
@@ -125,7 +126,7 @@ class CommMismatchRule:
     name = "comm_mismatch"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for job in state.jobs.live():
+        for job in state.jobs.current():
             for comm in job.comms.values():
                 if comm.mismatch_polls >= MISMATCH_PERSIST_POLLS:
                     yield Condition(self.name, "warning", job.cluster,

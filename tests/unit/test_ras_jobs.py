@@ -228,3 +228,18 @@ def test_text_polls_between_json_polls_keep_the_unlisted_communicators() -> None
     job = h.state.jobs.jobs[("test", "slurm-1")]
     assert sorted(c.op_total for c in job.comms.values()) == [0, 4, 14]  # absent from the text is not gone
     assert {c.errors == [] for c in job.comms.values()} == {True}
+
+
+def test_a_late_poll_does_not_resolve_a_missing_process_nor_raise_a_hang() -> None:
+    h = Harness()
+    missing = record(status("nccl_2.29.1_json_status_docs_sample_missing_rank.json"))
+    h.feed("ras", missing)
+    h.now += 300 * NS  # no poll for five minutes (an overloaded poller): the job is stale
+    h.state.tick(h.now)
+    assert h.state.jobs.jobs[("test", "slurm-1")].state == "stale"
+    assert (
+        h.engine.evaluate(h.rules, h.state, h.now) == []
+    )  # rank_missing stands; no comm_hang from old counts
+    assert h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json"))) == [
+        ("rank_missing", "resolved")
+    ]

@@ -49,6 +49,12 @@ class NatsSettings(Section):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     connect_timeout_s: float = 5.0
+    inbox_prefix: str = Field(
+        "_INBOX",
+        pattern=r"^[A-Za-z0-9_$-]+(\.[A-Za-z0-9_$-]+)*$",
+        description="prefix of this client's reply subjects; one per NATS user (e.g. _INBOX.gpu-node-001) lets "
+        "the server's permissions confine each user to its own replies",
+    )
 
 
 class CollectorSettings(Section):

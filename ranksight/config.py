@@ -158,11 +158,25 @@ class ProbeSettings(CollectorSettings):
         description="CIDRs whose clients the probe server accepts",
     )
     max_concurrent: int = Field(2, ge=1, description="probes served at once; more are answered busy")
+    max_per_peer: int = Field(
+        1, ge=1, description="probes served at once to one address; more are answered busy"
+    )
     max_bytes: int = Field(
         256 * 1024**2, ge=1, description="bytes per probe direction the server grants at most"
     )
     max_seconds: float = Field(5.0, gt=0, description="seconds per probe direction the server grants at most")
-    max_bytes_per_minute: int = Field(4 * 1024**3, ge=1, description="all probes served together")
+    max_bytes_per_minute: int = Field(
+        4 * 1024**3,
+        ge=1,
+        description="bytes all probes served together move per minute (charged as they move)",
+    )
+    max_bytes_per_peer_per_minute: int = Field(
+        1024**3, ge=1, description="bytes the probes of one address move per minute"
+    )
+    handshake_timeout_s: float = Field(2.0, gt=0, description="a client must send its request within this")
+    idle_timeout_s: float = Field(
+        5.0, gt=0, description="a read or write that makes no progress this long ends the probe"
+    )
 
 
 class GpuProbeSettings(CollectorSettings):

@@ -9,6 +9,7 @@ A failed measurement is a record too (``error`` set): a link that cannot be prob
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import ipaddress
 import socket
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,9 @@ from agent.collectors.base import Emit, StreamingCollector
 from agent.probe.client import ProbeBudget, ProbeError, run_probe
 from agent.probe.server import ProbeServer, ServerLimits, parse_networks
 from schemas.records.probe import ProbeCommand, ProbeEndpointRecord, ProbeRecord
+
+# The probe settings that are the server's limits (same names).
+SERVER_LIMITS = {f.name for f in dataclasses.fields(ServerLimits)}
 
 if TYPE_CHECKING:
     from agent.runtime import AgentContext
@@ -31,8 +35,7 @@ class ProbeCollector(StreamingCollector):
 
     def __init__(self, ctx: AgentContext, settings: ProbeSettings) -> None:  # type: ignore[override]
         super().__init__(ctx, settings)
-        limits = ServerLimits(settings.max_concurrent, settings.max_bytes, settings.max_seconds,
-                              settings.max_bytes_per_minute)  # fmt: skip
+        limits = ServerLimits(**settings.model_dump(include=SERVER_LIMITS))
         self.server = ProbeServer(settings.listen_host, settings.port, parse_networks(settings.allow), limits)
         self._emit: Emit | None = None
         self._probing = asyncio.Lock()  # one outgoing probe at a time: the planner never asks for two

@@ -15,7 +15,7 @@ from agent.probe.protocol import (
     rate_bps,
     rtt_stats_us,
 )
-from agent.probe.server import is_allowed, parse_networks
+from agent.probe.server import ByteBudget, ServerLimits, is_allowed, parse_networks
 
 
 def test_request_and_reply_round_trip() -> None:
@@ -79,3 +79,16 @@ def test_parse_target() -> None:
     for bad in ("host", "host:", ":80", "h:99999", "h:x"):
         with pytest.raises(ValueError):
             parse_target(bad)
+
+
+def test_byte_budget_charges_as_bytes_move_per_minute_and_per_peer() -> None:
+    now = [0.0]
+    budget = ByteBudget(
+        ServerLimits(max_bytes_per_minute=300, max_bytes_per_peer_per_minute=200), lambda: now[0]
+    )
+    assert not budget.exhausted("a")  # asking costs nothing
+    assert budget.charge("a", 150) and budget.charge("a", 100)  # the chunk that crosses the line still moves
+    assert not budget.charge("a", 1) and budget.exhausted("a")  # a's share is spent, b's is not
+    assert budget.charge("b", 60) and not budget.charge("b", 1)  # all peers together: 310 > 300
+    now[0] = 60.0  # a new minute
+    assert budget.charge("a", 200) and budget.charge("b", 50)

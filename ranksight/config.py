@@ -173,6 +173,11 @@ class ProbeSettings(CollectorSettings):
     max_bytes_per_peer_per_minute: int = Field(
         1024**3, ge=1, description="bytes the probes of one address move per minute"
     )
+    max_peers: int = Field(
+        100_000,
+        ge=1,
+        description="registered probe endpoints remembered (probe commands may aim only at these)",
+    )
     handshake_timeout_s: float = Field(2.0, gt=0, description="a client must send its request within this")
     idle_timeout_s: float = Field(
         5.0, gt=0, description="a read or write that makes no progress this long ends the probe"

@@ -75,6 +75,9 @@ async def test_shipped_config_confines_each_role(
 ) -> None:
     node = as_user(settings, shipped, NODE, "change-me-node-001")
     node.agent.node = NODE
+    node.agent.collectors.probe.port = 0  # the probe collector hears its peers' probe endpoints
+    node.agent.collectors.probe.advertise = ["127.0.0.1"]
+    node.agent.collectors.probe.interval_s = 0.5
     aggregator_cfg = as_user(settings, shipped, "aggregator", "change-me-aggregator")
     operator = as_user(settings, shipped, "operator", "change-me-operator")
     subjects = Subjects(settings.subject_prefix)
@@ -83,13 +86,15 @@ async def test_shipped_config_confines_each_role(
         node.agent.collectors.ras = node.agent.collectors.ras.model_copy(update={
             "addr": ras.address, "interval_s": 0.2, "lease_ttl_s": 2.0, "timeout_s": 2.0,
             "proc_root": fake_proc(tmp_path / "proc", ras.port, {"SLURM_JOB_ID": "777"})})  # fmt: skip
-        async with aggregator(aggregator_cfg) as agg, agent(node, only=["heartbeat", "ras"]) as rt:
+        async with aggregator(aggregator_cfg) as agg, agent(node, only=["heartbeat", "ras", "probe"]) as rt:
             assert rt.ctx is not None
             ras_collector = rt.ctx.collectors["ras"]
             await wait_for(lambda: ras_collector.lease.revision is not None, timeout=15)  # type: ignore[attr-defined]
             await wait_for(lambda: ras.statuses_served >= 2, timeout=10)
             await wait_for(lambda: (CLUSTER, NODE) in agg.state.nodes.nodes, timeout=15)
             assert ras_collector.health.state == "ok"
+            targets = rt.ctx.collectors["probe"].targets  # type: ignore[attr-defined]
+            await wait_for(lambda: NODE in targets._endpoints, timeout=10)  # its own announcement came back
 
             for user in (aggregator_cfg, operator):  # both can query
                 answer = await query(user, "nodes", timeout=5)

@@ -169,7 +169,7 @@ class AgentRuntime:
         backoff = 1.0
         while True:
             started = time.monotonic()
-            collector.health.state = "ok"
+            collector.health.running()
             try:
                 await collector.run(emit)
                 return

@@ -61,6 +61,7 @@ class ProbeCollector(StreamingCollector):
                 endpoint = ProbeEndpointRecord(addrs=await self._addresses(), port=self.server.port,
                                                rail=self.settings.rail)  # fmt: skip
                 await self.ctx.batcher.add("probe_endpoint", [endpoint], 3 * self.settings.interval_s, False)
+                self.health.success(0.0)  # serving and announced
                 await asyncio.sleep(self.settings.interval_s)
         finally:
             self._emit = None

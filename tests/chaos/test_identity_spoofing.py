@@ -100,11 +100,22 @@ async def test_shipped_config_confines_each_role(
                 answer = await query(user, "nodes", timeout=5)
                 assert answer.ok and NODE in {row["node"] for row in answer.rows}, answer
             oc = await connect(operator.nats, "operator")
-            try:  # the operator may ask an agent for its status
+            try:  # the operator may ask an agent for its status, and discover services
                 reply = await oc.request(subjects.agent(CLUSTER, NODE, "status"), b"{}", timeout=5)
                 assert json.loads(reply.data)["node"] == NODE
+                reply = await oc.request("$SRV.INFO.ranksight-agent", b"", timeout=5)
+                assert json.loads(reply.data)["metadata"]["node"] == NODE
             finally:
                 await oc.close()
+            ac = await connect(aggregator_cfg.nats, "planner")
+            try:  # the aggregator commands probes and hears the agent's answer (here: a refusal, no such peer)
+                command = {"peer": OTHER, "addr": "127.0.0.1", "port": 28100}
+                reply = await ac.request(
+                    subjects.agent(CLUSTER, NODE, "probe"), json.dumps(command).encode(), timeout=5
+                )
+                assert reply.headers and "no registered probe endpoint" in reply.headers["Nats-Service-Error"]
+            finally:
+                await ac.close()
 
             spoof = subjects.event(CLUSTER, OTHER, "heartbeat")
             own_event = subjects.event(CLUSTER, NODE, "heartbeat")

@@ -71,9 +71,8 @@ class ProbeCollector(StreamingCollector):
 
     async def _on_endpoint(self, msg: Msg) -> None:
         try:
-            node = self.ctx.subjects.parse_event(
-                msg.subject
-            ).node  # who announced: the subject, not the payload
+            # who announced: the subject (NATS permissions bind it to the publisher), not the payload
+            node = self.ctx.subjects.parse_event(msg.subject).node
             envelope = decode_event(msg.data)
         except (SubjectError, DecodeError):
             return  # not an announcement this agent can use; the aggregator dead-letters it

@@ -181,15 +181,21 @@ class Demo:
     def _advance(self, job: LiveJob) -> None:
         """Bring every source up to now: the job's dump lines, the RAS status, the sysfs trees."""
         job.release(time.time_ns() // 1000)
-        status, text = ras_status_json(job, self.missing), ras_status_text(job, self.missing)
+        self._set_status(job)
         now = time.time()
-        for ras, sysfs in zip(self.ras, self.sysfs, strict=True):
-            ras.status_json, ras.status_text = status, text
+        for sysfs in self.sysfs:
             sysfs.write(now)
+
+    def _set_status(self, job: LiveJob) -> None:
+        status, text = ras_status_json(job, self.missing), ras_status_text(job, self.missing)
+        for ras in self.ras:
+            ras.status_json, ras.status_text = status, text
 
     async def _lose_rank(self, job: LiveJob) -> None:
         node, gpu = self.nodes - 1, MISSING_GPU
         self.missing.add((node, gpu))
+        # as with NCCL, the status says so by the time PEER_DEAD is sent
+        await asyncio.to_thread(self._set_status, job)
         event = RasEvent(time=time.strftime("%Y-%m-%d %H:%M:%S"), event_group="LIFECYCLE", event="PEER_DEAD",
                          host=job.spec.hostname(node), pid=job.spec.pid(node, gpu), gpus=[gpu])  # fmt: skip
         for ras in self.ras:

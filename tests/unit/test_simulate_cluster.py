@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agent.collectors.gpu.sysfs import read_amdgpu_sysfs
 from agent.collectors.inspector.parse import parse_line
 from agent.collectors.nic.sysfs import read_nics
@@ -72,3 +74,22 @@ def test_sysfs_tree_reads_as_gpus_and_an_rdma_port_whose_counters_advance(tmp_pa
     [after] = read_nics(tree.root)
     assert after.counters["symbol_error"] - before.counters["symbol_error"] == 8
     assert (after.tx_bytes or 0) - (before.tx_bytes or 0) == 2 * tree.nic_bytes_per_s
+
+
+async def test_demo_status_lists_the_lost_rank_before_peer_dead_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent.collectors.ras.fake_server import FakeRasServer
+    from ranksight.config import load_settings
+    from ranksight.demo import Demo, _job_spec
+
+    demo = Demo(load_settings(None, state_dir=tmp_path), 4, 0.0)
+    job = LiveJob(_job_spec(4, 1), tmp_path / "inspector")
+    seen: list[list[int | None]] = []
+
+    async def push_event(self: FakeRasServer, event: object) -> None:
+        seen.append([p.pid for p in parse_status_text(self.status_text).missing_processes])
+
+    monkeypatch.setattr(FakeRasServer, "push_event", push_event)
+    await demo._lose_rank(job)
+    assert seen == [[job.spec.pid(3, 5)]] * 4  # every endpoint already says so

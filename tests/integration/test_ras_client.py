@@ -133,7 +133,7 @@ UPSTREAM = FIXTURES / "ras/upstream-server"
 
 
 @pytest.mark.parametrize(("value", "ok"), [("5", True), ("0", True), ("", True), (" 7", True), ("+3", True),
-                                           ("2.5", False), ("1e+06", False), ("-1", False), ("5s", False)])  # fmt: skip
+                                           ("  ", False), ("2.5", False), ("1e+06", False), ("-1", False), ("5s", False)])  # fmt: skip
 async def test_fake_parses_timeout_as_upstream_strtol(value: str, ok: bool) -> None:
     async with fake("2.29") as server:
         reader, writer = await asyncio.open_connection("127.0.0.1", server.port)

@@ -101,10 +101,14 @@ def event_json(e: RasEvent) -> bytes:
 
 def strtol_timeout(value: str) -> int | None:
     """``TIMEOUT`` as upstream parses it (``strtol`` base 10, the whole value consumed, not negative); None: invalid."""
-    m = re.fullmatch(r"[ \t\n\v\f\r]*([+-]?\d+)?", value)
+    if not value:
+        return 0  # no digits: strtol stops at the start, which is the end
+    m = re.fullmatch(
+        r"[ \t\n\v\f\r]*([+-]?\d+)", value
+    )  # with no digits strtol consumes nothing, blanks included
     if m is None:
         return None
-    number = int(m.group(1)) if m.group(1) else 0
+    number = int(m.group(1))
     return number if number >= 0 else None
 
 

@@ -11,6 +11,7 @@ import duckdb
 import nats.errors
 
 from agent.collectors.ras.fake_server import PROFILES, FakeRasServer
+from agent.collectors.ras.jobid import derived_job_id
 from agent.runtime import AgentRuntime
 from ranksight.config import Settings
 from tests.conftest import FIXTURES
@@ -177,3 +178,27 @@ async def test_a_lease_timeout_fails_one_poll_and_keeps_the_monitor(
             await wait_for(lambda: len(calls) >= 6, timeout=10)
             assert collector.health.errors >= 1  # the failed poll is counted
             assert server.commands.count("MONITOR lifecycle") == 1
+
+
+async def test_a_job_whose_monitor_identified_it_first_still_gets_its_job_wide_id(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A new job: the MONITOR loop names it by this node's endpoint before the first poll; that poll must still ask for
+    the full communicator list, or every node's agent would report the job under its own id."""
+    healthy = (RAS / "nccl_2.28.9_json_status_healthy_2rank.json").read_bytes()
+    async with FakeRasServer(PROFILES["2.29"], HEALTHY_TEXT, healthy) as server:
+        s = ras_settings(settings, server, tmp_path / "no-proc", "node-a")
+        s.agent.collectors.ras = s.agent.collectors.ras.model_copy(
+            update={"interval_s": 60.0, "monitor": False}
+        )
+        async with agent(s, only=["ras"]) as rt:
+            assert rt.ctx is not None
+            collector = rt.ctx.collectors["ras"]
+            await wait_for(lambda: collector.polls >= 1, timeout=10)  # type: ignore[attr-defined]
+            derived = collector.job_id  # type: ignore[attr-defined]
+            assert derived == derived_job_id(["0x514e98cf4e44862b"])
+            await collector._job_gone()  # type: ignore[attr-defined]  # the job ended; a new one starts
+            collector.job_id = collector._identify()  # type: ignore[attr-defined]  # what the MONITOR loop does
+            collector.polls = 1  # type: ignore[attr-defined]  # not a detail poll by count
+            await collector.poll_once()  # type: ignore[attr-defined]
+            assert collector.job_id == derived  # type: ignore[attr-defined]

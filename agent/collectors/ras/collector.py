@@ -44,6 +44,7 @@ class RasCollector(StreamingCollector):
                            f"{ctx.node}:{ctx.incarnation}")  # fmt: skip
         self.poll_lock = asyncio.Lock()  # never two polls at once against this node's endpoint
         self.job_id: str | None = None
+        self.endpoint_id: str | None = None  # the node-local fallback id, until a job-wide one is known
         self.last_status: RasStatus | None = None
         self.polls = 0
         ctx.add_command("ras_status", self._status_command)
@@ -55,9 +56,11 @@ class RasCollector(StreamingCollector):
         job = scheduler_job_id(self.cfg.proc_root, pid) if pid is not None else None
         if job is None and status is not None and status.all_communicators:  # a partial list: another id
             job = derived_job_id(c.hash for c in status.communicators)
-        if job is None and self.job_id is not None and self.job_id.startswith("ras-"):
-            return self.job_id
-        return job or endpoint_job_id(self.ctx.node, self.client.endpoint, pid)
+        if job is None and self.job_id is not None and self.job_id != self.endpoint_id:
+            return self.job_id  # job-wide already: a text poll does not change it
+        if job is None:
+            self.endpoint_id = job = endpoint_job_id(self.ctx.node, self.client.endpoint, pid)
+        return job
 
     async def run(self, emit: Emit) -> None:
         async with asyncio.TaskGroup() as group:
@@ -70,8 +73,8 @@ class RasCollector(StreamingCollector):
         job = self.job_id or self._identify()
         if not await self.lease.hold(job):
             return None
-        # a job not identified yet gets the full communicator list at once (its id derives from it)
-        detail = self.job_id is None or self.polls % self.cfg.detail_every == 0
+        # a job without a job-wide id yet gets the full communicator list at once (the id derives from it)
+        detail = job == self.endpoint_id or self.polls % self.cfg.detail_every == 0
         async with self.poll_lock:
             status = await poll_status(self.client, verbose=self.cfg.verbose, detail=detail)
         self.polls += 1
@@ -127,7 +130,7 @@ class RasCollector(StreamingCollector):
             closed = RasEvent(event=ENDPOINT_CLOSED, event_group="RANKSIGHT", details="RAS endpoint closed")
             await self._publish_events([closed])
             await self.lease.release()
-        self.job_id, self.last_status = None, None
+        self.job_id, self.endpoint_id, self.last_status = None, None, None
         self.client.features.json = self.client.features.monitor = None
 
     async def _status_command(self, request: dict[str, Any]) -> dict[str, Any]:

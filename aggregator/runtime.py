@@ -82,7 +82,7 @@ class Aggregator:
         self.state.stragglers.configure(settings.aggregator.stragglers, background=True)
         self.rules = rules if rules is not None else default_rules(settings)
         self.engine = AlertEngine()
-        self.sandbox = SqlSandbox(self.store, settings.aggregator.query.reader_threads)
+        self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
         self.stats = IngestStats()
         self.http = HttpFace(self)
         self.nc: Client | None = None

@@ -282,6 +282,14 @@ class QuerySettings(Section):
         ge=1,
         description="elements that sized scalar functions (range(n), repeat(s, n), lpad...) may build in one query",
     )
+    page_ttl_s: float = Field(
+        60.0, gt=0, description="pages of an answer over the NATS max_payload are kept this long for `next`"
+    )
+    page_cache_bytes: int = Field(
+        256 << 20,
+        ge=1 << 20,
+        description="pages waiting to be asked for, all answers together (oldest dropped)",
+    )
     retention_interval_s: float = Field(
         3600, gt=0, description="how often history older than retention_days goes"
     )

@@ -2,7 +2,9 @@
 
 Every endpoint takes a JSON object and answers one :class:`~schemas.api.ApiResponse`; an error is also reported in the
 service error headers (``Nats-Service-Error``, ``Nats-Service-Error-Code``): 400 bad request (unknown or invalid
-parameter), 403 SQL refused by the sandbox, 422 query failed (or timed out), 500 internal error.
+parameter, or an expired ``next`` token), 403 SQL refused by the sandbox, 422 query failed (or timed out, or one row
+over the NATS ``max_payload``), 500 internal error. An answer over ``max_payload`` goes back in pages (see
+:mod:`aggregator.api.paging`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
+from aggregator.api.paging import NEXT, PageCache, PageExpired, RowTooLarge, split_pages
 from aggregator.api.queries import ENDPOINTS, RequestError, answer
+from aggregator.api.sql import SqlFailed
 from schemas.api import ApiResponse
 
 if TYPE_CHECKING:
@@ -25,9 +29,11 @@ if TYPE_CHECKING:
 
 
 SERVICE_NAME = "ranksight-aggregator"
+_HEADER_SLACK = 1024  # bytes of the reply's subject and headers within max_payload
 
 
-def _handler(agg: Aggregator, name: str, errors: Counter[str]) -> Callable[[Request], Awaitable[None]]:
+def _handler(agg: Aggregator, name: str, errors: Counter[str], pages: PageCache,
+             max_bytes: int) -> Callable[[Request], Awaitable[None]]:  # fmt: skip
     query = ENDPOINTS[name]
 
     async def handle(request: Request) -> None:
@@ -38,7 +44,17 @@ def _handler(agg: Aggregator, name: str, errors: Counter[str]) -> Callable[[Requ
                 raise RequestError(f"body is not JSON: {exc}") from None
             if not isinstance(params, dict):
                 raise RequestError("request body must be a JSON object")
-            return await query(agg, params)
+            if NEXT in params:
+                if set(params) != {NEXT} or not isinstance(params[NEXT], str):
+                    raise RequestError(f'a follow-up page is asked with {{"{NEXT}": "<token>"}} alone')
+                try:
+                    return pages.take(params[NEXT])
+                except PageExpired as exc:
+                    raise RequestError(str(exc)) from None
+            try:
+                return pages.first(split_pages(await query(agg, params), max_bytes))
+            except RowTooLarge as exc:
+                raise SqlFailed(str(exc)) from None
 
         response, status = await answer(name, call)
         code = "" if status == 200 else str(status)
@@ -64,7 +80,10 @@ async def start_service(nc: Client, agg: Aggregator) -> Service:
         metadata={"cluster": agg.settings.cluster},
         stats_handler=lambda stats: {"errors_by_code": dict(errors[stats.name])},
     )
+    cfg = agg.settings.aggregator.query
+    pages = PageCache(cfg.page_cache_bytes, cfg.page_ttl_s)
+    max_bytes = nc.max_payload - _HEADER_SLACK
     group = service.add_group(name=agg.subjects.api_group())
     for name in ENDPOINTS:
-        await group.add_endpoint(name=name, handler=_handler(agg, name, errors[name]))
+        await group.add_endpoint(name=name, handler=_handler(agg, name, errors[name], pages, max_bytes))
     return service

@@ -296,6 +296,9 @@ class QuerySettings(Section):
     export_enabled: bool = Field(
         True, description="allow `ranksight export` to write Parquet on the aggregator host"
     )
+    export_root: Path | None = Field(
+        None, description="export writes only under this folder; default <state_dir>/exports"
+    )
 
     @model_validator(mode="after")
     def _lane_for_builtin_queries(self) -> QuerySettings:
@@ -450,6 +453,9 @@ class Settings(BaseSettings):
 
     def db_path(self) -> Path:
         return self.aggregator.db_path or self.state_dir / "ranksight.duckdb"
+
+    def export_root(self) -> Path:
+        return self.aggregator.query.export_root or self.state_dir / "exports"
 
 
 def _explain(exc: ValidationError, origin: str) -> str:

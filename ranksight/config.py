@@ -374,6 +374,17 @@ class HttpSettings(Section):
     sse_queue_size: int = Field(
         256, ge=1, description="events buffered per /events client; a slower one is dropped"
     )
+    max_connections: int = Field(
+        512,
+        ge=1,
+        description="open HTTP connections at most (/events streams included); more are closed at once",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a new connection must send a complete request head within this"
+    )
+    idle_timeout_s: float = Field(
+        60.0, gt=0, description="a connection waiting for its next request is closed after this"
+    )
     metrics_max_series: int = Field(
         20_000,
         ge=1,

@@ -27,6 +27,7 @@ import duckdb
 import pyarrow as pa
 
 from aggregator.columns import ColumnBuilder, row_to_record
+from ranksight.private import DIR_MODE, private_files
 from schemas.alerts import Alert
 from schemas.codec import DecodeError, decode_event
 from schemas.envelope import Envelope, event_type
@@ -137,8 +138,11 @@ class Store:
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         self._con = duckdb.connect(str(self.path))
+        private_files(
+            self.path, self.path.with_name(self.path.name + ".wal")
+        )  # a file from before 0600 files
         self.migrate()
         self._load_seq()
 

@@ -37,6 +37,7 @@ from ranksight.cliutil import (
 )
 from ranksight.config import Settings
 from ranksight.natsconn import connect
+from ranksight.redact import redact
 from schemas.alerts import Alert
 from schemas.api import ApiResponse
 from schemas.subjects import Subjects
@@ -194,7 +195,7 @@ def alerts(args: argparse.Namespace) -> int:
     try:
         run_until_signalled(lambda stop: _follow(settings, args.cluster, args.json, stop))
     except (OSError, nats.errors.Error) as exc:
-        print(f"ranksight: cannot connect to NATS at {settings.nats.url}: {exc}", file=sys.stderr)
+        print(redact(f"ranksight: cannot connect to NATS at {settings.nats.url}: {exc}"), file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 

@@ -14,6 +14,7 @@ import nats.errors
 from aggregator.api.paging import NEXT
 from ranksight.config import Settings
 from ranksight.natsconn import connect
+from ranksight.redact import redact
 from schemas.api import ApiResponse
 from schemas.subjects import Subjects
 
@@ -29,7 +30,7 @@ async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None
             settings.nats, name="ranksight-cli", max_reconnect_attempts=0, allow_reconnect=False
         )
     except Exception as exc:
-        raise ApiUnavailable(f"cannot connect to NATS at {settings.nats.url}: {exc}") from None
+        raise ApiUnavailable(redact(f"cannot connect to NATS at {settings.nats.url}: {exc}")) from None
     try:
         subject = Subjects(settings.subject_prefix).api(endpoint)
         msg = await nc.request(subject, json.dumps(params or {}).encode(), timeout=timeout)
@@ -40,7 +41,9 @@ async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None
             response = ApiResponse.model_validate_json(msg.data)
             rows.extend(response.rows)
     except nats.errors.NoRespondersError:
-        raise ApiUnavailable(f"no aggregator answers on {settings.nats.url} (is it running?)") from None
+        raise ApiUnavailable(
+            redact(f"no aggregator answers on {settings.nats.url} (is it running?)")
+        ) from None
     except nats.errors.TimeoutError:
         raise ApiUnavailable(f"the aggregator did not answer within {timeout}s") from None
     finally:

@@ -20,6 +20,7 @@ from aggregator.hardware import DeviceState
 from aggregator.history import export_parquet
 from aggregator.linkmap import link_rows
 from aggregator.timefmt import iso
+from ranksight.redact import redact
 from schemas.api import ApiResponse
 from schemas.structs import to_builtins
 
@@ -293,7 +294,7 @@ async def answer(name: str, call: Callable[[], Awaitable[ApiResponse]]) -> tuple
         return ApiResponse.failure(f"query failed: {exc}"), 422
     except Exception as exc:
         log.exception("endpoint %s failed", name)
-        return ApiResponse.failure(f"{type(exc).__name__}: {exc}"), 500
+        return ApiResponse.failure(redact(f"{type(exc).__name__}: {exc}")), 500
     return response, 200 if response.ok else 422
 
 

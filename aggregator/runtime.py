@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
@@ -39,6 +40,7 @@ from schemas.alerts import Alert
 from schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
+OOM_RETRY_S = 0.5
 
 
 @dataclass
@@ -70,6 +72,15 @@ async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
         await js.update_stream(stream)
     except nats.js.errors.NotFoundError:
         await js.add_stream(stream)
+
+
+def _out_of_memory(exc: BaseException | None) -> duckdb.OutOfMemoryException | None:
+    """The out-of-memory error behind ``exc``, if any (cleanup after it, such as an unregister, raises another)."""
+    while exc is not None:
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
 
 
 class Aggregator:
@@ -197,13 +208,27 @@ class Aggregator:
             )  # stored at microsecond precision: replay must agree exactly
             batch = [Incoming(m.subject, m.data, recv_ns, (m.headers or {}).get("Nats-Msg-Id")) for m in msgs]
             started = time.monotonic()
-            result = await self.store.call(self.store.commit_batch, batch)
+            result = await self._commit(batch)
             commit_s = time.monotonic() - started
             for m in msgs:  # only after the commit: a crash before this line redelivers, harmlessly
                 await m.ack()
             self._account(result, len(msgs), commit_s, msgs[-1].metadata.timestamp if msgs else None)
             for env, recv in result.accepted:
                 self.state.observe(env, recv)
+
+    async def _commit(self, batch: list[Incoming]) -> BatchResult:
+        """Commit ``batch``, waiting out memory that SQL queries hold: DuckDB has one memory pool for readers and the
+        writer, and a query at the limit must delay ingest, not stop it (the batch stays unacknowledged meanwhile)."""
+        while True:
+            try:
+                return await self.store.call(self.store.commit_batch, batch)
+            except duckdb.Error as exc:
+                oom = _out_of_memory(exc)
+                if oom is None or self._stopping:
+                    raise
+                log.warning("commit waits for memory held by SQL queries (aggregator.query.*memory_limit_bytes): %s",
+                            str(oom).splitlines()[0])  # fmt: skip
+                await asyncio.sleep(OOM_RETRY_S)
 
     def _account(self, result: BatchResult, n: int, commit_s: float, last_ts: Any) -> None:
         s = self.stats

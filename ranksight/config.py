@@ -282,6 +282,9 @@ class QuerySettings(Section):
         ge=1,
         description="elements that sized scalar functions (range(n), repeat(s, n), lpad...) may build in one query",
     )
+    max_requests_in_flight: int = Field(
+        1000, ge=1, description="NATS API requests answered at once; more are answered busy"
+    )
     page_ttl_s: float = Field(
         60.0, gt=0, description="pages of an answer over the NATS max_payload are kept this long for `next`"
     )

@@ -66,10 +66,17 @@ POISON = {
     "record_int_2_63": (envelope(records=[{"index": 0, "memory_used_bytes": 2**63}]), "bad_record"),
     "record_float_nan": (envelope(records=[{"index": 0, "power_w": float("nan")}]), "bad_record"),
     "record_float_inf": (envelope(records=[{"index": 0, "sclk_hz": float("-inf")}]), "bad_record"),
-    "nested_int_2_63": (envelope(kind="nic", records=[{"name": "x", "kind": "rdma", "counters": {"e": 2**63}}]),
-                        "bad_record"),  # fmt: skip
-    "list_int_2_63": (envelope(kind="app", records=[{"event": "heartbeat", "pid": 1, "n": 1, "client_ts": 1,
-                                                     "open_sections": [2**63]}]), "bad_record"),  # fmt: skip
+    "nested_int_2_63": (
+        envelope(kind="nic", records=[{"name": "x", "kind": "rdma", "counters": {"e": 2**63}}]),
+        "bad_record",
+    ),  # fmt: skip
+    "list_int_2_63": (
+        envelope(
+            kind="app",
+            records=[{"event": "heartbeat", "pid": 1, "n": 1, "client_ts": 1, "open_sections": [2**63]}],
+        ),
+        "bad_record",
+    ),  # fmt: skip
 }
 
 
@@ -99,7 +106,10 @@ def test_envelope_identity_must_match_the_subject(store: Store) -> None:
 def test_dead_letter_payload_is_truncated_to_the_setting(tmp_path: Path) -> None:
     for store in _store(tmp_path, IngestSettings(dead_letter_payload_bytes=16)):
         store.commit_batch([incoming(b"\xc1" * 1000)])
-        assert store.con.execute("SELECT size, octet_length(payload) FROM dead_letters").fetchone() == (1000, 16)
+        assert store.con.execute("SELECT size, octet_length(payload) FROM dead_letters").fetchone() == (
+            1000,
+            16,
+        )
 
 
 def test_a_commit_failure_dead_letters_only_the_offending_message(store: Store) -> None:
@@ -156,12 +166,17 @@ def test_incarnations_per_node_are_capped_and_idle_nodes_forgotten(tmp_path: Pat
         for i in range(5):
             store.commit_batch([incoming(envelope(agent=f"inc-{i}"), recv_ns=NOW + i)])
         assert store.sequence_stats()["agents"] == 2
-        assert store.con.execute("SELECT agent FROM agent_seq ORDER BY agent").fetchall() == [("inc-3",), ("inc-4",)]
+        assert store.con.execute("SELECT agent FROM agent_seq ORDER BY agent").fetchall() == [
+            ("inc-3",),
+            ("inc-4",),
+        ]
         store.commit_batch([incoming(envelope(node="b"), node="b", recv_ns=NOW + 100 * NS)])
         assert store.forget_idle(NOW + 120 * NS) == 1  # node a: silent for 120 s
         assert store.sequence_stats()["nodes"] == 1
         assert store.con.execute("SELECT DISTINCT node FROM agent_seq").fetchall() == [("b",)]
-        assert store.con.execute("SELECT count(*) FROM gpu WHERE node = 'a'").fetchone() == (5,)  # history stays
+        assert store.con.execute("SELECT count(*) FROM gpu WHERE node = 'a'").fetchone() == (
+            5,
+        )  # history stays
 
 
 def test_replay_skips_and_counts_rows_live_state_cannot_use(store: Store) -> None:

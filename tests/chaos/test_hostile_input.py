@@ -16,7 +16,7 @@ from agent.loadgen import SyntheticAgent
 from aggregator.runtime import ensure_stream
 from ranksight.config import Settings
 from schemas.subjects import Subjects
-from tests.chaos.support import MiB, AggregatorProcess, db_rows, drained, envelope, poison_pills
+from tests.chaos.support import AggregatorProcess, MiB, db_rows, drained, envelope, poison_pills
 from tests.support import wait_for
 
 pytestmark = pytest.mark.chaos

@@ -69,14 +69,14 @@ POISON = {
     "nested_int_2_63": (
         envelope(kind="nic", records=[{"name": "x", "kind": "rdma", "counters": {"e": 2**63}}]),
         "bad_record",
-    ),  # fmt: skip
+    ),
     "list_int_2_63": (
         envelope(
             kind="app",
             records=[{"event": "heartbeat", "pid": 1, "n": 1, "client_ts": 1, "open_sections": [2**63]}],
         ),
         "bad_record",
-    ),  # fmt: skip
+    ),
 }
 
 

@@ -443,6 +443,8 @@ class Store:
                     continue
                 try:
                     if current is None or (current.agent, current.seq) != msg_key:
+                        if row["_ts_us"] is None or row["_recv_us"] is None:
+                            raise ValueError("ts or recv_ts is not a finite timestamp")
                         recv_ns = row["_recv_us"] * 1000
                         env = Envelope.model_construct(
                             type=event_type(kind), cluster=row["cluster"], node=row["node"], agent=row["agent"],

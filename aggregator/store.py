@@ -131,6 +131,9 @@ _SEQ_COLUMNS = ("agent", "cluster", "node", "high_seq", "messages", "duplicates"
                 "last_recv", "seq_jumps")  # fmt: skip
 
 
+_DEAD_COLUMNS = ("recv_ts", "subject", "reason", "detail", "msg_id", "size", "payload")
+
+
 def _ns_to_dt(ns: int) -> datetime.datetime:
     """Naive UTC datetime: all TIMESTAMP columns hold UTC."""
     return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC).replace(tzinfo=None)
@@ -335,8 +338,14 @@ class Store:
         con.execute("BEGIN TRANSACTION")
         try:
             self._insert_rows(admitted)
-            if dead:
-                con.executemany("INSERT INTO dead_letters VALUES (?, ?, ?, ?, ?, ?, ?)", dead)
+            if dead:  # columnar: a burst of bad messages costs what a batch of good ones does
+                con.register(
+                    "dead_batch", pa.table(dict(zip(_DEAD_COLUMNS, zip(*dead, strict=True), strict=True)))
+                )
+                try:
+                    con.execute("INSERT INTO dead_letters BY NAME SELECT * FROM dead_batch")
+                finally:
+                    con.unregister("dead_batch")
             self._write_seq([s for incarnations in changed.values() for s in incarnations.values()])
             con.execute("COMMIT")
         except Exception:

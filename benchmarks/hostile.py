@@ -5,7 +5,8 @@ Runs the real aggregator (``ranksight aggregator``, a child process) against a r
 
 - baseline: an empty stream (what the aggregator holds idle, measured in the same run);
 - burst: ``--malformed`` malformed messages of ``--malformed-kb`` each, waiting in the stream when the aggregator starts;
-- backlog: ``--backlog-mb`` of valid 1 MB envelopes waiting in the stream (``ras_event`` records with long details).
+- backlog: ``--backlog-mb`` of valid 1 MB envelopes waiting in the stream: GPU samples (6000 records each), or with
+  ``--payload strings`` RAS events with 90 KB details (DuckDB then holds far more while it checkpoints the table).
 
 Each figure is printed with its ratio to the baseline and against the configured bounds (``fetch_max_bytes``,
 ``dead_letter_payload_bytes``; target: under 1 GiB with the defaults). ``--unbounded`` adds a backlog run with the fetch
@@ -65,21 +66,39 @@ def _malformed(count: int, size: int) -> list[bytes]:
     return [kinds[i % len(kinds)](i) for i in range(count)]
 
 
-def _backlog(megabytes: int) -> list[bytes]:
-    detail = "x" * (90 * 1024)
-    out = []
-    for seq in range(1, megabytes + 1):
-        records = [{"event": "TRACE", "endpoint": "e:1", "details": detail} for _ in range(10)]
-        out.append(msgpack.packb({"type": "ranksight.ev.v1.ras_event", "cluster": CLUSTER, "node": "n1", "agent": "a1",
-                                  "seq": seq, "ts": time.time_ns(), "ttl": 60.0, "records": records}))  # fmt: skip
-    return out
+def _backlog(megabytes: int, payload: str) -> list[bytes]:
+    """About ``megabytes`` 1 MB envelopes: GPU samples (typical records), or RAS events with 90 KB details (``strings``)."""
+    if payload == "strings":
+        kind, node, records = (
+            "ras_event",
+            "n1",
+            [{"event": "TRACE", "endpoint": "e:1", "details": "x" * 92_160}] * 10,
+        )
+    else:
+        gpu = {"index": 0, "name": "MI300X", "utilization_pct": 97.0, "power_w": 712.5, "sclk_hz": 2.1e9,
+               "memory_used_bytes": 150_000_000_000, "temperature_junction_c": 81.0, "throttle_reasons": ["power"]}  # fmt: skip
+        kind, node, records = "gpu", "n1", [gpu] * 6000
+    return [
+        msgpack.packb(
+            {
+                "type": f"ranksight.ev.v1.{kind}",
+                "cluster": CLUSTER,
+                "node": node,
+                "agent": "a1",
+                "seq": seq,
+                "ts": time.time_ns(),
+                "ttl": 60.0,
+                "records": records,
+            }
+        )
+        for seq in range(1, megabytes + 1)
+    ]
 
 
-async def _fill(settings: Settings, kind: str, payloads: list[bytes]) -> None:
+async def _fill(settings: Settings, node: str, kind: str, payloads: list[bytes]) -> None:
     nc = await nats.connect(settings.nats.url)
     js = nc.jetstream()
     await ensure_stream(js, settings)
-    node = "evil" if kind == "gpu" else "n1"
     subject = Subjects(settings.subject_prefix).event(CLUSTER, node, kind)
     for payload in payloads:
         await js.publish(subject, payload)
@@ -104,13 +123,15 @@ def _vm_hwm(pid: int) -> int:
     raise RuntimeError("no VmHWM")
 
 
-async def _run(label: str, kind: str, payloads: list[bytes], env_extra: dict[str, str]) -> tuple[int, float]:
+async def _run(
+    label: str, node: str, kind: str, payloads: list[bytes], env_extra: dict[str, str]
+) -> tuple[int, float]:
     """(peak RSS, seconds to drain) of a fresh aggregator reading ``payloads`` from a fresh stream."""
     with tempfile.TemporaryDirectory(prefix="ranksight-hostile-") as tmp:
         server = NatsServer(Path(tmp) / "nats").start()
         try:
             settings = _settings(Path(tmp) / "state", server.url)
-            await _fill(settings, kind, payloads)
+            await _fill(settings, node, kind, payloads)
             env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSIGHT_")}
             env.update(RANKSIGHT_NATS__URL=server.url, RANKSIGHT_STATE_DIR=str(settings.state_dir),
                        RANKSIGHT_CLUSTER=CLUSTER, RANKSIGHT_AGGREGATOR__HTTP__PORT="0", **env_extra)  # fmt: skip
@@ -137,14 +158,14 @@ async def main(args: argparse.Namespace) -> None:
     limits = IngestSettings()
     print(f"limits: fetch_max_bytes {limits.fetch_max_bytes / MiB:.0f} MiB, dead_letter_payload_bytes "
           f"{limits.dead_letter_payload_bytes} B; target: peak RSS < 1024 MiB")  # fmt: skip
-    base, _ = await _run("baseline", "gpu", [], {})
+    base, _ = await _run("baseline", "evil", "gpu", [], {})
     print(f"baseline (empty stream): peak RSS {base / MiB:.0f} MiB")
     burst = _malformed(args.malformed, args.malformed_kb * 1024)
     size = sum(map(len, burst)) / MiB
-    peak, took = await _run("burst", "gpu", burst, {})
+    peak, took = await _run("burst", "evil", "gpu", burst, {})
     print(f"burst: {args.malformed} malformed messages ({size:.0f} MiB) dead-lettered in {took:.1f} s: peak RSS "
           f"{peak / MiB:.0f} MiB ({peak / base:.2f} x baseline, +{(peak - base) / MiB:.0f} MiB)")  # fmt: skip
-    backlog = _backlog(args.backlog_mb)
+    backlog = _backlog(args.backlog_mb, args.payload)
     size = sum(map(len, backlog)) / MiB
     runs = [("backlog", {})]
     if args.unbounded:
@@ -155,8 +176,9 @@ async def main(args: argparse.Namespace) -> None:
             )
         )
     for label, extra in runs:
-        peak, took = await _run(label, "ras_event", backlog, extra)
-        print(f"{label}: {size:.0f} MiB of valid envelopes ingested in {took:.1f} s: peak RSS {peak / MiB:.0f} MiB "
+        kind = "ras_event" if args.payload == "strings" else "gpu"
+        peak, took = await _run(label, "n1", kind, backlog, extra)
+        print(f"{label}: {size:.0f} MiB of valid {args.payload} envelopes ingested in {took:.1f} s: peak RSS {peak / MiB:.0f} MiB "
               f"({peak / base:.2f} x baseline, +{(peak - base) / MiB:.0f} MiB)")  # fmt: skip
 
 

@@ -12,9 +12,11 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import duckdb
 import msgpack
+import nats
 from pydantic import BaseModel
 
 from aggregator.api.client import ApiUnavailable, query
+from aggregator.runtime import ensure_stream
 from ranksight.config import Settings
 from schemas.envelope import Envelope
 from schemas.records import RECORD_MODELS
@@ -84,22 +86,30 @@ class AggregatorProcess:
         return self.log_path.read_text(errors="replace")[-4000:] if self.log_path.exists() else ""
 
 
-async def drained(settings: Settings) -> bool:
-    """Every message of the stream acknowledged by the aggregator's consumer."""
-    import nats
-
-    nc = await nats.connect(settings.nats.url)
-    try:
-        info = await nc.jetstream().consumer_info(settings.aggregator.stream, settings.aggregator.durable)
-        return info.num_pending == 0 and info.num_ack_pending == 0
-    finally:
-        await nc.close()
-
-
 def db_rows(settings: Settings, sql: str) -> list[tuple[Any, ...]]:
     """Query the history once the aggregator has stopped (DuckDB locks the file it writes)."""
     with duckdb.connect(str(settings.db_path()), read_only=True) as con:
         return con.execute(sql).fetchall()
+
+
+async def publish_raw(settings: Settings, messages: list[tuple[str, bytes]]) -> None:
+    """Publish raw bytes (no message id: identical payloads are separate messages); the stream exists afterwards."""
+    nc = await nats.connect(settings.nats.url)
+    try:
+        await ensure_stream(nc.jetstream(), settings)
+        for subject, data in messages:
+            await nc.publish(subject, data)  # core publish: the stream captures it, no ack round trip each
+        await nc.flush()
+    finally:
+        await nc.close()
+
+
+def good_once(settings: Settings, node: str) -> tuple[int, int]:
+    """(rows, distinct records) of a synthetic agent's node: equal when each record is stored exactly once."""
+    ((total, distinct),) = db_rows(
+        settings, f"SELECT count(*), count(DISTINCT memory_used_bytes) FROM gpu WHERE node = '{node}'"
+    )
+    return total, distinct
 
 
 # -- hostile envelopes ------------------------------------------------------------------------------------------

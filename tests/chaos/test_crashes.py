@@ -16,9 +16,8 @@ from aggregator.store import Store
 from ranksight.config import Settings
 from ranksight.natsserver import NatsServer
 from schemas.subjects import Subjects
-from tests.chaos.support import AggregatorProcess, db_rows, drained, poison_pills
-from tests.chaos.test_hostile_input import _good_once, _publish
-from tests.support import wait_for
+from tests.chaos.support import AggregatorProcess, db_rows, good_once, poison_pills, publish_raw
+from tests.support import consumer_drained, wait_for
 
 pytestmark = pytest.mark.chaos
 
@@ -26,7 +25,7 @@ pytestmark = pytest.mark.chaos
 async def test_kill9_aggregator_mid_stream_with_poison(settings: Settings) -> None:
     subjects = Subjects(settings.subject_prefix)
     pills = poison_pills("evil")
-    await _publish(settings, [])
+    await publish_raw(settings, [])
     agents = [await SyntheticAgent(settings, f"sim-{i}", records_per_batch=200).start() for i in range(2)]
 
     async def produce() -> None:
@@ -34,7 +33,7 @@ async def test_kill9_aggregator_mid_stream_with_poison(settings: Settings) -> No
             for a in agents:
                 await a.emit(200)
             if round_ % 10 == 0:
-                await _publish(settings, [(subjects.event("test", "evil", k), d) for k, d, _ in pills])
+                await publish_raw(settings, [(subjects.event("test", "evil", k), d) for k, d, _ in pills])
             await asyncio.sleep(0.02)
 
     agg = AggregatorProcess(settings).start()
@@ -47,7 +46,7 @@ async def test_kill9_aggregator_mid_stream_with_poison(settings: Settings) -> No
         for a in agents:
             assert await a.flush(60)
         agg.start()
-        await wait_for(lambda: drained(settings), timeout=90, interval=0.3)
+        await wait_for(lambda: consumer_drained(settings), timeout=90, interval=0.3)
         assert agg.alive(), agg.log()
     finally:
         producer.cancel()
@@ -55,7 +54,7 @@ async def test_kill9_aggregator_mid_stream_with_poison(settings: Settings) -> No
             await a.close()
         agg.stop()
     for i in range(2):
-        assert _good_once(settings, f"sim-{i}") == (8000, 8000)
+        assert good_once(settings, f"sim-{i}") == (8000, 8000)
     stored = {bytes(p): r for p, r in db_rows(settings, "SELECT payload, reason FROM dead_letters")}
     assert {data[:4096]: reason for _, data, reason in pills} == stored
 
@@ -66,7 +65,7 @@ async def _committed(agg: AggregatorProcess) -> bool:
 
 
 async def test_kill9_nats_server_mid_stream(settings: Settings, nats_server: NatsServer) -> None:
-    await _publish(settings, [])
+    await publish_raw(settings, [])
     agg = AggregatorProcess(settings).start()
     sim = await SyntheticAgent(settings, "sim", records_per_batch=100).start()
     restarted: NatsServer | None = None
@@ -86,14 +85,14 @@ async def test_kill9_nats_server_mid_stream(settings: Settings, nats_server: Nat
         for _ in range(20):
             await sim.emit(100)
         assert await sim.flush(60), "publisher did not recover after the restart"
-        await wait_for(lambda: drained(settings), timeout=60, interval=0.3)
+        await wait_for(lambda: consumer_drained(settings), timeout=60, interval=0.3)
         assert agg.alive(), agg.log()  # the aggregator rode it out: it never exited
     finally:
         await sim.close()
         agg.stop()
         if restarted is not None:
             restarted.stop()
-    assert _good_once(settings, "sim") == (6000, 6000)
+    assert good_once(settings, "sim") == (6000, 6000)
 
 
 def _history_with_bad_rows(settings: Settings, rows: int) -> None:
@@ -120,7 +119,7 @@ def _history_with_bad_rows(settings: Settings, rows: int) -> None:
 
 async def test_restart_during_replay(settings: Settings) -> None:
     _history_with_bad_rows(settings, 150_000)
-    await _publish(settings, [])
+    await publish_raw(settings, [])
     agg = AggregatorProcess(settings).start()
     sim = await SyntheticAgent(settings, "fresh", records_per_batch=100).start()
     try:
@@ -134,11 +133,11 @@ async def test_restart_during_replay(settings: Settings) -> None:
         assert status["sequence"]["replay_skipped"] == 3
         await sim.emit(500)
         assert await sim.flush(30)
-        await wait_for(lambda: drained(settings), timeout=60, interval=0.3)
+        await wait_for(lambda: consumer_drained(settings), timeout=60, interval=0.3)
         assert agg.alive(), agg.log()
     finally:
         await sim.close()
         agg.stop()
-    assert _good_once(settings, "fresh") == (1000, 1000)
+    assert good_once(settings, "fresh") == (1000, 1000)
     with duckdb.connect(str(settings.db_path()), read_only=True) as con:
         assert con.execute("SELECT count(*) FROM heartbeat WHERE node = 'broken'").fetchone() == (3,)  # kept

@@ -9,38 +9,26 @@ from __future__ import annotations
 
 from collections import Counter
 
-import nats
 import pytest
 
 from agent.loadgen import SyntheticAgent
-from aggregator.runtime import ensure_stream
 from ranksight.config import Settings
 from schemas.subjects import Subjects
-from tests.chaos.support import AggregatorProcess, MiB, db_rows, drained, envelope, poison_pills
-from tests.support import wait_for
+from tests.chaos.support import (
+    AggregatorProcess,
+    MiB,
+    db_rows,
+    envelope,
+    good_once,
+    poison_pills,
+    publish_raw,
+)
+from tests.support import consumer_drained, wait_for
 
 pytestmark = pytest.mark.chaos
 
 # The aggregator idles at about 150 MiB; a burst of hostile input must not add more than a bounded batch's worth.
 RSS_BOUND = 600 * MiB
-
-
-async def _publish(settings: Settings, messages: list[tuple[str, bytes]]) -> None:
-    nc = await nats.connect(settings.nats.url)
-    try:
-        await ensure_stream(nc.jetstream(), settings)
-        for subject, data in messages:
-            await nc.publish(subject, data)  # core publish: the stream captures it, no ack round trip each
-        await nc.flush()
-    finally:
-        await nc.close()
-
-
-def _good_once(settings: Settings, node: str) -> tuple[int, int]:
-    ((total, distinct),) = db_rows(
-        settings, f"SELECT count(*), count(DISTINCT memory_used_bytes) FROM gpu WHERE node = '{node}'"
-    )
-    return total, distinct
 
 
 async def _restart_comes_up(settings: Settings) -> None:
@@ -56,22 +44,22 @@ async def _restart_comes_up(settings: Settings) -> None:
 async def test_poison_pills_of_every_field_type(settings: Settings) -> None:
     subjects = Subjects(settings.subject_prefix)
     pills = poison_pills("evil")
-    await _publish(settings, [])
+    await publish_raw(settings, [])
     agg = AggregatorProcess(settings).start()
     sim = await SyntheticAgent(settings, "good", records_per_batch=100).start()
     try:
         await agg.wait_ready()
         await sim.emit(500)
-        await _publish(settings, [(subjects.event("test", "evil", kind), data) for kind, data, _ in pills])
+        await publish_raw(settings, [(subjects.event("test", "evil", kind), data) for kind, data, _ in pills])
         await sim.emit(500)
         assert await sim.flush(30)
-        await wait_for(lambda: drained(settings), timeout=60, interval=0.3)
+        await wait_for(lambda: consumer_drained(settings), timeout=60, interval=0.3)
         assert await agg.status() is not None and agg.alive(), agg.log()
         assert agg.peak_rss() < RSS_BOUND
     finally:
         await sim.close()
         agg.stop()
-    assert _good_once(settings, "good") == (1000, 1000)
+    assert good_once(settings, "good") == (1000, 1000)
     reasons = Counter(r for (r,) in db_rows(settings, "SELECT reason FROM dead_letters"))
     assert reasons == Counter(reason for _, _, reason in pills)
     await _restart_comes_up(settings)
@@ -79,7 +67,7 @@ async def test_poison_pills_of_every_field_type(settings: Settings) -> None:
 
 async def test_identity_spoofing_cannot_touch_another_node(settings: Settings) -> None:
     subjects = Subjects(settings.subject_prefix)
-    await _publish(settings, [])
+    await publish_raw(settings, [])
     agg = AggregatorProcess(settings).start()
     victim = await SyntheticAgent(settings, "victim", records_per_batch=100).start()
     try:
@@ -90,19 +78,19 @@ async def test_identity_spoofing_cannot_touch_another_node(settings: Settings) -
         # victim (same incarnation id, read off the bus), once as itself under the victim's incarnation id; both with
         # a seq that would have overflowed the victim's gap table.
         own = subjects.event("test", "attacker", "gpu")
-        await _publish(settings, [
+        await publish_raw(settings, [
             (own, envelope("gpu", "victim", victim.incarnation, seq=2**62)),
             (own, envelope("gpu", "attacker", victim.incarnation, seq=2**62)),
         ])  # fmt: skip
         await victim.emit(500)
         assert await victim.flush(30)
-        await wait_for(lambda: drained(settings), timeout=60, interval=0.3)
+        await wait_for(lambda: consumer_drained(settings), timeout=60, interval=0.3)
         status = await agg.status()
         assert status is not None and status["sequence"]["gaps_open"] == 0
     finally:
         await victim.close()
         agg.stop()
-    assert _good_once(settings, "victim") == (1000, 1000)
+    assert good_once(settings, "victim") == (1000, 1000)
     assert db_rows(settings, "SELECT reason, count(*) FROM dead_letters GROUP BY ALL") == [
         ("identity_mismatch", 1)
     ]
@@ -120,22 +108,22 @@ async def test_ten_thousand_malformed_messages(settings: Settings) -> None:
     burst = [
         (subject, junk[i % len(junk)] + (b"" if i % len(junk) != 0 else i.to_bytes(4))) for i in range(10_000)
     ]
-    await _publish(settings, [])
+    await publish_raw(settings, [])
     agg = AggregatorProcess(settings).start()
     sim = await SyntheticAgent(settings, "good", records_per_batch=100).start()
     try:
         await agg.wait_ready()
         await sim.emit(1000)
-        await _publish(settings, burst)
+        await publish_raw(settings, burst)
         await sim.emit(1000)
         assert await sim.flush(60)
-        await wait_for(lambda: drained(settings), timeout=120, interval=0.5)
+        await wait_for(lambda: consumer_drained(settings), timeout=120, interval=0.5)
         assert await agg.status() is not None and agg.alive(), agg.log()
         peak = agg.peak_rss()
     finally:
         await sim.close()
         agg.stop()
     assert peak < RSS_BOUND, f"peak RSS {peak / MiB:.0f} MiB"
-    assert _good_once(settings, "good") == (2000, 2000)
+    assert good_once(settings, "good") == (2000, 2000)
     ((dead, longest),) = db_rows(settings, "SELECT count(*), max(octet_length(payload)) FROM dead_letters")
     assert dead == 10_000 and longest <= settings.aggregator.ingest.dead_letter_payload_bytes

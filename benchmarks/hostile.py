@@ -189,6 +189,7 @@ if __name__ == "__main__":
     parser.add_argument("--malformed", type=int, default=10_000)
     parser.add_argument("--malformed-kb", type=int, default=60)
     parser.add_argument("--backlog-mb", type=int, default=1024)
+    parser.add_argument("--payload", choices=["gpu", "strings"], default="gpu", help="what the backlog holds")
     parser.add_argument(
         "--unbounded", action="store_true", help="also run the backlog with the fetch byte bound lifted"
     )

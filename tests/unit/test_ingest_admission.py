@@ -13,8 +13,9 @@ from typing import Any
 import msgpack
 import pytest
 
+from aggregator.history import delete_older_than
 from aggregator.state import NS, LiveState
-from aggregator.store import Incoming, Store
+from aggregator.store import Incoming, Store, _ns_to_dt
 from ranksight.config import IngestSettings
 from schemas.subjects import Subjects
 from tests.unit.test_state_and_alerts import _beat
@@ -201,3 +202,12 @@ def test_live_state_forgets_nodes_silent_too_long() -> None:
     assert state.nodes.nodes[("c", "n1")].state == "gone"
     state.tick(NOW + 101 * NS)
     assert ("c", "n1") not in state.nodes.nodes
+
+
+def test_dead_letters_have_their_own_retention(store: Store) -> None:
+    old = NOW - 10 * 86400 * NS
+    store.commit_batch([incoming(b"\xc1", recv_ns=old), incoming(envelope(ts=old), recv_ns=old)])
+    cutoff = _ns_to_dt(NOW - 30 * 86400 * NS)
+    deleted = delete_older_than(store.con, cutoff, {"dead_letters": _ns_to_dt(NOW - 7 * 86400 * NS)})
+    assert deleted == {"dead_letters": 1}
+    assert store.con.execute("SELECT count(*) FROM gpu").fetchone() == (1,)

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import msgpack
 import pytest
 
@@ -211,3 +213,20 @@ def test_dead_letters_have_their_own_retention(store: Store) -> None:
     deleted = delete_older_than(store.con, cutoff, {"dead_letters": _ns_to_dt(NOW - 7 * 86400 * NS)})
     assert deleted == {"dead_letters": 1}
     assert store.con.execute("SELECT count(*) FROM gpu").fetchone() == (1,)
+
+
+def test_an_older_database_keeps_its_sequence_marks(tmp_path: Path) -> None:
+    path = tmp_path / "db.duckdb"
+    with duckdb.connect(str(path)) as con:  # the database as the version before 0910 left it
+        con.execute("CREATE TABLE schema_migrations (version VARCHAR PRIMARY KEY, applied_at TIMESTAMP)")
+        for f in sorted(resources.files("aggregator.migrations").iterdir(), key=lambda f: f.name):
+            if f.name.endswith(".sql") and f.name < "0910":
+                con.execute(f.read_text())
+                con.execute("INSERT INTO schema_migrations VALUES (?, now())", [f.name.removesuffix(".sql")])
+        con.execute("INSERT INTO agent_seq VALUES ('a-inc', 'c', 'a', 5, 4, 0, 1, now(), now())")
+        con.execute("INSERT INTO agent_seq_gaps VALUES ('a-inc', 3, 3)")
+    for store in _store(tmp_path, IngestSettings()):
+        late = store.commit_batch([incoming(envelope(seq=3)), incoming(envelope(seq=4))])
+        again = store.commit_batch([incoming(envelope(seq=3))])
+        assert late.records == 1 and late.duplicates == 1 and again.duplicates == 1
+        assert store.sequence_stats()["gaps_open"] == 0

@@ -23,6 +23,8 @@ from schemas.records import RECORD_MODELS
 from tests.support import ranksight_cmd, settings_env, wait_for
 
 MiB = 1 << 20
+# The aggregator idles at about 170 MiB; hostile input or a crash must not add more than a bounded batch's worth.
+RSS_BOUND = 600 * MiB
 
 
 class AggregatorProcess:

@@ -16,7 +16,7 @@ from aggregator.store import Store
 from ranksight.config import Settings
 from ranksight.natsserver import NatsServer
 from schemas.subjects import Subjects
-from tests.chaos.support import AggregatorProcess, db_rows, good_once, poison_pills, publish_raw
+from tests.chaos.support import RSS_BOUND, AggregatorProcess, db_rows, good_once, poison_pills, publish_raw
 from tests.support import consumer_drained, wait_for
 
 pytestmark = pytest.mark.chaos
@@ -48,6 +48,7 @@ async def test_kill9_aggregator_mid_stream_with_poison(settings: Settings) -> No
         agg.start()
         await wait_for(lambda: consumer_drained(settings), timeout=90, interval=0.3)
         assert agg.alive(), agg.log()
+        assert agg.peak_rss() < RSS_BOUND
     finally:
         producer.cancel()
         for a in agents:
@@ -87,6 +88,7 @@ async def test_kill9_nats_server_mid_stream(settings: Settings, nats_server: Nat
         assert await sim.flush(60), "publisher did not recover after the restart"
         await wait_for(lambda: consumer_drained(settings), timeout=60, interval=0.3)
         assert agg.alive(), agg.log()  # the aggregator rode it out: it never exited
+        assert agg.peak_rss() < RSS_BOUND
     finally:
         await sim.close()
         agg.stop()
@@ -135,6 +137,7 @@ async def test_restart_during_replay(settings: Settings) -> None:
         assert await sim.flush(30)
         await wait_for(lambda: consumer_drained(settings), timeout=60, interval=0.3)
         assert agg.alive(), agg.log()
+        assert agg.peak_rss() < RSS_BOUND  # replay of 150k rows included
     finally:
         await sim.close()
         agg.stop()

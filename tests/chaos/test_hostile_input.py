@@ -15,6 +15,7 @@ from agent.loadgen import SyntheticAgent
 from ranksight.config import Settings
 from schemas.subjects import Subjects
 from tests.chaos.support import (
+    RSS_BOUND,
     AggregatorProcess,
     MiB,
     db_rows,
@@ -26,9 +27,6 @@ from tests.chaos.support import (
 from tests.support import consumer_drained, wait_for
 
 pytestmark = pytest.mark.chaos
-
-# The aggregator idles at about 150 MiB; a burst of hostile input must not add more than a bounded batch's worth.
-RSS_BOUND = 600 * MiB
 
 
 async def _restart_comes_up(settings: Settings) -> None:

@@ -290,9 +290,8 @@ class Store:
                 )
             incarnations = changed[key] = {}
         seq = incarnations.get(env.agent)
-        if (
-            seq is None
-        ):  # first change in this batch: work on a copy, so a failed commit leaves the marks untouched
+        # First change in this batch: work on a copy, so a failed commit leaves the marks untouched.
+        if seq is None:
             stored = self._seq.get(key, {}).get(env.agent)
             seq = stored.copy() if stored is not None else AgentSeq(env.agent, *key, first_recv=msg.recv_ns)
             incarnations[env.agent] = seq

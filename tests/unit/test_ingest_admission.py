@@ -16,9 +16,10 @@ import msgpack
 import pytest
 
 from aggregator.history import delete_older_than
+from aggregator.runtime import Aggregator
 from aggregator.state import NS, LiveState
 from aggregator.store import Incoming, Store, _ns_to_dt
-from ranksight.config import IngestSettings
+from ranksight.config import IngestSettings, load_settings
 from schemas.subjects import Subjects
 from tests.unit.test_state_and_alerts import _beat
 
@@ -230,3 +231,25 @@ def test_an_older_database_keeps_its_sequence_marks(tmp_path: Path) -> None:
         again = store.commit_batch([incoming(envelope(seq=3))])
         assert late.records == 1 and late.duplicates == 1 and again.duplicates == 1
         assert store.sequence_stats()["gaps_open"] == 0
+
+
+class _BrokenTracker:
+    """A tracker with a bug: live state must count the message it cannot use and go on."""
+
+    kinds = frozenset({"heartbeat"})
+
+    def observe(self, env: Any, recv_ns: int) -> None:
+        raise ZeroDivisionError("bug")
+
+    def tick(self, now_ns: int) -> None:
+        pass
+
+
+def test_a_message_live_state_cannot_use_is_counted_not_fatal(tmp_path: Path) -> None:
+    agg = Aggregator(load_settings(None, state_dir=tmp_path, aggregator={"http": {"port": 0}}))
+    try:
+        agg.state.trackers.insert(0, _BrokenTracker())
+        agg._observe(_beat("n1", 1, NOW), NOW)
+        assert agg.stats.state_skipped == 1 and agg.status_meta()["ingest"]["state_skipped"] == 1
+    finally:
+        agg.store.shutdown()

@@ -169,6 +169,9 @@ class Aggregator:
         """Replay recent history into live state; reload active alerts so nothing already firing fires again."""
         now = time.time_ns()
         since = now - int(self.settings.aggregator.replay_window_s * NS)
+        log.info(
+            "replaying the last %.0f s of history into live state", self.settings.aggregator.replay_window_s
+        )
         replayed = await self.store.call(self.store.replay, self.state.kinds, since)
         for env, recv_ns in replayed:
             self._observe(env, recv_ns)

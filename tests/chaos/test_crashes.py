@@ -127,7 +127,8 @@ async def test_restart_during_replay(settings: Settings) -> None:
     try:
         await sim.emit(500)  # waits in the stream while the aggregator replays
         assert await sim.flush(30)
-        await asyncio.sleep(1.5)  # started, replaying 150k rows (seconds)
+        await wait_for(lambda: "replaying the last" in agg.log(), timeout=60, interval=0.02)
+        # Replaying 150k rows takes seconds: the kill lands during replay.
         assert "rebuilt live state" not in agg.log(), "the kill must land before replay ends"
         agg.kill9()
         agg.start()

@@ -13,6 +13,8 @@ import pytest
 
 from agent.loadgen import SyntheticAgent
 from ranksight.config import Settings
+from ranksight.natsconn import connect
+from ranksight.natsserver import NatsServer
 from schemas.subjects import Subjects
 from tests.chaos.support import (
     RSS_BOUND,
@@ -24,7 +26,8 @@ from tests.chaos.support import (
     poison_pills,
     publish_raw,
 )
-from tests.support import consumer_drained, wait_for
+from tests.chaos.test_identity_spoofing import CLUSTER, NODE, OTHER, as_user, shipped  # noqa: F401 - a fixture
+from tests.support import aggregator, consumer_drained, wait_for
 
 pytestmark = pytest.mark.chaos
 
@@ -125,3 +128,24 @@ async def test_ten_thousand_malformed_messages(settings: Settings) -> None:
     assert good_once(settings, "good") == (2000, 2000)
     ((dead, longest),) = db_rows(settings, "SELECT count(*), max(octet_length(payload)) FROM dead_letters")
     assert dead == 10_000 and longest <= settings.aggregator.ingest.dead_letter_payload_bytes
+
+
+async def test_a_node_cannot_claim_another_under_the_shipped_config(
+    request: pytest.FixtureRequest, settings: Settings
+) -> None:
+    """Its own subject, another node's name in the envelope: NATS lets it through, the aggregator dead-letters it."""
+    server: NatsServer = request.getfixturevalue("shipped")  # the shipped deploy/nats/nats-server.conf
+    node = as_user(settings, server, NODE, "change-me-node-001")
+    async with aggregator(as_user(settings, server, "aggregator", "change-me-aggregator")) as agg:
+        nc = await connect(node.nats, "spoofer")
+        try:
+            subjects = Subjects(settings.subject_prefix)
+            claim = envelope("heartbeat", OTHER, "other-inc", cluster=CLUSTER)
+            await nc.jetstream().publish(subjects.event(CLUSTER, NODE, "heartbeat"), claim)
+        finally:
+            await nc.close()
+        await wait_for(lambda: agg.stats.dead_letters == 1, timeout=15)
+        reasons = await agg.store.call(
+            lambda: agg.store.con.execute("SELECT reason FROM dead_letters").fetchall()
+        )
+        assert reasons == [("identity_mismatch",)] and (CLUSTER, OTHER) not in agg.state.nodes.nodes

@@ -85,6 +85,13 @@ class ClusterCollector(Collector):
             ("ingest_duplicates", s.duplicates, "redelivered or re-published messages ignored"),
             ("dead_letters", s.dead_letters, "malformed messages kept in dead_letters"),
             ("sequence_gaps", s.new_gaps, "per-agent sequence gaps found"),
+            (
+                "ingest_conflicts",
+                s.conflicts,
+                "same incarnation and seq with different content (dead-lettered)",
+            ),
+            ("ingest_state_skipped", s.state_skipped, "committed messages live state could not use"),
+            ("replay_skipped", seq["replay_skipped"], "stored messages replay could not use at start"),
             ("events_published", self.events.published_total, "events published to /events clients"),
             (
                 "events_clients_dropped",
@@ -103,7 +110,13 @@ class ClusterCollector(Collector):
             ("ingest_last_batch_messages", s.last_batch_size, "messages in the last committed batch"),
             ("ingest_last_commit_seconds", s.last_commit_s, "DuckDB commit time of the last batch"),
             ("sequence_gaps_open", seq["gaps_open"], "sequence gaps not filled yet"),
-            ("agents", seq["agents"], "agent incarnations seen"),
+            ("agents", seq["agents"], "agent incarnations tracked"),
+            ("nodes_tracked", seq["nodes"], "nodes with sequence state (bounded by ingest.max_nodes)"),
+            (
+                "sequence_jumps",
+                seq["seq_jumps"],
+                "seq jumps beyond ingest.max_seq_jump of the tracked incarnations",
+            ),
             ("events_clients", len(self.events.clients), "/events clients connected"),
         ):
             f.add(f.gauge(f"ranksight_{name}", doc, []), [], value)

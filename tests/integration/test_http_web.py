@@ -66,6 +66,11 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
 
         overview = await show(browser, agg, "overview", tmp_path)
         assert 'data-state="alive"><b>4</b>' in overview
+        # live updates: a node that appears shows up without a reload
+        await browser.wait_js("document.getElementById('live').textContent === 'live: on'")
+        await pub.send("node004", "heartbeat", [HeartbeatRecord(hostname="node004", version="sim", pid=9,
+                                                                started_ns=time.time_ns())])  # fmt: skip
+        await browser.wait_js("""document.querySelector('[data-state="alive"] b').textContent === '5'""")
         assert "link_degraded" in overview and "process_dead" in overview
         known = {node for _, node in agg.state.nodes.nodes}
         alerted = {a.node for a in agg.engine.active.values() if a.severity != "info" and a.node in known}
@@ -75,8 +80,8 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
             assert row and 'class="health-ok"' not in row[0] and "health-" in row[0], (node, row)
 
         cluster_map = await show(browser, agg, "map", tmp_path)
-        assert 'data-nodes="4"' in cluster_map and not inked(await browser.canvas_ink(), 400)
-        assert f'data-health="ok"><b>{4 - len(alerted)}</b>' in cluster_map
+        assert 'data-nodes="5"' in cluster_map and not inked(await browser.canvas_ink(), 400)
+        assert f'data-health="ok"><b>{5 - len(alerted)}</b>' in cluster_map
         # zoom to a node: a click on its cell opens its GPUs and NICs
         await browser.js("""(() => { const c = document.getElementById('map-canvas'), r = c.getBoundingClientRect();
             c.dispatchEvent(new MouseEvent('click', {clientX: r.left + 125, clientY: r.top + 22 + 5})); })()""")
@@ -97,6 +102,14 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
         assert not inked(ink, 2000), ink
         assert re.search(rf"<td[^>]*>straggler</td>.*{slow_host} pid", job), job[-3000:]
 
+        # the same process found again through another of its communicators, where it has another rank
+        slow = next(
+            f for r in agg.state.stragglers.clusters.values() for f in r.findings if f.hostname == slow_host
+        )
+        await agg.store.call(lambda: agg.store.con.execute(
+            "INSERT INTO straggler_finding_history (evaluated_at, cluster, hostname, pid, kind, comm, rank, slowdown, "
+            "confidence) SELECT now()::TIMESTAMP, ?, ?, ?, 'compute', 'dp-s1-g2', ?, 1.7, 0.9",
+            [cfg.cluster, slow_host, slow.pid, (slow.rank or 0) + 3]))  # fmt: skip
         stragglers = await show(browser, agg, "stragglers", tmp_path)
         assert slow_host in stragglers and 'id="heatmap"' in stragglers and 'class="heat"' in stragglers
         assert "compute" in stragglers
@@ -152,7 +165,9 @@ async def test_every_view_at_1000_nodes(settings: Settings, tmp_path: Path) -> N
                               throttled=(i, g) == (42, 3)) for g in range(8)]  # fmt: skip
             await pub.send(node, "gpu", gpus)
         await wait_for(lambda: len(agg.state.nodes.nodes) == 1000, timeout=30)
-        await wait_for(lambda: agg.store.rows("SELECT count(*) FROM gpu")[0][0] == 8000, timeout=30)
+        await wait_for(
+            lambda: next(iter(agg.store.rows("SELECT count(*) AS n FROM gpu")))["n"] == 8000, timeout=30
+        )
 
         page = await show(browser, agg, "overview", tmp_path)
         assert "page 1 of 20 (1000 nodes)" in page

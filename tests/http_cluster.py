@@ -75,7 +75,8 @@ async def publish_cluster(pub: Publisher, hardware_ttl: float = 60.0, with_strag
         beat = HeartbeatRecord(hostname=node, version="sim", pid=100 + i, started_ns=time.time_ns())
         await pub.send(node, "heartbeat", [beat])
         gpu = GpuRecord(index=0, name="MI300X", utilization_pct=90.0, memory_used_bytes=1 << 34,
-                        memory_total_bytes=192 << 30, power_w=600.0, temperature_edge_c=55.0, throttled=False)  # fmt: skip
+                        memory_total_bytes=192 << 30, power_w=600.0, temperature_edge_c=55.0, throttled=False,
+                        ecc_uncorrectable=0, sclk_hz=2.1e9, uuid=f"GPU-{i:08x}")  # fmt: skip
         await pub.send(node, "gpu", [gpu], ttl=hardware_ttl)
         nic = NicRecord(name="mlx5_0/1", kind="rdma", state="ACTIVE", speed_bps=4e11, tx_bps=8e9, rx_bps=8e9,
                         errors_per_s=0.0, congestion_per_s=0.0)  # fmt: skip
@@ -103,7 +104,8 @@ async def publish_straggler_job(pub: Publisher) -> None:
     job_comms = [RasCommunicator(hash=f"0x{int(c.comm_id, 16):x}", size=len(c.members), status="RUNNING")
                  for phase in comms(spec) for c in phase]  # fmt: skip
     await pub.send(spec.hostname(0), "ras", [RasRecord(job_id=STRAGGLER_JOB, endpoint="localhost:28028", format="json",
-                                                       health="ok", communicators=job_comms)])  # fmt: skip
+                                                       health="ok", communicators=job_comms, nodes=spec.nodes,
+                                                       processes=spec.nodes * spec.gpus_per_node, gpus=spec.nodes * spec.gpus_per_node)])  # fmt: skip
     for node in range(spec.nodes):
         beats = [AppRecord(event="heartbeat", job_id=STRAGGLER_JOB, rank=node * spec.gpus_per_node + gpu,
                            local_rank=gpu, pid=spec.pid(node, gpu), n=i, client_ts=spec.start_us * 1000 + i * 2 * 10**9,

@@ -216,7 +216,14 @@ class ClusterCollector(Collector):
         for cluster, result in sorted(self.agg.state.stragglers.clusters.items()):
             for finding in result.findings:
                 job_id = jobs.process(cluster, finding.hostname, finding.pid)
-                values = [cluster, finding.hostname, str(finding.pid), str(finding.rank), finding.kind, job_id]
+                values = [
+                    cluster,
+                    finding.hostname,
+                    str(finding.pid),
+                    str(finding.rank),
+                    finding.kind,
+                    job_id,
+                ]
                 f.add(slowdown, values, finding.slowdown)
                 f.add(confidence, values, finding.confidence)
 

@@ -33,6 +33,7 @@ HEALTH_RANK: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
 NODE_STATE_HEALTH: dict[str, Health] = {"alive": "ok", "stale": "warning", "gone": "critical"}
 MAX_NODE_ALERTS = 5  # alerts listed per node in the map (the count is always given)
 US = 1_000_000
+EPOCH = datetime.datetime(1970, 1, 1)
 
 
 def worst(*levels: Health) -> Health:
@@ -141,6 +142,10 @@ SERIES: dict[str, Series] = {
 _COMM = "'0x' || ltrim(lower(regexp_replace(comm_id, '^0[xX]', '')), '0')"  # as RAS hashes are normalized
 
 
+def _epoch_us(t: datetime.datetime) -> int:
+    return (t - EPOCH) // datetime.timedelta(microseconds=1)
+
+
 class SeriesParams(Params):
     metric: Literal[tuple(SERIES)] = Field(description="which series (see the README)")  # type: ignore[valid-type]
     cluster: str | None = None
@@ -168,17 +173,16 @@ async def series(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     """A metric over time, one line per GPU, port, rank or communicator, with straggler and alert windows."""
     p = parse_params(SeriesParams, params)
     cfg = agg.settings.aggregator.query
-    until = _utc(p.until) if p.until else datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
-    since = _utc(p.since) if p.since else until - datetime.timedelta(minutes=15)
+    try:
+        until = _utc(p.until) if p.until else datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+        since = _utc(p.since) if p.since else until - datetime.timedelta(minutes=15)
+    except OverflowError:
+        raise RequestError("since/until out of range") from None
     if since >= until:
         raise RequestError("since must be before until")
     if (until - since).total_seconds() > cfg.series_max_range_s:
         raise RequestError(f"the range is longer than series_max_range_s ({cfg.series_max_range_s:g}s)")
-    epoch = datetime.datetime(1970, 1, 1)
-    since_us, until_us = (
-        (since - epoch) // datetime.timedelta(microseconds=1),
-        (until - epoch) // datetime.timedelta(microseconds=1),
-    )
+    since_us, until_us = (_epoch_us(t) for t in (since, until))
     points = min(p.points, cfg.series_max_points)
     comms: list[str] = []
     if p.job is not None:
@@ -243,9 +247,7 @@ def _windows(cur: duckdb.DuckDBPyConnection, q: SeriesQuery) -> list[dict[str, A
             "AND dump_ts_us >= ? AND dump_ts_us < ?", [*q.comms, q.since_us, q.until_us]).fetchall()]  # fmt: skip
     if q.job is None and not hosts:
         return []
-    since, until = [
-        datetime.datetime(1970, 1, 1) + datetime.timedelta(microseconds=t) for t in (q.since_us, q.until_us)
-    ]
+    since, until = [EPOCH + datetime.timedelta(microseconds=t) for t in (q.since_us, q.until_us)]
     marks = ", ".join("?" * len(hosts)) or "NULL"
     runs = cur.execute(f"""WITH e AS (SELECT hostname, pid, evaluated_at, kind, max(slowdown) AS slowdown
             FROM straggler_finding_history WHERE hostname IN ({marks}) AND evaluated_at >= ? AND evaluated_at < ?

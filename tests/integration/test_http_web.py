@@ -15,7 +15,7 @@ import pytest
 
 from aggregator.runtime import Aggregator
 from ranksight.config import Settings
-from schemas.records import GpuRecord, HeartbeatRecord
+from schemas.records import GpuRecord, HeartbeatRecord, NicRecord
 from schemas.records.probe import ProbeRecord
 from tests.browser import CHROMIUM, Browser
 from tests.http_cluster import (
@@ -33,6 +33,12 @@ pytestmark = pytest.mark.skipif(
     CHROMIUM is None, reason="Debian chromium is not installed (.ci/run installs it)"
 )
 RTT_ONLY = ("node001", "node002")  # measured while a job runs: heavy probes skipped, so no bandwidth
+
+
+async def sparks_without_points(browser: Browser, metric: str) -> int:
+    """How many sparklines of ``metric`` drew no sample (the devices' values must reach every sparkline)."""
+    return int(await browser.js(f"document.querySelectorAll('canvas[data-metric=\"{metric}\"]:not([data-points]), "
+                                f"canvas[data-metric=\"{metric}\"][data-points=\"0\"]').length"))  # fmt: skip
 
 
 def inked(ink: list[dict[str, object]], minimum: int = 20) -> list[dict[str, object]]:
@@ -91,6 +97,14 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
         node = await show(browser, agg, f"node/{slow_host}", tmp_path)
         assert node.count('data-metric="gpu_power_w"') == 1 and node.count('data-metric="nic_rate_bps"') == 1
         assert not inked(await browser.canvas_ink())
+        for metric in (
+            "gpu_power_w",
+            "gpu_clock_hz",
+            "gpu_utilization_pct",
+            "nic_rate_bps",
+            "nic_link_flaps",
+        ):
+            assert await sparks_without_points(browser, metric) == 0, metric
 
         jobs = await show(browser, agg, "jobs", tmp_path)
         assert f"pid {DEAD_PID}" in jobs and 'class="bad"' in jobs and f'href="#job/{STRAGGLER_JOB}"' in jobs
@@ -157,13 +171,24 @@ async def test_headless_screenshot_with_live_updates_on(settings: Settings, tmp_
 async def test_every_view_at_1000_nodes(settings: Settings, tmp_path: Path) -> None:
     cfg = http_settings(settings)
     async with aggregator(cfg) as agg, Publisher(cfg) as pub, Browser(tmp_path / "profile") as browser:
-        for i in range(1000):
-            node = f"gpu{i:04d}"
-            await pub.send(node, "heartbeat", [HeartbeatRecord(hostname=node, version="sim", pid=1,
-                                                               started_ns=time.time_ns())])  # fmt: skip
+
+        async def node(
+            i: int,
+        ) -> None:  # facts that outlive the test, however slowly a loaded machine runs it
+            name, dst = f"gpu{i:04d}", f"gpu{(i + 1) % 1000:04d}"
             gpus = [GpuRecord(index=g, name="MI300X", utilization_pct=(i * 8 + g) % 100, power_w=500.0 + g,
                               throttled=(i, g) == (42, 3)) for g in range(8)]  # fmt: skip
-            await pub.send(node, "gpu", gpus)
+            nic = NicRecord(name="mlx5_0/1", kind="rdma", state="ACTIVE", speed_bps=4e11, tx_bps=1e9 * (i % 7),
+                            rx_bps=1e9, errors_per_s=0.0)  # fmt: skip
+            probe = ProbeRecord(
+                src=name, dst=dst, dst_addr="10.1.0.1", rtt_us=50.0, upload_bps=1e10, download_bps=1e10
+            )
+            beat = HeartbeatRecord(hostname=name, version="sim", pid=1, started_ns=time.time_ns())
+            for kind, records in (("gpu", gpus), ("nic", [nic]), ("probe", [probe]), ("heartbeat", [beat])):
+                await pub.send(name, kind, records, ttl=3600.0)
+
+        for first in range(0, 1000, 50):
+            await asyncio.gather(*(node(i) for i in range(first, first + 50)))
         await wait_for(lambda: len(agg.state.nodes.nodes) == 1000, timeout=30)
         await wait_for(
             lambda: next(iter(agg.store.rows("SELECT count(*) AS n FROM gpu")))["n"] == 8000, timeout=30
@@ -196,5 +221,17 @@ async def test_every_view_at_1000_nodes(settings: Settings, tmp_path: Path) -> N
 
         gpus = await show(browser, agg, "gpus", tmp_path)
         assert "page 1 of 160 (8000)" in gpus and gpus.count('data-metric="gpu_power_w"') == 50
-        assert not inked(await browser.canvas_ink())
+        assert (
+            not inked(await browser.canvas_ink()) and await sparks_without_points(browser, "gpu_power_w") == 0
+        )
+        nics = await show(browser, agg, "nics", tmp_path)
+        assert "page 1 of 20 (1000)" in nics and nics.count('data-metric="nic_rate_bps"') == 50
+        assert (
+            not inked(await browser.canvas_ink())
+            and await sparks_without_points(browser, "nic_rate_bps") == 0
+        )
+        links = await show(browser, agg, "links", tmp_path)
+        assert "rows 1 of 34" in links and links.count("10.00 Gbit/s") == 30
+        for view in ("jobs", "stragglers"):  # nothing running: the views say so, without errors
+            await show(browser, agg, view, tmp_path)
         assert browser.errors == []

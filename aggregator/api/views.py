@@ -18,6 +18,7 @@ from pydantic import Field
 from aggregator.analysis.hardware import hardware
 from aggregator.api.queries import Params, RequestError, _utc, parse_params
 from aggregator.api.sql import jsonable
+from aggregator.device_jobs import device_jobs
 from schemas.api import ApiResponse
 
 if TYPE_CHECKING:
@@ -149,7 +150,7 @@ def _epoch_us(t: datetime.datetime) -> int:
 class SeriesParams(Params):
     metric: Literal[tuple(SERIES)] = Field(description="which series (see the README)")  # type: ignore[valid-type]
     cluster: str | None = None
-    job: str | None = Field(None, description="a job id (step time, bus bandwidth, lateness)")
+    job: str | None = Field(None, description="a job id; for GPU and NIC series, the nodes it runs on")
     node: str | None = Field(None, description="a node, or several separated by commas")
     since: datetime.datetime | None = Field(None, description="default: until minus 15 minutes")
     until: datetime.datetime | None = Field(None, description="default: now")
@@ -189,6 +190,14 @@ async def series(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
         comms = sorted({h for (c, j), job in agg.state.jobs.jobs.items() if j == p.job and p.cluster in (None, c)
                         for h in job.comms})  # fmt: skip
     nodes = [n for n in (p.node or "").split(",") if n]
+    if p.job is not None and SERIES[p.metric].job is None:  # a device series: the nodes the job runs on
+        job_nodes = {n for (c, n), jobs in device_jobs(agg.state).nodes.items()
+                     if p.job in jobs and p.cluster in (None, c)}  # fmt: skip
+        nodes = sorted(job_nodes & set(nodes) if nodes else job_nodes)
+        if not nodes:
+            return ApiResponse.success(
+                [], meta={"metric": p.metric, "unit": SERIES[p.metric].unit, "windows": []}
+            )
     q = SeriesQuery(SERIES[p.metric], since_us, until_us, max(1, -(-(until_us - since_us) // points)), p.cluster,
                     nodes, p.job, comms, cfg.series_max_lines)  # fmt: skip
     lines, truncated, windows = await agg.sandbox.run(_series, q, time_limit_s=cfg.sql_time_limit_s)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime
 
 from ranksight.config import Settings
-from tests.http_cluster import DEGRADED, Publisher, http_settings, publish_cluster
+from tests.http_cluster import DEGRADED, JOB, Publisher, http_settings, publish_cluster
 from tests.integration.test_http_api import _degraded, get
 from tests.support import aggregator, wait_for
 
@@ -41,6 +41,10 @@ async def test_series_bounds(settings: Settings) -> None:
             "node001 gpu 0": [600.0],
             "node002 gpu 0": [600.0],
         }
+        _, _, body = await get(agg, f"/api/series?metric=gpu_power_w&job={JOB}")  # polled from node000 only
+        assert [r["series"] for r in body["rows"]] == ["node000 gpu 0"]
+        _, _, body = await get(agg, "/api/series?metric=gpu_power_w&job=no-such-job")
+        assert body["ok"] and body["rows"] == []
         _, _, body = await get(agg, "/api/series?metric=gpu_power_w&points=100000")
         assert body["truncated"] and len(body["rows"]) == 2  # four GPUs, two lines at most
         assert body["meta"]["step_s"] == 15 * 60 / 50  # buckets capped at series_max_points

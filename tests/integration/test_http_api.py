@@ -151,7 +151,7 @@ async def test_metrics_names_values_and_expiry(settings: Settings) -> None:
             ("job_id", JOB),
             ("model", "MI300X"),
             ("node", "node001"),
-            ("uuid", ""),
+            ("uuid", "GPU-00000001"),
         )
         assert samples[("ranksight_gpu_power_watts", gpu)] == 600
         jobs = {

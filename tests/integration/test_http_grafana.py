@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 from ranksight.config import Settings
-from tests.http_cluster import SLOW, Publisher, http_settings, publish_cluster
+from tests.http_cluster import SLOW, STRAGGLER_JOB, Publisher, http_settings, publish_cluster
 from tests.integration.test_http_api import get
 from tests.support import aggregator, wait_for
 
@@ -64,6 +64,10 @@ async def test_every_dashboard_metric_and_label_is_exposed(settings: Settings) -
         slow_host = f"node{SLOW[0]:03d}"
         await wait_for(lambda: any(f.hostname == slow_host for r in agg.state.stragglers.clusters.values()
                                    for f in r.findings), timeout=20)  # fmt: skip
+        # and the job's ranks and RAS poll, published after its Inspector records: they label the devices
+        await wait_for(
+            lambda: len(agg.state.app.ranks) == 16 and ("test", STRAGGLER_JOB) in agg.state.jobs.jobs
+        )
         assert (await get(agg, "/api/status"))[0] == 200
         text = (await get(agg, "/metrics"))[2]
     names, labels = exposed(text), label_names(text)

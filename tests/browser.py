@@ -48,6 +48,9 @@ class Browser:
             if port_file.exists() and port_file.read_text().count("\n") >= 1:
                 break
             await asyncio.sleep(0.1)
+        else:
+            await self._stop()
+            raise AssertionError("chromium did not open its DevTools port within 30 s")
         port = port_file.read_text().split()[0]
         self.session = aiohttp.ClientSession()
         async with self.session.get(f"http://127.0.0.1:{port}/json/list") as resp:
@@ -62,8 +65,15 @@ class Browser:
         self._reader.cancel()
         await self.ws.close()
         await self.session.close()
+        await self._stop()
+
+    async def _stop(self) -> None:
         self.proc.terminate()
-        await asyncio.to_thread(self.proc.wait, 10)
+        try:
+            await asyncio.to_thread(self.proc.wait, 10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            await asyncio.to_thread(self.proc.wait)
 
     async def _read(self) -> None:
         async for msg in self.ws:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 Health = Literal["ok", "warning", "critical"]
 HEALTH_RANK: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
+# A state not listed here (one derived from alerts, say) adds nothing: the alerts themselves are counted.
 NODE_STATE_HEALTH: dict[str, Health] = {"alive": "ok", "stale": "warning", "gone": "critical"}
 MAX_NODE_ALERTS = 5  # alerts listed per node in the map (the count is always given)
 US = 1_000_000
@@ -89,7 +90,7 @@ async def cluster_map(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
         if p.cluster not in (None, cluster):
             continue
         devices = gpus.get((cluster, node), [])
-        health = worst(NODE_STATE_HEALTH[n.state], by_node.get((cluster, node), "ok"),
+        health = worst(NODE_STATE_HEALTH.get(n.state, "ok"), by_node.get((cluster, node), "ok"),
                        *(d["health"] for d in devices))  # fmt: skip
         listed = node_alerts.get((cluster, node), [])
         rows.append({"cluster": cluster, "node": node, "state": n.state, "health": health, "alerts": len(listed),

@@ -332,6 +332,15 @@ class QuerySettings(Section):
     export_enabled: bool = Field(
         True, description="allow `ranksight export` to write Parquet on the aggregator host"
     )
+    series_max_points: int = Field(
+        1000, ge=2, description="time buckets per series answer at most (web page charts)"
+    )
+    series_max_lines: int = Field(
+        512, ge=1, description="lines (GPUs, ports, ranks...) per series answer at most"
+    )
+    series_max_range_s: float = Field(
+        7 * 86400, gt=0, description="the longest time range one series answer may cover"
+    )
 
 
 class ProbePlannerSettings(Section):

@@ -313,3 +313,12 @@ ENDPOINTS: dict[str, Query] = {
     "markers": markers,
     "stragglers": stragglers,
 }
+
+
+def _register_views() -> None:
+    from aggregator.api import views  # imports this module's Params and helpers
+
+    ENDPOINTS.update({"cluster_map": views.cluster_map, "series": views.series})
+
+
+_register_views()

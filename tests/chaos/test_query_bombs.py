@@ -141,3 +141,4 @@ async def test_ingest_waits_out_a_full_memory_pool(
         finally:
             hog.close()
         await wait_for(lambda: agg.stats.records > records, timeout=10)  # the same batch committed after all
+        assert agg.stats.dead_letters == 0  # a full pool is no message's fault: nothing dead-lettered

@@ -1,17 +1,18 @@
-"""Online straggler analysis: a live-state tracker that keeps recent Inspector records and runs the one engine
-(:mod:`aggregator.analysis.stragglers`) on tick, and the ``straggler`` alert rule that reports its findings.
+"""Online straggler analysis: a live-state tracker that folds Inspector records into one incremental engine per
+cluster (:mod:`aggregator.analysis.stragglers`) and evaluates it on tick, and the ``straggler`` alert rule that reports
+its findings.
 
-Scoring happens every ``evaluate_every_s`` over the retained windows, never per message, so ingest stays fast; in the
-aggregator it runs on a worker thread (``background=True``) and its result is picked up by a later tick, so the event
-loop never waits for it. Records are kept by receipt time: when a job stops writing, its records age out and its alerts resolve. GPU and NIC samples of
-the same node are kept (latest per device) to corroborate each finding.
+Every record is folded in once (never re-analyzed); each evaluation judges the slices completed since the last one, a
+sliding ``window_s`` horizon with a ``slice_s`` hop. In the aggregator this runs on a worker thread (``background=True``)
+and its result is picked up by a later tick, so the event loop never waits for it: ``observe`` only queues records.
+A cluster whose records stop arriving (by receipt time) for ``retain_windows`` x ``window_s`` is forgotten and its
+alerts resolve. GPU and NIC samples of the same node are kept (latest per device) to corroborate each finding.
 """
 
 from __future__ import annotations
 
 import logging
 import statistics
-from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -36,11 +37,19 @@ class ClusterFindings:
     evaluated_ns: int = 0
 
 
+def params_of(settings: StragglerSettings) -> StragglerParams:
+    return StragglerParams(window_s=settings.window_s, slice_s=settings.slice_s,
+                           confirm_windows=settings.confirm_windows, evidence_z=settings.evidence_z)  # fmt: skip
+
+
 class StragglerTracker:
     kinds = frozenset({"inspector", "gpu", "nic"})
 
     def __init__(self, settings: StragglerSettings | None = None) -> None:
-        self.records: deque[tuple[int, str, InspectorRecord]] = deque()
+        self.pending: list[tuple[str, InspectorRecord]] = []  # queued by observe, folded in on evaluation
+        self.dropped = 0  # records dropped because the queue was full (the worker fell behind)
+        self.engines: dict[str, StragglerEngine] = {}  # touched only by the evaluation (worker thread)
+        self.last_recv_ns: dict[str, int] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._running: Future[dict[str, ClusterFindings]] | None = None
         self.configure(settings or StragglerSettings.model_validate({}))
@@ -55,12 +64,20 @@ class StragglerTracker:
         self.settings = settings
         if background and self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stragglers")
-        self.params = StragglerParams(window_s=settings.window_s, confirm_windows=settings.confirm_windows)
-        self.records = deque(self.records, maxlen=settings.max_records)
+        self.params = params_of(settings)
+
+    @property
+    def records(self) -> int:
+        """Records folded into the engines so far (the ones still queued are not counted)."""
+        return sum(engine.records for engine in self.engines.values())
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
         if env.kind == "inspector":
-            self.records.extend((recv_ns, env.cluster, rec) for rec in env.records)
+            room = self.settings.max_records - len(self.pending)
+            if room < len(env.records):
+                self.dropped += len(env.records) - max(room, 0)
+            self.pending.extend((env.cluster, rec) for rec in env.records[: max(room, 0)])
+            self.last_recv_ns[env.cluster] = recv_ns
         elif env.kind == "gpu":
             for gpu in env.records:
                 self.gpus[(env.cluster, env.node, gpu.index)] = gpu
@@ -76,16 +93,17 @@ class StragglerTracker:
             return
         self._last_eval_ns = now_ns
         horizon = now_ns - int(self.settings.retain_windows * self.settings.window_s * NS)
-        while self.records and self.records[0][0] < horizon:
-            self.records.popleft()
-        snapshot = list(self.records)
+        gone = {cluster for cluster, ns in self.last_recv_ns.items() if ns < horizon}
+        for cluster in gone:
+            del self.last_recv_ns[cluster]
+        batch, self.pending = self.pending, []
         # The first run (the replay at start) is inline: a rule evaluated before it would see no findings and
         # resolve alerts that are still true, then fire them again.
         first, self._evaluated_once = not self._evaluated_once, True
         if self._executor is None or first:
-            self._set_findings(self._analyze(snapshot, now_ns))
+            self._set_findings(self._evaluate(batch, gone, now_ns))
         else:
-            self._running = self._executor.submit(self._analyze, snapshot, now_ns)
+            self._running = self._executor.submit(self._evaluate, batch, gone, now_ns)
 
     def _set_findings(self, clusters: dict[str, ClusterFindings]) -> None:
         self.clusters = clusters
@@ -100,26 +118,27 @@ class StragglerTracker:
         rows, self._history = self._history, []
         return rows
 
-    def _analyze(
-        self, records: list[tuple[int, str, InspectorRecord]], now_ns: int
+    def _evaluate(
+        self, batch: list[tuple[str, InspectorRecord]], gone: set[str], now_ns: int
     ) -> dict[str, ClusterFindings]:
-        engines: dict[str, StragglerEngine] = {}
-        for _, cluster, rec in records:
-            engine = engines.get(cluster)
+        for cluster in gone:
+            self.engines.pop(cluster, None)
+        for cluster, rec in batch:
+            engine = self.engines.get(cluster)
             if engine is None:
-                engine = engines[cluster] = StragglerEngine(self.params)
+                engine = self.engines[cluster] = StragglerEngine(self.params)
             engine.add(rec)
         out = {}
-        for cluster, engine in engines.items():
+        for cluster, engine in self.engines.items():
             try:
-                result = engine.analyze()
+                findings = engine.evaluate()
             except Exception:  # a bug or an input we did not foresee must never stop the aggregator's ticks
                 log.exception(
                     "straggler analysis of cluster %s failed; keeping its previous findings", cluster
                 )
                 out[cluster] = self.clusters.get(cluster, ClusterFindings(evaluated_ns=now_ns))
                 continue
-            out[cluster] = ClusterFindings(result.stragglers, result.records, result.capture_model, now_ns)
+            out[cluster] = ClusterFindings(findings, engine.records, engine.capture_model, now_ns)
         return out
 
     def corroboration(self, cluster: str, hostname: str) -> list[str]:

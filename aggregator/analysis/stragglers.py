@@ -289,9 +289,7 @@ class StragglerEngine:
         return self.active()
 
     def active(self) -> list[Finding]:
-        out = [c.finding for c in self.candidates.values() if c.confirmed]
-        out.sort(key=lambda f: (-f.confidence * f.slowdown, f.hostname, f.pid or 0))
-        return out
+        return _ranked([c.finding for c in self.candidates.values() if c.confirmed])
 
     def analyze(self) -> Analysis:
         """Offline: judge every slice; every finding confirmed at some point, merged per culprit."""
@@ -307,7 +305,7 @@ class StragglerEngine:
             else:
                 prev.first_ts_us = min(f.first_ts_us, prev.first_ts_us)
                 prev.last_ts_us = max(f.last_ts_us, prev.last_ts_us)
-        findings = sorted(merged.values(), key=lambda f: (-f.confidence * f.slowdown, f.hostname, f.pid or 0))
+        findings = _ranked(list(merged.values()))
         ops = len(self._ops)
         return Analysis(self.records, ops, self.capture_model, findings, bw_mismatches=self.bw_mismatches)
 
@@ -426,11 +424,14 @@ class StragglerEngine:
                 statistics.median(shares[proc].share for proc in job), 0.05))  # fmt: skip
             if med <= 0.05:
                 continue  # collectives fill the whole time (overlapped or mis-timed): no compute to compare
-            late: list[Finding] = []
+            # strict: flagged on its own; leaning: as slow but with half the evidence, enough to join a node-wide
+            # finding on its host (its processes cross the bar one by one while the node slows down)
+            strict: dict[str, list[Finding]] = defaultdict(list)
+            leaning: dict[str, list[Finding]] = defaultdict(list)
             for proc in job:
                 ps = shares[proc]
                 factor, z, cost = ps.share / med, (ps.share - med) / spread, ps.share - med
-                if ps.ops < p.min_ops or factor < 1 + p.min_excess or z < p.z_threshold or cost < p.min_cost:
+                if ps.ops < p.min_ops or factor < 1 + p.min_excess or z < p.z_threshold / 2:
                     continue
                 # a one-step hiccup lands in one slice; a straggler's excess shows in at least two
                 hot = [s / med for s in ps.slices if s / med >= 1 + p.min_excess]
@@ -439,16 +440,17 @@ class StragglerEngine:
                 # bursts: the hot slices' typical factor, and the share of time at it that gives the average
                 burst = statistics.median(hot)
                 duty = min(1.0, (factor - 1) / (burst - 1)) if burst > factor else 1.0
-                late.append(self._proc_finding(proc, factor, z, cost, duty, burst, len(job), med))
-            by_host: dict[str, list[Finding]] = defaultdict(list)
-            for f in late:
-                by_host[f.hostname].append(f)
+                f = self._proc_finding(proc, factor, z, cost, duty, burst, len(job), med)
+                leaning[proc[0]].append(f)
+                if z >= p.z_threshold and cost >= p.min_cost:
+                    strict[proc[0]].append(f)
             per_host: dict[str, int] = defaultdict(int)
             for proc in job:
                 per_host[proc[0]] += 1
-            for host, parts in by_host.items():
-                if len(parts) >= 2 and len(parts) >= p.node_share * per_host[host]:
-                    out.append(self._node_finding(host, parts, per_host[host]))
+            for host, parts in strict.items():
+                node = leaning[host]
+                if len(node) >= 2 and len(node) >= p.node_share * per_host[host]:
+                    out.append(self._node_finding(host, node, per_host[host]))
                 else:
                     out += parts
         return out
@@ -569,6 +571,13 @@ class StragglerEngine:
             picked.append(best)
             uncovered -= candidates.pop(best)
         return picked
+
+
+def _ranked(findings: list[Finding]) -> list[Finding]:
+    """Worst first; a process's compute finding is folded into its node's when the whole node is reported."""
+    nodes = {f.hostname for f in findings if f.kind == "compute" and f.pid is None}
+    kept = [f for f in findings if not (f.kind == "compute" and f.pid is not None and f.hostname in nodes)]
+    return sorted(kept, key=lambda f: (-f.confidence * f.slowdown, f.hostname, f.pid or 0))
 
 
 def analyze_records(records: Iterable[InspectorRecord], params: StragglerParams | None = None) -> Analysis:

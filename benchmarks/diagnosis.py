@@ -94,7 +94,9 @@ def naive(records: list[InspectorRecord]) -> list[tuple[str, int | None, str, fl
 def run_one(cls: str, capture: Capture, seed: int) -> tuple[str, Score, Score, float]:
     spec = CLASSES[cls](capture, seed)
     timed, step_us = run_job(spec)
-    records = sorted((parse_line(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us)
+    records = sorted(
+        (parse_line(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
+    )
     truths = truth(spec)
     settings = StragglerSettings.model_validate({})
     started = time.perf_counter()
@@ -133,7 +135,9 @@ def _pct(values: list[float], q: float) -> float:
 def report(name: str, s: Score) -> dict[str, float]:
     precision = s.right / s.findings if s.findings else 1.0
     recall = s.found / s.truths if s.truths else 1.0
-    attribution = s.attributed / s.on_culprit_host if s.on_culprit_host else float("nan")  # nan: none on a culprit
+    attribution = (
+        s.attributed / s.on_culprit_host if s.on_culprit_host else float("nan")
+    )  # nan: none on a culprit
     err = max(s.slowdown_errors) if s.slowdown_errors else 0.0
     mean_err = statistics.mean(s.slowdown_errors) if s.slowdown_errors else 0.0
     fa = f"{s.false_alarm_runs}/{s.healthy_runs}" if s.healthy_runs else "-"
@@ -149,7 +153,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=10, help="seeds 1..N per class and capture model")
     ap.add_argument("--quick", action="store_true", help="seeds 1..3")
-    ap.add_argument("--classes", default=",".join(CLASSES), help="comma-separated subset of: " + ", ".join(CLASSES))
+    ap.add_argument(
+        "--classes", default=",".join(CLASSES), help="comma-separated subset of: " + ", ".join(CLASSES)
+    )
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     args = ap.parse_args()
     seeds = range(1, (3 if args.quick else args.seeds) + 1)

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from aggregator.alerts import Condition
 from aggregator.analysis.gpu_probe import gpu_evidence
 from aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
+from aggregator.linkmap import link_tracker
 from aggregator.state import NS, LiveState
 from aggregator.timefmt import iso
 from ranksight.config import StragglerSettings
@@ -110,7 +111,7 @@ class StragglerTracker:
         for cluster, result in clusters.items():
             self._history += [{"evaluated_at": iso(result.evaluated_ns), "cluster": cluster,
                                "capture_model": result.capture_model, "records": result.records,
-                               **{k: v for k, v in f.as_dict().items() if k != "evidence"},
+                               **{k: v for k, v in f.as_dict().items() if k not in ("evidence", "slow_comms")},
                                "evidence": f.evidence} for f in result.findings]  # fmt: skip
 
     def take_history(self) -> list[dict[str, object]]:
@@ -149,15 +150,52 @@ class StragglerTracker:
         for index, gpu in sorted(mine.items()):
             if gpu.throttled:
                 notes.append(f"GPU {index} throttled ({', '.join(gpu.throttle_reasons) or 'reason unknown'})")
-        clocks = [g.sclk_hz for g in gpus.values() if g.sclk_hz]
-        if len(clocks) >= 3:
-            typical = statistics.median(clocks)
-            notes += [f"GPU {i} clock {g.sclk_hz / 1e6:.0f} MHz vs {typical / 1e6:.0f} MHz typical"
-                      for i, g in sorted(mine.items()) if g.sclk_hz and g.sclk_hz < 0.9 * typical]  # fmt: skip
+            if gpu.ecc_uncorrectable:
+                notes.append(f"GPU {index} has {gpu.ecc_uncorrectable} uncorrectable ECC errors")
+        for what, unit, scale, get in _GPU_GAUGES:
+            values = [v for g in gpus.values() if (v := get(g))]
+            if len(values) < 3:
+                continue
+            typical = statistics.median(values)
+            notes += [f"GPU {i} {what} {v / scale:.0f} {unit} vs {typical / scale:.0f} {unit} typical"
+                      for i, g in sorted(mine.items()) if (v := get(g)) and abs(v - typical) > 0.1 * typical]  # fmt: skip
+        speeds = [n.speed_bps for (c, _, _), n in self.nics.items() if c == cluster and n.speed_bps]
+        typical_speed = statistics.median(speeds) if speeds else None
         for (c, node, name), nic in sorted(self.nics.items()):
-            if c == cluster and node == hostname and nic.state and nic.state.upper() not in ("ACTIVE", "UP"):
+            if c != cluster or node != hostname:
+                continue
+            if nic.state and nic.state.upper() not in ("ACTIVE", "UP"):
                 notes.append(f"NIC {name} is {nic.state}")
+            if nic.errors_per_s:
+                notes.append(f"NIC {name} errors rising ({nic.errors_per_s:.1f}/s)")
+            if nic.congestion_per_s:
+                notes.append(f"NIC {name} congestion (CNP/ECN {nic.congestion_per_s:.0f}/s)")
+            if nic.link_flaps:
+                notes.append(f"NIC {name} link flapped {nic.link_flaps}x")
+            if typical_speed and nic.speed_bps and nic.speed_bps < 0.9 * typical_speed:
+                notes.append(
+                    f"NIC {name} rate {nic.speed_bps / 1e9:.0f} Gb/s vs {typical_speed / 1e9:.0f} Gb/s typical"
+                )
         return notes
+
+
+_GPU_GAUGES: list[tuple[str, str, float, Callable[[GpuRecord], float | None]]] = [
+    ("clock", "MHz", 1e6, lambda g: g.sclk_hz),
+    ("power", "W", 1.0, lambda g: g.power_w),
+    ("junction temperature", "C", 1.0, lambda g: g.temperature_junction_c),
+]
+
+
+def _link_notes(state: LiveState, cluster: str, hostname: str) -> list[str]:
+    """Active link probes from or to the node that measured below their peers' median."""
+    links = [link for link in link_tracker(state).links.values() if link.cluster == cluster and link.fresh]
+    speeds = [v for link in links if (v := link.record.download_bps)]
+    if len(speeds) < 3:
+        return []
+    typical = statistics.median(speeds)
+    return [f"link probe {link.src} -> {link.dst}: {v / 1e9:.1f} Gbit/s vs {typical / 1e9:.1f} typical"
+            for link in links if hostname in (link.src, link.dst) and (v := link.record.download_bps)
+            and v < 0.7 * typical]  # fmt: skip
 
 
 class StragglerRule:
@@ -170,13 +208,27 @@ class StragglerRule:
                 notes = tracker.corroboration(cluster, f.hostname)
                 notes += [f"GPU {g['gpu']} active probe: {x['metric']} {x.get('drop', 0):.0%} below its {x.get('basis')}"
                           for g in gpu_evidence(state, cluster, f.hostname) for x in g["findings"]]  # fmt: skip
-                where = f"{f.hostname}" + (f" pid {f.pid}" if f.pid is not None else "")
+                if f.kind == "communication":
+                    notes += _link_notes(state, cluster, f.hostname)
                 yield Condition(
                     rule=self.name,
                     severity="warning" if f.slowdown < 1.5 else "critical",
                     cluster=cluster,
                     node=f.hostname,
                     key=f"{f.kind}:{f.pid}",  # comm and rank stay in the evidence: the fingerprint must not move
-                    summary=f"{f.kind} straggler on {where}: collectives {f.slowdown:.2f}x slower",
+                    summary=summary(f, notes),
                     evidence={**f.as_dict(), "corroboration": notes},
                 )
+
+
+def summary(f: Finding, notes: list[str]) -> str:
+    """One line: who, how much, what it costs, and the corroborating signals."""
+    where = f"{f.hostname}" + (f" pid {f.pid}" if f.pid is not None else "")
+    if f.kind == "communication":
+        text = f"communication straggler on {where}: {len(f.comms)} cross-node comms transfer {f.slowdown:.2f}x slower"
+    else:
+        text = f"compute straggler on {where}: collectives {f.slowdown:.2f}x slower, costs {f.cost:.0%} of job time"
+        if f.duty_cycle < 0.75:
+            text += f" (intermittent: {f.burst_slowdown:.2f}x in bursts, {f.duty_cycle:.0%} of the time)"
+    text += f"; lateness {f.z:.0f} robust sd"
+    return text + (f"; {'; '.join(notes[:3])}" if notes else "")

@@ -53,7 +53,9 @@ class StragglerParams:
     min_excess: float = 0.05  # compute share above the job's median (as a ratio) to flag a process
     min_cost: float = 0.02  # share of the job's time a compute finding must cost
     spread_floor: float = 0.01  # fraction of the median compute share
-    min_ops: int = 20  # ops of a process in the horizon before it is judged (a one-step hiccup is not a trend)
+    min_ops: int = (
+        20  # ops of a process in the horizon before it is judged (a one-step hiccup is not a trend)
+    )
     min_group: int = 4  # processes of a job needed to judge one against the others
     comm_slow_ratio: float = 1.3
     node_share: float = 0.5  # share of a host's processes flagged before the host itself is reported
@@ -134,7 +136,7 @@ class _Comm:
 class _Agg:
     """Exec times of one (comm, coll, size, rank) in one slice."""
 
-    __slots__ = ("n", "total", "low")
+    __slots__ = ("low", "n", "total")
 
     def __init__(self) -> None:
         self.n, self.total, self.low = 0, 0.0, math.inf
@@ -148,7 +150,7 @@ class _Agg:
 class _Span:
     """``coll_sn`` range of one (comm, coll) in one slice, with the dump times that bound it."""
 
-    __slots__ = ("lo", "lo_ts", "hi", "hi_ts")
+    __slots__ = ("hi", "hi_ts", "lo", "lo_ts")
 
     def __init__(self, sn: int, ts: int) -> None:
         self.lo = self.hi = sn
@@ -367,17 +369,21 @@ class StragglerEngine:
         ops: dict[Proc, int] = defaultdict(int)
         per_slice: dict[Proc, list[float]] = defaultdict(lambda: [0.0] * len(window))
         totals: dict[AggKey, list[float]] = {}
+
+        def rate_of(comm: str, op: str, rank: int) -> float:
+            return rates.get((comm, op, -1)) or rates.get((comm, op, rank), 0.0)
+
         for i, sl in enumerate(window):
-            for key, agg in sl.aggs.items():
-                got = totals.get(key)
-                if got is None:
-                    totals[key] = [agg.n, agg.total]
+            for agg_key, agg in sl.aggs.items():
+                acc = totals.get(agg_key)
+                if acc is None:
+                    totals[agg_key] = [agg.n, agg.total]
                 else:
-                    got[0] += agg.n
-                    got[1] += agg.total
-                comm, op, _size, rank = key
+                    acc[0] += agg.n
+                    acc[1] += agg.total
+                comm, op, _size, rank = agg_key
                 proc = self.comms[comm].members[rank]
-                span_rate = rates.get((comm, op, -1)) or rates.get((comm, op, rank), 0.0)
+                span_rate = rate_of(comm, op, rank)
                 # per slice: ring counts its own ops, sampled uses the horizon's rate
                 if sampled:
                     per_slice[proc][i] += agg.total / agg.n * span_rate * (p.slice_s * 1e6)
@@ -385,7 +391,7 @@ class StragglerEngine:
                     per_slice[proc][i] += agg.total
         for (comm, op, _size, rank), (n, total) in totals.items():
             proc = self.comms[comm].members[rank]
-            rate = rates.get((comm, op, -1)) or rates.get((comm, op, rank), 0.0)
+            rate = rate_of(comm, op, rank)
             busy[proc] += total / n * rate * duration if sampled else total
             ops[proc] += int(n)
         slice_us = p.slice_s * 1e6
@@ -457,14 +463,20 @@ class StragglerEngine:
 
     def _proc_finding(self, proc: Proc, factor: float, z: float, cost: float, duty: float, burst: float,
                       peers: int, med: float) -> Finding:  # fmt: skip
-        memberships = [(comm, rank) for comm in self.comms.values() for rank, m in comm.members.items() if m == proc]
+        memberships = [
+            (comm, rank) for comm in self.comms.values() for rank, m in comm.members.items() if m == proc
+        ]
         comm, rank = min(memberships, key=lambda cr: (len(cr[0].members), cr[0].label))
         intermittent = duty < 0.75
         evidence = (
             f"computes {factor:.2f}x longer between collectives than its {peers - 1} peers "
             f"({med * factor:.0%} of the time outside collectives vs {med:.0%}; lateness {z:.1f} robust sd); "
             f"costs the job {cost:.1%} of its time"
-            + (f"; intermittent: slow in {duty:.0%} of the time, {burst:.2f}x during bursts" if intermittent else "")
+            + (
+                f"; intermittent: slow in {duty:.0%} of the time, {burst:.2f}x during bursts"
+                if intermittent
+                else ""
+            )
             + f"; arrives last in its {len(memberships)} comm(s), e.g. rank {rank}/{len(comm.members)} of {comm.label}"
         )
         return Finding(proc[0], proc[1], "compute", comm.label, rank, factor, 1.0,
@@ -528,7 +540,9 @@ class StragglerEngine:
             return []  # everything slow (or nothing): no node to single out
         out = []
         for host in self._localize(slow, fast):
-            through = sorted((c for c in slow if host in self.comms[c].hosts), key=lambda c: self.comms[c].label)
+            through = sorted(
+                (c for c in slow if host in self.comms[c].hosts), key=lambda c: self.comms[c].label
+            )
             if len(through) < 2:
                 continue  # one slow comm is one slow link or one noisy sample, not a node
             factor = statistics.median(ratios[c] for c in through)

@@ -61,7 +61,9 @@ class JobSpec:
     pp: int = 2  # nodes per pipeline block; dp comms span nodes // pp nodes
     layout: Literal["dense", "moe"] = "dense"
     ep_nodes: int = 2  # moe: nodes per expert-parallel group
-    gpu_speed_noise: float = 0.0  # healthy per-GPU speed spread: each GPU is 1 + U(0, this) slower for the whole run
+    gpu_speed_noise: float = (
+        0.0  # healthy per-GPU speed spread: each GPU is 1 + U(0, this) slower for the whole run
+    )
     steps: int = 200
     compute_ms: float = 40.0
     noise: float = 0.03  # lognormal sigma of each rank's compute time
@@ -105,7 +107,9 @@ def comms(spec: JobSpec) -> list[list[Comm]]:
     g, tag = range(spec.gpus_per_node), spec.run_tag
     if spec.layout == "moe":
         e = spec.ep_nodes
-        tp = [Comm(f"tp-n{n}", "AllReduce", 32 << 20, tuple((n, i) for i in g), tag) for n in range(spec.nodes)]
+        tp = [
+            Comm(f"tp-n{n}", "AllReduce", 32 << 20, tuple((n, i) for i in g), tag) for n in range(spec.nodes)
+        ]
         ep = [
             Comm(f"ep-b{b}-g{i}", "AllGather", 64 << 20, tuple((b * e + s, i) for s in range(e)), tag)
             for b in range(spec.nodes // e) for i in g
@@ -114,7 +118,9 @@ def comms(spec: JobSpec) -> list[list[Comm]]:
             Comm(f"edp-s{s}-g{i}", "ReduceScatter", 32 << 20, tuple((n, i) for n in range(s, spec.nodes, e)), tag)
             for s in range(e) for i in g
         ]  # fmt: skip
-        dp = [Comm(f"dp-g{i}", "AllReduce", 64 << 20, tuple((n, i) for n in range(spec.nodes)), tag) for i in g]
+        dp = [
+            Comm(f"dp-g{i}", "AllReduce", 64 << 20, tuple((n, i) for n in range(spec.nodes)), tag) for i in g
+        ]
         return [tp, ep, edp, dp]
     tp = [Comm(f"tp-n{n}", "AllReduce", 32 << 20, tuple((n, i) for i in g), tag) for n in range(spec.nodes)]
     dp = [
@@ -181,7 +187,9 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
     phase_us = {r: rng.random() * tick for r in ranks}
     next_dump = tick
     now = 0.0  # µs since start
-    start = {r: 0.0 for r in ranks}  # each rank starts its next step when its last collective ends: no hidden barrier
+    start = {
+        r: 0.0 for r in ranks
+    }  # each rank starts its next step when its last collective ends: no hidden barrier
     speed = {r: 1 + spec.gpu_speed_noise * rng.random() for r in ranks}
     step_us = []
     for step in range(spec.steps):

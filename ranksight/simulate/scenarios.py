@@ -72,7 +72,9 @@ def late_onset(capture: Capture, seed: int) -> JobSpec:
 def slow_node(capture: Capture, seed: int) -> JobSpec:
     rng = random.Random(seed)
     factor = rng.choice([1.15, 1.3, 1.5])
-    return _base(capture, seed, faults=[Fault("node", rng.randrange(4), factor=factor, start_step=ONSET_STEP)])
+    return _base(
+        capture, seed, faults=[Fault("node", rng.randrange(4), factor=factor, start_step=ONSET_STEP)]
+    )
 
 
 def nic(capture: Capture, seed: int) -> JobSpec:

@@ -40,7 +40,7 @@ from schemas.records import InspectorRecord
 Kind = Literal["compute", "communication"]
 Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a process is not
 AggKey = tuple[str, str, int, int]  # (comm, coll, size, rank)
-SpanKey = tuple[str, str, int]  # (comm, coll, rank for p2p else -1): coll_sn counts per collective type
+SpanKey = tuple[str, str, int]  # (comm, coll, rank): coll_sn counts per collective type (p2p_sn per process)
 
 
 @dataclass(frozen=True)
@@ -237,8 +237,8 @@ class StragglerEngine:
         sl = self.slices.get(index)
         if sl is None:
             sl = self.slices[index] = _Slice()
-        p2p = rec.op_kind == "p2p"  # p2p_sn is per process: its span is per rank
-        span_key = (rec.comm_id, rec.op, rec.rank if p2p else -1)
+        p2p = rec.op_kind == "p2p"
+        span_key = (rec.comm_id, rec.op, rec.rank)  # each rank's own samples: one dump-thread phase
         span = sl.spans.get(span_key)
         if span is None:
             sl.spans[span_key] = _Span(rec.sn, rec.dump_ts_us)
@@ -360,18 +360,21 @@ class StragglerEngine:
         duration = len(window) * p.slice_s * 1e6
         sampled = self.sampled > self.ring
         rates: dict[SpanKey, float] = {}  # ops per µs
+        comm_rates: dict[tuple[str, str], list[float]] = defaultdict(list)
         for key, (lo, lo_ts, hi, hi_ts) in spans.items():
-            if sampled:
-                rates[key] = (hi - lo) / (hi_ts - lo_ts) if hi_ts > lo_ts and hi > lo else 0.0
-            else:
-                rates[key] = (hi - lo + 1) / duration
+            if not sampled:
+                rates[key] = (hi - lo + 1) / duration  # every op is there
+            elif hi_ts > lo_ts and hi > lo:
+                comm_rates[key[:2]].append((hi - lo) / (hi_ts - lo_ts))
+        # sampled: each rank's rate is off by up to one op over the horizon, differently per rank: average them
+        mean_rate = {key: statistics.fmean(v) for key, v in comm_rates.items()}
         busy: dict[Proc, float] = defaultdict(float)
         ops: dict[Proc, int] = defaultdict(int)
         per_slice: dict[Proc, list[float]] = defaultdict(lambda: [0.0] * len(window))
         totals: dict[AggKey, list[float]] = {}
 
         def rate_of(comm: str, op: str, rank: int) -> float:
-            return rates.get((comm, op, -1)) or rates.get((comm, op, rank), 0.0)
+            return mean_rate.get((comm, op), 0.0) if sampled else rates.get((comm, op, rank), 0.0)
 
         for i, sl in enumerate(window):
             for agg_key, agg in sl.aggs.items():
@@ -430,6 +433,9 @@ class StragglerEngine:
                 statistics.median(shares[proc].share for proc in job), 0.05))  # fmt: skip
             if med <= 0.05:
                 continue  # collectives fill the whole time (overlapped or mis-timed): no compute to compare
+            # each slice against the same slice of the peers: their waits during a burst lower their share then
+            slice_meds = [max(statistics.median(shares[proc].slices[i] for proc in job), 1e-9)
+                          for i in range(len(window))]  # fmt: skip
             # strict: flagged on its own; leaning: as slow but with half the evidence, enough to join a node-wide
             # finding on its host (its processes cross the bar one by one while the node slows down)
             strict: dict[str, list[Finding]] = defaultdict(list)
@@ -439,13 +445,16 @@ class StragglerEngine:
                 factor, z, cost = ps.share / med, (ps.share - med) / spread, ps.share - med
                 if ps.ops < p.min_ops or factor < 1 + p.min_excess or z < p.z_threshold / 2:
                     continue
+                per_slice = [x / m for x, m in zip(ps.slices, slice_meds, strict=True)]
                 # a one-step hiccup lands in one slice; a straggler's excess shows in at least two
-                hot = [s / med for s in ps.slices if s / med >= 1 + p.min_excess]
-                if len(hot) < 2:
+                if sum(x >= 1 + p.min_excess for x in per_slice) < 2:
                     continue
-                # bursts: the hot slices' typical factor, and the share of time at it that gives the average
-                burst = statistics.median(hot)
-                duty = min(1.0, (factor - 1) / (burst - 1)) if burst > factor else 1.0
+                # bursts: with a quarter of the slices back near normal, the slow slices' typical factor is the
+                # burst slowdown and the share of time at it that gives the average is the duty cycle
+                burst, duty = factor, 1.0
+                if sum(x < 1 + (factor - 1) / 3 for x in per_slice) >= 0.25 * len(per_slice):
+                    burst = max(factor, statistics.median(x for x in per_slice if x >= factor))
+                    duty = (factor - 1) / (burst - 1) if burst > factor else 1.0
                 f = self._proc_finding(proc, factor, z, cost, duty, burst, len(job), med)
                 leaning[proc[0]].append(f)
                 if z >= p.z_threshold and cost >= p.min_cost:

@@ -475,7 +475,9 @@ class StragglerEngine:
         memberships = [
             (comm, rank) for comm in self.comms.values() for rank, m in comm.members.items() if m == proc
         ]
-        comm, rank = min(memberships, key=lambda cr: (len(cr[0].members), cr[0].label))
+        # named after its node's comm (where it is the one late rank among its neighbours), the largest if several
+        comm, rank = min(memberships, key=lambda cr: (-sum(h == proc[0] for h, _ in cr[0].members.values()),
+                                                      -len(cr[0].members), cr[0].label))  # fmt: skip
         intermittent = duty < 0.75
         evidence = (
             f"computes {factor:.2f}x longer between collectives than its {peers - 1} peers "

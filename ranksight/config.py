@@ -289,16 +289,24 @@ class ProbePlannerSettings(Section):
 class StragglerSettings(Section):
     """Online straggler analysis (design §6); the same engine as ``ranksight analyze inspector``."""
 
-    window_s: float = Field(6.0, gt=0, description="sliding evaluation horizon over the records' dump timestamps")
-    slice_s: float = Field(0.5, gt=0, description="the hop: records are summed per slice, judged per completed slice")
+    window_s: float = Field(
+        6.0, gt=0, description="sliding evaluation horizon over the records' dump timestamps"
+    )
+    slice_s: float = Field(
+        0.5, gt=0, description="the hop: records are summed per slice, judged per completed slice"
+    )
     confirm_windows: int = Field(
         3, ge=1, description="most consecutive flagged evaluations a weak finding needs before it alerts"
     )
     evidence_z: float = Field(
-        12.0, gt=0, description="summed robust z-score that confirms a finding (a strong one confirms at once)"
+        12.0,
+        gt=0,
+        description="summed robust z-score that confirms a finding (a strong one confirms at once)",
     )
     retain_windows: int = Field(
-        6, ge=2, description="a cluster silent (by receipt time) this many windows is forgotten: its alerts resolve"
+        6,
+        ge=2,
+        description="a cluster silent (by receipt time) this many windows is forgotten: its alerts resolve",
     )
     evaluate_every_s: float = Field(
         2.0, gt=0, description="how often the engine runs (on tick, never per message)"

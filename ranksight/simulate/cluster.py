@@ -80,7 +80,10 @@ def _rank(spec: JobSpec, comm: Comm, rank: int) -> dict[str, object]:
 
 
 def ras_status_json(
-    job: LiveJob, missing: set[tuple[int, int]], version: str = "2.29.2", behind: frozenset[tuple[int, int]] = frozenset()
+    job: LiveJob,
+    missing: set[tuple[int, int]],
+    version: str = "2.29.2",
+    behind: frozenset[tuple[int, int]] = frozenset(),
 ) -> bytes:
     """The job's RAS status as NCCL's JSON reply; ``missing`` (node, GPU) members stopped answering; ``behind`` members
     never entered their comms' latest operation (a hang: their counts are one less than their peers')."""

@@ -57,6 +57,8 @@ class StragglerParams:
         20  # ops of a process in the horizon before it is judged (a one-step hiccup is not a trend)
     )
     min_group: int = 4  # processes of a job needed to judge one against the others
+    min_steps: float = 3.0  # steps the excess must span (with long steps, one hiccup fills several slices)
+    min_window_steps: float = 60.0  # steps the horizon must hold (long steps stretch it beyond window_s)
     comm_slow_ratio: float = 1.3
     node_share: float = 0.5  # share of a host's processes flagged before the host itself is reported
     retain_slices: int = 120  # slices kept for history (own-best bandwidth of each comm)
@@ -187,6 +189,7 @@ class _ProcShare:
     share: float
     ops: int
     slices: list[float]  # compute share per slice of the horizon
+    step_rate: float  # steps per µs: the rate of its most frequent collective
 
 
 def _robust(values: list[float], floor: float) -> tuple[float, float]:
@@ -213,6 +216,8 @@ class StragglerEngine:
         self.history: list[Finding] = []  # confirmed findings that resolved
         self._ops: set[tuple[str, str, int]] = set()
         self._best_bw: dict[tuple[str, str, int], float] = {}  # own best bus bandwidth per (comm, coll, size)
+        self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
+        self._horizon_now = self.horizon  # slices judged, stretched for long steps
 
     # -- input ----------------------------------------------------------------------------------------------------
     def add(self, rec: InspectorRecord) -> None:
@@ -232,7 +237,9 @@ class StragglerEngine:
         if rec.exec_time_us is None or rec.exec_time_us <= 0:
             return
         index = rec.dump_ts_us // self.slice_us
-        if self.evaluated is not None and index <= self.evaluated - self.params.retain_slices:
+        if self.evaluated is not None and index <= self.evaluated - max(
+            self.params.retain_slices, 2 * self._horizon_now
+        ):
             return  # far older than what is judged now: nothing to add it to
         sl = self.slices.get(index)
         if sl is None:
@@ -286,7 +293,8 @@ class StragglerEngine:
             for index in range(first, last + 1):
                 self._judge(index)
                 self.evaluated = index
-            for old in [i for i in self.slices if i <= last - self.params.retain_slices]:
+            keep = max(self.params.retain_slices, 2 * self._horizon_now)
+            for old in [i for i in self.slices if i <= last - keep]:
                 del self.slices[old]
         return self.active()
 
@@ -312,7 +320,17 @@ class StragglerEngine:
         return Analysis(self.records, ops, self.capture_model, findings, bw_mismatches=self.bw_mismatches)
 
     def _judge(self, index: int) -> None:
-        window = [self.slices[i] for i in range(index - self.horizon + 1, index + 1) if i in self.slices]
+        # long steps stretch the horizon to ``min_window_steps`` steps: a few ops would give no stable share
+        steps_per_slice = self._step_rate * self.slice_us
+        horizon = self.horizon
+        if steps_per_slice > 0:
+            horizon = max(
+                horizon, min(20 * horizon, math.ceil(self.params.min_window_steps / steps_per_slice))
+            )
+        self._horizon_now = horizon
+        # slices with no record are time too (long ops complete less often than a slice): kept, empty
+        first = max(index - horizon + 1, min(self.slices))
+        window = [self.slices.get(i) or _Slice() for i in range(first, index + 1)]
         if not window:
             return
         # first seen: the slice whose evaluation first flagged it (its horizon reaches further back, into healthy time)
@@ -370,6 +388,7 @@ class StragglerEngine:
         mean_rate = {key: statistics.fmean(v) for key, v in comm_rates.items()}
         busy: dict[Proc, float] = defaultdict(float)
         ops: dict[Proc, int] = defaultdict(int)
+        step_rate: dict[Proc, float] = defaultdict(float)
         per_slice: dict[Proc, list[float]] = defaultdict(lambda: [0.0] * len(window))
         totals: dict[AggKey, list[float]] = {}
 
@@ -397,9 +416,12 @@ class StragglerEngine:
             rate = rate_of(comm, op, rank)
             busy[proc] += total / n * rate * duration if sampled else total
             ops[proc] += int(n)
+            step_rate[proc] = max(step_rate[proc], rate)
         slice_us = p.slice_s * 1e6
         return {
-            proc: _ProcShare(1 - b / duration, ops[proc], [1 - x / slice_us for x in per_slice[proc]])
+            proc: _ProcShare(
+                1 - b / duration, ops[proc], [1 - x / slice_us for x in per_slice[proc]], step_rate[proc]
+            )
             for proc, b in busy.items()
         }
 
@@ -426,6 +448,14 @@ class StragglerEngine:
         p = self.params
         shares = self._shares(window)
         out: list[Finding] = []
+        rates = [ps.step_rate for ps in shares.values() if ps.step_rate > 0]
+        self._step_rate = statistics.median(rates) if rates else 0.0
+        if len(window) * self.slice_us * self._step_rate < p.min_window_steps:
+            return out  # too few steps yet for a stable share (start of a job, or a horizon still stretching)
+        # slices judged one by one must hold a few steps each: with long steps, consecutive slices are pooled
+        pool = max(1, math.ceil(p.min_steps / max(self._step_rate * self.slice_us, 1e-9))) if rates else 1
+        for ps in shares.values():
+            ps.slices = [statistics.fmean(ps.slices[i : i + pool]) for i in range(0, len(ps.slices), pool)]
         for job in self._jobs(shares):
             if len(job) < p.min_group:
                 continue
@@ -435,7 +465,7 @@ class StragglerEngine:
                 continue  # collectives fill the whole time (overlapped or mis-timed): no compute to compare
             # each slice against the same slice of the peers: their waits during a burst lower their share then
             slice_meds = [max(statistics.median(shares[proc].slices[i] for proc in job), 1e-9)
-                          for i in range(len(window))]  # fmt: skip
+                          for i in range(len(shares[job[0]].slices))]  # fmt: skip
             # strict: flagged on its own; leaning: as slow but with half the evidence, enough to join a node-wide
             # finding on its host (its processes cross the bar one by one while the node slows down)
             strict: dict[str, list[Finding]] = defaultdict(list)
@@ -446,14 +476,16 @@ class StragglerEngine:
                 if ps.ops < p.min_ops or factor < 1 + p.min_excess or z < p.z_threshold / 2:
                     continue
                 per_slice = [x / m for x, m in zip(ps.slices, slice_meds, strict=True)]
-                # a one-step hiccup lands in one slice; a straggler's excess shows in at least two
-                if sum(x >= 1 + p.min_excess for x in per_slice) < 2:
+                # a one-step hiccup is not a straggler: the excess must span several slices and several steps
+                hot = sum(x >= 1 + p.min_excess for x in per_slice)
+                if hot < 3 or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
                     continue
                 # bursts: with a quarter of the slices back near normal, the slow slices' typical factor is the
                 # burst slowdown and the share of time at it that gives the average is the duty cycle
                 burst, duty = factor, 1.0
-                if sum(x < 1 + (factor - 1) / 3 for x in per_slice) >= 0.25 * len(per_slice):
-                    burst = max(factor, statistics.median(x for x in per_slice if x >= factor))
+                slow = [x for x in per_slice if x >= factor]
+                if slow and sum(x < 1 + (factor - 1) / 3 for x in per_slice) >= 0.25 * len(per_slice):
+                    burst = max(factor, statistics.median(slow))
                     duty = (factor - 1) / (burst - 1) if burst > factor else 1.0
                 f = self._proc_finding(proc, factor, z, cost, duty, burst, len(job), med)
                 leaning[proc[0]].append(f)
@@ -464,7 +496,9 @@ class StragglerEngine:
                 per_host[proc[0]] += 1
             for host, parts in strict.items():
                 node = leaning[host]
-                if len(node) >= 2 and len(node) >= p.node_share * per_host[host]:
+                # node-wide slowness slows its processes alike; one far slower than the rest is a straggler itself
+                alike = min(f.slowdown for f in node) - 1 >= 0.5 * (max(f.slowdown for f in node) - 1)
+                if len(node) >= 2 and len(node) >= p.node_share * per_host[host] and alike:
                     out.append(self._node_finding(host, node, per_host[host]))
                 else:
                     out += parts

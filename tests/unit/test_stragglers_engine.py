@@ -177,3 +177,22 @@ def test_online_finding_alerts_fast_updates_and_resolves_when_the_fault_ends() -
     assert alerted and alerted[0] - step_us[80] <= 15_000_000  # onset -> alert
     assert all(found in ([], [culprit]) for _, found in seen)  # nothing else, ever
     assert seen[-1][1] == [] and alerted[-1] < step_us[-1]  # resolved after the fault ended
+
+
+@pytest.mark.parametrize("capture", MODELS)
+def test_long_steps_stretch_the_horizon_so_hiccups_stay_silent_and_a_straggler_is_found(capture: str) -> None:
+    """1 s steps with 2x one-step hiccups: a 6 s horizon would hold 5 steps, where one hiccup looks like a 1.2x
+    straggler; the engine judges at least ``min_window_steps`` steps instead."""
+
+    def found(faults: list[Fault]) -> list[tuple[str, int | None]]:
+        spec = JobSpec(nodes=4, gpus_per_node=4, layout="moe", steps=150, compute_ms=1000, capture=capture,  # type: ignore[arg-type]
+                       seed=1, spike_prob=0.01, noise=0.02, gpu_speed_noise=0.02, faults=faults,
+                       dump_interval_ms=500)  # fmt: skip
+        timed = run_job(spec)[0]
+        records = sorted(
+            (parse_line(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us
+        )
+        return [(f.hostname, f.pid) for f in analyze_records(records).stragglers]
+
+    assert found([]) == []
+    assert found([Fault("gpu", 1, 2, 1.2, start_step=10)]) == [("node001", JobSpec().pid(1, 2))]

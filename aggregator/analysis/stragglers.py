@@ -218,6 +218,7 @@ class StragglerEngine:
         self._best_bw: dict[tuple[str, str, int], float] = {}  # own best bus bandwidth per (comm, coll, size)
         self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
         self._horizon_now = self.horizon  # slices judged, stretched for long steps
+        self._late_from: int | None = None  # earliest judged slice that received records since
 
     # -- input ----------------------------------------------------------------------------------------------------
     def add(self, rec: InspectorRecord) -> None:
@@ -241,6 +242,8 @@ class StragglerEngine:
             self.params.retain_slices, 2 * self._horizon_now
         ):
             return  # far older than what is judged now: nothing to add it to
+        if self.evaluated is not None and index <= self.evaluated:  # a process catching up: judge it again
+            self._late_from = index if self._late_from is None else min(self._late_from, index)
         sl = self.slices.get(index)
         if sl is None:
             sl = self.slices[index] = _Slice()
@@ -288,6 +291,8 @@ class StragglerEngine:
         last = self.complete_slice(final)
         if last is not None:
             first = min(self.slices) if self.evaluated is None else self.evaluated + 1
+            if self._late_from is not None:
+                first, self._late_from = min(first, self._late_from), None
             if not final:  # online catch-up after a gap: the recent past is what alerts are about
                 first = max(first, last - 4 * self.horizon)
             for index in range(first, last + 1):

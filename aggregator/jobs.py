@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from schemas.envelope import Envelope
-from schemas.records.ras import RasEventRecord, RasProcess, RasRecord
+from schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
 
 NS = 1_000_000_000
 JobStateName = Literal["running", "stale", "ended"]
@@ -41,8 +41,10 @@ class CommState:
     unknown_ranks: list[int] = field(default_factory=list)
     complete: bool = True
     evidence: list[str] = field(default_factory=list)
+    lagging: list[RasLaggingRank] = field(default_factory=list)
     mismatch_polls: int = 0  # consecutive polls with MISMATCH
     stalled_polls: int = 0  # consecutive polls with JSON detail and op counts not advancing
+    lag_polls: int = 0  # consecutive polls with the same ranks behind the same counts and nothing advancing
 
 
 def process_key(host: str | None, pid: int | None, addr: str | None = None) -> str:
@@ -87,17 +89,25 @@ class JobState:
 
 def _advance(prev: CommState | None, comm: CommState) -> CommState:
     comm.mismatch_polls = (prev.mismatch_polls if prev else 0) + 1 if "MISMATCH" in comm.errors else 0
+    comm.lag_polls = int(bool(comm.lagging))
     if prev is None or prev.op_total is None:
         return comm
-    if comm.op_total is None:  # a poll without JSON detail: the last known counts stand
+    if comm.op_total is None:  # a poll without JSON detail: the last known counts (and lag) stand
         comm.op_total, comm.op_changed_ns, comm.stalled_polls = (
             prev.op_total,
             prev.op_changed_ns,
             prev.stalled_polls,
         )
+        comm.lagging, comm.lag_polls = prev.lagging, prev.lag_polls
     elif comm.op_total == prev.op_total:
         comm.op_changed_ns, comm.stalled_polls = prev.op_changed_ns, prev.stalled_polls + 1
+        if comm.lagging and _lag(comm) == _lag(prev):
+            comm.lag_polls = prev.lag_polls + 1
     return comm
+
+
+def _lag(comm: CommState) -> set[tuple[int, str, int]]:
+    return {(r.rank, r.collective, r.count) for r in comm.lagging}
 
 
 class JobTracker:
@@ -129,7 +139,8 @@ class JobTracker:
         for c in rec.communicators:
             op_total = sum(c.op_counts.values()) if c.op_counts else None
             comm = CommState(c.hash, c.size, c.status, list(c.errors), list(c.missing_ranks), dict(c.rank_status),
-                             op_total, recv_ns, list(c.unknown_ranks), c.complete, list(c.evidence))  # fmt: skip
+                             op_total, recv_ns, list(c.unknown_ranks), c.complete, list(c.evidence),
+                             list(c.lagging_ranks))  # fmt: skip
             comms[c.hash] = _advance(job.comms.get(c.hash), comm)
         if (
             not rec.all_communicators

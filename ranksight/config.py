@@ -427,14 +427,30 @@ class ProbePlannerSettings(Section):
 class StragglerSettings(Section):
     """Online straggler analysis (design §6); the same engine as ``ranksight analyze inspector``."""
 
-    window_s: float = Field(10.0, gt=0, description="analysis window over the records' dump timestamps")
-    confirm_windows: int = Field(2, ge=1, description="consecutive windows a finding needs before it alerts")
-    retain_windows: int = Field(6, ge=2, description="windows of records kept in memory and re-analyzed")
+    window_s: float = Field(
+        6.0, gt=0, description="sliding evaluation horizon over the records' dump timestamps"
+    )
+    slice_s: float = Field(
+        0.5, gt=0, description="the hop: records are summed per slice, judged per completed slice"
+    )
+    confirm_windows: int = Field(
+        3, ge=1, description="most consecutive flagged evaluations a weak finding needs before it alerts"
+    )
+    evidence_z: float = Field(
+        12.0,
+        gt=0,
+        description="summed robust z-score that confirms a finding (a strong one confirms at once)",
+    )
+    retain_windows: int = Field(
+        6,
+        ge=2,
+        description="a cluster silent (by receipt time) this many windows is forgotten: its alerts resolve",
+    )
     evaluate_every_s: float = Field(
-        5.0, gt=0, description="how often the engine runs (on tick, never per message)"
+        2.0, gt=0, description="how often the engine runs (on tick, never per message)"
     )
     max_records: int = Field(
-        2_000_000, ge=1000, description="records kept in memory at most (oldest dropped)"
+        2_000_000, ge=1000, description="records queued for the engine at most (beyond: dropped and counted)"
     )
 
 

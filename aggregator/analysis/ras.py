@@ -25,8 +25,12 @@ from aggregator.state import NS, LiveState
 from aggregator.timefmt import iso
 from ranksight.config import RasAlertSettings
 from schemas.records.ras import RasProcess
+from schemas.structs import to_builtins
 
 MISMATCH_PERSIST_POLLS = 3  # MISMATCH is routinely transient (ranks between two collectives)
+LAG_POLLS = (
+    2  # polls in a row with the same ranks behind and nothing advancing: a hang with its culprits named
+)
 
 
 def cycle(job: JobState) -> str:
@@ -136,6 +140,10 @@ class CommMismatchRule:
 
 
 class CommHangRule:
+    """A communicator that stopped advancing with every rank RUNNING; when some ranks' op counts stay behind their
+    peers' (they never entered the collective the others wait in), it names them and their nodes, after
+    ``LAG_POLLS`` polls instead of ``HANG_POLLS``."""
+
     name = "comm_hang"
 
     def __init__(self, settings: RasAlertSettings | None = None) -> None:
@@ -153,19 +161,34 @@ class CommHangRule:
                 or any(set(c.rank_status) - {"RUNNING"} or c.missing_ranks or c.unknown_ranks for c in comms)
             ):
                 continue  # not alive, or a named cause: rank_missing / process_dead / comm_error speak for it
+            stuck = [
+                c for c in comms if c.lag_polls >= LAG_POLLS
+            ]  # some ranks never entered what peers wait in
             ran = [c for c in comms if c.op_total]
-            if not ran or any(now_ns - c.op_changed_ns < hang_ns for c in comms):
+            if not stuck and (not ran or any(now_ns - c.op_changed_ns < hang_ns for c in comms)):
                 continue
-            frozen_s = min(now_ns - c.op_changed_ns for c in ran) // NS
+            hung = stuck or ran
+            frozen_s = min(now_ns - c.op_changed_ns for c in hung) // NS
             lines = [
                 f"communicator {c.hash}: {c.op_total} operations, none since {iso(c.op_changed_ns)}"
-                for c in ran
+                for c in hung
             ]
-            yield Condition(self.name, "critical", job.cluster,
-                            f"job {job.job_id}: no collective advanced for {frozen_s} s on {len(ran)} "
-                            f"communicator{'s' if len(ran) > 1 else ''} while every process answers",
-                            job=job.job_id, evidence={"comms": {c.hash: c.op_total for c in ran},
-                                                      "frozen_s": frozen_s, "lines": lines[:24]})  # fmt: skip
+            summary = (f"job {job.job_id}: no collective advanced for {frozen_s} s on {len(hung)} "
+                       f"communicator{'s' if len(hung) > 1 else ''} while every process answers")  # fmt: skip
+            evidence: dict[str, object] = {"comms": {c.hash: c.op_total for c in hung}, "frozen_s": frozen_s}
+            lagging = [r for c in stuck for r in c.lagging]
+            nodes = sorted({r.host for r in lagging})
+            if lagging:
+                first = lagging[0]
+                ranks = ", ".join(f"rank {r.rank} ({r.host} pid {r.pid})" for r in lagging[:4])
+                summary += (f"; stuck in {first.collective} #{first.peers_count}: {ranks}"
+                            f"{' ...' if len(lagging) > 4 else ''} never entered it "
+                            f"(count {first.count}, peers {first.peers_count})")  # fmt: skip
+                evidence |= {"collective": first.collective, "lagging_ranks": [to_builtins(r) for r in lagging],
+                             "nodes": nodes}  # fmt: skip
+            node = node_of(state, job.cluster, nodes[0]) if len(nodes) == 1 else None
+            yield Condition(self.name, "critical", job.cluster, summary, node=node, job=job.job_id,
+                            evidence=evidence | {"lines": lines[:24]})  # fmt: skip
 
 
 class JobStartedRule:

@@ -262,7 +262,7 @@ async def links(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
 
 
 async def stragglers(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
-    """Current straggler findings of the online engine (confirmed over ``aggregator.stragglers.confirm_windows``)."""
+    """Current straggler findings of the online engine (confirmed by evidence over a sliding ``aggregator.stragglers.window_s``)."""
     unknown = set(params) - {"cluster"}
     if unknown:
         raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
@@ -274,7 +274,7 @@ async def stragglers(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
             rows.append({"cluster": cluster, **f.as_dict(), "first_seen": iso(f.first_ts_us * 1000),
                          "last_seen": iso(f.last_ts_us * 1000)})  # fmt: skip
     tracker = agg.state.stragglers
-    meta = {"records": len(tracker.records), "window_s": tracker.settings.window_s,
+    meta = {"records": tracker.records, "window_s": tracker.settings.window_s,
             "evaluated": {c: iso(r.evaluated_ns) for c, r in tracker.clusters.items()}}  # fmt: skip
     return ApiResponse.success(rows, meta=meta)
 

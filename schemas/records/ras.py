@@ -17,6 +17,20 @@ RasHealth = Literal["ok", "warning", "degraded", "failed"]
 RasFormat = Literal["text", "json", "monitor"]
 
 
+class RasLaggingRank(BaseModel):
+    """A rank whose operation count of a collective is below its peers' highest: it has not entered (or not issued)
+    the operations they have. Normal for an instant while a job runs; a hang when it persists."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rank: int
+    host: str
+    pid: int | None = None
+    collective: str
+    count: int
+    peers_count: int
+
+
 class RasCommunicator(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -38,6 +52,9 @@ class RasCommunicator(BaseModel):
         True  # False: the text elided part of this communicator's facts (e.g. a long missing-rank list)
     )
     evidence: list[str] = Field(default_factory=list)  # the status lines (or JSON entry) behind its flags
+    lagging_ranks: list[RasLaggingRank] = Field(
+        default_factory=list, max_length=64
+    )  # ranks behind a minority of their comm (JSON only)
 
 
 class RasProcess(BaseModel):

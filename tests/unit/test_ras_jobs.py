@@ -65,7 +65,7 @@ def test_mismatch_fires_only_when_it_persists_and_resolves() -> None:
 def _multi(counts: list[int | None], *, init: bool = False) -> RasRecord:
     """The 3-communicator job with these AllReduce totals (None: a poll without JSON detail)."""
     base = record(status("nccl_2.28.9_json_status_3comms_one_mismatch.json"))
-    comms = [c.model_copy(update={"op_counts": {} if n is None else {"AllReduce": n}, "errors": [],
+    comms = [c.model_copy(update={"op_counts": {} if n is None else {"AllReduce": n}, "errors": [], "lagging_ranks": [],
                                   "rank_status": {"INIT" if init else "RUNNING": 2}})
              for c, n in zip(base.communicators, counts, strict=True)]  # fmt: skip
     return base.model_copy(update={"communicators": comms, "mismatches": [], "health": "ok"})
@@ -243,3 +243,27 @@ def test_a_late_poll_does_not_resolve_a_missing_process_nor_raise_a_hang() -> No
     assert h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json"))) == [
         ("rank_missing", "resolved")
     ]
+
+
+def test_hang_names_the_ranks_that_never_entered_the_collective_within_two_polls(tmp_path: Path) -> None:
+    """RAS op counts of a simulated job where GPU 1 of node002 never enters the next operation: its peers' counts
+    are one ahead. A single such snapshot is a job in motion; the same lag twice with nothing advancing is a hang,
+    named after two polls (10 s at a 5 s poll period), not three."""
+    from ranksight.simulate.cluster import LiveJob, ras_status_json
+    from ranksight.simulate.inspector import JobSpec
+
+    job = LiveJob(JobSpec(nodes=4, gpus_per_node=4, steps=20), tmp_path)
+    job.release(job.end_us)
+    hung = record(parse_status_json(ras_status_json(job, set(), behind=frozenset({(2, 1)}))))
+    lagging = {(r.rank, r.host, r.collective) for c in hung.communicators for r in c.lagging_ranks}
+    assert lagging and {host for _, host, _ in lagging} == {"node002"}
+    h = Harness()
+    assert "comm_hang" not in dict(h.feed("ras", hung))  # one snapshot: ranks are often a step apart
+    fired = [a for a in h.engine.active.values() if a.rule == "comm_hang"]
+    assert fired == []
+    h.feed("ras", hung)
+    alerts = [a for a in h.engine.active.values() if a.rule == "comm_hang"]
+    [alert] = alerts  # one per job, listing the communicators
+    assert alert.evidence["nodes"] == ["node002"]
+    assert "never entered it" in alert.summary and "node002" in alert.summary
+    assert set(alert.evidence["comms"]) == {c.hash for c in hung.communicators if c.lagging_ranks}

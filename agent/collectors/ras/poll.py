@@ -40,7 +40,11 @@ def merge_detail(text: RasStatus, detail: RasStatus) -> RasStatus:
             out.communicators.append(jc.model_copy(deep=True))
             continue
         tc.secondary_hash, tc.ranks_reporting = jc.secondary_hash, jc.ranks_reporting
-        tc.rank_status, tc.op_counts = dict(jc.rank_status), dict(jc.op_counts)
+        tc.rank_status, tc.op_counts, tc.lagging_ranks = (
+            dict(jc.rank_status),
+            dict(jc.op_counts),
+            list(jc.lagging_ranks),
+        )
         tc.size = tc.size if tc.size is not None else jc.size
         if not tc.complete:  # the text elided the rank list; JSON has every rank
             tc.missing_ranks, tc.unknown_ranks, tc.complete = (

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     async def main(stop: asyncio.Event) -> None:
         await Aggregator(settings).run(stop)
 
-    run_until_signalled(main)
+    run_until_signalled(main, settings.shutdown_timeout_s)
     return 0
 
 

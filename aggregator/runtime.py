@@ -34,7 +34,7 @@ from aggregator.state import NS, LiveState
 from aggregator.store import BatchResult, Incoming, Store
 from ranksight.aio import cancel_all
 from ranksight.config import Settings
-from ranksight.natsconn import connect
+from ranksight.natsconn import connect, disconnect
 from schemas.alerts import Alert
 from schemas.subjects import Subjects
 
@@ -150,7 +150,7 @@ class Aggregator:
                     await nc.flush(
                         timeout=2
                     )  # acks and alerts out; drain would wait on the pull subscription
-                await nc.close()
+                await disconnect(nc, timeout=2)
         finally:
             gc.unfreeze()  # give what startup froze back to the collector, so it is freed at exit
             await self.sandbox.close()

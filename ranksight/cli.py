@@ -9,6 +9,9 @@ import os
 import signal
 import sys
 
+from ranksight.cliutil import EXIT_FAILED
+from ranksight.natsconn import NatsUnreachable
+
 # One module per component; each has ``register(subparsers)``.
 COMMAND_MODULES = [
     "ranksight.up",
@@ -42,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except NatsUnreachable as exc:  # any command that needs NATS: one line, no traceback
+        print(f"ranksight: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

@@ -7,14 +7,18 @@ import asyncio
 import csv
 import json
 import logging
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from ranksight.config import ConfigError, Settings, load_settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+FORCE_EXIT_S = 3.0  # after a second signal, how long cancellation may take before the process just ends
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -39,17 +43,51 @@ def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
     return settings
 
 
-def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
-    """Run ``main(stop)``; SIGINT and SIGTERM set ``stop`` so that everything shuts down in order."""
+def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
+                        shutdown_timeout_s: float | None = None) -> int | None:  # fmt: skip
+    """Run ``main(stop)`` until it returns; return the number of the signal that stopped it, or None.
+
+    The first SIGINT or SIGTERM sets ``stop`` so that everything shuts down in order; if ``main`` has not returned
+    ``shutdown_timeout_s`` later (a flush waiting on an unreachable NATS), it is cancelled (None: only on a second
+    signal; for commands with nothing to flush). A second signal cancels it
+    at once, and ends the process outright if even that does not stop it within ``FORCE_EXIT_S``.
+    """
+    received: list[int] = []
 
     async def runner() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await main(stop)
+        task = asyncio.ensure_future(main(stop))
+
+        def on_signal(signum: int) -> None:
+            received.append(signum)
+            if len(received) == 1:
+                print(f"ranksight: {signal.Signals(signum).name}, stopping (again to force)", file=sys.stderr)
+                stop.set()
+                if shutdown_timeout_s is not None:
+                    loop.call_later(shutdown_timeout_s, task.cancel)
+            else:
+                task.cancel()
+                # A thread, not the loop: the loop itself may be what is stuck.
+                force = threading.Timer(FORCE_EXIT_S, os._exit, (128 + received[0],))
+                force.daemon = True
+                force.start()
+
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not received:
+                raise
 
     asyncio.run(runner())
+    return received[0] if received else None
+
+
+def interrupted_exit(signum: int | None) -> int:
+    """The exit status of an interactive command: 0, or 128 + the signal (130 for Ctrl-C), as a shell reports it."""
+    return EXIT_OK if signum is None else 128 + signum
 
 
 def print_json(obj: Any) -> None:

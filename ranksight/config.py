@@ -388,6 +388,11 @@ class Settings(BaseSettings):
     subject_prefix: str = "ranksight.v1"
     state_dir: Path = Field(Path.home() / ".local/state/ranksight", description="all local state lives here")
     log_level: str = "INFO"
+    shutdown_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="after SIGINT/SIGTERM, how long a long-running command may take to stop in order",
+    )
     nats: NatsSettings = NatsSettings()
     agent: AgentSettings = AgentSettings()
     aggregator: AggregatorSettings = AggregatorSettings()
@@ -431,6 +436,10 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
             data = tomllib.loads(Path(path).read_text())
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
+        except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, not text
+            raise ConfigError(
+                f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     _check_env_keys()

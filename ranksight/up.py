@@ -14,7 +14,13 @@ from typing import Any
 
 from agent.runtime import AgentRuntime
 from aggregator.runtime import Aggregator
-from ranksight.cliutil import EXIT_FAILED, add_config_flags, run_until_signalled, settings_from_args
+from ranksight.cliutil import (
+    EXIT_FAILED,
+    add_config_flags,
+    interrupted_exit,
+    run_until_signalled,
+    settings_from_args,
+)
 from ranksight.config import Settings
 from ranksight.natsserver import NatsServer, NatsServerError
 
@@ -51,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
 def with_embedded_nats(command: str, settings: Settings, port: int,
                        main: Callable[[Settings, NatsServer, asyncio.Event], Coroutine[Any, Any, None]]) -> int:  # fmt: skip
     """Start the embedded nats-server on ``port`` (0: a free one), run ``main`` against it until SIGINT/SIGTERM sets
-    its stop event, then stop the server; exit 1 when the server cannot start."""
+    its stop event, then stop the server; exit 1 when the server cannot start, 130 after Ctrl-C (143 after SIGTERM)."""
     server = NatsServer(settings.state_dir / "nats", port=port)
     try:
         server.start()
@@ -60,10 +66,10 @@ def with_embedded_nats(command: str, settings: Settings, port: int,
         return EXIT_FAILED
     try:
         settings = settings.model_copy(update={"nats": settings.nats.model_copy(update={"url": server.url})})
-        run_until_signalled(lambda stop: main(settings, server, stop))
+        signum = run_until_signalled(lambda stop: main(settings, server, stop), settings.shutdown_timeout_s)
     finally:
         server.stop()
-    return 0
+    return interrupted_exit(signum)
 
 
 async def _serve(settings: Settings, server: NatsServer, stop: asyncio.Event) -> None:

@@ -21,14 +21,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
-import nats.errors
-
 from aggregator.api.client import ApiUnavailable, query
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     add_config_flags,
+    interrupted_exit,
     print_csv,
     print_json,
     print_table,
@@ -36,7 +35,7 @@ from ranksight.cliutil import (
     settings_from_args,
 )
 from ranksight.config import Settings
-from ranksight.natsconn import connect
+from ranksight.natsconn import connect, disconnect
 from schemas.alerts import Alert
 from schemas.api import ApiResponse
 from schemas.subjects import Subjects
@@ -186,12 +185,10 @@ def alerts(args: argparse.Namespace) -> int:
         print_rows(args, response, ALERT_COLUMNS)
         return EXIT_OK
     settings = settings_from_args(args)
-    try:
-        run_until_signalled(lambda stop: _follow(settings, args.cluster, args.json, stop))
-    except (OSError, nats.errors.Error) as exc:
-        print(f"ranksight: cannot connect to NATS at {settings.nats.url}: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    signum = run_until_signalled(
+        lambda stop: _follow(settings, args.cluster, args.json, stop), settings.shutdown_timeout_s
+    )
+    return interrupted_exit(signum)
 
 
 async def _follow(settings: Settings, cluster: str | None, as_json: bool, stop: asyncio.Event) -> None:
@@ -217,7 +214,7 @@ async def _follow(settings: Settings, cluster: str | None, as_json: bool, stop: 
             else:
                 print(_alert_line(alert), flush=True)
     finally:
-        await nc.close()
+        await disconnect(nc, settings.nats.connect_timeout_s)
 
 
 def _alert_line(alert: Alert) -> str:

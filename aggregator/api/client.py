@@ -8,7 +8,7 @@ from typing import Any
 import nats.errors
 
 from ranksight.config import Settings
-from ranksight.natsconn import connect
+from ranksight.natsconn import NatsUnreachable, connect
 from schemas.api import ApiResponse
 from schemas.subjects import Subjects
 
@@ -23,8 +23,8 @@ async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None
         nc = await connect(
             settings.nats, name="ranksight-cli", max_reconnect_attempts=0, allow_reconnect=False
         )
-    except Exception as exc:
-        raise ApiUnavailable(f"cannot connect to NATS at {settings.nats.url}: {exc}") from None
+    except NatsUnreachable as exc:
+        raise ApiUnavailable(str(exc)) from None
     try:
         subject = Subjects(settings.subject_prefix).api(endpoint)
         msg = await nc.request(subject, json.dumps(params or {}).encode(), timeout=timeout)

@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 
+from agent.runtime import agent_version
 from ranksight.cliutil import EXIT_FAILED
 from ranksight.natsconn import NatsUnreachable
 
@@ -23,6 +24,7 @@ COMMAND_MODULES = [
     "agent.collectors.ras.cli",
     "ranksight.probe",
     "aggregator.links_cli",
+    "aggregator.hardware_cli",
     "aggregator.markers_cli",
     "deploy.cli",
     "aggregator.stragglers_cli",
@@ -33,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ranksight", description="Live diagnosis of RCCL/NCCL training jobs."
     )
+    parser.add_argument("--version", action="version", version=f"ranksight {agent_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

@@ -7,6 +7,7 @@ import asyncio
 import csv
 import json
 import logging
+import math
 import os
 import signal
 import sys
@@ -96,8 +97,8 @@ def print_json(obj: Any) -> None:
 
 
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """A plain aligned table on stdout."""
-    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    """A plain aligned table on stdout, numbers in human units (:func:`human`)."""
+    cells = [[human(c, r.get(c)) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in cells:
@@ -109,6 +110,59 @@ def print_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
     writer.writerow(columns)
     for r in rows:
         writer.writerow([_cell(r.get(c)) for c in columns])
+
+
+# Column-name suffix -> (unit, step, prefixes): records carry base units and say which in their field names.
+_UNITS: dict[str, tuple[str, float, str]] = {
+    "_per_s": ("/s", 1.0, " "),  # before "_s"
+    "_bytes": ("B", 1024.0, " KMGTP"),  # memory: binary prefixes (KiB, MiB, GiB)
+    "_bps": ("bit/s", 1000.0, " kMGT"),  # NIC and link rates are bits per second
+    "_gbs": ("GB/s", 1.0, " "),
+    "_hz": ("Hz", 1000.0, " kMGT"),
+    "_w": ("W", 1.0, " "),
+    "_c": ("C", 1.0, " "),
+    "_pct": ("%", 1.0, " "),
+    "_s": ("s", 1.0, " "),
+}
+# The exceptions to the suffixes: rates in bytes per second.
+_BYTE_RATE_COLUMNS = frozenset({"mem_bandwidth_bps"})
+
+
+def human(column: str, value: Any) -> str:
+    """One table cell: ``memory_used_bytes`` 68719476736 -> ``64 GiB``, ``speed_bps`` 4e11 -> ``400 Gbit/s``,
+    ``rtt_us`` 1500 -> ``1.5 ms``, ``power_w`` 291.5 -> ``292 W``; other numbers without exponents."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _cell(value)
+    if column.endswith("_us"):
+        column, value = column[:-3] + "_s", value / 1e6
+        if abs(value) < 1:
+            return f"{_number(value * 1e3)} ms" if abs(value) >= 1e-3 else f"{_number(value * 1e6)} us"
+    if column in _BYTE_RATE_COLUMNS:
+        return _scaled(value, "B/s", 1000.0, " kMGT")
+    for suffix, (unit, step, prefixes) in _UNITS.items():
+        if column.endswith(suffix):
+            return _scaled(value, unit, step, prefixes)
+    return _number(value) if isinstance(value, float) else str(value)
+
+
+def _scaled(value: float, unit: str, step: float, prefixes: str) -> str:
+    power = 0
+    while power < len(prefixes) - 1 and abs(value) >= step ** (power + 1):
+        power += 1
+    prefix = prefixes[power].strip()
+    if prefix and step == 1024.0:
+        prefix += "i"
+    space = "" if unit[0] in "/%" else " "
+    return f"{_number(value / step**power)}{space}{prefix}{unit}"
+
+
+def _number(value: float, digits: int = 3) -> str:
+    """``value`` to about ``digits`` significant digits, never in exponent form (no ``3e+08`` in a table)."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _cell(value: Any) -> str:

@@ -101,7 +101,7 @@ def print_rows(args: argparse.Namespace, response: ApiResponse, columns: Sequenc
 
 def register(sub: SubParsers) -> None:
     nodes = add_query_command(sub, "nodes", "nodes, their state and agent health", NODE_COLUMNS,
-                              params=lambda a: _given(a, "cluster", "state"))  # fmt: skip
+                              params=lambda a: given(a, "cluster", "state"))  # fmt: skip
     nodes.add_argument("--cluster", help="only this cluster")
     nodes.add_argument("--state", choices=["alive", "stale", "gone"], help="only nodes in this state")
 
@@ -141,7 +141,7 @@ def register(sub: SubParsers) -> None:
     e.set_defaults(func=export)
 
 
-def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+def given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
@@ -156,7 +156,7 @@ def sql(args: argparse.Namespace) -> int:
     if not args.query.strip():
         print("ranksight sql: the query is empty", file=sys.stderr)
         return EXIT_USAGE
-    params = {"sql": args.query, **_given(args, "max_rows")}
+    params = {"sql": args.query, **given(args, "max_rows")}
     if args.time_limit is not None:
         params["time_limit_s"] = args.time_limit
     response = call_api(args, "sql", params)
@@ -179,7 +179,7 @@ def export(args: argparse.Namespace) -> int:
 
 def alerts(args: argparse.Namespace) -> int:
     if not args.follow:
-        response = call_api(args, "alerts", _given(args, "cluster"))
+        response = call_api(args, "alerts", given(args, "cluster"))
         if response is None:
             return EXIT_FAILED
         print_rows(args, response, ALERT_COLUMNS)

@@ -67,9 +67,9 @@ def _env(settings: Settings, url: str) -> dict[str, str]:
 
 def _run_all(
     commands: list[list[str]], env: dict[str, str], at_once: int = 3
-) -> list[tuple[list[str], int, str, float]]:
+) -> list[tuple[list[str], int, str]]:
     """Run ``commands`` a few at a time (one at a time takes minutes; all at once overloads a small machine) and
-    return each one's exit code, stderr and how long it ran."""
+    return each one's exit code and stderr; each has ``GIVE_UP_WITHIN_S`` from its own start."""
     results = []
     for first in range(0, len(commands), at_once):
         batch = [(c, time.monotonic(), subprocess.Popen(ranksight_cmd(*c), env=env, stdout=subprocess.PIPE,
@@ -84,7 +84,7 @@ def _run_all(
                 pytest.fail(
                     f"ranksight {' '.join(command)} still running after {GIVE_UP_WITHIN_S}s: {err[-2000:]}"
                 )
-            results.append((command, proc.returncode, err, time.monotonic() - started))
+            results.append((command, proc.returncode, err))
     return results
 
 
@@ -98,9 +98,7 @@ def test_every_command_gives_up_on_an_unreachable_nats(
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1\n")
     deploy = ["deploy", "--hosts", str(hosts), "--wheel", str(wheel)]
-    for command, code, err, elapsed in _run_all(
-        [*QUERY_COMMANDS, *LONG_RUNNING, deploy], _env(settings, url)
-    ):
+    for command, code, err in _run_all([*QUERY_COMMANDS, *LONG_RUNNING, deploy], _env(settings, url)):
         name = " ".join(command[:2])
         assert code == 1, f"{name}: exit {code}: {err[-2000:]}"
         assert "Traceback" not in err, f"{name}: {err}"

@@ -89,6 +89,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         hosts = parse_hosts(args.hosts.read_text(), str(args.hosts))
         jump: Host | None = parse_host(args.jump) if args.jump else None
+    except UnicodeDecodeError:
+        print(f"ranksight deploy: {args.hosts} is not a text file", file=sys.stderr)
+        return EXIT_USAGE
     except (OSError, HostsFileError) as exc:
         print(f"ranksight deploy: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -27,6 +27,17 @@ def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nats", metavar="URL", help="NATS server URL (overrides nats.url)")
 
 
+def port_number(text: str) -> int:
+    """argparse type of a TCP port flag: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is not in 0-65535")
+    return port
+
+
 def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
     """Load settings or exit 2 with the config error on stderr."""
     if getattr(args, "nats", None):

@@ -29,6 +29,7 @@ from ranksight.aio import cancel_all
 from ranksight.cliutil import (
     EXIT_USAGE,
     add_config_flags,
+    port_number,
     settings_from_args,
 )
 from ranksight.config import Settings
@@ -55,7 +56,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--state-dir", type=Path, help="where everything is kept (default: a new temporary directory)"
     )
-    p.add_argument("--nats-port", type=int, default=0, help="default: a free port")
+    p.add_argument("--nats-port", type=port_number, default=0, help="default: a free port")
     p.add_argument("--fault-after", type=float, default=40.0, metavar="S",
                    help="seconds until a rank stops answering (default 40)")  # fmt: skip
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: on Ctrl-C)")

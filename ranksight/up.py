@@ -18,6 +18,7 @@ from ranksight.cliutil import (
     EXIT_FAILED,
     add_config_flags,
     interrupted_exit,
+    port_number,
     run_until_signalled,
     settings_from_args,
 )
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_config_flags(p)
     p.add_argument("--state-dir", type=Path, help="where everything is kept (overrides state_dir)")
     p.add_argument(
-        "--nats-port", type=int, default=DEFAULT_NATS_PORT, help="0 picks a free port (default 4222)"
+        "--nats-port", type=port_number, default=DEFAULT_NATS_PORT, help="0 picks a free port (default 4222)"
     )
     p.set_defaults(func=run)
 

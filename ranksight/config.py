@@ -203,9 +203,10 @@ class GpuProbeSettings(CollectorSettings):
 class AppSettings(CollectorSettings):
     """The socket training processes send heartbeats, sections and markers to (``ranksight.client``)."""
 
-    socket_path: Path = Field(
-        Path(DEFAULT_APP_SOCKET),
-        description=f"Unix seqpacket socket; export ${APP_SOCKET_ENV} to jobs if changed",
+    socket_path: Path | None = Field(
+        None,
+        description=f"Unix seqpacket socket; default <state_dir>/app.sock (this instance's own); jobs find it at "
+        f"${APP_SOCKET_ENV}, else at {DEFAULT_APP_SOCKET} (the systemd unit's)",
     )
     socket_mode: int = Field(
         0o666, description="file mode of the socket: training processes may run as any user"
@@ -412,6 +413,10 @@ class Settings(BaseSettings):
 
     def db_path(self) -> Path:
         return self.aggregator.db_path or self.state_dir / "ranksight.duckdb"
+
+    def app_socket_path(self) -> Path:
+        """Scoped to this instance: another agent's training processes (another state dir) never reach it."""
+        return self.agent.collectors.app.socket_path or self.state_dir / "app.sock"
 
 
 def _explain(exc: ValidationError, origin: str) -> str:

@@ -35,7 +35,7 @@ from ranksight.cliutil import (
 from ranksight.config import Settings
 from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json
 from ranksight.simulate.inspector import Fault, JobSpec
-from ranksight.up import first, port_busy, with_embedded_nats
+from ranksight.up import first, http_line, port_busy, with_embedded_nats
 from schemas.records.ras import RasEvent
 
 SLOW_GPU = (1, 2)  # node, GPU
@@ -204,7 +204,7 @@ class Demo:
             f"cluster demo\n"
             f"  state       {self.settings.state_dir}\n"
             f"  nats        {url}\n"
-            f"  http        {aggregator.http.url or 'off (aggregator.http)'}\n"
+            f"  http        {http_line(aggregator)}\n"
             f"  faults      GPU {SLOW_GPU[1]} of {hosts[SLOW_GPU[0]]} is 1.6x slow (straggler, ~20 s); "
             f"{hosts[NIC_ERRORS_NODE]}'s RDMA port counts symbol errors (nic_errors_rising); a rank on "
             f"{hosts[-1]} stops answering after {self.fault_after_s:g} s (rank_missing)\n"

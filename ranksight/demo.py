@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shutil
 import sys
 import tempfile
 import time
@@ -54,7 +55,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--nodes", type=int, default=4, help="simulated nodes of 8 GPUs (even, 4 to 64; default 4)"
     )
     p.add_argument(
-        "--state-dir", type=Path, help="where everything is kept (default: a new temporary directory)"
+        "--state-dir",
+        type=Path,
+        help="where everything is kept (default: a temporary directory, removed at exit)",
     )
     p.add_argument("--nats-port", type=port_number, default=0, help="default: a free port")
     p.add_argument("--fault-after", type=float, default=40.0, metavar="S",
@@ -67,7 +70,16 @@ def run(args: argparse.Namespace) -> int:
     if args.nodes < 4 or args.nodes > 64 or args.nodes % 2:
         print("ranksight demo: --nodes must be even, from 4 to 64", file=sys.stderr)
         return EXIT_USAGE
-    state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="ranksight-demo-"))
+    if args.state_dir is not None:
+        return _run(args, args.state_dir)
+    state_dir = Path(tempfile.mkdtemp(prefix="ranksight-demo-"))
+    try:
+        return _run(args, state_dir)
+    finally:  # a state dir of our own making goes with the demo (--state-dir keeps it)
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, state_dir: Path) -> int:
     settings = settings_from_args(args, state_dir=state_dir, cluster="demo")
     if settings.aggregator.http.enabled and port_busy(settings.aggregator.http.port):
         print(

@@ -58,7 +58,7 @@ def test_bundled_nats_or_an_existing_url() -> None:
     assert not [k for k in external if k[1].endswith("-nats")]
     agg = external[("StatefulSet", "rs-ranksight-aggregator")]["spec"]["template"]["spec"]["containers"][0]
     assert env_of(agg)["RANKSIGHT_NATS__URL"] == "nats://nats.messaging:4222"
-    with pytest.raises(helm.errors.HelmError, match="nats.url is required"):
+    with pytest.raises(helm.errors.HelmError, match=r"nats\.url is required"):
         render({"nats": {"enabled": False}})
 
 

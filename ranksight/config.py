@@ -68,6 +68,11 @@ class CollectorSettings(Section):
 
 class HeartbeatSettings(CollectorSettings):
     interval_s: float = Field(5.0, gt=0)
+    jobs_dir: Path = Field(
+        Path("/run/ranksight/jobs"),
+        description="where the Slurm prolog (deploy/slurm/prolog.sh) writes <jobid>.env; the heartbeat reports them",
+    )
+    max_jobs: int = Field(64, ge=0, description="job files read per heartbeat at most (newest first)")
 
 
 class RasSettings(CollectorSettings):

@@ -78,6 +78,9 @@ def test_agent_daemonset_sees_the_node() -> None:
     assert env["RANKSIGHT_AGENT__COLLECTORS__INSPECTOR__DUMP_DIR"] == "/var/log/nccl-inspector"
     assert env["RANKSIGHT_AGENT__COLLECTORS__GPU__SYSFS_ROOT"] == "/host/sys"
     assert env["RANKSIGHT_AGENT__COLLECTORS__APP__SOCKET_PATH"] == "/run/ranksight/app.sock"
+    assert (
+        env["RANKSIGHT_AGENT__COLLECTORS__HEARTBEAT__JOBS_DIR"] == "/run/ranksight/jobs"
+    )  # the Slurm prolog's files
     assert env["RANKSIGHT_NATS__CREDS_FILE"] == "/etc/ranksight/nats/nats.creds"
     assert volumes["nats-creds"]["secret"]["secretName"] == "ranksight-nats"
     assert agent["ports"][0]["hostPort"] == 28100

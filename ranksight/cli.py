@@ -10,7 +10,7 @@ import signal
 import sys
 
 from agent.runtime import agent_version
-from ranksight.cliutil import EXIT_FAILED
+from ranksight.cliutil import EXIT_FAILED, EXIT_INTERRUPTED
 from ranksight.natsconn import NatsUnreachable
 
 # One module per component; each has ``register(subparsers)``.
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ranksight: {exc}", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`ranksight sql ... | head`): stop quietly with the status a SIGPIPE death gives, and
         # point stdout at /dev/null so the interpreter's final flush cannot fail again.

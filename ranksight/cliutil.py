@@ -18,6 +18,7 @@ from typing import Any
 from ranksight.config import ConfigError, Settings, load_settings
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 FORCE_EXIT_S = 3.0  # after a second signal, how long cancellation may take before the process just ends
 
@@ -98,8 +99,9 @@ def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None
 
 
 def interrupted_exit(signum: int | None) -> int:
-    """The exit status of an interactive command: 0, or 128 + the signal (130 for Ctrl-C), as a shell reports it."""
-    return EXIT_OK if signum is None else 128 + signum
+    """The exit status of an interactive command: 130 after Ctrl-C (SIGINT), as a shell reports it; 0 when it ended
+    by itself or was asked to stop (SIGTERM)."""
+    return EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_OK
 
 
 def print_json(obj: Any) -> None:

@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
 def with_embedded_nats(command: str, settings: Settings, port: int,
                        main: Callable[[Settings, NatsServer, asyncio.Event], Coroutine[Any, Any, None]]) -> int:  # fmt: skip
     """Start the embedded nats-server on ``port`` (0: a free one), run ``main`` against it until SIGINT/SIGTERM sets
-    its stop event, then stop the server; exit 1 when the server cannot start, 130 after Ctrl-C (143 after SIGTERM)."""
+    its stop event, then stop the server; exit 1 when the server cannot start, 130 after Ctrl-C."""
     server = NatsServer(settings.state_dir / "nats", port=port)
     try:
         server.start()

@@ -62,8 +62,8 @@ def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None
 
     The first SIGINT or SIGTERM sets ``stop`` so that everything shuts down in order; if ``main`` has not returned
     ``shutdown_timeout_s`` later (a flush waiting on an unreachable NATS), it is cancelled (None: only on a second
-    signal; for commands with nothing to flush). A second signal cancels it
-    at once, and ends the process outright if even that does not stop it within ``FORCE_EXIT_S``.
+    signal; for commands with nothing to flush). A second signal cancels it at once, and ends the process outright if
+    even that does not stop it within ``FORCE_EXIT_S``.
     """
     received: list[int] = []
 

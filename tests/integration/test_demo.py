@@ -57,24 +57,29 @@ def test_demo_on_ctrl_c_exits_130_and_leaves_no_temporary_directory(
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     env["TMPDIR"] = str(tmp)  # where the demo makes its state dir when none is given
-    proc = subprocess.Popen(
-        ranksight_cmd("demo"), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    log = (
+        tmp_path / "stderr.log"
+    )  # a file, not a pipe: unread, the demo's logging would fill a pipe and block it
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            ranksight_cmd("demo"), env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+        )
     try:
         assert proc.stdout is not None
         banner = [proc.stdout.readline() for _ in range(2)]
-        assert "simulated nodes" in banner[0] and str(tmp) in banner[1], banner
+        assert "simulated nodes" in banner[0] and str(tmp) in banner[1], (banner, log.read_text()[-3000:])
         proc.send_signal(signal.SIGINT)
         try:
-            _, err = proc.communicate(timeout=60)
+            proc.communicate(timeout=60)
         except subprocess.TimeoutExpired:
             proc.send_signal(signal.SIGUSR1)  # every thread's stack, to say where it is stuck
             time.sleep(2)
             proc.kill()
-            _, err = proc.communicate()
-            raise AssertionError(f"the demo did not stop on SIGINT: {err[-6000:]}") from None
+            proc.communicate()
+            raise AssertionError(f"the demo did not stop on SIGINT: {log.read_text()[-6000:]}") from None
     finally:
         proc.kill()
+    err = log.read_text()
     assert proc.returncode == 130, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert not list(tmp.iterdir()), "the demo left temporary files behind"

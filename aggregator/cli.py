@@ -17,6 +17,7 @@ from ranksight.cliutil import (
     run_until_signalled,
     settings_from_args,
 )
+from ranksight.private import keep_private
 from ranksight.up import add_http_port_flag, http_port_override, ports_in_use
 
 
@@ -41,6 +42,7 @@ def run(args: argparse.Namespace) -> int:
     if problem := ports_in_use(settings):
         print(f"ranksight aggregator: {problem}", file=sys.stderr)
         return EXIT_FAILED
+    keep_private(settings.state_dir)
 
     async def main(stop: asyncio.Event) -> None:
         await Aggregator(settings).run(stop)

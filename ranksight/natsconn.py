@@ -11,6 +11,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from ranksight.config import NatsSettings
+from ranksight.redact import redact
 
 
 def connect_options(cfg: NatsSettings, name: str) -> dict[str, Any]:
@@ -69,7 +70,9 @@ async def connect(cfg: NatsSettings, name: str, **extra: Any) -> Client:
             await nc.close()
         reason = last_error[0] if isinstance(exc, TimeoutError) and last_error else exc
         raise NatsUnreachable(
-            f"cannot connect to NATS at {cfg.url} within {cfg.connect_timeout_s:g}s: {_describe(reason)}"
+            redact(
+                f"cannot connect to NATS at {cfg.url} within {cfg.connect_timeout_s:g}s: {_describe(reason)}"
+            )
         ) from None
     return nc
 

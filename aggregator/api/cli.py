@@ -136,7 +136,12 @@ def register(sub: SubParsers) -> None:
         "--since", required=True, type=_timestamp, help="ISO date or time (UTC unless an offset is given)"
     )
     e.add_argument("--until", required=True, type=_timestamp, help="end, exclusive")
-    e.add_argument("dir", type=Path, help="output folder on the aggregator's host")
+    e.add_argument(
+        "dir",
+        type=Path,
+        help="output folder on the aggregator's host, under aggregator.query.export_root "
+        "(a relative one is taken relative to that root)",
+    )
     e.add_argument("--json", action="store_true", help="print the per-table summary as JSON")
     e.set_defaults(func=export)
 
@@ -169,7 +174,7 @@ def sql(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
-    params = {"since": args.since, "until": args.until, "dir": str(args.dir.absolute())}
+    params = {"since": args.since, "until": args.until, "dir": str(args.dir)}
     response = call_api(args, "export", params)
     if response is None:
         return EXIT_FAILED

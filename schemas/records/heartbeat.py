@@ -45,6 +45,8 @@ class SchedulerJob(BaseModel):
 
 
 class HeartbeatRecord(Record):
+    min_records = 1
+
     hostname: str
     version: str
     pid: int

@@ -19,6 +19,7 @@ import tomli_w
 from deploy.hosts import Host
 from deploy.wheel import Wheel
 from ranksight.config import Settings
+from schemas.subjects import inbox_prefix
 
 UNIT_NAME = "ranksight-agent.service"
 UNIT_TEMPLATE = Path(__file__).resolve().parent / "systemd" / UNIT_NAME
@@ -129,6 +130,8 @@ def agent_config(settings: Settings, host: Host, layout: Layout) -> bytes:
         secret = getattr(settings.nats, key)
         if secret is not None:
             nats[key] = secret.get_secret_value()
+    # the node's own replies, as the shipped NATS config names them (its user is the node), not the deployer's
+    nats["inbox_prefix"] = inbox_prefix(host.name)
     doc = {
         "cluster": settings.cluster,
         "subject_prefix": settings.subject_prefix,

@@ -7,6 +7,8 @@
     <prefix>.api.<endpoint>                      aggregator query service (nats.micro), JSON
     <prefix>.agent.<cluster>.<node>.<cmd>        per-agent service: status, probe
 
+    _INBOX.<user>.<id>                           replies to a client logged in as NATS user <user> (one per node)
+
 Tokens are limited to ``[A-Za-z0-9_-]``; anything else (dots in FQDNs, spaces, wildcards) is replaced by ``_`` so a
 hostname can never change the shape of a subject.
 """
@@ -29,6 +31,12 @@ def sanitize_token(value: str) -> str:
     """Map any string to one safe subject token (never empty)."""
     token = _UNSAFE.sub("_", value.strip())[:_MAX_TOKEN]
     return token or "_"
+
+
+def inbox_prefix(user: str) -> str:
+    """The reply-subject prefix (setting ``nats.inbox_prefix``) of NATS user ``user``: the shipped NATS config
+    (deploy/nats/nats-server.conf) lets each user subscribe to ``<this>.>`` only."""
+    return f"_INBOX.{sanitize_token(user)}"
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,18 @@ def test_agent_config_has_credentials_and_redact_hides_them(tmp_path: Path) -> N
     assert wheel.version == "0.1.0"
 
 
+def test_each_node_gets_the_reply_inbox_the_shipped_nats_config_allows_it() -> None:
+    # the deployer's own inbox (its operator user) must not reach the nodes
+    settings = load_settings(None, cluster="prod-a", nats={"inbox_prefix": "_INBOX.operator"})
+    layout = Layout.under("/home/ops", ".local/share/ranksight")
+    doc = tomllib.loads(agent_config(settings, Host("gpu-node-001", user="ops"), layout).decode())
+    assert doc["nats"]["inbox_prefix"] == "_INBOX.gpu-node-001"
+    shipped = (Path(__file__).resolve().parents[2] / "deploy" / "nats" / "nats-server.conf").read_text()
+    agent_block = shipped.split("AGENT_GPU_NODE_001 = {", 1)[1].split("AGGREGATOR = {", 1)[0]
+    assert f'"{doc["nats"]["inbox_prefix"]}.>"' in agent_block.split("subscribe:", 1)[1]
+    assert load_settings(None, **doc).nats.inbox_prefix == "_INBOX.gpu-node-001"
+
+
 def test_credential_files_are_uploaded_copies_and_part_of_the_fingerprint(tmp_path: Path) -> None:
     creds = tmp_path / "agent.creds"
     creds.write_text("-----BEGIN NATS USER JWT-----\nabc\n")

@@ -40,5 +40,5 @@ def run(args: argparse.Namespace) -> int:
     async def main(stop: asyncio.Event) -> None:
         await runtime.run(stop)
 
-    run_until_signalled(main)
+    run_until_signalled(main, settings.shutdown_timeout_s)
     return 0

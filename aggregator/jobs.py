@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from aggregator.forgetting import NodeKey
 from schemas.envelope import Envelope
 from schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
 
@@ -183,6 +184,10 @@ class JobTracker:
             last = job.ended_ns or job.last_poll_ns or job.first_seen_ns
             if job.state != "running" and now_ns - last > self.forget_after_ns:
                 del self.jobs[key]
+
+    def forget(self, nodes: set[NodeKey]) -> None:
+        """Drop the jobs these nodes polled last (silent that long, they are not running)."""
+        self.jobs = {key: job for key, job in self.jobs.items() if (job.cluster, job.node) not in nodes}
 
     def live(self) -> list[JobState]:
         """Jobs polled recently and not ended: their facts are fresh."""

@@ -21,6 +21,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
+from schemas.subjects import sanitize_token
 
 CONFIG_ENV = "RANKSIGHT_CONFIG"
 # The config file's values while load_settings builds Settings: the lowest-priority source.
@@ -282,7 +283,10 @@ class CollectorsSettings(Section):
 
 
 class AgentSettings(Section):
-    node: str = Field(default_factory=socket.gethostname, description="node name; default: hostname")
+    node: str = Field(
+        default_factory=lambda: sanitize_token(socket.gethostname()),
+        description="node name, a subject token ([A-Za-z0-9_-]); default: the hostname, dots as '_'",
+    )
     batch_max_records: int = Field(2000, ge=1)
     batch_max_bytes: int = Field(512 * 1024, ge=1024, description="keep below the server's max_payload")
     batch_max_delay_s: float = Field(0.25, gt=0)

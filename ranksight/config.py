@@ -81,9 +81,18 @@ class RasSettings(CollectorSettings):
     addr: str | None = Field(
         None, description="RAS endpoint, NCCL_RAS_ADDR syntax; default $NCCL_RAS_ADDR or localhost:28028"
     )
-    timeout_s: float = Field(10.0, gt=0, description="overall deadline of one status poll")
-    collective_timeout_s: float = Field(
-        5.0, gt=0, description="sent as TIMEOUT <s>: the server's gathering timeout"
+    timeout_s: float = Field(
+        30.0, gt=0, description="cap on one RAS exchange; each read may wait 2 x collective_timeout_s + 1 s"
+    )
+    collective_timeout_s: int = Field(
+        5,
+        ge=0,
+        description="sent as TIMEOUT <s>: the server's gathering timeout, whole seconds; 0 disables it",
+    )
+    detail_every: int = Field(
+        3,
+        ge=1,
+        description="every Nth poll adds a JSON status (op counts for hang detection) to the text status",
     )
     max_reply_bytes: int = Field(64 << 20, ge=1024, description="larger status replies are refused")
     verbose: bool = Field(False, description="VERBOSE STATUS instead of STATUS")
@@ -469,6 +478,20 @@ class HardwareAlertSettings(Section):
     nic_congestion_for_s: float = Field(30.0, gt=0, description="how long congestion must last to alert")
 
 
+class RasAlertSettings(Section):
+    """The RAS alerts (``aggregator.ras``)."""
+
+    hang_after_s: float = Field(
+        120.0, gt=0, description="comm_hang: no op count of the job advanced for this long while it is alive"
+    )
+    peer_dead_confirm_polls: int = Field(
+        2,
+        ge=1,
+        description="a MONITOR PEER_DEAD alerts at once; statuses after it that do not list the process "
+        "withdraw it after this many",
+    )
+
+
 class HttpSettings(Section):
     """The aggregator's HTTP face (``aggregator.http``): JSON API, /openapi.json, /metrics, /events and the web page."""
 
@@ -523,6 +546,7 @@ class AggregatorSettings(Section):
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()
+    ras: RasAlertSettings = RasAlertSettings()
     http: HttpSettings = HttpSettings()
 
 

@@ -31,14 +31,17 @@ def test_demo_raises_the_injected_faults_and_stops(settings: Settings, tmp_path:
     alerts = con.execute("SELECT DISTINCT rule, node, evidence FROM alerts WHERE state = 'firing'").fetchall()
     rules = {(rule, node) for rule, node, _ in alerts}
     assert ("nic_errors_rising", "demo-node002") in rules
-    assert "rank_missing" in {rule for rule, _ in rules}
+    assert ("rank_missing", "demo-node003") in rules  # the lost rank's node
     [straggler] = {
         evidence for rule, node, evidence in alerts if rule == "straggler" and node == "demo-node001"
     }
     finding = json.loads(straggler)
     assert finding["rank"] == 2 and finding["comm"] == "tp-n1"  # GPU 2 of node 1: rank 2 of its node's comm
     assert any("GPU 2 clock" in c for c in finding["corroboration"])  # the simulated sysfs tree backs it up
-    assert not {rule for rule, node in rules if node not in (None, "demo-node001", "demo-node002")}
+    faulty = {None, "demo-node001", "demo-node002"}
+    assert not {(rule, node) for rule, node in rules if node not in faulty} - {
+        ("rank_missing", "demo-node003")
+    }
     nodes = {n for (n,) in con.execute("SELECT DISTINCT node FROM heartbeat").fetchall()}
     assert nodes == {f"demo-node{i:03d}" for i in range(4)}
     assert con.execute("SELECT count(DISTINCT node) FROM gpu WHERE source = 'sysfs'").fetchone() == (4,)

@@ -194,8 +194,10 @@ def report_hangs(name: str, s: Score) -> None:
     precision = s.hang_right / s.hang_named if s.hang_named else float("nan")
     recall = s.hang_found / s.hang_truths if s.hang_truths else float("nan")
     tta = f"p50 {_pct(s.hang_tta_s, 0.5):4.1f}s p90 {_pct(s.hang_tta_s, 0.9):4.1f}s" if s.hang_tta_s else "-"
-    print(f"  {name:<16} runs {s.hang_runs:3d}  hung ranks named {s.hang_found}/{s.hang_truths} (recall "
-          f"{recall:5.3f})  ranks named {s.hang_named} (precision {precision:5.3f})  time from hang to alert {tta}")
+    print(
+        f"  {name:<16} runs {s.hang_runs:3d}  hung ranks named {s.hang_found}/{s.hang_truths} (recall "
+        f"{recall:5.3f})  ranks named {s.hang_named} (precision {precision:5.3f})  time from hang to alert {tta}"
+    )
 
 
 def main() -> None:

@@ -469,7 +469,9 @@ class StragglerSettings(Section):
         "coll_sn behind their peers', is a hang (collective_hang)",
     )
     hang_retain_s: float = Field(
-        600.0, gt=0, description="a hang silent this long is taken as a job that ended or was killed: it resolves"
+        600.0,
+        gt=0,
+        description="a hang silent this long is taken as a job that ended or was killed: it resolves",
     )
 
 

@@ -238,7 +238,8 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
             while next_dump <= now:
                 _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
                 next_dump += tick
-    if blocked and spec.capture == "sampled":  # the waiting ranks' dump threads still write what they completed
+    # the waiting ranks' dump threads still write what they completed
+    if blocked and spec.capture == "sampled":
         while next_dump <= now + 2 * tick:
             _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
             next_dump += tick

@@ -99,3 +99,10 @@ class HangFinder:
     def forget_older_than(self, horizon_ns: int) -> None:
         """Drop collectives that last advanced before the horizon (the job is taken as ended or killed)."""
         self.comm_ops = {k: c for k, c in self.comm_ops.items() if c.advanced_ns >= horizon_ns}
+
+
+def lagging_evidence(hangs: list[Hang]) -> list[dict[str, object]]:
+    """One row per lagging rank of each stalled collective, for an alert's evidence."""
+    return [{"hostname": r.hostname, "pid": r.pid, "rank": r.rank, "comm": h.comm, "comm_id": h.comm_id,
+             "collective": h.collective, "coll_sn": r.coll_sn, "peers_sn": h.peers_sn}
+            for h in hangs for r in h.lagging]  # fmt: skip

@@ -250,8 +250,8 @@ class StragglerRule:
 class CollectiveHangRule:
     """One alert per cluster whose collectives stalled with ranks silent behind their peers (Inspector silence, ring
     capture); it names them, their communicators, collectives and nodes. Where RAS watches a live job of the cluster,
-    its ``comm_hang`` is the one hang alert (it carries these ranks as ``inspector_lagging``), so this rule stays quiet:
-    one incident per cause."""
+    its ``comm_hang`` is the one hang alert (it fires on this signal at once and carries these ranks as
+    ``inspector_lagging``), so this rule stays quiet: one incident per cause."""
 
     name = "collective_hang"
 

@@ -81,7 +81,7 @@ class Aggregator:
         self.state = LiveState(settings.aggregator.node_gone_after_s)
         self.state.stragglers.configure(settings.aggregator.stragglers, background=True)
         self.rules = rules if rules is not None else default_rules(settings)
-        self.engine = AlertEngine()
+        self.engine = AlertEngine(settings=settings.aggregator.alerts)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query.reader_threads)
         self.stats = IngestStats()
         self.http = HttpFace(self)
@@ -165,7 +165,12 @@ class Aggregator:
         for env, recv_ns in replayed:
             self.state.observe(env, recv_ns)
         self.state.tick(now)
-        self.engine = AlertEngine(await self.store.call(self.store.active_alerts))
+        self.engine = AlertEngine(
+            await self.store.call(self.store.active_alerts), self.settings.aggregator.alerts
+        )
+        drained = await self.store.call(self.store.drained_nodes)
+        self.engine.drained = {(d["cluster"], d["node"]) for d in drained}
+        self.engine.silences = {s.id: s for s in await self.store.call(self.store.silences, now)}
         log.info("rebuilt live state from %d stored messages; %d alerts firing", len(replayed),
                  len(self.engine.active))  # fmt: skip
 
@@ -238,5 +243,7 @@ class Aggregator:
         if self.nc is None:
             return
         for alert in alerts:
+            if alert.silenced_by:
+                continue  # a maintenance window: stored and shown, not announced
             subject = self.subjects.alert(alert.cluster, alert.severity, alert.rule)
             await self.nc.publish(subject, json.dumps(alert.model_dump()).encode())

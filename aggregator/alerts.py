@@ -119,6 +119,8 @@ class AlertEngine:
 
     def evaluate(self, rules: Iterable[Rule], state: LiveState, now_ns: int) -> list[Alert]:
         """Run every rule; return the transitions (new firing alerts and resolutions) to store and publish."""
+        for sid in [sid for sid, s in self.silences.items() if ns_of(s.ends_at) <= now_ns]:
+            del self.silences[sid]  # over: Alertmanager expires its copy at the same time
         evaluated: set[str] = set()
         seen: dict[str, Condition] = {}
         for rule in rules:

@@ -23,6 +23,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
 from agent.runtime import agent_version
+from aggregator.alertmanager import AlertmanagerPush
 from aggregator.alerts import AlertEngine, Rule
 from aggregator.analysis import default_rules
 from aggregator.api.service import start_service
@@ -85,6 +86,7 @@ class Aggregator:
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query.reader_threads)
         self.stats = IngestStats()
         self.http = HttpFace(self)
+        self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
         self.nc: Client | None = None
         self.ready = asyncio.Event()
         self.started_ns = time.time_ns()
@@ -128,6 +130,12 @@ class Aggregator:
                 ),
                 asyncio.create_task(
                     ProbePlanner(self.settings.aggregator.probes).run(self), name="probe-planner"
+                ),
+                asyncio.create_task(
+                    self.alertmanager.run(
+                        lambda: list(self.engine.active.values()), lambda: list(self.engine.silences.values())
+                    ),
+                    name="alertmanager",
                 ),
             ]
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
@@ -237,6 +245,7 @@ class Aggregator:
         if transitions:
             await self.store.call(self.store.write_alerts, transitions)
             await self._publish_alerts(transitions)
+            self.alertmanager.transitions(transitions)
         return transitions
 
     async def _publish_alerts(self, alerts: list[Alert]) -> None:

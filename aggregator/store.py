@@ -374,9 +374,10 @@ class Store:
         return [Silence(id=r[0], matchers=json.loads(r[1]), starts_at=r[2], ends_at=r[3], created_by=r[4],
                         comment=r[5]) for r in cur.fetchall()]  # fmt: skip
 
-    def set_drained(self, cluster: str, node: str, drained: bool, reason: str) -> None:
+    def set_drained(self, cluster: str, nodes: list[str], drained: bool, reason: str) -> None:
         self.con.execute(
-            "INSERT INTO node_drains VALUES (?, ?, ?, now()::TIMESTAMP, ?)", [cluster, node, drained, reason]
+            "INSERT INTO node_drains SELECT ?, unnest(?::VARCHAR[]), ?, now()::TIMESTAMP, ?",
+            [cluster, nodes, drained, reason],
         )
 
     def drained_nodes(self) -> list[dict[str, Any]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime
 
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
 
 def iso(ns: int | None) -> str | None:
     if ns is None:
@@ -16,4 +18,4 @@ def ns_of(text: str) -> int:
     value = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
     if value.tzinfo is None:
         value = value.replace(tzinfo=datetime.UTC)
-    return int(value.timestamp() * 1_000_000) * 1000
+    return (value - EPOCH) // datetime.timedelta(microseconds=1) * 1000  # exact: no float rounding

@@ -158,6 +158,7 @@ class StragglerRule:
                     cluster=cluster,
                     node=f.hostname,
                     key=f"{f.kind}:{f.pid}",  # comm and rank stay in the evidence: the fingerprint must not move
+                    entity=f"pid {f.pid}" if f.pid is not None else "node",
                     summary=f"{f.kind} straggler on {where}: collectives {f.slowdown:.2f}x slower",
                     evidence={**f.as_dict(), "corroboration": notes},
                 )

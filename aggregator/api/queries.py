@@ -57,7 +57,7 @@ def parse_params(model: type[P], params: dict[str, Any]) -> P:
         raise RequestError("; ".join(problems)) from None
 
 
-def _utc(value: datetime.datetime) -> datetime.datetime:
+def utc(value: datetime.datetime) -> datetime.datetime:
     """Naive UTC, the form every TIMESTAMP column holds; a naive input is taken as UTC."""
     if value.tzinfo is None:
         return value
@@ -146,13 +146,14 @@ async def alerts(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
         where.append("state = 'resolved'")
     if p.since is not None:
         where.append("updated_at >= ?")
-        args.append(_utc(p.since))
+        args.append(utc(p.since))
     sql = f"SELECT * FROM alert_history WHERE {' AND '.join(where)} ORDER BY updated_at DESC LIMIT ?"
-    rows = await agg.sandbox.run(_alert_history, sql, [*args, p.limit + 1])
+    rows = await agg.sandbox.run(history_rows, sql, [*args, p.limit + 1])
     return ApiResponse.success(rows[: p.limit], truncated=len(rows) > p.limit)
 
 
-def _alert_history(cursor: Any, sql: str, args: list[Any]) -> list[dict[str, Any]]:
+def history_rows(cursor: Any, sql: str, args: list[Any]) -> list[dict[str, Any]]:
+    """Rows of a parameterized history query (on a sandbox reader cursor) as JSON-ready dicts."""
     cur = cursor.execute(sql, args)
     names = [d[0] for d in cur.description]
     return [{n: jsonable(v) for n, v in zip(names, r, strict=True)} for r in cur.fetchall()]
@@ -193,7 +194,7 @@ async def export(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     p = parse_params(ExportParams, params)
     if not agg.settings.aggregator.query.export_enabled:
         raise RequestError("export is disabled on this aggregator (aggregator.query.export_enabled)")
-    since, until, out = _utc(p.since), _utc(p.until), Path(p.dir)
+    since, until, out = utc(p.since), utc(p.until), Path(p.dir)
     if since >= until:
         raise RequestError("since must be before until")
     if not out.is_absolute():
@@ -287,3 +288,6 @@ ENDPOINTS: dict[str, Query] = {
     "markers": markers,
     "stragglers": stragglers,
 }
+
+# Endpoints of other modules that build on the parameter helpers above register themselves on import.
+import aggregator.api.alerting  # noqa: E402,F401

@@ -42,7 +42,7 @@ def register(sub: SubParsers) -> None:
         "drain", help="expect NODE to go silent (maintenance, removal); --undrain ends it"
     )
     _flags(d)
-    d.add_argument("node", metavar="NODE")
+    d.add_argument("nodes", metavar="NODE", nargs="+")
     d.add_argument("--undrain", action="store_true", help="the node is back in service: alert on it again")
     d.add_argument("--cluster", help="default: the configured cluster")
     d.add_argument("--reason", default="", help="why (kept with the drain)")

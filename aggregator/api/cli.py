@@ -45,7 +45,7 @@ from schemas.subjects import Subjects
 Params = Callable[[argparse.Namespace], dict[str, Any]]
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
-NODE_COLUMNS = ["node", "cluster", "state", "last_seen", "version", "clock_skew_s"]
+NODE_COLUMNS = ["node", "cluster", "state", "health", "last_seen", "version", "clock_skew_s"]
 ALERT_COLUMNS = ["updated_at", "state", "severity", "rule", "node", "job", "rank", "summary"]
 
 
@@ -103,9 +103,11 @@ def print_rows(args: argparse.Namespace, response: ApiResponse, columns: Sequenc
 
 def register(sub: SubParsers) -> None:
     nodes = add_query_command(sub, "nodes", "nodes, their state and agent health", NODE_COLUMNS,
-                              params=lambda a: _given(a, "cluster", "state"))  # fmt: skip
+                              params=lambda a: _given(a, "cluster", "state", "health"))  # fmt: skip
     nodes.add_argument("--cluster", help="only this cluster")
     nodes.add_argument("--state", choices=["alive", "stale", "gone"], help="only nodes in this state")
+    nodes.add_argument("--health", choices=["alive", "degraded", "drained", "stale", "gone"],
+                       help="only nodes of this health (degraded: alive with firing alerts)")  # fmt: skip
 
     a = sub.add_parser("alerts", help="firing alerts; --follow prints each alert as it fires or resolves")
     add_config_flags(a)

@@ -68,9 +68,25 @@ def _sorted_nodes(agg: Aggregator) -> list[NodeState]:
     return sorted(agg.state.nodes.nodes.values(), key=lambda n: (n.cluster, n.node))
 
 
+def _node_alerts(agg: Aggregator) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Firing alerts (lifecycle ``info`` aside) by (cluster, node): what makes a node degraded."""
+    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for a in sorted(agg.engine.active.values(), key=lambda a: a.started_at):
+        if a.node is not None and a.severity != "info":
+            found.setdefault((a.cluster, a.node), []).append(
+                {"rule": a.rule, "severity": a.severity, "entity": a.entity, "summary": a.summary,
+                 "fingerprint": a.fingerprint, "started_at": a.started_at}
+            )  # fmt: skip
+    return found
+
+
 def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
     rows = []
+    alerts, drained = _node_alerts(agg), agg.engine.drained
     for n in _sorted_nodes(agg):
+        mine = alerts.get((n.cluster, n.node), [])
+        health = ("drained" if (n.cluster, n.node) in drained
+                  else "degraded" if n.state == "alive" and mine else n.state)  # fmt: skip
         rows.append({
             "node": n.node,
             "cluster": n.cluster,
@@ -82,6 +98,8 @@ def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
             "version": n.version,
             "clock_skew_s": round(n.clock_skew_s, 3),
             "collectors": n.collectors,
+            "health": health,
+            "alerts": mine,
         })  # fmt: skip
     return rows
 
@@ -100,6 +118,9 @@ class NodesParams(Params):
     cluster: str | None = None
     node: str | None = None
     state: Literal["alive", "stale", "gone"] | None = None
+    health: Literal["alive", "degraded", "drained", "stale", "gone"] | None = Field(
+        None, description="alive with firing alerts: degraded; expected to be silent: drained"
+    )
 
 
 async def nodes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
@@ -107,8 +128,9 @@ async def nodes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     p = parse_params(NodesParams, params)
     rows = []
     for row, n in zip(_node_rows(agg), _sorted_nodes(agg), strict=True):
-        wanted = (p.cluster, p.node, p.state)
-        if any(w not in (None, have) for w, have in zip(wanted, (n.cluster, n.node, n.state), strict=True)):
+        wanted = (p.cluster, p.node, p.state, p.health)
+        have = (n.cluster, n.node, n.state, row["health"])
+        if any(w not in (None, h) for w, h in zip(wanted, have, strict=True)):
             continue
         rows.append({**row, "started": iso(n.started_ns), "publisher": n.publisher})
     return ApiResponse.success(rows)

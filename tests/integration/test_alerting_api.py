@@ -6,16 +6,24 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import duckdb
+from prometheus_client.parser import text_string_to_metric_families
 
+from aggregator.alerts import Condition
+from aggregator.analysis.nodes import NodeSilentRule
+from aggregator.api.client import query
+from aggregator.runtime import Aggregator
+from aggregator.state import LiveState
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from schemas.alerts import Alert
 from schemas.subjects import Subjects
 from tests.conftest import REPO
-from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for
+from tests.support import agent, aggregator, run_cli_async, running, settings_env, wait_for
 
 
 async def test_drain_silence_and_history(settings: Settings) -> None:
@@ -104,3 +112,42 @@ def test_slurm_epilog_drains_a_node_slurm_is_draining(tmp_path: Path) -> None:
         )
         assert proc.returncode == 0
         assert (calls.read_text().strip() if calls.exists() else "") == expect
+
+
+class _HotGpu:
+    """Input for the test below: GPU 3 of node-a reads too hot for as long as ``hot`` says."""
+
+    name = "gpu_overheating"
+
+    def __init__(self) -> None:
+        self.hot = True
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        if self.hot:
+            yield Condition(self.name, "warning", "test", "node-a GPU 3 overheating: edge 97C", node="node-a",
+                            key="3", entity="gpu 3", evidence={"gpu": 3, "temperature_edge_c": 97.0})  # fmt: skip
+
+
+async def test_a_node_with_a_firing_alert_is_degraded_and_metrics_count_by_rule(settings: Settings) -> None:
+    rule = _HotGpu()
+    env = settings_env(settings)
+    async with running(Aggregator(settings, rules=[NodeSilentRule(), rule])) as agg:
+        async with agent(settings, only=["heartbeat"]):
+            await wait_for(lambda: agg.engine.active)
+            [row] = (await query(settings, "nodes", {"health": "degraded"})).rows
+            assert row["node"] == "node-a" and row["state"] == "alive" and row["health"] == "degraded"
+            assert [(a["rule"], a["entity"]) for a in row["alerts"]] == [("gpu_overheating", "gpu 3")]
+            status = await run_cli_async("status", env=env)
+            assert "degraded" in status.stdout and "gpu_overheating" in status.stdout
+            rule.hot = False
+            await wait_for(lambda: not agg.engine.active)
+            [row] = (await query(settings, "status")).rows
+            assert row["health"] == "alive" and row["alerts"] == []
+            rule.hot = True
+            await wait_for(lambda: agg.engine.active)
+            assert agg.http.url is not None
+            async with aiohttp.ClientSession() as http, http.get(agg.http.url + "/metrics") as response:
+                families = {f.name: f for f in text_string_to_metric_families(await response.text())}
+            counted = {(s.labels["rule"], s.labels["state"]): s.value
+                       for s in families["ranksight_alert_transitions"].samples if s.name.endswith("_total")}  # fmt: skip
+            assert counted == {("gpu_overheating", "firing"): 2, ("gpu_overheating", "resolved"): 1}

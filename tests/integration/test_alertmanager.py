@@ -16,9 +16,13 @@ from typing import Any
 
 import pytest
 import yaml
+from aiohttp import web
 
+from aggregator.alertmanager import AlertmanagerPush
 from aggregator.alerts import INHIBITIONS
-from ranksight.config import Settings
+from ranksight.aio import cancel_all
+from ranksight.config import AlertmanagerSettings, Settings
+from schemas.alerts import Alert
 from tests.conftest import REPO
 from tests.deploy_support import free_port
 from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for
@@ -137,3 +141,76 @@ async def test_alerts_reach_alertmanager_grouped_silenced_and_resolved(
 def _am_sync(url: str, path: str, count: int) -> dict[str, dict[str, Any]] | None:
     found = _silent(_get(url, path))
     return found if len(found) == count else None
+
+
+class _Flaky:
+    """A stand-in Alertmanager endpoint on real TCP: answers 503 while ``down``, records what it accepts."""
+
+    def __init__(self) -> None:
+        self.down = True
+        self.received: list[dict[str, Any]] = []
+
+    async def alerts(self, request: web.Request) -> web.Response:
+        if self.down:
+            return web.Response(status=503, text="unavailable")
+        self.received += await request.json()
+        return web.Response(status=200)
+
+    async def silences(self, request: web.Request) -> web.Response:
+        return web.json_response([])
+
+
+@contextlib.asynccontextmanager
+async def _flaky() -> AsyncIterator[tuple[_Flaky, str]]:
+    flaky = _Flaky()
+    app = web.Application()
+    app.router.add_post("/api/v2/alerts", flaky.alerts)
+    app.router.add_get("/api/v2/silences", flaky.silences)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    host, port = runner.addresses[0][:2]
+    try:
+        yield flaky, f"http://{host}:{port}"
+    finally:
+        await runner.cleanup()
+
+
+def _resolved() -> Alert:
+    return Alert(rule="nic_errors_rising", severity="warning", fingerprint="f1", state="resolved", cluster="c",
+                 node="n1", entity="nic mlx5_0", summary="s", started_at="2026-01-01T00:00:00.000000Z",
+                 resolved_at="2026-01-01T00:05:00.000000Z", updated_at="2026-01-01T00:05:00.000000Z")  # fmt: skip
+
+
+async def test_a_resolution_made_while_alertmanager_is_down_is_delivered_later() -> None:
+    async with _flaky() as (flaky, url):
+        push = AlertmanagerPush(
+            AlertmanagerSettings(urls=[url], resend_s=0.5, max_attempts=1000), lambda: None
+        )
+        task = asyncio.create_task(push.run(lambda: [], lambda: []))
+        try:
+            push.transitions([_resolved()])
+            await wait_for(lambda: push.targets[0].stats["failures"] >= 3, timeout=10)
+            assert len(push.targets[0].queue) == 1 and flaky.received == []
+            flaky.down = False
+            await wait_for(lambda: flaky.received, timeout=10)
+            [body] = flaky.received
+            assert (
+                body["endsAt"] == "2026-01-01T00:05:00.000000Z" and body["labels"]["entity"] == "nic mlx5_0"
+            )
+            assert not push.targets[0].queue
+        finally:
+            await cancel_all([task])
+
+
+async def test_retries_are_bounded() -> None:
+    async with _flaky() as (_, url):
+        push = AlertmanagerPush(AlertmanagerSettings(urls=[url], resend_s=0.2, max_attempts=2), lambda: None)
+        task = asyncio.create_task(push.run(lambda: [], lambda: []))
+        try:
+            push.transitions([_resolved()])
+            await wait_for(lambda: push.targets[0].stats["dropped"] == 1, timeout=10)
+            assert not push.targets[0].queue and push.targets[0].stats["failures"] == 2
+        finally:
+            await cancel_all([task])

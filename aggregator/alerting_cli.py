@@ -8,6 +8,7 @@ response shape; exit 0 done, 1 refused or no aggregator, 2 usage.
 from __future__ import annotations
 
 import argparse
+import getpass
 import sys
 from typing import Any
 
@@ -59,7 +60,7 @@ def register(sub: SubParsers) -> None:
     when.add_argument("--duration", type=duration, help="e.g. 30m, 1h, 2d")
     when.add_argument("--until", help="ISO-8601 end (UTC unless an offset is given)")
     a.add_argument("--comment", default="", help="why (shown in Alertmanager too)")
-    a.add_argument("--created-by", default="", help="default: your user name")
+    a.add_argument("--created-by", default=_user(), help="default: your user name")
     a.set_defaults(func=silence_add)
     ls = add_query_command(s_sub, "list", "active and pending silences", SILENCE_COLUMNS, endpoint="silences",  # type: ignore[arg-type]
                            params=lambda args: {"state": "all"} if args.all else {})  # fmt: skip
@@ -73,6 +74,13 @@ def register(sub: SubParsers) -> None:
                           params=lambda args: {**since_param(args), **({"rule": args.rule} if args.rule else {})})  # fmt: skip
     i.add_argument("--since", type=duration, metavar="AGO", help="only incidents active within AGO (e.g. 1h)")
     i.add_argument("--rule", help="only this rule")
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container)
+        return ""
 
 
 def _answer(args: argparse.Namespace, endpoint: str, params: dict[str, Any], columns: list[str]) -> int:
@@ -96,9 +104,11 @@ def drain(args: argparse.Namespace) -> int:
 
 
 def silence_add(args: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"matchers": args.matcher, "comment": args.comment}
-    if args.created_by:
-        params["created_by"] = args.created_by
+    params: dict[str, Any] = {
+        "matchers": args.matcher,
+        "comment": args.comment,
+        "created_by": args.created_by,
+    }
     if args.duration is not None:
         params["duration_s"] = args.duration
     else:

@@ -8,7 +8,6 @@ applied to the alert engine, then handed to the Alertmanager pusher, so an aggre
 from __future__ import annotations
 
 import datetime
-import getpass
 import time
 import uuid
 from typing import TYPE_CHECKING, Any, Literal
@@ -64,7 +63,7 @@ class SilenceAddParams(Params):
     starts_at: datetime.datetime | None = Field(None, description="default: now")
     ends_at: datetime.datetime | None = None
     comment: str = Field("", max_length=1000)
-    created_by: str = Field("", max_length=200)
+    created_by: str = Field("", max_length=200, description="who (the CLI sends the user name)")
 
 
 def _ns(value: datetime.datetime) -> int:
@@ -85,10 +84,11 @@ async def silence_add(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     ends = starts + int(p.duration_s * NS) if p.duration_s is not None else _ns(p.ends_at)  # type: ignore[arg-type]
     if ends <= max(starts, now):
         raise RequestError("the silence would end before it starts (or in the past)")
-    if len(agg.engine.silences) >= agg.settings.aggregator.alerts.max_silences:
-        raise RequestError(f"too many silences (aggregator.alerts.max_silences = {len(agg.engine.silences)})")
+    limit = agg.settings.aggregator.alerts.max_silences
+    if len(agg.engine.silences) >= limit:
+        raise RequestError(f"too many silences: {limit} active or pending (aggregator.alerts.max_silences)")
     silence = Silence(id=str(uuid.uuid4()), matchers=matchers, starts_at=iso(starts) or "", ends_at=iso(ends) or "",
-                      created_by=p.created_by or getpass.getuser(), comment=p.comment)  # fmt: skip
+                      created_by=p.created_by, comment=p.comment)  # fmt: skip
     await agg.store.call(agg.store.save_silence, silence)
     agg.engine.silences[silence.id] = silence
     agg.alertmanager.silence_changed(silence)

@@ -45,9 +45,8 @@ class Condition:
     rank: int | None = None
     key: str = ""  # extra identity beyond node/job/comm/rank (e.g. a GPU index or a link)
     evidence: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
-    entity: str | None = field(
-        default=None, compare=False
-    )  # what it is about, when ``key`` does not say it well
+    # what it is about, when ``key`` does not say it well (not identity: the fingerprint ignores it)
+    entity: str | None = field(default=None, compare=False)
 
     @property
     def fingerprint(self) -> str:

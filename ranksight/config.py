@@ -284,6 +284,9 @@ class ProbePlannerSettings(Section):
     min_history: int = Field(
         3, ge=1, description="earlier measurements needed before comparing a link to itself"
     )
+    comparable_window_s: float = Field(
+        120.0, gt=0, description="link_degraded: peers count as comparable when measured this close in time"
+    )
     degraded_confirm: int = Field(
         2,
         ge=1,

@@ -1,6 +1,7 @@
 """``link_degraded``: a link whose bandwidth fell well below its own history or below the median of comparable links.
 
-Comparable links: the other fresh, fully measured links of the same cluster and transport. Each direction (upload =
+Comparable links: the other fresh, fully measured links of the same cluster and transport, measured within
+``comparable_window_s`` of the link. Each direction (upload =
 src -> dst, download = dst -> src) is judged on its own; a link needs ``min_history`` earlier measurements before it is
 compared with itself, and at least two other links before it is compared with its peers. A link is degraded only when
 its last ``degraded_confirm`` measurements are all low (a stable window: one probe slowed by CPU load raises nothing).
@@ -28,14 +29,19 @@ class LinkDegradedRule:
         self.ratio = settings.degraded_ratio
         self.min_history = settings.min_history
         self.confirm = settings.degraded_confirm
+        self.peer_window_ns = int(settings.comparable_window_s * 1e9)
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         measured = [link for link in link_tracker(state).links.values() if link.fresh and _full(link)]
         for link in measured:
+            # Comparable: measured about when this link was, so that a CPU load spike slowing every probe of a round
+            # slows the baseline too.
             peers = [
                 p
                 for p in measured
-                if p is not link and (p.cluster, p.transport) == (link.cluster, link.transport)
+                if p is not link
+                and (p.cluster, p.transport) == (link.cluster, link.transport)
+                and abs(p.measured_ns - link.measured_ns) <= self.peer_window_ns
             ]
             findings = {}
             history = list(link.history)

@@ -279,3 +279,18 @@ def test_matchers_follow_alertmanager(text: str, labels: dict[str, str], hit: bo
 def test_bad_matchers_are_refused_with_the_reason(bad: str) -> None:
     with pytest.raises(ValueError):
         Matcher.parse(bad)
+
+
+def test_link_degraded_compares_with_links_measured_at_the_same_time() -> None:
+    """A load spike slows every probe of a round: links measured earlier at full speed are no baseline for it."""
+    state, rule = LiveState(), LinkDegradedRule()
+    seq = 0
+    for dst in ("n3", "n4", "n5"):  # measured at full speed, a few minutes earlier (still fresh)
+        seq += 1
+        state.observe(*_probe(seq, "n1", dst, 9000.0, 450))
+    for at in (600, 660):  # then, under load, n1->n2 and n6->n7 twice in a row, both slow
+        for src, dst in (("n1", "n2"), ("n6", "n7"), ("n8", "n9")):
+            seq += 1
+            state.observe(*_probe(seq, src, dst, 300.0, at))
+    state.tick(T0 + 661 * NS)
+    assert list(rule.evaluate(state, T0 + 661 * NS)) == []

@@ -329,7 +329,7 @@ class HardwareAlertSettings(Section):
 # declared; a test checks that every rule the aggregator evaluates has an entry. Rules that already wait inside
 # (straggler confirmation, RAS poll counts, throttle/congestion runs) fire at once and only hold their clear time.
 RULE_TIMINGS: dict[str, tuple[float, float]] = {
-    "node_silent": (10, 30),
+    "node_silent": (30, 120),  # a loaded node may miss a heartbeat or two: not yet an incident
     "rank_missing": (0, 30),
     "process_dead": (0, 30),
     "comm_error": (0, 30),

@@ -184,7 +184,8 @@ def test_a_silent_node_inhibits_what_it_explains_and_nothing_else() -> None:
     for node in ("n1", "n2"):
         state.observe(*_beat(node, 1, 0))
     engine = AlertEngine(settings=AlertSettings())
-    # n1 stops at 0; its GPU and rank conditions appear at 30 s (after node_silent fired at 10 s TTL + 10 s for_s)
+    # n1 stops at 0: stale at 10 s (TTL), node_silent fires at 40 s (for_s 30); its GPU and rank conditions appear at
+    # 30 s, while node_silent is pending: a node already silent explains them
     rules = [NodeSilentRule(), Scripted("gpu_missing", lambda t: t >= 30, node="n1"),
              Scripted("rank_missing", lambda t: t >= 30, node="n1", job="j1"),
              Scripted("gpu_overheating", lambda t: t >= 30, node="n2")]  # fmt: skip
@@ -192,7 +193,7 @@ def test_a_silent_node_inhibits_what_it_explains_and_nothing_else() -> None:
         state.observe(*_beat("n2", t, t))
     events = run(engine, rules, range(1, 100), state)
     assert [e for _, e in events] == ["node_silent:firing", "gpu_overheating:firing"]
-    assert events[0][0] == 20 and {a.node for a in engine.active.values()} == {"n1", "n2"}
+    assert events[0][0] == 40 and {a.node for a in engine.active.values()} == {"n1", "n2"}
     assert set(engine.inhibited.values()) == {"node_silent"} and len(engine.inhibited) == 2
 
 
@@ -200,7 +201,7 @@ def test_inhibition_can_be_turned_off_and_is_declared_for_alertmanager_too() -> 
     state = LiveState()
     state.observe(*_beat("n1", 1, 0))
     rules = [NodeSilentRule(), Scripted("gpu_missing", lambda t: True)]
-    events = run(AlertEngine(settings=AlertSettings(inhibit=False)), rules, range(1, 40), state)
+    events = run(AlertEngine(settings=AlertSettings(inhibit=False)), rules, range(1, 60), state)
     assert {e for _, e in events} == {"gpu_missing:firing", "node_silent:firing"}
     assert [i.source for i in INHIBITIONS] == ["node_silent"]
 

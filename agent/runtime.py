@@ -169,7 +169,7 @@ class AgentRuntime:
         backoff = 1.0
         while True:
             started = time.monotonic()
-            collector.health.state = "ok"
+            collector.health.running()
             try:
                 await collector.run(emit)
                 return
@@ -219,6 +219,9 @@ def _json_endpoint(handler: CommandHandler) -> Callable[[Request], Awaitable[Non
             return
         try:
             result = await handler(body)
+        except ValueError as exc:  # an invalid or refused command (pydantic's errors are ValueErrors too)
+            await request.respond_error("400", f"bad request: {exc}")
+            return
         except Exception as exc:
             await request.respond_error("500", f"{type(exc).__name__}: {exc}")
             return

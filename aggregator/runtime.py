@@ -73,6 +73,21 @@ async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
         await js.add_stream(stream)
 
 
+async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
+    """Wait for ``stop``; re-raise the first task that fails. A task that returns (a part disabled by its ``enabled``
+    setting, e.g. the probe planner) leaves the others running."""
+    stopping = asyncio.create_task(stop.wait())
+    pending: set[asyncio.Task[Any]] = {*tasks, stopping}
+    try:
+        while not stop.is_set():
+            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for task in done:
+                if task is not stopping and task.exception():
+                    raise task.exception()  # type: ignore[misc]
+    finally:
+        stopping.cancel()
+
+
 class Aggregator:
     def __init__(self, settings: Settings, rules: list[Rule] | None = None) -> None:
         self.settings = settings
@@ -141,11 +156,7 @@ class Aggregator:
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
             self.ready.set()
             try:
-                done, _ = await asyncio.wait([*tasks, asyncio.create_task(stop.wait())],
-                                             return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
-                for task in done:
-                    if task in tasks and task.exception():
-                        raise task.exception()  # type: ignore[misc]
+                await _until_stopped(stop, tasks)
             finally:
                 self._stopping = True
                 await cancel_all(tasks[1:])  # no rule runs once stopping has begun

@@ -1,4 +1,7 @@
-"""Typed configuration: a TOML file plus ``RANKSIGHT_`` environment variables (env wins), unknown keys rejected.
+"""Typed configuration: a TOML file, ``RANKSIGHT_`` environment variables and command-line flags, unknown keys rejected.
+
+Precedence: flags (``load_settings`` overrides, or ``Settings(**values)``) win over the environment, which wins over the
+file.
 
 Nested keys use ``__`` in the environment: ``RANKSIGHT_NATS__URL``, ``RANKSIGHT_AGENT__COLLECTORS__GPU__INTERVAL_S``.
 The file comes from ``--config``, else ``$RANKSIGHT_CONFIG``; with neither, the defaults below work on one machine.
@@ -9,16 +12,19 @@ from __future__ import annotations
 import os
 import socket
 import tomllib
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
 
 CONFIG_ENV = "RANKSIGHT_CONFIG"
+# The config file's values while load_settings builds Settings: the lowest-priority source.
+_FILE_VALUES: ContextVar[dict[str, Any] | None] = ContextVar("ranksight_file_values", default=None)
 # RANKSIGHT_* variables that are read elsewhere and are not settings.
 NON_SETTING_ENV = frozenset({CONFIG_ENV})
 NON_SETTING_ENV |= {APP_SOCKET_ENV}  # read by training processes (ranksight.client), not a setting
@@ -43,6 +49,12 @@ class NatsSettings(Section):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     connect_timeout_s: float = 5.0
+    inbox_prefix: str = Field(
+        "_INBOX",
+        pattern=r"^[A-Za-z0-9_$-]+(\.[A-Za-z0-9_$-]+)*$",
+        description="prefix of this client's reply subjects; one per NATS user (e.g. _INBOX.gpu-node-001) lets "
+        "the server's permissions confine each user to its own replies",
+    )
 
 
 class CollectorSettings(Section):
@@ -146,11 +158,30 @@ class ProbeSettings(CollectorSettings):
         description="CIDRs whose clients the probe server accepts",
     )
     max_concurrent: int = Field(2, ge=1, description="probes served at once; more are answered busy")
+    max_per_peer: int = Field(
+        1, ge=1, description="probes served at once to one address; more are answered busy"
+    )
     max_bytes: int = Field(
         256 * 1024**2, ge=1, description="bytes per probe direction the server grants at most"
     )
     max_seconds: float = Field(5.0, gt=0, description="seconds per probe direction the server grants at most")
-    max_bytes_per_minute: int = Field(4 * 1024**3, ge=1, description="all probes served together")
+    max_bytes_per_minute: int = Field(
+        4 * 1024**3,
+        ge=1,
+        description="bytes all probes served together move per minute (charged as they move)",
+    )
+    max_bytes_per_peer_per_minute: int = Field(
+        1024**3, ge=1, description="bytes the probes of one address move per minute"
+    )
+    max_peers: int = Field(
+        100_000,
+        ge=1,
+        description="registered probe endpoints remembered (probe commands may aim only at these)",
+    )
+    handshake_timeout_s: float = Field(2.0, gt=0, description="a client must send its request within this")
+    idle_timeout_s: float = Field(
+        5.0, gt=0, description="a read or write that makes no progress this long ends the probe"
+    )
 
 
 class GpuProbeSettings(CollectorSettings):
@@ -502,8 +533,8 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # init holds the file's values: the environment goes first so that it overrides the file.
-        return (env_settings, init_settings)
+        # Highest first: explicit values (command-line flags), the environment, the config file.
+        return (init_settings, env_settings, InitSettingsSource(settings_cls, _FILE_VALUES.get() or {}))
 
     def db_path(self) -> Path:
         return self.aggregator.db_path or self.state_dir / "ranksight.duckdb"
@@ -535,26 +566,16 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     _check_env_keys()
     saved = os.environ.pop(CONFIG_ENV, None)  # the file pointer itself is not a setting
+    file_values = _FILE_VALUES.set(data)
     try:
-        settings = Settings(**data)
-        if overrides:
-            settings = Settings(**_deep_merge(settings.model_dump(exclude_unset=True), overrides))
+        settings = Settings(**overrides)
     except ValidationError as exc:
         raise ConfigError(_explain(exc, origin)) from None
     finally:
+        _FILE_VALUES.reset(file_values)
         if saved is not None:
             os.environ[CONFIG_ENV] = saved
     return settings
-
-
-def _deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _check_env_keys() -> None:

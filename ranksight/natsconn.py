@@ -19,6 +19,7 @@ def connect_options(cfg: NatsSettings, name: str) -> dict[str, Any]:
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": 0.5,
         "allow_reconnect": True,
+        "inbox_prefix": cfg.inbox_prefix,
     }
     if cfg.user:
         opts["user"] = cfg.user

@@ -64,6 +64,10 @@ class Subjects:
         """Wildcard over all events (of one cluster when given)."""
         return f"{self.prefix}.ev.{sanitize_token(cluster)}.>" if cluster else f"{self.prefix}.ev.>"
 
+    def kind_filter(self, cluster: str, kind: str) -> str:
+        """Wildcard over one kind of event of every node of a cluster."""
+        return f"{self.prefix}.ev.{sanitize_token(cluster)}.*.{sanitize_token(kind)}"
+
     def parse_event(self, subject: str) -> EventSubject:
         rest = self._strip(subject, "ev")
         if len(rest) != 3:

@@ -4,7 +4,8 @@
 - :class:`StreamingCollector`: ``run(emit)`` until cancelled; calls ``emit(records)`` as facts arrive.
 
 Collectors return or raise errors; the runtime records health (last success, last error, duration) and publishes it in the
-heartbeat. ``detect()`` returning ``False`` means the source is not on this node: the collector is ``absent``, not failing.
+heartbeat, with the error text made printable and bounded. A collector in ``error`` stays there, restarts included, until
+a real success. ``detect()`` returning ``False`` means the source is not on this node: the collector is ``absent``, not failing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,18 @@ class CollectorUnavailable(Exception):
     """Raised by ``detect`` or ``collect`` when the source is not on this node (reported as ``absent``)."""
 
 
+MAX_ERROR_CHARS = 300
+
+
+def heartbeat_text(text: str | None) -> str | None:
+    """Error text fit for the heartbeat: printable ASCII on one line, bounded. Errors often quote what a peer sent
+    (a RAS reply, a client message); its raw bytes, control characters included, never go out as they came."""
+    if text is None:
+        return None
+    clean = "".join(c if " " <= c <= "~" else "?" for c in text[: MAX_ERROR_CHARS + 1])
+    return clean if len(clean) <= MAX_ERROR_CHARS else clean[: MAX_ERROR_CHARS - 3] + "..."
+
+
 @dataclass
 class Health:
     name: str
@@ -54,8 +67,15 @@ class Health:
         self.last_error = f"{type(error).__name__}: {error}"[:500]
         self.last_duration_s = duration_s
 
+    def running(self) -> None:
+        """A streaming collector (re)started: ``ok``, unless it failed before, which only a real success clears."""
+        if self.state != "error":
+            self.state = "ok"
+
     def snapshot(self) -> CollectorHealth:
-        return CollectorHealth.model_validate(self.__dict__)
+        return CollectorHealth.model_validate(
+            {**self.__dict__, "last_error": heartbeat_text(self.last_error)}
+        )
 
 
 class Collector(ABC):

@@ -1,20 +1,24 @@
 """The probe server every agent runs: answers echo, upload and download requests from allowed peers, within limits.
 
-It cannot be used to exhaust the node: peers outside ``allow`` are refused before any payload moves; at most
-``max_concurrent`` probes run at once (others get ``BUSY`` at once, nothing queues); every grant is clamped to
-``max_bytes`` and ``max_seconds`` per probe and to ``max_bytes_per_minute`` over all probes; every read has a timeout, so
-an idle or slow client cannot hold a slot.
+It cannot be used to exhaust the node, nor can one peer shut the others out: peers outside ``allow`` are refused before
+any payload moves; at most ``max_concurrent`` probes run at once and at most ``max_per_peer`` from one address (others
+get ``BUSY`` at once, nothing queues); every grant is clamped to ``max_bytes`` and ``max_seconds``; the per-minute byte
+budgets (all peers, and each peer) are charged as bytes move, so requests that move nothing cost nothing; a peer must
+send its request within ``handshake_timeout_s``, each read or write must progress within ``idle_timeout_s``, and a
+connection ends at ``handshake_timeout_s + max_seconds + idle_timeout_s`` whatever it does, so a silent or slow
+client cannot hold a slot.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import ipaddress
 import logging
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from agent.probe.protocol import REQUEST_SIZE, Op, ProtocolError, Reply, Request, Status
@@ -28,12 +32,49 @@ IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 @dataclass(frozen=True)
 class ServerLimits:
     max_concurrent: int = 2
+    max_per_peer: int = 1  # connections at once from one address
     max_bytes: int = 256 * 1024**2  # per probe
     max_seconds: float = 5.0  # per upload or download
     max_bytes_per_minute: int = 4 * 1024**3  # all probes together
+    max_bytes_per_peer_per_minute: int = 1024**3  # one address
     max_echo_count: int = 1000
     max_echo_size: int = 64 * 1024
-    io_timeout_s: float = 5.0  # any single read or write
+    handshake_timeout_s: float = 2.0  # connect to a complete request
+    idle_timeout_s: float = 5.0  # any single read or write
+
+    @property
+    def connection_s(self) -> float:
+        """The most one connection lasts, whatever the peer does."""
+        return self.handshake_timeout_s + self.max_seconds + self.idle_timeout_s
+
+
+class ByteBudget:
+    """Bytes moved per minute, over all peers and per peer; charged chunk by chunk as they move."""
+
+    def __init__(self, limits: ServerLimits, clock: Callable[[], float] = time.monotonic) -> None:
+        self.limits, self.clock = limits, clock
+        self._window_start = clock()
+        self._total = 0
+        self._per_peer: dict[str, int] = {}
+
+    def _roll(self) -> None:
+        now = self.clock()
+        if now - self._window_start >= 60:
+            self._window_start, self._total = now, 0
+            self._per_peer.clear()
+
+    def exhausted(self, peer: str) -> bool:
+        self._roll()
+        return (self._total >= self.limits.max_bytes_per_minute
+                or self._per_peer.get(peer, 0) >= self.limits.max_bytes_per_peer_per_minute)  # fmt: skip
+
+    def charge(self, peer: str, nbytes: int) -> bool:
+        """Charge ``nbytes`` (about to be sent, or just received); False: over budget, stop the transfer."""
+        if self.exhausted(peer):
+            return False
+        self._total += nbytes
+        self._per_peer[peer] = self._per_peer.get(peer, 0) + nbytes
+        return True
 
 
 def parse_networks(cidrs: Sequence[str]) -> list[IpNetwork]:
@@ -93,8 +134,8 @@ class ProbeServer:
         self.active = 0
         self.served = 0
         self.rejected = 0
-        self._window_start = time.monotonic()
-        self._window_bytes = 0
+        self.budget = ByteBudget(limits)
+        self._per_peer: dict[str, int] = {}  # address -> connections holding a slot
         self._server: asyncio.Server | None = None
 
     async def start(self) -> ProbeServer:
@@ -115,42 +156,50 @@ class ProbeServer:
         assert self._server is not None
         await self._server.serve_forever()
 
-    def _take_bytes(self, wanted: int) -> int:
-        """Grant up to ``wanted`` from the per-minute byte budget."""
-        now = time.monotonic()
-        if now - self._window_start >= 60:
-            self._window_start, self._window_bytes = now, 0
-        granted = max(0, min(wanted, self.limits.max_bytes_per_minute - self._window_bytes))
-        self._window_bytes += granted
-        return granted
+    def _admit(self, peer: str) -> Status:
+        if not is_allowed(peer, self.allow):
+            return Status.REFUSED
+        if (
+            self.active >= self.limits.max_concurrent
+            or self._per_peer.get(peer, 0) >= self.limits.max_per_peer
+        ):
+            return Status.BUSY
+        return Status.OK
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername") or ("?", 0)
+        peer = str((writer.get_extra_info("peername") or ("?", 0))[0])
         try:
-            if not is_allowed(str(peer[0]), self.allow):
+            admitted = self._admit(peer)
+            if admitted is not Status.OK:
                 self.rejected += 1
-                writer.write(Reply(Status.REFUSED).encode())
-                return
-            if self.active >= self.limits.max_concurrent:
-                self.rejected += 1
-                writer.write(Reply(Status.BUSY).encode())
+                writer.write(Reply(admitted).encode())
                 return
             self.active += 1
+            self._per_peer[peer] = self._per_peer.get(peer, 0) + 1
             try:
-                await self._serve(reader, writer)
+                async with asyncio.timeout(self.limits.connection_s):
+                    await self._serve(peer, reader, writer)
                 self.served += 1
             finally:
                 self.active -= 1
+                self._per_peer[peer] -= 1
+                if not self._per_peer[peer]:
+                    del self._per_peer[peer]
         except (ProtocolError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
-            log.debug("probe from %s ended: %s", peer[0], exc)
+            log.debug("probe from %s ended: %s", peer, exc)
         finally:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.drain(), self.limits.io_timeout_s)
+                await asyncio.wait_for(writer.drain(), self.limits.idle_timeout_s)
             writer.close()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, peer: str, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         lim = self.limits
-        req = Request.decode(await asyncio.wait_for(reader.readexactly(REQUEST_SIZE), lim.io_timeout_s))
+        req = Request.decode(
+            await asyncio.wait_for(reader.readexactly(REQUEST_SIZE), lim.handshake_timeout_s)
+        )
+        if self.budget.exhausted(peer):
+            writer.write(Reply(Status.BUSY).encode())
+            return
         if req.op is Op.ECHO:
             size, count = min(req.nbytes, lim.max_echo_size), min(req.count, lim.max_echo_count)
             if size < 1 or count < 1:
@@ -158,18 +207,22 @@ class ProbeServer:
                 return
             writer.write(Reply(Status.OK, size, count).encode())
             for _ in range(count):
-                data = await asyncio.wait_for(reader.readexactly(size), lim.io_timeout_s)
+                data = await asyncio.wait_for(reader.readexactly(size), lim.idle_timeout_s)
+                if not self.budget.charge(peer, 2 * size):
+                    return  # the client sees the connection close: its probe fails, the budget holds
                 writer.write(data)
-                await asyncio.wait_for(writer.drain(), lim.io_timeout_s)
+                await asyncio.wait_for(writer.drain(), lim.idle_timeout_s)
             return
         budget_ms = min(req.budget_ms, int(lim.max_seconds * 1000))
-        nbytes = self._take_bytes(min(req.nbytes, lim.max_bytes))
+        nbytes = min(req.nbytes, lim.max_bytes)
         if nbytes < 1 or budget_ms < 1:
-            writer.write(Reply(Status.BUSY if req.nbytes and req.budget_ms else Status.BAD_REQUEST).encode())
+            writer.write(Reply(Status.BAD_REQUEST).encode())
             return
         writer.write(Reply(Status.OK, nbytes, 0, budget_ms).encode())
+        charge = functools.partial(self.budget.charge, peer)
         if req.op is Op.UPLOAD:
-            meter = await receive_timed(reader, nbytes, budget_ms / 1000 + lim.io_timeout_s, lim.io_timeout_s)
+            meter = await receive_timed(reader, nbytes, budget_ms / 1000 + lim.idle_timeout_s, lim.idle_timeout_s,
+                                        charge)  # fmt: skip
             writer.write(Reply(Status.OK, meter.total, meter.timed, meter.elapsed_ns).encode())
         else:
-            await send_for(writer, nbytes, budget_ms / 1000, lim.io_timeout_s)
+            await send_for(writer, nbytes, budget_ms / 1000, lim.idle_timeout_s, charge)

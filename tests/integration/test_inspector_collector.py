@@ -85,3 +85,20 @@ async def test_a_dump_directory_created_after_the_agent_starts_is_picked_up(
         (dump / "node000-pid40000.log").write_text("".join(x + "\n" for x in job_lines()[:30]))
         await wait_for(lambda: stored(agg)[0] == 30)
         assert inspector.health.state == "ok"
+
+
+async def test_a_fifo_named_like_a_dump_is_skipped_and_reported(dump_settings: Settings) -> None:
+    dump = dump_settings.agent.collectors.inspector.dump_dir
+    assert dump is not None
+    os.mkfifo(dump / "node000-pid1.log")  # opening it for reading would wait for a writer forever
+    data = job_lines()
+    (dump / "node000-pid2.log").write_text("".join(x + "\n" for x in data[:40]))
+    async with aggregator(dump_settings) as agg, agent(dump_settings, only=["inspector"]) as rt:
+        await wait_for(lambda: stored(agg)[0] == 40)  # the real dump file is read
+        assert rt.ctx is not None
+        health = rt.ctx.collectors["inspector"].health.snapshot()
+        assert health.state == "ok" and health.last_error
+        assert "node000-pid1.log (a FIFO)" in health.last_error
+        with (dump / "node000-pid2.log").open("a") as fh:
+            fh.write("".join(x + "\n" for x in data[40:60]))
+        await wait_for(lambda: stored(agg)[0] == 60)  # and it goes on

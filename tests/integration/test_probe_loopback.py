@@ -54,7 +54,9 @@ async def test_server_refuses_peers_outside_allow_list() -> None:
 
 
 async def test_server_answers_busy_beyond_max_concurrent() -> None:
-    server = await ProbeServer("127.0.0.1", 0, limits=ServerLimits(max_concurrent=1, io_timeout_s=2)).start()
+    server = await ProbeServer(
+        "127.0.0.1", 0, limits=ServerLimits(max_concurrent=1, idle_timeout_s=2)
+    ).start()
     try:
         _, hog = await asyncio.open_connection("127.0.0.1", server.port)  # holds the one slot, says nothing
         await wait_for(lambda: server.active == 1, timeout=2)
@@ -63,7 +65,7 @@ async def test_server_answers_busy_beyond_max_concurrent() -> None:
         hog.close()
         await wait_for(
             lambda: server.active == 0, timeout=5
-        )  # the silent client is dropped after io_timeout_s
+        )  # the silent client is dropped after handshake_timeout_s
         assert (await run_probe("127.0.0.1", server.port, FAST)).rtt_us is not None
     finally:
         await server.stop()

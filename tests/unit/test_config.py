@@ -4,6 +4,8 @@ from pathlib import Path
 
 import pytest
 
+from ranksight.cli import build_parser
+from ranksight.cliutil import settings_from_args
 from ranksight.config import ConfigError, load_settings
 
 
@@ -55,3 +57,38 @@ def test_secrets_are_not_printed(tmp_path: Path) -> None:
     s = load_settings(f)
     assert "hunter2" not in repr(s) and "tok-123" not in str(s.model_dump())
     assert s.nats.password is not None and s.nats.password.get_secret_value() == "hunter2"
+
+
+def test_flags_override_environment_which_overrides_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text(
+        'cluster = "file"\n[agent]\nnode = "file-node"\nbatch_max_records = 7\n'
+        '[aggregator]\ndb_path = "/file.duckdb"\nfetch_batch = 11\n[deploy]\nparallel = 3\n'
+    )
+    for name, value in [("CLUSTER", "env"), ("AGENT__NODE", "env-node"), ("AGGREGATOR__DB_PATH", "/env.duckdb"),
+                        ("AGGREGATOR__FETCH_BATCH", "12"), ("DEPLOY__PARALLEL", "4")]:  # fmt: skip
+        monkeypatch.setenv(f"RANKSIGHT_{name}", value)
+    s = load_settings(f, cluster="flag", agent={"node": "flag-node"}, aggregator={"db_path": "/flag.duckdb"},
+                      deploy={"parallel": 5})  # fmt: skip
+    flagged = (s.cluster, s.agent.node, s.db_path(), s.deploy.parallel)
+    assert flagged == ("flag", "flag-node", Path("/flag.duckdb"), 5)
+    # keys no flag names keep the environment's value, else the file's
+    assert (s.aggregator.fetch_batch, s.agent.batch_max_records) == (12, 7)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status", "--nats", "nats://flag:1"],
+        ["sql", "--nats", "nats://flag:1", "SELECT 1"],
+        ["agent", "--nats", "nats://flag:1"],
+        ["aggregator", "--nats", "nats://flag:1"],
+    ],
+)
+def test_nats_flag_wins_over_environment(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANKSIGHT_NATS__URL", "nats://env:2")
+    monkeypatch.setenv("RANKSIGHT_NATS__USER", "env-user")
+    s = settings_from_args(build_parser().parse_args(argv))
+    assert (s.nats.url, s.nats.user) == ("nats://flag:1", "env-user")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 from agent.collectors.inspector.tailer import Chunk, Tailer
@@ -106,3 +107,23 @@ def test_big_file_is_read_in_bounded_chunks(tmp_path: Path) -> None:
         total += sum(len(c.records) for c in chunks)
         passes += 1
     assert total == len(data) and passes > 3
+
+
+def test_non_regular_files_named_like_dumps_are_skipped(tmp_path: Path) -> None:
+    os.mkfifo(tmp_path / "a-pid1.log")
+    (tmp_path / "b-pid2.log").mkdir()
+    (tmp_path / "c-pid3.log").write_text("".join(x + "\n" for x in lines(5)))
+    tailer = Tailer(tmp_path, tmp_path / "state.json")
+    result: list[list[Chunk]] = []
+    poll = threading.Thread(target=lambda: result.append(tailer.poll()), daemon=True)
+    poll.start()
+    poll.join(10)
+    assert result, "poll blocked on the FIFO"
+    assert [len(c.records) for c in result[0]] == [5]
+    assert tailer.status()["skipped"] == {
+        str(tmp_path / "a-pid1.log"): "a FIFO",
+        str(tmp_path / "b-pid2.log"): "a directory",
+    }
+    os.unlink(tmp_path / "a-pid1.log")
+    tailer.poll()
+    assert list(tailer.skipped) == [str(tmp_path / "b-pid2.log")]  # gone: forgotten

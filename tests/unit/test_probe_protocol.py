@@ -15,7 +15,9 @@ from agent.probe.protocol import (
     rate_bps,
     rtt_stats_us,
 )
-from agent.probe.server import is_allowed, parse_networks
+from agent.probe.server import ByteBudget, ServerLimits, is_allowed, parse_networks
+from agent.probe.targets import ProbeTargets, TargetRefused
+from schemas.records.probe import ProbeCommand
 
 
 def test_request_and_reply_round_trip() -> None:
@@ -79,3 +81,35 @@ def test_parse_target() -> None:
     for bad in ("host", "host:", ":80", "h:99999", "h:x"):
         with pytest.raises(ValueError):
             parse_target(bad)
+
+
+def test_byte_budget_charges_as_bytes_move_per_minute_and_per_peer() -> None:
+    now = [0.0]
+    budget = ByteBudget(
+        ServerLimits(max_bytes_per_minute=300, max_bytes_per_peer_per_minute=200), lambda: now[0]
+    )
+    assert not budget.exhausted("a")  # asking costs nothing
+    assert budget.charge("a", 150) and budget.charge("a", 100)  # the chunk that crosses the line still moves
+    assert not budget.charge("a", 1) and budget.exhausted("a")  # a's share is spent, b's is not
+    assert budget.charge("b", 60) and not budget.charge("b", 1)  # all peers together: 310 > 300
+    now[0] = 60.0  # a new minute
+    assert budget.charge("a", 200) and budget.charge("b", 50)
+
+
+def test_probe_targets_remember_announcements_for_their_ttl_within_a_bound() -> None:
+    targets = ProbeTargets(max_bytes=1024, max_seconds=1.0, max_peers=2)
+    cmd = ProbeCommand(peer="node-b", addr="10.0.0.2", port=28100, bytes=1024, seconds=1.0)
+    targets.observe("node-b", ["10.0.0.2"], 28100, 30.0, now=0.0)
+    targets.check(cmd, now=29.0)
+    with pytest.raises(TargetRefused, match="no registered probe endpoint"):
+        targets.check(cmd, now=31.0)  # the announcement expired
+    targets.observe("node-b", ["10.0.0.2"], 28100, float("inf"), now=40.0)  # ignored: no finite TTL
+    with pytest.raises(TargetRefused, match="no registered probe endpoint"):
+        targets.check(cmd, now=41.0)
+    for i, node in enumerate(["node-b", "node-c", "node-d"]):  # at most 2 remembered: the oldest goes
+        targets.observe(node, ["10.0.0.2"], 28100, 30.0, now=50.0 + i)
+    with pytest.raises(TargetRefused, match="no registered probe endpoint"):
+        targets.check(cmd, now=53.0)
+    with pytest.raises(TargetRefused, match="bytes"):
+        targets.check(cmd.model_copy(update={"peer": "node-c", "bytes": 1025}), now=53.0)
+    targets.check(cmd.model_copy(update={"peer": "node-c"}), now=53.0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,13 @@ class InspectorCollector(StreamingCollector):
         await asyncio.to_thread(tailer.load)
         warned: set[str] = set()
         while True:
+            started = time.monotonic()
             chunks = await asyncio.to_thread(tailer.poll)
+            self.health.success(time.monotonic() - started)
+            if tailer.skipped:  # reported, not fatal: the other files are read
+                self.health.last_error = "skipped, not regular files: " + ", ".join(
+                    f"{Path(p).name} ({kind})" for p, kind in sorted(tailer.skipped.items())
+                )
             for chunk in chunks:
                 if chunk.first_error and chunk.path not in warned:
                     warned.add(chunk.path)  # once per file: no per-interval log spam

@@ -3,7 +3,8 @@
 A file is identified by its path and inode. Each poll reads at most ``chunk_bytes`` per file from the last offset and
 keeps only complete lines (the rest is re-read next time), so memory stays flat on multi-GB files and a line being
 written is never parsed half-way. A smaller size than the offset means truncation, another inode means the file was
-replaced (rotation): both restart at 0.
+replaced (rotation): both restart at 0. A dump-named path that is not a regular file (a FIFO would block the read
+forever, a device never end) is skipped and listed in ``skipped``.
 
 Offsets advance in two steps: ``read`` moves the *read* offset; :meth:`Tailer.acked` moves the *committed* offset once
 the records up to there are acknowledged by the stream. Only committed offsets are saved, so a restart (or a NATS
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +58,7 @@ class Tailer:
         self.dirty = False
         self.bad_lines = 0  # since start, across rotations
         self.records = 0
+        self.skipped: dict[str, str] = {}  # dump-named paths that are not regular files -> what they are
 
     # -- state file -----------------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -90,26 +93,34 @@ class Tailer:
             names = sorted(e.name for e in os.scandir(self.directory) if e.name.endswith(LIVE_SUFFIXES))
         except FileNotFoundError:
             return []
-        for name in names:
-            chunk = self._read(str(self.directory / name))
+        paths = [str(self.directory / name) for name in names]
+        self.skipped = {p: kind for p, kind in self.skipped.items() if p in paths}  # gone since: forgotten
+        for path in paths:
+            chunk = self._read(path)
             if chunk is not None:
                 chunks.append(chunk)
         return chunks
 
     def _read(self, path: str) -> Chunk | None:
         try:
-            with open(path, "rb") as fh:
-                st = os.fstat(fh.fileno())
-                state = self.files.get(path)
-                if state is None or state.inode != st.st_ino or st.st_size < state.read:
-                    state = self.files[path] = FileState(st.st_ino)  # new, replaced (rotated) or truncated
-                    self.dirty = True
-                if st.st_size <= state.read:
-                    return None
-                fh.seek(state.read)
-                data = fh.read(self.chunk_bytes)
-        except (FileNotFoundError, PermissionError, IsADirectoryError):
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a FIFO must not wait for a writer
+        except (FileNotFoundError, PermissionError):
             return None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):  # a FIFO or device would block or never end: not a dump file
+            os.close(fd)
+            self.skipped[path] = _kind(st.st_mode)
+            return None
+        self.skipped.pop(path, None)
+        with open(fd, "rb") as fh:
+            state = self.files.get(path)
+            if state is None or state.inode != st.st_ino or st.st_size < state.read:
+                state = self.files[path] = FileState(st.st_ino)  # new, replaced (rotated) or truncated
+                self.dirty = True
+            if st.st_size <= state.read:
+                return None
+            fh.seek(state.read)
+            data = fh.read(self.chunk_bytes)
         end = data.rfind(b"\n")
         if end < 0 and len(data) < self.chunk_bytes:
             return None  # no complete line yet
@@ -154,7 +165,14 @@ class Tailer:
             },
             "records": self.records,
             "bad_lines": self.bad_lines,
+            "skipped": dict(self.skipped),
         }
+
+
+def _kind(mode: int) -> str:
+    kinds = {stat.S_IFIFO: "a FIFO", stat.S_IFDIR: "a directory", stat.S_IFCHR: "a character device",
+             stat.S_IFBLK: "a block device", stat.S_IFSOCK: "a socket"}  # fmt: skip
+    return kinds.get(stat.S_IFMT(mode), "not a regular file")
 
 
 def parse_chunk(data: bytes) -> tuple[list[InspectorRecord], int, str | None]:

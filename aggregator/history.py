@@ -40,14 +40,18 @@ def history_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
     return [*tables, ("alerts", "updated_at")]
 
 
-def delete_older_than(con: duckdb.DuckDBPyConnection, cutoff: datetime.datetime) -> dict[str, int]:
-    """Delete history received before ``cutoff`` (naive UTC), in one transaction; rows deleted per table."""
+def delete_older_than(con: duckdb.DuckDBPyConnection, cutoff: datetime.datetime,
+                      cutoffs: dict[str, datetime.datetime] | None = None) -> dict[str, int]:  # fmt: skip
+    """Delete history received before ``cutoff`` (naive UTC; ``cutoffs`` per table where it differs), in one
+    transaction; rows deleted per table."""
     deleted: dict[str, int] = {}
+    cutoffs = cutoffs or {}
     con.execute("BEGIN TRANSACTION")
     try:
         for table, column in history_tables(con):
             extra = f" AND fingerprint NOT IN ({_FIRING})" if table == "alerts" else ""
-            (n,) = con.execute(f'DELETE FROM "{table}" WHERE "{column}" < ?{extra}', [cutoff]).fetchone() or (
+            before = cutoffs.get(table, cutoff)
+            (n,) = con.execute(f'DELETE FROM "{table}" WHERE "{column}" < ?{extra}', [before]).fetchone() or (
                 0,
             )
             if n:
@@ -85,15 +89,25 @@ def export_parquet(con: duckdb.DuckDBPyConnection, since: datetime.datetime, unt
     return summary
 
 
-async def retention_loop(store: Store, retention_days: float, interval_s: float) -> None:
-    """Delete history older than ``retention_days`` now and then every ``interval_s`` (on the writer thread)."""
+def _days_ago(days: float) -> datetime.datetime:
+    """Naive UTC, like the TIMESTAMP columns."""
+    return datetime.datetime.fromtimestamp(time.time() - days * 86400, tz=datetime.UTC).replace(tzinfo=None)
+
+
+async def retention_loop(store: Store, retention_days: float, interval_s: float,
+                         table_days: dict[str, float] | None = None) -> None:  # fmt: skip
+    """Delete history older than ``retention_days`` (``table_days`` for the tables named there) now and then every
+    ``interval_s`` (on the writer thread)."""
     while True:
-        cutoff = datetime.datetime.fromtimestamp(time.time() - retention_days * 86400, tz=datetime.UTC)
-        deleted = await store.call(_delete_older_than, store, cutoff.replace(tzinfo=None))
+        cutoff = _days_ago(retention_days)
+        cutoffs = {table: _days_ago(days) for table, days in (table_days or {}).items()}
+        deleted = await store.call(_delete_older_than, store, cutoff, cutoffs)
         if deleted:
             log.info("retention: deleted rows older than %s UTC: %s", cutoff.isoformat(), deleted)
         await asyncio.sleep(interval_s)
 
 
-def _delete_older_than(store: Store, cutoff: datetime.datetime) -> dict[str, int]:
-    return delete_older_than(store.con, cutoff)
+def _delete_older_than(
+    store: Store, cutoff: datetime.datetime, cutoffs: dict[str, datetime.datetime]
+) -> dict[str, int]:
+    return delete_older_than(store.con, cutoff, cutoffs)

@@ -31,12 +31,14 @@ from aggregator.api.sql import SqlSandbox
 from aggregator.history import retention_loop
 from aggregator.http.server import HttpFace
 from aggregator.probes import ProbePlanner
+from aggregator.pull import BoundedPull
 from aggregator.state import NS, LiveState
 from aggregator.store import BatchResult, Incoming, Store
 from ranksight.aio import cancel_all
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from schemas.alerts import Alert
+from schemas.envelope import Envelope
 from schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,8 @@ class IngestStats:
     duplicates: int = 0
     dead_letters: int = 0
     new_gaps: int = 0
+    conflicts: int = 0  # same incarnation and seq with different content (dead-lettered)
+    state_skipped: int = 0  # committed messages live state could not use (counted, never fatal)
     last_batch_size: int = 0
     last_commit_s: float = 0.0
     lag_s: float = 0.0
@@ -93,8 +97,10 @@ class Aggregator:
         self.settings = settings
         self.subjects = Subjects(settings.subject_prefix)
         self.version = agent_version()
-        self.store = Store(settings.db_path(), self.subjects)
-        self.state = LiveState(settings.aggregator.node_gone_after_s)
+        self.store = Store(settings.db_path(), self.subjects, settings.aggregator.ingest)
+        self.state = LiveState(
+            settings.aggregator.node_gone_after_s, settings.aggregator.ingest.node_forget_after_s
+        )
         self.state.stragglers.configure(settings.aggregator.stragglers, background=True)
         self.rules = rules if rules is not None else default_rules(settings)
         self.engine = AlertEngine(settings=settings.aggregator.alerts)
@@ -140,9 +146,11 @@ class Aggregator:
                         self.store,
                         self.settings.aggregator.retention_days,
                         self.settings.aggregator.query.retention_interval_s,
+                        {"dead_letters": self.settings.aggregator.ingest.dead_letter_retention_days},
                     ),
                     name="retention",
                 ),
+                asyncio.create_task(self._forget_loop(), name="forget"),
                 asyncio.create_task(
                     ProbePlanner(self.settings.aggregator.probes).run(self), name="probe-planner"
                 ),
@@ -180,9 +188,12 @@ class Aggregator:
         """Replay recent history into live state; reload active alerts so nothing already firing fires again."""
         now = time.time_ns()
         since = now - int(self.settings.aggregator.replay_window_s * NS)
+        log.info(
+            "replaying the last %.0f s of history into live state", self.settings.aggregator.replay_window_s
+        )
         replayed = await self.store.call(self.store.replay, self.state.kinds, since)
         for env, recv_ns in replayed:
-            self.state.observe(env, recv_ns)
+            self._observe(env, recv_ns)
         self.state.tick(now)
         self.engine = AlertEngine(
             await self.store.call(self.store.active_alerts), self.settings.aggregator.alerts
@@ -190,8 +201,16 @@ class Aggregator:
         drained = await self.store.call(self.store.drained_nodes)
         self.engine.drained = {(d["cluster"], d["node"]) for d in drained}
         self.engine.silences = {s.id: s for s in await self.store.call(self.store.silences, now)}
-        log.info("rebuilt live state from %d stored messages; %d alerts firing", len(replayed),
-                 len(self.engine.active))  # fmt: skip
+        log.info("rebuilt live state from %d stored messages (%d skipped); %d alerts firing", len(replayed),
+                 self.store.replay_skipped, len(self.engine.active))  # fmt: skip
+
+    def _observe(self, env: Envelope, recv_ns: int) -> None:
+        """Feed live state; a message it cannot use is counted and skipped, never fatal to ingest or startup."""
+        try:
+            self.state.observe(env, recv_ns)
+        except Exception:
+            self.stats.state_skipped += 1
+            log.exception("live state could not use %s message %s; skipped", env.kind, env.msg_id)
 
     async def _ingest(self, js: JetStreamContext) -> None:
         cfg = self.settings.aggregator
@@ -203,18 +222,24 @@ class Aggregator:
             max_ack_pending=max(cfg.fetch_batch * 4, 1000),
             max_deliver=-1,
         )
-        psub = await js.pull_subscribe(self.subjects.events_filter(), durable=cfg.durable, stream=cfg.stream,
-                                       config=consumer)  # fmt: skip
-        # A flag, not only cancellation: on Python 3.11 asyncio.wait_for (inside nats-py's fetch) can swallow a cancel.
+        try:
+            await js.consumer_info(cfg.stream, cfg.durable)
+        except nats.js.errors.NotFoundError:
+            await js.add_consumer(cfg.stream, consumer)
+        assert self.nc is not None
+        pull = await BoundedPull(
+            self.nc, cfg.stream, cfg.durable, cfg.fetch_batch, cfg.ingest.fetch_max_bytes
+        ).start()
+        # A flag, not only cancellation: on Python 3.11 asyncio.wait_for (inside nats-py) can swallow a cancel.
         while not self._stopping:
             try:
-                msgs = await psub.fetch(cfg.fetch_batch, timeout=1.0)
-            except (TimeoutError, nats.errors.TimeoutError):
-                continue
+                msgs = await pull.fetch(timeout=1.0)
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
-                    nats.js.errors.APIError) as exc:  # fmt: skip
+                    nats.errors.OutboundBufferLimitError) as exc:  # fmt: skip
                 log.warning("fetch failed (%s); retrying", exc)
                 await asyncio.sleep(0.5)
+                continue
+            if not msgs:
                 continue
             recv_ns = (
                 time.time_ns() // 1000 * 1000
@@ -225,9 +250,9 @@ class Aggregator:
             commit_s = time.monotonic() - started
             for m in msgs:  # only after the commit: a crash before this line redelivers, harmlessly
                 await m.ack()
-            self._account(result, len(msgs), commit_s, msgs[-1].metadata.timestamp if msgs else None)
+            self._account(result, len(msgs), commit_s, msgs[-1].metadata.timestamp)
             for env, recv in result.accepted:
-                self.state.observe(env, recv)
+                self._observe(env, recv)
 
     def _account(self, result: BatchResult, n: int, commit_s: float, last_ts: Any) -> None:
         s = self.stats
@@ -237,9 +262,19 @@ class Aggregator:
         s.duplicates += result.duplicates
         s.dead_letters += result.dead_letters
         s.new_gaps += result.new_gaps
+        s.conflicts += result.conflicts
         s.last_batch_size, s.last_commit_s = n, commit_s
         if last_ts is not None:
             s.lag_s = max(0.0, time.time() - last_ts.timestamp())
+
+    async def _forget_loop(self) -> None:
+        """Now and then, drop the sequence state of nodes silent longer than ``node_forget_after_s``."""
+        forget_after_s = self.settings.aggregator.ingest.node_forget_after_s
+        while True:
+            await asyncio.sleep(min(60.0, forget_after_s / 10))
+            forgotten = await self.store.call(self.store.forget_idle, time.time_ns())
+            if forgotten:
+                log.info("forgot the sequence state of %d nodes silent for %.0f s", forgotten, forget_after_s)
 
     async def _tick_loop(self) -> None:
         while True:

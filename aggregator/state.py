@@ -49,12 +49,14 @@ class NodeState:
 
 
 class NodeTracker:
-    """Node liveness from heartbeats: ``alive`` until the TTL passes, then ``stale``, ``gone`` after ``gone_after_s``."""
+    """Node liveness from heartbeats: ``alive`` until the TTL passes, then ``stale``, ``gone`` after ``gone_after_s``;
+    forgotten (history keeps them) once silent for ``forget_after_s``."""
 
     kinds = frozenset({"heartbeat"})
 
-    def __init__(self, gone_after_s: float = 300.0) -> None:
+    def __init__(self, gone_after_s: float = 300.0, forget_after_s: float = 86400.0) -> None:
         self.gone_after_ns = int(gone_after_s * NS)
+        self.forget_after_ns = int(forget_after_s * NS)
         self.nodes: dict[tuple[str, str], NodeState] = {}
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
@@ -79,6 +81,11 @@ class NodeTracker:
         )
 
     def tick(self, now_ns: int) -> None:
+        forgotten = [
+            key for key, node in self.nodes.items() if now_ns - node.last_seen_ns > self.forget_after_ns
+        ]
+        for key in forgotten:
+            del self.nodes[key]
         for node in self.nodes.values():
             if now_ns < node.expires_ns:
                 node.state = "alive"
@@ -89,8 +96,8 @@ class NodeTracker:
 
 
 class LiveState:
-    def __init__(self, gone_after_s: float = 300.0) -> None:
-        self.nodes = NodeTracker(gone_after_s)
+    def __init__(self, gone_after_s: float = 300.0, forget_after_s: float = 86400.0) -> None:
+        self.nodes = NodeTracker(gone_after_s, forget_after_s)
         self.trackers: list[Tracker] = [self.nodes]
         self.jobs = JobTracker()
         self.trackers.append(self.jobs)

@@ -3,10 +3,17 @@
 All work on the database happens on one dedicated thread (``await store.call(fn, ...)``), so the event loop never
 blocks on DuckDB and there is exactly one writer. Readers (the SQL API) take their own cursors.
 
-Exactly-once effect: each agent incarnation numbers its messages 1, 2, 3...; the store keeps, per agent, the highest
-sequence committed and the ranges never seen (gaps). A message at or below the high-water mark that does not fill a gap is
-a duplicate (redelivery after a crash, or a re-publish after a lost ack) and is skipped. The marks are written in the same
-transaction as the rows, so a crash between commit and ack cannot double anything.
+Exactly-once effect: each agent incarnation numbers its messages 1, 2, 3...; the store keeps, per incarnation (keyed by
+cluster, node and incarnation id, so one node cannot touch another's marks), the highest sequence committed and the
+ranges never seen (gaps). A message at or below the high-water mark that does not fill a gap is a duplicate
+(redelivery after a crash, or a re-publish after a lost ack) and is skipped; one whose bytes differ from the message
+first committed under that number is dead-lettered as ``seq_conflict``. The marks are written in the same transaction
+as the rows, so a crash between commit and ack cannot double anything. Every resource is bounded by
+:class:`~ranksight.config.IngestSettings`: a seq jump beyond ``max_seq_jump`` opens no gap, a node keeps at most
+``max_incarnations_per_node`` incarnations, at most ``max_nodes`` nodes are tracked, idle ones are forgotten.
+
+Nothing that passed validation can stop ingest: if a batch's commit fails anyway, the batch is bisected, the messages
+that cannot be written are dead-lettered (``commit_failed``) and the rest is committed.
 """
 
 from __future__ import annotations
@@ -15,6 +22,8 @@ import asyncio
 import datetime
 import json
 import logging
+import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -26,16 +35,19 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
+from aggregator.admission import NS, admit, check_times
 from aggregator.columns import ColumnBuilder, row_to_record
+from ranksight.config import IngestSettings
 from schemas.alerts import Alert, Silence
 from schemas.codec import DecodeError, decode_event
 from schemas.envelope import Envelope, event_type
 from schemas.records import RECORD_MODELS
-from schemas.subjects import SubjectError, Subjects
+from schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 MAX_GAP_RANGES = 1000
+NodeKey = tuple[str, str]  # (cluster, node)
 
 
 @dataclass
@@ -57,15 +69,19 @@ class AgentSeq:
     gaps: list[list[int]] = field(default_factory=list)  # [lo, hi] inclusive, ascending
     first_recv: int = 0
     last_recv: int = 0
+    seq_jumps: int = 0  # jumps beyond max_seq_jump: no gap opened
+    digests: dict[int, int] = field(default_factory=dict)  # seq -> crc32 of its bytes, the most recent ones
 
     @property
     def gaps_open(self) -> int:
         return sum(hi - lo + 1 for lo, hi in self.gaps)
 
-    def accept(self, seq: int) -> bool:
-        """Record ``seq``; False if it is a duplicate."""
+    def accept(self, seq: int, max_jump: int) -> bool:
+        """Record ``seq``; False if it is a duplicate. A jump of more than ``max_jump`` opens no gap (it is counted)."""
         if seq > self.high_seq:
-            if seq > self.high_seq + 1:
+            if seq - self.high_seq - 1 > max_jump:
+                self.seq_jumps += 1
+            elif seq > self.high_seq + 1:
                 self.gaps.append([self.high_seq + 1, seq - 1])
                 del self.gaps[:-MAX_GAP_RANGES]
             self.high_seq = seq
@@ -77,9 +93,15 @@ class AgentSeq:
                 return True
         return False
 
+    def remember(self, seq: int, digest: int, window: int) -> None:
+        self.digests[seq] = digest
+        while len(self.digests) > window:
+            del self.digests[next(iter(self.digests))]
+
     def copy(self) -> AgentSeq:
         return AgentSeq(self.agent, self.cluster, self.node, self.high_seq, self.messages, self.duplicates,
-                        [list(g) for g in self.gaps], self.first_recv, self.last_recv)  # fmt: skip
+                        [list(g) for g in self.gaps], self.first_recv, self.last_recv, self.seq_jumps,
+                        dict(self.digests))  # fmt: skip
 
 
 @dataclass
@@ -89,6 +111,7 @@ class BatchResult:
     duplicates: int = 0
     dead_letters: int = 0
     new_gaps: int = 0
+    conflicts: int = 0  # same incarnation and seq, different bytes (dead-lettered as seq_conflict)
 
 
 _ALERT_SCHEMA = pa.schema(
@@ -109,7 +132,10 @@ _ALERT_SCHEMA = pa.schema(
 
 
 _SEQ_COLUMNS = ("agent", "cluster", "node", "high_seq", "messages", "duplicates", "gaps_open", "first_recv",
-                "last_recv")  # fmt: skip
+                "last_recv", "seq_jumps")  # fmt: skip
+
+
+_DEAD_COLUMNS = ("recv_ts", "subject", "reason", "detail", "msg_id", "size", "payload")
 
 
 def _ns_to_dt(ns: int) -> datetime.datetime:
@@ -118,12 +144,16 @@ def _ns_to_dt(ns: int) -> datetime.datetime:
 
 
 class Store:
-    def __init__(self, path: str | Path, subjects: Subjects | None = None) -> None:
+    def __init__(
+        self, path: str | Path, subjects: Subjects | None = None, limits: IngestSettings | None = None
+    ) -> None:
         self.path = Path(path)
         self.subjects = subjects or Subjects()
+        self.limits = limits or IngestSettings()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duckdb-writer")
         self._con: duckdb.DuckDBPyConnection | None = None
-        self._seq: dict[str, AgentSeq] = {}
+        self._seq: dict[NodeKey, dict[str, AgentSeq]] = {}  # node -> its incarnations' sequence state
+        self.replay_skipped = 0  # stored messages that replay could not turn back into a valid envelope
 
     # -- threading ----------------------------------------------------------------------------------------------
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -183,131 +213,265 @@ class Store:
         return applied
 
     def _load_seq(self) -> None:
-        gaps: dict[str, list[list[int]]] = defaultdict(list)
-        for agent, lo, hi in self.con.execute(
-            "SELECT agent, seq_lo, seq_hi FROM agent_seq_gaps ORDER BY seq_lo"
-        ).fetchall():
-            gaps[agent].append([lo, hi])
+        """Load the sequence state of the nodes seen within ``node_forget_after_s``, the newest incarnations of each."""
+        limits = self.limits
+        since = _ns_to_dt(time.time_ns() - int(limits.node_forget_after_s * NS))
         rows = self.con.execute(
-            "SELECT agent, cluster, node, high_seq, messages, duplicates, epoch_ns(first_recv), epoch_ns(last_recv) "
-            "FROM agent_seq"
+            "SELECT agent, cluster, node, high_seq, messages, duplicates, epoch_ns(first_recv), epoch_ns(last_recv), "
+            "seq_jumps FROM agent_seq WHERE last_recv >= ? "
+            "QUALIFY row_number() OVER (PARTITION BY cluster, node ORDER BY last_recv DESC) <= ? "
+            "ORDER BY last_recv DESC",
+            [since, limits.max_incarnations_per_node],
         ).fetchall()
-        self._seq = {
-            agent: AgentSeq(agent, cluster, node, high, messages, dups, gaps[agent], first, last)
-            for agent, cluster, node, high, messages, dups, first, last in rows
-        }
+        gaps: dict[tuple[str, str, str], list[list[int]]] = defaultdict(list)
+        for cluster, node, agent, lo, hi in self.con.execute(
+            "SELECT cluster, node, agent, seq_lo, seq_hi FROM agent_seq_gaps ORDER BY seq_lo"
+        ).fetchall():
+            gaps[cluster, node, agent].append([lo, hi])
+        self._seq = {}
+        for agent, cluster, node, high, messages, dups, first, last, jumps in rows:
+            if len(self._seq) >= limits.max_nodes and (cluster, node) not in self._seq:
+                continue
+            self._seq.setdefault((cluster, node), {})[agent] = AgentSeq(
+                agent, cluster, node, high, messages, dups, gaps[cluster, node, agent], first, last, jumps
+            )
 
     # -- ingest -------------------------------------------------------------------------------------------------
     def commit_batch(self, batch: list[Incoming]) -> BatchResult:
-        """Decode, de-duplicate and commit one fetched batch in one transaction."""
+        """Validate, de-duplicate and commit one fetched batch in one transaction; bad messages become dead letters."""
         result = BatchResult()
-        builders: dict[str, ColumnBuilder] = {}
+        admitted: list[tuple[Envelope, Incoming]] = []
         dead: list[tuple[Any, ...]] = []
-        changed: dict[str, AgentSeq] = {}
+        changed: dict[NodeKey, dict[str, AgentSeq]] = {}
         for msg in batch:
             try:
-                env = decode_event(msg.data)
-                where = self.subjects.parse_event(msg.subject)
-                if where.kind != env.kind:
-                    raise DecodeError(
-                        "subject_mismatch", f"subject kind {where.kind!r} but type {env.type!r}"
-                    )
-            except (DecodeError, SubjectError) as exc:
-                reason = exc.reason if isinstance(exc, DecodeError) else "bad_subject"
-                dead.append((_ns_to_dt(msg.recv_ns), msg.subject, reason, str(exc)[:2000], msg.msg_id, len(msg.data),
-                             msg.data))  # fmt: skip
+                env = self._admit(msg, changed, result)
+            except DecodeError as exc:
+                dead.append(self._dead_letter(msg, exc.reason, str(exc)))
                 continue
-            seq = changed.get(env.agent) or self._seq.get(env.agent)
-            seq = seq.copy() if seq is not None and env.agent not in changed else seq
-            if seq is None:
-                seq = AgentSeq(env.agent, env.cluster, env.node, first_recv=msg.recv_ns)
-            changed[env.agent] = seq
-            gaps_before = seq.gaps_open
-            seq.last_recv = msg.recv_ns
-            if not seq.accept(env.seq):
-                seq.duplicates += 1
-                result.duplicates += 1
-                continue
-            result.new_gaps += max(0, seq.gaps_open - gaps_before)
-            seq.messages += 1
+            if env is not None:
+                admitted.append((env, msg))
+        try:
+            self._write(admitted, dead, changed)
+        except Exception as exc:  # rows that passed validation and still fail: find them, commit the rest
+            unwritable = self._unwritable(admitted)
+            if not unwritable:
+                raise  # not the rows' fault (disk, database): the batch stays unacknowledged
+            log.warning(
+                "commit failed (%s); dead-lettering %d of %d messages", exc, len(unwritable), len(admitted)
+            )
+            bad = {id(item) for item, _ in unwritable}
+            admitted = [item for item in admitted if id(item) not in bad]
+            dead += [
+                self._dead_letter(msg, "commit_failed", f"{type(e).__name__}: {e}")
+                for (_, msg), e in unwritable
+            ]
+            self._write(admitted, dead, changed)
+        for key, incarnations in changed.items():
+            self._seq.setdefault(key, {}).update(incarnations)
+            self._evict_incarnations(key)
+        result.dead_letters = len(dead)
+        result.records = sum(len(env.records) for env, _ in admitted)
+        result.accepted = [(env, msg.recv_ns) for env, msg in admitted]
+        return result
+
+    def _admit(
+        self, msg: Incoming, changed: dict[NodeKey, dict[str, AgentSeq]], result: BatchResult
+    ) -> Envelope | None:
+        """The envelope of ``msg`` if it is new, None if it is a duplicate; :class:`DecodeError` if it is refused."""
+        limits = self.limits
+        env = decode_event(msg.data)
+        admit(env, msg.subject, msg.recv_ns, self.subjects, limits)
+        key = (env.cluster, env.node)
+        incarnations = changed.get(key)
+        if incarnations is None:
+            if (
+                key not in self._seq
+                and len(self._seq) + sum(k not in self._seq for k in changed) >= limits.max_nodes
+            ):
+                raise DecodeError(
+                    "too_many_nodes", f"{limits.max_nodes} nodes are tracked already (max_nodes)"
+                )
+            incarnations = changed[key] = {}
+        seq = incarnations.get(env.agent)
+        # First change in this batch: work on a copy, so a failed commit leaves the marks untouched.
+        if seq is None:
+            stored = self._seq.get(key, {}).get(env.agent)
+            seq = stored.copy() if stored is not None else AgentSeq(env.agent, *key, first_recv=msg.recv_ns)
+            incarnations[env.agent] = seq
+        seq.last_recv = msg.recv_ns
+        digest = zlib.crc32(msg.data)
+        gaps_before = seq.gaps_open
+        if not seq.accept(env.seq, limits.max_seq_jump):
+            if seq.digests.get(env.seq, digest) != digest:
+                result.conflicts += 1
+                raise DecodeError("seq_conflict", f"{env.msg_id} was committed before with different content")
+            seq.duplicates += 1
+            result.duplicates += 1
+            return None
+        seq.remember(env.seq, digest, limits.conflict_window)
+        result.new_gaps += max(0, seq.gaps_open - gaps_before)
+        seq.messages += 1
+        return env
+
+    def _dead_letter(self, msg: Incoming, reason: str, detail: str) -> tuple[Any, ...]:
+        kept = msg.data[: self.limits.dead_letter_payload_bytes]
+        return _ns_to_dt(msg.recv_ns), msg.subject, reason, detail[:2000], msg.msg_id, len(msg.data), kept
+
+    def _insert_rows(self, admitted: list[tuple[Envelope, Incoming]]) -> None:
+        builders: dict[str, ColumnBuilder] = {}
+        for env, msg in admitted:
             builder = builders.get(env.kind)
             if builder is None:
                 builder = builders[env.kind] = ColumnBuilder(env.kind)
             builder.add(env.cluster, env.node, env.agent, env.seq, env.ts, msg.recv_ns, env.ttl, env.records)
-            result.records += len(env.records)
-            result.accepted.append((env, msg.recv_ns))
-        result.dead_letters = len(dead)
+        con = self.con
+        for kind, builder in builders.items():
+            # Registered explicitly: the SQL sandbox turns off external access, which also disables
+            # DuckDB's implicit scans of Python variables.
+            con.register("arrow_batch", builder.table())
+            try:
+                con.execute(f'INSERT INTO "{kind}" BY NAME SELECT * FROM arrow_batch')
+            finally:
+                con.unregister("arrow_batch")
 
+    def _write(self, admitted: list[tuple[Envelope, Incoming]], dead: list[tuple[Any, ...]],
+               changed: dict[NodeKey, dict[str, AgentSeq]]) -> None:  # fmt: skip
         con = self.con
         con.execute("BEGIN TRANSACTION")
         try:
-            for kind, builder in builders.items():
-                # Registered explicitly: the SQL sandbox turns off external access, which also disables
-                # DuckDB's implicit scans of Python variables.
-                con.register("arrow_batch", builder.table())
-                con.execute(f'INSERT INTO "{kind}" BY NAME SELECT * FROM arrow_batch')
-                con.unregister("arrow_batch")
-            if dead:
-                con.executemany("INSERT INTO dead_letters VALUES (?, ?, ?, ?, ?, ?, ?)", dead)
-            self._write_seq(changed)
+            self._insert_rows(admitted)
+            if dead:  # columnar: a burst of bad messages costs what a batch of good ones does
+                con.register(
+                    "dead_batch", pa.table(dict(zip(_DEAD_COLUMNS, zip(*dead, strict=True), strict=True)))
+                )
+                try:
+                    con.execute("INSERT INTO dead_letters BY NAME SELECT * FROM dead_batch")
+                finally:
+                    con.unregister("dead_batch")
+            self._write_seq([s for incarnations in changed.values() for s in incarnations.values()])
             con.execute("COMMIT")
         except Exception:
             con.execute("ROLLBACK")
             raise
-        self._seq.update(changed)
-        return result
 
-    def _write_seq(self, changed: dict[str, AgentSeq]) -> None:
+    def _unwritable(self, admitted: list[tuple[Envelope, Incoming]]) -> list[tuple[Any, Exception]]:
+        """Bisect ``admitted`` in trial transactions (always rolled back): the messages whose rows cannot be written."""
+        if not admitted:
+            return []
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            self._insert_rows(admitted)
+            return []
+        except Exception as exc:
+            if len(admitted) == 1:
+                return [(admitted[0], exc)]
+        finally:
+            self.con.execute("ROLLBACK")
+        half = len(admitted) // 2
+        return self._unwritable(admitted[:half]) + self._unwritable(admitted[half:])
+
+    def _evict_incarnations(self, key: NodeKey) -> None:
+        """Keep the ``max_incarnations_per_node`` most recently seen incarnations of a node."""
+        incarnations = self._seq[key]
+        excess = len(incarnations) - self.limits.max_incarnations_per_node
+        if excess <= 0:
+            return
+        for seq in sorted(incarnations.values(), key=lambda s: s.last_recv)[:excess]:
+            del incarnations[seq.agent]
+            self._delete_seq(key, seq.agent)
+
+    def _delete_seq(self, key: NodeKey, agent: str) -> None:
+        for table in ("agent_seq", "agent_seq_gaps"):
+            self.con.execute(
+                f"DELETE FROM {table} WHERE cluster = ? AND node = ? AND agent = ?", [*key, agent]
+            )
+
+    def forget_idle(self, now_ns: int) -> int:
+        """Drop the sequence state of nodes silent for ``node_forget_after_s`` (run on the writer thread); how many."""
+        horizon = now_ns - int(self.limits.node_forget_after_s * NS)
+        idle = [key for key, inc in self._seq.items() if max(s.last_recv for s in inc.values()) < horizon]
+        for key in idle:
+            for agent in self._seq.pop(key):
+                self._delete_seq(key, agent)
+        return len(idle)
+
+    def _write_seq(self, changed: list[AgentSeq]) -> None:
         if not changed:
             return
         con = self.con
         rows = [(s.agent, s.cluster, s.node, s.high_seq, s.messages, s.duplicates, s.gaps_open,
-                 _ns_to_dt(s.first_recv), _ns_to_dt(s.last_recv)) for s in changed.values()]  # fmt: skip
+                 _ns_to_dt(s.first_recv), _ns_to_dt(s.last_recv), s.seq_jumps) for s in changed]  # fmt: skip
         # One columnar upsert: executemany costs about a millisecond per agent, in every commit.
         con.register("seq_batch", pa.table(dict(zip(_SEQ_COLUMNS, zip(*rows, strict=True), strict=True))))
         try:
             con.execute("INSERT OR REPLACE INTO agent_seq BY NAME SELECT * FROM seq_batch")
         finally:
             con.unregister("seq_batch")
-        touched = [
-            s for s in changed.values() if s.gaps or (self._seq.get(s.agent) and self._seq[s.agent].gaps)
-        ]
-        for s in touched:
-            con.execute("DELETE FROM agent_seq_gaps WHERE agent = ?", [s.agent])
+        for s in changed:
+            stored = self._seq.get((s.cluster, s.node), {}).get(s.agent)
+            if not s.gaps and not (stored and stored.gaps):
+                continue
+            key = [s.cluster, s.node, s.agent]
+            con.execute("DELETE FROM agent_seq_gaps WHERE cluster = ? AND node = ? AND agent = ?", key)
             if s.gaps:
                 con.executemany(
-                    "INSERT INTO agent_seq_gaps VALUES (?, ?, ?)", [(s.agent, lo, hi) for lo, hi in s.gaps]
+                    "INSERT INTO agent_seq_gaps VALUES (?, ?, ?, ?, ?)", [(*key, lo, hi) for lo, hi in s.gaps]
                 )
 
     def sequence_stats(self) -> dict[str, int]:
+        incarnations = [s for inc in self._seq.values() for s in inc.values()]
         return {
-            "agents": len(self._seq),
-            "messages": sum(s.messages for s in self._seq.values()),
-            "duplicates": sum(s.duplicates for s in self._seq.values()),
-            "gaps_open": sum(s.gaps_open for s in self._seq.values()),
+            "nodes": len(self._seq),
+            "agents": len(incarnations),
+            "messages": sum(s.messages for s in incarnations),
+            "duplicates": sum(s.duplicates for s in incarnations),
+            "gaps_open": sum(s.gaps_open for s in incarnations),
+            "seq_jumps": sum(s.seq_jumps for s in incarnations),
+            "replay_skipped": self.replay_skipped,
         }
 
     # -- replay -------------------------------------------------------------------------------------------------
     def replay(self, kinds: set[str], since_ns: int) -> list[tuple[Envelope, int]]:
-        """Rebuild (envelope, receipt ns) pairs of ``kinds`` received since ``since_ns``, in receipt order."""
+        """Rebuild (envelope, receipt ns) pairs of ``kinds`` received since ``since_ns``, in receipt order.
+
+        Stored rows are checked again like incoming messages (records, ts, ttl): a message whose rows do not make a
+        valid envelope (written by an older version, or edited by hand) is skipped and counted in ``replay_skipped``.
+        """
         out: list[tuple[Envelope, int]] = []
         for kind in sorted(kinds & set(RECORD_MODELS)):
             cur = self.con.execute(
-                f'SELECT *, epoch_ns(ts) AS _ts, epoch_ns(recv_ts) AS _recv FROM "{kind}" '
+                f'SELECT *, epoch_us(ts) AS _ts_us, epoch_us(recv_ts) AS _recv_us FROM "{kind}" '
                 "WHERE recv_ts >= ? ORDER BY recv_ts, agent, seq",
                 [_ns_to_dt(since_ns)],
             )
             names = [d[0] for d in cur.description]
             current: Envelope | None = None
+            skipping: tuple[str, int] | None = None
             for values in cur.fetchall():
                 row = dict(zip(names, values, strict=True))
-                if current is None or (current.agent, current.seq) != (row["agent"], row["seq"]):
-                    current = Envelope.model_construct(
-                        type=event_type(kind), cluster=row["cluster"], node=row["node"], agent=row["agent"],
-                        seq=row["seq"], ts=row["_ts"], ttl=row["ttl"], records=[],
-                    )  # fmt: skip
-                    out.append((current, row["_recv"]))
-                current.records.append(row_to_record(kind, row))
+                msg_key = (row["agent"], row["seq"])
+                if msg_key == skipping:
+                    continue
+                try:
+                    if current is None or (current.agent, current.seq) != msg_key:
+                        if row["_ts_us"] is None or row["_recv_us"] is None:
+                            raise ValueError("ts or recv_ts is not a finite timestamp")
+                        recv_ns = row["_recv_us"] * 1000
+                        env = Envelope.model_construct(
+                            type=event_type(kind), cluster=row["cluster"], node=row["node"], agent=row["agent"],
+                            seq=row["seq"], ts=row["_ts_us"] * 1000, ttl=row["ttl"], records=[],
+                        )  # fmt: skip
+                        check_times(env, recv_ns, self.limits)
+                        current = env
+                        out.append((current, recv_ns))
+                    current.records.append(row_to_record(kind, row))
+                except Exception as exc:  # any unusable row: skip its whole message, never stop the start
+                    log.warning("replay: skipping stored %s message %s:%s: %s", kind, *msg_key, exc)
+                    self.replay_skipped += 1
+                    if current is not None and (current.agent, current.seq) == msg_key:
+                        out.pop()  # the message being rebuilt is the last one out
+                    current, skipping = None, msg_key
         out.sort(key=lambda item: item[1])
         return out
 

@@ -280,6 +280,46 @@ class AgentSettings(Section):
     collectors: CollectorsSettings = CollectorsSettings()
 
 
+class IngestSettings(Section):
+    """Bounds on what one peer can make ingest hold or keep (``[aggregator.ingest]``)."""
+
+    fetch_max_bytes: int = Field(
+        32 << 20,
+        ge=1 << 20,
+        description="bytes per fetched batch (raised to the server's max_payload if below)",
+    )
+    max_ttl_s: float = Field(7 * 86400, gt=0, description="an envelope's ttl above this is dead-lettered")
+    max_clock_ahead_s: float = Field(86400, gt=0, description="envelope ts at most this far after receipt")
+    max_clock_behind_s: float = Field(
+        30 * 86400,
+        gt=0,
+        description="envelope ts at most this far before receipt (keep above stream_max_age_s)",
+    )
+    max_seq_jump: int = Field(
+        1_000_000,
+        ge=1,
+        description="a larger jump in an incarnation's seq opens no gap (counted as a seq jump)",
+    )
+    max_incarnations_per_node: int = Field(
+        8, ge=1, description="sequence state kept per node; the least recently seen incarnation is forgotten"
+    )
+    conflict_window: int = Field(
+        64,
+        ge=0,
+        description="recent messages per incarnation remembered to tell a re-send from a conflicting one",
+    )
+    max_nodes: int = Field(
+        20_000, ge=1, description="nodes tracked at once; events of further nodes are dead-lettered"
+    )
+    node_forget_after_s: float = Field(
+        86400,
+        gt=0,
+        description="nodes silent this long leave live state and sequence state (history keeps them)",
+    )
+    dead_letter_payload_bytes: int = Field(4096, ge=0, description="payload bytes kept per dead letter")
+    dead_letter_retention_days: float = Field(7, gt=0, description="dead letters older than this are deleted")
+
+
 class QuerySettings(Section):
     """The query API, SQL over history, retention and export (``aggregator.query``)."""
 
@@ -291,6 +331,15 @@ class QuerySettings(Section):
     )
     export_enabled: bool = Field(
         True, description="allow `ranksight export` to write Parquet on the aggregator host"
+    )
+    series_max_points: int = Field(
+        1000, ge=2, description="time buckets per series answer at most (web page charts)"
+    )
+    series_max_lines: int = Field(
+        512, ge=1, description="lines (GPUs, ports, ranks...) per series answer at most"
+    )
+    series_max_range_s: float = Field(
+        7 * 86400, gt=0, description="the longest time range one series answer may cover"
     )
 
 
@@ -483,6 +532,7 @@ class AggregatorSettings(Section):
     replay_window_s: float = Field(3600, gt=0, description="history replayed into live state at start")
     retention_days: float = Field(30, gt=0)
     query: QuerySettings = Field(default_factory=QuerySettings)
+    ingest: IngestSettings = IngestSettings()
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()

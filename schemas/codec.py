@@ -3,8 +3,9 @@
 ``encode_event`` packs an :class:`~schemas.envelope.Envelope` (msgpack-python; records are pydantic models).
 ``decode_event`` validates the envelope and every record against the model of its kind and raises :class:`DecodeError`
 (one exception type, with a reason) on anything wrong: bytes that are not msgpack, a payload that is not a map, unknown
-``type``, missing or mistyped fields, too many records. It decodes with msgspec into the models' frozen twins
-(:mod:`schemas.structs`), in two steps: the envelope with its records left as raw bytes, then the records with the
+``type``, missing or mistyped fields, integers or floats the store cannot hold (:data:`schemas.structs.STORED_BOUNDS`),
+too many records, or none where the kind needs one (``Record.min_records``). It decodes with msgspec into the models'
+frozen twins (:mod:`schemas.structs`), in two steps: the envelope with its records left as raw bytes, then the records with the
 decoder of their kind.
 """
 
@@ -64,8 +65,10 @@ _ENVELOPE_DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(_Envel
 
 @cache
 def _records_decoder(kind: str) -> msgspec.msgpack.Decoder[list[Any]]:
-    twin = struct_for(RECORD_MODELS[kind])
-    return msgspec.msgpack.Decoder(Annotated[list[twin], msgspec.Meta(max_length=MAX_RECORDS)])  # type: ignore[valid-type]
+    model = RECORD_MODELS[kind]
+    twin = struct_for(model)
+    bounds = msgspec.Meta(min_length=model.min_records, max_length=MAX_RECORDS)
+    return msgspec.msgpack.Decoder(Annotated[list[twin], bounds])  # type: ignore[valid-type]
 
 
 _AT = " - at `$"

@@ -4,7 +4,9 @@ The pydantic models stay the contract (agents build them, documentation and JSON
 decodes every event it ingests, and msgspec validates msgpack straight into typed objects about ten times faster than
 msgpack followed by pydantic (``benchmarks/ingest.py``), so the codec decodes into these twins. A twin has the model's
 fields, types, defaults and constraints (``ge``, ``le``, ``gt``, ``lt``, ``min_length``, ``max_length``), ignores unknown
-fields as the records do, and reads like the model (same attribute names). Twins are frozen: live state shares them.
+fields as the records do, and reads like the model (same attribute names). Every ``int`` and ``float``, at any depth, is
+also bounded to what the store keeps (:data:`STORED_BOUNDS`: BIGINT, finite DOUBLE), so a value that passes decoding
+can always be committed: an integer >= 2^63, ``inf`` or ``NaN`` is rejected at the edge. Twins are frozen: live state shares them.
 They are not tracked by the cyclic GC (``gc=False``; decoded data cannot form cycles), which keeps millions of live
 records from slowing every collection.
 
@@ -13,6 +15,7 @@ records from slowing every collection.
 
 from __future__ import annotations
 
+import sys
 import types
 from functools import cache
 from typing import Annotated, Any, Union, get_args, get_origin
@@ -21,6 +24,13 @@ import annotated_types
 import msgspec
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
+
+# What the store can hold: every integer column is BIGINT, every float column a finite DOUBLE (the bounds also reject
+# inf and NaN). Declared once here; every int and float of the envelope and the records takes them.
+STORED_BOUNDS: dict[type, dict[str, Any]] = {
+    int: {"ge": -(2**63), "le": 2**63 - 1},
+    float: {"ge": -sys.float_info.max, "le": sys.float_info.max},
+}
 
 # pydantic's constraint metadata -> the msgspec.Meta keyword (each is also the metadata object's attribute)
 _CONSTRAINTS: dict[type, str] = {
@@ -44,23 +54,41 @@ def _twin_type(annotation: Any) -> Any:
         return list[_twin_type(args[0])]  # type: ignore[misc]
     if origin is dict:
         return dict[_twin_type(args[0]), _twin_type(args[1])]  # type: ignore[misc]
-    return annotation  # scalars, Literal, Any
+    if annotation in STORED_BOUNDS:
+        return Annotated[annotation, msgspec.Meta(**STORED_BOUNDS[annotation])]
+    return annotation  # str, bool, Literal, Any
 
 
-def _meta(info: FieldInfo) -> msgspec.Meta | None:
+def _constraints(info: FieldInfo) -> dict[str, Any]:
     kwargs = {}
     for item in info.metadata:
         for kind, keyword in _CONSTRAINTS.items():
             if isinstance(item, kind):
                 kwargs[keyword] = getattr(item, keyword)
-    return msgspec.Meta(**kwargs) if kwargs else None
+    return kwargs
+
+
+def _tightest(stored: dict[str, Any], model: dict[str, Any]) -> dict[str, Any]:
+    """The model's bounds within the stored ones (msgspec takes one ``ge``/``le`` per type, not a stack of them)."""
+    merged = {**stored, **model}
+    if "gt" in model:
+        merged.pop("ge")
+    if "lt" in model:
+        merged.pop("le")
+    if "ge" in model:
+        merged["ge"] = max(stored["ge"], model["ge"])
+    if "le" in model:
+        merged["le"] = min(stored["le"], model["le"])
+    return merged
 
 
 def field_type(info: FieldInfo) -> Any:
     """The msgspec type of one model field, constraints included."""
+    kwargs = _constraints(info)
+    if info.annotation in STORED_BOUNDS:  # a bounded scalar: one Meta with the tighter of each bound
+        return Annotated[info.annotation, msgspec.Meta(**_tightest(STORED_BOUNDS[info.annotation], kwargs))]
     twin = _twin_type(info.annotation)
-    meta = _meta(info)
-    return Annotated[twin, meta] if meta is not None else twin
+    return Annotated[twin, msgspec.Meta(**kwargs)] if kwargs else twin
 
 
 def _default(info: FieldInfo) -> Any:

@@ -37,6 +37,10 @@ class EventSubject:
     node: str
     kind: str
 
+    def names(self, cluster: str, node: str) -> bool:
+        """Whether this subject is the one an agent of ``cluster``/``node`` publishes on (its identity's subject)."""
+        return sanitize_token(cluster) == self.cluster and sanitize_token(node) == self.node
+
 
 @dataclass(frozen=True)
 class AlertSubject:

@@ -3,7 +3,9 @@
 Four nodes (``node000``..``node003``) with heartbeats, one GPU and one NIC each; one RCCL job whose RAS status is the
 captured docs fragment with a DEAD process (``fixtures/http``); Inspector records of a job simulated by
 ``ranksight.simulate.inspector`` with one slow GPU (node001, GPU 2), parsed by the agent's own parser; and link probes
-where ``node000 -> node002`` runs at 40 Mbit/s among 10 Gbit/s links (``link_degraded``).
+where ``node000 -> node002`` runs at 40 Mbit/s among 10 Gbit/s links (``link_degraded``). The straggler job
+(``STRAGGLER_JOB``) also has a RAS poll naming its communicators (as NCCL's STATUS reply does, so its Inspector
+records belong to it) and step-time heartbeats from its ranks (``ranksight.client``).
 """
 
 from __future__ import annotations
@@ -17,16 +19,18 @@ import nats
 from agent.collectors.inspector.parse import parse_line
 from agent.collectors.ras.parse_text import parse_status_text
 from ranksight.config import Settings
-from ranksight.simulate.inspector import Fault, JobSpec, simulate
+from ranksight.simulate.inspector import Fault, JobSpec, comms, simulate
 from schemas.codec import encode_event
 from schemas.envelope import Envelope, event_type
-from schemas.records import GpuRecord, HeartbeatRecord, NicRecord, RasRecord
+from schemas.records import AppRecord, GpuRecord, HeartbeatRecord, NicRecord, RasRecord
 from schemas.records.probe import ProbeRecord
+from schemas.records.ras import RasCommunicator
 from schemas.subjects import Subjects
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "http"
 NODES = [f"node{i:03d}" for i in range(4)]
 JOB = "slurm-77"
+STRAGGLER_JOB = "slurm-78"
 DEAD_PID = 3487984
 SLOW = (1, 2)  # node index, GPU of the straggler
 DEGRADED = ("node000", "node002")
@@ -71,7 +75,8 @@ async def publish_cluster(pub: Publisher, hardware_ttl: float = 60.0, with_strag
         beat = HeartbeatRecord(hostname=node, version="sim", pid=100 + i, started_ns=time.time_ns())
         await pub.send(node, "heartbeat", [beat])
         gpu = GpuRecord(index=0, name="MI300X", utilization_pct=90.0, memory_used_bytes=1 << 34,
-                        memory_total_bytes=192 << 30, power_w=600.0, temperature_edge_c=55.0, throttled=False)  # fmt: skip
+                        memory_total_bytes=192 << 30, power_w=600.0, temperature_edge_c=55.0, throttled=False,
+                        ecc_uncorrectable=0, sclk_hz=2.1e9, uuid=f"GPU-{i:08x}")  # fmt: skip
         await pub.send(node, "gpu", [gpu], ttl=hardware_ttl)
         nic = NicRecord(name="mlx5_0/1", kind="rdma", state="ACTIVE", speed_bps=4e11, tx_bps=8e9, rx_bps=8e9,
                         errors_per_s=0.0, congestion_per_s=0.0)  # fmt: skip
@@ -96,3 +101,14 @@ async def publish_straggler_job(pub: Publisher) -> None:
         records = [parse_line(line) for line in lines]
         for start in range(0, len(records), 2000):
             await pub.send(host, "inspector", records[start : start + 2000], ttl=300.0)
+    job_comms = [RasCommunicator(hash=f"0x{int(c.comm_id, 16):x}", size=len(c.members), status="RUNNING")
+                 for phase in comms(spec) for c in phase]  # fmt: skip
+    await pub.send(spec.hostname(0), "ras", [RasRecord(job_id=STRAGGLER_JOB, endpoint="localhost:28028", format="json",
+                                                       health="ok", communicators=job_comms, nodes=spec.nodes,
+                                                       processes=spec.nodes * spec.gpus_per_node, gpus=spec.nodes * spec.gpus_per_node)])  # fmt: skip
+    for node in range(spec.nodes):
+        beats = [AppRecord(event="heartbeat", job_id=STRAGGLER_JOB, rank=node * spec.gpus_per_node + gpu,
+                           local_rank=gpu, pid=spec.pid(node, gpu), n=i, client_ts=spec.start_us * 1000 + i * 2 * 10**9,
+                           step=i, step_time_s=1.0 + 0.01 * i)  # every rank waits for the straggler
+                 for gpu in range(spec.gpus_per_node) for i in range(10)]  # fmt: skip
+        await pub.send(spec.hostname(node), "app", beats)

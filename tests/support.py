@@ -11,6 +11,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import nats
+
 from agent.runtime import AgentRuntime
 from aggregator.runtime import Aggregator
 from ranksight.config import Settings
@@ -61,6 +63,16 @@ async def aggregator(settings: Settings) -> AsyncIterator[Aggregator]:
 async def agent(settings: Settings, only: list[str] | None = None) -> AsyncIterator[AgentRuntime]:
     async with running(AgentRuntime(settings, only=only)) as rt:
         yield rt
+
+
+async def consumer_drained(settings: Settings) -> bool:
+    """Every message of the event stream acknowledged by the aggregator's durable consumer."""
+    nc = await nats.connect(settings.nats.url)
+    try:
+        info = await nc.jetstream().consumer_info(settings.aggregator.stream, settings.aggregator.durable)
+        return info.num_pending == 0 and info.num_ack_pending == 0
+    finally:
+        await nc.close()
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

@@ -311,5 +311,12 @@ ENDPOINTS: dict[str, Query] = {
     "stragglers": stragglers,
 }
 
-# Endpoints of other modules that build on the parameter helpers above register themselves on import.
-import aggregator.api.alerting  # noqa: E402,F401
+
+def _register_views() -> None:
+    import aggregator.api.alerting  # noqa: F401  its endpoints register themselves (it imports this module's helpers)
+    from aggregator.api import views  # imports this module's Params and helpers
+
+    ENDPOINTS.update({"cluster_map": views.cluster_map, "series": views.series})
+
+
+_register_views()

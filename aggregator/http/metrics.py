@@ -4,6 +4,11 @@ A custom collector, not gauges updated on ingest: a fact that expired (a GPU, NI
 is gone) is simply not emitted at the next scrape, so its series disappear. Names follow Prometheus rules: the
 ``ranksight_`` prefix, base units (seconds, bytes, ratios), ``_total`` counters. Cardinality is bounded per family
 by ``aggregator.http.metrics_max_series``; what is left out is counted in ``ranksight_metrics_series_dropped``.
+
+GPU, NIC and straggler series carry ``job_id``: the job running on that device (:mod:`aggregator.device_jobs`), empty
+(which Prometheus treats as no label) on devices no job is known to use. Not ``job``, which Prometheus sets on every
+scraped series (the scrape job) and would rename ours to ``exported_job``. Each device has at most one job, so the label
+adds no series; GPUs also carry their ``uuid`` and ``model``.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from aggregator.analysis.hardware import LINK_UP_STATES, hardware
+from aggregator.device_jobs import DeviceJobs, device_jobs
 from aggregator.linkmap import link_tracker
 
 if TYPE_CHECKING:
@@ -64,11 +70,12 @@ class ClusterCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         f = _Families(self.max_series)
+        jobs = device_jobs(self.agg.state)
         self._self_metrics(f)
         self._nodes(f)
-        self._hardware(f)
+        self._hardware(f, jobs)
         self._links(f)
-        self._jobs_and_stragglers(f)
+        self._jobs_and_stragglers(f, jobs)
         yield from f.families.values()
         dropped = GaugeMetricFamily("ranksight_metrics_series_dropped",
                                     "series left out of the last scrape by the cardinality bound", labels=["family"])  # fmt: skip
@@ -85,6 +92,13 @@ class ClusterCollector(Collector):
             ("ingest_duplicates", s.duplicates, "redelivered or re-published messages ignored"),
             ("dead_letters", s.dead_letters, "malformed messages kept in dead_letters"),
             ("sequence_gaps", s.new_gaps, "per-agent sequence gaps found"),
+            (
+                "ingest_conflicts",
+                s.conflicts,
+                "same incarnation and seq with different content (dead-lettered)",
+            ),
+            ("ingest_state_skipped", s.state_skipped, "committed messages live state could not use"),
+            ("replay_skipped", seq["replay_skipped"], "stored messages replay could not use at start"),
             ("events_published", self.events.published_total, "events published to /events clients"),
             (
                 "events_clients_dropped",
@@ -103,7 +117,13 @@ class ClusterCollector(Collector):
             ("ingest_last_batch_messages", s.last_batch_size, "messages in the last committed batch"),
             ("ingest_last_commit_seconds", s.last_commit_s, "DuckDB commit time of the last batch"),
             ("sequence_gaps_open", seq["gaps_open"], "sequence gaps not filled yet"),
-            ("agents", seq["agents"], "agent incarnations seen"),
+            ("agents", seq["agents"], "agent incarnations tracked"),
+            ("nodes_tracked", seq["nodes"], "nodes with sequence state (bounded by ingest.max_nodes)"),
+            (
+                "sequence_jumps",
+                seq["seq_jumps"],
+                "seq jumps beyond ingest.max_seq_jump of the tracked incarnations",
+            ),
             ("events_clients", len(self.events.clients), "/events clients connected"),
         ):
             f.add(f.gauge(f"ranksight_{name}", doc, []), [], value)
@@ -144,9 +164,9 @@ class ClusterCollector(Collector):
                 f.add(up, [n.cluster, n.node], n.state == "alive")
                 f.add(skew, [n.cluster, n.node], n.clock_skew_s)
 
-    def _hardware(self, f: _Families) -> None:
+    def _hardware(self, f: _Families, jobs: DeviceJobs) -> None:
         tracker = hardware(self.agg.state)
-        gpu_labels = ["cluster", "node", "gpu"]
+        gpu_labels = ["cluster", "node", "gpu", "uuid", "model", "job_id"]
         util = f.gauge("ranksight_gpu_utilization_ratio", "GPU busy share (0-1)", gpu_labels)
         mem = f.gauge("ranksight_gpu_memory_used_bytes", "GPU memory in use", gpu_labels)
         mem_total = f.gauge("ranksight_gpu_memory_total_bytes", "GPU memory size", gpu_labels)
@@ -160,7 +180,8 @@ class ClusterCollector(Collector):
         for (cluster, node, key), dev in sorted(tracker.gpus.devices.items()):
             if dev.state != "alive":
                 continue  # expired facts have no series
-            g, labels = dev.record, [cluster, node, key]
+            g = dev.record
+            labels = [cluster, node, key, g.uuid or "", g.name or "", jobs.gpu(cluster, node, g.index)]
             f.add(util, labels, None if g.utilization_pct is None else g.utilization_pct / 100)
             f.add(mem, labels, g.memory_used_bytes)
             f.add(mem_total, labels, g.memory_total_bytes)
@@ -171,7 +192,7 @@ class ClusterCollector(Collector):
             f.add(clock, labels, g.sclk_hz)
             f.add(throttled, labels, None if g.throttled is None else int(g.throttled))
             f.add(ecc, labels, g.ecc_uncorrectable)
-        nic_labels = ["cluster", "node", "nic", "kind"]
+        nic_labels = ["cluster", "node", "nic", "kind", "job_id"]
         nic_up = f.gauge("ranksight_nic_up", "1 when the port or netdev is up", nic_labels)
         speed = f.gauge("ranksight_nic_speed_bytes_per_second", "link speed", nic_labels)
         tx = f.gauge("ranksight_nic_transmit_bytes_per_second", "transmit rate", nic_labels)
@@ -181,7 +202,7 @@ class ClusterCollector(Collector):
         for (cluster, node, key), nic in sorted(tracker.nics.devices.items()):
             if nic.state != "alive":
                 continue
-            r, labels = nic.record, [cluster, node, key, nic.record.kind]
+            r, labels = nic.record, [cluster, node, key, nic.record.kind, jobs.node(cluster, node)]
             f.add(nic_up, labels, None if r.state is None else int(r.state.lower() in LINK_UP_STATES))
             f.add(speed, labels, None if r.speed_bps is None else r.speed_bps / 8)
             f.add(tx, labels, None if r.tx_bps is None else r.tx_bps / 8)
@@ -204,17 +225,17 @@ class ClusterCollector(Collector):
             f.add(rtt, values, None if r.rtt_us is None else r.rtt_us * US)
             f.add(jitter, values, None if r.jitter_us is None else r.jitter_us * US)
 
-    def _jobs_and_stragglers(self, f: _Families) -> None:
-        labels = ["cluster", "job"]
+    def _jobs_and_stragglers(self, f: _Families, jobs: DeviceJobs) -> None:
+        labels = ["cluster", "job", "job_id"]  # job_id: the same, under the name the device series use
         ranks = f.gauge("ranksight_job_ranks", "ranks of a running job", labels)
         dead = f.gauge("ranksight_job_dead_processes", "processes RAS reports dead", labels)
         missing = f.gauge("ranksight_job_missing_processes", "processes RAS cannot reach", labels)
         for job in self.agg.state.jobs.live():
-            values = [job.cluster, job.job_id]
+            values = [job.cluster, job.job_id, job.job_id]
             f.add(ranks, values, job.ranks)
             f.add(dead, values, len(job.dead_processes))
             f.add(missing, values, len(job.missing_processes))
-        slabels = ["cluster", "hostname", "pid", "rank", "kind"]
+        slabels = ["cluster", "hostname", "pid", "rank", "kind", "job_id"]
         slowdown = f.gauge(
             "ranksight_straggler_slowdown_ratio", "job time with / without the straggler", slabels
         )
@@ -223,7 +244,15 @@ class ClusterCollector(Collector):
         )
         for cluster, result in sorted(self.agg.state.stragglers.clusters.items()):
             for finding in result.findings:
-                values = [cluster, finding.hostname, str(finding.pid), str(finding.rank), finding.kind]
+                job_id = jobs.process(cluster, finding.hostname, finding.pid)
+                values = [
+                    cluster,
+                    finding.hostname,
+                    str(finding.pid),
+                    str(finding.rank),
+                    finding.kind,
+                    job_id,
+                ]
                 f.add(slowdown, values, finding.slowdown)
                 f.add(confidence, values, finding.confidence)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import Field
 
-from aggregator.api import alerting, queries
+from aggregator.api import alerting, queries, views
 from aggregator.api.markers import MAX_LIMIT
 from aggregator.api.queries import Params
 from schemas.api import ApiResponse
@@ -50,6 +50,8 @@ PARAMS: dict[str, type[Params]] = {
     "nics": DeviceParams,
     "gpu_probes": DeviceParams,
     "markers": MarkerParams,
+    "cluster_map": views.ClusterMapParams,
+    "series": views.SeriesParams,
     "drains": alerting.DrainsParams,
     "silences": alerting.SilencesParams,
     "incidents": alerting.IncidentsParams,

@@ -36,6 +36,9 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 TOKEN_PARAM = "access_token"  # for EventSource and links, which cannot send an Authorization header
 KEEPALIVE_S = 15.0
 PUBLIC_PATHS = frozenset({"/"})  # the page holds no data; it sends the token it is given with each request
+# The page's scripts and styles (the vendored chart library) hold no data either, so they are public too.
+STATIC_PREFIX = "/static/"
+STATIC_DIR = resources.files("aggregator.http").joinpath("static")
 
 
 class HttpFace:
@@ -76,6 +79,7 @@ class HttpFace:
     def _app(self) -> web.Application:
         app = web.Application(middlewares=[self._auth])
         app.router.add_get("/", self._page)
+        app.router.add_static(STATIC_PREFIX, str(STATIC_DIR))
         app.router.add_get("/openapi.json", self._openapi)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/events", self._stream)
@@ -86,7 +90,7 @@ class HttpFace:
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         token = self.settings.token
-        if token is None or request.path in PUBLIC_PATHS:
+        if token is None or request.path in PUBLIC_PATHS or request.path.startswith(STATIC_PREFIX):
             return await handler(request)
         header = request.headers.get("Authorization", "")
         given = (
@@ -119,7 +123,7 @@ class HttpFace:
         return handle
 
     async def _page(self, request: web.Request) -> web.StreamResponse:
-        html = resources.files("aggregator.http").joinpath("static/index.html").read_text()
+        html = STATIC_DIR.joinpath("index.html").read_text()
         return web.Response(text=html, content_type="text/html")
 
     async def _openapi(self, request: web.Request) -> web.StreamResponse:

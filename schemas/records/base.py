@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from pydantic import BaseModel, ConfigDict
 
 
@@ -13,3 +15,6 @@ class Record(BaseModel):
     """
 
     model_config = ConfigDict(extra="ignore")
+
+    # Envelopes of a kind whose latest record is the fact (a heartbeat, an endpoint) must carry at least one.
+    min_records: ClassVar[int] = 0

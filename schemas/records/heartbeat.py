@@ -35,6 +35,8 @@ class PublisherStats(BaseModel):
 
 
 class HeartbeatRecord(Record):
+    min_records = 1
+
     hostname: str
     version: str
     pid: int

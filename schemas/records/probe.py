@@ -35,6 +35,8 @@ class ProbeRecord(Record):
 class ProbeEndpointRecord(Record):
     """Announced by every agent's probe collector each interval: the planner probes only nodes it has heard of."""
 
+    min_records = 1
+
     addrs: list[str]
     port: int
     transport: str = "tcp"

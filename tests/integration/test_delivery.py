@@ -14,7 +14,7 @@ from aggregator.api.client import ApiUnavailable, query
 from aggregator.runtime import ensure_stream
 from ranksight.config import Settings
 from ranksight.natsserver import NatsServer
-from tests.support import aggregator, ranksight_cmd, settings_env, wait_for
+from tests.support import aggregator, consumer_drained, ranksight_cmd, settings_env, wait_for
 
 
 def _gpu_counts(settings: Settings) -> tuple[int, int]:
@@ -26,15 +26,6 @@ def _gpu_counts(settings: Settings) -> tuple[int, int]:
         return total, distinct
     finally:
         con.close()
-
-
-async def _consumer_drained(settings: Settings) -> bool:
-    nc = await nats.connect(settings.nats.url)
-    try:
-        info = await nc.jetstream().consumer_info(settings.aggregator.stream, settings.aggregator.durable)
-        return info.num_pending == 0 and info.num_ack_pending == 0
-    finally:
-        await nc.close()
 
 
 async def _ingested(settings: Settings) -> int:
@@ -74,7 +65,7 @@ async def test_sigkill_aggregator_mid_stream_exactly_once(settings: Settings) ->
             assert await a.flush(60), "agent could not deliver its events"
         assert 0 < committed_before_kill < 3 * per_agent, "the kill must land mid-stream"
         proc = subprocess.Popen(ranksight_cmd("aggregator"), env=env, stderr=log)
-        await wait_for(lambda: _consumer_drained(settings), timeout=60, interval=0.3)
+        await wait_for(lambda: consumer_drained(settings), timeout=60, interval=0.3)
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -112,7 +103,7 @@ async def test_nats_restart_while_publishing_loses_nothing(
                 for _ in range(20):
                     await sim.emit(100)
                 assert await sim.flush(60), "publisher did not recover after the restart"
-                await wait_for(lambda: _consumer_drained(settings), timeout=60, interval=0.3)
+                await wait_for(lambda: consumer_drained(settings), timeout=60, interval=0.3)
             finally:
                 await sim.close()
         finally:

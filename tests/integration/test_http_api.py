@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from aggregator.api.client import query
 from aggregator.http.openapi import HTTP_ENDPOINTS
 from aggregator.runtime import Aggregator
 from ranksight.config import Settings
+from schemas.records import AppRecord
 from tests.http_cluster import DEAD_PID, DEGRADED, JOB, NODES, Publisher, http_settings, publish_cluster
 from tests.support import aggregator, wait_for
 
@@ -124,7 +126,10 @@ async def test_metrics_names_values_and_expiry(settings: Settings) -> None:
     cfg = http_settings(settings)
     async with aggregator(cfg) as agg, Publisher(cfg) as pub:
         await publish_cluster(pub, hardware_ttl=1.5, with_stragglers=False)
-        await wait_for(lambda: len(agg.state.nodes.nodes) == 4 and _degraded(agg))
+        # a rank of the job on node001's GPU 0: that GPU's series carry the job, the others none
+        await pub.send("node001", "app", [AppRecord(event="heartbeat", job_id=JOB, rank=0, local_rank=0, pid=7, n=1,
+                                                    client_ts=time.time_ns(), timeout_s=60.0)])  # fmt: skip
+        await wait_for(lambda: len(agg.state.nodes.nodes) == 4 and _degraded(agg) and agg.state.app.ranks)
         assert (await get(agg, "/api/status"))[0] == 200
         status, headers, text = await get(agg, "/metrics")
         assert status == 200 and headers["Content-Type"].startswith("text/plain; version=0.0.4")
@@ -141,10 +146,21 @@ async def test_metrics_names_values_and_expiry(settings: Settings) -> None:
         assert samples[("ranksight_nodes", (("cluster", "test"), ("state", "alive")))] == 4
         assert samples[("ranksight_node_up", (("cluster", "test"), ("node", "node002")))] == 1
         assert samples[("ranksight_ingest_messages_total", ())] >= 4 * 3 + 5
-        assert (
-            samples[("ranksight_gpu_power_watts", (("cluster", "test"), ("gpu", "0"), ("node", "node001")))]
-            == 600
+        gpu = (
+            ("cluster", "test"),
+            ("gpu", "0"),
+            ("job_id", JOB),
+            ("model", "MI300X"),
+            ("node", "node001"),
+            ("uuid", "GPU-00000001"),
         )
+        assert samples[("ranksight_gpu_power_watts", gpu)] == 600
+        jobs = {
+            dict(k[1])["node"]: dict(k[1])["job_id"] for k in samples if k[0] == "ranksight_gpu_power_watts"
+        }
+        assert jobs == {"node000": "", "node001": JOB, "node002": "", "node003": ""}
+        nic_jobs = {dict(k[1])["node"]: dict(k[1])["job_id"] for k in samples if k[0] == "ranksight_nic_up"}
+        assert nic_jobs["node001"] == JOB and nic_jobs["node002"] == ""
         up = {
             dict(k[1])["dst"]: v
             for k, v in samples.items()
@@ -153,7 +169,10 @@ async def test_metrics_names_values_and_expiry(settings: Settings) -> None:
         assert up[DEGRADED[1]] == 4e7 / 8 and up["node003"] == 1e10 / 8
         assert samples[("ranksight_alerts_firing", (("cluster", "test"), ("rule", "link_degraded"),
                                                     ("severity", "warning")))] == 1  # fmt: skip
-        assert samples[("ranksight_job_dead_processes", (("cluster", "test"), ("job", JOB)))] == 1
+        assert (
+            samples[("ranksight_job_dead_processes", (("cluster", "test"), ("job", JOB), ("job_id", JOB)))]
+            == 1
+        )
         # After their TTL the GPU, NIC and link facts expire: their series are gone, the nodes' remain.
 
         async def expired() -> bool:

@@ -1,0 +1,277 @@
+"""Read endpoints for the web page's views: ``cluster_map`` (live node and GPU health) and ``series`` (time series
+from the DuckDB history, bounded by time range, point count and series count).
+
+Health is derived here from live state and the firing alerts, so a node with an alert is never shown healthy whatever
+its heartbeat says: ``critical`` (a critical alert, or the node is gone), ``warning`` (a warning alert, or stale),
+``ok``. Each series is declared once in :data:`SERIES` (table, time, value, what one line is, which filters apply).
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from aggregator.analysis.hardware import hardware
+from aggregator.api.queries import Params, RequestError, parse_params, utc
+from aggregator.api.sql import jsonable
+from aggregator.device_jobs import device_jobs
+from schemas.api import ApiResponse
+
+if TYPE_CHECKING:
+    import duckdb
+
+    from aggregator.hardware import DeviceState
+    from aggregator.runtime import Aggregator
+    from schemas.alerts import Alert
+    from schemas.records import GpuRecord
+
+Health = Literal["ok", "warning", "critical"]
+HEALTH_RANK: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
+# A state not listed here (one derived from alerts, say) adds nothing: the alerts themselves are counted.
+NODE_STATE_HEALTH: dict[str, Health] = {"alive": "ok", "stale": "warning", "gone": "critical"}
+MAX_NODE_ALERTS = 5  # alerts listed per node in the map (the count is always given)
+US = 1_000_000
+EPOCH = datetime.datetime(1970, 1, 1)
+
+
+def worst(*levels: Health) -> Health:
+    return max(levels, key=HEALTH_RANK.__getitem__)
+
+
+def alert_health(alerts: Iterable[Alert]) -> dict[tuple[str, str], Health]:
+    """Per (cluster, node), the worst severity of its firing alerts (info alerts change nothing)."""
+    found: dict[tuple[str, str], Health] = {}
+    for a in alerts:
+        if a.node is None or a.severity == "info":
+            continue
+        key = (a.cluster, a.node)
+        found[key] = worst(found.get(key, "ok"), a.severity)
+    return found
+
+
+def gpu_health(dev: DeviceState[GpuRecord]) -> Health:
+    """A vanished GPU or one with uncorrectable ECC errors is critical; throttled or stale is a warning."""
+    if dev.state == "vanished" or (dev.record.ecc_uncorrectable or 0) > 0:
+        return "critical"
+    if dev.state == "stale" or dev.record.throttled:
+        return "warning"
+    return "ok"
+
+
+class ClusterMapParams(Params):
+    cluster: str | None = None
+
+
+async def cluster_map(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """Every node with its health (from state and firing alerts) and its GPUs' health and utilization."""
+    p = parse_params(ClusterMapParams, params)
+    active = [a for a in agg.engine.active.values() if p.cluster in (None, a.cluster)]
+    by_node = alert_health(active)
+    node_alerts: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for a in sorted(active, key=lambda a: -HEALTH_RANK.get(a.severity, 0)):
+        if a.node is not None:
+            node_alerts.setdefault((a.cluster, a.node), []).append(
+                {"rule": a.rule, "severity": a.severity, "summary": a.summary}
+            )
+    gpus: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for (cluster, node, _), dev in sorted(
+        hardware(agg.state).gpus.devices.items(), key=lambda kv: kv[1].record.index
+    ):
+        g = dev.record
+        gpus.setdefault((cluster, node), []).append(
+            {"gpu": g.index, "health": gpu_health(dev), "utilization_pct": g.utilization_pct, "name": g.name}
+        )
+    rows = []
+    for (cluster, node), n in sorted(agg.state.nodes.nodes.items()):
+        if p.cluster not in (None, cluster):
+            continue
+        devices = gpus.get((cluster, node), [])
+        health = worst(NODE_STATE_HEALTH.get(n.state, "ok"), by_node.get((cluster, node), "ok"),
+                       *(d["health"] for d in devices))  # fmt: skip
+        listed = node_alerts.get((cluster, node), [])
+        rows.append({"cluster": cluster, "node": node, "state": n.state, "health": health, "alerts": len(listed),
+                     "alert_rules": listed[:MAX_NODE_ALERTS], "gpus": devices})  # fmt: skip
+    return ApiResponse.success(rows)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One time series family: ``value`` aggregated per bucket of ``time_us`` (epoch microseconds), one line per
+    ``line``; ``node`` is the column a node filter applies to; ``job`` says how a job filter applies (``app``: the
+    ``job_id`` column; ``comms``: Inspector rows of the job's communicators; None: no job filter)."""
+
+    table: str
+    time_us: str
+    value: str
+    line: str
+    node: str
+    unit: str
+    where: str = "TRUE"
+    job: Literal["app", "comms"] | None = None
+    computed: str = ""  # columns computed over the rows of the range (window functions), for ``value``
+
+
+_EPOCH_US = "epoch_us(recv_ts)"
+_GPU = "node || ' gpu ' || \"index\""
+_NIC = "node || ' ' || name"
+# A rank's lateness in one collective: how long after the first rank of its group it arrived. Every rank leaves a
+# collective together, so each rank's own kernel time holds its wait: the longest time minus its own is its lateness.
+_LATENESS = "max(exec_time_us) OVER (PARTITION BY comm_id, op, sn) - exec_time_us AS lateness_us"
+
+SERIES: dict[str, Series] = {
+    "step_time_s": Series("app", "client_ts // 1000", "avg(step_time_s)", "'rank ' || coalesce(rank::VARCHAR, node || ' pid ' || pid)",
+                          "node", "s", "event = 'heartbeat' AND step_time_s IS NOT NULL", job="app"),
+    "busbw_gbs": Series("inspector", "dump_ts_us", "avg(busbw_gbs)", "coalesce(comm_name, comm_id)", "hostname",
+                        "GB/s", "op_kind = 'coll' AND busbw_gbs IS NOT NULL", job="comms"),
+    "lateness_us": Series("inspector", "dump_ts_us", "avg(lateness_us)", "hostname || ' pid ' || pid", "hostname",
+                          "us", "op_kind = 'coll' AND exec_time_us IS NOT NULL", job="comms", computed=_LATENESS),
+    "gpu_utilization_pct": Series("gpu", _EPOCH_US, "avg(utilization_pct)", _GPU, "node", "%"),
+    "gpu_clock_hz": Series("gpu", _EPOCH_US, "avg(sclk_hz)", _GPU, "node", "Hz"),
+    "gpu_power_w": Series("gpu", _EPOCH_US, "avg(power_w)", _GPU, "node", "W"),
+    "gpu_temperature_c": Series("gpu", _EPOCH_US, "max(coalesce(temperature_junction_c, temperature_edge_c))", _GPU,
+                                "node", "C"),
+    "gpu_memory_used_bytes": Series("gpu", _EPOCH_US, "max(memory_used_bytes)", _GPU, "node", "B"),
+    "gpu_ecc_uncorrectable": Series("gpu", _EPOCH_US, "max(ecc_uncorrectable)", _GPU, "node", "errors"),
+    "nic_rate_bps": Series("nic", _EPOCH_US, "avg(coalesce(tx_bps, 0) + coalesce(rx_bps, 0))", _NIC, "node", "bit/s",
+                           "tx_bps IS NOT NULL OR rx_bps IS NOT NULL"),
+    "nic_errors_per_s": Series("nic", _EPOCH_US, "avg(errors_per_s)", _NIC, "node", "1/s"),
+    "nic_link_flaps": Series("nic", _EPOCH_US, "sum(link_flaps)", _NIC, "node", "flaps"),
+}  # fmt: skip
+_COMM = "'0x' || ltrim(lower(regexp_replace(comm_id, '^0[xX]', '')), '0')"  # as RAS hashes are normalized
+
+
+def _epoch_us(t: datetime.datetime) -> int:
+    return (t - EPOCH) // datetime.timedelta(microseconds=1)
+
+
+class SeriesParams(Params):
+    metric: Literal[tuple(SERIES)] = Field(description="which series (see the README)")  # type: ignore[valid-type]
+    cluster: str | None = None
+    job: str | None = Field(None, description="a job id; for GPU and NIC series, the nodes it runs on")
+    node: str | None = Field(None, description="a node, or several separated by commas")
+    since: datetime.datetime | None = Field(None, description="default: until minus 15 minutes")
+    until: datetime.datetime | None = Field(None, description="default: now")
+    points: int = Field(120, ge=2, description="buckets at most (capped by series_max_points)")
+
+
+@dataclass(frozen=True)
+class SeriesQuery:
+    series: Series
+    since_us: int
+    until_us: int
+    step_us: int
+    cluster: str | None
+    nodes: list[str]
+    job: str | None
+    comms: list[str]
+    max_lines: int
+
+
+async def series(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """A metric over time, one line per GPU, port, rank or communicator, with straggler and alert windows."""
+    p = parse_params(SeriesParams, params)
+    cfg = agg.settings.aggregator.query
+    try:
+        until = utc(p.until) if p.until else datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+        since = utc(p.since) if p.since else until - datetime.timedelta(minutes=15)
+    except OverflowError:
+        raise RequestError("since/until out of range") from None
+    if since >= until:
+        raise RequestError("since must be before until")
+    if (until - since).total_seconds() > cfg.series_max_range_s:
+        raise RequestError(f"the range is longer than series_max_range_s ({cfg.series_max_range_s:g}s)")
+    since_us, until_us = (_epoch_us(t) for t in (since, until))
+    points = min(p.points, cfg.series_max_points)
+    comms: list[str] = []
+    if p.job is not None:
+        comms = sorted({h for (c, j), job in agg.state.jobs.jobs.items() if j == p.job and p.cluster in (None, c)
+                        for h in job.comms})  # fmt: skip
+    nodes = [n for n in (p.node or "").split(",") if n]
+    if p.job is not None and SERIES[p.metric].job is None:  # a device series: the nodes the job runs on
+        job_nodes = {n for (c, n), jobs in device_jobs(agg.state).nodes.items()
+                     if p.job in jobs and p.cluster in (None, c)}  # fmt: skip
+        nodes = sorted(job_nodes & set(nodes) if nodes else job_nodes)
+        if not nodes:
+            return ApiResponse.success(
+                [], meta={"metric": p.metric, "unit": SERIES[p.metric].unit, "windows": []}
+            )
+    q = SeriesQuery(SERIES[p.metric], since_us, until_us, max(1, -(-(until_us - since_us) // points)), p.cluster,
+                    nodes, p.job, comms, cfg.series_max_lines)  # fmt: skip
+    lines, truncated, windows = await agg.sandbox.run(_series, q, time_limit_s=cfg.sql_time_limit_s)
+    meta = {"metric": p.metric, "unit": q.series.unit, "since": jsonable(since), "until": jsonable(until),
+            "step_s": q.step_us / US, "windows": windows}  # fmt: skip
+    return ApiResponse.success(lines, truncated=truncated, meta=meta)
+
+
+def _filters(q: SeriesQuery) -> tuple[list[str], list[Any]]:
+    s = q.series
+    where = [f"({s.where})", f"{s.time_us} >= ?", f"{s.time_us} < ?"]
+    args: list[Any] = [q.since_us, q.until_us]
+    if q.cluster is not None:
+        where.append("cluster = ?")
+        args.append(q.cluster)
+    if q.job is not None and s.job == "app":
+        where.append("job_id = ?")
+        args.append(q.job)
+    elif q.job is not None and s.job == "comms":
+        where.append(f"{_COMM} IN ({', '.join('?' * len(q.comms))})" if q.comms else "FALSE")
+        args += q.comms
+    return where, args
+
+
+def _series(
+    cur: duckdb.DuckDBPyConnection, q: SeriesQuery
+) -> tuple[list[dict[str, Any]], bool, list[dict[str, Any]]]:
+    s = q.series
+    where, args = _filters(q)
+    # Nodes are picked after the computed columns, so a rank's lateness is still measured against its whole group.
+    nodes = f"{s.node} IN ({', '.join('?' * len(q.nodes))})" if q.nodes else "TRUE"
+    computed = f", {s.computed}" if s.computed else ""
+    # The lines with the most samples first, so the cap keeps the busiest ones.
+    sql = f"""WITH picked AS (SELECT {s.line} AS line, {s.time_us} AS t_us{computed}, * FROM {s.table}
+            WHERE {" AND ".join(where)}),
+        shown AS (SELECT * FROM picked WHERE {nodes}),
+        lines AS (SELECT line FROM shown GROUP BY line ORDER BY count(*) DESC, line LIMIT ?)
+        SELECT line, (t_us // ?) * ? AS bucket, {s.value} AS v FROM shown WHERE line IN (SELECT line FROM lines)
+        GROUP BY ALL ORDER BY line, bucket"""  # fmt: skip
+    rows = cur.execute(sql, [*args, *q.nodes, q.max_lines + 1, q.step_us, q.step_us]).fetchall()
+    out: dict[str, dict[str, Any]] = {}
+    for line, bucket, value in rows:
+        entry = out.setdefault(str(line), {"series": str(line), "t": [], "v": []})
+        entry["t"].append(bucket / US)
+        entry["v"].append(None if value is None else float(value))
+    lines = list(out.values())
+    return lines[: q.max_lines], len(lines) > q.max_lines, _windows(cur, q)
+
+
+def _windows(cur: duckdb.DuckDBPyConnection, q: SeriesQuery) -> list[dict[str, Any]]:
+    """Straggler runs (consecutive evaluations of one process) and alerts of the job or nodes within the range."""
+    hosts = list(q.nodes)
+    if q.job is not None and q.comms:
+        hosts += [r[0] for r in cur.execute(
+            f"SELECT DISTINCT hostname FROM inspector WHERE {_COMM} IN ({', '.join('?' * len(q.comms))}) "
+            "AND dump_ts_us >= ? AND dump_ts_us < ?", [*q.comms, q.since_us, q.until_us]).fetchall()]  # fmt: skip
+    if q.job is None and not hosts:
+        return []
+    since, until = [EPOCH + datetime.timedelta(microseconds=t) for t in (q.since_us, q.until_us)]
+    marks = ", ".join("?" * len(hosts)) or "NULL"
+    runs = cur.execute(f"""WITH e AS (SELECT hostname, pid, evaluated_at, kind, max(slowdown) AS slowdown
+            FROM straggler_finding_history WHERE hostname IN ({marks}) AND evaluated_at >= ? AND evaluated_at < ?
+            GROUP BY ALL),
+        g AS (SELECT *, coalesce(evaluated_at - lag(evaluated_at) OVER (PARTITION BY hostname, pid ORDER BY evaluated_at)
+            > INTERVAL 60 SECOND, TRUE)::INT AS starts FROM e),
+        r AS (SELECT *, sum(starts) OVER (PARTITION BY hostname, pid ORDER BY evaluated_at) AS run FROM g)
+        SELECT hostname, pid, min(evaluated_at), max(evaluated_at), max(slowdown), any_value(kind) FROM r
+        GROUP BY hostname, pid, run ORDER BY 3 LIMIT 200""", [*hosts, since, until]).fetchall()  # fmt: skip
+    windows = [{"kind": "straggler", "start": jsonable(a), "end": jsonable(b),
+                "label": f"{h} pid {pid} {kind} {slow:.2f}x"} for h, pid, a, b, slow, kind in runs]  # fmt: skip
+    alerts = cur.execute(f"""SELECT rule, severity, node, summary, started_at, resolved_at FROM alert_current
+        WHERE (job = ? OR node IN ({marks})) AND started_at < ? AND coalesce(resolved_at, ?) >= ?
+        ORDER BY started_at LIMIT 200""", [q.job, *hosts, until, until, since]).fetchall()  # fmt: skip
+    windows += [{"kind": "alert", "start": jsonable(a), "end": jsonable(b), "severity": sev,
+                 "label": f"{rule} {node or ''}: {summary}"} for rule, sev, node, summary, a, b in alerts]  # fmt: skip
+    return windows

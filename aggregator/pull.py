@@ -1,0 +1,64 @@
+"""Pull requests on the event consumer bounded in messages *and* bytes (nats-py's ``fetch`` has no byte bound).
+
+A JetStream pull request (``$JS.API.CONSUMER.MSG.NEXT.<stream>.<durable>``) takes ``batch`` and ``max_bytes``; the
+server ends it with a status message (404 no messages, 408 expired, 409 limit reached). Each fetch first asks without
+waiting for what is there; when nothing is, it waits up to ``timeout`` for one message, so a quiet stream costs one
+request per timeout and a busy one is read in full batches.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js.api import Header, StatusCode
+
+_END = {StatusCode.NO_MESSAGES, StatusCode.REQUEST_TIMEOUT, StatusCode.CONFLICT}
+
+
+class BoundedPull:
+    def __init__(self, nc: Client, stream: str, durable: str, batch: int, max_bytes: int) -> None:
+        self.nc = nc
+        self.subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self.batch = batch
+        # A message larger than max_bytes would never be delivered (409 forever): leave room for the largest one.
+        self.max_bytes = max(max_bytes, 2 * nc.max_payload)
+        self.inbox = nc.new_inbox()
+        self._sub: Subscription | None = None
+
+    async def start(self) -> BoundedPull:
+        self._sub = await self.nc.subscribe(self.inbox)
+        return self
+
+    async def fetch(self, timeout: float) -> list[Msg]:
+        """Up to ``batch`` messages of at most ``max_bytes`` together; [] when none came within ``timeout``."""
+        msgs = await self._request(
+            {"batch": self.batch, "max_bytes": self.max_bytes, "no_wait": True}, timeout
+        )
+        if msgs:
+            return msgs
+        expires = int(timeout * 1e9)
+        return await self._request(
+            {"batch": 1, "max_bytes": self.max_bytes, "expires": expires}, timeout + 0.5
+        )
+
+    async def _request(self, request: dict[str, object], timeout: float) -> list[Msg]:
+        assert self._sub is not None, "start() first"
+        await self.nc.publish(self.subject, json.dumps(request).encode(), reply=self.inbox)
+        deadline = time.monotonic() + timeout
+        msgs: list[Msg] = []
+        while len(msgs) < int(request["batch"]):  # type: ignore[call-overload]
+            try:
+                msg = await self._sub.next_msg(timeout=max(0.001, deadline - time.monotonic()))
+            except nats.errors.TimeoutError:
+                break
+            status = msg.headers.get(Header.STATUS) if msg.headers else None
+            if status is None:
+                msgs.append(msg)
+            elif status in _END:
+                break  # this request is over (or an earlier one's end arrived late: harmless, the next one asks again)
+        return msgs

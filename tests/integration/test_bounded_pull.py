@@ -1,0 +1,43 @@
+"""The aggregator's pull requests are bounded in bytes as well as messages (real nats-server, real consumer)."""
+
+from __future__ import annotations
+
+import time
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig
+
+from aggregator.pull import BoundedPull
+from aggregator.runtime import ensure_stream
+from ranksight.config import Settings
+from schemas.subjects import Subjects
+
+
+async def test_fetch_stops_at_the_byte_bound_and_waits_when_quiet(settings: Settings) -> None:
+    cfg = settings.aggregator
+    nc = await nats.connect(settings.nats.url)
+    try:
+        js = nc.jetstream()
+        await ensure_stream(js, settings)
+        await js.add_consumer(
+            cfg.stream, ConsumerConfig(durable_name="bounded", ack_policy=AckPolicy.EXPLICIT)
+        )
+        subject = Subjects(settings.subject_prefix).event("test", "n", "gpu")
+        for i in range(10):
+            await js.publish(subject, bytes([i]) * 600_000)
+        # The bound is raised to twice the server's max_payload (1 MB), so the largest message always fits.
+        pull = await BoundedPull(nc, cfg.stream, "bounded", batch=100, max_bytes=1).start()
+        assert pull.max_bytes == 2 * nc.max_payload
+        sizes = []
+        while len(sizes) < 10:
+            batch = await pull.fetch(timeout=2.0)
+            assert 0 < sum(len(m.data) for m in batch) <= pull.max_bytes
+            sizes += [len(m.data) for m in batch]
+            for m in batch:
+                await m.ack()
+        assert sizes == [600_000] * 10
+        started = time.monotonic()
+        assert await pull.fetch(timeout=0.5) == []  # nothing left: waits about the timeout, then gives up
+        assert 0.3 < time.monotonic() - started < 3
+    finally:
+        await nc.close()

@@ -1,0 +1,255 @@
+"""The store's edge: what a decoded message must satisfy, what is dead-lettered and why, and the bounds on its state.
+
+A real DuckDB file and the real store; messages are msgpack bytes as a (possibly hostile) peer would send them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import msgpack
+import pytest
+
+from aggregator.history import delete_older_than
+from aggregator.runtime import Aggregator
+from aggregator.state import NS, LiveState
+from aggregator.store import Incoming, Store, _ns_to_dt
+from ranksight.config import IngestSettings, load_settings
+from schemas.subjects import Subjects
+from tests.unit.test_state_and_alerts import _beat
+
+SUBJECTS = Subjects()
+NOW = time.time_ns() // 1000 * 1000
+
+
+def envelope(node: str = "a", kind: str = "gpu", **overrides: Any) -> bytes:
+    records = {"gpu": [{"index": 0, "memory_used_bytes": 1}], "nic": [], "app": [],
+               "heartbeat": [{"hostname": node, "version": "1", "pid": 1, "started_ns": 1}]}[kind]  # fmt: skip
+    env = {"type": f"ranksight.ev.v1.{kind}", "cluster": "c", "node": node, "agent": f"{node}-inc", "seq": 1,
+           "ts": NOW, "ttl": 10.0, "records": records}  # fmt: skip
+    env.update(overrides)
+    return msgpack.packb(env)
+
+
+def incoming(data: bytes, node: str = "a", kind: str = "gpu", recv_ns: int = NOW) -> Incoming:
+    return Incoming(SUBJECTS.event("c", node, kind), data, recv_ns)
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    yield from _store(tmp_path, IngestSettings())
+
+
+def _store(tmp_path: Path, limits: IngestSettings) -> Iterator[Store]:
+    s = Store(tmp_path / "db.duckdb", SUBJECTS, limits)
+    s.open()
+    try:
+        yield s
+    finally:
+        s.close_connection()
+        s.shutdown()
+
+
+def dead_reasons(store: Store) -> dict[str, int]:
+    return dict(store.con.execute("SELECT reason, count(*) FROM dead_letters GROUP BY reason").fetchall())
+
+
+POISON = {
+    "seq_2_63": (envelope(seq=2**63), "bad_envelope"),
+    "ts_2_64": (envelope(ts=2**64 - 1), "bad_envelope"),
+    "ts_2_63_minus_1": (envelope(ts=2**63 - 1), "ts_out_of_range"),
+    "ts_far_past": (envelope(ts=1), "ts_out_of_range"),
+    "ttl_inf": (envelope(ttl=float("inf")), "bad_envelope"),
+    "ttl_nan": (envelope(ttl=float("nan")), "bad_envelope"),
+    "ttl_huge": (envelope(ttl=1e12), "ttl_out_of_range"),
+    "record_int_2_63": (envelope(records=[{"index": 0, "memory_used_bytes": 2**63}]), "bad_record"),
+    "record_float_nan": (envelope(records=[{"index": 0, "power_w": float("nan")}]), "bad_record"),
+    "record_float_inf": (envelope(records=[{"index": 0, "sclk_hz": float("-inf")}]), "bad_record"),
+    "nested_int_2_63": (
+        envelope(kind="nic", records=[{"name": "x", "kind": "rdma", "counters": {"e": 2**63}}]),
+        "bad_record",
+    ),
+    "list_int_2_63": (
+        envelope(
+            kind="app",
+            records=[{"event": "heartbeat", "pid": 1, "n": 1, "client_ts": 1, "open_sections": [2**63]}],
+        ),
+        "bad_record",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(POISON))
+def test_poison_pills_are_dead_lettered_and_the_rest_commits(store: Store, case: str) -> None:
+    data, reason = POISON[case]
+    kind = msgpack.unpackb(data, strict_map_key=False)["type"].rsplit(".", 1)[1]
+    good = envelope(node="b", agent="b-inc", seq=1)
+    result = store.commit_batch([incoming(data, kind=kind), incoming(good, node="b")])
+    assert dead_reasons(store) == {reason: 1}
+    assert store.con.execute("SELECT node, seq FROM gpu").fetchall() == [("b", 1)]
+    assert result.records == 1 and result.dead_letters == 1
+
+
+def test_empty_heartbeat_is_dead_lettered(store: Store) -> None:
+    store.commit_batch([incoming(envelope(kind="heartbeat", records=[]), kind="heartbeat")])
+    assert dead_reasons(store) == {"bad_envelope": 1}
+
+
+def test_envelope_identity_must_match_the_subject(store: Store) -> None:
+    spoof = envelope(node="victim", agent="victim-inc")  # sent on node a's subject as node "victim"
+    store.commit_batch([incoming(spoof, node="a")])
+    assert dead_reasons(store) == {"identity_mismatch": 1}
+    assert store.con.execute("SELECT count(*) FROM gpu").fetchone() == (0,)
+
+
+def test_dead_letter_payload_is_truncated_to_the_setting(tmp_path: Path) -> None:
+    for store in _store(tmp_path, IngestSettings(dead_letter_payload_bytes=16)):
+        store.commit_batch([incoming(b"\xc1" * 1000)])
+        assert store.con.execute("SELECT size, octet_length(payload) FROM dead_letters").fetchone() == (
+            1000,
+            16,
+        )
+
+
+def test_a_commit_failure_dead_letters_only_the_offending_message(store: Store) -> None:
+    # A constraint the validation cannot know about: the second message's row collides with a stored one.
+    store.commit_batch([incoming(envelope(seq=1, records=[{"index": 0, "memory_used_bytes": 7}]))])
+    store.con.execute("CREATE UNIQUE INDEX gpu_memory ON gpu (memory_used_bytes)")
+    batch = [incoming(envelope(seq=s, records=[{"index": 0, "memory_used_bytes": m}])) for s, m in
+             [(2, 10), (3, 11), (4, 7), (5, 12), (6, 13)]]  # fmt: skip
+    result = store.commit_batch(batch)
+    assert dead_reasons(store) == {"commit_failed": 1}
+    assert [r[0] for r in store.con.execute("SELECT seq FROM gpu ORDER BY seq").fetchall()] == [1, 2, 3, 5, 6]
+    assert [env.seq for env, _ in result.accepted] == [2, 3, 5, 6] and result.records == 4
+
+
+def test_a_huge_seq_jump_opens_no_gap(store: Store) -> None:
+    store.commit_batch([incoming(envelope(seq=1)), incoming(envelope(seq=2**62))])
+    stats = store.sequence_stats()
+    assert stats["gaps_open"] == 0 and stats["seq_jumps"] == 1
+    store.commit_batch([incoming(envelope(seq=2**62 + 5))])  # a plausible jump still opens its gap
+    assert store.sequence_stats()["gaps_open"] == 4
+
+
+def test_another_node_cannot_move_an_incarnations_marks(store: Store) -> None:
+    # Node b learned a's incarnation id and publishes under it, on its own subject, with a huge seq.
+    hostile = envelope(node="b", agent="a-inc", seq=2**62)
+    store.commit_batch([incoming(envelope(seq=1)), incoming(hostile, node="b")])
+    store.commit_batch([incoming(envelope(seq=2))])  # a's next message is not taken for a duplicate
+    rows = store.con.execute("SELECT node, seq FROM gpu WHERE agent = 'a-inc' ORDER BY node, seq").fetchall()
+    assert rows == [("a", 1), ("a", 2), ("b", 2**62)]
+
+
+def test_same_seq_different_content_is_counted_and_kept(store: Store) -> None:
+    first = envelope(seq=1)
+    store.commit_batch([incoming(first)])
+    again = store.commit_batch([incoming(first)])  # a redelivery: the same bytes
+    other = store.commit_batch([incoming(envelope(seq=1, records=[{"index": 5}]))])
+    assert again.duplicates == 1 and again.dead_letters == 0
+    assert other.conflicts == 1 and dead_reasons(store) == {"seq_conflict": 1}
+
+
+def test_nodes_beyond_the_cap_are_dead_lettered(tmp_path: Path) -> None:
+    for store in _store(tmp_path, IngestSettings(max_nodes=3)):
+        batch = [incoming(envelope(node=f"n{i}"), node=f"n{i}") for i in range(5)]
+        store.commit_batch(batch)
+        store.commit_batch([incoming(envelope(node="n0", seq=2), node="n0")])  # a known node goes on
+        assert dead_reasons(store) == {"too_many_nodes": 2}
+        assert store.sequence_stats()["nodes"] == 3
+        assert store.con.execute("SELECT count(*) FROM gpu").fetchone() == (4,)
+
+
+def test_incarnations_per_node_are_capped_and_idle_nodes_forgotten(tmp_path: Path) -> None:
+    limits = IngestSettings(max_incarnations_per_node=2, node_forget_after_s=60)
+    for store in _store(tmp_path, limits):
+        for i in range(5):
+            store.commit_batch([incoming(envelope(agent=f"inc-{i}"), recv_ns=NOW + i)])
+        assert store.sequence_stats()["agents"] == 2
+        assert store.con.execute("SELECT agent FROM agent_seq ORDER BY agent").fetchall() == [
+            ("inc-3",),
+            ("inc-4",),
+        ]
+        store.commit_batch([incoming(envelope(node="b"), node="b", recv_ns=NOW + 100 * NS)])
+        assert store.forget_idle(NOW + 120 * NS) == 1  # node a: silent for 120 s
+        assert store.sequence_stats()["nodes"] == 1
+        assert store.con.execute("SELECT DISTINCT node FROM agent_seq").fetchall() == [("b",)]
+        assert store.con.execute("SELECT count(*) FROM gpu WHERE node = 'a'").fetchone() == (
+            5,
+        )  # history stays
+
+
+def test_replay_skips_and_counts_rows_live_state_cannot_use(store: Store) -> None:
+    beat = envelope(kind="heartbeat")
+    store.commit_batch([incoming(beat, kind="heartbeat")])
+    # Rows an older version let in: an infinite TTL, a timestamp at the end of time.
+    for seq, ts, ttl in [(2, "'infinity'", 10.0), (3, "now()", float("inf"))]:
+        store.con.execute(
+            f"INSERT INTO heartbeat (cluster, node, agent, seq, ts, recv_ts, ttl, hostname, version, pid, started_ns) "
+            f"VALUES ('c', 'a', 'a-inc', {seq}, {ts}, now(), ?, 'a', '1', 1, 1)",
+            [ttl],
+        )
+    replayed = store.replay({"heartbeat"}, NOW - 60 * NS)
+    assert [env.seq for env, _ in replayed] == [1]
+    assert store.replay_skipped == 2 and store.sequence_stats()["replay_skipped"] == 2
+
+
+def test_live_state_forgets_nodes_silent_too_long() -> None:
+    state = LiveState(gone_after_s=10, forget_after_s=100)
+    state.observe(_beat("n1", 1, NOW), NOW)
+    state.tick(NOW + 50 * NS)
+    assert state.nodes.nodes[("c", "n1")].state == "gone"
+    state.tick(NOW + 101 * NS)
+    assert ("c", "n1") not in state.nodes.nodes
+
+
+def test_dead_letters_have_their_own_retention(store: Store) -> None:
+    old = NOW - 10 * 86400 * NS
+    store.commit_batch([incoming(b"\xc1", recv_ns=old), incoming(envelope(ts=old), recv_ns=old)])
+    cutoff = _ns_to_dt(NOW - 30 * 86400 * NS)
+    deleted = delete_older_than(store.con, cutoff, {"dead_letters": _ns_to_dt(NOW - 7 * 86400 * NS)})
+    assert deleted == {"dead_letters": 1}
+    assert store.con.execute("SELECT count(*) FROM gpu").fetchone() == (1,)
+
+
+def test_an_older_database_keeps_its_sequence_marks(tmp_path: Path) -> None:
+    path = tmp_path / "db.duckdb"
+    with duckdb.connect(str(path)) as con:  # the database as the version before 0910 left it
+        con.execute("CREATE TABLE schema_migrations (version VARCHAR PRIMARY KEY, applied_at TIMESTAMP)")
+        for f in sorted(resources.files("aggregator.migrations").iterdir(), key=lambda f: f.name):
+            if f.name.endswith(".sql") and f.name < "0910":
+                con.execute(f.read_text())
+                con.execute("INSERT INTO schema_migrations VALUES (?, now())", [f.name.removesuffix(".sql")])
+        con.execute("INSERT INTO agent_seq VALUES ('a-inc', 'c', 'a', 5, 4, 0, 1, now(), now())")
+        con.execute("INSERT INTO agent_seq_gaps VALUES ('a-inc', 3, 3)")
+    for store in _store(tmp_path, IngestSettings()):
+        late = store.commit_batch([incoming(envelope(seq=3)), incoming(envelope(seq=4))])
+        again = store.commit_batch([incoming(envelope(seq=3))])
+        assert late.records == 1 and late.duplicates == 1 and again.duplicates == 1
+        assert store.sequence_stats()["gaps_open"] == 0
+
+
+class _BrokenTracker:
+    """A tracker with a bug: live state must count the message it cannot use and go on."""
+
+    kinds = frozenset({"heartbeat"})
+
+    def observe(self, env: Any, recv_ns: int) -> None:
+        raise ZeroDivisionError("bug")
+
+    def tick(self, now_ns: int) -> None:
+        pass
+
+
+def test_a_message_live_state_cannot_use_is_counted_not_fatal(tmp_path: Path) -> None:
+    agg = Aggregator(load_settings(None, state_dir=tmp_path, aggregator={"http": {"port": 0}}))
+    try:
+        agg.state.trackers.insert(0, _BrokenTracker())
+        agg._observe(_beat("n1", 1, NOW), NOW)
+        assert agg.stats.state_skipped == 1 and agg.status_meta()["ingest"]["state_skipped"] == 1
+    finally:
+        agg.store.shutdown()

@@ -16,6 +16,7 @@ from ranksight.cliutil import (
     run_until_signalled,
     settings_from_args,
 )
+from ranksight.private import keep_private
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -32,6 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, **({"aggregator": {"db_path": args.db}} if args.db else {}))
+    keep_private(settings.state_dir)
 
     async def main(stop: asyncio.Event) -> None:
         await Aggregator(settings).run(stop)

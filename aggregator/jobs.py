@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from schemas.envelope import Envelope
-from schemas.records.ras import RasEventRecord, RasProcess, RasRecord
+from schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
 
 NS = 1_000_000_000
 JobStateName = Literal["running", "stale", "ended"]
@@ -31,8 +31,10 @@ class CommState:
     missing_ranks: list[int]
     rank_status: dict[str, int]
     op_total: int | None  # sum over collectives of the highest count; None when the format does not say
+    lagging: list[RasLaggingRank] = field(default_factory=list)
     mismatch_polls: int = 0  # consecutive polls with MISMATCH
     stalled_polls: int = 0  # consecutive polls with all ranks RUNNING and op counts not advancing
+    lag_polls: int = 0  # consecutive polls with the same ranks behind the same counts and nothing advancing
 
 
 @dataclass
@@ -64,9 +66,16 @@ def _advance(prev: CommState | None, comm: CommState) -> CommState:
         comm.mismatch_polls = prev.mismatch_polls + 1 if "MISMATCH" in comm.errors else 0
         stalled = all_running and comm.op_total is not None and comm.op_total == prev.op_total
         comm.stalled_polls = prev.stalled_polls + 1 if stalled else 0
+        same_lag = comm.lagging and _lag(comm) == _lag(prev) and comm.op_total == prev.op_total
+        comm.lag_polls = prev.lag_polls + 1 if same_lag else int(bool(comm.lagging))
     else:
         comm.mismatch_polls = 1 if "MISMATCH" in comm.errors else 0
+        comm.lag_polls = int(bool(comm.lagging))
     return comm
+
+
+def _lag(comm: CommState) -> set[tuple[int, str, int]]:
+    return {(r.rank, r.collective, r.count) for r in comm.lagging}
 
 
 class JobTracker:
@@ -98,7 +107,7 @@ class JobTracker:
         for c in rec.communicators:
             op_total = sum(c.op_counts.values()) if c.op_counts else None
             comm = CommState(c.hash, c.size, c.status, list(c.errors), list(c.missing_ranks), dict(c.rank_status),
-                             op_total)  # fmt: skip
+                             op_total, list(c.lagging_ranks))  # fmt: skip
             comms[c.hash] = _advance(job.comms.get(c.hash), comm)
         job.comms = comms
         job.node, job.endpoint, job.health, job.version = env.node, rec.endpoint, rec.health, rec.version

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
@@ -33,7 +34,7 @@ from aggregator.http.server import HttpFace
 from aggregator.probes import ProbePlanner
 from aggregator.pull import BoundedPull
 from aggregator.state import NS, LiveState
-from aggregator.store import BatchResult, Incoming, Store
+from aggregator.store import BatchResult, Incoming, Store, out_of_memory
 from ranksight.aio import cancel_all
 from ranksight.config import Settings
 from ranksight.natsconn import connect
@@ -42,6 +43,7 @@ from schemas.envelope import Envelope
 from schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
+OOM_RETRY_S = 0.5
 
 
 @dataclass
@@ -104,7 +106,7 @@ class Aggregator:
         self.state.stragglers.configure(settings.aggregator.stragglers, background=True)
         self.rules = rules if rules is not None else default_rules(settings)
         self.engine = AlertEngine(settings=settings.aggregator.alerts)
-        self.sandbox = SqlSandbox(self.store, settings.aggregator.query.reader_threads)
+        self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
         self.stats = IngestStats()
         self.http = HttpFace(self)
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
@@ -246,13 +248,27 @@ class Aggregator:
             )  # stored at microsecond precision: replay must agree exactly
             batch = [Incoming(m.subject, m.data, recv_ns, (m.headers or {}).get("Nats-Msg-Id")) for m in msgs]
             started = time.monotonic()
-            result = await self.store.call(self.store.commit_batch, batch)
+            result = await self._commit(batch)
             commit_s = time.monotonic() - started
             for m in msgs:  # only after the commit: a crash before this line redelivers, harmlessly
                 await m.ack()
             self._account(result, len(msgs), commit_s, msgs[-1].metadata.timestamp)
             for env, recv in result.accepted:
                 self._observe(env, recv)
+
+    async def _commit(self, batch: list[Incoming]) -> BatchResult:
+        """Commit ``batch``, waiting out memory that SQL queries hold: DuckDB has one memory pool for readers and the
+        writer, and a query at the limit must delay ingest, not stop it (the batch stays unacknowledged meanwhile)."""
+        while True:
+            try:
+                return await self.store.call(self.store.commit_batch, batch)
+            except duckdb.Error as exc:
+                oom = out_of_memory(exc)
+                if oom is None or self._stopping:
+                    raise
+                log.warning("commit waits for memory held by SQL queries (aggregator.query.*memory_limit_bytes): %s",
+                            str(oom).splitlines()[0])  # fmt: skip
+                await asyncio.sleep(OOM_RETRY_S)
 
     def _account(self, result: BatchResult, n: int, commit_s: float, last_ts: Any) -> None:
         s = self.stats

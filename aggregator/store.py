@@ -38,6 +38,7 @@ import pyarrow as pa
 from aggregator.admission import NS, admit, check_times
 from aggregator.columns import ColumnBuilder, row_to_record
 from ranksight.config import IngestSettings
+from ranksight.private import DIR_MODE, private_files
 from schemas.alerts import Alert, Silence
 from schemas.codec import DecodeError, decode_event
 from schemas.envelope import Envelope, event_type
@@ -143,6 +144,15 @@ def _ns_to_dt(ns: int) -> datetime.datetime:
     return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC).replace(tzinfo=None)
 
 
+def out_of_memory(exc: BaseException | None) -> duckdb.OutOfMemoryException | None:
+    """The out-of-memory error behind ``exc``, if any (cleanup after it, such as an unregister, raises another)."""
+    while exc is not None:
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
 class Store:
     def __init__(
         self, path: str | Path, subjects: Subjects | None = None, limits: IngestSettings | None = None
@@ -171,8 +181,11 @@ class Store:
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     def open(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         self._con = duckdb.connect(str(self.path))
+        private_files(
+            self.path, self.path.with_name(self.path.name + ".wal")
+        )  # a file from before 0600 files
         self.migrate()
         self._load_seq()
 
@@ -254,6 +267,8 @@ class Store:
         try:
             self._write(admitted, dead, changed)
         except Exception as exc:  # rows that passed validation and still fail: find them, commit the rest
+            if out_of_memory(exc):
+                raise  # memory held by SQL queries, not the rows' fault: the caller retries the whole batch
             unwritable = self._unwritable(admitted)
             if not unwritable:
                 raise  # not the rows' fault (disk, database): the batch stays unacknowledged
@@ -364,6 +379,8 @@ class Store:
             self._insert_rows(admitted)
             return []
         except Exception as exc:
+            if out_of_memory(exc):
+                raise  # the pool filled up meanwhile: no row is to blame
             if len(admitted) == 1:
                 return [(admitted[0], exc)]
         finally:

@@ -15,7 +15,7 @@ from aggregator.api.client import ApiUnavailable, query
 from deploy import wheel as wheels
 from deploy.fleet import Progress, connect_nats, run_fleet
 from deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
-from deploy.plan import DeployOptions, dry_run_plan, redact, secrets_of
+from deploy.plan import DeployOptions, dry_run_plan
 from deploy.ssh import Node
 from deploy.steps import HostResult, deploy_host, status_host, uninstall_host
 from ranksight.cliutil import (
@@ -27,6 +27,7 @@ from ranksight.cliutil import (
     print_table,
     settings_from_args,
 )
+from ranksight.redact import redact, secrets_of
 from schemas.api import ApiResponse
 
 COLUMNS = ["host", "result", "version", "mode", "detail"]
@@ -152,7 +153,9 @@ async def _act(hosts: list[Host], opts: DeployOptions, args: argparse.Namespace)
     except Exception as exc:
         if not args.status:  # deploy cannot verify agents without NATS: touch no host
             raise ConnectionError(
-                f"NATS at {opts.settings.nats.url} unreachable, cannot verify agents: {exc}"
+                redact(
+                    f"NATS at {opts.settings.nats.url} unreachable, cannot verify agents: {exc}", opts.secrets
+                )
             ) from None
         nc = None
     try:

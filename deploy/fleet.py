@@ -14,9 +14,10 @@ from typing import Any, TextIO
 from nats.aio.client import Client
 
 from deploy.hosts import Host
-from deploy.plan import DeployOptions, redact
+from deploy.plan import DeployOptions
 from deploy.ssh import HostFailed, Node, SshOptions, explain, jump_connection
 from deploy.steps import HostResult
+from ranksight.redact import redact
 
 HostAction = Callable[[Node], Awaitable[HostResult]]
 

@@ -1,7 +1,7 @@
 """What deploy puts on a node, as pure functions: the layout, the agent config, the unit, the fingerprint, the plan.
 
 Nothing here does I/O on a node; :mod:`deploy.steps` runs it. Secrets live only in the agent config bytes (written 0600)
-and are stripped from every message by :func:`redact`.
+and are stripped from every message by :func:`ranksight.redact.redact`.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import tomli_w
 from deploy.hosts import Host
 from deploy.wheel import Wheel
 from ranksight.config import Settings
+from ranksight.redact import redact
 
 UNIT_NAME = "ranksight-agent.service"
 UNIT_TEMPLATE = Path(__file__).resolve().parent / "systemd" / UNIT_NAME
@@ -89,17 +90,6 @@ class Layout:
     @property
     def agent_bin(self) -> str:
         return posixpath.join(self.venv, "bin", "ranksight")
-
-
-def secrets_of(settings: Settings) -> tuple[str, ...]:
-    values = [settings.nats.password, settings.nats.token]
-    return tuple(v.get_secret_value() for v in values if v is not None and v.get_secret_value())
-
-
-def redact(text: str, secrets: tuple[str, ...]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
 
 
 # NATS settings that name a local file the agent needs: deploy uploads each (0600) and points the config at the copy.
@@ -190,7 +180,7 @@ def dry_run_plan(host: Host, options: DeployOptions) -> list[str]:
         f"create or reuse venv: {deploy.python} -m venv{venv_flags} ~/{deploy.remote_dir}/venv",
         f"pip install {pip + ' ' if pip else ''}the wheel",
         f"write ~/{deploy.remote_dir}/agent.toml (mode 0600): cluster {options.settings.cluster!r}, "
-        f"NATS {options.settings.nats.url}, node {host.name!r}",
+        f"NATS {redact(options.settings.nats.url)}, node {host.name!r}",
         f"start: systemd unit {UNIT_NAME} when systemd runs, else a user-level background agent",
         f"verify: the agent answers {options.settings.subject_prefix}.agent.<cluster>.<node>.status on NATS",
     ]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from ranksight.config import ConfigError, Settings, load_settings
+from ranksight.redact import redact_logs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -36,6 +37,7 @@ def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    redact_logs()
     return settings
 
 

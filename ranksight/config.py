@@ -16,7 +16,15 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
@@ -325,12 +333,53 @@ class QuerySettings(Section):
 
     sql_time_limit_s: float = Field(10.0, gt=0, description="a SQL query is interrupted after this")
     sql_max_rows: int = Field(10_000, ge=1, description="rows returned at most; beyond it truncated=true")
-    reader_threads: int = Field(4, ge=1, description="SQL queries that run at once, each on its own cursor")
+    reader_threads: int = Field(
+        4,
+        ge=2,
+        description="reader cursors: user SQL takes at most sql_max_concurrent, the built-in queries the rest",
+    )
+    sql_max_concurrent: int = Field(2, ge=1, description="user SQL queries that run at once")
+    sql_queue_wait_s: float = Field(
+        2.0, ge=0, description="a SQL query waits this long for a free slot, then is answered busy"
+    )
+    sql_memory_limit_bytes: int = Field(
+        1 << 30, ge=16 << 20, description="DuckDB memory for SQL queries; more fails with out of memory"
+    )
+    writer_memory_limit_bytes: int = Field(
+        256 << 20,
+        ge=16 << 20,
+        description="DuckDB memory for ingest and retention, added to DuckDB's memory_limit",
+    )
+    sql_threads: int = Field(2, ge=1, description="DuckDB worker threads (DuckDB's threads setting)")
+    sql_temp_max_bytes: int = Field(
+        4 << 30,
+        ge=0,
+        description="disk that spilling queries may use in <db file>.tmp (max_temp_directory_size)",
+    )
+    sql_max_generated: int = Field(
+        10_000_000,
+        ge=1,
+        description="elements that sized scalar functions (range(n), repeat(s, n), lpad...) may build in one query",
+    )
+    max_requests_in_flight: int = Field(
+        1000, ge=1, description="NATS API requests answered at once; more are answered busy"
+    )
+    page_ttl_s: float = Field(
+        60.0, gt=0, description="pages of an answer over the NATS max_payload are kept this long for `next`"
+    )
+    page_cache_bytes: int = Field(
+        256 << 20,
+        ge=1 << 20,
+        description="pages waiting to be asked for, all answers together (oldest dropped)",
+    )
     retention_interval_s: float = Field(
         3600, gt=0, description="how often history older than retention_days goes"
     )
     export_enabled: bool = Field(
         True, description="allow `ranksight export` to write Parquet on the aggregator host"
+    )
+    export_root: Path | None = Field(
+        None, description="export writes only under this folder; default <state_dir>/exports"
     )
     series_max_points: int = Field(
         1000, ge=2, description="time buckets per series answer at most (web page charts)"
@@ -341,6 +390,14 @@ class QuerySettings(Section):
     series_max_range_s: float = Field(
         7 * 86400, gt=0, description="the longest time range one series answer may cover"
     )
+
+    @model_validator(mode="after")
+    def _lane_for_builtin_queries(self) -> QuerySettings:
+        if self.sql_max_concurrent >= self.reader_threads:
+            raise ValueError(
+                "sql_max_concurrent must be below reader_threads: the built-in queries need a cursor too"
+            )
+        return self
 
 
 class ProbePlannerSettings(Section):
@@ -377,14 +434,30 @@ class ProbePlannerSettings(Section):
 class StragglerSettings(Section):
     """Online straggler analysis (design §6); the same engine as ``ranksight analyze inspector``."""
 
-    window_s: float = Field(10.0, gt=0, description="analysis window over the records' dump timestamps")
-    confirm_windows: int = Field(2, ge=1, description="consecutive windows a finding needs before it alerts")
-    retain_windows: int = Field(6, ge=2, description="windows of records kept in memory and re-analyzed")
+    window_s: float = Field(
+        6.0, gt=0, description="sliding evaluation horizon over the records' dump timestamps"
+    )
+    slice_s: float = Field(
+        0.5, gt=0, description="the hop: records are summed per slice, judged per completed slice"
+    )
+    confirm_windows: int = Field(
+        3, ge=1, description="most consecutive flagged evaluations a weak finding needs before it alerts"
+    )
+    evidence_z: float = Field(
+        12.0,
+        gt=0,
+        description="summed robust z-score that confirms a finding (a strong one confirms at once)",
+    )
+    retain_windows: int = Field(
+        6,
+        ge=2,
+        description="a cluster silent (by receipt time) this many windows is forgotten: its alerts resolve",
+    )
     evaluate_every_s: float = Field(
-        5.0, gt=0, description="how often the engine runs (on tick, never per message)"
+        2.0, gt=0, description="how often the engine runs (on tick, never per message)"
     )
     max_records: int = Field(
-        2_000_000, ge=1000, description="records kept in memory at most (oldest dropped)"
+        2_000_000, ge=1000, description="records queued for the engine at most (beyond: dropped and counted)"
     )
 
 
@@ -507,6 +580,17 @@ class HttpSettings(Section):
     sse_queue_size: int = Field(
         256, ge=1, description="events buffered per /events client; a slower one is dropped"
     )
+    max_connections: int = Field(
+        512,
+        ge=1,
+        description="open HTTP connections at most (/events streams included); more are closed at once",
+    )
+    header_timeout_s: float = Field(
+        10.0, gt=0, description="a new connection must send a complete request head within this"
+    )
+    idle_timeout_s: float = Field(
+        60.0, gt=0, description="a connection waiting for its next request is closed after this"
+    )
     metrics_max_series: int = Field(
         20_000,
         ge=1,
@@ -588,6 +672,9 @@ class Settings(BaseSettings):
 
     def db_path(self) -> Path:
         return self.aggregator.db_path or self.state_dir / "ranksight.duckdb"
+
+    def export_root(self) -> Path:
+        return self.aggregator.query.export_root or self.state_dir / "exports"
 
 
 def _explain(exc: ValidationError, origin: str) -> str:

@@ -17,6 +17,7 @@ from aggregator.runtime import Aggregator
 from ranksight.cliutil import EXIT_FAILED, add_config_flags, run_until_signalled, settings_from_args
 from ranksight.config import Settings
 from ranksight.natsserver import NatsServer, NatsServerError
+from ranksight.private import keep_private
 
 DEFAULT_NATS_PORT = 4222
 
@@ -51,7 +52,8 @@ def run(args: argparse.Namespace) -> int:
 def with_embedded_nats(command: str, settings: Settings, port: int,
                        main: Callable[[Settings, NatsServer, asyncio.Event], Coroutine[Any, Any, None]]) -> int:  # fmt: skip
     """Start the embedded nats-server on ``port`` (0: a free one), run ``main`` against it until SIGINT/SIGTERM sets
-    its stop event, then stop the server; exit 1 when the server cannot start."""
+    its stop event, then stop the server; exit 1 when the server cannot start. Everything it creates is private."""
+    keep_private(settings.state_dir)
     server = NatsServer(settings.state_dir / "nats", port=port)
     try:
         server.start()

@@ -1,4 +1,8 @@
-"""The one response shape of every query, on NATS and HTTP alike (datasette-style)."""
+"""The one response shape of every query, on NATS and HTTP alike (datasette-style).
+
+``next`` is set on a page of an answer too large for one NATS message: ask the same endpoint with ``{"next": token}``
+for the following page (see ``aggregator/api/paging.py``); null on the last or only page.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +17,7 @@ class ApiResponse(BaseModel):
     truncated: bool = False
     error: str | None = None
     meta: dict[str, Any] = {}
+    next: str | None = None
 
     @classmethod
     def success(

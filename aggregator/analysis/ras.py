@@ -14,6 +14,9 @@ from schemas.structs import to_builtins
 
 MISMATCH_PERSIST_POLLS = 3  # MISMATCH is routinely transient (ranks between two collectives)
 HANG_POLLS = 3  # polls in a row with all ranks RUNNING and no op count advancing
+LAG_POLLS = (
+    2  # polls in a row with the same ranks behind and nothing advancing: a hang with its culprits named
+)
 
 
 def cycle(job: JobState) -> str:
@@ -72,17 +75,31 @@ class CommMismatchRule:
 
 
 class CommHangRule:
+    """A communicator that stopped advancing with every rank RUNNING; when some ranks' op counts stay behind their
+    peers' (they never entered the collective the others wait in), it names them and their nodes, after
+    ``LAG_POLLS`` polls instead of ``HANG_POLLS``."""
+
     name = "comm_hang"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.live():
             for comm in job.comms.values():
-                if comm.stalled_polls >= HANG_POLLS:
-                    yield Condition(self.name, "critical", job.cluster,
-                                    f"job {job.job_id}: communicator {comm.hash} made no progress for "
-                                    f"{comm.stalled_polls} polls with all ranks RUNNING", job=job.job_id,
-                                    comm=comm.hash, evidence={"op_total": comm.op_total,
-                                                              "polls": comm.stalled_polls})  # fmt: skip
+                localized = comm.lag_polls >= LAG_POLLS and comm.rank_status.keys() <= {"RUNNING"}
+                if comm.stalled_polls < HANG_POLLS and not localized:
+                    continue
+                evidence: dict[str, object] = {"op_total": comm.op_total, "polls": comm.stalled_polls}
+                summary = (f"job {job.job_id}: communicator {comm.hash} made no progress for "
+                           f"{max(comm.stalled_polls, comm.lag_polls)} polls with all ranks RUNNING")  # fmt: skip
+                if comm.lagging:
+                    first = comm.lagging[0]
+                    ranks = ", ".join(f"rank {r.rank} ({r.host} pid {r.pid})" for r in comm.lagging[:4])
+                    summary += (f"; stuck in {first.collective} #{first.peers_count}: {ranks}"
+                                f"{' ...' if len(comm.lagging) > 4 else ''} never entered it "
+                                f"(count {first.count}, peers {first.peers_count})")  # fmt: skip
+                    evidence |= {"collective": first.collective, "lagging_ranks": [to_builtins(r) for r in comm.lagging],
+                                 "nodes": sorted({r.host for r in comm.lagging})}  # fmt: skip
+                yield Condition(self.name, "critical", job.cluster, summary, job=job.job_id, comm=comm.hash,
+                                evidence=evidence)  # fmt: skip
 
 
 class JobStartedRule:

@@ -1,24 +1,26 @@
-"""Online straggler analysis: a live-state tracker that keeps recent Inspector records and runs the one engine
-(:mod:`aggregator.analysis.stragglers`) on tick, and the ``straggler`` alert rule that reports its findings.
+"""Online straggler analysis: a live-state tracker that folds Inspector records into one incremental engine per
+cluster (:mod:`aggregator.analysis.stragglers`) and evaluates it on tick, and the ``straggler`` alert rule that reports
+its findings.
 
-Scoring happens every ``evaluate_every_s`` over the retained windows, never per message, so ingest stays fast; in the
-aggregator it runs on a worker thread (``background=True``) and its result is picked up by a later tick, so the event
-loop never waits for it. Records are kept by receipt time: when a job stops writing, its records age out and its alerts resolve. GPU and NIC samples of
-the same node are kept (latest per device) to corroborate each finding.
+Every record is folded in once (never re-analyzed); each evaluation judges the slices completed since the last one, a
+sliding ``window_s`` horizon with a ``slice_s`` hop. In the aggregator this runs on a worker thread (``background=True``)
+and its result is picked up by a later tick, so the event loop never waits for it: ``observe`` only queues records.
+A cluster whose records stop arriving (by receipt time) for ``retain_windows`` x ``window_s`` is forgotten and its
+alerts resolve. GPU and NIC samples of the same node are kept (latest per device) to corroborate each finding.
 """
 
 from __future__ import annotations
 
 import logging
 import statistics
-from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from aggregator.alerts import Condition
 from aggregator.analysis.gpu_probe import gpu_evidence
 from aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
+from aggregator.linkmap import link_tracker
 from aggregator.state import NS, LiveState
 from aggregator.timefmt import iso
 from ranksight.config import StragglerSettings
@@ -36,11 +38,19 @@ class ClusterFindings:
     evaluated_ns: int = 0
 
 
+def params_of(settings: StragglerSettings) -> StragglerParams:
+    return StragglerParams(window_s=settings.window_s, slice_s=settings.slice_s,
+                           confirm_windows=settings.confirm_windows, evidence_z=settings.evidence_z)  # fmt: skip
+
+
 class StragglerTracker:
     kinds = frozenset({"inspector", "gpu", "nic"})
 
     def __init__(self, settings: StragglerSettings | None = None) -> None:
-        self.records: deque[tuple[int, str, InspectorRecord]] = deque()
+        self.pending: list[tuple[str, InspectorRecord]] = []  # queued by observe, folded in on evaluation
+        self.dropped = 0  # records dropped because the queue was full (the worker fell behind)
+        self.engines: dict[str, StragglerEngine] = {}  # touched only by the evaluation (worker thread)
+        self.last_recv_ns: dict[str, int] = {}
         self._executor: ThreadPoolExecutor | None = None
         self._running: Future[dict[str, ClusterFindings]] | None = None
         self.configure(settings or StragglerSettings.model_validate({}))
@@ -55,12 +65,20 @@ class StragglerTracker:
         self.settings = settings
         if background and self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stragglers")
-        self.params = StragglerParams(window_s=settings.window_s, confirm_windows=settings.confirm_windows)
-        self.records = deque(self.records, maxlen=settings.max_records)
+        self.params = params_of(settings)
+
+    @property
+    def records(self) -> int:
+        """Records folded into the engines so far (the ones still queued are not counted)."""
+        return sum(engine.records for engine in self.engines.values())
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
         if env.kind == "inspector":
-            self.records.extend((recv_ns, env.cluster, rec) for rec in env.records)
+            room = self.settings.max_records - len(self.pending)
+            if room < len(env.records):
+                self.dropped += len(env.records) - max(room, 0)
+            self.pending.extend((env.cluster, rec) for rec in env.records[: max(room, 0)])
+            self.last_recv_ns[env.cluster] = recv_ns
         elif env.kind == "gpu":
             for gpu in env.records:
                 self.gpus[(env.cluster, env.node, gpu.index)] = gpu
@@ -76,23 +94,24 @@ class StragglerTracker:
             return
         self._last_eval_ns = now_ns
         horizon = now_ns - int(self.settings.retain_windows * self.settings.window_s * NS)
-        while self.records and self.records[0][0] < horizon:
-            self.records.popleft()
-        snapshot = list(self.records)
+        gone = {cluster for cluster, ns in self.last_recv_ns.items() if ns < horizon}
+        for cluster in gone:
+            del self.last_recv_ns[cluster]
+        batch, self.pending = self.pending, []
         # The first run (the replay at start) is inline: a rule evaluated before it would see no findings and
         # resolve alerts that are still true, then fire them again.
         first, self._evaluated_once = not self._evaluated_once, True
         if self._executor is None or first:
-            self._set_findings(self._analyze(snapshot, now_ns))
+            self._set_findings(self._evaluate(batch, gone, now_ns))
         else:
-            self._running = self._executor.submit(self._analyze, snapshot, now_ns)
+            self._running = self._executor.submit(self._evaluate, batch, gone, now_ns)
 
     def _set_findings(self, clusters: dict[str, ClusterFindings]) -> None:
         self.clusters = clusters
         for cluster, result in clusters.items():
             self._history += [{"evaluated_at": iso(result.evaluated_ns), "cluster": cluster,
                                "capture_model": result.capture_model, "records": result.records,
-                               **{k: v for k, v in f.as_dict().items() if k != "evidence"},
+                               **{k: v for k, v in f.as_dict().items() if k not in ("evidence", "slow_comms")},
                                "evidence": f.evidence} for f in result.findings]  # fmt: skip
 
     def take_history(self) -> list[dict[str, object]]:
@@ -100,26 +119,27 @@ class StragglerTracker:
         rows, self._history = self._history, []
         return rows
 
-    def _analyze(
-        self, records: list[tuple[int, str, InspectorRecord]], now_ns: int
+    def _evaluate(
+        self, batch: list[tuple[str, InspectorRecord]], gone: set[str], now_ns: int
     ) -> dict[str, ClusterFindings]:
-        engines: dict[str, StragglerEngine] = {}
-        for _, cluster, rec in records:
-            engine = engines.get(cluster)
+        for cluster in gone:
+            self.engines.pop(cluster, None)
+        for cluster, rec in batch:
+            engine = self.engines.get(cluster)
             if engine is None:
-                engine = engines[cluster] = StragglerEngine(self.params)
+                engine = self.engines[cluster] = StragglerEngine(self.params)
             engine.add(rec)
         out = {}
-        for cluster, engine in engines.items():
+        for cluster, engine in self.engines.items():
             try:
-                result = engine.analyze()
+                findings = engine.evaluate()
             except Exception:  # a bug or an input we did not foresee must never stop the aggregator's ticks
                 log.exception(
                     "straggler analysis of cluster %s failed; keeping its previous findings", cluster
                 )
                 out[cluster] = self.clusters.get(cluster, ClusterFindings(evaluated_ns=now_ns))
                 continue
-            out[cluster] = ClusterFindings(result.stragglers, result.records, result.capture_model, now_ns)
+            out[cluster] = ClusterFindings(findings, engine.records, engine.capture_model, now_ns)
         return out
 
     def corroboration(self, cluster: str, hostname: str) -> list[str]:
@@ -130,15 +150,52 @@ class StragglerTracker:
         for index, gpu in sorted(mine.items()):
             if gpu.throttled:
                 notes.append(f"GPU {index} throttled ({', '.join(gpu.throttle_reasons) or 'reason unknown'})")
-        clocks = [g.sclk_hz for g in gpus.values() if g.sclk_hz]
-        if len(clocks) >= 3:
-            typical = statistics.median(clocks)
-            notes += [f"GPU {i} clock {g.sclk_hz / 1e6:.0f} MHz vs {typical / 1e6:.0f} MHz typical"
-                      for i, g in sorted(mine.items()) if g.sclk_hz and g.sclk_hz < 0.9 * typical]  # fmt: skip
+            if gpu.ecc_uncorrectable:
+                notes.append(f"GPU {index} has {gpu.ecc_uncorrectable} uncorrectable ECC errors")
+        for what, unit, scale, get in _GPU_GAUGES:
+            values = [v for g in gpus.values() if (v := get(g))]
+            if len(values) < 3:
+                continue
+            typical = statistics.median(values)
+            notes += [f"GPU {i} {what} {v / scale:.0f} {unit} vs {typical / scale:.0f} {unit} typical"
+                      for i, g in sorted(mine.items()) if (v := get(g)) and abs(v - typical) > 0.1 * typical]  # fmt: skip
+        speeds = [n.speed_bps for (c, _, _), n in self.nics.items() if c == cluster and n.speed_bps]
+        typical_speed = statistics.median(speeds) if speeds else None
         for (c, node, name), nic in sorted(self.nics.items()):
-            if c == cluster and node == hostname and nic.state and nic.state.upper() not in ("ACTIVE", "UP"):
+            if c != cluster or node != hostname:
+                continue
+            if nic.state and nic.state.upper() not in ("ACTIVE", "UP"):
                 notes.append(f"NIC {name} is {nic.state}")
+            if nic.errors_per_s:
+                notes.append(f"NIC {name} errors rising ({nic.errors_per_s:.1f}/s)")
+            if nic.congestion_per_s:
+                notes.append(f"NIC {name} congestion (CNP/ECN {nic.congestion_per_s:.0f}/s)")
+            if nic.link_flaps:
+                notes.append(f"NIC {name} link flapped {nic.link_flaps}x")
+            if typical_speed and nic.speed_bps and nic.speed_bps < 0.9 * typical_speed:
+                notes.append(
+                    f"NIC {name} rate {nic.speed_bps / 1e9:.0f} Gb/s vs {typical_speed / 1e9:.0f} Gb/s typical"
+                )
         return notes
+
+
+_GPU_GAUGES: list[tuple[str, str, float, Callable[[GpuRecord], float | None]]] = [
+    ("clock", "MHz", 1e6, lambda g: g.sclk_hz),
+    ("power", "W", 1.0, lambda g: g.power_w),
+    ("junction temperature", "C", 1.0, lambda g: g.temperature_junction_c),
+]
+
+
+def _link_notes(state: LiveState, cluster: str, hostname: str) -> list[str]:
+    """Active link probes from or to the node that measured below their peers' median."""
+    links = [link for link in link_tracker(state).links.values() if link.cluster == cluster and link.fresh]
+    speeds = [v for link in links if (v := link.record.download_bps)]
+    if len(speeds) < 3:
+        return []
+    typical = statistics.median(speeds)
+    return [f"link probe {link.src} -> {link.dst}: {v / 1e9:.1f} Gbit/s vs {typical / 1e9:.1f} typical"
+            for link in links if hostname in (link.src, link.dst) and (v := link.record.download_bps)
+            and v < 0.7 * typical]  # fmt: skip
 
 
 class StragglerRule:
@@ -151,7 +208,8 @@ class StragglerRule:
                 notes = tracker.corroboration(cluster, f.hostname)
                 notes += [f"GPU {g['gpu']} active probe: {x['metric']} {x.get('drop', 0):.0%} below its {x.get('basis')}"
                           for g in gpu_evidence(state, cluster, f.hostname) for x in g["findings"]]  # fmt: skip
-                where = f"{f.hostname}" + (f" pid {f.pid}" if f.pid is not None else "")
+                if f.kind == "communication":
+                    notes += _link_notes(state, cluster, f.hostname)
                 yield Condition(
                     rule=self.name,
                     severity="warning" if f.slowdown < 1.5 else "critical",
@@ -159,6 +217,19 @@ class StragglerRule:
                     node=f.hostname,
                     key=f"{f.kind}:{f.pid}",  # comm and rank stay in the evidence: the fingerprint must not move
                     entity=f"pid {f.pid}" if f.pid is not None else "node",
-                    summary=f"{f.kind} straggler on {where}: collectives {f.slowdown:.2f}x slower",
+                    summary=summary(f, notes),
                     evidence={**f.as_dict(), "corroboration": notes},
                 )
+
+
+def summary(f: Finding, notes: list[str]) -> str:
+    """One line: who, how much, what it costs, and the corroborating signals."""
+    where = f"{f.hostname}" + (f" pid {f.pid}" if f.pid is not None else "")
+    if f.kind == "communication":
+        text = f"communication straggler on {where}: {len(f.comms)} cross-node comms transfer {f.slowdown:.2f}x slower"
+    else:
+        text = f"compute straggler on {where}: collectives {f.slowdown:.2f}x slower, costs {f.cost:.0%} of job time"
+        if f.duty_cycle < 0.75:
+            text += f" (intermittent: {f.burst_slowdown:.2f}x in bursts, {f.duty_cycle:.0%} of the time)"
+    text += f"; lateness {f.z:.0f} robust sd"
+    return text + (f"; {'; '.join(notes[:3])}" if notes else "")

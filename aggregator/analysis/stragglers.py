@@ -1,56 +1,67 @@
-"""The one straggler engine (design §6): pure, used online by the aggregator and offline by ``ranksight analyze``.
+"""The one straggler engine (design §6): pure, incremental, used online by the aggregator and offline by
+``ranksight analyze``.
 
 Why not "the rank with the lowest bandwidth": a rank's ``exec_time`` includes its wait for the last rank to arrive, so a
 late rank (compute straggler) shows the *shortest* time of its group while its peers look slow.
 
-Method, over time windows of ``dump_ts_us``:
+Inputs are per-slice aggregates (``slice_s`` of dump time): per (comm, coll, size, rank) the count, sum and minimum of
+exec times, and per (comm, coll) the span of ``coll_sn`` seen. Records are folded into them once (:meth:`add`), so the
+engine never re-reads a record; per-window summaries made on the agent would feed the same aggregates.
 
-1. Observations compare like with like. Ring model: one observation per operation ``(comm, coll, coll_sn)`` (size is
-   part of the key). Sampled model (``coll_sn`` has gaps): one observation per ``(comm, coll, size)`` and window, each
-   rank represented by the median of its samples.
-2. Compute: in each observation a rank's lateness is ``(median - own) / spread`` (spread = 1.4826 x MAD, floored at a
-   fraction of the median so that a quiet group does not turn microseconds into big scores), clipped so that one spike
-   cannot dominate. A rank whose mean lateness in a window passes ``z_threshold`` is flagged in that window.
-3. Communication: the transfer time of an observation is its shortest exec time (the last arriver waits for nobody).
-   A cross-node comm whose transfer time is well above comms of the same shape, or above its own history, is slow in
-   that window; the nodes common to the slow comms and not to the fast ones (greedy cover) are the culprits. Processes
-   in a slow comm are not called compute stragglers in that window: their lateness is explained by the slow comm.
-4. Confirmation: a finding needs ``confirm_windows`` consecutive flagged windows, so warm-up and noise raise nothing.
-   A host where most processes are compute stragglers is reported once, as a node (``pid`` None).
-
-The slowdown factor is what the finding costs: for compute, the step period over the period minus the time the peers
-wait for the late rank per step (the op rate of a comm gives its step period, in both capture models); for
-communication, the slow comms' transfer time over the reference.
+1. Compute. Every process runs the same steps, so over a stretch of time its time *outside* collectives (its compute
+   share, ``1 - sum(exec time x op rate)``) is its own compute: a victim's waits and a slow link's transfers show up
+   inside its collectives, not outside them. A process whose compute share is well above the job's median is a compute
+   straggler; the ratio is its slowdown (its compute between collectives against its peers'), the difference the share
+   of the job's time it costs. Propagation cannot create one: a late rank's victims have *less* time outside collectives.
+   Ring records give exact op counts; sampled records give the mean exec time of each (comm, coll, rank) and the op rate
+   from the ``coll_sn`` span, in both cases per process and time window.
+2. Communication. The transfer time of a comm is its shortest exec time (the last arriver waits for nobody), turned
+   into bus bandwidth. A cross-node comm whose bandwidth is well below comms of the same shape, or its own best in the
+   retained past, is slow; the nodes common to the slow comms and absent from the fast ones are the culprits.
+3. Sliding evaluation. Every completed slice, the last ``window_s`` of slices is judged. A candidate is confirmed by
+   the strength of its evidence: the robust z-scores of consecutive flagged evaluations add up to ``evidence_z`` (a
+   strong straggler confirms at once, a weak one within ``confirm_windows`` evaluations); it resolves when it is no
+   longer flagged. A rank slow in bursts shows as slices with and without excess: its duty cycle, burst slowdown and
+   average cost are reported.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agent.collectors.inspector.parse import bandwidths_gbs
 from schemas.records import InspectorRecord
 
 Kind = Literal["compute", "communication"]
 Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a process is not
+AggKey = tuple[str, str, int, int]  # (comm, coll, size, rank)
+SpanKey = tuple[str, str, int]  # (comm, coll, rank): coll_sn counts per collective type (p2p_sn per process)
 
 
 @dataclass(frozen=True)
 class StragglerParams:
-    window_s: float = 10.0
-    confirm_windows: int = 2
-    z_threshold: float = 2.0
-    # Sampled records pool different operations (step-to-step jitter, intermittent delays), so there a rank is
-    # judged by how often it is among the fastest decile of its comm's samples: a binomial z-score against 10%.
-    z_threshold_sampled: float = 3.0
-    z_clip: float = 6.0
-    spread_floor: float = 0.02  # fraction of the group median
-    min_group: int = 3  # ranks needed to judge one against the others
-    min_obs: int = 3  # observations of a rank in a window before it can be flagged
+    window_s: float = 6.0  # sliding evaluation horizon
+    slice_s: float = 0.5  # the hop: a new evaluation per completed slice
+    confirm_windows: int = 3  # most consecutive flagged evaluations a weak finding needs
+    evidence_z: float = 12.0  # summed robust z that confirms a finding
+    z_threshold: float = 4.0
+    min_excess: float = 0.05  # compute share above the job's median (as a ratio) to flag a process
+    min_cost: float = 0.02  # share of the job's time a compute finding must cost
+    spread_floor: float = 0.01  # fraction of the median compute share
+    min_ops: int = (
+        20  # ops of a process in the horizon before it is judged (a one-step hiccup is not a trend)
+    )
+    min_group: int = 4  # processes of a job needed to judge one against the others
+    min_steps: float = 3.0  # steps the excess must span (with long steps, one hiccup fills several slices)
+    min_window_steps: float = 60.0  # steps the horizon must hold (long steps stretch it beyond window_s)
     comm_slow_ratio: float = 1.3
     node_share: float = 0.5  # share of a host's processes flagged before the host itself is reported
+    retain_slices: int = 120  # slices kept for history (own-best bandwidth of each comm)
 
 
 @dataclass
@@ -65,6 +76,16 @@ class Finding:
     evidence: str
     first_ts_us: int = 0
     last_ts_us: int = 0
+    cost: float = 0.0  # share of the job's time lost to this finding
+    duty_cycle: float = 1.0  # share of the time the fault is active (intermittent < 1)
+    burst_slowdown: float = 1.0
+    z: float = 0.0
+    comms: list[dict[str, object]] = field(default_factory=list)  # communication: slow comms with their times
+    nodes: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[str, int | None, Kind]:
+        return self.hostname, self.pid, self.kind
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -76,6 +97,11 @@ class Finding:
             "slowdown": round(self.slowdown, 3),
             "confidence": round(self.confidence, 3),
             "evidence": self.evidence,
+            "cost": round(self.cost, 4),
+            "duty_cycle": round(self.duty_cycle, 3),
+            "burst_slowdown": round(self.burst_slowdown, 3),
+            "lateness_z": round(self.z, 1),
+            "slow_comms": self.comms,
         }
 
 
@@ -101,6 +127,7 @@ class Analysis:
 @dataclass
 class _Comm:
     label: str  # comm_name when the plugin gives one, else the hash id
+    op_bytes: dict[tuple[str, int], float] = field(default_factory=dict)  # (coll, size) -> bus bytes per rank
     members: dict[int, Proc] = field(default_factory=dict)
 
     @property
@@ -108,45 +135,92 @@ class _Comm:
         return {host for host, _ in self.members.values()}
 
 
+class _Agg:
+    """Exec times of one (comm, coll, size, rank) in one slice."""
+
+    __slots__ = ("low", "n", "total")
+
+    def __init__(self) -> None:
+        self.n, self.total, self.low = 0, 0.0, math.inf
+
+    def add(self, t: float) -> None:
+        self.n += 1
+        self.total += t
+        self.low = min(self.low, t)
+
+
+class _Span:
+    """``coll_sn`` range of one (comm, coll) in one slice, with the dump times that bound it."""
+
+    __slots__ = ("hi", "hi_ts", "lo", "lo_ts")
+
+    def __init__(self, sn: int, ts: int) -> None:
+        self.lo = self.hi = sn
+        self.lo_ts = self.hi_ts = ts
+
+    def add(self, sn: int, ts: int) -> None:
+        if sn < self.lo or (sn == self.lo and ts < self.lo_ts):
+            self.lo, self.lo_ts = sn, ts
+        if sn > self.hi or (sn == self.hi and ts < self.hi_ts):
+            self.hi, self.hi_ts = sn, ts
+
+
 @dataclass
-class _RankWindow:
-    z_sum: float = 0.0
-    n: int = 0
-    delays: list[float] = field(default_factory=list)  # µs the peers waited for this rank, when flagged
-    threshold: float = 0.0
-    sampled: bool = False
-    fastest: int = 0  # sampled model: samples in the fastest decile of the comm
-
-    @property
-    def late(self) -> float:
-        if not self.n:
-            return 0.0
-        if self.sampled:
-            return (self.fastest - 0.1 * self.n) / (0.09 * self.n) ** 0.5
-        return self.z_sum / self.n
+class _Slice:
+    aggs: dict[AggKey, _Agg] = field(default_factory=dict)
+    spans: dict[SpanKey, _Span] = field(default_factory=dict)
 
 
-class _Collector:
-    """Accumulates records into observations; nothing is judged until :meth:`analyze`."""
+@dataclass
+class _Candidate:
+    """A finding being confirmed: evidence added per consecutive flagged evaluation."""
 
-    def __init__(self, params: StragglerParams) -> None:
-        self.p = params
-        self.window_us = max(1, int(params.window_s * 1e6))
-        self.records = 0
-        self.ring = self.sampled = 0
+    finding: Finding
+    evidence: float = 0.0
+    evals: int = 0
+    confirmed: bool = False
+    flagged_evals: int = 0
+    seen_evals: int = 0
+    slowdowns: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _ProcShare:
+    share: float
+    ops: int
+    slices: list[float]  # compute share per slice of the horizon
+    step_rate: float  # steps per µs: the rate of its most frequent collective
+
+
+def _robust(values: list[float], floor: float) -> tuple[float, float]:
+    med = statistics.median(values)
+    mad = statistics.median(abs(v - med) for v in values)
+    return med, max(1.4826 * mad, floor)
+
+
+class StragglerEngine:
+    """Feed records with :meth:`add`; :meth:`evaluate` judges every slice completed since the last call (online);
+    :meth:`analyze` does that to the end and lists every finding confirmed on the way (offline). Holds no clock and does
+    no I/O."""
+
+    def __init__(self, params: StragglerParams | None = None) -> None:
+        self.params = p = params or StragglerParams()
+        self.slice_us = max(1, int(p.slice_s * 1e6))
+        self.horizon = max(1, round(p.window_s / p.slice_s))
+        self.records = self.ring = self.sampled = self.bw_mismatches = 0
         self.comms: dict[str, _Comm] = {}
-        # ring: (comm, op, size, sn) -> [(rank, exec_us, dump_ts_us)]
-        self.ops: dict[tuple[str, str, int, int], list[tuple[int, float, int]]] = defaultdict(list)
-        # sampled: (comm, op, size, window) -> rank -> [exec_us]
-        self.samples: dict[tuple[str, str, int, int], dict[int, list[float]]] = defaultdict(
-            lambda: defaultdict(list)
-        )
-        self.p2p_ops: set[tuple[str, int, str, int]] = set()
-        self.sampled_ops: set[tuple[str, str, int]] = set()
-        self.bw_mismatches = 0
-        # (comm, op, window) -> [lowest sn, highest sn]: the op rate gives the step period (both capture models)
-        self.sn_span: dict[tuple[str, str, int], list[int]] = {}
+        self.slices: dict[int, _Slice] = {}
+        self.proc_last: dict[Proc, int] = {}  # latest dump time of each process (µs)
+        self.evaluated: int | None = None  # last slice judged
+        self.candidates: dict[tuple[str, int | None, Kind], _Candidate] = {}
+        self.history: list[Finding] = []  # confirmed findings that resolved
+        self._ops: set[tuple[str, str, int]] = set()
+        self._best_bw: dict[tuple[str, str, int], float] = {}  # own best bus bandwidth per (comm, coll, size)
+        self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
+        self._horizon_now = self.horizon  # slices judged, stretched for long steps
+        self._late_from: int | None = None  # earliest judged slice that received records since
 
+    # -- input ----------------------------------------------------------------------------------------------------
     def add(self, rec: InspectorRecord) -> None:
         self.records += 1
         if rec.capture_model == "ring":
@@ -157,47 +231,43 @@ class _Collector:
         comm = self.comms.get(rec.comm_id)
         if comm is None:
             comm = self.comms[rec.comm_id] = _Comm(rec.comm_name or rec.comm_id)
-        comm.members[rec.rank] = (rec.hostname, rec.pid)
-        if rec.op_kind == "p2p":  # p2p_sn is per process: not comparable across ranks
-            self.p2p_ops.add((rec.comm_id, rec.rank, rec.op, rec.sn))
-            return
+        proc = (rec.hostname, rec.pid)
+        comm.members[rec.rank] = proc
+        if rec.dump_ts_us > self.proc_last.get(proc, 0):
+            self.proc_last[proc] = rec.dump_ts_us
         if rec.exec_time_us is None or rec.exec_time_us <= 0:
             return
-        span_key = (rec.comm_id, rec.op, rec.dump_ts_us // self.window_us)
-        span = self.sn_span.get(span_key)
+        index = rec.dump_ts_us // self.slice_us
+        if self.evaluated is not None and index <= self.evaluated - max(
+            self.params.retain_slices, 2 * self._horizon_now
+        ):
+            return  # far older than what is judged now: nothing to add it to
+        if self.evaluated is not None and index <= self.evaluated:  # a process catching up: judge it again
+            self._late_from = index if self._late_from is None else min(self._late_from, index)
+        sl = self.slices.get(index)
+        if sl is None:
+            sl = self.slices[index] = _Slice()
+        p2p = rec.op_kind == "p2p"
+        span_key = (rec.comm_id, rec.op, rec.rank)  # each rank's own samples: one dump-thread phase
+        span = sl.spans.get(span_key)
         if span is None:
-            self.sn_span[span_key] = [rec.sn, rec.sn]
+            sl.spans[span_key] = _Span(rec.sn, rec.dump_ts_us)
         else:
-            span[0], span[1] = min(span[0], rec.sn), max(span[1], rec.sn)
-        if rec.capture_model == "ring":
-            self.ops[(rec.comm_id, rec.op, rec.msg_size_bytes, rec.sn)].append(
-                (rec.rank, rec.exec_time_us, rec.dump_ts_us)
-            )
-        else:
-            window = rec.dump_ts_us // self.window_us
-            self.sampled_ops.add((rec.comm_id, rec.op, rec.sn))
-            self.samples[(rec.comm_id, rec.op, rec.msg_size_bytes, window)][rec.rank].append(rec.exec_time_us)
+            span.add(rec.sn, rec.dump_ts_us)
+        self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
+        key = (rec.comm_id, rec.op, rec.msg_size_bytes, rec.rank)
+        agg = sl.aggs.get(key)
+        if agg is None:
+            agg = sl.aggs[key] = _Agg()
+            if not p2p and (rec.op, rec.msg_size_bytes) not in comm.op_bytes:
+                one_second = bandwidths_gbs(rec.op, rec.n_ranks, rec.msg_size_bytes, 1e6)
+                comm.op_bytes[(rec.op, rec.msg_size_bytes)] = one_second[1] * 1e9 if one_second else 0.0
+        agg.add(rec.exec_time_us)
 
-    def observations(self) -> Iterable[tuple[int, str, str, int, dict[int, list[float]], bool]]:
-        """(window, comm, op, size, rank -> exec times, sampled?) for every comparable group: one operation (ring
-        model), or every sample of one (comm, coll, size) in a window (sampled model)."""
-        for (comm, op, size, _sn), entries in self.ops.items():
-            window = min(e[2] for e in entries) // self.window_us
-            yield window, comm, op, size, {rank: [t] for rank, t, _ in entries}, False
-        for (comm, op, size, window), per_rank in self.samples.items():
-            yield window, comm, op, size, per_rank, True
-
-    @property
-    def operations(self) -> int:
-        return len(self.ops) + len(self.p2p_ops) + len(self.sampled_ops)
-
-    def periods_us(self) -> dict[str, float]:
-        """Median interval between consecutive ops of each comm (one op per step per comm in most jobs)."""
-        per_comm: dict[str, list[float]] = defaultdict(list)
-        for (comm, _op, _window), (lo, hi) in self.sn_span.items():
-            if hi > lo:
-                per_comm[comm].append(self.window_us / (hi - lo + 1))
-        return {comm: statistics.median(v) for comm, v in per_comm.items()}
+    def extend(self, records: Iterable[InspectorRecord]) -> StragglerEngine:
+        for rec in records:
+            self.add(rec)
+        return self
 
     @property
     def capture_model(self) -> Literal["ring", "sampled", "mixed"]:
@@ -205,117 +275,345 @@ class _Collector:
             return "mixed"
         return "ring" if self.ring else "sampled"
 
+    # -- evaluation -----------------------------------------------------------------------------------------------
+    def complete_slice(self, final: bool = False) -> int | None:
+        """The newest slice every live process has written past (``final``: the newest slice there is)."""
+        if not self.slices:
+            return None
+        if final:
+            return max(self.slices)
+        newest = max(self.proc_last.values())
+        live = [ts for ts in self.proc_last.values() if ts >= newest - 2 * self.horizon * self.slice_us]
+        return min(live) // self.slice_us - 1
 
-def _robust(values: list[float], floor_frac: float) -> tuple[float, float]:
-    med = statistics.median(values)
-    mad = statistics.median(abs(v - med) for v in values)
-    return med, max(1.4826 * mad, floor_frac * med, 1.0)
+    def evaluate(self, final: bool = False) -> list[Finding]:
+        """Judge every slice completed since the last call; the findings confirmed and active now."""
+        last = self.complete_slice(final)
+        if last is not None:
+            first = min(self.slices) if self.evaluated is None else self.evaluated + 1
+            if self._late_from is not None:
+                first, self._late_from = min(first, self._late_from), None
+            if not final:  # online catch-up after a gap: the recent past is what alerts are about
+                first = max(first, last - 4 * self.horizon)
+            for index in range(first, last + 1):
+                self._judge(index)
+                self.evaluated = index
+            keep = max(self.params.retain_slices, 2 * self._horizon_now)
+            for old in [i for i in self.slices if i <= last - keep]:
+                del self.slices[old]
+        return self.active()
 
-
-def _consecutive_runs(windows: list[int]) -> int:
-    """Length of the longest run of consecutive window indices."""
-    best = run = 0
-    prev = None
-    for w in sorted(windows):
-        run = run + 1 if prev is not None and w == prev + 1 else 1
-        best, prev = max(best, run), w
-    return best
-
-
-class StragglerEngine:
-    """Feed records with :meth:`add`, then :meth:`analyze`. One instance per analysis (offline) or per tick window
-    set (online); holds no clock and does no I/O."""
-
-    def __init__(self, params: StragglerParams | None = None) -> None:
-        self.params = params or StragglerParams()
-        self._c = _Collector(self.params)
-
-    def add(self, rec: InspectorRecord) -> None:
-        self._c.add(rec)
-
-    def extend(self, records: Iterable[InspectorRecord]) -> StragglerEngine:
-        for rec in records:
-            self._c.add(rec)
-        return self
+    def active(self) -> list[Finding]:
+        return _ranked([c.finding for c in self.candidates.values() if c.confirmed])
 
     def analyze(self) -> Analysis:
-        c, p = self._c, self.params
-        rank_windows: dict[tuple[int, str, int], _RankWindow] = defaultdict(_RankWindow)
-        transfer: dict[tuple[int, str, str, int], list[float]] = defaultdict(list)
-        for window, comm, op, size, per_rank, sampled in c.observations():
-            threshold = p.z_threshold_sampled if sampled else p.z_threshold
-            pooled = [t for ts in per_rank.values() for t in ts]
-            # the transfer time: the last rank to arrive waits for nobody, so its time is the shortest
-            transfer[(window, comm, op, size)].append(min(pooled))
-            if len(per_rank) < p.min_group:
-                continue
-            med, spread = _robust(pooled, p.spread_floor)
-            fast_decile = sorted(pooled)[len(pooled) // 10] if sampled else 0.0
-            for rank, ts in per_rank.items():
-                rw = rank_windows[(window, comm, rank)]
-                rw.threshold, rw.sampled = threshold, sampled
-                for t in ts:
-                    rw.z_sum += max(-p.z_clip, min(p.z_clip, (med - t) / spread))
-                    rw.n += 1
-                    if sampled and t <= fast_decile:
-                        rw.fastest += 1
-                        rw.delays.append(med - t)
-                    elif not sampled and (med - t) / spread >= threshold:
-                        rw.delays.append(med - t)
-        slow_comms, node_flags = self._communication(transfer)
-        findings = self._compute_findings(rank_windows, slow_comms)
-        findings += self._communication_findings(node_flags)
-        for f in findings:  # window indices -> time span
-            f.first_ts_us, f.last_ts_us = f.first_ts_us * c.window_us, (f.last_ts_us + 1) * c.window_us
-        findings.sort(key=lambda f: (-f.confidence * f.slowdown, f.hostname, f.pid or 0))
-        return Analysis(c.records, c.operations, c.capture_model, findings, bw_mismatches=c.bw_mismatches)
+        """Offline: judge every slice; every finding confirmed at some point, merged per culprit."""
+        self.evaluate(final=True)
+        merged: dict[tuple[str, int | None, Kind], Finding] = {}
+        for f in [*self.history, *self.active()]:
+            prev = merged.get(f.key)
+            if prev is None or f.z > prev.z:
+                if prev is not None:
+                    f.first_ts_us = min(f.first_ts_us, prev.first_ts_us)
+                    f.last_ts_us = max(f.last_ts_us, prev.last_ts_us)
+                merged[f.key] = f
+            else:
+                prev.first_ts_us = min(f.first_ts_us, prev.first_ts_us)
+                prev.last_ts_us = max(f.last_ts_us, prev.last_ts_us)
+        findings = _ranked(list(merged.values()))
+        ops = len(self._ops)
+        return Analysis(self.records, ops, self.capture_model, findings, bw_mismatches=self.bw_mismatches)
 
-    # -- communication ------------------------------------------------------------------------------------------
-    def _communication(
-        self, transfer: dict[tuple[int, str, str, int], list[float]]
-    ) -> tuple[dict[int, set[str]], dict[str, dict[int, tuple[float, list[str]]]]]:
-        """Slow comms per window, and per culprit node: window -> (slowdown, slow comm labels)."""
-        c, p = self._c, self.params
-        value = {key: statistics.median(v) for key, v in transfer.items()}
-        by_shape: dict[tuple[int, str, int, int, int], list[tuple[str, float]]] = defaultdict(list)
-        history: dict[tuple[str, str, int], list[tuple[int, float]]] = defaultdict(list)
-        for (window, comm, op, size), t in value.items():
-            info = c.comms[comm]
-            if len(info.hosts) < 2:
+    def _judge(self, index: int) -> None:
+        # long steps stretch the horizon to ``min_window_steps`` steps: a few ops would give no stable share
+        steps_per_slice = self._step_rate * self.slice_us
+        horizon = self.horizon
+        if steps_per_slice > 0:
+            horizon = max(
+                horizon, min(20 * horizon, math.ceil(self.params.min_window_steps / steps_per_slice))
+            )
+        self._horizon_now = horizon
+        # slices with no record are time too (long ops complete less often than a slice): kept, empty
+        first = max(index - horizon + 1, min(self.slices))
+        window = [self.slices.get(i) or _Slice() for i in range(first, index + 1)]
+        if not window:
+            return
+        # first seen: the slice whose evaluation first flagged it (its horizon reaches further back, into healthy time)
+        start_us, end_us = index * self.slice_us, (index + 1) * self.slice_us
+        flagged = self._compute(window) + self._communication(window, index)
+        seen = set()
+        for f in flagged:
+            f.first_ts_us, f.last_ts_us = start_us, end_us
+            seen.add(f.key)
+            cand = self.candidates.get(f.key)
+            if cand is None:
+                cand = self.candidates[f.key] = _Candidate(f)
+            cand.evals += 1
+            cand.evidence += f.z
+            cand.slowdowns.append(f.slowdown)
+            f.first_ts_us = cand.finding.first_ts_us
+            cand.finding = f
+            needed = min(self.params.confirm_windows, math.ceil(self.params.evidence_z / max(f.z, 1e-9)))
+            if cand.evals >= needed:
+                cand.confirmed = True
+            cand.flagged_evals += 1
+        for key, cand in list(self.candidates.items()):
+            cand.seen_evals += 1
+            cand.finding.confidence = cand.flagged_evals / cand.seen_evals
+            if key not in seen:
+                del self.candidates[key]
+                if cand.confirmed:
+                    self.history.append(cand.finding)
+
+    # -- compute --------------------------------------------------------------------------------------------------
+    def _shares(self, window: list[_Slice]) -> dict[Proc, _ProcShare]:
+        """Each process's share of the horizon spent outside collectives, overall and per slice."""
+        p = self.params
+        spans: dict[SpanKey, list[float]] = {}  # sn lo, its ts, sn hi, its ts
+        for sl in window:
+            for key, s in sl.spans.items():
+                got = spans.get(key)
+                if got is None:
+                    spans[key] = [s.lo, s.lo_ts, s.hi, s.hi_ts]
+                else:
+                    if s.lo < got[0]:
+                        got[0], got[1] = s.lo, s.lo_ts
+                    if s.hi > got[2]:
+                        got[2], got[3] = s.hi, s.hi_ts
+        duration = len(window) * p.slice_s * 1e6
+        sampled = self.sampled > self.ring
+        rates: dict[SpanKey, float] = {}  # ops per µs
+        comm_rates: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for key, (lo, lo_ts, hi, hi_ts) in spans.items():
+            if not sampled:
+                rates[key] = (hi - lo + 1) / duration  # every op is there
+            elif hi_ts > lo_ts and hi > lo:
+                comm_rates[key[:2]].append((hi - lo) / (hi_ts - lo_ts))
+        # sampled: each rank's rate is off by up to one op over the horizon, differently per rank: average them
+        mean_rate = {key: statistics.fmean(v) for key, v in comm_rates.items()}
+        busy: dict[Proc, float] = defaultdict(float)
+        ops: dict[Proc, int] = defaultdict(int)
+        step_rate: dict[Proc, float] = defaultdict(float)
+        per_slice: dict[Proc, list[float]] = defaultdict(lambda: [0.0] * len(window))
+        totals: dict[AggKey, list[float]] = {}
+
+        def rate_of(comm: str, op: str, rank: int) -> float:
+            return mean_rate.get((comm, op), 0.0) if sampled else rates.get((comm, op, rank), 0.0)
+
+        for i, sl in enumerate(window):
+            for agg_key, agg in sl.aggs.items():
+                acc = totals.get(agg_key)
+                if acc is None:
+                    totals[agg_key] = [agg.n, agg.total]
+                else:
+                    acc[0] += agg.n
+                    acc[1] += agg.total
+                comm, op, _size, rank = agg_key
+                proc = self.comms[comm].members[rank]
+                span_rate = rate_of(comm, op, rank)
+                # per slice: ring counts its own ops, sampled uses the horizon's rate
+                if sampled:
+                    per_slice[proc][i] += agg.total / agg.n * span_rate * (p.slice_s * 1e6)
+                else:
+                    per_slice[proc][i] += agg.total
+        for (comm, op, _size, rank), (n, total) in totals.items():
+            proc = self.comms[comm].members[rank]
+            rate = rate_of(comm, op, rank)
+            busy[proc] += total / n * rate * duration if sampled else total
+            ops[proc] += int(n)
+            step_rate[proc] = max(step_rate[proc], rate)
+        slice_us = p.slice_s * 1e6
+        return {
+            proc: _ProcShare(
+                1 - b / duration, ops[proc], [1 - x / slice_us for x in per_slice[proc]], step_rate[proc]
+            )
+            for proc, b in busy.items()
+        }
+
+    def _jobs(self, procs: Iterable[Proc]) -> list[list[Proc]]:
+        """Processes grouped into jobs: connected through shared communicators."""
+        parent: dict[Proc, Proc] = {proc: proc for proc in procs}
+
+        def find(x: Proc) -> Proc:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for comm in self.comms.values():
+            members = [m for m in comm.members.values() if m in parent]
+            for other in members[1:]:
+                parent[find(other)] = find(members[0])
+        groups: dict[Proc, list[Proc]] = defaultdict(list)
+        for proc in parent:
+            groups[find(proc)].append(proc)
+        return list(groups.values())
+
+    def _compute(self, window: list[_Slice]) -> list[Finding]:
+        p = self.params
+        shares = self._shares(window)
+        out: list[Finding] = []
+        rates = [ps.step_rate for ps in shares.values() if ps.step_rate > 0]
+        self._step_rate = statistics.median(rates) if rates else 0.0
+        if len(window) * self.slice_us * self._step_rate < p.min_window_steps:
+            return out  # too few steps yet for a stable share (start of a job, or a horizon still stretching)
+        # slices judged one by one must hold a few steps each: with long steps, consecutive slices are pooled
+        pool = max(1, math.ceil(p.min_steps / max(self._step_rate * self.slice_us, 1e-9))) if rates else 1
+        for ps in shares.values():
+            ps.slices = [statistics.fmean(ps.slices[i : i + pool]) for i in range(0, len(ps.slices), pool)]
+        for job in self._jobs(shares):
+            if len(job) < p.min_group:
+                continue
+            med, spread = _robust([shares[proc].share for proc in job], p.spread_floor * max(
+                statistics.median(shares[proc].share for proc in job), 0.05))  # fmt: skip
+            if med <= 0.05:
+                continue  # collectives fill the whole time (overlapped or mis-timed): no compute to compare
+            # each slice against the same slice of the peers: their waits during a burst lower their share then
+            slice_meds = [max(statistics.median(shares[proc].slices[i] for proc in job), 1e-9)
+                          for i in range(len(shares[job[0]].slices))]  # fmt: skip
+            # strict: flagged on its own; leaning: as slow but with half the evidence, enough to join a node-wide
+            # finding on its host (its processes cross the bar one by one while the node slows down)
+            strict: dict[str, list[Finding]] = defaultdict(list)
+            leaning: dict[str, list[Finding]] = defaultdict(list)
+            for proc in job:
+                ps = shares[proc]
+                factor, z, cost = ps.share / med, (ps.share - med) / spread, ps.share - med
+                if ps.ops < p.min_ops or factor < 1 + p.min_excess or z < p.z_threshold / 2:
+                    continue
+                per_slice = [x / m for x, m in zip(ps.slices, slice_meds, strict=True)]
+                # a one-step hiccup is not a straggler: the excess must span several slices and several steps
+                hot = sum(x >= 1 + p.min_excess for x in per_slice)
+                if hot < 3 or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
+                    continue
+                # bursts: with a quarter of the slices back near normal, the slow slices' typical factor is the
+                # burst slowdown and the share of time at it that gives the average is the duty cycle
+                burst, duty = factor, 1.0
+                slow = [x for x in per_slice if x >= factor]
+                if slow and sum(x < 1 + (factor - 1) / 3 for x in per_slice) >= 0.25 * len(per_slice):
+                    burst = max(factor, statistics.median(slow))
+                    duty = (factor - 1) / (burst - 1) if burst > factor else 1.0
+                f = self._proc_finding(proc, factor, z, cost, duty, burst, len(job), med)
+                leaning[proc[0]].append(f)
+                if z >= p.z_threshold and cost >= p.min_cost:
+                    strict[proc[0]].append(f)
+            per_host: dict[str, int] = defaultdict(int)
+            for proc in job:
+                per_host[proc[0]] += 1
+            for host, parts in strict.items():
+                node = leaning[host]
+                # node-wide slowness slows its processes alike; one far slower than the rest is a straggler itself
+                alike = min(f.slowdown for f in node) - 1 >= 0.5 * (max(f.slowdown for f in node) - 1)
+                if len(node) >= 2 and len(node) >= p.node_share * per_host[host] and alike:
+                    out.append(self._node_finding(host, node, per_host[host]))
+                else:
+                    out += parts
+        return out
+
+    def _proc_finding(self, proc: Proc, factor: float, z: float, cost: float, duty: float, burst: float,
+                      peers: int, med: float) -> Finding:  # fmt: skip
+        memberships = [
+            (comm, rank) for comm in self.comms.values() for rank, m in comm.members.items() if m == proc
+        ]
+        # named after its node's comm (where it is the one late rank among its neighbours), the largest if several
+        comm, rank = min(memberships, key=lambda cr: (-sum(h == proc[0] for h, _ in cr[0].members.values()),
+                                                      -len(cr[0].members), cr[0].label))  # fmt: skip
+        intermittent = duty < 0.75
+        evidence = (
+            f"computes {factor:.2f}x longer between collectives than its {peers - 1} peers "
+            f"({med * factor:.0%} of the time outside collectives vs {med:.0%}; lateness {z:.1f} robust sd); "
+            f"costs the job {cost:.1%} of its time"
+            + (
+                f"; intermittent: slow in {duty:.0%} of the time, {burst:.2f}x during bursts"
+                if intermittent
+                else ""
+            )
+            + f"; arrives last in its {len(memberships)} comm(s), e.g. rank {rank}/{len(comm.members)} of {comm.label}"
+        )
+        return Finding(proc[0], proc[1], "compute", comm.label, rank, factor, 1.0,
+                       evidence, cost=cost, duty_cycle=duty, burst_slowdown=burst, z=z)  # fmt: skip
+
+    @staticmethod
+    def _node_finding(host: str, parts: list[Finding], total: int) -> Finding:
+        slowdown = statistics.median(f.slowdown for f in parts)
+        evidence = (
+            f"{len(parts)} of {total} processes on {host} compute {slowdown:.2f}x longer between collectives than "
+            f"their peers (node-wide compute slowness: CPU, power or thermal); e.g. pid {parts[0].pid}: "
+            f"{parts[0].evidence}"
+        )
+        return Finding(host, None, "compute", None, None, slowdown, 1.0, evidence,
+                       cost=max(f.cost for f in parts), duty_cycle=statistics.median(f.duty_cycle for f in parts),
+                       burst_slowdown=statistics.median(f.burst_slowdown for f in parts),
+                       z=statistics.median(f.z for f in parts))  # fmt: skip
+
+    # -- communication --------------------------------------------------------------------------------------------
+    def _communication(self, window: list[_Slice], index: int) -> list[Finding]:
+        """Cross-node comms slower than their shape or their own best; localized to the nodes they share."""
+        p = self.params
+        low: dict[tuple[str, str, int], float] = {}
+        for sl in window:
+            for (comm, op, size, _rank), agg in sl.aggs.items():
+                key = (comm, op, size)
+                if agg.low < low.get(key, math.inf):
+                    low[key] = agg.low
+        bw: dict[tuple[str, str, int], float] = {}
+        by_shape: dict[tuple[str, int, int, int], list[float]] = defaultdict(list)
+        for key, t in low.items():
+            info = self.comms[key[0]]
+            hosts = len(info.hosts)
+            bus = info.op_bytes.get((key[1], key[2]), 0.0)
+            if hosts < 2 or not bus:
                 continue  # intra-node comms cannot point at a node's network
-            by_shape[(window, op, size, len(info.members), len(info.hosts))].append((comm, t))
-            history[(comm, op, size)].append((window, t))
-        ratios: dict[int, dict[str, float]] = defaultdict(dict)  # window -> comm -> worst ratio
-        for (window, *_), members in by_shape.items():
-            # lower quartile: the healthy comms of the shape, even when several of them are slow
-            ref = statistics.quantiles([t for _, t in members], n=4)[0] if len(members) >= 3 else None
-            for comm, t in members:
-                ratio = t / ref if ref else 1.0
-                ratios[window][comm] = max(ratios[window].get(comm, 0.0), ratio)
-        for (comm, _op, _size), series in history.items():
-            series.sort()
-            for i, (window, t) in enumerate(series):
-                past = [v for _, v in series[max(0, i - 20) : i]]
-                if len(past) >= 2:
-                    ref = statistics.quantiles(past, n=4)[0] if len(past) >= 4 else min(past)
-                    ratios[window][comm] = max(ratios[window].get(comm, 0.0), t / ref)
-        slow_comms: dict[int, set[str]] = {}
-        node_flags: dict[str, dict[int, tuple[float, list[str]]]] = defaultdict(dict)
-        for window, comm_ratios in ratios.items():
-            slow = {comm for comm, r in comm_ratios.items() if r >= p.comm_slow_ratio}
-            fast = set(comm_ratios) - slow
-            slow_comms[window] = slow
-            if not slow or not fast:
-                continue  # everything slow (or nothing): no node to single out
-            for host in self._localize(slow, fast):
-                through = [comm for comm in slow if host in c.comms[comm].hosts]
-                slowdown = statistics.median(comm_ratios[comm] for comm in through)
-                node_flags[host][window] = (slowdown, sorted(c.comms[comm].label for comm in through))
-        return slow_comms, node_flags
+            bw[key] = bus / t
+            by_shape[(key[1], key[2], len(info.members), hosts)].append(bw[key])
+        ratios: dict[str, float] = {}  # comm -> slowness (reference bandwidth / its bandwidth)
+        normal: dict[str, float] = {}  # comm -> reference transfer time (µs)
+        for key, b in bw.items():
+            comm, op, size = key
+            info = self.comms[comm]
+            shape = by_shape[(op, size, len(info.members), len(info.hosts))]
+            refs = [statistics.quantiles(shape, n=4)[2]] if len(shape) >= 3 else []
+            best = self._best_bw.get(key)
+            if best is not None:
+                refs.append(best)
+            if not refs:
+                continue
+            ref = max(refs)
+            ratio = ref / b
+            if ratio > ratios.get(comm, 0.0):
+                ratios[comm] = ratio
+                normal[comm] = info.op_bytes[(op, size)] / ref
+            if best is None or b > best:
+                self._best_bw[key] = b
+        slow = {comm for comm, r in ratios.items() if r >= p.comm_slow_ratio}
+        fast = set(ratios) - slow
+        if not slow or not fast:
+            return []  # everything slow (or nothing): no node to single out
+        out = []
+        for host in self._localize(slow, fast):
+            through = sorted(
+                (c for c in slow if host in self.comms[c].hosts), key=lambda c: self.comms[c].label
+            )
+            if len(through) < 2:
+                continue  # one slow comm is one slow link or one noisy sample, not a node
+            factor = statistics.median(ratios[c] for c in through)
+            details = [{"comm": self.comms[c].label, "normal_us": round(normal[c], 1),
+                        "observed_us": round(normal[c] * ratios[c], 1), "factor": round(ratios[c], 2)}
+                       for c in through]  # fmt: skip
+            z = (factor - 1) / 0.05 * len(through) ** 0.5
+            labels = [d["comm"] for d in details]
+            evidence = (
+                f"{len(through)} cross-node comm(s) through {host} transfer {factor:.2f}x slower than comms of the "
+                f"same shape or their own best (e.g. {details[0]['comm']}: {details[0]['observed_us']} us vs "
+                f"{details[0]['normal_us']} us); its other peers' comms are normal: {', '.join(map(str, labels[:5]))}"
+                + (" ..." if len(labels) > 5 else "")
+            )
+            out.append(Finding(host, None, "communication", str(labels[0]) if len(labels) == 1 else None, None,
+                               factor, 1.0, evidence, z=z, comms=details))  # fmt: skip
+        return out
 
     def _localize(self, slow: set[str], fast: set[str]) -> list[str]:
         """Nodes common to the slow comms and (nearly) absent from the fast ones: a greedy set cover."""
-        comms = self._c.comms
+        comms = self.comms
         slow_by_host: dict[str, set[str]] = defaultdict(set)
         fast_by_host: dict[str, int] = defaultdict(int)
         for comm in slow:
@@ -336,123 +634,14 @@ class StragglerEngine:
                 break
             picked.append(best)
             uncovered -= candidates.pop(best)
-        # The other end of a slow link has exactly the same slow comms: report it too.
-        twins = [
-            h for h, s in candidates.items() if any(s == slow_by_host[x] for x in picked) and len(s) >= 2
-        ]
-        return picked + twins
+        return picked
 
-    def _communication_findings(
-        self, node_flags: dict[str, dict[int, tuple[float, list[str]]]]
-    ) -> list[Finding]:
-        p = self.params
-        out = []
-        for host, windows in node_flags.items():
-            if _consecutive_runs(list(windows)) < p.confirm_windows:
-                continue
-            first, last = min(windows), max(windows)
-            slowdown = statistics.median(s for s, _ in windows.values())
-            comms = sorted({label for _, labels in windows.values() for label in labels})
-            evidence = (
-                f"{len(comms)} cross-node comm(s) through {host} ran {slowdown:.2f}x slower than comms of the "
-                f"same shape or their own history in {len(windows)} window(s): {', '.join(comms[:5])}"
-                + (" ..." if len(comms) > 5 else "")
-            )
-            out.append(Finding(host, None, "communication", comms[0] if len(comms) == 1 else None, None,
-                               slowdown, len(windows) / (last - first + 1), evidence, first, last))  # fmt: skip
-        return out
 
-    # -- compute ------------------------------------------------------------------------------------------------
-    def _compute_findings(
-        self, rank_windows: dict[tuple[int, str, int], _RankWindow], slow_comms: dict[int, set[str]]
-    ) -> list[Finding]:
-        c, p = self._c, self.params
-        late_in = {key for key, rw in rank_windows.items() if rw.n >= p.min_obs and rw.late >= rw.threshold}
-        late_ranks: dict[tuple[int, str], int] = defaultdict(int)
-        for window, comm, _rank in late_in:
-            late_ranks[(window, comm)] += 1
-        member_of: dict[tuple[int, Proc], list[tuple[str, int]]] = defaultdict(list)
-        for window, comm, rank in rank_windows:
-            member_of[(window, c.comms[comm].members[rank])].append((comm, rank))
-        explained: dict[int, set[Proc]] = defaultdict(set)
-        for window, comms in slow_comms.items():  # lateness that a slow comm explains
-            for comm in comms:
-                explained[window].update(c.comms[comm].members.values())
-        flagged: dict[Proc, dict[int, list[tuple[str, int, _RankWindow]]]] = defaultdict(dict)
-        seen: dict[Proc, set[int]] = defaultdict(set)
-        for (window, proc), memberships in member_of.items():
-            seen[proc].add(window)
-            late = [(comm, rank) for comm, rank in memberships if (window, comm, rank) in late_in]
-            # A victim: it waited for a late peer in one comm, and so arrives late at its next comms.
-            victim = any(
-                (window, comm, rank) not in late_in and late_ranks[(window, comm)] > 0
-                for comm, rank in memberships
-            )
-            if late and not victim and proc not in explained[window]:
-                flagged[proc][window] = [
-                    (comm, rank, rank_windows[(window, comm, rank)]) for comm, rank in late
-                ]
-        confirmed = {
-            proc: w for proc, w in flagged.items() if _consecutive_runs(list(w)) >= p.confirm_windows
-        }
-        procs_by_host: dict[str, set[Proc]] = defaultdict(set)
-        for proc in seen:
-            procs_by_host[proc[0]].add(proc)
-        by_host: dict[str, list[Proc]] = defaultdict(list)
-        for proc in confirmed:
-            by_host[proc[0]].append(proc)
-        periods = c.periods_us()
-        out: list[Finding] = []
-        for host, procs in by_host.items():
-            parts = [self._proc_finding(proc, confirmed[proc], seen[proc], periods) for proc in procs]
-            total = len(procs_by_host[host])
-            if len(procs) >= 2 and len(procs) >= p.node_share * total:
-                out.append(self._node_finding(host, parts, total))
-            else:
-                out += parts
-        return out
-
-    def _proc_finding(
-        self,
-        proc: Proc,
-        windows: dict[int, list[tuple[str, int, _RankWindow]]],
-        seen: set[int],
-        periods: dict[str, float],
-    ) -> Finding:
-        c = self._c
-        entries = [e for es in windows.values() for e in es]
-        per_comm: dict[str, int] = defaultdict(int)
-        for comm, _, rw in entries:
-            per_comm[comm] += rw.n
-        top = max(per_comm, key=lambda k: per_comm[k])
-        rank = next(r for comm, r, _ in entries if comm == top)
-        delays = [d for comm, _, rw in entries if comm == top for d in rw.delays]
-        delay = statistics.median(delays) if delays else 0.0
-        z = statistics.mean(rw.late for _, _, rw in entries)
-        first, last = min(windows), max(windows)
-        active = [w for w in seen if first <= w <= last]
-        # The job loses ``delay`` per step: period / (period - delay) is the slowdown this rank causes.
-        period = periods.get(top)
-        slowdown = period / max(period - delay, 0.1 * period) if period else 1.0
-        info = c.comms[top]
-        evidence = (
-            f"arrives late: shortest exec time of its group (mean lateness {z:.1f} robust sd) in {len(windows)} of "
-            f"{len(active)} windows; its {len(per_comm)} comm(s) wait {delay / 1000:.2f} ms for it per op"
-            + (f" (step period {period / 1000:.1f} ms)" if period else "")
-            + f"; rank {rank}/{len(info.members)} of {info.label}"
-        )
-        return Finding(proc[0], proc[1], "compute", info.label, rank, slowdown, len(windows) / max(1, len(active)),
-                       evidence, first, last)  # fmt: skip
-
-    @staticmethod
-    def _node_finding(host: str, parts: list[Finding], total: int) -> Finding:
-        evidence = (
-            f"{len(parts)} of {total} processes on {host} arrive late in their collectives (node-wide compute "
-            f"slowness: CPU, power or thermal); e.g. pid {parts[0].pid}: {parts[0].evidence}"
-        )
-        return Finding(host, None, "compute", None, None, statistics.median(f.slowdown for f in parts),
-                       statistics.mean(f.confidence for f in parts), evidence,
-                       min(f.first_ts_us for f in parts), max(f.last_ts_us for f in parts))  # fmt: skip
+def _ranked(findings: list[Finding]) -> list[Finding]:
+    """Worst first; a process's compute finding is folded into its node's when the whole node is reported."""
+    nodes = {f.hostname for f in findings if f.kind == "compute" and f.pid is None}
+    kept = [f for f in findings if not (f.kind == "compute" and f.pid is not None and f.hostname in nodes)]
+    return sorted(kept, key=lambda f: (-f.confidence * f.slowdown, f.hostname, f.pid or 0))
 
 
 def analyze_records(records: Iterable[InspectorRecord], params: StragglerParams | None = None) -> Analysis:

@@ -38,6 +38,7 @@ from ranksight.cliutil import (
 )
 from ranksight.config import Settings
 from ranksight.natsconn import connect
+from ranksight.redact import redact
 from schemas.alerts import Alert
 from schemas.api import ApiResponse
 from schemas.subjects import Subjects
@@ -145,7 +146,12 @@ def register(sub: SubParsers) -> None:
         "--since", required=True, type=_timestamp, help="ISO date or time (UTC unless an offset is given)"
     )
     e.add_argument("--until", required=True, type=_timestamp, help="end, exclusive")
-    e.add_argument("dir", type=Path, help="output folder on the aggregator's host")
+    e.add_argument(
+        "dir",
+        type=Path,
+        help="output folder on the aggregator's host, under aggregator.query.export_root "
+        "(a relative one is taken relative to that root)",
+    )
     e.add_argument("--json", action="store_true", help="print the per-table summary as JSON")
     e.set_defaults(func=export)
 
@@ -203,7 +209,7 @@ def sql(args: argparse.Namespace) -> int:
 
 
 def export(args: argparse.Namespace) -> int:
-    params = {"since": args.since, "until": args.until, "dir": str(args.dir.absolute())}
+    params = {"since": args.since, "until": args.until, "dir": str(args.dir)}
     response = call_api(args, "export", params)
     if response is None:
         return EXIT_FAILED
@@ -223,7 +229,7 @@ def alerts(args: argparse.Namespace) -> int:
     try:
         run_until_signalled(lambda stop: _follow(settings, args.cluster, args.json, stop))
     except (OSError, nats.errors.Error) as exc:
-        print(f"ranksight: cannot connect to NATS at {settings.nats.url}: {exc}", file=sys.stderr)
+        print(redact(f"ranksight: cannot connect to NATS at {settings.nats.url}: {exc}"), file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
 

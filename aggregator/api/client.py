@@ -1,4 +1,8 @@
-"""Client side of the query service, used by the CLI (and by anyone scripting against the API)."""
+"""Client side of the query service, used by the CLI (and by anyone scripting against the API).
+
+An answer larger than one NATS message comes in pages (``next`` token, :mod:`aggregator.api.paging`): :func:`query`
+asks for each following page and returns the whole answer as one response.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,10 @@ from typing import Any
 
 import nats.errors
 
+from aggregator.api.paging import NEXT
 from ranksight.config import Settings
 from ranksight.natsconn import connect
+from ranksight.redact import redact
 from schemas.api import ApiResponse
 from schemas.subjects import Subjects
 
@@ -24,14 +30,22 @@ async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None
             settings.nats, name="ranksight-cli", max_reconnect_attempts=0, allow_reconnect=False
         )
     except Exception as exc:
-        raise ApiUnavailable(f"cannot connect to NATS at {settings.nats.url}: {exc}") from None
+        raise ApiUnavailable(redact(f"cannot connect to NATS at {settings.nats.url}: {exc}")) from None
     try:
         subject = Subjects(settings.subject_prefix).api(endpoint)
         msg = await nc.request(subject, json.dumps(params or {}).encode(), timeout=timeout)
+        response = ApiResponse.model_validate_json(msg.data)
+        rows = response.rows
+        while response.ok and response.next:
+            msg = await nc.request(subject, json.dumps({NEXT: response.next}).encode(), timeout=timeout)
+            response = ApiResponse.model_validate_json(msg.data)
+            rows.extend(response.rows)
     except nats.errors.NoRespondersError:
-        raise ApiUnavailable(f"no aggregator answers on {settings.nats.url} (is it running?)") from None
+        raise ApiUnavailable(
+            redact(f"no aggregator answers on {settings.nats.url} (is it running?)")
+        ) from None
     except nats.errors.TimeoutError:
         raise ApiUnavailable(f"the aggregator did not answer within {timeout}s") from None
     finally:
         await nc.close()
-    return ApiResponse.model_validate_json(msg.data)
+    return response if not response.ok else response.model_copy(update={"rows": rows})

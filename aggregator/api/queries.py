@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,7 @@ from aggregator.hardware import DeviceState
 from aggregator.history import export_parquet
 from aggregator.linkmap import link_rows
 from aggregator.timefmt import iso
+from ranksight.redact import redact
 from schemas.api import ApiResponse
 from schemas.structs import to_builtins
 
@@ -32,6 +34,10 @@ Query = Callable[["Aggregator", dict[str, Any]], Awaitable[ApiResponse]]
 
 class RequestError(ValueError):
     """A request the endpoint cannot answer as asked (bad parameter); answered with ok=false and code 400."""
+
+
+class Forbidden(PermissionError):
+    """A request for something the aggregator does not allow (a path outside the export root); answered with 403."""
 
 
 class Params(BaseModel):
@@ -208,7 +214,10 @@ async def sql(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
 class ExportParams(Params):
     since: datetime.datetime
     until: datetime.datetime
-    dir: str = Field(min_length=1, description="absolute path on the aggregator's host")
+    dir: str = Field(
+        min_length=1,
+        description="folder on the aggregator's host: relative to, or absolute under, the export root",
+    )
 
 
 async def export(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
@@ -216,13 +225,30 @@ async def export(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     p = parse_params(ExportParams, params)
     if not agg.settings.aggregator.query.export_enabled:
         raise RequestError("export is disabled on this aggregator (aggregator.query.export_enabled)")
-    since, until, out = utc(p.since), utc(p.until), Path(p.dir)
+    since, until = utc(p.since), utc(p.until)
     if since >= until:
         raise RequestError("since must be before until")
-    if not out.is_absolute():
-        raise RequestError("dir must be an absolute path (it is on the aggregator's host)")
+    out = await asyncio.to_thread(export_dir, agg.settings.export_root(), p.dir)
     rows = await agg.sandbox.run(export_parquet, since, until, out)
     return ApiResponse.success(rows)
+
+
+def export_dir(root: Path, requested: str) -> Path:
+    """Where ``requested`` (relative to ``root``, or absolute) lands, refused with :class:`Forbidden` unless it stays
+    under ``root`` once ``..`` and symbolic links are resolved. Creates ``root`` (0700) if missing."""
+    path = Path(requested)
+    if ".." in path.parts:
+        raise Forbidden(f"dir {requested!r}: '..' is not allowed in an export path")
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    real_root = root.resolve()
+    target = (
+        real_root / path
+    ).resolve()  # an absolute path replaces the root; links resolved where they exist
+    if not target.is_relative_to(real_root):
+        raise Forbidden(
+            f"dir {requested!r} is outside the export root {real_root} (aggregator.query.export_root)"
+        )
+    return target
 
 
 def _device_rows(agg: Aggregator, kind: str, params: dict[str, Any]) -> list[dict[str, Any]]:
@@ -259,7 +285,7 @@ async def links(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
 
 
 async def stragglers(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
-    """Current straggler findings of the online engine (confirmed over ``aggregator.stragglers.confirm_windows``)."""
+    """Current straggler findings of the online engine (confirmed by evidence over a sliding ``aggregator.stragglers.window_s``)."""
     unknown = set(params) - {"cluster"}
     if unknown:
         raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
@@ -271,13 +297,13 @@ async def stragglers(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
             rows.append({"cluster": cluster, **f.as_dict(), "first_seen": iso(f.first_ts_us * 1000),
                          "last_seen": iso(f.last_ts_us * 1000)})  # fmt: skip
     tracker = agg.state.stragglers
-    meta = {"records": len(tracker.records), "window_s": tracker.settings.window_s,
+    meta = {"records": tracker.records, "window_s": tracker.settings.window_s,
             "evaluated": {c: iso(r.evaluated_ns) for c, r in tracker.clusters.items()}}  # fmt: skip
     return ApiResponse.success(rows, meta=meta)
 
 
 async def answer(name: str, call: Callable[[], Awaitable[ApiResponse]]) -> tuple[ApiResponse, int]:
-    """Run one endpoint call; its response and status: 200, 400 bad request, 403 SQL refused, 422 query failed,
+    """Run one endpoint call; its response and status: 200, 400 bad request, 403 refused (SQL, export path), 422 query failed,
     500 internal error. The one mapping that the NATS service and the HTTP API share."""
     from aggregator.api.sql import SqlFailed, SqlRefused  # the sandbox imports this module
 
@@ -285,13 +311,13 @@ async def answer(name: str, call: Callable[[], Awaitable[ApiResponse]]) -> tuple
         response = await call()
     except RequestError as exc:
         return ApiResponse.failure(f"bad request: {exc}"), 400
-    except SqlRefused as exc:
+    except (SqlRefused, Forbidden) as exc:
         return ApiResponse.failure(f"refused: {exc}"), 403
     except SqlFailed as exc:
         return ApiResponse.failure(f"query failed: {exc}"), 422
     except Exception as exc:
         log.exception("endpoint %s failed", name)
-        return ApiResponse.failure(f"{type(exc).__name__}: {exc}"), 500
+        return ApiResponse.failure(redact(f"{type(exc).__name__}: {exc}")), 500
     return response, 200 if response.ok else 422
 
 

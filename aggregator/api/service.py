@@ -2,12 +2,16 @@
 
 Every endpoint takes a JSON object and answers one :class:`~schemas.api.ApiResponse`; an error is also reported in the
 service error headers (``Nats-Service-Error``, ``Nats-Service-Error-Code``): 400 bad request (unknown or invalid
-parameter), 403 SQL refused by the sandbox, 422 query failed (or timed out), 500 internal error.
+parameter, or an expired ``next`` token), 403 SQL refused by the sandbox, 422 query failed (or timed out, or one row
+over the NATS ``max_payload``), 500 internal error. An answer over ``max_payload`` goes back in pages (see
+:mod:`aggregator.api.paging`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -17,37 +21,67 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
+from aggregator.api.paging import NEXT, PageCache, PageExpired, RowTooLarge, split_pages
 from aggregator.api.queries import ENDPOINTS, RequestError, answer
+from aggregator.api.sql import SqlFailed
 from schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from aggregator.runtime import Aggregator
 
 
+log = logging.getLogger(__name__)
 SERVICE_NAME = "ranksight-aggregator"
+_HEADER_SLACK = 1024  # bytes of the reply's subject and headers within max_payload
 
 
-def _handler(agg: Aggregator, name: str, errors: Counter[str]) -> Callable[[Request], Awaitable[None]]:
+def _handler(agg: Aggregator, name: str, errors: Counter[str], pages: PageCache, max_bytes: int,
+             in_flight: set[asyncio.Task[None]]) -> Callable[[Request], Awaitable[None]]:  # fmt: skip
     query = ENDPOINTS[name]
+    cap = agg.settings.aggregator.query.max_requests_in_flight
 
-    async def handle(request: Request) -> None:
-        async def call() -> ApiResponse:
+    async def call(request: Request) -> ApiResponse:
+        if len(in_flight) > cap:
+            raise SqlFailed(
+                f"busy: {cap} requests are being answered (aggregator.query.max_requests_in_flight)"
+            )
+        try:
+            params: Any = json.loads(request.data) if request.data.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise RequestError(f"body is not JSON: {exc}") from None
+        if not isinstance(params, dict):
+            raise RequestError("request body must be a JSON object")
+        if NEXT in params:
+            if set(params) != {NEXT} or not isinstance(params[NEXT], str):
+                raise RequestError(f'a follow-up page is asked with {{"{NEXT}": "<token>"}} alone')
             try:
-                params: Any = json.loads(request.data) if request.data.strip() else {}
-            except json.JSONDecodeError as exc:
-                raise RequestError(f"body is not JSON: {exc}") from None
-            if not isinstance(params, dict):
-                raise RequestError("request body must be a JSON object")
-            return await query(agg, params)
+                return pages.take(params[NEXT])
+            except PageExpired as exc:
+                raise RequestError(str(exc)) from None
+        try:
+            return pages.first(split_pages(await query(agg, params), max_bytes))
+        except RowTooLarge as exc:
+            raise SqlFailed(str(exc)) from None
 
-        response, status = await answer(name, call)
+    async def reply(request: Request) -> None:
+        response, status = await answer(name, lambda: call(request))
         code = "" if status == 200 else str(status)
         body = response.model_dump_json().encode()
-        if code:
-            errors[code] += 1
-            await request.respond_error(code, response.error or "error", data=body)
-        else:
-            await request.respond(body)
+        try:
+            if code:
+                errors[code] += 1
+                await request.respond_error(code, response.error or "error", data=body)
+            else:
+                await request.respond(body)
+        except Exception as exc:  # the connection closed meanwhile (shutdown): the client sees its timeout
+            log.debug("reply to %s not sent: %s", name, exc)
+
+    async def handle(request: Request) -> None:
+        # nats-py runs one subscription's callbacks one after another: each request gets its own task, so that a
+        # slow SQL query does not hold every later request of its endpoint in line.
+        task = asyncio.create_task(reply(request), name=f"api-{name}")
+        in_flight.add(task)
+        task.add_done_callback(in_flight.discard)
 
     return handle
 
@@ -64,7 +98,13 @@ async def start_service(nc: Client, agg: Aggregator) -> Service:
         metadata={"cluster": agg.settings.cluster},
         stats_handler=lambda stats: {"errors_by_code": dict(errors[stats.name])},
     )
+    cfg = agg.settings.aggregator.query
+    pages = PageCache(cfg.page_cache_bytes, cfg.page_ttl_s)
+    max_bytes = nc.max_payload - _HEADER_SLACK
+    in_flight: set[asyncio.Task[None]] = set()
     group = service.add_group(name=agg.subjects.api_group())
     for name in ENDPOINTS:
-        await group.add_endpoint(name=name, handler=_handler(agg, name, errors[name]))
+        await group.add_endpoint(
+            name=name, handler=_handler(agg, name, errors[name], pages, max_bytes, in_flight)
+        )
     return service

@@ -10,6 +10,14 @@ Two independent walls:
    a statement the walk let through cannot read a file, reach the network, attach, install or load anything, or change
    a setting.
 
+Resources: DuckDB's ``memory_limit`` (one pool per database: the SQL share plus the writer's), ``threads`` and a capped
+temp directory bound what DuckDB's buffer manager holds; a query over it fails with "out of memory". A few scalar
+functions build one list or string of a size given by an argument outside the buffer manager, beyond any
+``memory_limit`` and deaf to interrupts (``len(range(3000000000))`` takes gigabytes in seconds): the walk requires
+their size arguments to be integer literals and caps the product of all such sizes in a query (``max_generated``).
+At most ``max_concurrent`` user queries run at once; one that waits longer than ``queue_wait_s`` for a slot is
+answered "busy", and the reader cursors beyond that number stay free for the built-in endpoints.
+
 Queries run on reader cursors (their own DuckDB connections to the same database) on a reader thread pool: the one
 writer thread is never queued behind a query, and DuckDB's MVCC lets ingest commit while a query reads. The time limit
 really stops the query: ``cursor.interrupt()`` aborts it inside DuckDB.
@@ -23,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import decimal
+import functools
 import json
 import re
 import uuid
@@ -34,6 +43,7 @@ from typing import Any, TypeVar
 import duckdb
 
 from aggregator.store import Store
+from ranksight.config import QuerySettings
 
 T = TypeVar("T")
 
@@ -43,8 +53,27 @@ ALLOWED_TABLE_FUNCTIONS = frozenset({
     "duckdb_tables", "duckdb_views", "duckdb_columns", "duckdb_schemas", "duckdb_types", "duckdb_functions",
     "duckdb_constraints", "duckdb_indexes", "pragma_table_info", "pragma_database_size", "pragma_version",
 })  # fmt: skip
-# Scalar functions that reach outside the query (environment, other SQL text) even where they exist.
-DENIED_FUNCTIONS = frozenset({"getenv", "query", "query_table", "json_execute_serialized_sql"})
+# Scalar functions that reach outside the query (environment, settings, other SQL text, the log) even where they exist,
+# or fold a list into an accumulator that can double each step (list_reduce(range(40), (a, x) -> a || a)).
+DENIED_FUNCTIONS = frozenset({
+    "getenv", "query", "query_table", "json_execute_serialized_sql", "current_setting", "getvariable",
+    "write_log", "list_reduce", "array_reduce", "reduce",
+})  # fmt: skip
+# Scalar functions whose result size is set by an argument (index of that argument): they allocate it in one piece,
+# outside DuckDB's memory_limit. range/generate_series are counted from all their arguments.
+SIZED_FUNCTIONS = {"repeat": 1, "list_resize": 1, "array_resize": 1, "lpad": 1, "rpad": 1}
+RANGE_FUNCTIONS = frozenset({"range", "generate_series"})
+# The replacement (argument 2) multiplies the length.
+REPLACE_FUNCTIONS = frozenset({"replace", "regexp_replace"})
+FORMAT_FUNCTIONS = frozenset({"printf", "format"})  # a width in the format string is a size too
+_FORMAT_DYNAMIC_WIDTH = re.compile(r"\*|\{[^{}]*\{")
+_DIGITS = re.compile(r"\d+")
+# Memory a finished query freed goes back to the system soon, not kept for the next big query. Process-wide in DuckDB:
+# every instance opened (the parser's too) sets it again.
+ALLOCATOR_CONFIG: dict[str, str | bool | int | float | list[str]] = {
+    "allocator_flush_threshold": "64MiB",
+    "allocator_background_threads": True,
+}
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -68,8 +97,9 @@ class SqlResult:
     elapsed_s: float
 
 
-def check_read_only(sql: str) -> None:
-    """Raise :class:`SqlRefused` unless ``sql`` is exactly one read-only SELECT touching only tables and views."""
+def check_read_only(sql: str, max_generated: int = 10_000_000) -> None:
+    """Raise :class:`SqlRefused` unless ``sql`` is exactly one read-only SELECT touching only tables and views, whose
+    sized functions (see the module docstring) generate at most ``max_generated`` elements together."""
     try:
         statements = duckdb.extract_statements(sql)
     except duckdb.Error as exc:
@@ -80,7 +110,7 @@ def check_read_only(sql: str) -> None:
     if kind != duckdb.StatementType.SELECT:
         name = "INSTALL/LOAD" if kind == duckdb.StatementType.LOAD else kind.name
         raise SqlRefused(f"only read-only SELECT queries are allowed, not {name}")
-    parser = duckdb.connect()  # in-memory: only its parser is used
+    parser = _parser_instance().cursor()
     try:
         (tree_json,) = parser.execute("SELECT json_serialize_sql(?)", [sql]).fetchone() or ("{}",)
     finally:
@@ -88,8 +118,26 @@ def check_read_only(sql: str) -> None:
     tree = json.loads(tree_json)
     if tree.get("error"):
         raise SqlRefused(f"cannot verify this query is read-only: {tree.get('error_message')}")
-    for node in _nodes(tree):
+    nodes = list(_nodes(tree))
+    # A table function (FROM range(n)) streams its rows in vectors: only scalar calls build one value in one piece.
+    streamed = {id(n.get("function")) for n in nodes if n.get("type") == "TABLE_FUNCTION"}
+    generated = 1
+    for node in nodes:
         _check_node(node)
+        if id(node) not in streamed:
+            generated *= _generated_size(node)
+        if generated > max_generated:
+            raise SqlRefused(
+                f"the query would generate more than {max_generated} elements in memory with "
+                f"{node.get('function_name')}() (aggregator.query.sql_max_generated)"
+            )
+
+
+@functools.cache
+def _parser_instance() -> duckdb.DuckDBPyConnection:
+    """An in-memory database used only for its parser; one for the process, because opening and closing a DuckDB
+    instance resets the process-wide allocator settings."""
+    return duckdb.connect(config=ALLOCATOR_CONFIG)
 
 
 def _nodes(value: Any) -> Iterator[dict[str, Any]]:
@@ -115,6 +163,54 @@ def _check_node(node: dict[str, Any]) -> None:
         name = str(node.get("table_name", ""))
         if not _IDENTIFIER.match(name):
             raise SqlRefused(f"{name!r} is not a table or view name (reading files is not allowed)")
+
+
+def _generated_size(node: dict[str, Any]) -> int:
+    """How many elements (list items, characters) a sized scalar function call may build; 1 for anything else."""
+    if node.get("class") != "FUNCTION":
+        return 1
+    name = str(node.get("function_name", "")).lower()
+    args = [a.get("expression", {}) for a in node.get("arguments", [])]
+    if name in RANGE_FUNCTIONS:
+        bounds = [_integer_literal(name, a) for a in args]
+        start, stop, step = (
+            (0, bounds[0], 1) if len(bounds) == 1 else (*bounds[:2], bounds[2] if len(bounds) > 2 else 1)
+        )
+        if step == 0:
+            return 1
+        inclusive = name == "generate_series"
+        return max(0, (stop - start) // step + 1 if inclusive else -(-(stop - start) // step))
+    if name in SIZED_FUNCTIONS and len(args) > SIZED_FUNCTIONS[name]:
+        return max(1, _integer_literal(name, args[SIZED_FUNCTIONS[name]]))
+    if name in REPLACE_FUNCTIONS and len(args) > 2:
+        return max(1, len(_string_literal(name, args[2])))
+    if name in FORMAT_FUNCTIONS and args:
+        text = _string_literal(name, args[0])
+        if _FORMAT_DYNAMIC_WIDTH.search(text):
+            raise SqlRefused(f"{name}(): a width taken from an argument is not allowed")
+        return max([1, *(int(d) for d in _DIGITS.findall(text))])
+    return 1
+
+
+def _integer_literal(function: str, expr: dict[str, Any]) -> int:
+    negative = (
+        expr.get("class") == "FUNCTION" and expr.get("function_name") == "-" and len(expr["arguments"]) == 1
+    )
+    if negative:
+        expr = expr["arguments"][0].get("expression", {})
+    literal = expr.get("literal", {}) if expr.get("class") == "CONSTANT" else {}
+    if literal.get("kind") != "INTEGER":
+        raise SqlRefused(
+            f"{function}(): its size arguments must be integer literals (it allocates outside the limits)"
+        )
+    return -int(literal["text"]) if negative else int(literal["text"])
+
+
+def _string_literal(function: str, expr: dict[str, Any]) -> str:
+    literal = expr.get("literal", {}) if expr.get("class") == "CONSTANT" else {}
+    if literal.get("kind") != "STRING":
+        raise SqlRefused(f"{function}(): this argument must be a string literal (it sets the result's size)")
+    return str(literal["text"])
 
 
 def jsonable(value: Any) -> Any:
@@ -143,17 +239,29 @@ def jsonable(value: Any) -> Any:
 class SqlSandbox:
     """Runs checked SQL on a pool of reader cursors, each query on its own thread, under a time limit."""
 
-    def __init__(self, store: Store, readers: int = 4) -> None:
+    def __init__(self, store: Store, settings: QuerySettings) -> None:
         self.store = store
-        self.readers = readers
-        self._executor = ThreadPoolExecutor(max_workers=readers, thread_name_prefix="duckdb-reader")
+        self.settings = settings
+        self.readers = settings.reader_threads
+        self._executor = ThreadPoolExecutor(max_workers=self.readers, thread_name_prefix="duckdb-reader")
         self._cursors: asyncio.Queue[duckdb.DuckDBPyConnection] = asyncio.Queue()
+        self._user_slots = asyncio.Semaphore(settings.sql_max_concurrent)
 
     async def open(self) -> None:
-        """Lock the database down (on the writer thread) and open the reader cursors."""
+        """Bound DuckDB's memory, threads and temp space, lock the database down (on the writer thread) and open the
+        reader cursors."""
+        cfg = self.settings
+        temp_dir = self.store.path.with_name(self.store.path.name + ".tmp")
 
         def lock_down() -> list[duckdb.DuckDBPyConnection]:
             con = self.store.con
+            temp_dir.mkdir(mode=0o700, exist_ok=True)
+            con.execute(f"SET memory_limit = '{cfg.sql_memory_limit_bytes + cfg.writer_memory_limit_bytes}B'")
+            con.execute(f"SET threads = {cfg.sql_threads}")
+            con.execute("SET temp_directory = '{}'".format(str(temp_dir).replace("'", "''")))
+            con.execute(f"SET max_temp_directory_size = '{cfg.sql_temp_max_bytes}B'")
+            for name, value in ALLOCATOR_CONFIG.items():
+                con.execute(f"SET {name} = '{value}'")
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
             return [self.store.reader() for _ in range(self.readers)]
@@ -187,8 +295,18 @@ class SqlSandbox:
     async def query(self, sql: str, max_rows: int, time_limit_s: float) -> SqlResult:
         loop = asyncio.get_running_loop()
         started = loop.time()
-        await loop.run_in_executor(self._executor, check_read_only, sql)
-        columns, rows, truncated = await self.run(_fetch, sql, max_rows, time_limit_s=time_limit_s)
+        await loop.run_in_executor(self._executor, check_read_only, sql, self.settings.sql_max_generated)
+        try:
+            await asyncio.wait_for(self._user_slots.acquire(), self.settings.sql_queue_wait_s)
+        except TimeoutError:
+            raise SqlFailed(
+                f"busy: {self.settings.sql_max_concurrent} SQL queries are running "
+                "(aggregator.query.sql_max_concurrent); try again"
+            ) from None
+        try:
+            columns, rows, truncated = await self.run(_fetch, sql, max_rows, time_limit_s=time_limit_s)
+        finally:
+            self._user_slots.release()
         return SqlResult(columns, rows, truncated, loop.time() - started)
 
 
@@ -199,9 +317,17 @@ def _fetch(
         cursor.execute(sql)
         columns = [d[0] for d in cursor.description or []]
         values = cursor.fetchmany(max_rows + 1)
+    except duckdb.OutOfMemoryException as exc:
+        raise SqlFailed(
+            f"out of memory (aggregator.query.sql_memory_limit_bytes): {_first_line(exc)}"
+        ) from None
     except duckdb.Error as exc:
         raise SqlFailed(str(exc).strip()) from None
     finally:
         cursor.execute("SELECT 1")  # drop any unfinished result: the cursor goes back to the pool clean
     rows = [{c: jsonable(v) for c, v in zip(columns, r, strict=True)} for r in values[:max_rows]]
     return columns, rows, len(values) > max_rows
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0]

@@ -23,6 +23,7 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 
 from aggregator.api.queries import answer, parse_params
 from aggregator.http.events import LiveEvents
+from aggregator.http.guard import ConnectionGuard
 from aggregator.http.metrics import metrics_registry
 from aggregator.http.openapi import HTTP_ENDPOINTS, PARAMS, openapi_document
 from schemas.api import ApiResponse
@@ -50,28 +51,39 @@ class HttpFace:
         self.events = LiveEvents(self.settings.sse_queue_size)
         self.registry, self.latency = metrics_registry(agg, self.events, self.settings.metrics_max_series)
         self.url: str | None = None
+        self.guard: ConnectionGuard | None = None
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
 
     async def start(self) -> None:
         if not self.settings.enabled:
             return
         # handler_cancellation: a client that hangs up ends its handler (an /events stream unsubscribes at once)
-        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=2.0, handler_cancellation=True)
+        runner = web.AppRunner(self._app(), access_log=None, shutdown_timeout=2.0, handler_cancellation=True,
+                               keepalive_timeout=self.settings.idle_timeout_s)  # fmt: skip
         await runner.setup()
-        site = web.TCPSite(runner, self.settings.host, self.settings.port)
+        assert runner.server is not None
+        self.guard = ConnectionGuard(
+            runner.server, self.settings.max_connections, self.settings.header_timeout_s
+        )
         try:
-            await site.start()
+            server = await asyncio.get_running_loop().create_server(
+                self.guard, self.settings.host, self.settings.port
+            )
         except OSError as exc:  # the HTTP face is secondary: ingest and the NATS API go on without it
             log.error("HTTP server not started on %s:%s: %s", self.settings.host, self.settings.port, exc)
             await runner.cleanup()
             return
-        self._runner = runner
-        host, port = runner.addresses[0][:2]
+        self._runner, self._server = runner, server
+        host, port = server.sockets[0].getsockname()[:2]
         self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{port}"
         log.info("HTTP API on %s", self.url)
 
     async def stop(self) -> None:
         self.events.close()
+        if self._server is not None:
+            self._server.close()
+            self._server = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None

@@ -79,8 +79,14 @@ def _rank(spec: JobSpec, comm: Comm, rank: int) -> dict[str, object]:
     }
 
 
-def ras_status_json(job: LiveJob, missing: set[tuple[int, int]], version: str = "2.29.2") -> bytes:
-    """The job's RAS status as NCCL's JSON reply; ``missing`` (node, GPU) members stopped answering."""
+def ras_status_json(
+    job: LiveJob,
+    missing: set[tuple[int, int]],
+    version: str = "2.29.2",
+    behind: frozenset[tuple[int, int]] = frozenset(),
+) -> bytes:
+    """The job's RAS status as NCCL's JSON reply; ``missing`` (node, GPU) members stopped answering; ``behind`` members
+    never entered their comms' latest operation (a hang: their counts are one less than their peers')."""
     spec, entries = job.spec, []
     for comm in (c for phase in job.phases for c in phase):
         count = job.counts.get(comm.comm_id, 0)
@@ -91,7 +97,8 @@ def ras_status_json(job: LiveJob, missing: set[tuple[int, int]], version: str = 
                     {**_rank(spec, comm, rank), "status": {"unresponsive": True, "considered_dead": False}}
                 )
                 continue
-            counts = {op: (count if op == comm.op else 0)
+            mine = count - 1 if member in behind and count else count
+            counts = {op: (mine if op == comm.op else 0)
                       for op in ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")}  # fmt: skip
             ranks.append({**_rank(spec, comm, rank), "collective_counts": counts, "status": {
                 "init_state": 0, "async_error": 0, "finalize_called": False, "destroy_flag": False,

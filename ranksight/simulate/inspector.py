@@ -6,8 +6,13 @@ formula, ``<hostname>-pid<pid>.log`` files) as captured in ``fixtures/inspector`
 collective timing model of design §6: ranks arrive at their own times, everyone finishes at the last arrival plus the
 transfer time set by the slowest participant, and each rank's exec time is its own wait plus that transfer.
 
-Layout: ``tp`` comms inside a node (AllReduce), ``dp`` comms across nodes of the same pipeline stage (ReduceScatter),
-``pp`` comms across the stages of one block of nodes (AllGather); a global barrier at each step end.
+Layouts. ``dense``: ``tp`` comms inside a node (AllReduce), ``dp`` comms across nodes of the same pipeline stage
+(ReduceScatter), ``pp`` comms across the stages of one block of nodes (AllGather). ``moe``: ``tp`` inside a node,
+``ep`` expert-parallel groups of ``ep_nodes`` neighbouring nodes (AllGather), ``edp`` expert-data-parallel groups strided
+across nodes (ReduceScatter), ``dp`` across every node (AllReduce); one comm per GPU index for the cross-node ones. A
+global barrier at each step end in both.
+
+The truth of a run (:func:`truth`) is derived from the spec alone; the analysis must never read it.
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ FaultKind = Literal["gpu", "node", "nic"]
 @dataclass(frozen=True)
 class Fault:
     """``gpu``: one GPU computes ``factor`` x slower; ``node``: every GPU of a node; ``nic``: the node's network is
-    ``factor`` x slower. ``start_step`` > 0 makes it late-onset, ``probability`` < 1 intermittent (per step)."""
+    ``factor`` x slower (its inter-node bandwidth at 1/factor). ``start_step`` > 0 makes it late-onset, ``end_step``
+    ends it; ``probability`` < 1 makes it random per step; ``burst_steps`` of every ``every_steps`` make it
+    intermittent in bursts."""
 
     kind: FaultKind
     node: int
@@ -36,6 +43,15 @@ class Fault:
     factor: float = 1.5
     start_step: int = 0
     probability: float = 1.0
+    end_step: int | None = None
+    burst_steps: int = 0
+    every_steps: int = 0
+
+    @property
+    def duty(self) -> float:
+        """Share of the steps (from onset) the fault is active."""
+        burst = self.burst_steps / self.every_steps if self.every_steps else 1.0
+        return burst * min(1.0, self.probability)
 
 
 @dataclass
@@ -43,6 +59,11 @@ class JobSpec:
     nodes: int = 8
     gpus_per_node: int = 8
     pp: int = 2  # nodes per pipeline block; dp comms span nodes // pp nodes
+    layout: Literal["dense", "moe"] = "dense"
+    ep_nodes: int = 2  # moe: nodes per expert-parallel group
+    gpu_speed_noise: float = (
+        0.0  # healthy per-GPU speed spread: each GPU is 1 + U(0, this) slower for the whole run
+    )
     steps: int = 200
     compute_ms: float = 40.0
     noise: float = 0.03  # lognormal sigma of each rank's compute time
@@ -84,6 +105,23 @@ class Comm:
 def comms(spec: JobSpec) -> list[list[Comm]]:
     """The comms of each phase of a step, in order."""
     g, tag = range(spec.gpus_per_node), spec.run_tag
+    if spec.layout == "moe":
+        e = spec.ep_nodes
+        tp = [
+            Comm(f"tp-n{n}", "AllReduce", 32 << 20, tuple((n, i) for i in g), tag) for n in range(spec.nodes)
+        ]
+        ep = [
+            Comm(f"ep-b{b}-g{i}", "AllGather", 64 << 20, tuple((b * e + s, i) for s in range(e)), tag)
+            for b in range(spec.nodes // e) for i in g
+        ]  # fmt: skip
+        edp = [
+            Comm(f"edp-s{s}-g{i}", "ReduceScatter", 32 << 20, tuple((n, i) for n in range(s, spec.nodes, e)), tag)
+            for s in range(e) for i in g
+        ]  # fmt: skip
+        dp = [
+            Comm(f"dp-g{i}", "AllReduce", 64 << 20, tuple((n, i) for n in range(spec.nodes)), tag) for i in g
+        ]
+        return [tp, ep, edp, dp]
     tp = [Comm(f"tp-n{n}", "AllReduce", 32 << 20, tuple((n, i) for i in g), tag) for n in range(spec.nodes)]
     dp = [
         Comm(f"dp-s{s}-g{i}", "ReduceScatter", 8 << 20, tuple((n, i) for n in range(s, spec.nodes, spec.pp)), tag)
@@ -132,6 +170,11 @@ def simulate(spec: JobSpec) -> dict[tuple[str, int], list[str]]:
 
 def simulate_timed(spec: JobSpec) -> dict[tuple[str, int], list[tuple[int, str]]]:
     """Run the job; return ``(dump timestamp µs, line)`` of each process ``(hostname, pid)`` in file order."""
+    return run_job(spec)[0]
+
+
+def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]], list[int]]:
+    """Run the job; the timed lines of :func:`simulate_timed` and the start time (µs) of every step."""
     rng = random.Random(spec.seed)
     phases = comms(spec)
     ranks = [(n, i) for n in range(spec.nodes) for i in range(spec.gpus_per_node)]
@@ -144,11 +187,17 @@ def simulate_timed(spec: JobSpec) -> dict[tuple[str, int], list[tuple[int, str]]
     phase_us = {r: rng.random() * tick for r in ranks}
     next_dump = tick
     now = 0.0  # µs since start
+    start = {
+        r: 0.0 for r in ranks
+    }  # each rank starts its next step when its last collective ends: no hidden barrier
+    speed = {r: 1 + spec.gpu_speed_noise * rng.random() for r in ranks}
+    step_us = []
     for step in range(spec.steps):
-        slow = {r: _compute_factor(spec, r, step, rng) for r in ranks}
+        step_us.append(spec.start_us + int(now))
+        slow = {r: speed[r] * _compute_factor(spec, r, step, rng) for r in ranks}
         nic = {n: _nic_factor(spec, n, step, rng) for n in range(spec.nodes)}
         sigma = spec.warmup_noise if step < spec.warmup_steps else spec.noise
-        ready = {r: now + spec.compute_ms * 1000 * slow[r] * rng.lognormvariate(0, sigma) for r in ranks}
+        ready = {r: start[r] + spec.compute_ms * 1000 * slow[r] * rng.lognormvariate(0, sigma) for r in ranks}
         for phase in phases:
             finished: dict[tuple[int, int], float] = {}
             for comm in phase:
@@ -168,15 +217,17 @@ def simulate_timed(spec: JobSpec) -> dict[tuple[str, int], list[tuple[int, str]]
                         pending[(comm.name, rank)].append((step + 1, exec_us, int(end)))
             # a short compute gap before the next phase, scaled by the rank's speed
             ready = {r: finished[r] + 0.05 * spec.compute_ms * 1000 * slow[r] for r in ranks}
+        start = ready
         now = max(ready.values())
         if spec.capture == "sampled":
             while next_dump <= now:
                 _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
                 next_dump += tick
-    return {
+    timed = {
         proc: [(line.dump_ts_us, line.text) for line in sorted(lines, key=lambda x: x.dump_ts_us)]
         for proc, lines in out.items()
     }
+    return timed, step_us
 
 
 def _dump_sampled(spec: JobSpec, phases: list[list[Comm]], pending: dict[tuple[str, int], list[tuple[int, int, int]]],
@@ -203,7 +254,11 @@ def _proc(spec: JobSpec, member: tuple[int, int]) -> tuple[str, int]:
 
 
 def _active(fault: Fault, step: int, rng: random.Random) -> bool:
-    return step >= fault.start_step and (fault.probability >= 1 or rng.random() < fault.probability)
+    if step < fault.start_step or (fault.end_step is not None and step >= fault.end_step):
+        return False
+    if fault.every_steps and (step - fault.start_step) % fault.every_steps >= fault.burst_steps:
+        return False
+    return fault.probability >= 1 or rng.random() < fault.probability
 
 
 def _compute_factor(spec: JobSpec, rank: tuple[int, int], step: int, rng: random.Random) -> float:

@@ -17,6 +17,20 @@ RasHealth = Literal["ok", "warning", "degraded", "failed"]
 RasFormat = Literal["text", "json", "monitor"]
 
 
+class RasLaggingRank(BaseModel):
+    """A rank whose operation count of a collective is below its peers' highest: it has not entered (or not issued)
+    the operations they have. Normal for an instant while a job runs; a hang when it persists."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    rank: int
+    host: str
+    pid: int | None = None
+    collective: str
+    count: int
+    peers_count: int
+
+
 class RasCommunicator(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -31,6 +45,9 @@ class RasCommunicator(BaseModel):
     op_counts: dict[str, int] = Field(
         default_factory=dict
     )  # collective -> highest operation count over the ranks (JSON only)
+    lagging_ranks: list[RasLaggingRank] = Field(
+        default_factory=list, max_length=64
+    )  # ranks behind a minority of their comm (JSON only)
 
 
 class RasProcess(BaseModel):

@@ -178,7 +178,7 @@ async def test_alerts_follow_receives_fired_and_resolved(settings: Settings) -> 
 
 
 async def test_export_writes_parquet_partitioned_by_day(settings: Settings, tmp_path: Path) -> None:
-    out = tmp_path / "export"
+    out = settings.export_root() / "export"
     async with running(Aggregator(settings)) as agg, agent(settings, only=["heartbeat"]):
         await wait_for(lambda: agg.stats.records >= 3)
         stored = await query(settings, "sql", {"sql": "SELECT count(*) AS n FROM heartbeat"})
@@ -191,6 +191,9 @@ async def test_export_writes_parquet_partitioned_by_day(settings: Settings, tmp_
         empty = await run_cli_async(
             "export", "--since", "2100-01-01", "--until", "2000-01-01", str(out), env=env
         )
+        outside = await run_cli_async(
+            "export", "--since", "2000-01-01", "--until", "2100-01-01", str(tmp_path / "elsewhere"), env=env
+        )
     assert proc.returncode == 0, proc.stderr
     summary = {r["table"]: r for r in json.loads(proc.stdout)["rows"]}
     today = time.strftime("%Y-%m-%d", time.gmtime())
@@ -201,6 +204,8 @@ async def test_export_writes_parquet_partitioned_by_day(settings: Settings, tmp_
     assert exported == summary["heartbeat"]["rows"] >= stored.rows[0]["n"]
     assert bad.returncode == 2 and "not an ISO-8601 date or time" in bad.stderr
     assert empty.returncode == 1 and "since must be before until" in empty.stderr
+    assert outside.returncode == 1 and "is outside the export root" in outside.stderr
+    assert not (tmp_path / "elsewhere").exists()
 
 
 @pytest.mark.parametrize(

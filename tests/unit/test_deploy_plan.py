@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
-from deploy.plan import Layout, agent_config, credential_files, fingerprint, redact, secrets_of
+from deploy.plan import Layout, agent_config, credential_files, fingerprint
 from deploy.wheel import Wheel
 from ranksight.config import load_settings
+from ranksight.redact import redact, secrets_of
 
 
 def test_parse_hosts_forms_comments_and_errors() -> None:

@@ -39,6 +39,21 @@ REFUSED = {
     "getenv": "SELECT getenv('HOME')",
     "checkpoint": "CHECKPOINT",
     "export_db": "EXPORT DATABASE '/tmp/x'",
+    "current_setting": "SELECT current_setting('temp_directory')",
+    "getvariable": "SELECT getvariable('x')",
+    "write_log": "SELECT write_log('x')",
+    "range_bomb": "SELECT len(range(3000000000))",
+    "generate_series_bomb": "SELECT len(generate_series(1, 3000000000, 1))",
+    "range_from_column": "SELECT len(range(n)) FROM (SELECT 3000000000 AS n)",
+    "unnest_range_bomb": "SELECT * FROM unnest(range(3000000000))",
+    "repeat_nested": "SELECT len(repeat(repeat('x', 10000), 10000))",
+    "list_resize": "SELECT len(list_resize([1], 300000000))",
+    "lpad": "SELECT len(lpad('x', 2000000000, 'y'))",
+    "printf_width": "SELECT printf('%2000000000d', 1)",
+    "printf_dynamic_width": "SELECT printf('%*d', 2000000000, 1)",
+    "format_width": "SELECT format('{:>2000000000}', 1)",
+    "replace_amplifier": "SELECT replace(replace(repeat('x', 1000), 'x', repeat('y', 100)), 'y', repeat('z', 1000))",
+    "list_reduce_doubling": "SELECT list_reduce(range(40), (a, x) -> a || a)",
 }
 
 ALLOWED = [
@@ -49,6 +64,9 @@ ALLOWED = [
     "SELECT * FROM duckdb_tables()",
     "SHOW TABLES",
     "DESCRIBE alerts",
+    "SELECT count(*) FROM range(3000000000)",  # a table function streams: the time limit bounds it
+    "SELECT unnest(range(1, 10, 2)), repeat('-', 20), lpad('7', 3, '0'), printf('%5.2f', 1.5)",
+    "SELECT replace('a-b', '-', '_')",
 ]
 
 
@@ -70,6 +88,16 @@ def test_refusal_names_the_reason() -> None:
         check_read_only("copy alerts to '/tmp/x'")
     with pytest.raises(SqlRefused, match="exactly one statement"):
         check_read_only("select 1; select 2")
+
+
+def test_generated_size_cap_is_a_setting() -> None:
+    check_read_only("SELECT range(1000)", max_generated=1000)
+    with pytest.raises(
+        SqlRefused, match=r"more than 999 elements .* range\(\) \(aggregator.query.sql_max_generated\)"
+    ):
+        check_read_only("SELECT range(1000)", max_generated=999)
+    with pytest.raises(SqlRefused, match=r"repeat\(\): its size arguments must be integer literals"):
+        check_read_only("SELECT repeat('x', n) FROM (SELECT 5 AS n)")
 
 
 def test_syntax_error_is_a_failure_not_a_refusal() -> None:

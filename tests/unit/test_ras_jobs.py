@@ -117,3 +117,26 @@ def test_job_identity_from_proc(tmp_path: Path) -> None:
     assert pid == 4242 and scheduler_job_id(proc, pid) == "slurm-777"
     assert listener_pid(proc, 28029) is None
     assert derived_job_id(["0x2", "0x1"]) == derived_job_id(["0x1", "0x2", "0x1"]) != derived_job_id(["0x3"])
+
+
+def test_hang_names_the_ranks_that_never_entered_the_collective_within_two_polls(tmp_path: Path) -> None:
+    """RAS op counts of a simulated job where GPU 1 of node002 never enters the next operation: its peers' counts
+    are one ahead. A single such snapshot is a job in motion; the same lag twice with nothing advancing is a hang,
+    named after two polls (10 s at a 5 s poll period), not three."""
+    from ranksight.simulate.cluster import LiveJob, ras_status_json
+    from ranksight.simulate.inspector import JobSpec
+
+    job = LiveJob(JobSpec(nodes=4, gpus_per_node=4, steps=20), tmp_path)
+    job.release(job.end_us)
+    hung = record(parse_status_json(ras_status_json(job, set(), behind=frozenset({(2, 1)}))))
+    lagging = {(r.rank, r.host, r.collective) for c in hung.communicators for r in c.lagging_ranks}
+    assert lagging and {host for _, host, _ in lagging} == {"node002"}
+    h = Harness()
+    assert "comm_hang" not in dict(h.feed("ras", hung))  # one snapshot: ranks are often a step apart
+    fired = [a for a in h.engine.active.values() if a.rule == "comm_hang"]
+    assert fired == []
+    h.feed("ras", hung)
+    alerts = [a for a in h.engine.active.values() if a.rule == "comm_hang"]
+    assert alerts and all(a.evidence["nodes"] == ["node002"] for a in alerts)
+    assert all("never entered it" in a.summary and "node002" in a.summary for a in alerts)
+    assert {a.comm for a in alerts} == {c.hash for c in hung.communicators if c.lagging_ranks}

@@ -8,8 +8,10 @@ from pathlib import Path
 import pytest
 
 from agent.collectors.inspector.dumps import DumpReader
-from aggregator.analysis.stragglers import Analysis, StragglerParams, analyze_records
-from ranksight.simulate.inspector import Fault, JobSpec, write_job
+from agent.collectors.inspector.parse import parse_line
+from aggregator.analysis.stragglers import Analysis, StragglerEngine, StragglerParams, analyze_records
+from ranksight.simulate import scenarios
+from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job, write_job
 
 PARAMS = StragglerParams(window_s=2.0)
 MODELS = ["ring", "sampled"]
@@ -98,3 +100,99 @@ def test_lowest_bandwidth_rank_is_a_victim(tmp_path: Path) -> None:
     assert max(mean, key=lambda p: mean[p]) == spec.pid(3, 1)
     [finding] = analyze_records(records, PARAMS).stragglers
     assert finding.pid == spec.pid(3, 1) != min(mean, key=lambda p: mean[p])
+
+
+# -- diagnosis v2 on MoE jobs (tp/ep/edp/dp comms) from ranksight.simulate.scenarios ---------------------------------
+
+
+def moe(tmp_path: Path, spec: JobSpec) -> Analysis:
+    write_job(spec, tmp_path / "dump")
+    return analyze_records(DumpReader(tmp_path / "dump").records())
+
+
+@pytest.mark.parametrize("capture", MODELS)
+def test_degraded_nic_is_one_communication_finding_and_no_peer_is_blamed(
+    tmp_path: Path, capture: str
+) -> None:
+    spec = scenarios.nic(capture, seed=1)  # type: ignore[arg-type]
+    [t] = scenarios.truth(spec)
+    [finding] = moe(
+        tmp_path, spec
+    ).stragglers  # its ep/edp/dp peers arrive late, but none is a compute straggler
+    assert (finding.hostname, finding.pid, finding.kind) == (t.hostname, None, "communication")
+    assert abs(finding.slowdown - t.factor) / t.factor < 0.15
+    name_of = {c.comm_id: c.name for phase in comms(spec) for c in phase}  # sampled records carry only the id
+    names = {name_of.get(str(c["comm"]), str(c["comm"])) for c in finding.comms}
+    assert names and all(n.split("-")[0] in ("ep", "edp", "dp") for n in names)  # cross-node comms only
+    assert all(float(c["observed_us"]) > 2 * float(c["normal_us"]) for c in finding.comms)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("capture", MODELS)
+def test_intermittent_straggler_reports_duty_cycle_and_burst_slowdown(tmp_path: Path, capture: str) -> None:
+    spec = scenarios.intermittent(capture, seed=1)  # type: ignore[arg-type]
+    [t] = scenarios.truth(spec)
+    [finding] = moe(tmp_path, spec).stragglers
+    assert (finding.hostname, finding.pid, finding.kind) == (t.hostname, t.pid, "compute")
+    assert finding.duty_cycle < 0.5 and finding.burst_slowdown > finding.slowdown
+    average = 1 + t.duty * (t.factor - 1)
+    assert abs(finding.slowdown - average) / average < 0.15 and finding.cost > 0.05
+
+
+@pytest.mark.parametrize("capture", MODELS)
+def test_two_stragglers_are_reported_and_nothing_else(tmp_path: Path, capture: str) -> None:
+    spec = scenarios.two_stragglers(capture, seed=2)  # type: ignore[arg-type]
+    found = moe(tmp_path, spec).stragglers
+    assert {(f.hostname, f.pid, f.kind) for f in found} == {
+        (t.hostname, t.pid, t.kind) for t in scenarios.truth(spec)
+    }
+    for f in found:  # the compute factor of each, against the truth
+        [t] = [t for t in scenarios.truth(spec) if t.pid == f.pid]
+        assert abs(f.slowdown - t.factor) / t.factor < 0.15
+
+
+@pytest.mark.parametrize("capture", MODELS)
+def test_noisy_healthy_moe_job_with_slow_gpus_and_hiccups_is_silent(tmp_path: Path, capture: str) -> None:
+    spec = scenarios.healthy(capture, seed=4)  # type: ignore[arg-type]
+    spec.gpu_speed_noise, spec.spike_prob = 0.025, 0.005
+    assert moe(tmp_path, spec).stragglers == []
+
+
+def test_online_finding_alerts_fast_updates_and_resolves_when_the_fault_ends() -> None:
+    spec = scenarios.straggler("ring", seed=2)
+    fault = spec.faults[0]
+    spec.faults = [Fault("gpu", fault.node, fault.gpu, 1.5, start_step=80, end_step=250)]
+    timed, step_us = run_job(spec)
+    records = sorted(
+        (parse_line(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us
+    )
+    engine, seen = StragglerEngine(), []
+    clock = records[0].dump_ts_us
+    for rec in records:
+        if rec.dump_ts_us >= clock + 1_000_000:  # evaluated every second of dump time
+            clock = rec.dump_ts_us
+            seen.append((clock, [(f.hostname, f.pid) for f in engine.evaluate()]))
+        engine.add(rec)
+    culprit = (spec.hostname(fault.node), spec.pid(fault.node, fault.gpu))
+    alerted = [ts for ts, found in seen if culprit in found]
+    assert alerted and alerted[0] - step_us[80] <= 15_000_000  # onset -> alert
+    assert all(found in ([], [culprit]) for _, found in seen)  # nothing else, ever
+    assert seen[-1][1] == [] and alerted[-1] < step_us[-1]  # resolved after the fault ended
+
+
+@pytest.mark.parametrize("capture", MODELS)
+def test_long_steps_stretch_the_horizon_so_hiccups_stay_silent_and_a_straggler_is_found(capture: str) -> None:
+    """1 s steps with 2x one-step hiccups: a 6 s horizon would hold 5 steps, where one hiccup looks like a 1.2x
+    straggler; the engine judges at least ``min_window_steps`` steps instead."""
+
+    def found(faults: list[Fault]) -> list[tuple[str, int | None]]:
+        spec = JobSpec(nodes=4, gpus_per_node=4, layout="moe", steps=150, compute_ms=1000, capture=capture,  # type: ignore[arg-type]
+                       seed=1, spike_prob=0.01, noise=0.02, gpu_speed_noise=0.02, faults=faults,
+                       dump_interval_ms=500)  # fmt: skip
+        timed = run_job(spec)[0]
+        records = sorted(
+            (parse_line(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us
+        )
+        return [(f.hostname, f.pid) for f in analyze_records(records).stragglers]
+
+    assert found([]) == []
+    assert found([Fault("gpu", 1, 2, 1.2, start_step=10)]) == [("node001", JobSpec().pid(1, 2))]

@@ -77,7 +77,7 @@ def test_a_failing_analysis_keeps_previous_findings_and_never_raises(monkeypatch
     def broken(self):  # type: ignore[no-untyped-def]
         raise ZeroDivisionError("unforeseen")
 
-    monkeypatch.setattr("aggregator.analysis.stragglers.StragglerEngine.analyze", broken)
+    monkeypatch.setattr("aggregator.analysis.stragglers.StragglerEngine.evaluate", broken)
     state.tick(7 * NS)
     assert state.stragglers.clusters["c"] is before
 
@@ -102,3 +102,23 @@ def test_straggler_cites_an_underperforming_gpu_from_active_probes() -> None:
     assert any(
         "GPU 2 active probe: tflops_bf16 40% below its peers" in n for n in alert.evidence["corroboration"]
     )
+
+
+def test_processes_that_catch_up_late_are_judged_with_the_slices_they_belong_to() -> None:
+    """An agent reading a backlog delivers one node's records after the others' were judged: those slices are
+    judged again, so its straggler is still found."""
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(evaluate_every_s=1.0))
+    lines = simulate(SPEC)
+    late = [(host, pid) for host, pid in lines if host == "node001"]
+    for seq, ((host, _pid), timed) in enumerate(lines.items(), start=1):
+        if host != "node001":
+            state.observe(envelope("inspector", host, seq, [parse_line(x) for x in timed]), 5 * NS)
+    state.tick(5 * NS)
+    assert state.stragglers.clusters["c"].findings == []
+    for seq, proc in enumerate(late, start=100):
+        state.observe(envelope("inspector", proc[0], seq, [parse_line(x) for x in lines[proc]]), 6 * NS)
+    state.tick(7 * NS)
+    assert [(f.hostname, f.pid) for f in state.stragglers.clusters["c"].findings] == [
+        ("node001", SPEC.pid(1, 2))
+    ]

@@ -16,7 +16,7 @@ from typing import Any
 
 from agent.collectors.ras.errors import RasParseError
 from agent.collectors.ras.facts import Flags, add_process, normalize_hash, normalize_secondary, sane_count
-from schemas.records.ras import RasCommunicator, RasMismatch, RasProcess, RasStatus
+from schemas.records.ras import RasCommunicator, RasLaggingRank, RasMismatch, RasProcess, RasStatus
 
 NORMAL_CODES = (0, 7)  # ncclSuccess, ncclInProgress
 _STATUS_RANK = {
@@ -86,6 +86,7 @@ def _comm(raw: dict[str, Any], flags: Flags, missing: list[RasProcess], dead: li
         if len(values) > 1:
             errors.append("MISMATCH")
             mismatches.append(RasMismatch(hash=key, kind="op_count", collective=coll))
+    lagging = _lagging(ranks, {coll: max(values) for coll, values in counts_by_coll.items()})
     flags_seen = [f for f in ("INCOMPLETE", "ERROR", "MISMATCH", "ABORT") if f in errors]
     for flag in flags_seen:
         flags.flag(flag)
@@ -100,7 +101,24 @@ def _comm(raw: dict[str, Any], flags: Flags, missing: list[RasProcess], dead: li
         ranks_reporting=len(ranks),
         rank_status=rank_status,
         op_counts={coll: max(values) for coll, values in counts_by_coll.items()},
+        lagging_ranks=lagging,
     )
+
+
+MAX_LAGGING = 64  # a hang has a few culprits; many ranks behind is a snapshot of a running job
+
+
+def _lagging(ranks: list[dict[str, Any]], highest: dict[str, int]) -> list[RasLaggingRank]:
+    """Ranks whose count of a collective is below the highest, when they are a minority of the comm."""
+    out = []
+    for coll, top in highest.items():
+        behind = [r for r in ranks if int((r.get("collective_counts") or {}).get(coll, top)) < top]
+        if not behind or 2 * len(behind) > len(ranks):
+            continue
+        out += [RasLaggingRank(rank=int(r.get("rank", -1)), host=str(r.get("host", "?")), pid=sane_count(int(r.get("pid", -1))),
+                               collective=coll, count=int(r["collective_counts"][coll]), peers_count=top)
+                for r in behind]  # fmt: skip
+    return out[:MAX_LAGGING]
 
 
 def parse_status_json(data: bytes) -> RasStatus:

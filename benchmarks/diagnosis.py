@@ -1,0 +1,199 @@
+"""Diagnosis quality of the straggler engine: fault class x capture model x seed, against the naive rule.
+
+Every run is a simulated job (``ranksight.simulate.scenarios``: MoE and dense layouts, noisy healthy runs, stragglers
+from 1.1x to 2x, late onset, a slow node, a NIC at 40 % bandwidth, an intermittent straggler, two stragglers at once)
+written as real Inspector lines and parsed by the agent's parser. The records are replayed in dump-time order through
+the live engine, evaluated every ``evaluate_every_s`` as the aggregator does: the first evaluation that reports a true
+culprit gives the time to alert (from the fault's onset; agent and bus delays not included). At the end the same
+engine's findings over the whole run (what ``ranksight analyze inspector`` prints) are scored against the truth: a
+finding is right when host, process (None for a node) and kind (compute / communication) match.
+
+The naive rule, measured on the same records: "the process with the lowest bus bandwidth is the straggler" (lowest
+median busbw relative to its comms' medians), one finding per run.
+
+    python benchmarks/diagnosis.py [--seeds 10] [--quick] [--classes a,b] [--jobs 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import time
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+from agent.collectors.inspector.parse import parse_line
+from aggregator.analysis.straggler_live import params_of
+from aggregator.analysis.stragglers import Finding, StragglerEngine
+from ranksight.config import StragglerSettings
+from ranksight.simulate.inspector import run_job
+from ranksight.simulate.scenarios import CLASSES, Capture, Truth, truth
+from schemas.records import InspectorRecord
+
+TARGETS = {"precision": 0.97, "recall": 0.97, "slowdown_error": 0.15, "tta_p90_s": 15.0}
+
+
+@dataclass
+class Score:
+    findings: int = 0
+    right: int = 0  # findings that name a culprit
+    truths: int = 0
+    found: int = 0  # culprits named
+    attributed: int = 0  # findings on a culprit's host with the right kind (compute / communication)
+    on_culprit_host: int = 0
+    false_alarm_runs: int = 0  # healthy runs with any finding
+    healthy_runs: int = 0
+    slowdown_errors: list[float] = field(default_factory=list)
+    tta_s: list[float] = field(default_factory=list)
+    missed_online: int = 0
+
+    def merge(self, other: Score) -> None:
+        for name, value in vars(other).items():
+            mine = getattr(self, name)
+            setattr(self, name, mine + value)
+
+
+def _matches(f: tuple[str, int | None, str], t: Truth) -> bool:
+    return f == (t.hostname, t.pid, t.kind)
+
+
+def score(findings: list[tuple[str, int | None, str, float]], truths: list[Truth]) -> Score:
+    s = Score(findings=len(findings), truths=len(truths), healthy_runs=0 if truths else 1)
+    s.false_alarm_runs = int(not truths and bool(findings))
+    for host, pid, kind, slowdown in findings:
+        hit = [t for t in truths if _matches((host, pid, kind), t)]
+        s.right += bool(hit)
+        on_host = [t for t in truths if t.hostname == host]
+        s.on_culprit_host += bool(on_host)
+        s.attributed += any(t.kind == kind for t in on_host)
+        if hit:
+            expected = 1 + hit[0].duty * (hit[0].factor - 1)  # average over the fault's time
+            s.slowdown_errors.append(abs(slowdown - expected) / expected)
+    s.found = sum(any(_matches(f[:3], t) for f in findings) for t in truths)
+    return s
+
+
+def naive(records: list[InspectorRecord]) -> list[tuple[str, int | None, str, float]]:
+    """The process whose bus bandwidth is lowest against its comms' medians."""
+    per: dict[tuple[str, tuple[str, int]], list[float]] = defaultdict(list)
+    for r in records:
+        if r.busbw_gbs:
+            per[(r.comm_id, (r.hostname, r.pid))].append(r.busbw_gbs)
+    medians = {key: statistics.median(v) for key, v in per.items()}
+    by_comm: dict[str, list[float]] = defaultdict(list)
+    for (comm, _), m in medians.items():
+        by_comm[comm].append(m)
+    relative: dict[tuple[str, int], list[float]] = defaultdict(list)
+    for (comm, proc), m in medians.items():
+        relative[proc].append(m / statistics.median(by_comm[comm]))
+    host, pid = min(relative, key=lambda proc: statistics.mean(relative[proc]))
+    return [(host, pid, "compute", 1.0)]
+
+
+def run_one(cls: str, capture: Capture, seed: int) -> tuple[str, Score, Score, float]:
+    spec = CLASSES[cls](capture, seed)
+    timed, step_us = run_job(spec)
+    records = sorted(
+        (parse_line(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
+    )
+    truths = truth(spec)
+    settings = StragglerSettings.model_validate({})
+    started = time.perf_counter()
+    engine = StragglerEngine(params_of(settings))
+    every_us = int(settings.evaluate_every_s * 1e6)
+    next_eval = records[0].dump_ts_us + every_us
+    onset = {t: step_us[t.onset_step] for t in truths}
+    alerted: dict[Truth, float] = {}
+    for rec in records:
+        if rec.dump_ts_us >= next_eval:
+            for f in engine.evaluate():
+                for t in truths:
+                    if t not in alerted and _matches(f.key, t):
+                        alerted[t] = max(0.0, (next_eval - onset[t]) / 1e6)
+            next_eval += every_us
+        engine.add(rec)
+    result = engine.analyze()
+    engine_s = time.perf_counter() - started
+    ours = score([_row(f) for f in result.stragglers], truths)
+    ours.tta_s = list(alerted.values())
+    ours.missed_online = len(truths) - len(alerted)
+    return cls, ours, score(naive(records), truths), engine_s
+
+
+def _row(f: Finding) -> tuple[str, int | None, str, float]:
+    return f.hostname, f.pid, f.kind, f.slowdown
+
+
+def _pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def report(name: str, s: Score) -> dict[str, float]:
+    precision = s.right / s.findings if s.findings else 1.0
+    recall = s.found / s.truths if s.truths else 1.0
+    attribution = (
+        s.attributed / s.on_culprit_host if s.on_culprit_host else float("nan")
+    )  # nan: none on a culprit
+    err = max(s.slowdown_errors) if s.slowdown_errors else float("nan")  # nan: no culprit named
+    mean_err = statistics.mean(s.slowdown_errors) if s.slowdown_errors else float("nan")
+    fa = f"{s.false_alarm_runs}/{s.healthy_runs}" if s.healthy_runs else "-"
+    print(f"  {name:<16} precision {precision:5.3f}  recall {recall:5.3f}  attribution {attribution:5.3f}  "
+          f"slowdown err mean {mean_err:5.1%} max {err:5.1%}  false alarms {fa:>5}"
+          + (f"  time-to-alert p50 {_pct(s.tta_s, 0.5):4.1f}s p90 {_pct(s.tta_s, 0.9):4.1f}s" if s.tta_s else "")
+          + (f" (not alerted online: {s.missed_online})" if s.missed_online else ""))  # fmt: skip
+    return {"precision": precision, "recall": recall, "slowdown_error": err, "tta_p90_s": _pct(s.tta_s, 0.9),
+            "false_alarms": s.false_alarm_runs}  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", type=int, default=10, help="seeds 1..N per class and capture model")
+    ap.add_argument("--quick", action="store_true", help="seeds 1..3")
+    ap.add_argument(
+        "--classes", default=",".join(CLASSES), help="comma-separated subset of: " + ", ".join(CLASSES)
+    )
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes")
+    args = ap.parse_args()
+    seeds = range(1, (3 if args.quick else args.seeds) + 1)
+    classes = args.classes.split(",")
+    runs = [(cls, cap, seed) for cls in classes for cap in ("ring", "sampled") for seed in seeds]
+    started = time.perf_counter()
+    ours: dict[str, Score] = defaultdict(Score)
+    base: dict[str, Score] = defaultdict(Score)
+    engine_s = 0.0
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for cls, mine, theirs, seconds in pool.map(run_one, *zip(*runs, strict=True)):
+            ours[cls].merge(mine)
+            base[cls].merge(theirs)
+            engine_s += seconds
+    print(f"{len(runs)} runs ({len(classes)} classes x ring/sampled x seeds {seeds[0]}..{seeds[-1]}) in "
+          f"{time.perf_counter() - started:.0f}s; engine (replay + final analysis) {engine_s:.1f}s in all")  # fmt: skip
+    total, naive_total = Score(), Score()
+    print("ranksight engine:")
+    for cls in classes:
+        report(cls, ours[cls])
+        total.merge(ours[cls])
+    overall = report("overall", total)
+    print("naive rule (lowest bus bandwidth is the straggler):")
+    for cls in classes:
+        report(cls, base[cls])
+        naive_total.merge(base[cls])
+    naive_overall = report("overall", naive_total)
+    print("targets:")
+    for key, target in TARGETS.items():
+        value = overall[key]
+        ok = value <= target if key in ("slowdown_error", "tta_p90_s") else value >= target
+        ok = ok or (key == "slowdown_error" and math.isnan(value) and not total.truths)
+        print(f"  {key:<15} {value:6.3f} target {'<=' if key in ('slowdown_error', 'tta_p90_s') else '>='} "
+              f"{target}: {'met' if ok else 'MISSED'} (naive {naive_overall[key]:.3f})")  # fmt: skip
+    print(f"  false alarms on healthy runs: {overall['false_alarms']:.0f} (target 0; naive "
+          f"{naive_overall['false_alarms']:.0f})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

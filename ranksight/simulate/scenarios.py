@@ -1,0 +1,120 @@
+"""Fault classes for the diagnosis benchmark and tests: one simulated job per (class, capture model, seed), with the
+truth alongside. The truth comes from the spec only; the engine sees nothing but the Inspector lines."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from ranksight.simulate.inspector import Fault, JobSpec
+
+Capture = Literal["ring", "sampled"]
+ONSET_STEP = 80  # faults start here (~8 s in): the online time-to-alert is measured from it
+
+
+@dataclass(frozen=True)
+class Truth:
+    kind: Literal["compute", "communication"]
+    hostname: str
+    pid: int | None  # None: the whole node
+    factor: float  # compute: the slowdown of its compute while slow; communication: of the NIC's transfers
+    duty: float  # share of the steps from onset the fault is active
+    onset_step: int
+
+
+def truth(spec: JobSpec) -> list[Truth]:
+    out = []
+    for f in spec.faults:
+        if f.kind == "nic":
+            out.append(Truth("communication", spec.hostname(f.node), None, f.factor, f.duty, f.start_step))
+        else:
+            pid = spec.pid(f.node, f.gpu) if f.kind == "gpu" else None
+            out.append(Truth("compute", spec.hostname(f.node), pid, f.factor, f.duty, f.start_step))
+    return out
+
+
+def _base(capture: Capture, seed: int, **kwargs: object) -> JobSpec:
+    """A noisy healthy MoE job: 4 nodes x 4 GPUs, ~40 ms steps for ~20 s; 1-2.5 % per-GPU speed spread, 2.5 % step
+    noise, rare one-step hiccups."""
+    rng = random.Random(seed * 7919)
+    base: dict[str, object] = dict(
+        nodes=4, gpus_per_node=4, layout="moe", steps=400, compute_ms=40.0, capture=capture, seed=seed,
+        noise=0.025, gpu_speed_noise=rng.uniform(0.01, 0.025), spike_prob=0.002, spike_factor=2.0,
+        warmup_steps=10, warmup_noise=0.3,
+    )  # fmt: skip
+    base.update(kwargs)
+    return JobSpec(**base)  # type: ignore[arg-type]
+
+
+def _gpu(rng: random.Random, nodes: int = 4, gpus: int = 4) -> tuple[int, int]:
+    return rng.randrange(nodes), rng.randrange(gpus)
+
+
+def healthy(capture: Capture, seed: int) -> JobSpec:
+    return _base(capture, seed)
+
+
+def straggler(capture: Capture, seed: int) -> JobSpec:
+    rng = random.Random(seed)
+    node, gpu = _gpu(rng)
+    factor = [1.1, 1.2, 1.5, 2.0][seed % 4]
+    return _base(capture, seed, faults=[Fault("gpu", node, gpu, factor, start_step=ONSET_STEP)])
+
+
+def late_onset(capture: Capture, seed: int) -> JobSpec:
+    rng = random.Random(seed)
+    node, gpu = _gpu(rng)
+    return _base(capture, seed, faults=[Fault("gpu", node, gpu, 1.3, start_step=ONSET_STEP + 150)])
+
+
+def slow_node(capture: Capture, seed: int) -> JobSpec:
+    rng = random.Random(seed)
+    factor = rng.choice([1.15, 1.3, 1.5])
+    return _base(
+        capture, seed, faults=[Fault("node", rng.randrange(4), factor=factor, start_step=ONSET_STEP)]
+    )
+
+
+def nic(capture: Capture, seed: int) -> JobSpec:
+    """One node's NIC at 40 % bandwidth: every cross-node comm through it transfers 2.5x slower."""
+    rng = random.Random(seed)
+    return _base(capture, seed, faults=[Fault("nic", rng.randrange(4), factor=2.5, start_step=ONSET_STEP)])
+
+
+def intermittent(capture: Capture, seed: int) -> JobSpec:
+    """Slow in bursts of 10 steps in every 40."""
+    rng = random.Random(seed)
+    node, gpu = _gpu(rng)
+    factor = rng.choice([1.5, 2.0])
+    return _base(capture, seed, faults=[
+        Fault("gpu", node, gpu, factor, start_step=ONSET_STEP, burst_steps=10, every_steps=40)])  # fmt: skip
+
+
+def two_stragglers(capture: Capture, seed: int) -> JobSpec:
+    rng = random.Random(seed)
+    a, b = rng.sample(range(4), 2)
+    return _base(capture, seed, faults=[
+        Fault("gpu", a, rng.randrange(4), 1.3, start_step=ONSET_STEP),
+        Fault("gpu", b, rng.randrange(4), 1.5, start_step=ONSET_STEP),
+    ])  # fmt: skip
+
+
+def dense_straggler(capture: Capture, seed: int) -> JobSpec:
+    """The tp/dp/pp layout with one straggler."""
+    rng = random.Random(seed)
+    node, gpu = _gpu(rng)
+    return _base(capture, seed, layout="dense", faults=[Fault("gpu", node, gpu, 1.25, start_step=ONSET_STEP)])
+
+
+CLASSES: dict[str, Callable[[Capture, int], JobSpec]] = {
+    "healthy": healthy,
+    "straggler": straggler,
+    "late_onset": late_onset,
+    "slow_node": slow_node,
+    "nic": nic,
+    "intermittent": intermittent,
+    "two_stragglers": two_stragglers,
+    "dense_straggler": dense_straggler,
+}

@@ -33,5 +33,5 @@ def run(args: argparse.Namespace) -> int:
     async def main(stop: asyncio.Event) -> None:
         await AgentRuntime(settings, only=only).run(stop)
 
-    run_until_signalled(main)
+    run_until_signalled(main, settings.shutdown_timeout_s)
     return 0

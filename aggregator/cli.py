@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 from pathlib import Path
 
 from aggregator.api.cli import call_api
@@ -17,12 +18,14 @@ from ranksight.cliutil import (
     settings_from_args,
 )
 from ranksight.private import keep_private
+from ranksight.up import add_http_port_flag, http_port_override, ports_in_use
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("aggregator", help="run the aggregator (ingest, state, alerts, query API)")
     add_config_flags(p)
     p.add_argument("--db", type=Path, help="DuckDB file (overrides aggregator.db_path)")
+    add_http_port_flag(p)
     p.set_defaults(func=run)
 
     s = sub.add_parser("status", help="nodes and their state, from the running aggregator")
@@ -32,13 +35,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args, **({"aggregator": {"db_path": args.db}} if args.db else {}))
+    overrides = http_port_override(args)
+    if args.db:
+        overrides.setdefault("aggregator", {})["db_path"] = args.db
+    settings = settings_from_args(args, **overrides)
+    if problem := ports_in_use(settings):
+        print(f"ranksight aggregator: {problem}", file=sys.stderr)
+        return EXIT_FAILED
     keep_private(settings.state_dir)
 
     async def main(stop: asyncio.Event) -> None:
         await Aggregator(settings).run(stop)
 
-    run_until_signalled(main)
+    run_until_signalled(main, settings.shutdown_timeout_s)
     return 0
 
 

@@ -5,17 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from aggregator.api.cli import call_api
+from aggregator.api.cli import call_api, given
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
     add_config_flags,
     print_json,
     print_table,
-    settings_from_args,
 )
 
-COLUMNS = ["src", "dst", "transport", "dst_addr", "upload_bps", "download_bps", "rtt_us", "jitter_us", "measured",
+COLUMNS = ["cluster", "src", "dst", "transport", "dst_addr", "upload_bps", "download_bps", "rtt_us", "jitter_us", "measured",
            "expires", "state", "error"]  # fmt: skip
 
 
@@ -23,12 +22,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("links", help="the link map: measured bandwidth, RTT and jitter between nodes")
     add_config_flags(p)
     p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    p.add_argument("--cluster", help="only this cluster (default: all)")
     p.set_defaults(func=links)
 
 
 def links(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
-    response = call_api(args, "links", {"cluster": settings.cluster})
+    response = call_api(args, "links", given(args, "cluster"))
     if response is None:
         return EXIT_FAILED
     skipped = response.meta.get("skipped", [])

@@ -37,7 +37,7 @@ from aggregator.state import NS, LiveState
 from aggregator.store import BatchResult, Incoming, Store, out_of_memory
 from ranksight.aio import cancel_all
 from ranksight.config import Settings
-from ranksight.natsconn import connect
+from ranksight.natsconn import connect, disconnect
 from schemas.alerts import Alert
 from schemas.envelope import Envelope
 from schemas.subjects import Subjects
@@ -179,7 +179,7 @@ class Aggregator:
                     await nc.flush(
                         timeout=2
                     )  # acks and alerts out; drain would wait on the pull subscription
-                await nc.close()
+                await disconnect(nc, timeout=2)
         finally:
             gc.unfreeze()  # give what startup froze back to the collector, so it is freed at exit
             await self.sandbox.close()

@@ -46,6 +46,7 @@ class NodeState:
     clock_skew_s: float = 0.0
     collectors: list[dict[str, Any]] = field(default_factory=list)
     publisher: dict[str, Any] = field(default_factory=dict)
+    jobs: list[dict[str, Any]] = field(default_factory=list)  # batch jobs on the node (Slurm prolog files)
 
 
 class NodeTracker:
@@ -78,6 +79,7 @@ class NodeTracker:
             clock_skew_s=(env.ts - recv_ns) / NS,
             collectors=to_builtins(beat.collectors),
             publisher=to_builtins(beat.publisher),
+            jobs=to_builtins(beat.jobs),
         )
 
     def tick(self, now_ns: int) -> None:

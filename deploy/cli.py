@@ -92,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         hosts = parse_hosts(args.hosts.read_text(), str(args.hosts))
         jump: Host | None = parse_host(args.jump) if args.jump else None
+    except UnicodeDecodeError:
+        print(f"ranksight deploy: {args.hosts} is not a text file", file=sys.stderr)
+        return EXIT_USAGE
     except (OSError, HostsFileError) as exc:
         print(f"ranksight deploy: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -152,11 +155,7 @@ async def _act(hosts: list[Host], opts: DeployOptions, args: argparse.Namespace)
         nc = await connect_nats(opts)
     except Exception as exc:
         if not args.status:  # deploy cannot verify agents without NATS: touch no host
-            raise ConnectionError(
-                redact(
-                    f"NATS at {opts.settings.nats.url} unreachable, cannot verify agents: {exc}", opts.secrets
-                )
-            ) from None
+            raise ConnectionError(redact(f"cannot verify agents: {exc}", opts.secrets)) from None
         nc = None
     try:
         if args.status:

@@ -9,6 +9,10 @@ import os
 import signal
 import sys
 
+from agent.runtime import agent_version
+from ranksight.cliutil import EXIT_FAILED, EXIT_INTERRUPTED
+from ranksight.natsconn import NatsUnreachable
+
 # One module per component; each has ``register(subparsers)``.
 COMMAND_MODULES = [
     "ranksight.up",
@@ -20,6 +24,7 @@ COMMAND_MODULES = [
     "agent.collectors.ras.cli",
     "ranksight.probe",
     "aggregator.links_cli",
+    "aggregator.hardware_cli",
     "aggregator.markers_cli",
     "deploy.cli",
     "aggregator.stragglers_cli",
@@ -31,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ranksight", description="Live diagnosis of RCCL/NCCL training jobs."
     )
+    parser.add_argument("--version", action="version", version=f"ranksight {agent_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
@@ -43,8 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except NatsUnreachable as exc:  # any command that needs NATS: one line, no traceback
+        print(f"ranksight: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`ranksight sql ... | head`): stop quietly with the status a SIGPIPE death gives, and
         # point stdout at /dev/null so the interpreter's final flush cannot fail again.

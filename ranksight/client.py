@@ -61,7 +61,7 @@ from typing import Any
 import msgpack
 
 SOCKET_ENV = "RANKSIGHT_APP_SOCKET"
-DEFAULT_SOCKET = "/tmp/ranksight-app.sock"
+DEFAULT_SOCKET = "/run/ranksight/app.sock"  # where the systemd unit's agent listens
 WIRE_VERSION = 1
 MAX_MESSAGE = 60 * 1024
 RETRY_AFTER_S = 1.0

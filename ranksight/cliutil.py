@@ -7,8 +7,11 @@ import asyncio
 import csv
 import json
 import logging
+import math
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
@@ -16,11 +19,25 @@ from ranksight.config import ConfigError, Settings, load_settings
 from ranksight.redact import redact_logs
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+FORCE_EXIT_S = 3.0  # after a second signal, how long cancellation may take before the process just ends
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", metavar="FILE", help="TOML config file (default: $RANKSIGHT_CONFIG)")
     parser.add_argument("--nats", metavar="URL", help="NATS server URL (overrides nats.url)")
+
+
+def port_number(text: str) -> int:
+    """argparse type of a TCP port flag: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is not in 0-65535")
+    return port
 
 
 def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
@@ -41,17 +58,52 @@ def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
     return settings
 
 
-def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]]) -> None:
-    """Run ``main(stop)``; SIGINT and SIGTERM set ``stop`` so that everything shuts down in order."""
+def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
+                        shutdown_timeout_s: float | None = None) -> int | None:  # fmt: skip
+    """Run ``main(stop)`` until it returns; return the number of the signal that stopped it, or None.
+
+    The first SIGINT or SIGTERM sets ``stop`` so that everything shuts down in order; if ``main`` has not returned
+    ``shutdown_timeout_s`` later (a flush waiting on an unreachable NATS), it is cancelled (None: only on a second
+    signal; for commands with nothing to flush). A second signal cancels it at once, and ends the process outright if
+    even that does not stop it within ``FORCE_EXIT_S``.
+    """
+    received: list[int] = []
 
     async def runner() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await main(stop)
+        task = asyncio.ensure_future(main(stop))
+
+        def on_signal(signum: int) -> None:
+            received.append(signum)
+            if len(received) == 1:
+                print(f"ranksight: {signal.Signals(signum).name}, stopping (again to force)", file=sys.stderr)
+                stop.set()
+                if shutdown_timeout_s is not None:
+                    loop.call_later(shutdown_timeout_s, task.cancel)
+            else:
+                task.cancel()
+                # A thread, not the loop: the loop itself may be what is stuck.
+                force = threading.Timer(FORCE_EXIT_S, os._exit, (128 + received[0],))
+                force.daemon = True
+                force.start()
+
+        for sig in STOP_SIGNALS:
+            loop.add_signal_handler(sig, on_signal, sig)
+        try:
+            await task
+        except asyncio.CancelledError:
+            if not received:
+                raise
 
     asyncio.run(runner())
+    return received[0] if received else None
+
+
+def interrupted_exit(signum: int | None) -> int:
+    """The exit status of an interactive command: 130 after Ctrl-C (SIGINT), as a shell reports it; 0 when it ended
+    by itself or was asked to stop (SIGTERM)."""
+    return EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_OK
 
 
 def print_json(obj: Any) -> None:
@@ -60,8 +112,8 @@ def print_json(obj: Any) -> None:
 
 
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """A plain aligned table on stdout."""
-    cells = [[_cell(r.get(c)) for c in columns] for r in rows]
+    """A plain aligned table on stdout, numbers in human units (:func:`human`)."""
+    cells = [[human(c, r.get(c)) for c in columns] for r in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
     print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
     for row in cells:
@@ -73,6 +125,59 @@ def print_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
     writer.writerow(columns)
     for r in rows:
         writer.writerow([_cell(r.get(c)) for c in columns])
+
+
+# Column-name suffix -> (unit, step, prefixes): records carry base units and say which in their field names.
+_UNITS: dict[str, tuple[str, float, str]] = {
+    "_per_s": ("/s", 1.0, " "),  # before "_s"
+    "_bytes": ("B", 1024.0, " KMGTP"),  # memory: binary prefixes (KiB, MiB, GiB)
+    "_bps": ("bit/s", 1000.0, " kMGT"),  # NIC and link rates are bits per second
+    "_gbs": ("GB/s", 1.0, " "),
+    "_hz": ("Hz", 1000.0, " kMGT"),
+    "_w": ("W", 1.0, " "),
+    "_c": ("C", 1.0, " "),
+    "_pct": ("%", 1.0, " "),
+    "_s": ("s", 1.0, " "),
+}
+# The exceptions to the suffixes: rates in bytes per second.
+_BYTE_RATE_COLUMNS = frozenset({"mem_bandwidth_bps"})
+
+
+def human(column: str, value: Any) -> str:
+    """One table cell: ``memory_used_bytes`` 68719476736 -> ``64 GiB``, ``speed_bps`` 4e11 -> ``400 Gbit/s``,
+    ``rtt_us`` 1500 -> ``1.5 ms``, ``power_w`` 291.5 -> ``292 W``; other numbers without exponents."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _cell(value)
+    if column.endswith("_us"):
+        column, value = column[:-3] + "_s", value / 1e6
+        if abs(value) < 1:
+            return f"{_number(value * 1e3)} ms" if abs(value) >= 1e-3 else f"{_number(value * 1e6)} us"
+    if column in _BYTE_RATE_COLUMNS:
+        return _scaled(value, "B/s", 1000.0, " kMGT")
+    for suffix, (unit, step, prefixes) in _UNITS.items():
+        if column.endswith(suffix):
+            return _scaled(value, unit, step, prefixes)
+    return _number(value) if isinstance(value, float) else str(value)
+
+
+def _scaled(value: float, unit: str, step: float, prefixes: str) -> str:
+    power = 0
+    while power < len(prefixes) - 1 and abs(value) >= step ** (power + 1):
+        power += 1
+    prefix = prefixes[power].strip()
+    if prefix and step == 1024.0:
+        prefix += "i"
+    space = "" if unit[0] in "/%" else " "
+    return f"{_number(value / step**power)}{space}{prefix}{unit}"
+
+
+def _number(value: float, digits: int = 3) -> str:
+    """``value`` to about ``digits`` significant digits, never in exponent form (no ``3e+08`` in a table)."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _cell(value: Any) -> str:

@@ -76,6 +76,11 @@ class CollectorSettings(Section):
 
 class HeartbeatSettings(CollectorSettings):
     interval_s: float = Field(5.0, gt=0)
+    jobs_dir: Path = Field(
+        Path("/run/ranksight/jobs"),
+        description="where the Slurm prolog (deploy/slurm/prolog.sh) writes <jobid>.env; the heartbeat reports them",
+    )
+    max_jobs: int = Field(64, ge=0, description="job files read per heartbeat at most (newest first)")
 
 
 class RasSettings(CollectorSettings):
@@ -242,9 +247,10 @@ class GpuProbeSettings(CollectorSettings):
 class AppSettings(CollectorSettings):
     """The socket training processes send heartbeats, sections and markers to (``ranksight.client``)."""
 
-    socket_path: Path = Field(
-        Path(DEFAULT_APP_SOCKET),
-        description=f"Unix seqpacket socket; export ${APP_SOCKET_ENV} to jobs if changed",
+    socket_path: Path | None = Field(
+        None,
+        description=f"Unix seqpacket socket; default <state_dir>/app.sock (this instance's own); jobs find it at "
+        f"${APP_SOCKET_ENV}, else at {DEFAULT_APP_SOCKET} (the systemd unit's)",
     )
     socket_mode: int = Field(
         0o666, description="file mode of the socket: training processes may run as any user"
@@ -653,6 +659,11 @@ class Settings(BaseSettings):
     subject_prefix: str = "ranksight.v1"
     state_dir: Path = Field(Path.home() / ".local/state/ranksight", description="all local state lives here")
     log_level: str = "INFO"
+    shutdown_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="after SIGINT/SIGTERM, how long a long-running command may take to stop in order",
+    )
     nats: NatsSettings = NatsSettings()
     agent: AgentSettings = AgentSettings()
     aggregator: AggregatorSettings = AggregatorSettings()
@@ -672,6 +683,10 @@ class Settings(BaseSettings):
 
     def db_path(self) -> Path:
         return self.aggregator.db_path or self.state_dir / "ranksight.duckdb"
+
+    def app_socket_path(self) -> Path:
+        """Scoped to this instance: another agent's training processes (another state dir) never reach it."""
+        return self.agent.collectors.app.socket_path or self.state_dir / "app.sock"
 
     def export_root(self) -> Path:
         return self.aggregator.query.export_root or self.state_dir / "exports"
@@ -699,6 +714,10 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
             data = tomllib.loads(Path(path).read_text())
         except FileNotFoundError:
             raise ConfigError(f"config file not found: {path}") from None
+        except (OSError, UnicodeDecodeError) as exc:  # a directory, no permission, not text
+            raise ConfigError(
+                f"cannot read config file {path}: {getattr(exc, 'strerror', None) or exc}"
+            ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
     _check_env_keys()

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import shutil
 import sys
 import tempfile
 import time
@@ -29,12 +30,13 @@ from ranksight.aio import cancel_all
 from ranksight.cliutil import (
     EXIT_USAGE,
     add_config_flags,
+    port_number,
     settings_from_args,
 )
 from ranksight.config import Settings
 from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json
 from ranksight.simulate.inspector import Fault, JobSpec
-from ranksight.up import first, port_busy, with_embedded_nats
+from ranksight.up import first, http_line, port_busy, with_embedded_nats
 from schemas.records.ras import RasEvent
 
 SLOW_GPU = (1, 2)  # node, GPU
@@ -53,9 +55,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--nodes", type=int, default=4, help="simulated nodes of 8 GPUs (even, 4 to 64; default 4)"
     )
     p.add_argument(
-        "--state-dir", type=Path, help="where everything is kept (default: a new temporary directory)"
+        "--state-dir",
+        type=Path,
+        help="where everything is kept (default: a temporary directory, removed at exit)",
     )
-    p.add_argument("--nats-port", type=int, default=0, help="default: a free port")
+    p.add_argument("--nats-port", type=port_number, default=0, help="default: a free port")
     p.add_argument("--fault-after", type=float, default=40.0, metavar="S",
                    help="seconds until a rank stops answering (default 40)")  # fmt: skip
     p.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: on Ctrl-C)")
@@ -66,7 +70,16 @@ def run(args: argparse.Namespace) -> int:
     if args.nodes < 4 or args.nodes > 64 or args.nodes % 2:
         print("ranksight demo: --nodes must be even, from 4 to 64", file=sys.stderr)
         return EXIT_USAGE
-    state_dir = args.state_dir or Path(tempfile.mkdtemp(prefix="ranksight-demo-"))
+    if args.state_dir is not None:
+        return _run(args, args.state_dir)
+    state_dir = Path(tempfile.mkdtemp(prefix="ranksight-demo-"))
+    try:
+        return _run(args, state_dir)
+    finally:  # a state dir of our own making goes with the demo (--state-dir keeps it)
+        shutil.rmtree(state_dir, ignore_errors=True)
+
+
+def _run(args: argparse.Namespace, state_dir: Path) -> int:
     settings = settings_from_args(args, state_dir=state_dir, cluster="demo")
     if settings.aggregator.http.enabled and port_busy(settings.aggregator.http.port):
         print(
@@ -203,7 +216,7 @@ class Demo:
             f"cluster demo\n"
             f"  state       {self.settings.state_dir}\n"
             f"  nats        {url}\n"
-            f"  http        {aggregator.http.url or 'off (aggregator.http)'}\n"
+            f"  http        {http_line(aggregator)}\n"
             f"  faults      GPU {SLOW_GPU[1]} of {hosts[SLOW_GPU[0]]} is 1.6x slow (straggler, ~20 s); "
             f"{hosts[NIC_ERRORS_NODE]}'s RDMA port counts symbol errors (nic_errors_rising); a rank on "
             f"{hosts[-1]} stops answering after {self.fault_after_s:g} s (rank_missing)\n"

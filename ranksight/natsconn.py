@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ssl
 from typing import Any
 
-import nats
 from nats.aio.client import Client
+from nats.errors import Error as NatsError
 
 from ranksight.config import NatsSettings
+from ranksight.redact import redact
 
 
 def connect_options(cfg: NatsSettings, name: str) -> dict[str, Any]:
@@ -39,12 +42,53 @@ def connect_options(cfg: NatsSettings, name: str) -> dict[str, Any]:
     return opts
 
 
+class NatsUnreachable(ConnectionError):
+    """The first connection to NATS did not succeed within ``nats.connect_timeout_s``."""
+
+
 async def connect(cfg: NatsSettings, name: str, **extra: Any) -> Client:
-    async def _quiet(exc: Exception) -> None:
-        # Reconnects are expected (server restarts); the publisher counts what they cost.
-        return None
+    """A connected client, or :class:`NatsUnreachable` after ``cfg.connect_timeout_s``.
+
+    nats-py retries its first connect for as long as reconnects are allowed (forever with ``max_reconnect_attempts``
+    -1, and also with 0), so the first connect is bounded here; once connected, reconnects go on as configured.
+    """
+    last_error: list[Exception] = []
+
+    async def _remember(exc: Exception) -> None:
+        # Reconnects are expected (server restarts); the publisher counts what they cost. Keep the last one as the
+        # reason a first connect gives up.
+        last_error[:] = [exc]
 
     opts = connect_options(cfg, name)
-    opts.setdefault("error_cb", _quiet)
+    opts.setdefault("error_cb", _remember)
     opts.update(extra)
-    return await nats.connect(**opts)
+    nc = Client()
+    try:
+        await asyncio.wait_for(nc.connect(**opts), cfg.connect_timeout_s)
+    except (TimeoutError, OSError, NatsError) as exc:
+        with contextlib.suppress(Exception):
+            await nc.close()
+        reason = last_error[0] if isinstance(exc, TimeoutError) and last_error else exc
+        raise NatsUnreachable(
+            redact(
+                f"cannot connect to NATS at {cfg.url} within {cfg.connect_timeout_s:g}s: {_describe(reason)}"
+            )
+        ) from None
+    return nc
+
+
+async def disconnect(nc: Client, timeout: float, drain: bool = False) -> None:
+    """Drain (``drain``) or close ``nc`` within ``timeout``, never raising: with the server gone, nats-py's close can
+    fail on the dead socket and its drain can wait for a reconnect that never comes."""
+    if drain and nc.is_connected:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.drain(), timeout)
+    if not nc.is_closed:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.close(), timeout)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer"
+    return str(exc) or type(exc).__name__

@@ -14,7 +14,14 @@ from typing import Any
 
 from agent.runtime import AgentRuntime
 from aggregator.runtime import Aggregator
-from ranksight.cliutil import EXIT_FAILED, add_config_flags, run_until_signalled, settings_from_args
+from ranksight.cliutil import (
+    EXIT_FAILED,
+    add_config_flags,
+    interrupted_exit,
+    port_number,
+    run_until_signalled,
+    settings_from_args,
+)
 from ranksight.config import Settings
 from ranksight.natsserver import NatsServer, NatsServerError
 from ranksight.private import keep_private
@@ -27,9 +34,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     add_config_flags(p)
     p.add_argument("--state-dir", type=Path, help="where everything is kept (overrides state_dir)")
     p.add_argument(
-        "--nats-port", type=int, default=DEFAULT_NATS_PORT, help="0 picks a free port (default 4222)"
+        "--nats-port", type=port_number, default=DEFAULT_NATS_PORT, help="0 picks a free port (default 4222)"
     )
+    add_http_port_flag(p)
     p.set_defaults(func=run)
+
+
+def add_http_port_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--http-port", type=port_number, metavar="PORT",
+                        help="HTTP port (overrides aggregator.http.port; 0 picks a free one)")  # fmt: skip
+
+
+def http_port_override(args: argparse.Namespace) -> dict[str, Any]:
+    return {"aggregator": {"http": {"port": args.http_port}}} if args.http_port is not None else {}
 
 
 def port_busy(port: int) -> bool:
@@ -37,14 +54,24 @@ def port_busy(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
+def ports_in_use(settings: Settings, nats_port: int | None = None, agent: bool = False) -> str | None:
+    """Why this instance cannot start, when a fixed port it would listen on is taken (None: all free). Said at once,
+    rather than running without the part that could not bind."""
+    http, probe = settings.aggregator.http, settings.agent.collectors.probe
+    wanted = [(nats_port, "--nats-port 0 picks a free one"),
+              (http.port if http.enabled else None, "aggregator.http.port; --http-port 0 picks a free one"),
+              (probe.port if agent and probe.enabled else None, "agent.collectors.probe.port; 0 picks a free one")]  # fmt: skip
+    for port, how in wanted:
+        if port and port_busy(port):
+            return f"port {port} in use ({how})"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     overrides = {"state_dir": args.state_dir} if args.state_dir else {}
-    settings = settings_from_args(args, **overrides)
-    if args.nats_port and port_busy(args.nats_port):
-        print(
-            f"ranksight up: port {args.nats_port} is in use; pass --nats-port 0 for a free one",
-            file=sys.stderr,
-        )
+    settings = settings_from_args(args, **overrides, **http_port_override(args))
+    if problem := ports_in_use(settings, args.nats_port, agent=True):
+        print(f"ranksight up: {problem}", file=sys.stderr)
         return EXIT_FAILED
     return with_embedded_nats("up", settings, args.nats_port, _serve)
 
@@ -52,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
 def with_embedded_nats(command: str, settings: Settings, port: int,
                        main: Callable[[Settings, NatsServer, asyncio.Event], Coroutine[Any, Any, None]]) -> int:  # fmt: skip
     """Start the embedded nats-server on ``port`` (0: a free one), run ``main`` against it until SIGINT/SIGTERM sets
-    its stop event, then stop the server; exit 1 when the server cannot start. Everything it creates is private."""
+    its stop event, then stop the server; exit 1 when the server cannot start, 130 after Ctrl-C. Everything it creates
+    is private."""
     keep_private(settings.state_dir)
     server = NatsServer(settings.state_dir / "nats", port=port)
     try:
@@ -62,10 +90,10 @@ def with_embedded_nats(command: str, settings: Settings, port: int,
         return EXIT_FAILED
     try:
         settings = settings.model_copy(update={"nats": settings.nats.model_copy(update={"url": server.url})})
-        run_until_signalled(lambda stop: main(settings, server, stop))
+        signum = run_until_signalled(lambda stop: main(settings, server, stop), settings.shutdown_timeout_s)
     finally:
         server.stop()
-    return 0
+    return interrupted_exit(signum)
 
 
 async def _serve(settings: Settings, server: NatsServer, stop: asyncio.Event) -> None:
@@ -75,17 +103,33 @@ async def _serve(settings: Settings, server: NatsServer, stop: asyncio.Event) ->
     await first(aggregator.ready.wait(), agg_task)
     agent_task = asyncio.create_task(agent.run(stop))
     await first(agent.ready.wait(), agent_task)
+    collectors = settings.agent.collectors
+    probe = f"port {collectors.probe.port or 'any free'} (link probes)" if collectors.probe.enabled else "off"
+    app = settings.app_socket_path()
     print(
         f"ranksight up\n"
         f"  nats        {server.url}  (JetStream store {server.store_dir})\n"
         f"  aggregator  DuckDB {settings.db_path()}\n"
         f"  agent       node {settings.agent.node}, cluster {settings.cluster}\n"
-        f"  http        {aggregator.http.url or 'off (aggregator.http)'}\n"
+        f"  http        {http_line(aggregator)}\n"
+        f"  probe       {probe}\n"
+        f"  app socket  {f'{app}  (jobs: export RANKSIGHT_APP_SOCKET={app})' if collectors.app.enabled else 'off'}\n"
         f"  try         ranksight status --nats {server.url}\n"
         f"Ctrl-C stops everything.",
         flush=True,
     )
     await asyncio.gather(agg_task, agent_task)
+
+
+def http_line(aggregator: Aggregator) -> str:
+    """The banner's http entry: the address, or why there is none."""
+    if aggregator.http.url:
+        return aggregator.http.url
+    return (
+        "off (aggregator.http.enabled)"
+        if not aggregator.settings.aggregator.http.enabled
+        else "not serving (see log)"
+    )
 
 
 async def first(ready: Awaitable[Any], task: asyncio.Task[None]) -> None:

@@ -82,7 +82,7 @@ class AppCollector(StreamingCollector):
         self._inode = 0  # of the socket file we bound, to never remove a newer agent's
 
     async def run(self, emit: Emit) -> None:
-        path = self.app_settings.socket_path
+        path = self.ctx.settings.app_socket_path()
         self._sock = sock = bind_socket(path, self.app_settings.socket_mode)
         self._inode = path.stat().st_ino
         self.health.source = str(path)
@@ -153,4 +153,4 @@ class AppCollector(StreamingCollector):
         self._sock = None
 
     async def close(self) -> None:
-        self._close(self.app_settings.socket_path)
+        self._close(self.ctx.settings.app_socket_path())

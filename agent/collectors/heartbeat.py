@@ -1,12 +1,16 @@
-"""``heartbeat``: hostname, agent version, incarnation and the health of every collector; proves the path end to end."""
+"""``heartbeat``: hostname, agent version, incarnation, the health of every collector and the batch jobs on the node
+(from the Slurm prolog's files); proves the path end to end."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from collections.abc import Sequence
 
 from agent.collectors.base import PolledCollector
+from agent.collectors.slurm_jobs import read_jobs
+from ranksight.config import HeartbeatSettings
 from schemas.records import HeartbeatRecord, Record
 
 
@@ -16,6 +20,8 @@ class HeartbeatCollector(PolledCollector):
 
     async def collect(self) -> Sequence[Record]:
         ctx = self.ctx
+        settings: HeartbeatSettings = ctx.settings.agent.collectors.heartbeat
+        jobs = await asyncio.to_thread(read_jobs, settings.jobs_dir, settings.max_jobs)
         return [
             HeartbeatRecord(
                 hostname=socket.gethostname(),
@@ -24,5 +30,6 @@ class HeartbeatCollector(PolledCollector):
                 started_ns=ctx.started_ns,
                 collectors=ctx.health_snapshot(),
                 publisher=ctx.publisher_stats(),
+                jobs=jobs,
             )
         ]

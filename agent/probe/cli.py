@@ -8,7 +8,15 @@ import sys
 
 from agent.probe.client import ProbeBudget, ProbeError, run_probe
 from agent.probe.server import ProbeServer, parse_networks
-from ranksight.cliutil import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_json, print_table, run_until_signalled
+from ranksight.cliutil import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    port_number,
+    print_json,
+    print_table,
+    run_until_signalled,
+)
 
 DEFAULT_PORT = 28100
 
@@ -16,7 +24,10 @@ DEFAULT_PORT = 28100
 def register_probe(kinds: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     s = kinds.add_parser("serve", help="run a link probe server (accepts any client unless --allow is given)")
     s.add_argument(
-        "--port", type=int, default=DEFAULT_PORT, help=f"TCP port (default {DEFAULT_PORT}; 0 = any free)"
+        "--port",
+        type=port_number,
+        default=DEFAULT_PORT,
+        help=f"TCP port (default {DEFAULT_PORT}; 0 = any free)",
     )
     s.add_argument("--host", default=None, help="address to listen on (default: all)")
     s.add_argument(

@@ -22,14 +22,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
-import nats.errors
-
 from aggregator.api.client import ApiUnavailable, query
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     add_config_flags,
+    interrupted_exit,
     print_csv,
     print_json,
     print_table,
@@ -37,8 +36,7 @@ from ranksight.cliutil import (
     settings_from_args,
 )
 from ranksight.config import Settings
-from ranksight.natsconn import connect
-from ranksight.redact import redact
+from ranksight.natsconn import connect, disconnect
 from schemas.alerts import Alert
 from schemas.api import ApiResponse
 from schemas.subjects import Subjects
@@ -104,7 +102,7 @@ def print_rows(args: argparse.Namespace, response: ApiResponse, columns: Sequenc
 
 def register(sub: SubParsers) -> None:
     nodes = add_query_command(sub, "nodes", "nodes, their state and agent health", NODE_COLUMNS,
-                              params=lambda a: _given(a, "cluster", "state", "health"))  # fmt: skip
+                              params=lambda a: given(a, "cluster", "state", "health"))  # fmt: skip
     nodes.add_argument("--cluster", help="only this cluster")
     nodes.add_argument("--state", choices=["alive", "stale", "gone"], help="only nodes in this state")
     nodes.add_argument("--health", choices=["alive", "degraded", "drained", "stale", "gone"],
@@ -181,7 +179,7 @@ def since_param(args: argparse.Namespace) -> dict[str, str]:
     }
 
 
-def _given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
+def given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
     return {n: getattr(args, n) for n in names if getattr(args, n) is not None}
 
 
@@ -196,7 +194,7 @@ def sql(args: argparse.Namespace) -> int:
     if not args.query.strip():
         print("ranksight sql: the query is empty", file=sys.stderr)
         return EXIT_USAGE
-    params = {"sql": args.query, **_given(args, "max_rows")}
+    params = {"sql": args.query, **given(args, "max_rows")}
     if args.time_limit is not None:
         params["time_limit_s"] = args.time_limit
     response = call_api(args, "sql", params)
@@ -219,19 +217,17 @@ def export(args: argparse.Namespace) -> int:
 
 def alerts(args: argparse.Namespace) -> int:
     if not args.follow:
-        params = {**_given(args, "cluster", "rule", "node"), **since_param(args), "state": args.state}
+        params = {**given(args, "cluster", "rule", "node"), **since_param(args), "state": args.state}
         response = call_api(args, "alerts", params)
         if response is None:
             return EXIT_FAILED
         print_rows(args, response, ALERT_COLUMNS)
         return EXIT_OK
     settings = settings_from_args(args)
-    try:
-        run_until_signalled(lambda stop: _follow(settings, args.cluster, args.json, stop))
-    except (OSError, nats.errors.Error) as exc:
-        print(redact(f"ranksight: cannot connect to NATS at {settings.nats.url}: {exc}"), file=sys.stderr)
-        return EXIT_FAILED
-    return EXIT_OK
+    signum = run_until_signalled(
+        lambda stop: _follow(settings, args.cluster, args.json, stop), settings.shutdown_timeout_s
+    )
+    return interrupted_exit(signum)
 
 
 async def _follow(settings: Settings, cluster: str | None, as_json: bool, stop: asyncio.Event) -> None:
@@ -257,7 +253,7 @@ async def _follow(settings: Settings, cluster: str | None, as_json: bool, stop: 
             else:
                 print(_alert_line(alert), flush=True)
     finally:
-        await nc.close()
+        await disconnect(nc, settings.nats.connect_timeout_s)
 
 
 def _alert_line(alert: Alert) -> str:

@@ -13,7 +13,7 @@ import nats.errors
 
 from aggregator.api.paging import NEXT
 from ranksight.config import Settings
-from ranksight.natsconn import connect
+from ranksight.natsconn import NatsUnreachable, connect
 from ranksight.redact import redact
 from schemas.api import ApiResponse
 from schemas.subjects import Subjects
@@ -29,8 +29,8 @@ async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None
         nc = await connect(
             settings.nats, name="ranksight-cli", max_reconnect_attempts=0, allow_reconnect=False
         )
-    except Exception as exc:
-        raise ApiUnavailable(redact(f"cannot connect to NATS at {settings.nats.url}: {exc}")) from None
+    except NatsUnreachable as exc:
+        raise ApiUnavailable(str(exc)) from None
     try:
         subject = Subjects(settings.subject_prefix).api(endpoint)
         msg = await nc.request(subject, json.dumps(params or {}).encode(), timeout=timeout)

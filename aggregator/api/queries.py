@@ -104,6 +104,7 @@ def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
             "version": n.version,
             "clock_skew_s": round(n.clock_skew_s, 3),
             "collectors": n.collectors,
+            "jobs": n.jobs,
             "health": health,
             "alerts": mine,
         })  # fmt: skip

@@ -34,6 +34,16 @@ class PublisherStats(BaseModel):
     pending: int = 0
 
 
+class SchedulerJob(BaseModel):
+    """A batch job running on the node, as the scheduler's prolog registered it (``deploy/slurm/prolog.sh``)."""
+
+    model_config = ConfigDict(extra="ignore")
+    job: str
+    user: str | None = None
+    nodes: str | None = None  # the scheduler's node list as written, e.g. gpu[001-004]
+    started_ns: int | None = None
+
+
 class HeartbeatRecord(Record):
     min_records = 1
 
@@ -43,3 +53,4 @@ class HeartbeatRecord(Record):
     started_ns: int
     collectors: list[CollectorHealth] = Field(default_factory=list)
     publisher: PublisherStats = PublisherStats()
+    jobs: list[SchedulerJob] = Field(default_factory=list)

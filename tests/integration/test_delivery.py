@@ -41,13 +41,22 @@ async def test_sigkill_aggregator_mid_stream_exactly_once(settings: Settings) ->
     nc = await nats.connect(settings.nats.url)
     await ensure_stream(nc.jetstream(), settings)  # agents may publish before the aggregator runs
     await nc.close()
-    per_agent, chunk = 40_000, 500
+    chunk = 500
     agents = [await SyntheticAgent(settings, f"sim-{i}", records_per_batch=chunk).start() for i in range(3)]
+    killed = asyncio.Event()
+    rounds_after_kill = 20  # the stream goes on after the kill, so the kill always lands mid-stream
+    emitted = 0  # per agent
 
     async def produce() -> None:
-        for _ in range(per_agent // chunk):
+        nonlocal emitted
+        left, rounds = rounds_after_kill, 0
+        while left > 0 and rounds < 2000:  # bounded, should the aggregator never start
+            rounds += 1
             for a in agents:
                 await a.emit(chunk)
+            emitted += chunk
+            if killed.is_set():
+                left -= 1
             await asyncio.sleep(0.01)
 
     producer = asyncio.create_task(produce())
@@ -59,11 +68,12 @@ async def test_sigkill_aggregator_mid_stream_exactly_once(settings: Settings) ->
         await wait_for(lambda: _ingested(settings), timeout=60, interval=0.05)  # it is committing now
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
+        killed.set()
         committed_before_kill, _ = _gpu_counts(settings)
         await producer
         for a in agents:
             assert await a.flush(60), "agent could not deliver its events"
-        assert 0 < committed_before_kill < 3 * per_agent, "the kill must land mid-stream"
+        assert 0 < committed_before_kill < 3 * emitted, "the kill must land mid-stream"
         proc = subprocess.Popen(ranksight_cmd("aggregator"), env=env, stderr=log)
         await wait_for(lambda: consumer_drained(settings), timeout=60, interval=0.3)
     finally:
@@ -77,7 +87,7 @@ async def test_sigkill_aggregator_mid_stream_exactly_once(settings: Settings) ->
             raise AssertionError(f"aggregator did not stop: {log_path.read_text()}") from None
         for a in agents:
             await a.close()
-    assert _gpu_counts(settings) == (3 * per_agent, 3 * per_agent)
+    assert _gpu_counts(settings) == (3 * emitted, 3 * emitted)
     con = duckdb.connect(str(settings.db_path()), read_only=True)
     (gaps,) = con.execute("SELECT coalesce(sum(gaps_open), 0) FROM agent_seq").fetchone()
     assert gaps == 0

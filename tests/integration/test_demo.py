@@ -4,12 +4,15 @@ raises its alert within the run, and everything stops cleanly."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import duckdb
 
 from ranksight.config import Settings
-from tests.support import run_cli, settings_env
+from tests.support import ranksight_cmd, run_cli, settings_env
 
 
 def test_demo_raises_the_injected_faults_and_stops(settings: Settings, tmp_path: Path) -> None:
@@ -55,3 +58,40 @@ def test_demo_raises_the_injected_faults_and_stops(settings: Settings, tmp_path:
         "SELECT DISTINCT host, gpus FROM ras_event WHERE event = 'PEER_DEAD'"
     ).fetchall()
     assert host == "demo-node003" and json.loads(gpus) == [5]
+
+
+def test_demo_on_ctrl_c_exits_130_and_leaves_no_temporary_directory(
+    settings: Settings, tmp_path: Path
+) -> None:
+    env = settings_env(settings)
+    for own in ("RANKSIGHT_NATS__URL", "RANKSIGHT_STATE_DIR", "RANKSIGHT_CLUSTER"):
+        env.pop(own)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env["TMPDIR"] = str(tmp)  # where the demo makes its state dir when none is given
+    log = (
+        tmp_path / "stderr.log"
+    )  # a file, not a pipe: unread, the demo's logging would fill a pipe and block it
+    with log.open("w") as stderr:
+        proc = subprocess.Popen(
+            ranksight_cmd("demo"), env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+        )
+    try:
+        assert proc.stdout is not None
+        banner = [proc.stdout.readline() for _ in range(2)]
+        assert "simulated nodes" in banner[0] and str(tmp) in banner[1], (banner, log.read_text()[-3000:])
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # every thread's stack, to say where it is stuck
+            time.sleep(2)
+            proc.kill()
+            proc.communicate()
+            raise AssertionError(f"the demo did not stop on SIGINT: {log.read_text()[-6000:]}") from None
+    finally:
+        proc.kill()
+    err = log.read_text()
+    assert proc.returncode == 130, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert not list(tmp.iterdir()), "the demo left temporary files behind"

@@ -68,3 +68,26 @@ async def test_restart_rebuilds_state_and_refires_nothing(settings: Settings) ->
         "SELECT count(*) FROM alerts WHERE rule = 'node_silent' AND state = 'firing'"
     ).fetchone()
     assert fired == 1
+
+
+async def test_heartbeat_carries_the_slurm_jobs_of_the_node(settings: Settings) -> None:
+    """The Slurm prolog's file reaches the aggregator: the node's row names the job, and the history keeps it."""
+    jobs_dir = settings.state_dir / "jobs"
+    jobs_dir.mkdir(parents=True)
+    (jobs_dir / "4711.env").write_text(
+        "SLURM_JOB_ID=4711\nSLURM_JOB_USER=alice\nSLURM_JOB_NODELIST=node-[a-b]\nSTARTED=1700000000\n"
+    )
+    heartbeat = settings.agent.collectors.heartbeat.model_copy(update={"jobs_dir": jobs_dir})
+    collectors = settings.agent.collectors.model_copy(update={"heartbeat": heartbeat})
+    settings = settings.model_copy(
+        update={"agent": settings.agent.model_copy(update={"collectors": collectors})}
+    )
+    async with aggregator(settings) as agg, agent(settings, only=["heartbeat"]):
+        await wait_for(lambda: (n := agg.state.nodes.nodes.get(("test", "node-a"))) and n.jobs)
+        response = await query(settings, "nodes")
+        [job] = response.rows[0]["jobs"]
+        assert (job["job"], job["user"], job["nodes"]) == ("4711", "alice", "node-[a-b]")
+        assert job["started_ns"] == 1700000000 * 10**9
+    con = duckdb.connect(str(settings.db_path()), read_only=True)
+    (jobs,) = con.execute("SELECT jobs FROM heartbeat WHERE node = 'node-a' LIMIT 1").fetchone()
+    assert json.loads(jobs)[0]["job"] == "4711"

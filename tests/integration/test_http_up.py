@@ -17,8 +17,9 @@ def test_up_prints_the_http_address_and_serves_it(settings, tmp_path: Path) -> N
     env = settings_env(settings)
     env.pop("RANKSIGHT_NATS__URL")  # up starts its own NATS
     env.update(RANKSIGHT_AGGREGATOR__HTTP__PORT="0", RANKSIGHT_AGENT__COLLECTORS__HEARTBEAT__INTERVAL_S="0.2")
-    only_heartbeat = ("RAS", "INSPECTOR", "GPU", "NIC", "PROBE", "GPU_PROBE", "APP")
-    env.update({f"RANKSIGHT_AGENT__COLLECTORS__{c}__ENABLED": "false" for c in only_heartbeat})
+    not_needed = ("RAS", "INSPECTOR", "GPU", "NIC", "GPU_PROBE")  # probe and app stay: the banner lists them
+    env.update(RANKSIGHT_AGENT__COLLECTORS__PROBE__PORT="0")
+    env.update({f"RANKSIGHT_AGENT__COLLECTORS__{c}__ENABLED": "false" for c in not_needed})
     proc = subprocess.Popen([*ranksight_cmd("up", "--state-dir", str(tmp_path / "up"), "--nats-port", "0")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
     try:
@@ -42,3 +43,7 @@ def test_up_prints_the_http_address_and_serves_it(settings, tmp_path: Path) -> N
     finally:
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
+    assert proc.returncode == 130  # Ctrl-C, as a shell reports it
+    assert proc.stdout is not None
+    rest = proc.stdout.read()  # the banner lists every port and socket it listens on
+    assert re.search(r"^\s+probe\s+port ", rest, re.M) and re.search(r"^\s+app socket\s+/", rest, re.M), rest

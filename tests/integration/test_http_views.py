@@ -34,7 +34,9 @@ async def test_series_bounds(settings: Settings) -> None:
     cfg = cfg.model_copy(update={"aggregator": cfg.aggregator.model_copy(update={"query": query})})
     async with aggregator(cfg) as agg, Publisher(cfg) as pub:
         await publish_cluster(pub, with_stragglers=False)
-        await wait_for(lambda: any(True for _ in agg.store.rows("SELECT 1 FROM gpu")), timeout=10)
+        await wait_for(
+            lambda: next(agg.store.rows("SELECT count(DISTINCT node) AS n FROM gpu"))["n"] == 4, timeout=10
+        )
         status, _, body = await get(agg, "/api/series?metric=gpu_power_w&node=node001,node002")
         assert status == 200 and body["meta"]["unit"] == "W" and not body["truncated"]
         assert {r["series"]: r["v"] for r in body["rows"]} == {

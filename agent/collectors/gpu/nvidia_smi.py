@@ -59,7 +59,12 @@ def _columns(header: list[str]) -> tuple[list[str], dict[str, str]]:
 
 def parse_nvidia_smi_csv(data: bytes) -> list[GpuRecord]:
     text = data.decode("utf-8", "replace")
-    rows = [[c.strip() for c in row] for row in csv.reader(io.StringIO(text), skipinitialspace=True) if row]
+    # newline=None: a bare CR ends a line too (a capture passed through an old tool), as csv asks of its input.
+    lines = io.StringIO(text, newline=None)
+    try:
+        rows = [[c.strip() for c in row] for row in csv.reader(lines, skipinitialspace=True) if row]
+    except csv.Error as exc:
+        raise ParseError(f"nvidia-smi output is not CSV: {exc}") from None
     if not rows:
         raise ParseError("nvidia-smi printed no rows")
     if "index" in _columns(rows[0])[0]:

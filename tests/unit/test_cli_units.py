@@ -1,0 +1,49 @@
+"""Tables print numbers in human units chosen by the column's base-unit suffix, never in exponent form."""
+
+from __future__ import annotations
+
+import pytest
+
+from ranksight.cliutil import human, print_table
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "shown"),
+    [
+        ("memory_used_bytes", 68_719_476_736, "64 GiB"),
+        ("memory_total_bytes", 196_608 * 1024**2, "192 GiB"),
+        ("tx_bytes", 512, "512 B"),
+        ("speed_bps", 4e11, "400 Gbit/s"),  # NIC and link rates are bits per second
+        ("upload_bps", 3e8, "300 Mbit/s"),
+        ("mem_bandwidth_bps", 3.2e12, "3.2 TB/s"),  # the GPU probe's memory bandwidth is bytes per second
+        ("busbw_expected_gbs", 182.34, "182 GB/s"),
+        ("power_w", 291.5, "292 W"),
+        ("temperature_edge_c", 45.0, "45 C"),
+        ("sclk_hz", 2.1e9, "2.1 GHz"),
+        ("utilization_pct", 37.5, "37.5%"),
+        ("errors_per_s", 5.0, "5/s"),
+        ("clock_skew_s", 0.00123, "0.00123 s"),
+        ("rtt_us", 1500, "1.5 ms"),
+        ("jitter_us", 12.5, "12.5 us"),
+        ("rtt_us", 2_500_000, "2.5 s"),
+        ("slowdown", 1.6, "1.6"),
+        ("something", 3e8, "300000000"),
+        ("something", 0.000012345, "0.0000123"),
+        ("rank", 3, "3"),
+        ("throttled", True, "True"),
+        ("state", "alive", "alive"),
+        ("power_w", None, "-"),
+        ("power_w", 0.0, "0 W"),
+    ],
+)
+def test_human(column: str, value: object, shown: str) -> None:
+    assert human(column, value) == shown
+
+
+def test_tables_use_human_units(capsys: pytest.CaptureFixture[str]) -> None:
+    print_table(
+        [{"node": "n1", "speed_bps": 3e8, "memory_used_bytes": 2**35}],
+        ["node", "speed_bps", "memory_used_bytes"],
+    )
+    out = capsys.readouterr().out
+    assert "300 Mbit/s" in out and "32 GiB" in out and "e+" not in out

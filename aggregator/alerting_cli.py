@@ -13,8 +13,9 @@ import sys
 from typing import Any
 
 from aggregator.api.cli import SubParsers, add_query_command, call_api, duration, print_rows, since_param
-from ranksight.cliutil import EXIT_FAILED, EXIT_OK, EXIT_USAGE, add_config_flags
+from ranksight.cliutil import EXIT_FAILED, EXIT_OK, add_config_flags
 
+DEFAULT_SILENCE_S = 3600.0
 DRAIN_COLUMNS = ["cluster", "node", "since", "reason"]
 SILENCE_COLUMNS = ["id", "state", "matchers", "starts_at", "ends_at", "created_by", "comment"]
 INCIDENT_COLUMNS = [
@@ -56,8 +57,8 @@ def register(sub: SubParsers) -> None:
     _flags(a)
     a.add_argument("--matcher", "-m", action="append", required=True, metavar="LABEL=VALUE",
                    help="label (rule, severity, cluster, node, job, entity) =, !=, =~ or !~ value; repeatable")  # fmt: skip
-    when = a.add_mutually_exclusive_group(required=True)
-    when.add_argument("--duration", type=duration, help="e.g. 30m, 1h, 2d")
+    when = a.add_mutually_exclusive_group()
+    when.add_argument("--duration", type=duration, help="e.g. 30m, 1h, 2d (default 1h, as amtool's)")
     when.add_argument("--until", help="ISO-8601 end (UTC unless an offset is given)")
     a.add_argument("--comment", default="", help="why (shown in Alertmanager too)")
     a.add_argument("--created-by", default=_user(), help="default: your user name")
@@ -109,13 +110,10 @@ def silence_add(args: argparse.Namespace) -> int:
         "comment": args.comment,
         "created_by": args.created_by,
     }
-    if args.duration is not None:
-        params["duration_s"] = args.duration
-    else:
+    if args.until is not None:
         params["ends_at"] = args.until
-    if not all("=" in m for m in args.matcher):
-        print("ranksight silence add: a matcher is LABEL=VALUE (or !=, =~, !~)", file=sys.stderr)
-        return EXIT_USAGE
+    else:
+        params["duration_s"] = args.duration if args.duration is not None else DEFAULT_SILENCE_S
     return _answer(args, "silence_add", params, SILENCE_COLUMNS)
 
 

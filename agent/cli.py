@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 
 from agent.collectors.registry import COLLECTORS
 from agent.runtime import AgentRuntime
-from ranksight.cliutil import add_config_flags, run_until_signalled, settings_from_args
+from ranksight.cliutil import EXIT_USAGE, add_config_flags, run_until_signalled, settings_from_args
+from schemas.subjects import SubjectError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,9 +31,14 @@ def run(args: argparse.Namespace) -> int:
         overrides["agent"] = {"node": args.node}
     settings = settings_from_args(args, **overrides)
     only = [n.strip() for n in args.only.split(",")] if args.only else None
+    try:
+        runtime = AgentRuntime(settings, only=only)
+    except SubjectError as exc:
+        print(f"ranksight: configuration error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
 
     async def main(stop: asyncio.Event) -> None:
-        await AgentRuntime(settings, only=only).run(stop)
+        await runtime.run(stop)
 
     run_until_signalled(main, settings.shutdown_timeout_s)
     return 0

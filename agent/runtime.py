@@ -29,7 +29,7 @@ from ranksight.aio import cancel_all
 from ranksight.config import CollectorSettings, Settings
 from ranksight.natsconn import connect, disconnect
 from schemas.records import CollectorHealth, PublisherStats, Record
-from schemas.subjects import Subjects
+from schemas.subjects import Subjects, require_token
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,8 @@ class AgentContext:
 
 class AgentRuntime:
     def __init__(self, settings: Settings, only: Sequence[str] | None = None) -> None:
+        require_token("cluster", settings.cluster)
+        require_token("agent.node", settings.agent.node)
         self.settings = settings
         self.only = set(only) if only else None
         self.incarnation = uuid.uuid4().hex[:16]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
+from aggregator.forgetting import NodeKey, without_nodes
 from schemas.envelope import Envelope
 
 _NS = 1_000_000_000
@@ -73,3 +74,8 @@ class GpuProbeTracker:
     def tick(self, now_ns: int) -> None:
         for key in [k for k, r in self.live.items() if r.expires_ns <= now_ns]:
             del self.live[key]
+
+    def forget(self, nodes: set[NodeKey]) -> None:
+        self.live = without_nodes(self.live, nodes)
+        self.history = without_nodes(self.history, nodes)
+        self.job_until_ns = without_nodes(self.job_until_ns, nodes)

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
+from aggregator.forgetting import NodeKey, without_nodes
 from schemas.envelope import Envelope
 from schemas.records import GpuRecord, NicRecord
 
@@ -116,6 +117,9 @@ class _DeviceTracker(Generic[R]):
             else:
                 dev.state = "stale"
 
+    def forget(self, nodes: set[NodeKey]) -> None:
+        self.devices = without_nodes(self.devices, nodes)
+
 
 class GpuTracker(_DeviceTracker[GpuRecord]):
     kinds = frozenset({"gpu"})
@@ -158,3 +162,7 @@ class HardwareTracker:
     def tick(self, now_ns: int) -> None:
         self.gpus.tick(now_ns)
         self.nics.tick(now_ns)
+
+    def forget(self, nodes: set[NodeKey]) -> None:
+        self.gpus.forget(nodes)
+        self.nics.forget(nodes)

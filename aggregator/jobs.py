@@ -2,24 +2,31 @@
 
 Facts are keyed by (cluster, job id), so a new job or restart cycle is never judged with the previous one: a status
 that arrives for a job that had ended starts a new cycle. Per communicator the tracker counts consecutive polls with
-a MISMATCH (routinely transient, so rules wait for it to persist) and consecutive polls whose op counts did not advance
-while every rank was RUNNING (a hang). A job ends when its endpoint closes (``ENDPOINT_CLOSED``); the end is normal
-when the last poll had no ERROR/DEAD/ABORT and no peer died. Pure: no clock, no I/O.
+a MISMATCH (routinely transient, so rules wait for it to persist) and keeps its op count total with the receipt time it
+last changed (first seen counts as a change), carried over polls without JSON detail (a text status lists only flagged
+communicators: the others carry over, unflagged), so a hang is judged on time, not on poll counts. A MONITOR ``PEER_DEAD`` is kept as a pending dead peer, with the number of statuses since that did not
+list it, until a status lists the process (then the status speaks for it). A job ends when its endpoint closes
+(``ENDPOINT_CLOSED``); the end is normal when the last poll had no ERROR/DEAD/ABORT and no peer died. Pure: no clock,
+no I/O.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
+from aggregator.forgetting import NodeKey
 from schemas.envelope import Envelope
 from schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
 
 NS = 1_000_000_000
 JobStateName = Literal["running", "stale", "ended"]
 ENDPOINT_CLOSED = "ENDPOINT_CLOSED"
+PEER_DEAD = "PEER_DEAD"
 FAILURE_EVENT_WORDS = ("DEAD", "ABORT", "ERROR")
+MAX_PENDING_PEERS = 1024  # per job: a whole-job failure can report every peer
+MAX_STATUSES_PENDING = 16  # a pending dead peer no status listed this often is forgotten
 
 
 @dataclass
@@ -30,11 +37,29 @@ class CommState:
     errors: list[str]
     missing_ranks: list[int]
     rank_status: dict[str, int]
-    op_total: int | None  # sum over collectives of the highest count; None when the format does not say
+    op_total: int | None  # sum over collectives of the highest count; None until a poll with JSON detail says
+    op_changed_ns: int  # receipt time of the poll where op_total was first known or last changed
+    unknown_ranks: list[int] = field(default_factory=list)
+    complete: bool = True
+    evidence: list[str] = field(default_factory=list)
     lagging: list[RasLaggingRank] = field(default_factory=list)
     mismatch_polls: int = 0  # consecutive polls with MISMATCH
-    stalled_polls: int = 0  # consecutive polls with all ranks RUNNING and op counts not advancing
+    stalled_polls: int = 0  # consecutive polls with JSON detail and op counts not advancing
     lag_polls: int = 0  # consecutive polls with the same ranks behind the same counts and nothing advancing
+
+
+def process_key(host: str | None, pid: int | None, addr: str | None = None) -> str:
+    """A job's process identity: ``host:pid``, or the address of a peer the server cannot name."""
+    return addr if host is None and addr is not None else f"{host}:{pid}"
+
+
+@dataclass
+class PendingPeer:
+    """A MONITOR ``PEER_DEAD`` no status has listed yet."""
+
+    event: RasEventRecord
+    seen_ns: int
+    statuses_since: int = 0
 
 
 @dataclass
@@ -58,19 +83,27 @@ class JobState:
     dead_processes: list[RasProcess] = field(default_factory=list)
     failure_events: int = 0
     events: deque[RasEventRecord] = field(default_factory=lambda: deque(maxlen=50))
+    peers_dead: dict[str, PendingPeer] = field(
+        default_factory=dict
+    )  # process key -> PEER_DEAD not yet listed
 
 
 def _advance(prev: CommState | None, comm: CommState) -> CommState:
-    all_running = set(comm.rank_status) == {"RUNNING"} and not comm.missing_ranks
-    if prev is not None:
-        comm.mismatch_polls = prev.mismatch_polls + 1 if "MISMATCH" in comm.errors else 0
-        stalled = all_running and comm.op_total is not None and comm.op_total == prev.op_total
-        comm.stalled_polls = prev.stalled_polls + 1 if stalled else 0
-        same_lag = comm.lagging and _lag(comm) == _lag(prev) and comm.op_total == prev.op_total
-        comm.lag_polls = prev.lag_polls + 1 if same_lag else int(bool(comm.lagging))
-    else:
-        comm.mismatch_polls = 1 if "MISMATCH" in comm.errors else 0
-        comm.lag_polls = int(bool(comm.lagging))
+    comm.mismatch_polls = (prev.mismatch_polls if prev else 0) + 1 if "MISMATCH" in comm.errors else 0
+    comm.lag_polls = int(bool(comm.lagging))
+    if prev is None or prev.op_total is None:
+        return comm
+    if comm.op_total is None:  # a poll without JSON detail: the last known counts (and lag) stand
+        comm.op_total, comm.op_changed_ns, comm.stalled_polls = (
+            prev.op_total,
+            prev.op_changed_ns,
+            prev.stalled_polls,
+        )
+        comm.lagging, comm.lag_polls = prev.lagging, prev.lag_polls
+    elif comm.op_total == prev.op_total:
+        comm.op_changed_ns, comm.stalled_polls = prev.op_changed_ns, prev.stalled_polls + 1
+        if comm.lagging and _lag(comm) == _lag(prev):
+            comm.lag_polls = prev.lag_polls + 1
     return comm
 
 
@@ -107,9 +140,22 @@ class JobTracker:
         for c in rec.communicators:
             op_total = sum(c.op_counts.values()) if c.op_counts else None
             comm = CommState(c.hash, c.size, c.status, list(c.errors), list(c.missing_ranks), dict(c.rank_status),
-                             op_total, list(c.lagging_ranks))  # fmt: skip
+                             op_total, recv_ns, list(c.unknown_ranks), c.complete, list(c.evidence),
+                             list(c.lagging_ranks))  # fmt: skip
             comms[c.hash] = _advance(job.comms.get(c.hash), comm)
+        if (
+            not rec.all_communicators
+        ):  # text lists flagged communicators only: the others are unflagged, counts stand
+            for comm_hash, prev in job.comms.items():
+                if comm_hash not in comms:
+                    comms[comm_hash] = replace(prev, errors=[], missing_ranks=[], unknown_ranks=[], complete=True,
+                                         evidence=[], mismatch_polls=0)  # fmt: skip
         job.comms = comms
+        listed = {process_key(p.host, p.pid) for p in [*rec.missing_processes, *rec.dead_processes]}
+        for peer, pending in list(job.peers_dead.items()):
+            pending.statuses_since += 1
+            if peer in listed or pending.statuses_since > MAX_STATUSES_PENDING:
+                del job.peers_dead[peer]
         job.node, job.endpoint, job.health, job.version = env.node, rec.endpoint, rec.health, rec.version
         job.missing_processes, job.dead_processes = list(rec.missing_processes), list(rec.dead_processes)
         job.ranks = rec.gpus
@@ -127,6 +173,9 @@ class JobTracker:
                 job.normal_end = job.health in ("ok", "warning") and job.failure_events == 0
         elif any(word in rec.event.upper() for word in FAILURE_EVENT_WORDS):
             job.failure_events += 1
+            peer = process_key(rec.host, rec.pid, rec.addr)
+            if rec.event == PEER_DEAD and (peer in job.peers_dead or len(job.peers_dead) < MAX_PENDING_PEERS):
+                job.peers_dead.setdefault(peer, PendingPeer(rec, recv_ns))
 
     def tick(self, now_ns: int) -> None:
         for key, job in list(self.jobs.items()):
@@ -136,6 +185,14 @@ class JobTracker:
             if job.state != "running" and now_ns - last > self.forget_after_ns:
                 del self.jobs[key]
 
+    def forget(self, nodes: set[NodeKey]) -> None:
+        """Drop the jobs these nodes polled last (silent that long, they are not running)."""
+        self.jobs = {key: job for key, job in self.jobs.items() if (job.cluster, job.node) not in nodes}
+
     def live(self) -> list[JobState]:
-        """Jobs being judged: polled recently and not ended."""
+        """Jobs polled recently and not ended: their facts are fresh."""
         return [j for j in self.jobs.values() if j.state == "running"]
+
+    def current(self) -> list[JobState]:
+        """Jobs not ended: live, or stale (a late poll says nothing new, so their last facts stand)."""
+        return [j for j in self.jobs.values() if j.state != "ended"]

@@ -12,6 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from aggregator.forgetting import NodeKey, without_nodes
 from aggregator.timefmt import iso
 from schemas.envelope import Envelope
 from schemas.records.probe import ProbeEndpointRecord, ProbeRecord
@@ -23,7 +24,6 @@ NS = 1_000_000_000  # same unit as aggregator.state (which imports this module, 
 JOB_KINDS = frozenset({"ras", "inspector"})
 
 LinkKey = tuple[str, str, str, str, str]  # cluster, src, dst, transport, dst_addr
-NodeKey = tuple[str, str]  # cluster, node
 
 
 @dataclass
@@ -98,6 +98,13 @@ class LinkTracker:
         self.now_ns = now_ns
         for link in self.links.values():
             link.fresh = now_ns < link.expires_ns
+
+    def forget(self, nodes: set[NodeKey]) -> None:
+        """Drop the nodes' endpoints and job marks, and every link from or to them."""
+        self.endpoints = without_nodes(self.endpoints, nodes)
+        self.job_until = without_nodes(self.job_until, nodes)
+        self.links = {key: link for key, link in self.links.items()
+                      if (link.cluster, link.src) not in nodes and (link.cluster, link.dst) not in nodes}  # fmt: skip
 
     # -- what the planner asks ----------------------------------------------------------------------------------
     def runs_job(self, cluster: str, node: str, now_ns: int) -> bool:

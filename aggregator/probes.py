@@ -108,10 +108,18 @@ class ProbePlanner:
         self.rounds = 0
         self.last_round: list[dict[str, Any]] = []
 
+    @property
+    def _timeout_ns(self) -> int:
+        """How long a command counts as in flight: its answer, then its result's way through ingest."""
+        return int(self.settings.command_timeout_s * 2e9)
+
     def plan(self, links: LinkTracker, now_ns: int) -> list[PlannedProbe]:
         """The next round: disjoint probes over due pairs (no fresh result and none in flight)."""
         out: list[PlannedProbe] = []
         self.skipped = {}
+        # a command past its timeout is no longer in flight; dropped here, since a pair whose node left (forgotten
+        # by live state) is never looked at again
+        self.pending = {key: at for key, at in self.pending.items() if now_ns < at + self._timeout_ns}
         for cluster in sorted(links.clusters()):
             endpoints = {e.node: e for e in links.live_endpoints(cluster, now_ns)}
             for node in endpoints:
@@ -143,10 +151,9 @@ class ProbePlanner:
         for addr in target.addrs:
             key = (cluster, src, dst, target.transport, addr)
             commanded = self.pending.get((cluster, src, dst, addr))
-            timeout_ns = int(self.settings.command_timeout_s * 2e9)
             if commanded is not None:
                 link = links.links.get(key)
-                if (link is None or link.measured_ns < commanded) and now_ns < commanded + timeout_ns:
+                if (link is None or link.measured_ns < commanded) and now_ns < commanded + self._timeout_ns:
                     continue  # in flight, or its result is not ingested yet
                 del self.pending[(cluster, src, dst, addr)]
             if links.is_fresh(key, now_ns):

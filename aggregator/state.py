@@ -5,6 +5,9 @@ fresh one; the skew itself is measured (agent ``ts`` minus receipt) and reported
 facts; nothing here reads a clock or does I/O, so replaying the stored events rebuilds exactly the same state.
 
 Trackers each own one area (nodes here; jobs, GPUs, links... in their modules) and are listed in ``LiveState``.
+A node silent (no event of any kind) for ``forget_after_s`` is forgotten by every tracker at once: ``LiveState.tick``
+calls each tracker's ``forget`` with the nodes to drop, so fake or decommissioned nodes leave no state behind (history
+keeps their rows).
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from aggregator.forgetting import NodeKey, without_nodes
 from aggregator.gpu_probes import GpuProbeTracker
 from aggregator.hardware import HardwareTracker
 from aggregator.jobs import JobTracker
@@ -30,6 +34,9 @@ class Tracker(Protocol):
     def observe(self, env: Envelope, recv_ns: int) -> None: ...
 
     def tick(self, now_ns: int) -> None: ...
+
+    def forget(self, nodes: set[NodeKey]) -> None:
+        """Drop everything kept about these (cluster, node) pairs."""
 
 
 @dataclass
@@ -50,15 +57,13 @@ class NodeState:
 
 
 class NodeTracker:
-    """Node liveness from heartbeats: ``alive`` until the TTL passes, then ``stale``, ``gone`` after ``gone_after_s``;
-    forgotten (history keeps them) once silent for ``forget_after_s``."""
+    """Node liveness from heartbeats: ``alive`` until the TTL passes, then ``stale``, ``gone`` after ``gone_after_s``."""
 
     kinds = frozenset({"heartbeat"})
 
-    def __init__(self, gone_after_s: float = 300.0, forget_after_s: float = 86400.0) -> None:
+    def __init__(self, gone_after_s: float = 300.0) -> None:
         self.gone_after_ns = int(gone_after_s * NS)
-        self.forget_after_ns = int(forget_after_s * NS)
-        self.nodes: dict[tuple[str, str], NodeState] = {}
+        self.nodes: dict[NodeKey, NodeState] = {}
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
         beat: HeartbeatRecord = env.records[-1]
@@ -83,11 +88,6 @@ class NodeTracker:
         )
 
     def tick(self, now_ns: int) -> None:
-        forgotten = [
-            key for key, node in self.nodes.items() if now_ns - node.last_seen_ns > self.forget_after_ns
-        ]
-        for key in forgotten:
-            del self.nodes[key]
         for node in self.nodes.values():
             if now_ns < node.expires_ns:
                 node.state = "alive"
@@ -96,10 +96,15 @@ class NodeTracker:
             else:
                 node.state = "gone"
 
+    def forget(self, nodes: set[NodeKey]) -> None:
+        self.nodes = without_nodes(self.nodes, nodes)
+
 
 class LiveState:
     def __init__(self, gone_after_s: float = 300.0, forget_after_s: float = 86400.0) -> None:
-        self.nodes = NodeTracker(gone_after_s, forget_after_s)
+        self.forget_after_ns = int(forget_after_s * NS)
+        self.last_seen_ns: dict[NodeKey, int] = {}  # receipt time of each node's latest event, any kind
+        self.nodes = NodeTracker(gone_after_s)
         self.trackers: list[Tracker] = [self.nodes]
         self.jobs = JobTracker()
         self.trackers.append(self.jobs)
@@ -121,11 +126,19 @@ class LiveState:
         return set().union(*(t.kinds for t in self.trackers))
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
+        key = (env.cluster, env.node)
+        self.last_seen_ns[key] = max(recv_ns, self.last_seen_ns.get(key, recv_ns))
         for tracker in self.trackers:
             if env.kind in tracker.kinds:
                 tracker.observe(env, recv_ns)
 
     def tick(self, now_ns: int) -> None:
         self.now_ns = now_ns
+        horizon = now_ns - self.forget_after_ns
+        forgotten = {key for key, seen in self.last_seen_ns.items() if seen < horizon}
+        if forgotten:
+            self.last_seen_ns = without_nodes(self.last_seen_ns, forgotten)
+            for tracker in self.trackers:
+                tracker.forget(forgotten)
         for tracker in self.trackers:
             tracker.tick(now_ns)

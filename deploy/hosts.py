@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from schemas.subjects import sanitize_token
+
 _SPEC = re.compile(
     r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.%]+)\]|(?P<host>[^:@\s\[\]]+))(?::(?P<port>\d+))?$"
 )
@@ -25,8 +27,13 @@ class Host:
 
     @property
     def name(self) -> str:
-        """The host as the operator wrote it, without user or port: the node name and the table key."""
+        """The host as the operator wrote it, without user or port: the table key."""
         return self.host
+
+    @property
+    def node(self) -> str:
+        """The agent's node name: the host as written, as a subject token (an address or FQDN with '_' for '.')."""
+        return sanitize_token(self.host)
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -46,9 +53,10 @@ def parse_host(spec: str) -> Host:
 
 
 def parse_hosts(text: str, origin: str = "hosts file") -> list[Host]:
-    """All hosts of a hosts file, in order, duplicates (same host name) rejected."""
+    """All hosts of a hosts file, in order, duplicates (same host name, or same node name) rejected."""
     hosts: list[Host] = []
     seen: set[str] = set()
+    nodes: dict[str, str] = {}  # node name -> the host that gave it
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
         if not line:
@@ -59,6 +67,11 @@ def parse_hosts(text: str, origin: str = "hosts file") -> list[Host]:
             raise HostsFileError(f"{origin}:{number}: {exc}") from None
         if host.name in seen:
             raise HostsFileError(f"{origin}:{number}: duplicate host {host.name!r}")
+        if host.node in nodes:
+            raise HostsFileError(
+                f"{origin}:{number}: host {host.name!r} and host {nodes[host.node]!r} would both be node {host.node!r}"
+            )
         seen.add(host.name)
+        nodes[host.node] = host.name
         hosts.append(host)
     return hosts

@@ -20,6 +20,7 @@ from deploy.hosts import Host
 from deploy.wheel import Wheel
 from ranksight.config import Settings
 from ranksight.redact import redact
+from schemas.subjects import inbox_prefix
 
 UNIT_NAME = "ranksight-agent.service"
 UNIT_TEMPLATE = Path(__file__).resolve().parent / "systemd" / UNIT_NAME
@@ -119,13 +120,15 @@ def agent_config(settings: Settings, host: Host, layout: Layout) -> bytes:
         secret = getattr(settings.nats, key)
         if secret is not None:
             nats[key] = secret.get_secret_value()
+    # the node's own replies, as the shipped NATS config names them (its user is the node), not the deployer's
+    nats["inbox_prefix"] = inbox_prefix(host.node)
     doc = {
         "cluster": settings.cluster,
         "subject_prefix": settings.subject_prefix,
         "state_dir": layout.state,
         "log_level": settings.log_level,
         "nats": nats,
-        "agent": {"node": host.name},
+        "agent": {"node": host.node},
     }
     return tomli_w.dumps(doc).encode()
 
@@ -180,7 +183,7 @@ def dry_run_plan(host: Host, options: DeployOptions) -> list[str]:
         f"create or reuse venv: {deploy.python} -m venv{venv_flags} ~/{deploy.remote_dir}/venv",
         f"pip install {pip + ' ' if pip else ''}the wheel",
         f"write ~/{deploy.remote_dir}/agent.toml (mode 0600): cluster {options.settings.cluster!r}, "
-        f"NATS {redact(options.settings.nats.url)}, node {host.name!r}",
+        f"NATS {redact(options.settings.nats.url)}, node {host.node!r}",
         f"start: systemd unit {UNIT_NAME} when systemd runs, else a user-level background agent",
         f"verify: the agent answers {options.settings.subject_prefix}.agent.<cluster>.<node>.status on NATS",
     ]

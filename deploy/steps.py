@@ -185,7 +185,7 @@ async def deploy_host(node: Node, opts: DeployOptions, nc: Client) -> HostResult
     await _stop(node, mode, layout)
     await _start(node, mode, layout, unit)
     answer = await ask_agent_status(
-        nc, Subjects(settings.subject_prefix), settings.cluster, node.host.name, cfg.verify_timeout_s
+        nc, Subjects(settings.subject_prefix), settings.cluster, node.host.node, cfg.verify_timeout_s
     )
     if answer is None:
         log_tail = await node.run(f"tail -n 3 {q(layout.log)} 2>/dev/null || true", "read agent log")
@@ -213,7 +213,7 @@ async def status_host(node: Node, opts: DeployOptions, nc: Client | None) -> Hos
     detail = ""
     if running and nc is not None:
         answer = await ask_agent_status(
-            nc, Subjects(settings.subject_prefix), settings.cluster, node.host.name, 2.0
+            nc, Subjects(settings.subject_prefix), settings.cluster, node.host.node, 2.0
         )
         detail = "answers on NATS" if answer else "does not answer on NATS"
     return HostResult(

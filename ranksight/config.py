@@ -29,6 +29,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
+from schemas.subjects import sanitize_token
 
 CONFIG_ENV = "RANKSIGHT_CONFIG"
 # The config file's values while load_settings builds Settings: the lowest-priority source.
@@ -88,9 +89,18 @@ class RasSettings(CollectorSettings):
     addr: str | None = Field(
         None, description="RAS endpoint, NCCL_RAS_ADDR syntax; default $NCCL_RAS_ADDR or localhost:28028"
     )
-    timeout_s: float = Field(10.0, gt=0, description="overall deadline of one status poll")
-    collective_timeout_s: float = Field(
-        5.0, gt=0, description="sent as TIMEOUT <s>: the server's gathering timeout"
+    timeout_s: float = Field(
+        30.0, gt=0, description="cap on one RAS exchange; each read may wait 2 x collective_timeout_s + 1 s"
+    )
+    collective_timeout_s: int = Field(
+        5,
+        ge=0,
+        description="sent as TIMEOUT <s>: the server's gathering timeout, whole seconds; 0 disables it",
+    )
+    detail_every: int = Field(
+        3,
+        ge=1,
+        description="every Nth poll adds a JSON status (op counts for hang detection) to the text status",
     )
     max_reply_bytes: int = Field(64 << 20, ge=1024, description="larger status replies are refused")
     verbose: bool = Field(False, description="VERBOSE STATUS instead of STATUS")
@@ -281,7 +291,10 @@ class CollectorsSettings(Section):
 
 
 class AgentSettings(Section):
-    node: str = Field(default_factory=socket.gethostname, description="node name; default: hostname")
+    node: str = Field(
+        default_factory=lambda: sanitize_token(socket.gethostname()),
+        description="node name, a subject token ([A-Za-z0-9_-]); default: the hostname, dots as '_'",
+    )
     batch_max_records: int = Field(2000, ge=1)
     batch_max_bytes: int = Field(512 * 1024, ge=1024, description="keep below the server's max_payload")
     batch_max_delay_s: float = Field(0.25, gt=0)
@@ -484,6 +497,20 @@ class HardwareAlertSettings(Section):
     nic_congestion_for_s: float = Field(30.0, gt=0, description="how long congestion must last to alert")
 
 
+class RasAlertSettings(Section):
+    """The RAS alerts (``aggregator.ras``)."""
+
+    hang_after_s: float = Field(
+        120.0, gt=0, description="comm_hang: no op count of the job advanced for this long while it is alive"
+    )
+    peer_dead_confirm_polls: int = Field(
+        2,
+        ge=1,
+        description="a MONITOR PEER_DEAD alerts at once; statuses after it that do not list the process "
+        "withdraw it after this many",
+    )
+
+
 # Hold-down per rule (Prometheus ``for`` / ``keep_firing_for``): (for_s, clear_s). The one place a rule's timing is
 # declared; a test checks that every rule the aggregator evaluates has an entry. Rules that already wait inside
 # (straggler confirmation, RAS poll counts, throttle/congestion runs) fire at once and only hold their clear time.
@@ -626,6 +653,7 @@ class AggregatorSettings(Section):
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()
+    ras: RasAlertSettings = RasAlertSettings()
     alerts: AlertSettings = AlertSettings()
     http: HttpSettings = HttpSettings()
 

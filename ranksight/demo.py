@@ -34,7 +34,7 @@ from ranksight.cliutil import (
     settings_from_args,
 )
 from ranksight.config import Settings
-from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json
+from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import Fault, JobSpec
 from ranksight.up import first, http_line, port_busy, with_embedded_nats
 from schemas.records.ras import RasEvent
@@ -120,7 +120,9 @@ class Demo:
         """A real agent's settings, pointed at this node's simulated sources."""
         c = self.settings.agent.collectors
         collectors = c.model_copy(update={
-            "ras": c.ras.model_copy(update={"addr": self.ras[node].address, "interval_s": 5.0}),
+            # a simulated node's /proc holds no job process: the job id comes from the communicators
+            "ras": c.ras.model_copy(update={"addr": self.ras[node].address, "interval_s": 5.0,
+                                            "proc_root": self.root / "proc"}),
             "inspector": c.inspector.model_copy(update={"dump_dir": job.dump_dir(node)}),
             "gpu": c.gpu.model_copy(update={"sources": ["sysfs"], "sysfs_root": self.sysfs[node].root}),
             "nic": c.nic.model_copy(update={"sysfs_root": self.sysfs[node].root, "tool_counters": False}),
@@ -192,15 +194,21 @@ class Demo:
     def _advance(self, job: LiveJob) -> None:
         """Bring every source up to now: the job's dump lines, the RAS status, the sysfs trees."""
         job.release(time.time_ns() // 1000)
-        status = ras_status_json(job, self.missing)
+        self._set_status(job)
         now = time.time()
-        for ras, sysfs in zip(self.ras, self.sysfs, strict=True):
-            ras.status_json = status
+        for sysfs in self.sysfs:
             sysfs.write(now)
+
+    def _set_status(self, job: LiveJob) -> None:
+        status, text = ras_status_json(job, self.missing), ras_status_text(job, self.missing)
+        for ras in self.ras:
+            ras.status_json, ras.status_text = status, text
 
     async def _lose_rank(self, job: LiveJob) -> None:
         node, gpu = self.nodes - 1, MISSING_GPU
         self.missing.add((node, gpu))
+        # as with NCCL, the status says so by the time PEER_DEAD is sent
+        await asyncio.to_thread(self._set_status, job)
         event = RasEvent(time=time.strftime("%Y-%m-%d %H:%M:%S"), event_group="LIFECYCLE", event="PEER_DEAD",
                          host=job.spec.hostname(node), pid=job.spec.pid(node, gpu), gpus=[gpu])  # fmt: skip
         for ras in self.ras:
@@ -229,7 +237,7 @@ class Demo:
 
 
 def _endpoint(port: int = 0) -> FakeRasServer:
-    """One process's RAS endpoint, NCCL 2.29: the agents' clients ask for JSON status, so there is no text form."""
+    """One process's RAS endpoint, NCCL 2.29 (text and JSON status, MONITOR)."""
     return FakeRasServer(PROFILES["2.29"], status_text=b"", port=port)
 
 

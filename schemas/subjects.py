@@ -7,6 +7,8 @@
     <prefix>.api.<endpoint>                      aggregator query service (nats.micro), JSON
     <prefix>.agent.<cluster>.<node>.<cmd>        per-agent service: status, probe
 
+    _INBOX.<user>.<id>                           replies to a client logged in as NATS user <user> (one per node)
+
 Tokens are limited to ``[A-Za-z0-9_-]``; anything else (dots in FQDNs, spaces, wildcards) is replaced by ``_`` so a
 hostname can never change the shape of a subject.
 """
@@ -29,6 +31,26 @@ def sanitize_token(value: str) -> str:
     """Map any string to one safe subject token (never empty)."""
     token = _UNSAFE.sub("_", value.strip())[:_MAX_TOKEN]
     return token or "_"
+
+
+def require_token(setting: str, value: str) -> str:
+    """``value`` if it is a subject token as it stands; else :class:`SubjectError` naming the setting.
+
+    Sanitizing is not one-to-one (``a.b`` and ``a_b`` both give ``a_b``): an agent whose name it changed would share a
+    subject, and so its NATS permissions, with another node; agents therefore only run under names that are tokens."""
+    if sanitize_token(value) != value:
+        raise SubjectError(
+            f"{setting} {value!r} is not a subject token (letters, digits, '_' and '-', at most {_MAX_TOKEN}): it "
+            f"would publish as {sanitize_token(value)!r}, which another node's name may give too; set {setting} "
+            f"to a token, e.g. {sanitize_token(value)!r}"
+        )
+    return value
+
+
+def inbox_prefix(user: str) -> str:
+    """The reply-subject prefix (setting ``nats.inbox_prefix``) of NATS user ``user``: the shipped NATS config
+    (deploy/nats/nats-server.conf) lets each user subscribe to ``<this>.>`` only."""
+    return f"_INBOX.{sanitize_token(user)}"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ def default_rules(settings: Settings | None = None) -> list[Rule]:
     settings = settings or Settings()
     return [
         NodeSilentRule(),
-        *ras_rules(),
+        *ras_rules(settings.aggregator.ras),
         StragglerRule(),
         *hardware_rules(settings.aggregator.hardware),
         LinkDegradedRule(settings.aggregator.probes),

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from aggregator.alerts import Condition
+from aggregator.forgetting import NodeKey
 from aggregator.state import NS, LiveState
 from aggregator.timefmt import iso
 from schemas.envelope import Envelope
@@ -139,6 +140,9 @@ class AppTracker:
         horizon = now_ns - FORGET_AFTER_S * NS
         for key in [k for k, st in self.ranks.items() if st.last_seen_ns < horizon]:
             del self.ranks[key]
+
+    def forget(self, nodes: set[NodeKey]) -> None:
+        self.ranks = {key: st for key, st in self.ranks.items() if (st.cluster, st.node) not in nodes}
 
 
 def _where(st: RankState) -> dict[str, object]:

@@ -1,19 +1,33 @@
-"""RAS rules over :class:`aggregator.jobs.JobTracker`: missing ranks, dead processes, communicator errors,
-persistent mismatches, hangs, and the job lifecycle (started / ended). Only live (polled, not ended) jobs are judged,
-so a normal end resolves every failure alert of the job and raises none."""
+"""RAS rules over :class:`aggregator.jobs.JobTracker`: missing and dead processes, communicator errors, persistent
+mismatches, hangs, and the job lifecycle (started / ended). Jobs that have not ended are judged on their last facts,
+also while stale (a late poll under load is not news, and resolving then re-firing would flap); a hang needs fresh
+polls. A normal end resolves every failure alert of the job and raises none.
+
+Every RAS alert names the job, the node when one node is at fault (a RAS host that is an agent's node name or
+hostname), and carries the exact status lines behind it (``evidence.lines``):
+
+- ``rank_missing``: one per process of the job that is not answering (the status's INCOMPLETE or DEAD processes, or a
+  MONITOR ``PEER_DEAD`` at once, withdrawn when ``peer_dead_confirm_polls`` statuses after it do not list the process),
+  with its host, pid, GPUs and the communicators and ranks it holds; ranks the server cannot name make one alert per job.
+- ``process_dead``: a process the status lists as DEAD (unreachable over the RAS network).
+- ``comm_hang``: one per job, when no op count of any communicator advanced for ``hang_after_s`` while the job is
+  alive (polled, every process answering, no communicator initializing or finalizing) and it had run collectives;
+  communicators that never ran one (initializing, idle) are not hung.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
 from aggregator.alerts import Condition, Rule
-from aggregator.jobs import JobState
+from aggregator.jobs import JobState, process_key
 from aggregator.state import NS, LiveState
 from aggregator.timefmt import iso
+from ranksight.config import RasAlertSettings
+from schemas.records.ras import RasProcess
 from schemas.structs import to_builtins
 
 MISMATCH_PERSIST_POLLS = 3  # MISMATCH is routinely transient (ranks between two collectives)
-HANG_POLLS = 3  # polls in a row with all ranks RUNNING and no op count advancing
 LAG_POLLS = (
     2  # polls in a row with the same ranks behind and nothing advancing: a hang with its culprits named
 )
@@ -25,53 +39,104 @@ def cycle(job: JobState) -> str:
     return str(job.first_seen_ns // NS)
 
 
+def node_of(state: LiveState, cluster: str, host: str | None) -> str | None:
+    """The agent node a RAS host names: its node name, or its hostname (short or full)."""
+    if host is None:
+        return None
+    for node in state.nodes.nodes.values():
+        names = {node.node, node.hostname, (node.hostname or "").split(".")[0]}
+        if node.cluster == cluster and host in names:
+            return node.node
+    return None
+
+
+def _gpus(gpus: list[int]) -> str:
+    return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(map(str, gpus))}" if gpus else "no known GPU"
+
+
 class RankMissingRule:
     name = "rank_missing"
 
+    def __init__(self, settings: RasAlertSettings | None = None) -> None:
+        self.settings = settings or RasAlertSettings()
+
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for job in state.jobs.live():
-            for comm in job.comms.values():
-                for rank in comm.missing_ranks:
-                    yield Condition(self.name, "warning", job.cluster, f"job {job.job_id}: rank {rank} of "
-                                    f"communicator {comm.hash} is not answering", job=job.job_id, comm=comm.hash,
-                                    rank=rank, evidence={"endpoint": job.endpoint})  # fmt: skip
+        for job in state.jobs.current():
+            named: set[int] = set()
+            for how, proc in [*(("missing", p) for p in job.missing_processes),
+                              *(("dead", p) for p in job.dead_processes)]:  # fmt: skip
+                named.update(r for ranks in proc.comms.values() for r in ranks)
+                yield self._condition(state, job, proc, how, proc.evidence)
+            for key, pending in job.peers_dead.items():
+                if pending.statuses_since >= self.settings.peer_dead_confirm_polls:
+                    continue  # statuses since the event do not list it
+                ev = pending.event
+                proc = RasProcess(host=ev.host or ev.addr or "?", pid=ev.pid, gpus=list(ev.gpus))
+                line = (
+                    f"[{ev.time}] {ev.event}: {ev.addr or f'Process {ev.pid} on node {ev.host}'} {ev.details}"
+                )
+                yield self._condition(state, job, proc, "peer_dead", [line.rstrip()], key=key)
+            unnamed = {c.hash: sorted(set(c.unknown_ranks) | (set(c.missing_ranks) - named))
+                       for c in job.comms.values() if c.unknown_ranks or set(c.missing_ranks) - named}  # fmt: skip
+            if unnamed:
+                lines = [line for c in job.comms.values() if c.hash in unnamed for line in c.evidence][:24]
+                yield Condition(self.name, "warning", job.cluster,
+                                f"job {job.job_id}: {sum(map(len, unnamed.values()))} ranks not answering whose "
+                                f"process the status does not name", job=job.job_id, key="unnamed",
+                                evidence={"comms": unnamed, "lines": lines, "endpoint": job.endpoint})  # fmt: skip
+
+    def _condition(self, state: LiveState, job: JobState, proc: RasProcess, how: str, lines: list[str],
+                   key: str | None = None) -> Condition:  # fmt: skip
+        ranks = ", ".join(f"rank {','.join(map(str, r))} of {h}" for h, r in proc.comms.items())
+        return Condition(
+            self.name, "warning", job.cluster,
+            f"job {job.job_id}: process {proc.pid} on {proc.host} ({_gpus(proc.gpus)}) is not answering "
+            f"({'reported dead by MONITOR' if how == 'peer_dead' else how})" + (f": {ranks}" if ranks else ""),
+            node=node_of(state, job.cluster, proc.host), job=job.job_id, key=key or process_key(proc.host, proc.pid),
+            evidence={"host": proc.host, "pid": proc.pid, "gpus": proc.gpus, "state": how, "comms": proc.comms,
+                      "lines": lines, "endpoint": job.endpoint},
+        )  # fmt: skip
 
 
 class ProcessDeadRule:
     name = "process_dead"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for job in state.jobs.live():
+        for job in state.jobs.current():
             for proc in job.dead_processes:
                 yield Condition(self.name, "critical", job.cluster,
-                                f"job {job.job_id}: process {proc.pid} on {proc.host} is dead", job=job.job_id,
-                                key=f"{proc.host}:{proc.pid}", evidence=to_builtins(proc))  # fmt: skip
+                                f"job {job.job_id}: process {proc.pid} on {proc.host} ({_gpus(proc.gpus)}) is dead",
+                                node=node_of(state, job.cluster, proc.host), job=job.job_id,
+                                key=process_key(proc.host, proc.pid),
+                                evidence={"host": proc.host, "pid": proc.pid, "gpus": proc.gpus, "comms": proc.comms,
+                                          "lines": proc.evidence})  # fmt: skip
 
 
 class CommErrorRule:
     name = "comm_error"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for job in state.jobs.live():
+        for job in state.jobs.current():
             for comm in job.comms.values():
                 if "ERROR" in comm.errors or comm.status == "ABORT":
                     yield Condition(self.name, "critical", job.cluster,
                                     f"job {job.job_id}: communicator {comm.hash} reports "
                                     f"{'ABORT' if comm.status == 'ABORT' else 'ERROR'}", job=job.job_id,
-                                    comm=comm.hash, evidence={"status": comm.status, "errors": comm.errors})  # fmt: skip
+                                    comm=comm.hash, evidence={"status": comm.status, "errors": comm.errors,
+                                                              "lines": comm.evidence})  # fmt: skip
 
 
 class CommMismatchRule:
     name = "comm_mismatch"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for job in state.jobs.live():
+        for job in state.jobs.current():
             for comm in job.comms.values():
                 if comm.mismatch_polls >= MISMATCH_PERSIST_POLLS:
                     yield Condition(self.name, "warning", job.cluster,
                                     f"job {job.job_id}: communicator {comm.hash} ranks disagree for "
                                     f"{comm.mismatch_polls} polls", job=job.job_id, comm=comm.hash,
-                                    evidence={"polls": comm.mismatch_polls})  # fmt: skip
+                                    evidence={"polls": comm.mismatch_polls, "lines": comm.evidence})  # fmt: skip
 
 
 class CommHangRule:
@@ -81,25 +146,49 @@ class CommHangRule:
 
     name = "comm_hang"
 
+    def __init__(self, settings: RasAlertSettings | None = None) -> None:
+        self.settings = settings or RasAlertSettings()
+
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        hang_ns = int(self.settings.hang_after_s * NS)
         for job in state.jobs.live():
-            for comm in job.comms.values():
-                localized = comm.lag_polls >= LAG_POLLS and comm.rank_status.keys() <= {"RUNNING"}
-                if comm.stalled_polls < HANG_POLLS and not localized:
-                    continue
-                evidence: dict[str, object] = {"op_total": comm.op_total, "polls": comm.stalled_polls}
-                summary = (f"job {job.job_id}: communicator {comm.hash} made no progress for "
-                           f"{max(comm.stalled_polls, comm.lag_polls)} polls with all ranks RUNNING")  # fmt: skip
-                if comm.lagging:
-                    first = comm.lagging[0]
-                    ranks = ", ".join(f"rank {r.rank} ({r.host} pid {r.pid})" for r in comm.lagging[:4])
-                    summary += (f"; stuck in {first.collective} #{first.peers_count}: {ranks}"
-                                f"{' ...' if len(comm.lagging) > 4 else ''} never entered it "
-                                f"(count {first.count}, peers {first.peers_count})")  # fmt: skip
-                    evidence |= {"collective": first.collective, "lagging_ranks": [to_builtins(r) for r in comm.lagging],
-                                 "nodes": sorted({r.host for r in comm.lagging})}  # fmt: skip
-                yield Condition(self.name, "critical", job.cluster, summary, job=job.job_id, comm=comm.hash,
-                                evidence=evidence)  # fmt: skip
+            comms = [c for c in job.comms.values() if c.op_total is not None]
+            if (
+                not comms
+                or job.missing_processes
+                or job.dead_processes
+                or job.peers_dead
+                or any(set(c.rank_status) - {"RUNNING"} or c.missing_ranks or c.unknown_ranks for c in comms)
+            ):
+                continue  # not alive, or a named cause: rank_missing / process_dead / comm_error speak for it
+            stuck = [
+                c for c in comms if c.lag_polls >= LAG_POLLS
+            ]  # some ranks never entered what peers wait in
+            ran = [c for c in comms if c.op_total]
+            if not stuck and (not ran or any(now_ns - c.op_changed_ns < hang_ns for c in comms)):
+                continue
+            hung = stuck or ran
+            frozen_s = min(now_ns - c.op_changed_ns for c in hung) // NS
+            lines = [
+                f"communicator {c.hash}: {c.op_total} operations, none since {iso(c.op_changed_ns)}"
+                for c in hung
+            ]
+            summary = (f"job {job.job_id}: no collective advanced for {frozen_s} s on {len(hung)} "
+                       f"communicator{'s' if len(hung) > 1 else ''} while every process answers")  # fmt: skip
+            evidence: dict[str, object] = {"comms": {c.hash: c.op_total for c in hung}, "frozen_s": frozen_s}
+            lagging = [r for c in stuck for r in c.lagging]
+            nodes = sorted({r.host for r in lagging})
+            if lagging:
+                first = lagging[0]
+                ranks = ", ".join(f"rank {r.rank} ({r.host} pid {r.pid})" for r in lagging[:4])
+                summary += (f"; stuck in {first.collective} #{first.peers_count}: {ranks}"
+                            f"{' ...' if len(lagging) > 4 else ''} never entered it "
+                            f"(count {first.count}, peers {first.peers_count})")  # fmt: skip
+                evidence |= {"collective": first.collective, "lagging_ranks": [to_builtins(r) for r in lagging],
+                             "nodes": nodes}  # fmt: skip
+            node = node_of(state, job.cluster, nodes[0]) if len(nodes) == 1 else None
+            yield Condition(self.name, "critical", job.cluster, summary, node=node, job=job.job_id,
+                            evidence=evidence | {"lines": lines[:24]})  # fmt: skip
 
 
 class JobStartedRule:
@@ -126,6 +215,6 @@ class JobEndedRule:
                                           "last_health": job.health})  # fmt: skip
 
 
-def ras_rules() -> list[Rule]:
-    return [RankMissingRule(), ProcessDeadRule(), CommErrorRule(), CommMismatchRule(), CommHangRule(),
+def ras_rules(settings: RasAlertSettings | None = None) -> list[Rule]:
+    return [RankMissingRule(settings), ProcessDeadRule(), CommErrorRule(), CommMismatchRule(), CommHangRule(settings),
             JobStartedRule(), JobEndedRule()]  # fmt: skip

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from aggregator.alerts import Condition
 from aggregator.analysis.gpu_probe import gpu_evidence
 from aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
+from aggregator.forgetting import NodeKey, without_nodes
 from aggregator.linkmap import link_tracker
 from aggregator.state import NS, LiveState
 from aggregator.timefmt import iso
@@ -105,6 +106,11 @@ class StragglerTracker:
             self._set_findings(self._evaluate(batch, gone, now_ns))
         else:
             self._running = self._executor.submit(self._evaluate, batch, gone, now_ns)
+
+    def forget(self, nodes: set[NodeKey]) -> None:
+        """Drop the nodes' GPU and NIC samples (Inspector records age out by time, findings with them)."""
+        self.gpus = without_nodes(self.gpus, nodes)
+        self.nics = without_nodes(self.nics, nodes)
 
     def _set_findings(self, clusters: dict[str, ClusterFindings]) -> None:
         self.clusters = clusters

@@ -52,10 +52,12 @@ class LiveEvents:
 
     def tick(self, state: LiveState, transitions: list[Alert]) -> None:
         """Called by ``Aggregator.tick``: publish its alert transitions and every node whose state changed."""
+        states: dict[tuple[str, str], str] = {}
         for key, node in state.nodes.nodes.items():
             if self._node_states.get(key) != node.state:
-                self._node_states[key] = node.state
                 self.publish("node", {"cluster": node.cluster, "node": node.node, "state": node.state})
+            states[key] = node.state
+        self._node_states = states  # a node live state forgot is forgotten here too
         for alert in transitions:
             self.publish("alert", alert.model_dump(mode="json"))
 

@@ -6,6 +6,10 @@
 - :func:`ras_status_json` renders the job as NCCL's JSON ``STATUS`` reply (``rasDumpCommsToJSON``, the shape of
   ``fixtures/ras/nccl_2.29.1_json_status_docs_sample_missing_rank.json``): one entry per communicator, with each rank's
   status and collective counts, and the ranks that stopped answering under ``missing_ranks``.
+- :func:`ras_status_text` renders the same state as NCCL's text ``STATUS`` reply (``client_support.cc``'s layout, as in
+  ``fixtures/ras/upstream-server/ref_2.30.7_text_full.txt``): job summary, the communicator group table, the job-level
+  INCOMPLETE section naming the processes that stopped answering, and one INCOMPLETE block per communicator they
+  belong to.
 - :class:`NodeSysfs` keeps a node's sysfs tree: amdgpu cards (``class/drm/card<N>/device``: ``vendor``,
   ``gpu_busy_percent``, ``mem_info_vram_*``, ``hwmon/hwmon0/{temp*_input,temp*_label,power1_average,power1_cap,
   freq1_input}``) and one RDMA port (``class/infiniband/<dev>/ports/1/{state,phys_state,rate,link_layer,counters/*}``, data
@@ -112,6 +116,57 @@ def ras_status_json(
               "timestamp": time.strftime("%Y-%m-%d %H:%M:%S"), "communicators_count": len(entries),
               "communicators": entries, "ras": {"collection_time_sec": 0.001, "timeouts_count": 0}}  # fmt: skip
     return json.dumps(status, indent=2).encode()
+
+
+def _gpu_word(gpus: list[int]) -> str:
+    return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(str(g) for g in gpus)}"
+
+
+def ras_status_text(job: LiveJob, missing: set[tuple[int, int]], version: str = "2.29.2") -> bytes:
+    """The job's RAS status as NCCL's text reply; ``missing`` (node, GPU) members stopped answering."""
+    spec = job.spec
+    all_comms = [c for phase in job.phases for c in phase]
+    gpus_per_node = len({gpu for c in all_comms for node, gpu in c.members if node == 0}) or 1
+    procs = spec.nodes * gpus_per_node
+    out = [f"NCCL version {version} compiled with CUDA 12.9", "CUDA runtime version 12090, driver version 13000", "",
+           "Job summary", "===========", "",
+           "  Nodes  Processes         GPUs  Processes     GPUs", "(total)   per node  per process    (total)  (total)",
+           f"{spec.nodes:7d} {gpus_per_node:10d} {1:12d} {procs:10d} {procs:8d}", "",
+           "Communicators... (0.001s)", "=============", "",
+           "Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors",
+           "    #  in group  per comm  per node  per comm  in group"]  # fmt: skip
+    groups: dict[tuple[int, str, int, str], list[Comm]] = defaultdict(list)
+    for comm in all_comms:
+        per_node: dict[int, int] = defaultdict(int)
+        for node, _ in comm.members:
+            per_node[node] += 1
+        lo, hi = min(per_node.values()), max(per_node.values())
+        errors = "INCOMPLETE" if any(m in missing for m in comm.members) else "OK"
+        groups[(len(per_node), f"{lo}" if lo == hi else f"{lo}-{hi}", len(comm.members), errors)].append(comm)
+    ordered = sorted(groups.items(), key=lambda item: (-item[0][2], item[0][1]))
+    blocks: list[str] = []
+    for number, ((nodes, per_node_text, size, errors), members) in enumerate(ordered):
+        reporting = sum(sum(m not in missing for m in c.members) for c in members)
+        out.append(f"{number:5d} {len(members):9d} {nodes:9d} {per_node_text:>9} {size:9d} {reporting:9d} "
+                   f"{'RUNNING':>9}  {errors}")  # fmt: skip
+        for index, comm in enumerate(members):
+            gone = [(rank, m) for rank, m in enumerate(comm.members) if m in missing]
+            if not gone:
+                continue
+            blocks += ["", f"#{number}-{index} ({int(comm.comm_id, 16):016x}) INCOMPLETE",
+                       f"  Missing communicator data from {len(gone)} rank{'s' if len(gone) > 1 else ''}"]  # fmt: skip
+            blocks += [f"  Rank {rank} -- GPU {gpu} managed by process {spec.pid(node, gpu)} on node "
+                       f"{spec.hostname(node)}" for rank, (node, gpu) in gone[:10]]  # fmt: skip
+    out += ["", "Errors", "======"]
+    if missing:
+        count = len(missing)
+        out += ["", "INCOMPLETE",
+                f"  Missing communicator data from {count} job process{'es' if count > 1 else ''}"]  # fmt: skip
+        out += [f"  Process {spec.pid(node, gpu)} on node {spec.hostname(node)} managing {_gpu_word([gpu])}"
+                for node, gpu in sorted(missing)]  # fmt: skip
+    out += blocks
+    out += ["", "Warnings", "========", "", ""]
+    return "\n".join(out).encode()
 
 
 @dataclass

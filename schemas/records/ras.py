@@ -45,6 +45,13 @@ class RasCommunicator(BaseModel):
     op_counts: dict[str, int] = Field(
         default_factory=dict
     )  # collective -> highest operation count over the ranks (JSON only)
+    unknown_ranks: list[int] = Field(
+        default_factory=list
+    )  # missing ranks whose process the server cannot name (JSON "host": "unknown", "pid": -1)
+    complete: bool = (
+        True  # False: the text elided part of this communicator's facts (e.g. a long missing-rank list)
+    )
+    evidence: list[str] = Field(default_factory=list)  # the status lines (or JSON entry) behind its flags
     lagging_ranks: list[RasLaggingRank] = Field(
         default_factory=list, max_length=64
     )  # ranks behind a minority of their comm (JSON only)
@@ -56,6 +63,10 @@ class RasProcess(BaseModel):
     host: str
     pid: int | None = None
     gpus: list[int] = Field(default_factory=list)
+    comms: dict[str, list[int]] = Field(
+        default_factory=dict
+    )  # communicator hash -> this process's ranks in it
+    evidence: list[str] = Field(default_factory=list)  # the status lines naming this process
 
 
 class RasMismatch(BaseModel):
@@ -83,6 +94,10 @@ class RasStatus(BaseModel):
     mismatches: list[RasMismatch] = Field(default_factory=list)
     timeouts: int = 0
     collection_s: float | None = None
+    # False: the format has no job-level INCOMPLETE/DEAD sections (JSON): empty missing/dead lists mean "not said"
+    job_sections: bool = True
+    # False: only the communicators with a flag are listed (text): an absent one is unflagged, its op counts unknown
+    all_communicators: bool = True
 
 
 class RasRecord(Record, RasStatus):
@@ -101,6 +116,9 @@ class RasEvent(BaseModel):
     host: str | None = None
     pid: int | None = None
     gpus: list[int] = Field(default_factory=list)
+    nvml_gpus: list[int] = Field(default_factory=list)  # NVML numbers: text `` (NVML n)`` (printed when they
+    # differ from the CUDA numbers, else equal to ``gpus``), JSON ``nvml_devs``
+    addr: str | None = None  # a peer the server cannot name: its address, e.g. ``10.9.9.9<1234>``
     details: str = ""
 
 

@@ -20,7 +20,7 @@ from aggregator.api.client import query
 from ranksight.config import NatsSettings, Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsServer
-from schemas.subjects import Subjects
+from schemas.subjects import Subjects, inbox_prefix
 from tests.conftest import FIXTURES, REPO
 from tests.ras_support import fake_proc
 from tests.support import agent, aggregator, wait_for
@@ -50,7 +50,7 @@ def shipped(tmp_path: Path) -> Iterator[NatsServer]:
 def as_user(settings: Settings, server: NatsServer, user: str, password: str) -> Settings:
     s = settings.model_copy(deep=True)
     s.cluster = CLUSTER
-    s.nats = NatsSettings(url=server.url, user=user, password=password, inbox_prefix=f"_INBOX.{user}")
+    s.nats = NatsSettings(url=server.url, user=user, password=password, inbox_prefix=inbox_prefix(user))
     return s
 
 

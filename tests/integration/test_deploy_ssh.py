@@ -78,7 +78,8 @@ async def test_deploy_status_redeploy_uninstall(
 
     config = node.remote_dir / "agent.toml"
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
-    assert TOKEN in config.read_text() and 'node = "127.0.0.1"' in config.read_text()
+    assert TOKEN in config.read_text() and 'node = "127_0_0_1"' in config.read_text()  # the host as a token
+    assert 'inbox_prefix = "_INBOX.127_0_0_1"' in config.read_text()
     assert stat.S_IMODE((node.remote_dir / "deployed.json").stat().st_mode) == 0o600
     pid = int((node.remote_dir / "agent.pid").read_text())
     assert agent_pid_alive(pid)

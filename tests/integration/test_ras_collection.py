@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 
 import duckdb
+import nats.errors
 
 from agent.collectors.ras.fake_server import PROFILES, FakeRasServer
+from agent.collectors.ras.jobid import derived_job_id
 from agent.runtime import AgentRuntime
 from ranksight.config import Settings
 from tests.conftest import FIXTURES
@@ -17,6 +19,43 @@ from tests.ras_support import fake_proc
 from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for
 
 RAS = FIXTURES / "ras"
+FINALIZED_TEXT = (
+    (RAS / "upstream-server/ref_2.28.9_text_healthy.txt").read_bytes().replace(b"RUNNING", b"FINALIZE")
+)
+HEALTHY_TEXT = (RAS / "upstream-server/ref_2.28.9_text_healthy.txt").read_bytes()
+# The text twin of nccl_2.29.1_json_status_docs_sample_missing_rank.json, in the layout of the upstream captures.
+MISSING_TEXT = b"""NCCL version 2.29.1 compiled with CUDA 12.9
+CUDA runtime version 12090, driver version 13000
+
+Job summary
+===========
+
+  Nodes  Processes         GPUs  Processes     GPUs
+(total)   per node  per process    (total)  (total)
+      1          2            1          2        2
+
+Communicators... (0.001s)
+=============
+
+Group     Comms     Nodes     Ranks     Ranks     Ranks    Status  Errors
+    #  in group  per comm  per node  per comm  in group
+    0         1         1         2         2         1   RUNNING  INCOMPLETE
+
+Errors
+======
+
+INCOMPLETE
+  Missing communicator data from 1 job process
+  Process 1524345 on node 172.16.64.245 managing GPU 1
+
+#0-0 (ae94423cfbb2ef4a) INCOMPLETE
+  Missing communicator data from 1 rank
+  Rank 1 -- GPU 1 managed by process 1524345 on node 172.16.64.245
+
+Warnings
+========
+
+"""
 
 
 def ras_settings(settings: Settings, server: FakeRasServer, proc: Path, node: str) -> Settings:
@@ -35,7 +74,7 @@ def holder(rt: AgentRuntime) -> bool:
 
 async def test_lease_takeover_between_two_agents(settings: Settings, tmp_path: Path) -> None:
     healthy = (RAS / "nccl_2.28.9_json_status_healthy_2rank.json").read_bytes()
-    async with FakeRasServer(PROFILES["2.29"], b"", healthy) as server:
+    async with FakeRasServer(PROFILES["2.29"], HEALTHY_TEXT, healthy) as server:
         proc = fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "777"})
         stack_a, stack_b = contextlib.AsyncExitStack(), contextlib.AsyncExitStack()
         a = await stack_a.enter_async_context(
@@ -73,7 +112,7 @@ async def test_job_alert_lifecycle_through_ingest_and_replay(settings: Settings,
     for rank in doc["communicators"][0]["ranks"]:
         rank["status"]["finalize_called"] = True
     finalized = json.dumps(doc, indent=2).encode()
-    server = await FakeRasServer(PROFILES["2.29"], b"", missing).start()
+    server = await FakeRasServer(PROFILES["2.29"], MISSING_TEXT, missing).start()
     proc = fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "42"})
     s = ras_settings(settings, server, proc, "node-a")
     try:
@@ -90,6 +129,7 @@ async def test_job_alert_lifecycle_through_ingest_and_replay(settings: Settings,
             proc_out = await run_cli_async("comms", "--json", env=settings_env(s))
             assert json.loads(proc_out.stdout)["comms"][0]["missing_ranks"] == [1]
             server.status_json = finalized  # ranks FINALIZE, then the endpoint closes: a normal end
+            server.status_text = FINALIZED_TEXT
             await wait_for(
                 lambda: "rank_missing" not in {a.rule for a in agg.engine.active.values()}, timeout=10
             )
@@ -113,3 +153,52 @@ async def test_job_alert_lifecycle_through_ingest_and_replay(settings: Settings,
         con.close()
     finally:
         await server.stop()
+
+
+async def test_a_lease_timeout_fails_one_poll_and_keeps_the_monitor(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Under load the lease's KV request can time out: that poll fails, the MONITOR connection stays (a restarted
+    collector would reopen it and miss the events in between)."""
+    healthy = (RAS / "nccl_2.28.9_json_status_healthy_2rank.json").read_bytes()
+    async with FakeRasServer(PROFILES["2.29"], HEALTHY_TEXT, healthy) as server:
+        proc = fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "9"})
+        async with agent(ras_settings(settings, server, proc, "node-a"), only=["ras"]) as rt:
+            assert rt.ctx is not None
+            collector = rt.ctx.collectors["ras"]
+            real, calls = collector.lease.hold, []  # type: ignore[attr-defined]
+
+            async def flaky(job: str) -> bool:
+                calls.append(job)
+                if len(calls) == 3:
+                    raise nats.errors.TimeoutError
+                return bool(await real(job))
+
+            collector.lease.hold = flaky  # type: ignore[attr-defined]
+            await wait_for(lambda: len(calls) >= 6, timeout=10)
+            assert collector.health.errors >= 1  # the failed poll is counted
+            assert server.commands.count("MONITOR lifecycle") == 1
+
+
+async def test_a_job_whose_monitor_identified_it_first_still_gets_its_job_wide_id(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A new job: the MONITOR loop names it by this node's endpoint before the first poll; that poll must still ask for
+    the full communicator list, or every node's agent would report the job under its own id."""
+    healthy = (RAS / "nccl_2.28.9_json_status_healthy_2rank.json").read_bytes()
+    async with FakeRasServer(PROFILES["2.29"], HEALTHY_TEXT, healthy) as server:
+        s = ras_settings(settings, server, tmp_path / "no-proc", "node-a")
+        s.agent.collectors.ras = s.agent.collectors.ras.model_copy(
+            update={"interval_s": 60.0, "monitor": False}
+        )
+        async with agent(s, only=["ras"]) as rt:
+            assert rt.ctx is not None
+            collector = rt.ctx.collectors["ras"]
+            await wait_for(lambda: collector.polls >= 1, timeout=10)  # type: ignore[attr-defined]
+            derived = collector.job_id  # type: ignore[attr-defined]
+            assert derived == derived_job_id(["0x514e98cf4e44862b"])
+            await collector._job_gone()  # type: ignore[attr-defined]  # the job ended; a new one starts
+            collector.job_id = collector._identify()  # type: ignore[attr-defined]  # what the MONITOR loop does
+            collector.polls = 1  # type: ignore[attr-defined]  # not a detail poll by count
+            await collector.poll_once()  # type: ignore[attr-defined]
+            assert collector.job_id == derived  # type: ignore[attr-defined]

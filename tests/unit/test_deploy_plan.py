@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from agent.runtime import AgentRuntime
 from deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
 from deploy.plan import Layout, agent_config, credential_files, fingerprint
 from deploy.wheel import Wheel
@@ -50,6 +51,32 @@ def test_agent_config_has_credentials_and_redact_hides_them(tmp_path: Path) -> N
         Wheel(wheel.path, "cd" * 32), config, "", settings
     )
     assert wheel.version == "0.1.0"
+
+
+def test_a_host_that_is_not_a_token_deploys_as_its_token_and_two_such_hosts_may_not_merge(
+    tmp_path: Path,
+) -> None:
+    settings = load_settings(None, cluster="prod-a", state_dir=tmp_path)
+    layout = Layout.under("/home/ops", ".local/share/ranksight")
+    doc = tomllib.loads(agent_config(settings, Host("10.0.0.5"), layout).decode())
+    assert doc["agent"] == {"node": "10_0_0_5"} and doc["nats"]["inbox_prefix"] == "_INBOX.10_0_0_5"
+    AgentRuntime(load_settings(None, **doc))  # the agent runs under it
+    with pytest.raises(
+        HostsFileError, match=r"hosts:2: host 'gpu_1' and host 'gpu.1' would both be node 'gpu_1'"
+    ):
+        parse_hosts("gpu.1\nops@gpu_1\n", "hosts")
+
+
+def test_each_node_gets_the_reply_inbox_the_shipped_nats_config_allows_it() -> None:
+    # the deployer's own inbox (its operator user) must not reach the nodes
+    settings = load_settings(None, cluster="prod-a", nats={"inbox_prefix": "_INBOX.operator"})
+    layout = Layout.under("/home/ops", ".local/share/ranksight")
+    doc = tomllib.loads(agent_config(settings, Host("gpu-node-001", user="ops"), layout).decode())
+    assert doc["nats"]["inbox_prefix"] == "_INBOX.gpu-node-001"
+    shipped = (Path(__file__).resolve().parents[2] / "deploy" / "nats" / "nats-server.conf").read_text()
+    agent_block = shipped.split("AGENT_GPU_NODE_001 = {", 1)[1].split("AGGREGATOR = {", 1)[0]
+    assert f'"{doc["nats"]["inbox_prefix"]}.>"' in agent_block.split("subscribe:", 1)[1]
+    assert load_settings(None, **doc).nats.inbox_prefix == "_INBOX.gpu-node-001"
 
 
 def test_credential_files_are_uploaded_copies_and_part_of_the_fingerprint(tmp_path: Path) -> None:

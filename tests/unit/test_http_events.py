@@ -44,3 +44,17 @@ async def test_tick_publishes_node_changes_once_then_alerts() -> None:
     assert got == [("node", {"cluster": "c", "node": "n1", "state": "alive"}),
                    ("node", {"cluster": "c", "node": "n1", "state": "stale"}),
                    ("alert", alert.model_dump(mode="json"))]  # fmt: skip
+
+
+def test_nodes_live_state_forgets_leave_no_trace_in_the_event_feed() -> None:
+    events = LiveEvents(queue_size=100)
+    state = LiveState(gone_after_s=60, forget_after_s=100)
+    for node in ("n1", "n2"):
+        beat = HeartbeatRecord(hostname=node, version="1", pid=1, started_ns=0)
+        state.observe(Envelope(type=event_type("heartbeat"), cluster="c", node=node, agent="a", seq=1, ts=0, ttl=5,
+                               records=[beat]), 0 if node == "n1" else 90 * NS)  # fmt: skip
+    state.tick(NS)
+    events.tick(state, [])
+    state.tick(101 * NS)  # n1 silent past the horizon: forgotten
+    events.tick(state, [])
+    assert list(events._node_states) == [("c", "n2")]

@@ -244,6 +244,9 @@ class _BrokenTracker:
     def tick(self, now_ns: int) -> None:
         pass
 
+    def forget(self, nodes: set[tuple[str, str]]) -> None:
+        pass
+
 
 def test_a_message_live_state_cannot_use_is_counted_not_fatal(tmp_path: Path) -> None:
     agg = Aggregator(load_settings(None, state_dir=tmp_path, aggregator={"http": {"port": 0}}))

@@ -164,3 +164,23 @@ def test_link_degraded_against_peers_and_own_history() -> None:
     _measure(solo, "x", "y", "10.0.0.2", T0 + 6 * NS, up=9e8)
     solo.tick(T0 + 6 * NS)
     assert list(rule.evaluate(solo, T0 + 6 * NS)) == []
+
+
+def test_commands_to_nodes_that_left_are_not_remembered() -> None:
+    state = LiveState()
+    for i, node in enumerate(["a", "b"]):
+        state.observe(
+            _env("probe_endpoint", node, [ProbeEndpointRecord(addrs=[f"10.0.0.{i}"], port=1)], ttl=10), T0
+        )
+    state.tick(T0)
+    planner = ProbePlanner(ProbePlannerSettings(command_timeout_s=5), seed=0)
+    for p in planner.plan(link_tracker(state), T0):  # sent, never answered: "b" left
+        planner.pending[(p.cluster, p.src, p.dst, p.command.addr)] = T0
+    assert planner.pending
+    later = T0 + 100 * NS
+    state.observe(
+        _env("probe_endpoint", "a", [ProbeEndpointRecord(addrs=["10.0.0.0"], port=1)], ttl=10), later
+    )
+    state.tick(later)
+    assert planner.plan(link_tracker(state), later) == []  # "a" alone: no pair to probe
+    assert planner.pending == {}

@@ -62,19 +62,117 @@ def test_mismatch_fires_only_when_it_persists_and_resolves() -> None:
     assert h.feed("ras", poll(4, [])) == [("comm_mismatch", "resolved")]
 
 
-def test_hang_when_op_counts_stop_advancing_with_all_ranks_running() -> None:
+def _multi(counts: list[int | None], *, init: bool = False) -> RasRecord:
+    """The 3-communicator job with these AllReduce totals (None: a poll without JSON detail)."""
+    base = record(status("nccl_2.28.9_json_status_3comms_one_mismatch.json"))
+    comms = [c.model_copy(update={"op_counts": {} if n is None else {"AllReduce": n}, "errors": [], "lagging_ranks": [],
+                                  "rank_status": {"INIT" if init else "RUNNING": 2}})
+             for c, n in zip(base.communicators, counts, strict=True)]  # fmt: skip
+    return base.model_copy(update={"communicators": comms, "mismatches": [], "health": "ok"})
+
+
+def test_no_hang_at_job_start_while_communicators_initialize_or_have_not_run() -> None:
     h = Harness()
-    base = record(status("nccl_2.28.9_json_status_healthy_2rank.json"))
+    fired = [t for _ in range(60) for t in h.feed("ras", _multi([0, 0, 0], init=True))]  # 10 minutes of init
+    fired += [t for _ in range(60) for t in h.feed("ras", _multi([0, 0, 0]))]  # running, no collective yet
+    assert "comm_hang" not in {rule for rule, _ in fired}
 
-    def at(count: int) -> RasRecord:
-        comm = base.communicators[0].model_copy(update={"op_counts": {"AllReduce": count}})
-        return base.model_copy(update={"communicators": [comm]})
 
-    for count in (1, 2, 3):  # advancing: no hang
-        assert "comm_hang" not in dict(h.feed("ras", at(count)))
-    transitions = [h.feed("ras", at(3)) for _ in range(3)]
-    assert transitions[-1] == [("comm_hang", "firing")] and transitions[0] == transitions[1] == []
-    assert h.feed("ras", at(4)) == [("comm_hang", "resolved")]
+def test_one_comm_idle_while_another_advances_is_not_a_hang() -> None:
+    h = Harness()
+    fired = [t for n in range(60) for t in h.feed("ras", _multi([5, 100 + n, 7]))]
+    assert "comm_hang" not in {rule for rule, _ in fired}
+
+
+def test_hang_is_one_alert_per_job_after_hang_after_s_of_frozen_counts() -> None:
+    h = Harness()  # a poll every 10 s; hang_after_s defaults to 120
+    for n in range(5):
+        assert "comm_hang" not in dict(h.feed("ras", _multi([n, 10 + n, 0])))
+    frozen = [h.feed("ras", _multi([4, 14, 0] if i % 3 == 0 else [None, None, None])) for i in range(13)]
+    assert frozen[:11] == [[]] * 11 and frozen[11] == [("comm_hang", "firing")] and frozen[12] == []
+    [alert] = [a for a in h.engine.active.values() if a.rule == "comm_hang"]
+    assert alert.job == "slurm-1" and alert.comm is None
+    assert sorted(alert.evidence["comms"].values()) == [4, 14]  # the communicators that had run, listed once
+    assert h.feed("ras", _multi([5, 14, 0])) == [("comm_hang", "resolved")]
+
+
+def test_no_hang_while_a_process_is_missing() -> None:
+    h = Harness()
+    missing = record(status("nccl_2.29.1_json_status_docs_sample_missing_rank.json"))
+    comm = missing.communicators[0].model_copy(update={"op_counts": {"AllReduce": 9}})
+    fired = [
+        t for _ in range(30) for t in h.feed("ras", missing.model_copy(update={"communicators": [comm]}))
+    ]
+    assert {rule for rule, _ in fired} == {"job_started", "rank_missing"}
+
+
+def _node(h: Harness, node: str) -> None:
+    from schemas.records import HeartbeatRecord
+
+    beat = HeartbeatRecord(hostname=node, version="test", started_ns=0, pid=1)
+    h.state.observe(envelope("heartbeat", [beat], node=node, seq=1000), h.now)
+
+
+def test_one_rank_missing_per_process_naming_its_node_and_the_lines() -> None:
+    from agent.collectors.ras.parse_text import parse_status_text
+
+    h = Harness()
+    _node(h, "10.0.0.3")
+    text = parse_status_text((RAS / "upstream-server/ref_2.30.7_text_full.txt").read_bytes())
+    fired = h.feed("ras", record(text))
+    assert sorted(fired) == [("comm_error", "firing")] * 2 + [("job_started", "firing"), ("process_dead", "firing"),
+                             ("rank_missing", "firing"), ("rank_missing", "firing")]  # fmt: skip
+    missing = sorted(
+        (a for a in h.engine.active.values() if a.rule == "rank_missing"), key=lambda a: a.summary
+    )
+    assert [(a.node, a.job, a.evidence["host"], a.evidence["pid"], a.evidence["gpus"], a.evidence["comms"])
+            for a in missing] == [("10.0.0.3", "slurm-1", "10.0.0.3", 3001, [0], {"0x1111aaaa2222bbbb": [4]}),
+                                  ("10.0.0.3", "slurm-1", "10.0.0.3", 3002, [1], {"0x1111aaaa2222bbbb": [5]})]  # fmt: skip
+    assert missing[0].evidence["lines"] == [
+        "INCOMPLETE", "  Missing communicator data from 1 job process", "  Process 3001 on node 10.0.0.3 managing GPU 0",
+        "  Rank 4 -- GPU 0 managed by process 3001 on node 10.0.0.3"]  # fmt: skip
+    [dead] = [a for a in h.engine.active.values() if a.rule == "process_dead"]
+    assert (
+        dead.node == "10.0.0.3" and "  Process 3002 on node 10.0.0.3 managing GPU 1" in dead.evidence["lines"]
+    )
+    assert h.feed("ras", record(text)) == []  # the same facts: nothing new
+
+
+def test_unknown_ranks_make_one_alert_per_job_not_per_placeholder() -> None:
+    h = Harness()
+    edge = parse_status_json((RAS / "upstream-server/ref_2.30.7_json_edge.txt").read_bytes())
+    fired = h.feed("ras", record(edge))
+    assert sorted(fired) == [
+        ("job_started", "firing"),
+        ("rank_missing", "firing"),
+        ("rank_missing", "firing"),
+    ]
+    [unnamed] = [
+        a for a in h.engine.active.values() if a.rule == "rank_missing" and "does not name" in a.summary
+    ]
+    assert unnamed.evidence["comms"] == {"0x7777777777777777": list(range(8, 20))}
+
+
+def test_peer_dead_alerts_at_once_and_is_confirmed_or_withdrawn_by_statuses() -> None:
+    h = Harness()
+    healthy = record(status("nccl_2.28.9_json_status_healthy_2rank.json"))
+    h.feed("ras", healthy)
+    dead = RasEventRecord(job_id="slurm-1", endpoint="e", event="PEER_DEAD", host="172.16.64.245", pid=1524345,
+                          gpus=[1], time="2025-12-19 13:07:07")  # fmt: skip
+    assert h.feed("ras_event", dead) == [("rank_missing", "firing")]
+    [alert] = [a for a in h.engine.active.values() if a.rule == "rank_missing"]
+    assert alert.evidence["state"] == "peer_dead"
+    assert alert.evidence["lines"] == [
+        "[2025-12-19 13:07:07] PEER_DEAD: Process 1524345 on node 172.16.64.245"
+    ]
+    missing = record(status("nccl_2.29.1_json_status_docs_sample_missing_rank.json"))
+    assert h.feed("ras", missing) == []  # the status confirms: the same alert goes on
+    assert h.feed("ras", healthy) == [("rank_missing", "resolved")]
+    h.feed(
+        "ras_event", dead.model_copy(update={"host": None, "pid": None, "gpus": [], "addr": "10.9.9.9<1234>"})
+    )
+    assert h.feed("ras", healthy) == []  # one status that does not list it: still pending
+    assert h.feed("ras", healthy) == [("rank_missing", "resolved")]  # a second one: withdrawn
 
 
 def test_missing_rank_then_normal_end_raises_no_failure() -> None:
@@ -119,6 +217,34 @@ def test_job_identity_from_proc(tmp_path: Path) -> None:
     assert derived_job_id(["0x2", "0x1"]) == derived_job_id(["0x1", "0x2", "0x1"]) != derived_job_id(["0x3"])
 
 
+def test_text_polls_between_json_polls_keep_the_unlisted_communicators() -> None:
+    from agent.collectors.ras.parse_text import parse_status_text
+
+    h = Harness()
+    h.feed("ras", _multi([4, 14, 0]))
+    text = parse_status_text((RAS / "upstream-server/ref_2.28.9_text_healthy.txt").read_bytes())
+    assert text.all_communicators is False and text.communicators == []
+    h.feed("ras", record(text))
+    job = h.state.jobs.jobs[("test", "slurm-1")]
+    assert sorted(c.op_total for c in job.comms.values()) == [0, 4, 14]  # absent from the text is not gone
+    assert {c.errors == [] for c in job.comms.values()} == {True}
+
+
+def test_a_late_poll_does_not_resolve_a_missing_process_nor_raise_a_hang() -> None:
+    h = Harness()
+    missing = record(status("nccl_2.29.1_json_status_docs_sample_missing_rank.json"))
+    h.feed("ras", missing)
+    h.now += 300 * NS  # no poll for five minutes (an overloaded poller): the job is stale
+    h.state.tick(h.now)
+    assert h.state.jobs.jobs[("test", "slurm-1")].state == "stale"
+    assert (
+        h.engine.evaluate(h.rules, h.state, h.now) == []
+    )  # rank_missing stands; no comm_hang from old counts
+    assert h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json"))) == [
+        ("rank_missing", "resolved")
+    ]
+
+
 def test_hang_names_the_ranks_that_never_entered_the_collective_within_two_polls(tmp_path: Path) -> None:
     """RAS op counts of a simulated job where GPU 1 of node002 never enters the next operation: its peers' counts
     are one ahead. A single such snapshot is a job in motion; the same lag twice with nothing advancing is a hang,
@@ -137,6 +263,7 @@ def test_hang_names_the_ranks_that_never_entered_the_collective_within_two_polls
     assert fired == []
     h.feed("ras", hung)
     alerts = [a for a in h.engine.active.values() if a.rule == "comm_hang"]
-    assert alerts and all(a.evidence["nodes"] == ["node002"] for a in alerts)
-    assert all("never entered it" in a.summary and "node002" in a.summary for a in alerts)
-    assert {a.comm for a in alerts} == {c.hash for c in hung.communicators if c.lagging_ranks}
+    [alert] = alerts  # one per job, listing the communicators
+    assert alert.evidence["nodes"] == ["node002"]
+    assert "never entered it" in alert.summary and "node002" in alert.summary
+    assert set(alert.evidence["comms"]) == {c.hash for c in hung.communicators if c.lagging_ranks}

@@ -25,7 +25,7 @@ def load(name: str) -> bytes:
 
 
 def test_every_fixture_is_covered() -> None:
-    names = {p.name for p in RAS.iterdir() if p.name != "PROVENANCE.md"}
+    names = {p.name for p in RAS.iterdir() if p.is_file() and p.name != "PROVENANCE.md"}
     provenance = (RAS / "PROVENANCE.md").read_text()
     assert names == set(EXPECTED) | {"rcclras_2.28.3_stderr_connection_reset.txt"}
     assert all(f"`{n}`" in provenance for n in names)
@@ -162,7 +162,8 @@ def test_text_2_26_wording_rank_lines_and_process_not_found() -> None:
     assert (parsed.version, parsed.health, parsed.collection_s) == ("2.27.3", "failed", 0.012)
     assert (parsed.nodes, parsed.processes, parsed.gpus) == (4, 31, 31)
     comm = parsed.communicators[0]
-    assert (comm.hash, comm.errors, comm.missing_ranks) == ("0xcf264af5", ["INCOMPLETE", "ERROR"], [21, 22])
+    assert (comm.hash, comm.errors, comm.missing_ranks) == ("0xcf264af5", ["INCOMPLETE", "ERROR"], [21])
+    assert comm.unknown_ranks == [22] and comm.complete  # "[process information not found]" is not a process
     assert parsed.mismatches[0].model_dump() == {
         "hash": "0xabc",
         "kind": "op_count",
@@ -186,7 +187,7 @@ def test_monitor_decoder_handles_chunks_and_concatenated_objects() -> None:
     line = b"[2025-12-19 13:07:07] PEER_DEAD: Process 1524345 on node 172.16.64.245 managing GPU 1 \n"
     assert parse_monitor(b"OK\n" + line)[0].model_dump(exclude={"event_group"}) == {
         "time": "2025-12-19 13:07:07", "event": "PEER_DEAD", "host": "172.16.64.245", "pid": 1524345,
-        "gpus": [1], "details": "",
+        "gpus": [1], "nvml_gpus": [1], "addr": None, "details": "",
     }  # fmt: skip
 
 
@@ -203,7 +204,9 @@ def test_detect_format() -> None:
     assert detect_format(load("rccl_2.28.3_text_status_healthy_1node_8gpu.txt")) == "text"
 
 
-ALL_INPUTS = sorted(p.name for p in Path(RAS).iterdir() if p.name != "PROVENANCE.md")
+ALL_INPUTS = sorted(
+    str(p.relative_to(RAS)) for p in Path(RAS).rglob("*") if p.is_file() and p.name != "PROVENANCE.md"
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from agent.collectors.gpu.sysfs import read_amdgpu_sysfs
 from agent.collectors.inspector.parse import parse_line
 from agent.collectors.nic.sysfs import read_nics
 from agent.collectors.ras.parse_json import parse_status_json
-from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json
+from agent.collectors.ras.parse_text import parse_status_text
+from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import JobSpec
 
 
@@ -45,6 +48,22 @@ def test_ras_status_parses_and_shows_the_missing_rank(tmp_path: Path) -> None:
     assert [(p.host, p.pid, p.gpus) for p in degraded.missing_processes] == [("node003", 40292, [1])]
 
 
+def test_ras_text_status_says_what_the_json_says(tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    job.release(job.end_us)
+    healthy = parse_status_text(ras_status_text(job, set()))
+    assert (healthy.health, healthy.communicators, healthy.nodes) == ("ok", [], job.spec.nodes)
+    text = parse_status_text(ras_status_text(job, {(3, 1)}))
+    body = parse_status_json(ras_status_json(job, {(3, 1)}))
+    assert text.health == body.health == "degraded"
+    assert [(p.host, p.pid, p.gpus, p.comms) for p in text.missing_processes] == [
+        (p.host, p.pid, p.gpus, p.comms) for p in body.missing_processes
+    ]
+    assert {c.hash: c.missing_ranks for c in text.communicators} == {
+        c.hash: c.missing_ranks for c in body.communicators if c.missing_ranks
+    }
+
+
 def test_sysfs_tree_reads_as_gpus_and_an_rdma_port_whose_counters_advance(tmp_path: Path) -> None:
     tree = NodeSysfs(tmp_path / "sys", gpus=2, slow_gpu=1, nic_errors_per_s=4.0)
     tree.write(100.0)
@@ -55,3 +74,22 @@ def test_sysfs_tree_reads_as_gpus_and_an_rdma_port_whose_counters_advance(tmp_pa
     [after] = read_nics(tree.root)
     assert after.counters["symbol_error"] - before.counters["symbol_error"] == 8
     assert (after.tx_bytes or 0) - (before.tx_bytes or 0) == 2 * tree.nic_bytes_per_s
+
+
+async def test_demo_status_lists_the_lost_rank_before_peer_dead_is_sent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent.collectors.ras.fake_server import FakeRasServer
+    from ranksight.config import load_settings
+    from ranksight.demo import Demo, _job_spec
+
+    demo = Demo(load_settings(None, state_dir=tmp_path), 4, 0.0)
+    job = LiveJob(_job_spec(4, 1), tmp_path / "inspector")
+    seen: list[list[int | None]] = []
+
+    async def push_event(self: FakeRasServer, event: object) -> None:
+        seen.append([p.pid for p in parse_status_text(self.status_text).missing_processes])
+
+    monkeypatch.setattr(FakeRasServer, "push_event", push_event)
+    await demo._lose_rank(job)
+    assert seen == [[job.spec.pid(3, 5)]] * 4  # every endpoint already says so

@@ -1,10 +1,17 @@
 from __future__ import annotations
 
+import os
+import socket
+from pathlib import Path
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.subjects import SubjectError, Subjects, sanitize_token
+from agent.runtime import AgentRuntime
+from ranksight.config import AgentSettings, load_settings
+from schemas.subjects import SubjectError, Subjects, require_token, sanitize_token
+from tests.support import run_cli, settings_env
 
 
 def test_event_subject_round_trip() -> None:
@@ -40,3 +47,37 @@ def test_sanitized_tokens_are_always_one_safe_token(value: str) -> None:
     token = sanitize_token(value)
     assert token and all(c.isascii() and (c.isalnum() or c in "_-") for c in token)
     assert Subjects().parse_event(Subjects().event(value, value, value)).node == token
+
+
+@pytest.mark.parametrize("name", ["gpu-node-001", "n_1", "A" * 128])
+def test_names_that_are_tokens_are_accepted_as_they_stand(name: str) -> None:
+    assert require_token("agent.node", name) == name
+
+
+@pytest.mark.parametrize("name", ["a.b", "gpu01.example.com", "a b", " a", "", "n*", "A" * 129, "é"])
+def test_names_sanitizing_would_change_are_refused(name: str) -> None:
+    with pytest.raises(
+        SubjectError, match=r"agent.node .* is not a subject token .* set agent.node to a token"
+    ):
+        require_token("agent.node", name)
+
+
+def test_two_names_sanitizing_merges_cannot_both_run_an_agent(tmp_path: Path) -> None:
+    assert sanitize_token("a.b") == sanitize_token("a_b") == "a_b"  # the collision: one subject for both
+    settings = load_settings(None, state_dir=tmp_path, agent={"node": "a.b"})
+    with pytest.raises(SubjectError, match=r"'a\.b' is not a subject token"):
+        AgentRuntime(settings)
+    with pytest.raises(SubjectError, match=r"cluster 'prod\.a'"):
+        AgentRuntime(load_settings(None, state_dir=tmp_path, cluster="prod.a", agent={"node": "a_b"}))
+    AgentRuntime(load_settings(None, state_dir=tmp_path, agent={"node": "a_b"}))
+    done = run_cli(
+        "agent", "--node", "a.b", "--nats", "nats://127.0.0.1:1", env={**os.environ, **settings_env(settings)}
+    )
+    assert done.returncode == 2, done.stderr
+    assert "configuration error: agent.node 'a.b' is not a subject token" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_the_default_node_name_is_the_hostname_as_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "gpu01.example.com")
+    assert AgentSettings().node == "gpu01_example_com"

@@ -1,16 +1,35 @@
-"""RAS commands: ``ranksight parse ras FILE [--json]`` (offline) and ``ranksight jobs`` / ``ranksight comms`` (ask the
-running aggregator)."""
+"""RAS commands: ``ranksight parse ras FILE [--json]`` (offline), ``ranksight ras status|monitor`` (live, straight
+from a job's RAS endpoint, as ``ncclras`` but normalized and with health) and ``ranksight jobs`` / ``ranksight comms``
+(ask the running aggregator).
+
+``ranksight ras`` exit status: 0 the job is healthy (ok or warning), 1 degraded or failed (or the endpoint refused the
+request), 2 usage, 3 no RAS endpoint answers.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import json
 import sys
 from pathlib import Path
+from typing import Any
 
-from agent.collectors.ras.capture import parse_capture
-from agent.collectors.ras.errors import RasParseError
+from agent.collectors.ras.capture import parse_capture, status_summary
+from agent.collectors.ras.client import MONITOR_GROUPS
+from agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused, RasReplyError, RasTimeout
+from agent.collectors.ras.poll import client_for, poll_status
 from aggregator.api.cli import call_api
-from ranksight.cliutil import EXIT_FAILED, add_config_flags, print_json, print_table
+from ranksight.cliutil import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    add_config_flags,
+    print_json,
+    print_table,
+    settings_from_args,
+)
+
+EXIT_NO_ENDPOINT = 3
 
 JOB_COLUMNS = ["job", "state", "health", "endpoint", "ranks", "comms", "last_poll", "version"]
 COMM_COLUMNS = ["job", "hash", "size", "status", "errors", "missing_ranks", "op_count", "stalled_polls"]
@@ -24,6 +43,26 @@ def register_parse(sources: argparse._SubParsersAction[argparse.ArgumentParser])
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    ras = sub.add_parser("ras", help="query a job's RAS endpoint directly (status, monitor)")
+    commands = ras.add_subparsers(dest="ras_command", required=True, metavar="COMMAND")
+    status = commands.add_parser(
+        "status", help="the job's RAS status, normalized, with health (exit 1: not healthy)"
+    )
+    monitor = commands.add_parser("monitor", help="RAS MONITOR events as they come (NCCL 2.29+)")
+    for p in (status, monitor):
+        add_config_flags(p)
+        p.add_argument(
+            "--addr", metavar="HOST:PORT", help="RAS endpoint (default $NCCL_RAS_ADDR or localhost:28028)"
+        )
+        p.add_argument("--json", action="store_true", help="JSON (status: the shape of `parse ras --json`)")
+    status.add_argument(
+        "--verbose", action="store_true", help="VERBOSE STATUS, and the status lines behind each fact"
+    )
+    status.set_defaults(func=ras_status)
+    monitor.add_argument(
+        "--groups", default="lifecycle", help="event groups: lifecycle, trace, all (comma-separated)"
+    )
+    monitor.set_defaults(func=ras_monitor)
     for name, helptext, func in (("jobs", "RCCL/NCCL jobs seen through RAS", jobs),
                                  ("comms", "communicators of the live jobs", comms)):  # fmt: skip
         p = sub.add_parser(name, help=f"{helptext}, from the running aggregator")
@@ -44,6 +83,11 @@ def parse_ras(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
         return 0
+    print_result(result)
+    return 0
+
+
+def print_result(result: dict[str, Any], verbose: bool = False) -> None:
     summary = result["summary"]
     print(f"format {result['format']}  version {result['version'] or '-'}  health {result['health']}  "
           f"nodes {summary['nodes'] or '-'}  processes {summary['processes'] or '-'}  gpus {summary['gpus'] or '-'}  "
@@ -61,6 +105,72 @@ def parse_ras(args: argparse.Namespace) -> int:
     if result["events"]:
         print()
         print_table(result["events"], ["time", "event", "host", "pid", "details"])
+    if verbose:
+        for item in [*result["missing_processes"], *result["dead_processes"], *result["communicators"]]:
+            if item.get("evidence"):
+                name = item.get("hash") or f"process {item['pid']} on {item['host']}"
+                print(f"\n{name}:")
+                print("\n".join(item["evidence"]))
+
+
+def _client(args: argparse.Namespace) -> Any:
+    settings = settings_from_args(args)
+    try:
+        return client_for(settings.agent.collectors.ras, args.addr)
+    except ValueError as exc:
+        print(f"ranksight ras: {exc}", file=sys.stderr)
+        raise SystemExit(EXIT_USAGE) from None
+
+
+def _failed(exc: Exception) -> int:
+    print(f"ranksight ras: {exc}", file=sys.stderr)
+    return EXIT_NO_ENDPOINT if isinstance(exc, RasRefused | RasTimeout) else EXIT_FAILED
+
+
+def ras_status(args: argparse.Namespace) -> int:
+    client = _client(args)
+    try:
+        status = asyncio.run(poll_status(client, verbose=args.verbose))
+    except (RasClientError, RasParseError) as exc:
+        return _failed(exc)
+    result = status_summary(status)
+    if args.json:
+        print_json(result)
+    else:
+        print(f"endpoint {client.endpoint}")
+        print_result(result, verbose=args.verbose)
+    return 0 if status.health in ("ok", "warning") else EXIT_FAILED
+
+
+def ras_monitor(args: argparse.Namespace) -> int:
+    groups = [g for g in args.groups.split(",") if g]
+    if not groups or any(g.lower() not in MONITOR_GROUPS for g in groups):
+        print(
+            f"ranksight ras monitor: --groups takes {', '.join(MONITOR_GROUPS)}, not {args.groups!r}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    client = _client(args)
+
+    async def follow() -> None:
+        async for event in client.monitor(",".join(groups)):
+            if args.json:
+                print(json.dumps(event.model_dump(mode="json")), flush=True)
+            else:
+                peer = (
+                    event.addr or f"process {event.pid} on {event.host} GPU {','.join(map(str, event.gpus))}"
+                )
+                print(f"[{event.time}] {event.event_group or '-'} {event.event}: {peer} {event.details}".rstrip(),
+                      flush=True)  # fmt: skip
+
+    try:
+        asyncio.run(follow())
+    except RasReplyError as exc:
+        hint = " (MONITOR needs NCCL 2.29 or later)" if exc.unknown_command else ""
+        print(f"ranksight ras monitor: {exc}{hint}", file=sys.stderr)
+        return EXIT_FAILED
+    except (RasClientError, RasParseError) as exc:
+        return _failed(exc)
     return 0
 
 

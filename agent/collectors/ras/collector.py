@@ -1,5 +1,7 @@
 """The ``ras`` collector: every agent holds a MONITOR connection (``ras_event`` records); the job's lease holder polls
-``STATUS`` every ``interval_s`` (``ras`` records). No RAS endpoint means no job on this node: ``absent``, not an error.
+``STATUS`` every ``interval_s`` (``ras`` records): the text status every poll, with a JSON status's communicator detail
+merged in every ``detail_every`` polls (:mod:`agent.collectors.ras.poll`). No RAS endpoint means no job on this node:
+``absent``, not an error.
 
 When an endpoint that served a job stops answering (MONITOR EOF or a refused poll), one ``ENDPOINT_CLOSED`` event (group
 ``RANKSIGHT``) is published for that job, so the aggregator can tell a normal end (ranks FINALIZE, then the port closes)
@@ -9,18 +11,17 @@ from a failure.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import nats.errors
+
 from agent.collectors.base import Emit, StreamingCollector
-from agent.collectors.ras.client import DEFAULT_PORT, RasClient
 from agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused
 from agent.collectors.ras.jobid import derived_job_id, endpoint_job_id, listener_pid, scheduler_job_id
 from agent.collectors.ras.lease import Lease
-from agent.collectors.ras.parse_json import parse_status_json
-from agent.collectors.ras.parse_text import parse_status_text
+from agent.collectors.ras.poll import client_for, poll_status
 from schemas.records.ras import RasEvent, RasEventRecord, RasRecord, RasStatus
 
 if TYPE_CHECKING:
@@ -38,26 +39,28 @@ class RasCollector(StreamingCollector):
     def __init__(self, ctx: AgentContext, settings: RasSettings) -> None:
         super().__init__(ctx, settings)
         self.cfg = settings
-        addr = settings.addr or os.environ.get("NCCL_RAS_ADDR") or f"localhost:{DEFAULT_PORT}"
-        self.client = RasClient(addr, timeout_s=settings.timeout_s,
-                                collective_timeout_s=settings.collective_timeout_s,
-                                max_reply_bytes=settings.max_reply_bytes)  # fmt: skip
+        self.client = client_for(settings)
         self.lease = Lease(ctx.nc.jetstream(), settings.lease_ttl_s or 3 * settings.interval_s,
                            f"{ctx.node}:{ctx.incarnation}")  # fmt: skip
         self.poll_lock = asyncio.Lock()  # never two polls at once against this node's endpoint
         self.job_id: str | None = None
+        self.endpoint_id: str | None = None  # the node-local fallback id, until a job-wide one is known
         self.last_status: RasStatus | None = None
+        self.polls = 0
         ctx.add_command("ras_status", self._status_command)
 
     def _identify(self, status: RasStatus | None = None) -> str:
-        """Scheduler id when readable; else from the communicators; else from this node's endpoint."""
+        """Scheduler id when readable; else from the communicators (a status that lists them all: JSON detail); else
+        from this node's endpoint."""
         pid = listener_pid(self.cfg.proc_root, self.client.port)
         job = scheduler_job_id(self.cfg.proc_root, pid) if pid is not None else None
-        if job is None and status is not None:
+        if job is None and status is not None and status.all_communicators:  # a partial list: another id
             job = derived_job_id(c.hash for c in status.communicators)
-        if job is None and self.job_id is not None and self.job_id.startswith("ras-"):
-            return self.job_id
-        return job or endpoint_job_id(self.ctx.node, self.client.endpoint, pid)
+        if job is None and self.job_id is not None and self.job_id != self.endpoint_id:
+            return self.job_id  # job-wide already: a text poll does not change it
+        if job is None:
+            self.endpoint_id = job = endpoint_job_id(self.ctx.node, self.client.endpoint, pid)
+        return job
 
     async def run(self, emit: Emit) -> None:
         async with asyncio.TaskGroup() as group:
@@ -70,9 +73,11 @@ class RasCollector(StreamingCollector):
         job = self.job_id or self._identify()
         if not await self.lease.hold(job):
             return None
+        # a job without a job-wide id yet gets the full communicator list at once (the id derives from it)
+        detail = job == self.endpoint_id or self.polls % self.cfg.detail_every == 0
         async with self.poll_lock:
-            fmt, body = await self.client.status(verbose=self.cfg.verbose)
-        status = parse_status_json(body) if fmt == "json" else parse_status_text(body)
+            status = await poll_status(self.client, verbose=self.cfg.verbose, detail=detail)
+        self.polls += 1
         self.job_id = self._identify(status)
         if self.job_id != job:  # the id became job-wide: poll under that lease from now on
             await self.lease.release()
@@ -88,7 +93,8 @@ class RasCollector(StreamingCollector):
             except RasRefused as exc:
                 await self._job_gone()
                 self.health.state, self.health.last_error = "absent", str(exc)
-            except (RasClientError, RasParseError) as exc:
+            # nats: the lease's KV request timed out under load; the next poll retries (the MONITOR stays up)
+            except (RasClientError, RasParseError, nats.errors.Error) as exc:
                 self.health.failure(exc, time.monotonic() - started)
             else:
                 self.health.success(time.monotonic() - started)
@@ -124,7 +130,7 @@ class RasCollector(StreamingCollector):
             closed = RasEvent(event=ENDPOINT_CLOSED, event_group="RANKSIGHT", details="RAS endpoint closed")
             await self._publish_events([closed])
             await self.lease.release()
-        self.job_id, self.last_status = None, None
+        self.job_id, self.endpoint_id, self.last_status = None, None, None
         self.client.features.json = self.client.features.monitor = None
 
     async def _status_command(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -6,7 +6,7 @@ RasError
     ├── RasRefused           nothing listens on any address of the endpoint
     ├── RasTimeout           connect or reply deadline passed
     ├── RasReset             the connection was reset or closed before the reply was complete
-    ├── RasReplyError        the server answered ``ERROR: ...`` or ``BUSY: ...``
+    ├── RasReplyError        the server answered ``ERROR: ...``
     └── RasOversized         the reply exceeded the configured byte limit
 """
 

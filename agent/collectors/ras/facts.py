@@ -7,6 +7,7 @@ arithmetic on the table, whose counts were wrong in some releases (pre-2.29.2).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from agent.collectors.ras.errors import RasParseError
@@ -14,6 +15,7 @@ from schemas.records.ras import RasHealth, RasProcess
 
 MAX_GPUS = 64  # a process never manages more; bounds range expansion of garbage input
 MAX_COUNT = 1 << 24  # counts above this (or negative) are garbage from buggy releases: reported as unknown
+MAX_EVIDENCE = 24  # evidence lines kept per process or communicator (a 10k-rank job can list thousands)
 _INT = re.compile(r"-?\d+")
 
 
@@ -48,13 +50,27 @@ def parse_gpus(text: str) -> list[int]:
     return sorted(set(gpus))[:MAX_GPUS]
 
 
-def add_process(into: list[RasProcess], host: str, pid: int | None, gpus: list[int]) -> None:
-    """Add (or merge the GPUs of) one process, keyed by host and pid."""
-    for proc in into:
-        if proc.host == host and proc.pid == pid:
-            proc.gpus = sorted(set(proc.gpus) | set(gpus))
-            return
-    into.append(RasProcess(host=host, pid=pid, gpus=gpus))
+def add_evidence(into: list[str], line: str) -> None:
+    if len(into) < MAX_EVIDENCE and line not in into:
+        into.append(line)
+
+
+def add_process(into: list[RasProcess], host: str, pid: int | None, gpus: list[int], *, comm: str | None = None,
+                rank: int | None = None, evidence: Iterable[str] = ()) -> RasProcess:  # fmt: skip
+    """Add (or merge into) one process, keyed by host and pid: its GPUs, the communicator rank it holds, evidence."""
+    proc = next((p for p in into if p.host == host and p.pid == pid), None)
+    if proc is None:
+        proc = RasProcess(host=host, pid=pid, gpus=gpus)
+        into.append(proc)
+    else:
+        proc.gpus = sorted(set(proc.gpus) | set(gpus))
+    if comm is not None and rank is not None:
+        ranks = proc.comms.setdefault(comm, [])
+        if rank not in ranks:
+            ranks.append(rank)
+    for line in evidence:
+        add_evidence(proc.evidence, line)
+    return proc
 
 
 @dataclass

@@ -1,14 +1,20 @@
 """A fake RAS endpoint for tests and ``ranksight demo``, faithful to NCCL's ``src/ras/client_support.cc``:
 
-- newline-terminated commands, case-insensitive, ``\\r`` tolerated; ``CLIENT PROTOCOL n`` -> ``SERVER PROTOCOL 2``;
-  ``TIMEOUT <s>`` -> ``OK`` (or ``ERROR: Invalid timeout value ...``); unknown commands -> one line
-  ``ERROR: Unknown command <line as sent>`` and the connection stays open;
+- newline-terminated commands, case-insensitive, ``\\r`` tolerated; ``CLIENT PROTOCOL n`` -> ``SERVER PROTOCOL 2``
+  whatever ``n``; ``TIMEOUT <s>`` parsed as ``strtol`` does (an integer, optional sign and leading blanks, an empty
+  value is 0; anything after the digits, a fraction or an exponent, or a negative value -> ``ERROR: Invalid timeout
+  value <s>``); unknown commands -> one line ``ERROR: Unknown command <line as sent>`` and the connection stays open;
 - ``STATUS`` / ``VERBOSE STATUS``: the reply is sent as several messages (header, table, errors, warnings: here
   chunks with short pauses) and the server closes the connection after it; EOF ends the reply;
 - version profiles: 2.24/2.26 know neither ``SET FORMAT`` nor ``MONITOR``; 2.28.7/2.28.9 have ``SET FORMAT json``
-  and emit the missing-comma bug after ``"nvml_dev": N`` in ``missing_ranks[]``; 2.29+ add ``MONITOR``, whose events
-  are text lines ``[time] EVENT: Process P on node H managing GPU G details`` or pretty-printed JSON objects;
-- faults for the client's error paths: ``silent`` (accepts, never answers) and ``reset`` (half a reply, then RST).
+  and emit the missing-comma bug after ``"nvml_dev": N`` in ``missing_ranks[]``; 2.29+ add ``MONITOR [groups]``
+  (comma-separated ``lifecycle``, ``trace``, ``all``, case-insensitive, default lifecycle; any other word ->
+  ``ERROR: Invalid event group '<word>'``), sending only the events of the requested groups, as text lines
+  ``[time] EVENT: Process P on node H managing GPU(s) G[ (NVML N)] details`` (``[time] EVENT: addr<port> details``
+  for a peer the server cannot name) or pretty-printed JSON objects with arrays on one line
+  (``fixtures/ras/upstream-server/monitor_events_by_version_and_group.txt``);
+- faults for the client's error paths: ``silent`` (accepts, never answers), ``reset`` (half a reply, then RST), and a
+  status body that starts only after ``first_byte_delay_s`` (a degraded job's gathering timeouts).
 
 The reply contents are whatever the test or demo sets (normally the captured fixtures).
 """
@@ -24,6 +30,7 @@ import struct
 from dataclasses import dataclass, field
 from typing import Literal
 
+from agent.collectors.ras.client import MONITOR_GROUPS
 from schemas.records.ras import RasEvent
 
 Fault = Literal["none", "silent", "reset"]
@@ -59,28 +66,69 @@ def inject_missing_comma(text: str) -> str:
     return '"missing_ranks"'.join(out)
 
 
+EVENT_GROUPS = dict(zip(MONITOR_GROUPS, ({"LIFECYCLE"}, {"TRACE"}, {"LIFECYCLE", "TRACE"}), strict=True))
+TRACE_EVENTS = ("PEER_UNRESPONSIVE", "PEER_RETRY")
+
+
+def event_group(e: RasEvent) -> str:
+    return e.event_group or ("TRACE" if e.event in TRACE_EVENTS else "LIFECYCLE")
+
+
+def _devices(values: list[int]) -> str:
+    return ",".join(str(v) for v in values)
+
+
 def event_text(e: RasEvent) -> bytes:
-    peer = f"Process {e.pid} on node {e.host} managing GPU{'s' if len(e.gpus) > 1 else ''} " + ",".join(
-        str(g) for g in e.gpus
-    )
+    if e.addr is not None:
+        peer = e.addr
+    else:
+        nvml = e.nvml_gpus or e.gpus
+        peer = f"Process {e.pid} on node {e.host} managing GPU{'s' if len(e.gpus) > 1 else ''} {_devices(e.gpus)}"
+        peer += f" (NVML {_devices(nvml)})" if nvml != e.gpus else ""
     return f"[{e.time}] {e.event}: {peer} {e.details}\n".encode()
 
 
 def event_json(e: RasEvent) -> bytes:
-    obj = {
-        "timestamp": e.time,
-        "group": e.event_group or "LIFECYCLE",
-        "event": e.event,
-        "peer": {"host": e.host, "pid": e.pid, "cuda_devs": e.gpus, "nvml_devs": e.gpus},
-        "details": e.details,
-    }
-    return (json.dumps(obj, indent=2) + "\n").encode()  # fmt: skip
+    """Laid out as upstream writes it: two-space indent, device arrays on one line without spaces."""
+    if e.addr is not None:
+        peer = f'    "addr": {json.dumps(e.addr)}\n'
+    else:
+        peer = (f'    "host": {json.dumps(e.host)},\n    "pid": {e.pid},\n    "cuda_devs": [{_devices(e.gpus)}],\n'
+                f'    "nvml_devs": [{_devices(e.nvml_gpus or e.gpus)}]\n')  # fmt: skip
+    return (f'{{\n  "timestamp": {json.dumps(e.time)},\n  "group": "{event_group(e)}",\n  "event": {json.dumps(e.event)},\n'
+            f'  "peer": {{\n{peer}  }},\n  "details": {json.dumps(e.details)}\n}}\n').encode()  # fmt: skip
+
+
+def strtol_timeout(value: str) -> int | None:
+    """``TIMEOUT`` as upstream parses it (``strtol`` base 10, the whole value consumed, not negative); None: invalid."""
+    if not value:
+        return 0  # no digits: strtol stops at the start, which is the end
+    m = re.fullmatch(
+        r"[ \t\n\v\f\r]*([+-]?\d+)", value
+    )  # with no digits strtol consumes nothing, blanks included
+    if m is None:
+        return None
+    number = int(m.group(1))
+    return number if number >= 0 else None
+
+
+def monitor_groups(spec: str) -> set[str] | str:
+    """``MONITOR`` groups as upstream parses them: the set of event groups, or the first invalid word."""
+    groups: set[str] = set()
+    for word in spec.lstrip(" ").split(","):
+        if not word:
+            continue  # strtok skips empty tokens
+        if word.lower() not in EVENT_GROUPS:
+            return word
+        groups |= EVENT_GROUPS[word.lower()]
+    return groups or EVENT_GROUPS["lifecycle"]
 
 
 @dataclass
 class _Client:
     writer: asyncio.StreamWriter
     json: bool = False
+    groups: set[str] = field(default_factory=set)
 
 
 @dataclass
@@ -93,6 +141,8 @@ class FakeRasServer:
     fault: Fault = "none"
     chunks: int = 4
     pause_s: float = 0.005
+    first_byte_delay_s: float = 0.0  # gathering before the body starts (a degraded job: leg + extra timeouts)
+    protocol: int = 2  # what SERVER PROTOCOL says (every upstream release: 2)
     statuses_served: int = 0
     concurrent: int = 0
     max_concurrent: int = 0
@@ -130,6 +180,8 @@ class FakeRasServer:
 
     async def push_event(self, event: RasEvent) -> None:
         for client in list(self._monitors):
+            if event_group(event) not in client.groups:
+                continue
             try:
                 client.writer.write(event_json(event) if client.json else event_text(event))
                 await client.writer.drain()
@@ -162,13 +214,10 @@ class FakeRasServer:
         """Answer one command; True when the connection is done (after a status)."""
         lower, writer = line.lower(), client.writer
         if lower.startswith("client protocol "):
-            writer.write(b"SERVER PROTOCOL 2\n")
+            writer.write(f"SERVER PROTOCOL {self.protocol}\n".encode())
         elif lower.startswith("timeout "):
             value = line[len("timeout ") :]
-            try:
-                ok = float(value) >= 0
-            except ValueError:
-                ok = False
+            ok = strtol_timeout(value) is not None
             writer.write(b"OK\n" if ok else f"ERROR: Invalid timeout value {value}\n".encode())
         elif lower.startswith("set format ") and self.profile.json:
             fmt = lower[len("set format ") :]
@@ -181,8 +230,14 @@ class FakeRasServer:
             await self._status(client)
             return True
         elif (lower == "monitor" or lower.startswith("monitor ")) and self.profile.monitor:
-            writer.write(b"OK\n")
-            self._monitors.append(client)
+            groups = monitor_groups(line[len("monitor") :])
+            if isinstance(groups, str):
+                writer.write(f"ERROR: Invalid event group '{groups}'\n".encode())
+            else:
+                client.groups = groups
+                writer.write(b"OK\n")
+                if client not in self._monitors:
+                    self._monitors.append(client)
         else:
             writer.write(f"ERROR: Unknown command {line}\n".encode())
         await writer.drain()
@@ -197,6 +252,7 @@ class FakeRasServer:
             if client.json and self.status_json is not None:
                 text = self.status_json.decode()
                 body = (inject_missing_comma(text) if self.profile.missing_comma else text).encode()
+            await asyncio.sleep(self.first_byte_delay_s)
             step = max(1, -(-len(body) // self.chunks))
             for i in range(0, len(body), step):
                 if self.fault == "reset" and i >= len(body) // 2:

@@ -6,6 +6,10 @@ finalize_called, destroy_flag, abort_flag} and ``collective_counts``, and ``miss
 entries; that is repaired. ``init_state``/``async_error`` of 0 (success) and 7 (in progress) are normal. Rank status
 and flags follow the server's own text logic: abort -> ABORT, finalize or destroy -> FINALIZE, init 0 -> RUNNING,
 else INIT; differing statuses or op counts -> MISMATCH; a missing rank that is unresponsive or dead -> INCOMPLETE.
+
+Ranks the server cannot name are written ``"host": "unknown", "pid": -1``: they are ``unknown_ranks`` of their
+communicator, never a node or a process. The JSON writer emits communicators only, with no job-level INCOMPLETE/DEAD
+sections, so the result says ``job_sections: false``: a process that left no communicator data is invisible here.
 """
 
 from __future__ import annotations
@@ -15,7 +19,14 @@ import re
 from typing import Any
 
 from agent.collectors.ras.errors import RasParseError
-from agent.collectors.ras.facts import Flags, add_process, normalize_hash, normalize_secondary, sane_count
+from agent.collectors.ras.facts import (
+    Flags,
+    add_evidence,
+    add_process,
+    normalize_hash,
+    normalize_secondary,
+    sane_count,
+)
 from schemas.records.ras import RasCommunicator, RasLaggingRank, RasMismatch, RasProcess, RasStatus
 
 NORMAL_CODES = (0, 7)  # ncclSuccess, ncclInProgress
@@ -28,6 +39,16 @@ _STATUS_RANK = {
 }  # the server's statusStr order
 # A value followed by a newline and the next key, with no comma between: the 2.28.7/2.28.9 bug.
 _MISSING_COMMA = re.compile(r'(?<=[\d"el\]}])(\s*\n\s*"[^"\n]+"\s*:)')
+UNKNOWN_HOST = "unknown"  # with pid -1: a rank whose process the server cannot name
+
+
+def is_placeholder(entry: dict[str, Any]) -> bool:
+    return entry.get("host") == UNKNOWN_HOST and entry.get("pid") == -1
+
+
+def _line(entry: Any) -> str:
+    """One JSON entry as one evidence line."""
+    return json.dumps(entry, separators=(",", ":"), sort_keys=True)
 
 
 def load_json(data: bytes) -> Any:
@@ -58,23 +79,34 @@ def _comm(raw: dict[str, Any], flags: Flags, missing: list[RasProcess], dead: li
     errors: list[str] = []
     rank_status: dict[str, int] = {}
     counts_by_coll: dict[str, set[int]] = {}
+    evidence: list[str] = []
     for rank in ranks:
         status = rank.get("status") or {}
         name = _rank_status(status)
         rank_status[name] = rank_status.get(name, 0) + 1
         if any(status.get(k, 0) not in NORMAL_CODES for k in ("init_state", "async_error")):
             errors.append("ERROR")
+            add_evidence(evidence, _line(rank))
+        elif name in ("ABORT", "INIT"):
+            add_evidence(evidence, _line(rank))
         for coll, count in (rank.get("collective_counts") or {}).items():
             counts_by_coll.setdefault(str(coll), set()).add(int(count))
     missing_ranks: list[int] = []
+    unknown_ranks: list[int] = []
     for gone in raw.get("missing_ranks") or []:
         status = gone.get("status") or {}
         if status.get("unresponsive") or status.get("considered_dead"):
             errors.append("INCOMPLETE")
+            line = _line(gone)
+            add_evidence(evidence, line)
+            if is_placeholder(gone):
+                unknown_ranks.append(int(gone["rank"]))
+                continue
             missing_ranks.append(int(gone["rank"]))
             gpus = [int(gone["cuda_dev"])] if isinstance(gone.get("cuda_dev"), int) else []
             host, pid = str(gone.get("host", "?")), sane_count(int(gone.get("pid", -1)))
-            add_process(dead if status.get("considered_dead") else missing, host, pid, gpus)
+            add_process(dead if status.get("considered_dead") else missing, host, pid, gpus, comm=key,
+                        rank=int(gone["rank"]), evidence=[line])  # fmt: skip
         else:  # answered, but not as a member of this communicator
             rank_status["NOCOMM"] = rank_status.get("NOCOMM", 0) + 1
     if "ABORT" in rank_status:
@@ -86,6 +118,7 @@ def _comm(raw: dict[str, Any], flags: Flags, missing: list[RasProcess], dead: li
         if len(values) > 1:
             errors.append("MISMATCH")
             mismatches.append(RasMismatch(hash=key, kind="op_count", collective=coll))
+            add_evidence(evidence, f"{coll} operation counts differ: {sorted(values)}")
     lagging = _lagging(ranks, {coll: max(values) for coll, values in counts_by_coll.items()})
     flags_seen = [f for f in ("INCOMPLETE", "ERROR", "MISMATCH", "ABORT") if f in errors]
     for flag in flags_seen:
@@ -98,6 +131,8 @@ def _comm(raw: dict[str, Any], flags: Flags, missing: list[RasProcess], dead: li
         status=status_name,
         errors=[f for f in flags_seen if f != "ABORT"],
         missing_ranks=sorted(missing_ranks),
+        unknown_ranks=sorted(unknown_ranks),
+        evidence=evidence,
         ranks_reporting=len(ranks),
         rank_status=rank_status,
         op_counts={coll: max(values) for coll, values in counts_by_coll.items()},
@@ -137,6 +172,8 @@ def parse_status_json(data: bytes) -> RasStatus:
         hosts, procs, gpus = set(), set(), set()
         for c in doc["communicators"]:
             for r in [*(c.get("ranks") or []), *(c.get("missing_ranks") or [])]:
+                if is_placeholder(r):
+                    continue
                 hosts.add(r.get("host"))
                 procs.add((r.get("host"), r.get("pid")))
                 gpus.add((r.get("host"), r.get("pid"), r.get("cuda_dev")))
@@ -151,5 +188,5 @@ def parse_status_json(data: bytes) -> RasStatus:
         format="json", version=str(version) if version is not None else None, health=flags.health(),
         nodes=len(hosts) or None, processes=len(procs) or None, gpus=len(gpus) or None, communicators=comms,
         missing_processes=missing, dead_processes=dead, mismatches=mismatches, timeouts=timeouts,
-        collection_s=float(collection) if isinstance(collection, int | float) else None,
+        collection_s=float(collection) if isinstance(collection, int | float) else None, job_sections=False,
     )  # fmt: skip

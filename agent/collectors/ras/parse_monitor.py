@@ -1,7 +1,8 @@
 """MONITOR output (NCCL >= 2.29) -> :class:`RasEvent` records, incrementally.
 
 Text mode sends one line per event, ``[%s] %s: %s %s\\n`` (time, event, peer description, details; the details may be
-empty, leaving a trailing space). JSON mode sends pretty-printed objects back to back (not one per line), so objects are
+empty, leaving a trailing space). The peer is ``Process P on node H managing GPU(s) G[ (NVML N)]``, or for a peer the
+server cannot name its address ``10.9.9.9<1234>`` (JSON: ``"peer": {"addr": ...}``), kept as ``addr``. JSON mode sends pretty-printed objects back to back (not one per line), so objects are
 split with a raw decoder, not by lines. :class:`MonitorDecoder` is fed socket chunks and yields complete events; a
 partial line or object waits for more bytes.
 """
@@ -18,7 +19,8 @@ from schemas.records.ras import RasEvent
 
 MAX_PENDING = 1 << 20  # an event never comes near this; more means the peer is not speaking MONITOR
 _LINE = re.compile(r"^\[(?P<time>[^\]]*)\] (?P<event>[A-Za-z0-9_]+): ?(?P<rest>.*)$")
-_PEER = re.compile(r"^Process (-?\d+) on node (\S+) managing GPUs? (\S+(?: \(NVML [^)]*\))?) ?(.*)$")
+_PEER = re.compile(r"^Process (-?\d+) on node (\S+) managing GPUs? (\S+)(?: \(NVML ([^)]*)\))? ?(.*)$")
+_ADDR = re.compile(r"^(\S+<\d+>) ?(.*)$")
 _DECODER = json.JSONDecoder()
 
 
@@ -27,13 +29,20 @@ def event_from_text(line: str) -> RasEvent:
     if m is None:
         raise RasParseError(f"not a MONITOR line: {line[:200]!r}")
     rest = m.group("rest")
-    peer = _PEER.match(rest)
-    if peer is None:
-        return RasEvent(time=m.group("time"), event=m.group("event"), details=rest.strip())
-    return RasEvent(
-        time=m.group("time"), event=m.group("event"), host=peer.group(2), pid=sane_count(int(peer.group(1))),
-        gpus=parse_gpus(peer.group(3)), details=peer.group(4).strip(),
-    )  # fmt: skip
+    if (peer := _PEER.match(rest)) is not None:
+        gpus = parse_gpus(peer.group(3))
+        return RasEvent(
+            time=m.group("time"), event=m.group("event"), host=peer.group(2), pid=sane_count(int(peer.group(1))),
+            gpus=gpus, nvml_gpus=parse_gpus(peer.group(4)) if peer.group(4) else gpus, details=peer.group(5).strip(),
+        )  # fmt: skip
+    if (addr := _ADDR.match(rest)) is not None:
+        return RasEvent(time=m.group("time"), event=m.group("event"), addr=addr.group(1),
+                        details=addr.group(2).strip())  # fmt: skip
+    return RasEvent(time=m.group("time"), event=m.group("event"), details=rest.strip())
+
+
+def _devices(value: Any) -> list[int]:
+    return [d for d in value if isinstance(d, int)][:64] if isinstance(value, list) else []
 
 
 def event_from_json(obj: Any) -> RasEvent:
@@ -42,14 +51,15 @@ def event_from_json(obj: Any) -> RasEvent:
     raw_peer = obj.get("peer")
     peer: dict[str, Any] = raw_peer if isinstance(raw_peer, dict) else {}
     pid = peer.get("pid")
-    devs = peer.get("cuda_devs")
     return RasEvent(
         time=str(obj["timestamp"]) if obj.get("timestamp") is not None else None,
         event_group=str(obj["group"]) if obj.get("group") is not None else None,
         event=obj["event"],
         host=str(peer["host"]) if peer.get("host") is not None else None,
         pid=sane_count(pid) if isinstance(pid, int) else None,
-        gpus=[d for d in devs if isinstance(d, int)][:64] if isinstance(devs, list) else [],
+        gpus=_devices(peer.get("cuda_devs")),
+        nvml_gpus=_devices(peer.get("nvml_devs")),
+        addr=str(peer["addr"]) if peer.get("addr") is not None else None,
         details=str(obj.get("details") or ""),
     )
 

@@ -5,8 +5,14 @@ GPUs per process with differing processes per node; fully mixed, each ending in 
 (N.NNs)`` (``%.2f`` or ``%.3f``), the group table, then ``Errors`` and ``Warnings``. Inside those, a block starts with a
 heading at column 0 (``INCOMPLETE``, ``DEAD``, ``TIMEOUT``, ``#g-i (hash) FLAG``) followed by indented detail lines.
 Detail lists may be absent (above the server's outlier threshold) and counts may be garbage (pre-2.29.2 bugs): neither
-changes the result shape, and health is taken from the flags alone. Fragments (docs excerpts, ``[...]`` elisions) parse
-as far as they go.
+changes the result shape, and health is taken from the flags alone; a communicator whose missing-rank list was elided
+says ``complete: false``. Ranks the server cannot name (``[process information not found]``) are ``unknown_ranks``.
+Each process and communicator keeps the exact lines that name it (``evidence``). Fragments (docs excerpts, ``[...]``
+elisions) parse as far as they go.
+
+Phantom communicators: 2.26 to 2.28.x print communicators that do not exist (a group row with 0 nodes and 0 ranks per
+communicator, then e.g. ``Missing communicator data from 257 ranks`` under an impossible hash); such groups and their
+blocks are dropped, so they raise nothing.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import re
 from agent.collectors.ras.errors import RasParseError
 from agent.collectors.ras.facts import (
     Flags,
+    add_evidence,
     add_process,
     normalize_hash,
     parse_gpus,
@@ -31,6 +38,9 @@ _GROUP_ROW = re.compile(
 _COMM_HEAD = re.compile(r"^#(\d+)-(\d+) \(([0-9a-fA-Fx]+)\) ([A-Z]+)\s*$")
 _PROCESS = re.compile(r"^\s+Process (-?\d+) on node (\S+) managing GPUs? (.+?)\s*$")
 _RANK = re.compile(r"^\s+Rank (-?\d+)\b")
+_RANK_OWNER = re.compile(r"-- GPU (\S+(?: \(NVML [^)]*\))?) managed by process (-?\d+) on node (\S+)")
+_UNKNOWN_RANK = "[process information not found]"
+_MISSING_COUNT = re.compile(r"^\s+Missing communicator data from (\d+) ranks?")
 _MISSING_RANKS_224 = re.compile(r"^\s+The missing ranks?: (.+)$")
 _TIMEOUTS = re.compile(r"^\s+Encountered (-?\d+) communication timeouts?")
 _DIFFERENT_OPS = re.compile(r"^\s+Communicator ranks have different (\w+) operation counts")
@@ -63,6 +73,12 @@ class _Parser:
         self.timeouts = 0
         self.block: str | None = None  # current heading: INCOMPLETE, DEAD, TIMEOUT or a comm hash + flag
         self.comm: RasCommunicator | None = None
+        self.block_lines: list[str] = []  # the job-level block's heading and summary lines (evidence)
+        self.phantom_groups: set[int] = set()
+        self.missing_count: dict[str, int] = {}  # comm -> "Missing communicator data from N ranks"
+        self.rank_owners: list[
+            tuple[str, int, str, int | None, list[int], str]
+        ] = []  # comm, rank, host, pid, gpus, line
         self.summary_header: list[str] | None = None  # the '(total)' line; the next line holds the values
         self.recognized = False
 
@@ -81,7 +97,7 @@ class _Parser:
         elif (m := _COMM_HEAD.match(line)) is not None:
             self._comm_head(m)
         elif line in ("INCOMPLETE", "DEAD", "TIMEOUT"):
-            self.block, self.comm, self.recognized = line, None, True
+            self.block, self.comm, self.recognized, self.block_lines = line, None, True, [line]
             self.flags.flag(line)
         elif line.startswith("  "):
             self._detail(line)
@@ -101,14 +117,22 @@ class _Parser:
             self.recognized = True
 
     def _group(self, m: re.Match[str]) -> None:
+        group, ranks_per_comm = int(m.group(1)), int(m.group(5))
         errors = [e for e in m.group(8).split(",") if e != "OK"]
-        self.groups[int(m.group(1))] = (int(m.group(5)), m.group(7), errors)
+        self.groups[group] = (ranks_per_comm, m.group(7), errors)
+        self.recognized = True
+        if ranks_per_comm == 0:  # no communicator has 0 ranks: the 2.26-2.28.x phantom
+            self.phantom_groups.add(group)
+            return
         for flag in [*errors, m.group(7)]:
             self.flags.flag(flag)
-        self.recognized = True
 
     def _comm_head(self, m: re.Match[str]) -> None:
         group, flag = int(m.group(1)), m.group(4)
+        self.recognized = True
+        if group in self.phantom_groups:
+            self.block, self.comm = "PHANTOM", None
+            return
         key = normalize_hash(m.group(3))
         comm = self.comms.get(key)
         if comm is None:
@@ -116,20 +140,38 @@ class _Parser:
             comm = self.comms[key] = RasCommunicator(hash=key, size=size, status=status)
         if flag not in comm.errors:
             comm.errors.append(flag)
-        self.flags.flag(flag)
-        self.block, self.comm, self.recognized = flag, comm, True
+        add_evidence(comm.evidence, m.group(0))
+        self.block, self.comm = flag, comm
 
     def _detail(self, line: str) -> None:
         block, comm = self.block, self.comm
-        if (m := _PROCESS.match(line)) is not None and block in ("INCOMPLETE", "DEAD") and comm is None:
-            target = self.dead if block == "DEAD" else self.missing
-            add_process(target, m.group(2), sane_count(int(m.group(1))), parse_gpus(m.group(3)))
-        elif (m := _TIMEOUTS.match(line)) is not None:
-            self.timeouts = sane_count(int(m.group(1))) or 0
-        elif comm is None:
+        if block == "PHANTOM":
             return
+        if comm is None and block in ("INCOMPLETE", "DEAD"):
+            if (m := _PROCESS.match(line)) is not None:
+                target = self.dead if block == "DEAD" else self.missing
+                add_process(target, m.group(2), sane_count(int(m.group(1))), parse_gpus(m.group(3)),
+                            evidence=[*self.block_lines, line])  # fmt: skip
+            else:
+                self.block_lines.append(line)
+            return
+        if (m := _TIMEOUTS.match(line)) is not None:
+            self.timeouts = sane_count(int(m.group(1))) or 0
+        if comm is None:
+            return
+        add_evidence(comm.evidence, line)
+        if block == "INCOMPLETE" and (m := _MISSING_COUNT.match(line)) is not None:
+            self.missing_count[comm.hash] = int(m.group(1))
         elif block == "INCOMPLETE" and (m := _RANK.match(line)) is not None:
-            self._missing_rank(comm, int(m.group(1)))
+            rank = int(m.group(1))
+            if _UNKNOWN_RANK in line:
+                if sane_count(rank) is not None and rank not in comm.unknown_ranks:
+                    comm.unknown_ranks.append(rank)
+                return
+            self._missing_rank(comm, rank)
+            if (owner := _RANK_OWNER.search(line)) is not None:
+                self.rank_owners.append((comm.hash, rank, owner.group(3), sane_count(int(owner.group(2))),
+                                         parse_gpus(owner.group(1)), line))  # fmt: skip
         elif block == "INCOMPLETE" and (m := _MISSING_RANKS_224.match(line)) is not None:
             for value in _INTS.findall(m.group(1))[:1024]:
                 self._missing_rank(comm, int(value))
@@ -144,18 +186,33 @@ class _Parser:
         if sane_count(rank) is not None and rank not in comm.missing_ranks:
             comm.missing_ranks.append(rank)
 
+    def _finish_comms(self) -> None:
+        """Flag the communicators, mark elided rank lists, give each missing rank's process its ranks."""
+        for key, comm in self.comms.items():
+            expected = self.missing_count.get(key)
+            for flag in comm.errors:
+                self.flags.flag(flag)
+            if expected is not None and len(comm.missing_ranks) + len(comm.unknown_ranks) < expected:
+                comm.complete = False
+        for key, rank, host, pid, gpus, line in self.rank_owners:
+            if key in self.comms:
+                dead = any(p.host == host and p.pid == pid for p in self.dead)
+                add_process(self.dead if dead else self.missing, host, pid, gpus, comm=key, rank=rank,
+                            evidence=[line])  # fmt: skip
+
     def result(self) -> RasStatus:
         if not self.recognized:
             raise RasParseError(
                 "not a RAS status reply: no version line, table or Errors/Warnings section found"
             )
+        self._finish_comms()
         if self.missing:
             self.flags.flag("INCOMPLETE")
         return RasStatus(
             format="text", version=self.version, health=self.flags.health(), nodes=self.nodes,
             processes=self.processes, gpus=self.gpus, communicators=list(self.comms.values()),
             missing_processes=self.missing, dead_processes=self.dead, mismatches=self.mismatches,
-            timeouts=self.timeouts, collection_s=self.collection_s,
+            timeouts=self.timeouts, collection_s=self.collection_s, all_communicators=False,
         )  # fmt: skip
 
 
@@ -163,7 +220,7 @@ def parse_status_text(data: bytes) -> RasStatus:
     """Parse one text status reply (bytes as read from the socket, to EOF)."""
     text = data.decode("utf-8", errors="replace")
     stripped = text.lstrip()
-    if stripped.startswith(("ERROR:", "BUSY:")):
+    if stripped.startswith("ERROR:"):
         raise RasParseError(f"the RAS server refused: {stripped.splitlines()[0]}")
     parser = _Parser()
     for line in text.splitlines():

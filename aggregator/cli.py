@@ -58,5 +58,6 @@ def status(args: argparse.Namespace) -> int:
     if args.json:
         print_json({"nodes": response.rows, "aggregator": response.meta})
     else:
-        print_table(response.rows, ["node", "state", "last_seen", "version", "clock_skew_s"])
+        rows = [{**r, "alerts": ", ".join(a["rule"] for a in r.get("alerts", []))} for r in response.rows]
+        print_table(rows, ["node", "state", "health", "last_seen", "version", "clock_skew_s", "alerts"])
     return 0

@@ -20,6 +20,7 @@ DeviceStateName = Literal["alive", "stale", "vanished"]
 R = TypeVar("R", GpuRecord, NicRecord)
 NS = 1_000_000_000  # not imported from aggregator.state, which imports this module
 FLAP_WINDOW_NS = 300 * NS
+RATE_WINDOW_NS = 600 * NS  # the longest window a rate-based rule may average over
 
 
 @dataclass
@@ -33,9 +34,15 @@ class DeviceState(Generic[R]):
     state: DeviceStateName = "alive"
     since_ns: int | None = None  # start of the current run of the sustained condition (throttled / congested)
     flaps: deque[tuple[int, int]] = field(default_factory=deque)  # (receipt ns, transitions)
+    rates: deque[tuple[int, float]] = field(default_factory=deque)  # (receipt ns, error rate) of every sample
 
     def flaps_since(self, since_ns: int) -> int:
         return sum(n for at, n in self.flaps if at >= since_ns)
+
+    def mean_rate_since(self, since_ns: int, min_samples: int = 3) -> float | None:
+        """The error rate averaged over the samples received since ``since_ns``; None with fewer than ``min_samples``."""
+        window = [r for at, r in self.rates if at >= since_ns]
+        return sum(window) / len(window) if len(window) >= min_samples else None
 
 
 class _DeviceTracker(Generic[R]):
@@ -53,6 +60,9 @@ class _DeviceTracker(Generic[R]):
     def _flaps(self, record: R) -> int:
         return 0
 
+    def _rate(self, record: R) -> float | None:
+        return None
+
     def observe(self, env: Envelope, recv_ns: int) -> None:
         # A batch often holds several samples of each device, all received at once: fold them to the last sample
         # per device (what the device's state is now), keeping what the earlier ones say about flaps and
@@ -60,9 +70,12 @@ class _DeviceTracker(Generic[R]):
         last: dict[str, R] = {}
         interrupted: set[str] = set()
         flaps: dict[str, int] = {}
+        rates: dict[str, list[float]] = {}
         for record in env.records:
             name = self._key(record)
             last[name] = record
+            if (rate := self._rate(record)) is not None:
+                rates.setdefault(name, []).append(rate)
             if not self._sustained(record):
                 interrupted.add(name)
             if n := self._flaps(record):
@@ -88,6 +101,9 @@ class _DeviceTracker(Generic[R]):
                 state.flaps.append((recv_ns, flaps[name]))
             while state.flaps and state.flaps[0][0] < recv_ns - FLAP_WINDOW_NS:
                 state.flaps.popleft()
+            state.rates.extend((recv_ns, r) for r in rates.get(name, ()))
+            while state.rates and state.rates[0][0] < recv_ns - RATE_WINDOW_NS:
+                state.rates.popleft()
 
     def tick(self, now_ns: int) -> None:
         latest: dict[tuple[str, str], int] = {}
@@ -126,6 +142,9 @@ class NicTracker(_DeviceTracker[NicRecord]):
 
     def _flaps(self, record: NicRecord) -> int:
         return record.link_flaps
+
+    def _rate(self, record: NicRecord) -> float | None:
+        return record.errors_per_s
 
 
 class HardwareTracker:

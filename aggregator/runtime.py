@@ -24,6 +24,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
 from agent.runtime import agent_version
+from aggregator.alertmanager import AlertmanagerPush
 from aggregator.alerts import AlertEngine, Rule
 from aggregator.analysis import default_rules
 from aggregator.api.service import start_service
@@ -104,10 +105,11 @@ class Aggregator:
         )
         self.state.stragglers.configure(settings.aggregator.stragglers, background=True)
         self.rules = rules if rules is not None else default_rules(settings)
-        self.engine = AlertEngine()
+        self.engine = AlertEngine(settings=settings.aggregator.alerts)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
         self.stats = IngestStats()
         self.http = HttpFace(self)
+        self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
         self.nc: Client | None = None
         self.ready = asyncio.Event()
         self.started_ns = time.time_ns()
@@ -154,6 +156,12 @@ class Aggregator:
                 asyncio.create_task(
                     ProbePlanner(self.settings.aggregator.probes).run(self), name="probe-planner"
                 ),
+                asyncio.create_task(
+                    self.alertmanager.run(
+                        lambda: list(self.engine.active.values()), lambda: list(self.engine.silences.values())
+                    ),
+                    name="alertmanager",
+                ),
             ]
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
             self.ready.set()
@@ -189,7 +197,12 @@ class Aggregator:
         for env, recv_ns in replayed:
             self._observe(env, recv_ns)
         self.state.tick(now)
-        self.engine = AlertEngine(await self.store.call(self.store.active_alerts))
+        self.engine = AlertEngine(
+            await self.store.call(self.store.active_alerts), self.settings.aggregator.alerts
+        )
+        drained = await self.store.call(self.store.drained_nodes)
+        self.engine.drained = {(d["cluster"], d["node"]) for d in drained}
+        self.engine.silences = {s.id: s for s in await self.store.call(self.store.silences, now)}
         log.info("rebuilt live state from %d stored messages (%d skipped); %d alerts firing", len(replayed),
                  self.store.replay_skipped, len(self.engine.active))  # fmt: skip
 
@@ -294,11 +307,14 @@ class Aggregator:
         if transitions:
             await self.store.call(self.store.write_alerts, transitions)
             await self._publish_alerts(transitions)
+            self.alertmanager.transitions(transitions)
         return transitions
 
     async def _publish_alerts(self, alerts: list[Alert]) -> None:
         if self.nc is None:
             return
         for alert in alerts:
+            if alert.silenced_by:
+                continue  # a maintenance window: stored and shown, not announced
             subject = self.subjects.alert(alert.cluster, alert.severity, alert.rule)
             await self.nc.publish(subject, json.dumps(alert.model_dump()).encode())

@@ -39,7 +39,7 @@ from aggregator.admission import NS, admit, check_times
 from aggregator.columns import ColumnBuilder, row_to_record
 from ranksight.config import IngestSettings
 from ranksight.private import DIR_MODE, private_files
-from schemas.alerts import Alert
+from schemas.alerts import Alert, Silence
 from schemas.codec import DecodeError, decode_event
 from schemas.envelope import Envelope, event_type
 from schemas.records import RECORD_MODELS
@@ -116,7 +116,10 @@ class BatchResult:
 
 
 _ALERT_SCHEMA = pa.schema(
-    [(c, pa.string()) for c in ("fingerprint", "rule", "severity", "state", "cluster", "node", "job", "comm")]
+    [
+        (c, pa.string())
+        for c in ("fingerprint", "rule", "severity", "state", "cluster", "node", "job", "comm", "entity")
+    ]
     + [
         ("rank", pa.int64()),
         ("summary", pa.string()),
@@ -124,6 +127,7 @@ _ALERT_SCHEMA = pa.schema(
         ("resolved_at", pa.string()),
         ("updated_at", pa.string()),
         ("evidence", pa.string()),
+        ("silenced_by", pa.string()),
     ]
 )
 
@@ -501,10 +505,11 @@ class Store:
         """Append alert transitions (one columnar insert: a mass resolve can be thousands of rows)."""
         if not alerts:
             return
-        columns = ("fingerprint", "rule", "severity", "state", "cluster", "node", "job", "comm", "rank", "summary",
-                   "started_at", "resolved_at", "updated_at")  # fmt: skip
+        columns = ("fingerprint", "rule", "severity", "state", "cluster", "node", "job", "comm", "entity", "rank",
+                   "summary", "started_at", "resolved_at", "updated_at")  # fmt: skip
         data: dict[str, list[Any]] = {c: [getattr(a, c) for a in alerts] for c in columns}
         data["evidence"] = [json.dumps(a.evidence, default=str) for a in alerts]
+        data["silenced_by"] = [json.dumps(a.silenced_by) if a.silenced_by else None for a in alerts]
         batch = pa.table(data, schema=_ALERT_SCHEMA)
         self.con.register("alert_batch", batch)
         try:
@@ -518,7 +523,7 @@ class Store:
     def active_alerts(self) -> list[Alert]:
         cur = self.con.execute(
             "SELECT fingerprint, rule, severity, state, cluster, node, job, comm, rank, summary, evidence, "
-            "strftime(started_at, '%Y-%m-%dT%H:%M:%S.%fZ'), strftime(updated_at, '%Y-%m-%dT%H:%M:%S.%fZ') "
+            "strftime(started_at, '%Y-%m-%dT%H:%M:%S.%fZ'), strftime(updated_at, '%Y-%m-%dT%H:%M:%S.%fZ'), entity "
             "FROM alerts QUALIFY row_number() OVER (PARTITION BY fingerprint ORDER BY updated_at DESC, "
             "state = 'resolved' DESC) = 1"
         )
@@ -528,8 +533,42 @@ class Store:
                 continue
             out.append(Alert(fingerprint=r[0], rule=r[1], severity=r[2], state=r[3], cluster=r[4], node=r[5],
                              job=r[6], comm=r[7], rank=r[8], summary=r[9], evidence=json.loads(r[10] or "{}"),
-                             started_at=r[11], updated_at=r[12]))  # fmt: skip
+                             started_at=r[11], updated_at=r[12], entity=r[13]))  # fmt: skip
         return out
+
+    def save_silence(self, silence: Silence) -> None:
+        """Insert or update (an early expiry moves ``ends_at``) one silence."""
+        self.con.execute(
+            "INSERT OR REPLACE INTO silences VALUES (?, ?, ?::TIMESTAMP, ?::TIMESTAMP, ?, ?, now()::TIMESTAMP)",
+            [silence.id, json.dumps([m.model_dump() for m in silence.matchers]), silence.starts_at.rstrip("Z"),
+             silence.ends_at.rstrip("Z"), silence.created_by, silence.comment],
+        )  # fmt: skip
+
+    def silences(self, since_ns: int) -> list[Silence]:
+        """Silences that end after ``since_ns``, oldest first."""
+        cur = self.con.execute(
+            "SELECT id, matchers, strftime(starts_at, '%Y-%m-%dT%H:%M:%S.%fZ'), "
+            "strftime(ends_at, '%Y-%m-%dT%H:%M:%S.%fZ'), created_by, comment FROM silences "
+            "WHERE ends_at > make_timestamp(?::BIGINT // 1000) ORDER BY starts_at, id",
+            [since_ns],
+        )
+        return [Silence(id=r[0], matchers=json.loads(r[1]), starts_at=r[2], ends_at=r[3], created_by=r[4],
+                        comment=r[5]) for r in cur.fetchall()]  # fmt: skip
+
+    def set_drained(self, cluster: str, nodes: list[str], drained: bool, reason: str) -> None:
+        self.con.execute(
+            "INSERT INTO node_drains SELECT ?, unnest(?::VARCHAR[]), ?, now()::TIMESTAMP, ?",
+            [cluster, nodes, drained, reason],
+        )
+
+    def drained_nodes(self) -> list[dict[str, Any]]:
+        """The nodes drained now: cluster, node, since (ISO), reason."""
+        cur = self.con.execute(
+            "SELECT cluster, node, strftime(changed_at, '%Y-%m-%dT%H:%M:%S.%fZ'), reason FROM node_drains "
+            "QUALIFY row_number() OVER (PARTITION BY cluster, node ORDER BY changed_at DESC) = 1 AND drained "
+            "ORDER BY cluster, node"
+        )
+        return [{"cluster": c, "node": n, "since": at, "reason": r} for c, n, at, r in cur.fetchall()]
 
     # -- small helpers for readers ------------------------------------------------------------------------------
     def rows(self, sql: str, params: list[Any] | None = None) -> Iterator[dict[str, Any]]:

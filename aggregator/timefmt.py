@@ -4,8 +4,18 @@ from __future__ import annotations
 
 import datetime
 
+EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
 
 def iso(ns: int | None) -> str | None:
     if ns is None:
         return None
     return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def ns_of(text: str) -> int:
+    """Nanoseconds of an ISO-8601 time (UTC unless it carries an offset): the inverse of :func:`iso`."""
+    value = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=datetime.UTC)
+    return (value - EPOCH) // datetime.timedelta(microseconds=1) * 1000  # exact: no float rounding

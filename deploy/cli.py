@@ -11,6 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
+from aggregator.api.client import ApiUnavailable, query
 from deploy import wheel as wheels
 from deploy.fleet import Progress, connect_nats, run_fleet
 from deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
@@ -27,6 +28,7 @@ from ranksight.cliutil import (
     settings_from_args,
 )
 from ranksight.redact import redact, secrets_of
+from schemas.api import ApiResponse
 
 COLUMNS = ["host", "result", "version", "mode", "detail"]
 
@@ -120,6 +122,18 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_FAILED if any(r.failed for r in results) else EXIT_OK
 
 
+async def _drain(opts: DeployOptions, nodes: list[str]) -> None:
+    """Removed agents go silent on purpose: drain their nodes first so that raises no alert (best effort)."""
+    params = {"nodes": nodes, "cluster": opts.settings.cluster, "reason": "ranksight deploy --uninstall"}
+    try:
+        response = await query(opts.settings, "drain", params)
+    except ApiUnavailable as exc:
+        response = ApiResponse.failure(str(exc))
+    if not response.ok:
+        print(f"ranksight deploy: could not drain the nodes ({redact(response.error or '', opts.secrets)}); "
+              "node_silent will fire for them", file=sys.stderr)  # fmt: skip
+
+
 def _dry_run(hosts: list[Host], opts: DeployOptions, as_json: bool) -> int:
     plans = {h.name: dry_run_plan(h, opts) for h in hosts}
     if as_json:
@@ -135,6 +149,7 @@ def _dry_run(hosts: list[Host], opts: DeployOptions, as_json: bool) -> int:
 async def _act(hosts: list[Host], opts: DeployOptions, args: argparse.Namespace) -> list[HostResult]:
     progress = Progress(len(hosts))
     if args.uninstall:
+        await _drain(opts, [h.name for h in hosts])
         return await run_fleet(hosts, opts, lambda node: uninstall_host(node, opts), progress)
     try:
         nc = await connect_nats(opts)

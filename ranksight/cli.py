@@ -28,6 +28,7 @@ COMMAND_MODULES = [
     "aggregator.markers_cli",
     "deploy.cli",
     "aggregator.stragglers_cli",
+    "aggregator.alerting_cli",
 ]
 
 

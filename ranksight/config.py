@@ -16,7 +16,15 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
@@ -432,6 +440,14 @@ class ProbePlannerSettings(Section):
     min_history: int = Field(
         3, ge=1, description="earlier measurements needed before comparing a link to itself"
     )
+    comparable_window_s: float = Field(
+        120.0, gt=0, description="link_degraded: peers count as comparable when measured this close in time"
+    )
+    degraded_confirm: int = Field(
+        2,
+        ge=1,
+        description="link_degraded: measurements in a row that must all be low (fewer while a link has fewer)",
+    )
 
 
 class StragglerSettings(Section):
@@ -485,6 +501,9 @@ class HardwareAlertSettings(Section):
     nic_flaps: int = Field(3, ge=1, description="link transitions within the window that alert")
     nic_flap_window_s: float = Field(300.0, gt=0, description="window the flaps are counted over")
     nic_errors_per_s: float = Field(1.0, gt=0, description="error counter increase rate that alerts")
+    nic_errors_window_s: float = Field(
+        60.0, gt=0, description="the error rate is averaged over this window (a stable rate, not one sample)"
+    )
     nic_congestion_per_s: float = Field(1000.0, gt=0, description="CNP/ECN rate that alerts when sustained")
     nic_congestion_for_s: float = Field(30.0, gt=0, description="how long congestion must last to alert")
 
@@ -501,6 +520,94 @@ class RasAlertSettings(Section):
         description="a MONITOR PEER_DEAD alerts at once; statuses after it that do not list the process "
         "withdraw it after this many",
     )
+
+
+# Hold-down per rule (Prometheus ``for`` / ``keep_firing_for``): (for_s, clear_s). The one place a rule's timing is
+# declared; a test checks that every rule the aggregator evaluates has an entry. Rules that already wait inside
+# (straggler confirmation, RAS poll counts, throttle/congestion runs) fire at once and only hold their clear time.
+RULE_TIMINGS: dict[str, tuple[float, float]] = {
+    "node_silent": (30, 120),  # a loaded node may miss a heartbeat or two: not yet an incident
+    "rank_missing": (0, 30),
+    "process_dead": (0, 30),
+    "comm_error": (0, 30),
+    "comm_mismatch": (0, 60),
+    "comm_hang": (0, 60),
+    "job_started": (0, 30),
+    "job_ended": (0, 30),
+    "straggler": (0, 120),
+    "gpu_ecc_uncorrectable": (0, 300),
+    "gpu_throttled": (0, 120),
+    "gpu_overheating": (30, 300),
+    "gpu_missing": (0, 60),
+    "nic_link_down": (5, 60),
+    "nic_flapping": (0, 300),
+    "nic_errors_rising": (30, 300),
+    "nic_congestion": (0, 120),
+    "link_degraded": (0, 900),
+    "gpu_underperforming": (0, 600),
+    "rank_heartbeat_overdue": (0, 30),
+    "rank_section_overdue": (0, 10),
+}
+
+
+class RuleTiming(Section):
+    """Overrides of one rule's hold-down; an unset field keeps the rule's default from ``RULE_TIMINGS``."""
+
+    for_s: float | None = Field(None, ge=0, description="the condition must hold this long before it fires")
+    clear_s: float | None = Field(
+        None, ge=0, description="a firing alert resolves only after its condition was absent this long"
+    )
+
+
+class AlertmanagerSettings(Section):
+    """Pushing alerts to Prometheus Alertmanager (``aggregator.alerts.alertmanager``)."""
+
+    urls: list[str] = Field(
+        default_factory=list, description="Alertmanager base URLs, e.g. http://am:9093; empty: no push"
+    )
+    resend_s: float = Field(
+        60.0, gt=0, description="firing alerts are re-sent this often (Prometheus' resend cadence)"
+    )
+    timeout_s: float = Field(10.0, gt=0, description="limit for one request to an Alertmanager")
+    max_attempts: int = Field(
+        20, ge=1, description="tries for one resolution or silence before it is given up (and logged)"
+    )
+    max_pending: int = Field(
+        10_000, ge=1, description="resolutions and silence changes queued per Alertmanager while it is down"
+    )
+    page_url: str | None = Field(
+        None, description="the web page's address for alert links; default: the aggregator's HTTP address"
+    )
+
+
+class AlertSettings(Section):
+    """The alert engine (``aggregator.alerts``): hold-down per rule, inhibition, Alertmanager."""
+
+    rules: dict[str, RuleTiming] = Field(
+        default_factory=dict, description="per rule name, e.g. {nic_errors_rising = {for_s = 60}}"
+    )
+    inhibit: bool = Field(True, description="a silent or drained node suppresses the alerts it explains")
+    max_silences: int = Field(1000, ge=1, description="active silences at most")
+    alertmanager: AlertmanagerSettings = AlertmanagerSettings()
+
+    @field_validator("rules")
+    @classmethod
+    def _known_rules(cls, rules: dict[str, RuleTiming]) -> dict[str, RuleTiming]:
+        unknown = sorted(set(rules) - set(RULE_TIMINGS))
+        if unknown:
+            raise ValueError(
+                f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(sorted(RULE_TIMINGS))}"
+            )
+        return rules
+
+    def timing(self, rule: str) -> tuple[float, float]:
+        """(for_s, clear_s) of ``rule``: its override, else its default."""
+        default_for, default_clear = RULE_TIMINGS.get(rule, (0.0, 0.0))
+        own = self.rules.get(rule, RuleTiming())
+        return (
+            default_for if own.for_s is None else own.for_s,
+            default_clear if own.clear_s is None else own.clear_s,
+        )
 
 
 class HttpSettings(Section):
@@ -558,6 +665,7 @@ class AggregatorSettings(Section):
     stragglers: StragglerSettings = StragglerSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()
     ras: RasAlertSettings = RasAlertSettings()
+    alerts: AlertSettings = AlertSettings()
     http: HttpSettings = HttpSettings()
 
 

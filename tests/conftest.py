@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.config import Settings, load_settings
+from ranksight.config import RULE_TIMINGS, Settings, load_settings
 from ranksight.natsserver import NatsServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -52,5 +52,7 @@ def settings(tmp_path: Path, nats_server: NatsServer) -> Settings:
             "fetch_batch": 500,
             "ack_wait_s": 2.0,
             "http": {"port": 0},  # tests run many aggregators at once: never the fixed default port
+            # fast, like the intervals above: every rule fires and resolves at once (hold-down has its own tests)
+            "alerts": {"rules": {rule: {"for_s": 0, "clear_s": 0} for rule in RULE_TIMINGS}},
         },
     )

@@ -95,6 +95,7 @@ class GpuUnderperformingRule:
                 cluster=result.cluster,
                 node=result.node,
                 key=f"gpu{result.index}",
+                entity=f"gpu {result.index}",
                 summary=(
                     f"GPU {result.index} ({result.name}) on {result.node}: {worst['metric']} "
                     f"{worst['drop']:.0%} below its {worst['basis']}"

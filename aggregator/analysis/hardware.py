@@ -28,9 +28,12 @@ def hardware(state: LiveState) -> HardwareTracker:
 
 
 def _where(dev: DeviceState[Any], rule: str, severity: str, summary: str, **evidence: Any) -> Condition:
+    gpu = isinstance(dev.record, GpuRecord)
+    ident = {"gpu": dev.record.index, "gpu_uuid": dev.record.uuid} if gpu else {"nic": dev.key}
     return Condition(
         rule=rule, severity=severity, cluster=dev.cluster, node=dev.node, key=dev.key,  # type: ignore[arg-type]
-        summary=f"{dev.node} {summary}", evidence={"last_seen": iso(dev.last_seen_ns), **evidence},
+        entity=f"{'gpu' if gpu else 'nic'} {dev.key}", summary=f"{dev.node} {summary}",
+        evidence={**ident, "last_seen": iso(dev.last_seen_ns), **evidence},
     )  # fmt: skip
 
 
@@ -129,21 +132,26 @@ class NicFlappingRule:
 
 
 class NicErrorsRisingRule:
+    """The error rate averaged over ``window_s`` (a stable window: per-sample rates of a counter read every few
+    seconds jump between 0 and twice the true rate)."""
+
     name = "nic_errors_rising"
 
-    def __init__(self, per_s: float = 1.0) -> None:
-        self.per_s = per_s
+    def __init__(self, per_s: float = 1.0, window_s: float = 60.0) -> None:
+        self.per_s, self.window_ns = per_s, int(window_s * NS)
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for dev in _alive_nics(state):
-            rate = dev.record.errors_per_s
+            rate = dev.mean_rate_since(now_ns - self.window_ns)
             if rate is not None and rate >= self.per_s:
                 yield _where(
                     dev,
                     self.name,
                     "warning",
-                    f"NIC {dev.key} errors rising at {rate:.1f}/s",
-                    errors_per_s=rate,
+                    f"NIC {dev.key} errors rising at {rate:.1f}/s over {self.window_ns // NS}s",
+                    errors_per_s=round(rate, 3),
+                    window_s=self.window_ns // NS,
+                    last_errors_per_s=dev.record.errors_per_s,
                 )
 
 
@@ -177,6 +185,6 @@ def hardware_rules(settings: HardwareAlertSettings | None = None) -> list[Any]:
     return [
         GpuEccUncorrectableRule(), GpuThrottledRule(s.gpu_throttled_for_s),
         GpuOverheatingRule(s.gpu_edge_c, s.gpu_junction_c, s.gpu_memory_c), GpuMissingRule(),
-        NicLinkDownRule(), NicFlappingRule(s.nic_flaps, s.nic_flap_window_s), NicErrorsRisingRule(s.nic_errors_per_s),
+        NicLinkDownRule(), NicFlappingRule(s.nic_flaps, s.nic_flap_window_s), NicErrorsRisingRule(s.nic_errors_per_s, s.nic_errors_window_s),
         NicCongestionRule(s.nic_congestion_per_s, s.nic_congestion_for_s),
     ]  # fmt: skip

@@ -1,8 +1,10 @@
 """``link_degraded``: a link whose bandwidth fell well below its own history or below the median of comparable links.
 
-Comparable links: the other fresh, fully measured links of the same cluster and transport. Each direction (upload =
+Comparable links: the other fresh, fully measured links of the same cluster and transport, measured within
+``comparable_window_s`` of the link. Each direction (upload =
 src -> dst, download = dst -> src) is judged on its own; a link needs ``min_history`` earlier measurements before it is
-compared with itself, and at least two other links before it is compared with its peers.
+compared with itself, and at least two other links before it is compared with its peers. A link is degraded only when
+its last ``degraded_confirm`` measurements are all low (a stable window: one probe slowed by CPU load raises nothing).
 """
 
 from __future__ import annotations
@@ -26,22 +28,35 @@ class LinkDegradedRule:
         settings = settings or ProbePlannerSettings.model_validate({})
         self.ratio = settings.degraded_ratio
         self.min_history = settings.min_history
+        self.confirm = settings.degraded_confirm
+        self.peer_window_ns = int(settings.comparable_window_s * 1e9)
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         measured = [link for link in link_tracker(state).links.values() if link.fresh and _full(link)]
         for link in measured:
+            # Comparable: measured about when this link was, so that a CPU load spike slowing every probe of a round
+            # slows the baseline too.
             peers = [
                 p
                 for p in measured
-                if p is not link and (p.cluster, p.transport) == (link.cluster, link.transport)
+                if p is not link
+                and (p.cluster, p.transport) == (link.cluster, link.transport)
+                and abs(p.measured_ns - link.measured_ns) <= self.peer_window_ns
             ]
             findings = {}
+            history = list(link.history)
+            recent_n = min(self.confirm, len(history))  # a link measured once is judged on that measurement
             for i, direction in enumerate(DIRECTIONS):
-                value = getattr(link.record, direction)
-                if value is None:
+                if getattr(link.record, direction) is None:
                     continue
-                own: list[float] = [v for h in list(link.history)[:-1] if (v := h[i]) is not None]
+                recent: list[float] = [v for h in history[-recent_n:] if (v := h[i]) is not None]
+                own: list[float] = [v for h in history[:-recent_n] if (v := h[i]) is not None]
                 others: list[float] = [v for p in peers if (v := getattr(p.record, direction)) is not None]
+                if not recent:
+                    continue
+                value = max(
+                    recent
+                )  # every recent measurement must be low: one slow probe under load is noise
                 baselines: dict[str, float] = {}
                 if len(own) >= self.min_history:
                     baselines["own_history_median_bps"] = statistics.median(own)
@@ -49,7 +64,7 @@ class LinkDegradedRule:
                     baselines["comparable_median_bps"] = statistics.median(others)
                 below = {k: v for k, v in baselines.items() if value < self.ratio * v}
                 if below:
-                    findings[direction] = {"value_bps": value, **below}
+                    findings[direction] = {"value_bps": value, "measurements": len(recent), **below}
             if findings:
                 worst = min(findings.items(), key=lambda kv: kv[1]["value_bps"])
                 yield Condition(
@@ -58,6 +73,7 @@ class LinkDegradedRule:
                     cluster=link.cluster,
                     node=link.src,
                     key=f"{link.src}->{link.dst}/{link.transport}/{link.dst_addr}",
+                    entity=f"link {link.src}->{link.dst}",
                     summary=(f"link {link.src} -> {link.dst} ({link.dst_addr}) {worst[0].removesuffix('_bps')} "
                              f"{worst[1]['value_bps'] / 1e6:.1f} Mbit/s, below {self.ratio:.0%} of its baseline"),
                     evidence={"dst": link.dst, "dst_addr": link.dst_addr, "measured": iso(link.measured_ns),

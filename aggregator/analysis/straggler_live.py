@@ -242,6 +242,7 @@ class StragglerRule:
                     cluster=cluster,
                     node=f.hostname,
                     key=f"{f.kind}:{f.pid}",  # comm and rank stay in the evidence: the fingerprint must not move
+                    entity=f"pid {f.pid}" if f.pid is not None else "node",
                     summary=summary(f, notes),
                     evidence={**f.as_dict(), "corroboration": notes},
                 )

@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import datetime
 import json
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -43,7 +44,7 @@ from schemas.subjects import Subjects
 Params = Callable[[argparse.Namespace], dict[str, Any]]
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 
-NODE_COLUMNS = ["node", "cluster", "state", "last_seen", "version", "clock_skew_s"]
+NODE_COLUMNS = ["node", "cluster", "state", "health", "last_seen", "version", "clock_skew_s"]
 ALERT_COLUMNS = ["updated_at", "state", "severity", "rule", "node", "job", "rank", "summary"]
 
 
@@ -101,15 +102,22 @@ def print_rows(args: argparse.Namespace, response: ApiResponse, columns: Sequenc
 
 def register(sub: SubParsers) -> None:
     nodes = add_query_command(sub, "nodes", "nodes, their state and agent health", NODE_COLUMNS,
-                              params=lambda a: given(a, "cluster", "state"))  # fmt: skip
+                              params=lambda a: given(a, "cluster", "state", "health"))  # fmt: skip
     nodes.add_argument("--cluster", help="only this cluster")
     nodes.add_argument("--state", choices=["alive", "stale", "gone"], help="only nodes in this state")
+    nodes.add_argument("--health", choices=["alive", "degraded", "drained", "stale", "gone"],
+                       help="only nodes of this health (degraded: alive with firing alerts)")  # fmt: skip
 
     a = sub.add_parser("alerts", help="firing alerts; --follow prints each alert as it fires or resolves")
     add_config_flags(a)
     a.add_argument("--json", action="store_true", help="JSON (with --follow: one alert object per line)")
     a.add_argument("--follow", action="store_true", help="subscribe to the alert subjects until interrupted")
     a.add_argument("--cluster", help="only this cluster")
+    a.add_argument("--state", choices=["firing", "resolved", "all"], default="firing",
+                   help="firing (default: now), or transitions from history: resolved, all")  # fmt: skip
+    a.add_argument("--since", type=duration, metavar="AGO", help="history: transitions within AGO (e.g. 1h)")
+    a.add_argument("--rule", help="only this rule")
+    a.add_argument("--node", help="only this node")
     a.set_defaults(func=alerts)
 
     s = sub.add_parser("sql", help="a read-only SQL query over the history")
@@ -144,6 +152,31 @@ def register(sub: SubParsers) -> None:
     )
     e.add_argument("--json", action="store_true", help="print the per-table summary as JSON")
     e.set_defaults(func=export)
+
+
+DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def duration(text: str) -> float:
+    """``90``, ``90s``, ``15m``, ``1h``, ``2d``, ``1h30m`` -> seconds (an argparse type)."""
+    text = text.strip()
+    if not re.fullmatch(r"(\d+(\.\d+)?[smhdw]?)+", text):
+        raise argparse.ArgumentTypeError(f"not a duration (e.g. 90s, 15m, 1h, 2d): {text!r}")
+    seconds = sum(
+        float(n) * DURATION_UNITS[u or "s"] for n, u in re.findall(r"(\d+(?:\.\d+)?)([smhdw]?)", text)
+    )
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"the duration must be positive: {text!r}")
+    return seconds
+
+
+def since_param(args: argparse.Namespace) -> dict[str, str]:
+    """``--since AGO`` (seconds, from :func:`duration`) as the endpoints' ``since`` timestamp."""
+    if getattr(args, "since", None) is None:
+        return {}
+    return {
+        "since": (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=args.since)).isoformat()
+    }
 
 
 def given(args: argparse.Namespace, *names: str) -> dict[str, Any]:
@@ -184,7 +217,8 @@ def export(args: argparse.Namespace) -> int:
 
 def alerts(args: argparse.Namespace) -> int:
     if not args.follow:
-        response = call_api(args, "alerts", given(args, "cluster"))
+        params = {**given(args, "cluster", "rule", "node"), **since_param(args), "state": args.state}
+        response = call_api(args, "alerts", params)
         if response is None:
             return EXIT_FAILED
         print_rows(args, response, ALERT_COLUMNS)

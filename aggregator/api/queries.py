@@ -63,7 +63,7 @@ def parse_params(model: type[P], params: dict[str, Any]) -> P:
         raise RequestError("; ".join(problems)) from None
 
 
-def _utc(value: datetime.datetime) -> datetime.datetime:
+def utc(value: datetime.datetime) -> datetime.datetime:
     """Naive UTC, the form every TIMESTAMP column holds; a naive input is taken as UTC."""
     if value.tzinfo is None:
         return value
@@ -74,9 +74,25 @@ def _sorted_nodes(agg: Aggregator) -> list[NodeState]:
     return sorted(agg.state.nodes.nodes.values(), key=lambda n: (n.cluster, n.node))
 
 
+def _node_alerts(agg: Aggregator) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """Firing alerts (lifecycle ``info`` aside) by (cluster, node): what makes a node degraded."""
+    found: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for a in sorted(agg.engine.active.values(), key=lambda a: a.started_at):
+        if a.node is not None and a.severity != "info":
+            found.setdefault((a.cluster, a.node), []).append(
+                {"rule": a.rule, "severity": a.severity, "entity": a.entity, "summary": a.summary,
+                 "fingerprint": a.fingerprint, "started_at": a.started_at}
+            )  # fmt: skip
+    return found
+
+
 def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
     rows = []
+    alerts, drained = _node_alerts(agg), agg.engine.drained
     for n in _sorted_nodes(agg):
+        mine = alerts.get((n.cluster, n.node), [])
+        health = ("drained" if (n.cluster, n.node) in drained
+                  else "degraded" if n.state == "alive" and mine else n.state)  # fmt: skip
         rows.append({
             "node": n.node,
             "cluster": n.cluster,
@@ -89,6 +105,8 @@ def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
             "clock_skew_s": round(n.clock_skew_s, 3),
             "collectors": n.collectors,
             "jobs": n.jobs,
+            "health": health,
+            "alerts": mine,
         })  # fmt: skip
     return rows
 
@@ -107,6 +125,9 @@ class NodesParams(Params):
     cluster: str | None = None
     node: str | None = None
     state: Literal["alive", "stale", "gone"] | None = None
+    health: Literal["alive", "degraded", "drained", "stale", "gone"] | None = Field(
+        None, description="alive with firing alerts: degraded; expected to be silent: drained"
+    )
 
 
 async def nodes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
@@ -114,8 +135,9 @@ async def nodes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     p = parse_params(NodesParams, params)
     rows = []
     for row, n in zip(_node_rows(agg), _sorted_nodes(agg), strict=True):
-        wanted = (p.cluster, p.node, p.state)
-        if any(w not in (None, have) for w, have in zip(wanted, (n.cluster, n.node, n.state), strict=True)):
+        wanted = (p.cluster, p.node, p.state, p.health)
+        have = (n.cluster, n.node, n.state, row["health"])
+        if any(w not in (None, h) for w, h in zip(wanted, have, strict=True)):
             continue
         rows.append({**row, "started": iso(n.started_ns), "publisher": n.publisher})
     return ApiResponse.success(rows)
@@ -153,13 +175,14 @@ async def alerts(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
         where.append("state = 'resolved'")
     if p.since is not None:
         where.append("updated_at >= ?")
-        args.append(_utc(p.since))
+        args.append(utc(p.since))
     sql = f"SELECT * FROM alert_history WHERE {' AND '.join(where)} ORDER BY updated_at DESC LIMIT ?"
-    rows = await agg.sandbox.run(_alert_history, sql, [*args, p.limit + 1])
+    rows = await agg.sandbox.run(history_rows, sql, [*args, p.limit + 1])
     return ApiResponse.success(rows[: p.limit], truncated=len(rows) > p.limit)
 
 
-def _alert_history(cursor: Any, sql: str, args: list[Any]) -> list[dict[str, Any]]:
+def history_rows(cursor: Any, sql: str, args: list[Any]) -> list[dict[str, Any]]:
+    """Rows of a parameterized history query (on a sandbox reader cursor) as JSON-ready dicts."""
     cur = cursor.execute(sql, args)
     names = [d[0] for d in cur.description]
     return [{n: jsonable(v) for n, v in zip(names, r, strict=True)} for r in cur.fetchall()]
@@ -203,7 +226,7 @@ async def export(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     p = parse_params(ExportParams, params)
     if not agg.settings.aggregator.query.export_enabled:
         raise RequestError("export is disabled on this aggregator (aggregator.query.export_enabled)")
-    since, until = _utc(p.since), _utc(p.until)
+    since, until = utc(p.since), utc(p.until)
     if since >= until:
         raise RequestError("since must be before until")
     out = await asyncio.to_thread(export_dir, agg.settings.export_root(), p.dir)
@@ -317,6 +340,7 @@ ENDPOINTS: dict[str, Query] = {
 
 
 def _register_views() -> None:
+    import aggregator.api.alerting  # noqa: F401  its endpoints register themselves (it imports this module's helpers)
     from aggregator.api import views  # imports this module's Params and helpers
 
     ENDPOINTS.update({"cluster_map": views.cluster_map, "series": views.series})

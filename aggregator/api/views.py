@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from aggregator.analysis.hardware import hardware
-from aggregator.api.queries import Params, RequestError, _utc, parse_params
+from aggregator.api.queries import Params, RequestError, parse_params, utc
 from aggregator.api.sql import jsonable
 from aggregator.device_jobs import device_jobs
 from schemas.api import ApiResponse
@@ -176,8 +176,8 @@ async def series(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     p = parse_params(SeriesParams, params)
     cfg = agg.settings.aggregator.query
     try:
-        until = _utc(p.until) if p.until else datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
-        since = _utc(p.since) if p.since else until - datetime.timedelta(minutes=15)
+        until = utc(p.until) if p.until else datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+        since = utc(p.since) if p.since else until - datetime.timedelta(minutes=15)
     except OverflowError:
         raise RequestError("since/until out of range") from None
     if since >= until:

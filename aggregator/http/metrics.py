@@ -131,6 +131,22 @@ class ClusterCollector(Collector):
         counts = Counter((a.cluster, a.rule, a.severity) for a in self.agg.engine.active.values())
         for labels, n in sorted(counts.items()):
             f.add(firing, list(labels), n)
+        engine = self.agg.engine
+        changes = f.counter("ranksight_alert_transitions_total", "alerts fired and resolved since the aggregator "
+                            "started, by rule (a rule that flaps shows here)", ["cluster", "rule", "state"])  # fmt: skip
+        for (cluster, rule, state), n in sorted(engine.transitions.items()):
+            f.add(changes, [cluster, rule, state], n)
+        for name, value, doc in (
+            ("alerts_inhibited", len(engine.inhibited), "conditions held back by an inhibiting alert"),
+            ("silences_active", len(engine.silences), "silences (maintenance windows) active or pending"),
+            ("nodes_drained", len(engine.drained), "nodes drained (expected to be silent)"),
+        ):
+            f.add(f.gauge(f"ranksight_{name}", doc, []), [], value)
+        pushes = f.counter("ranksight_alertmanager_events_total", "Alertmanager pushes by outcome "
+                           "(alerts_sent, silences_sent, failures, dropped)", ["url", "event"])  # fmt: skip
+        for target in self.agg.alertmanager.targets:
+            for event, n in sorted(target.stats.items()):
+                f.add(pushes, [target.url, event], n)
 
     def _nodes(self, f: _Families) -> None:
         nodes = self.agg.state.nodes.nodes.values()

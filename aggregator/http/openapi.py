@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import Field
 
-from aggregator.api import queries, views
+from aggregator.api import alerting, queries, views
 from aggregator.api.markers import MAX_LIMIT
 from aggregator.api.queries import Params
 from schemas.api import ApiResponse
@@ -52,6 +52,9 @@ PARAMS: dict[str, type[Params]] = {
     "markers": MarkerParams,
     "cluster_map": views.ClusterMapParams,
     "series": views.SeriesParams,
+    "drains": alerting.DrainsParams,
+    "silences": alerting.SilencesParams,
+    "incidents": alerting.IncidentsParams,
 }
 HTTP_ENDPOINTS = {name: queries.ENDPOINTS[name] for name in PARAMS}
 

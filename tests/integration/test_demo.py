@@ -21,7 +21,7 @@ def test_demo_raises_the_injected_faults_and_stops(settings: Settings, tmp_path:
         env.pop(own)
     state = tmp_path / "demo"
     proc = run_cli(
-        "demo", "--state-dir", str(state), "--duration", "50", "--fault-after", "5", env=env, timeout=150
+        "demo", "--state-dir", str(state), "--duration", "75", "--fault-after", "5", env=env, timeout=200
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ranksight demo: 4 simulated nodes x 8 GPUs" in proc.stdout
@@ -42,6 +42,19 @@ def test_demo_raises_the_injected_faults_and_stops(settings: Settings, tmp_path:
     assert not {(rule, node) for rule, node in rules if node not in faulty} - {
         ("rank_missing", "demo-node003")
     }
+    # One incident per fault, no flapping: every alert fired once (state changes counted per fingerprint), and the
+    # node-level faults are exactly one incident each, naming the node and the entity.
+    changes = con.execute(
+        "SELECT fingerprint, count(*) FILTER (state = 'firing') FROM alerts GROUP BY ALL"
+    ).fetchall()
+    assert max(n for _, n in changes) == 1, changes
+    by_node = con.execute(
+        "SELECT rule, node, entity FROM alerts WHERE state = 'firing' AND rule IN ('nic_errors_rising', 'straggler') "
+        "ORDER BY ALL"
+    ).fetchall()
+    assert [(rule, node) for rule, node, _ in by_node] == [
+        ("nic_errors_rising", "demo-node002"), ("straggler", "demo-node001")]  # fmt: skip
+    assert [entity.split()[0] for _, _, entity in by_node] == ["nic", "pid"]
     nodes = {n for (n,) in con.execute("SELECT DISTINCT node FROM heartbeat").fetchall()}
     assert nodes == {f"demo-node{i:03d}" for i in range(4)}
     assert con.execute("SELECT count(DISTINCT node) FROM gpu WHERE source = 'sysfs'").fetchone() == (4,)

@@ -19,7 +19,7 @@ from deploy.steps import ask_agent_status
 from ranksight.config import Settings
 from schemas.subjects import Subjects
 from tests.deploy_support import SSHD, Faults, RealSshd, agent_pid_alive, local_shell_server, real_sshd
-from tests.support import run_cli_async, settings_env
+from tests.support import aggregator, run_cli_async, settings_env
 
 TOKEN = "tok-9f3c1d-secret"
 
@@ -106,7 +106,9 @@ async def test_deploy_status_redeploy_uninstall(
     assert time.monotonic() - started < 10
     assert int((node.remote_dir / "agent.pid").read_text()) == pid
 
-    rc, out, _ = await deploy_cli(settings, node, project_wheel, "--uninstall")
+    async with aggregator(settings) as agg:  # uninstall drains the node first: its silence raises nothing
+        rc, out, _ = await deploy_cli(settings, node, project_wheel, "--uninstall")
+        assert agg.engine.drained == {("test", "127.0.0.1")}
     assert rc == 0 and out["hosts"][0]["result"] == "removed"
     assert not agent_pid_alive(pid)
     assert not node.remote_dir.exists()

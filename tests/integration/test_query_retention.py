@@ -21,9 +21,7 @@ def _seed(con) -> None:  # type: ignore[no-untyped-def]
             [when, when],
         )
         con.execute("INSERT INTO dead_letters VALUES (?, 's', 'bad', 'x', NULL, 1, 'x'::BLOB)", [when])
-    alert = (
-        "INSERT INTO alerts VALUES (?, 'r', 'warning', ?, 'c', 'n', NULL, NULL, NULL, 's', '{}', ?, NULL, ?)"
-    )
+    alert = "INSERT INTO alerts VALUES (?, 'r', 'warning', ?, 'c', 'n', NULL, NULL, NULL, 's', '{}', ?, NULL, ?, NULL, NULL)"
     con.execute(alert, ["resolved-long-ago", "firing", OLD, OLD])
     con.execute(alert, ["resolved-long-ago", "resolved", OLD, OLD])
     con.execute(alert, ["still-firing", "firing", OLD, OLD])

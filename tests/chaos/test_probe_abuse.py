@@ -8,10 +8,14 @@ import contextlib
 import time
 from collections.abc import AsyncIterator
 
+import pytest
+
 from agent.probe.client import ProbeBudget, run_probe
 from agent.probe.protocol import REPLY_SIZE, Op, Reply, Request, Status
 from agent.probe.server import ProbeServer, ServerLimits
 from tests.support import wait_for
+
+pytestmark = pytest.mark.chaos
 
 ATTACKER = ("127.0.0.2", 0)
 LEGIT = ProbeBudget(echo_count=10, bytes=8 * 1024**2, seconds=0.3)

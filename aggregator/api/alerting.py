@@ -1,0 +1,192 @@
+"""Alerting endpoints: planned changes (node drains), maintenance windows (silences) and the incidents view.
+
+``drain``, ``silence_add`` and ``silence_expire`` change state, so they are NATS endpoints only (like ``export``);
+``drains``, ``silences`` and ``incidents`` read, and are on the HTTP API too. A drain or silence is stored first, then
+applied to the alert engine, then handed to the Alertmanager pusher, so an aggregator restart keeps it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field
+
+from aggregator.api.queries import ENDPOINTS, Params, RequestError, history_rows, parse_params, utc
+from aggregator.timefmt import iso, ns_of
+from schemas.alerts import Matcher, Silence
+from schemas.api import ApiResponse
+
+if TYPE_CHECKING:
+    from aggregator.runtime import Aggregator
+
+NS = 1_000_000_000
+
+
+class DrainParams(Params):
+    nodes: list[str] = Field(min_length=1, max_length=100_000)
+    cluster: str | None = Field(None, description="default: the aggregator's cluster")
+    undrain: bool = Field(False, description="end the drain: the node's silence alerts again")
+    reason: str = Field("", max_length=1000)
+
+
+async def drain(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """Mark nodes as expected to go silent (maintenance, removal), or end that; rows: the drained nodes."""
+    p = parse_params(DrainParams, params)
+    cluster = p.cluster or agg.settings.cluster
+    if any(not n.strip() for n in p.nodes):
+        raise RequestError("a node name must not be empty")
+    await agg.store.call(agg.store.set_drained, cluster, p.nodes, not p.undrain, p.reason)
+    keys = {(cluster, n) for n in p.nodes}
+    agg.engine.drained = agg.engine.drained - keys if p.undrain else agg.engine.drained | keys
+    return await drains(agg, {})
+
+
+class DrainsParams(Params):
+    cluster: str | None = None
+
+
+async def drains(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """Nodes drained now (expected to be silent): cluster, node, since, reason."""
+    p = parse_params(DrainsParams, params)
+    rows = await agg.store.call(agg.store.drained_nodes)
+    return ApiResponse.success([r for r in rows if p.cluster in (None, r["cluster"])])
+
+
+class SilenceAddParams(Params):
+    matchers: list[str] = Field(min_length=1, description="NAME=VALUE, NAME!=VALUE, NAME=~REGEX, NAME!~REGEX")
+    duration_s: float | None = Field(
+        None, gt=0, le=366 * 86400, description="from starts_at; or give ends_at"
+    )
+    starts_at: datetime.datetime | None = Field(None, description="default: now")
+    ends_at: datetime.datetime | None = None
+    comment: str = Field("", max_length=1000)
+    created_by: str = Field("", max_length=200, description="who (the CLI sends the user name)")
+
+
+def _ns(value: datetime.datetime) -> int:
+    return ns_of(utc(value).isoformat())
+
+
+async def silence_add(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """Add a maintenance window: matching alerts are not announced (alert subjects) and Alertmanager silences them."""
+    p = parse_params(SilenceAddParams, params)
+    try:
+        matchers = [Matcher.parse(m) for m in p.matchers]
+    except ValueError as exc:
+        raise RequestError(str(exc)) from None
+    now = time.time_ns() // 1000 * 1000  # whole microseconds: what an ISO time keeps
+    starts = _ns(p.starts_at) if p.starts_at else now
+    if (p.duration_s is None) == (p.ends_at is None):
+        raise RequestError("give exactly one of duration_s and ends_at")
+    ends = starts + int(p.duration_s * NS) if p.duration_s is not None else _ns(p.ends_at)  # type: ignore[arg-type]
+    if ends <= max(starts, now):
+        raise RequestError("the silence would end before it starts (or in the past)")
+    limit = agg.settings.aggregator.alerts.max_silences
+    if len(agg.engine.silences) >= limit:
+        raise RequestError(f"too many silences: {limit} active or pending (aggregator.alerts.max_silences)")
+    silence = Silence(id=str(uuid.uuid4()), matchers=matchers, starts_at=iso(starts) or "", ends_at=iso(ends) or "",
+                      created_by=p.created_by, comment=p.comment)  # fmt: skip
+    await agg.store.call(agg.store.save_silence, silence)
+    agg.engine.silences[silence.id] = silence
+    agg.alertmanager.silence_changed(silence)
+    return ApiResponse.success([silence_row(silence, now)])
+
+
+class SilenceExpireParams(Params):
+    id: str = Field(min_length=1)
+
+
+async def silence_expire(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """End a silence now."""
+    p = parse_params(SilenceExpireParams, params)
+    silence = agg.engine.silences.get(p.id)
+    if silence is None:
+        raise RequestError(f"no active or pending silence {p.id!r}")
+    now = time.time_ns() // 1000 * 1000  # whole microseconds: what an ISO time keeps
+    expired = silence.model_copy(
+        update={"ends_at": iso(now), "starts_at": iso(min(now, ns_of(silence.starts_at)))}
+    )
+    await agg.store.call(agg.store.save_silence, expired)
+    del agg.engine.silences[p.id]
+    agg.alertmanager.silence_changed(expired)
+    return ApiResponse.success([silence_row(expired, now)])
+
+
+class SilencesParams(Params):
+    state: Literal["active", "all"] = Field(
+        "active", description="active: active and pending; all: also expired"
+    )
+
+
+async def silences(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """Silences (maintenance windows), newest first."""
+    p = parse_params(SilencesParams, params)
+    now = time.time_ns() // 1000 * 1000  # whole microseconds: what an ISO time keeps
+    since = 0 if p.state == "all" else now
+    found = await agg.store.call(agg.store.silences, since)
+    return ApiResponse.success([silence_row(s, now) for s in reversed(found)])
+
+
+def silence_row(silence: Silence, now_ns: int) -> dict[str, Any]:
+    starts, ends = ns_of(silence.starts_at), ns_of(silence.ends_at)
+    state = "expired" if ends <= now_ns else "pending" if starts > now_ns else "active"
+    return {"id": silence.id, "state": state, "matchers": " ".join(str(m) for m in silence.matchers),
+            "starts_at": silence.starts_at, "ends_at": silence.ends_at, "created_by": silence.created_by,
+            "comment": silence.comment}  # fmt: skip
+
+
+class IncidentsParams(Params):
+    since: datetime.datetime | None = Field(
+        None, description="incidents that fired or resolved at or after this"
+    )
+    cluster: str | None = None
+    rule: str | None = None
+    node: str | None = None
+    limit: int = Field(1000, ge=1, le=100_000)
+
+
+_INCIDENTS_SQL = """
+WITH t AS (
+    SELECT * FROM alert_history WHERE {where}
+)
+SELECT fingerprint, any_value(rule) AS rule, any_value(severity) AS severity, any_value(cluster) AS cluster,
+       any_value(node) AS node, any_value(job) AS job, any_value(entity) AS entity,
+       arg_max(summary, updated_at) AS summary,
+       min(started_at) AS fired, max(updated_at) FILTER (state = 'resolved') AS resolved,
+       arg_max(state, updated_at) AS state,
+       count(*) FILTER (state = 'firing') AS firings,
+       count(*) FILTER (state = 'firing') - 1 AS flaps,
+       coalesce(sum(duration_s), 0) AS resolved_duration_s
+FROM t GROUP BY fingerprint ORDER BY fired DESC LIMIT ?
+"""
+
+
+async def incidents(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+    """One row per alert (fingerprint) from history: fired, resolved, duration, flaps (times it fired again)."""
+    p = parse_params(IncidentsParams, params)
+    where, args = ["TRUE"], []
+    for key in ("cluster", "rule", "node"):
+        if getattr(p, key) is not None:
+            where.append(f"{key} = ?")
+            args.append(getattr(p, key))
+    if p.since is not None:
+        where.append("updated_at >= ?")
+        args.append(utc(p.since))
+    rows = await agg.sandbox.run(
+        history_rows, _INCIDENTS_SQL.format(where=" AND ".join(where)), [*args, p.limit + 1]
+    )
+    now = time.time_ns() // 1000 * 1000  # whole microseconds: what an ISO time keeps
+    for row in rows:
+        end_ns = now if row["state"] == "firing" else ns_of(row["resolved"])
+        row["duration_s"] = round((end_ns - ns_of(row["fired"])) / NS, 3)
+        del row["resolved_duration_s"]
+        if row["state"] == "firing":
+            row["resolved"] = None
+    return ApiResponse.success(rows[: p.limit], truncated=len(rows) > p.limit)
+
+
+ENDPOINTS.update({"drain": drain, "drains": drains, "silence_add": silence_add, "silence_expire": silence_expire,
+                  "silences": silences, "incidents": incidents})  # fmt: skip

@@ -535,6 +535,7 @@ RULE_TIMINGS: dict[str, tuple[float, float]] = {
     "job_started": (0, 30),
     "job_ended": (0, 30),
     "straggler": (0, 120),
+    "collective_hang": (0, 60),  # waits inside: hang_quiet_s of silence
     "gpu_ecc_uncorrectable": (0, 300),
     "gpu_throttled": (0, 120),
     "gpu_overheating": (30, 300),

@@ -82,7 +82,8 @@ async def test_shipped_config_confines_each_role(
     operator = as_user(settings, shipped, "operator", "change-me-operator")
     subjects = Subjects(settings.subject_prefix)
     healthy = (FIXTURES / "ras/nccl_2.28.9_json_status_healthy_2rank.json").read_bytes()
-    async with FakeRasServer(PROFILES["2.29"], b"", healthy) as ras:
+    healthy_text = (FIXTURES / "ras/upstream-server/ref_2.28.9_text_healthy.txt").read_bytes()
+    async with FakeRasServer(PROFILES["2.29"], healthy_text, healthy) as ras:
         node.agent.collectors.ras = node.agent.collectors.ras.model_copy(update={
             "addr": ras.address, "interval_s": 0.2, "lease_ttl_s": 2.0, "timeout_s": 2.0,
             "proc_root": fake_proc(tmp_path / "proc", ras.port, {"SLURM_JOB_ID": "777"})})  # fmt: skip

@@ -6,12 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import nats.errors
 import pytest
 from nats.aio.msg import Msg
 
 from ranksight.config import NatsSettings, Settings
-from ranksight.natsconn import connect
+from ranksight.natsconn import NatsUnreachable, connect
 from ranksight.natsserver import NatsServer
 from tests.nats_auth import Decentralized, user_key
 from tests.support import agent, aggregator, wait_for
@@ -38,7 +37,7 @@ async def _round_trip(cfg: NatsSettings) -> bytes:
 
 
 async def _refused(cfg: NatsSettings) -> None:
-    with pytest.raises(nats.errors.Error, match="Authorization Violation"):
+    with pytest.raises(NatsUnreachable, match="Authorization Violation"):
         await _round_trip(cfg)
 
 

@@ -8,6 +8,11 @@ culprit gives the time to alert (from the fault's onset; agent and bus delays no
 engine's findings over the whole run (what ``ranksight analyze inspector`` prints) are scored against the truth: a
 finding is right when host, process (None for a node) and kind (compute / communication) match.
 
+Hangs (class ``hang``: one rank's process stops, every rank then blocks) are scored apart, on the hang finder
+(:mod:`aggregator.analysis.hangs`, Inspector silence) fed the same replay, evaluated on for 15 s of silence after the
+last record: the ranks it names against the truth, the time from the hang (the step the process stopped) to the first
+evaluation naming the culprit, and false hangs on every other run (healthy job ends included).
+
 The naive rule, measured on the same records: "the process with the lowest bus bandwidth is the straggler" (lowest
 median busbw relative to its comms' medians), one finding per run.
 
@@ -25,6 +30,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from agent.collectors.inspector.parse import parse_line
+from aggregator.analysis.hangs import HangFinder
 from aggregator.analysis.straggler_live import params_of
 from aggregator.analysis.stragglers import Finding, StragglerEngine
 from ranksight.config import StragglerSettings
@@ -48,6 +54,13 @@ class Score:
     slowdown_errors: list[float] = field(default_factory=list)
     tta_s: list[float] = field(default_factory=list)
     missed_online: int = 0
+    hang_runs: int = 0
+    hang_named: int = 0  # lagging ranks named (distinct processes)
+    hang_right: int = 0  # of them, hung ones
+    hang_found: int = 0  # hung processes named
+    hang_truths: int = 0
+    hang_tta_s: list[float] = field(default_factory=list)
+    false_hang_runs: int = 0  # runs without a hang where a hang was named
 
     def merge(self, other: Score) -> None:
         for name, value in vars(other).items():
@@ -57,6 +70,13 @@ class Score:
 
 def _matches(f: tuple[str, int | None, str], t: Truth) -> bool:
     return f == (t.hostname, t.pid, t.kind)
+
+
+def score_hangs(named: set[tuple[str, int]], hung: list[Truth], s: Score) -> None:
+    s.hang_runs, s.hang_truths, s.hang_named = int(bool(hung)), len(hung), len(named)
+    s.hang_right = sum(any((t.hostname, t.pid) == proc for t in hung) for proc in named)
+    s.hang_found = sum((t.hostname, t.pid) in named for t in hung)
+    s.false_hang_runs = int(not hung and bool(named))
 
 
 def score(findings: list[tuple[str, int | None, str, float]], truths: list[Truth]) -> Score:
@@ -98,28 +118,48 @@ def run_one(cls: str, capture: Capture, seed: int) -> tuple[str, Score, Score, f
     records = sorted(
         (parse_line(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
     )
-    truths = truth(spec)
+    hung = [t for t in truth(spec) if t.kind == "hang"]
+    truths = [t for t in truth(spec) if t.kind != "hang"]
     settings = StragglerSettings.model_validate({})
     started = time.perf_counter()
     engine = StragglerEngine(params_of(settings))
+    hangs = HangFinder(settings.hang_quiet_s)
     every_us = int(settings.evaluate_every_s * 1e6)
     next_eval = records[0].dump_ts_us + every_us
-    onset = {t: step_us[t.onset_step] for t in truths}
+    onset = {t: step_us[t.onset_step] for t in truths + hung}
     alerted: dict[Truth, float] = {}
+    named: set[tuple[str, int]] = set()
+
+    def evaluate_hangs(at_us: int) -> None:
+        for h in hangs.hangs(at_us * 1000):
+            for r in h.lagging:
+                named.add((r.hostname, r.pid))
+                for t in hung:
+                    if t not in alerted and (t.hostname, t.pid) == (r.hostname, r.pid):
+                        alerted[t] = max(0.0, (at_us - onset[t]) / 1e6)
+
     for rec in records:
         if rec.dump_ts_us >= next_eval:
             for f in engine.evaluate():
                 for t in truths:
                     if t not in alerted and _matches(f.key, t):
                         alerted[t] = max(0.0, (next_eval - onset[t]) / 1e6)
+            evaluate_hangs(next_eval)
             next_eval += every_us
         engine.add(rec)
+        hangs.add(rec, rec.dump_ts_us * 1000)
+    for _ in range(int(15 / settings.evaluate_every_s)):  # the silence after the last record
+        evaluate_hangs(next_eval)
+        next_eval += every_us
     result = engine.analyze()
     engine_s = time.perf_counter() - started
     ours = score([_row(f) for f in result.stragglers], truths)
-    ours.tta_s = list(alerted.values())
-    ours.missed_online = len(truths) - len(alerted)
-    return cls, ours, score(naive(records), truths), engine_s
+    ours.tta_s = [s for t, s in alerted.items() if t.kind != "hang"]
+    ours.missed_online = len(truths) - sum(t.kind != "hang" for t in alerted)
+    score_hangs(named, hung, ours)
+    ours.hang_tta_s = [s for t, s in alerted.items() if t.kind == "hang"]
+    label = f"{cls} ({capture})" if hung else cls
+    return label, ours, score(naive(records), truths), engine_s
 
 
 def _row(f: Finding) -> tuple[str, int | None, str, float]:
@@ -150,6 +190,16 @@ def report(name: str, s: Score) -> dict[str, float]:
             "false_alarms": s.false_alarm_runs}  # fmt: skip
 
 
+def report_hangs(name: str, s: Score) -> None:
+    precision = s.hang_right / s.hang_named if s.hang_named else float("nan")
+    recall = s.hang_found / s.hang_truths if s.hang_truths else float("nan")
+    tta = f"p50 {_pct(s.hang_tta_s, 0.5):4.1f}s p90 {_pct(s.hang_tta_s, 0.9):4.1f}s" if s.hang_tta_s else "-"
+    print(
+        f"  {name:<16} runs {s.hang_runs:3d}  hung ranks named {s.hang_found}/{s.hang_truths} (recall "
+        f"{recall:5.3f})  ranks named {s.hang_named} (precision {precision:5.3f})  time from hang to alert {tta}"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=10, help="seeds 1..N per class and capture model")
@@ -166,13 +216,20 @@ def main() -> None:
     ours: dict[str, Score] = defaultdict(Score)
     base: dict[str, Score] = defaultdict(Score)
     engine_s = 0.0
+    hang_scores: dict[str, Score] = defaultdict(Score)
+    false_hangs = Score()
     with ProcessPoolExecutor(args.jobs) as pool:
-        for cls, mine, theirs, seconds in pool.map(run_one, *zip(*runs, strict=True)):
-            ours[cls].merge(mine)
-            base[cls].merge(theirs)
+        for label, mine, theirs, seconds in pool.map(run_one, *zip(*runs, strict=True)):
+            if mine.hang_runs:
+                hang_scores[label].merge(mine)
+            else:
+                ours[label].merge(mine)
+                base[label].merge(theirs)
+                false_hangs.merge(mine)
             engine_s += seconds
     print(f"{len(runs)} runs ({len(classes)} classes x ring/sampled x seeds {seeds[0]}..{seeds[-1]}) in "
           f"{time.perf_counter() - started:.0f}s; engine (replay + final analysis) {engine_s:.1f}s in all")  # fmt: skip
+    classes = [cls for cls in classes if cls in ours]  # hang runs are scored apart, below
     total, naive_total = Score(), Score()
     print("ranksight engine:")
     for cls in classes:
@@ -193,6 +250,12 @@ def main() -> None:
               f"{target}: {'met' if ok else 'MISSED'} (naive {naive_overall[key]:.3f})")  # fmt: skip
     print(f"  false alarms on healthy runs: {overall['false_alarms']:.0f} (target 0; naive "
           f"{naive_overall['false_alarms']:.0f})")  # fmt: skip
+    if hang_scores:
+        print("hang localization from Inspector silence (the ranks that went silent behind their peers):")
+        for label in sorted(hang_scores):
+            report_hangs(label, hang_scores[label])
+    without = len(runs) - sum(s.hang_runs for s in hang_scores.values())
+    print(f"  false hangs on runs without one: {false_hangs.false_hang_runs}/{without} (target 0)")
 
 
 if __name__ == "__main__":

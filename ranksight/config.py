@@ -478,6 +478,17 @@ class StragglerSettings(Section):
     max_records: int = Field(
         2_000_000, ge=1000, description="records queued for the engine at most (beyond: dropped and counted)"
     )
+    hang_quiet_s: float = Field(
+        4.0,
+        gt=0,
+        description="a collective whose coll_sn stopped advancing this long (receipt time), with some ranks' last "
+        "coll_sn behind their peers', is a hang (collective_hang)",
+    )
+    hang_retain_s: float = Field(
+        600.0,
+        gt=0,
+        description="a hang silent this long is taken as a job that ended or was killed: it resolves",
+    )
 
 
 class HardwareAlertSettings(Section):
@@ -524,6 +535,7 @@ RULE_TIMINGS: dict[str, tuple[float, float]] = {
     "job_started": (0, 30),
     "job_ended": (0, 30),
     "straggler": (0, 120),
+    "collective_hang": (0, 60),  # waits inside: hang_quiet_s of silence
     "gpu_ecc_uncorrectable": (0, 300),
     "gpu_throttled": (0, 120),
     "gpu_overheating": (30, 300),

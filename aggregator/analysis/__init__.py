@@ -9,7 +9,7 @@ from aggregator.analysis.hardware import hardware_rules
 from aggregator.analysis.links import LinkDegradedRule
 from aggregator.analysis.nodes import NodeSilentRule
 from aggregator.analysis.ras import ras_rules
-from aggregator.analysis.straggler_live import StragglerRule
+from aggregator.analysis.straggler_live import CollectiveHangRule, StragglerRule
 from ranksight.config import Settings
 
 
@@ -20,6 +20,7 @@ def default_rules(settings: Settings | None = None) -> list[Rule]:
         NodeSilentRule(),
         *ras_rules(settings.aggregator.ras),
         StragglerRule(),
+        CollectiveHangRule(),
         *hardware_rules(settings.aggregator.hardware),
         LinkDegradedRule(settings.aggregator.probes),
         GpuUnderperformingRule(),

@@ -12,7 +12,9 @@ hostname), and carries the exact status lines behind it (``evidence.lines``):
 - ``process_dead``: a process the status lists as DEAD (unreachable over the RAS network).
 - ``comm_hang``: one per job, when no op count of any communicator advanced for ``hang_after_s`` while the job is
   alive (polled, every process answering, no communicator initializing or finalizing) and it had run collectives;
-  communicators that never ran one (initializing, idle) are not hung.
+  communicators that never ran one (initializing, idle) are not hung. It is the job's one hang alert: when Inspector
+  silence finds a hang in the job's cluster (:mod:`aggregator.analysis.hangs`) it fires at once, with those ranks as
+  ``evidence.inspector_lagging``, and ``collective_hang`` stays quiet for a cluster RAS watches.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from aggregator.alerts import Condition, Rule
+from aggregator.analysis.hangs import lagging_evidence
 from aggregator.jobs import JobState, process_key
 from aggregator.state import NS, LiveState
 from aggregator.timefmt import iso
@@ -165,9 +168,16 @@ class CommHangRule:
                 c for c in comms if c.lag_polls >= LAG_POLLS
             ]  # some ranks never entered what peers wait in
             ran = [c for c in comms if c.op_total]
-            if not stuck and (not ran or any(now_ns - c.op_changed_ns < hang_ns for c in comms)):
+            silent = state.stragglers.hangs(
+                job.cluster, now_ns
+            )  # the same hang seen by Inspector silence: at once
+            if (
+                not stuck
+                and not silent
+                and (not ran or any(now_ns - c.op_changed_ns < hang_ns for c in comms))
+            ):
                 continue
-            hung = stuck or ran
+            hung = stuck or ran or comms
             frozen_s = min(now_ns - c.op_changed_ns for c in hung) // NS
             lines = [
                 f"communicator {c.hash}: {c.op_total} operations, none since {iso(c.op_changed_ns)}"
@@ -186,6 +196,8 @@ class CommHangRule:
                             f"(count {first.count}, peers {first.peers_count})")  # fmt: skip
                 evidence |= {"collective": first.collective, "lagging_ranks": [to_builtins(r) for r in lagging],
                              "nodes": nodes}  # fmt: skip
+            if silent:
+                evidence["inspector_lagging"] = lagging_evidence(silent)
             node = node_of(state, job.cluster, nodes[0]) if len(nodes) == 1 else None
             yield Condition(self.name, "critical", job.cluster, summary, node=node, job=job.job_id,
                             evidence=evidence | {"lines": lines[:24]})  # fmt: skip

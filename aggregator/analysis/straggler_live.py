@@ -7,6 +7,10 @@ sliding ``window_s`` horizon with a ``slice_s`` hop. In the aggregator this runs
 and its result is picked up by a later tick, so the event loop never waits for it: ``observe`` only queues records.
 A cluster whose records stop arriving (by receipt time) for ``retain_windows`` x ``window_s`` is forgotten and its
 alerts resolve. GPU and NIC samples of the same node are kept (latest per device) to corroborate each finding.
+
+Each record is also folded, as it arrives, into the cluster's :class:`aggregator.analysis.hangs.HangFinder` (the last
+``coll_sn`` per rank); the ``collective_hang`` rule asks it on every tick. A hung job is silent, so its collectives are
+kept ``hang_retain_s`` (not the straggler horizon) after they last advanced.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from dataclasses import dataclass, field
 
 from aggregator.alerts import Condition
 from aggregator.analysis.gpu_probe import gpu_evidence
+from aggregator.analysis.hangs import Hang, HangFinder, lagging_evidence
+from aggregator.analysis.ras import node_of
 from aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
 from aggregator.forgetting import NodeKey, without_nodes
 from aggregator.linkmap import link_tracker
@@ -52,6 +58,7 @@ class StragglerTracker:
         self.dropped = 0  # records dropped because the queue was full (the worker fell behind)
         self.engines: dict[str, StragglerEngine] = {}  # touched only by the evaluation (worker thread)
         self.last_recv_ns: dict[str, int] = {}
+        self.hang_finders: dict[str, HangFinder] = {}  # fed on the event loop: O(1) per record
         self._executor: ThreadPoolExecutor | None = None
         self._running: Future[dict[str, ClusterFindings]] | None = None
         self.configure(settings or StragglerSettings.model_validate({}))
@@ -80,6 +87,11 @@ class StragglerTracker:
                 self.dropped += len(env.records) - max(room, 0)
             self.pending.extend((env.cluster, rec) for rec in env.records[: max(room, 0)])
             self.last_recv_ns[env.cluster] = recv_ns
+            finder = self.hang_finders.get(env.cluster)
+            if finder is None:
+                finder = self.hang_finders[env.cluster] = HangFinder(self.settings.hang_quiet_s)
+            for rec in env.records:
+                finder.add(rec, recv_ns)
         elif env.kind == "gpu":
             for gpu in env.records:
                 self.gpus[(env.cluster, env.node, gpu.index)] = gpu
@@ -94,6 +106,10 @@ class StragglerTracker:
         if self._running is not None or now_ns - self._last_eval_ns < self.settings.evaluate_every_s * NS:
             return
         self._last_eval_ns = now_ns
+        for cluster, finder in list(self.hang_finders.items()):
+            finder.forget_older_than(now_ns - int(self.settings.hang_retain_s * NS))
+            if not finder.comm_ops:
+                del self.hang_finders[cluster]
         horizon = now_ns - int(self.settings.retain_windows * self.settings.window_s * NS)
         gone = {cluster for cluster, ns in self.last_recv_ns.items() if ns < horizon}
         for cluster in gone:
@@ -106,6 +122,10 @@ class StragglerTracker:
             self._set_findings(self._evaluate(batch, gone, now_ns))
         else:
             self._running = self._executor.submit(self._evaluate, batch, gone, now_ns)
+
+    def hangs(self, cluster: str, now_ns: int) -> list[Hang]:
+        finder = self.hang_finders.get(cluster)
+        return finder.hangs(now_ns) if finder else []
 
     def forget(self, nodes: set[NodeKey]) -> None:
         """Drop the nodes' GPU and NIC samples (Inspector records age out by time, findings with them)."""
@@ -226,6 +246,52 @@ class StragglerRule:
                     summary=summary(f, notes),
                     evidence={**f.as_dict(), "corroboration": notes},
                 )
+
+
+class CollectiveHangRule:
+    """One alert per cluster whose collectives stalled with ranks silent behind their peers (Inspector silence, ring
+    capture); it names them, their communicators, collectives and nodes. Where RAS watches a live job of the cluster,
+    its ``comm_hang`` is the one hang alert (it fires on this signal at once and carries these ranks as
+    ``inspector_lagging``), so this rule stays quiet: one incident per cause."""
+
+    name = "collective_hang"
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        ras_watched = {
+            job.cluster
+            for job in state.jobs.live()
+            if any(c.op_total is not None for c in job.comms.values())
+        }
+        for cluster in list(state.stragglers.hang_finders):
+            hangs = state.stragglers.hangs(cluster, now_ns)
+            if not hangs or cluster in ras_watched:
+                continue
+            rows = lagging_evidence(hangs)
+            procs = list(dict.fromkeys((str(r["hostname"]), int(str(r["pid"]))) for r in rows))
+            hosts = sorted({host for host, _ in procs})
+            first = hangs[0]
+            rank = first.lagging[0]
+            who = ", ".join(f"{host} pid {pid}" for host, pid in procs[:4]) + (
+                " ..." if len(procs) > 4 else ""
+            )
+            text = (f"collective hang: {who} went silent behind {'their' if len(procs) > 1 else 'its'} peers; "
+                    f"{first.comm} {first.collective}: rank {rank.rank} last reported #{rank.coll_sn}, its peers "
+                    f"#{first.peers_sn}, nothing since for {first.stalled_s:.0f} s"
+                    + (f" ({len(hangs) - 1} more stalled communicator collectives)" if len(hangs) > 1 else ""))  # fmt: skip
+            yield Condition(
+                rule=self.name,
+                severity="critical",
+                cluster=cluster,
+                node=(node_of(state, cluster, hosts[0]) or hosts[0]) if len(hosts) == 1 else None,
+                summary=text,
+                evidence={
+                    "comm": first.comm,
+                    "collective": first.collective,
+                    "lagging_ranks": rows,
+                    "nodes": hosts,
+                    "stalled_s": round(first.stalled_s, 1),
+                },
+            )
 
 
 def summary(f: Finding, notes: list[str]) -> str:

@@ -27,14 +27,17 @@ from typing import Literal
 
 from agent.collectors.inspector.parse import bandwidths_gbs
 
-FaultKind = Literal["gpu", "node", "nic"]
+FaultKind = Literal["gpu", "node", "nic", "hang"]
 
 
 @dataclass(frozen=True)
 class Fault:
     """``gpu``: one GPU computes ``factor`` x slower; ``node``: every GPU of a node; ``nic``: the node's network is
-    ``factor`` x slower (its inter-node bandwidth at 1/factor). ``start_step`` > 0 makes it late-onset, ``end_step``
-    ends it; ``probability`` < 1 makes it random per step; ``burst_steps`` of every ``every_steps`` make it
+    ``factor`` x slower (its inter-node bandwidth at 1/factor); ``hang``: the GPU's process stops at the start of
+    ``start_step`` (it enters no further collective and its plugin dumps nothing more, so operations it completed
+    after its last dump tick are never written) while every rank that needs it blocks in the collective it waits in,
+    writing nothing after its last completed one; the job never ends. ``start_step`` > 0 makes it late-onset,
+    ``end_step`` ends it; ``probability`` < 1 makes it random per step; ``burst_steps`` of every ``every_steps`` make it
     intermittent in bursts."""
 
     kind: FaultKind
@@ -192,15 +195,25 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
     }  # each rank starts its next step when its last collective ends: no hidden barrier
     speed = {r: 1 + spec.gpu_speed_noise * rng.random() for r in ranks}
     step_us = []
+    frozen_at: dict[tuple[int, int], float] = {}  # hung ranks: when their process stopped (µs since start)
+    blocked: set[tuple[int, int]] = set()  # hung ranks and every rank waiting for one
     for step in range(spec.steps):
         step_us.append(spec.start_us + int(now))
+        for f in spec.faults:
+            if f.kind == "hang" and f.start_step == step:
+                frozen_at[(f.node, f.gpu)] = start[(f.node, f.gpu)]
+                blocked.add((f.node, f.gpu))
         slow = {r: speed[r] * _compute_factor(spec, r, step, rng) for r in ranks}
         nic = {n: _nic_factor(spec, n, step, rng) for n in range(spec.nodes)}
         sigma = spec.warmup_noise if step < spec.warmup_steps else spec.noise
-        ready = {r: start[r] + spec.compute_ms * 1000 * slow[r] * rng.lognormvariate(0, sigma) for r in ranks}
+        ready = {r: start[r] + spec.compute_ms * 1000 * slow[r] * rng.lognormvariate(0, sigma)
+                 for r in ranks if r not in blocked}  # fmt: skip
         for phase in phases:
             finished: dict[tuple[int, int], float] = {}
             for comm in phase:
+                if blocked.intersection(comm.members):
+                    blocked.update(comm.members)  # its collective never completes: every member waits in it
+                    continue
                 arrivals = [ready[m] for m in comm.members]
                 nodes = {m[0] for m in comm.members}
                 bw = spec.intra_gbs if len(nodes) == 1 else spec.inter_gbs / max(nic[n] for n in nodes)
@@ -216,13 +229,23 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
                     else:
                         pending[(comm.name, rank)].append((step + 1, exec_us, int(end)))
             # a short compute gap before the next phase, scaled by the rank's speed
-            ready = {r: finished[r] + 0.05 * spec.compute_ms * 1000 * slow[r] for r in ranks}
+            ready = {r: finished[r] + 0.05 * spec.compute_ms * 1000 * slow[r] for r in ranks if r in finished}
         start = ready
+        if not ready:
+            break  # every rank waits for a hung one
         now = max(ready.values())
         if spec.capture == "sampled":
             while next_dump <= now:
                 _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
                 next_dump += tick
+    # the waiting ranks' dump threads still write what they completed
+    if blocked and spec.capture == "sampled":
+        while next_dump <= now + 2 * tick:
+            _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
+            next_dump += tick
+    for member, at in frozen_at.items():
+        stopped = spec.start_us + at
+        out[_proc(spec, member)] = [line for line in out[_proc(spec, member)] if line.dump_ts_us <= stopped]
     timed = {
         proc: [(line.dump_ts_us, line.text) for line in sorted(lines, key=lambda x: x.dump_ts_us)]
         for proc, lines in out.items()

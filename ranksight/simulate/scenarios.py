@@ -16,10 +16,10 @@ ONSET_STEP = 80  # faults start here (~8 s in): the online time-to-alert is meas
 
 @dataclass(frozen=True)
 class Truth:
-    kind: Literal["compute", "communication"]
+    kind: Literal["compute", "communication", "hang"]
     hostname: str
     pid: int | None  # None: the whole node
-    factor: float  # compute: the slowdown of its compute while slow; communication: of the NIC's transfers
+    factor: float  # compute: the slowdown of its compute while slow; communication: of the NIC's transfers; hang: 1
     duty: float  # share of the steps from onset the fault is active
     onset_step: int
 
@@ -29,6 +29,8 @@ def truth(spec: JobSpec) -> list[Truth]:
     for f in spec.faults:
         if f.kind == "nic":
             out.append(Truth("communication", spec.hostname(f.node), None, f.factor, f.duty, f.start_step))
+        elif f.kind == "hang":
+            out.append(Truth("hang", spec.hostname(f.node), spec.pid(f.node, f.gpu), 1.0, 1.0, f.start_step))
         else:
             pid = spec.pid(f.node, f.gpu) if f.kind == "gpu" else None
             out.append(Truth("compute", spec.hostname(f.node), pid, f.factor, f.duty, f.start_step))
@@ -108,6 +110,13 @@ def dense_straggler(capture: Capture, seed: int) -> JobSpec:
     return _base(capture, seed, layout="dense", faults=[Fault("gpu", node, gpu, 1.25, start_step=ONSET_STEP)])
 
 
+def hang(capture: Capture, seed: int) -> JobSpec:
+    """One rank's process stops at the start of a step; every rank then blocks waiting for it (the job never ends)."""
+    rng = random.Random(seed)
+    node, gpu = _gpu(rng)
+    return _base(capture, seed, faults=[Fault("hang", node, gpu, start_step=ONSET_STEP + rng.randrange(40))])
+
+
 CLASSES: dict[str, Callable[[Capture, int], JobSpec]] = {
     "healthy": healthy,
     "straggler": straggler,
@@ -117,4 +126,5 @@ CLASSES: dict[str, Callable[[Capture, int], JobSpec]] = {
     "intermittent": intermittent,
     "two_stragglers": two_stragglers,
     "dense_straggler": dense_straggler,
+    "hang": hang,
 }

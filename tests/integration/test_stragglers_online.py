@@ -1,5 +1,6 @@
 """Online: a simulated job's dump files -> agent -> NATS -> aggregator -> engine on tick -> ``straggler`` alert,
-``stragglers`` endpoint and CLI; and the offline ``ranksight analyze inspector`` command on the same kind of files."""
+``stragglers`` endpoint and CLI; a hung rank -> ``collective_hang`` on the alert subject; and the offline
+``ranksight analyze inspector`` command on the same kind of files."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ import time
 from pathlib import Path
 
 import duckdb
+import nats
+import nats.aio.msg
 
+from aggregator.state import NS
 from ranksight.config import Settings
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
+from schemas.subjects import Subjects
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
 
 STRAGGLER = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=1, gpu=2, factor=2.0)])
@@ -139,3 +144,47 @@ def test_offline_analysis_and_online_alerts_agree_on_the_same_records(tmp_path: 
         seq += 1
         state.observe(envelope("inspector", host, seq, [parse_line(line)]), ts * 1000)
     assert fired == offline  # the replay's clock is the records' own dump time (µs -> ns)
+
+
+async def test_a_hung_rank_is_named_on_the_alert_subject_within_10_s_of_the_hang_becoming_visible(
+    settings: Settings, tmp_path: Path
+) -> None:
+    spec = JobSpec(
+        nodes=4,
+        gpus_per_node=4,
+        layout="moe",
+        steps=100,
+        faults=[Fault("hang", node=3, gpu=2, start_step=30)],
+    )
+    spec.start_us = (
+        time.time_ns() // 1000 - 10_000_000
+    )  # hung a few seconds ago; its files hold all there will be
+    write_job(spec, tmp_path / "dump")
+    cfg = online_settings(settings, tmp_path / "dump")
+    cfg.aggregator.stragglers.hang_quiet_s = 3.0
+    alerts: list[tuple[int, dict[str, object]]] = []
+
+    async def on_alert(msg: nats.aio.msg.Msg) -> None:
+        alerts.append((time.time_ns(), json.loads(msg.data)))
+
+    nc = await nats.connect(cfg.nats.url)
+    try:
+        await nc.subscribe(Subjects(cfg.subject_prefix).alerts_filter("test"), cb=on_alert)
+        async with aggregator(cfg) as agg, agent(cfg, only=["inspector"]):
+            await wait_for(lambda: [a for _, a in alerts if a["rule"] == "collective_hang"], timeout=30)
+            # visible once the last of the job's records is in: the tracker's receipt time of the last record
+            visible_ns = agg.state.stragglers.last_recv_ns["test"]
+            [(at_ns, alert)] = [(t, a) for t, a in alerts if a["rule"] == "collective_hang"]
+            assert at_ns - visible_ns < 10 * NS
+            assert alert["state"] == "firing" and alert["node"] == "node003"
+            evidence = alert["evidence"]
+            assert isinstance(evidence, dict)
+            assert {(r["hostname"], r["pid"]) for r in evidence["lagging_ranks"]} == {
+                ("node003", spec.pid(3, 2))
+            }
+            assert evidence["comm"] and evidence["collective"] and evidence["nodes"] == ["node003"]
+            await asyncio.sleep(1.0)  # several more ticks: still one alert for the one hang
+            assert len([a for _, a in alerts if a["rule"] == "collective_hang"]) == 1
+            assert not [a for a in agg.engine.active.values() if a.rule == "straggler"]
+    finally:
+        await nc.close()

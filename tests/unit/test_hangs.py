@@ -1,0 +1,156 @@
+"""Hang localization from Inspector silence: the finder on simulated jobs (a hung process, healthy ends, a whole-job
+pause, both capture models) and the ``collective_hang`` rule through the live tracker and alert engine."""
+
+from __future__ import annotations
+
+from agent.collectors.inspector.parse import parse_line
+from aggregator.alerts import AlertEngine
+from aggregator.analysis import default_rules
+from aggregator.analysis.hangs import HangFinder
+from aggregator.jobs import CommState, JobState
+from aggregator.state import NS, LiveState
+from ranksight.config import StragglerSettings
+from ranksight.simulate.inspector import Fault, JobSpec, simulate_timed
+from ranksight.simulate.scenarios import hang, healthy, truth
+from schemas.envelope import Envelope, event_type
+from schemas.records import InspectorRecord
+
+HUNG = JobSpec(
+    nodes=4, gpus_per_node=4, layout="moe", steps=100, faults=[Fault("hang", node=2, gpu=1, start_step=40)]
+)
+
+
+def records(spec: JobSpec) -> list[InspectorRecord]:
+    timed = simulate_timed(spec)
+    return sorted(
+        (parse_line(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
+    )
+
+
+def replay(finder: HangFinder, recs: list[InspectorRecord], every_s: float = 1.0) -> set[tuple[str, int]]:
+    """Feed records at their dump time (as receipt time), asking the finder every ``every_s`` and for 30 s of silence
+    after the last; returns every process it named."""
+    named: set[tuple[str, int]] = set()
+    every = int(every_s * NS)
+    next_ask = recs[0].dump_ts_us * 1000 + every
+    for rec in recs:
+        while rec.dump_ts_us * 1000 >= next_ask:
+            named |= {(r.hostname, r.pid) for h in finder.hangs(next_ask) for r in h.lagging}
+            next_ask += every
+        finder.add(rec, rec.dump_ts_us * 1000)
+    for _ in range(int(30 / every_s)):
+        named |= {(r.hostname, r.pid) for h in finder.hangs(next_ask) for r in h.lagging}
+        next_ask += every
+    return named
+
+
+def test_ring_hang_names_the_hung_process_with_its_communicators_after_quiet_s() -> None:
+    recs = records(HUNG)
+    finder = HangFinder(quiet_s=3.0)
+    for rec in recs:
+        finder.add(rec, rec.dump_ts_us * 1000)
+    last_ns = recs[-1].dump_ts_us * 1000
+    assert finder.hangs(last_ns + 2 * NS) == []  # not yet quiet for 3 s: records may still be on their way
+    hangs = finder.hangs(last_ns + 4 * NS)
+    assert {(r.hostname, r.pid) for h in hangs for r in h.lagging} == {("node002", HUNG.pid(2, 1))}
+    comms = {h.comm for h in hangs}
+    assert comms <= {"tp-n2", "ep-b1-g1", "edp-s0-g1", "dp-g1"} and comms  # only communicators it belongs to
+    for h in hangs:
+        assert all(r.coll_sn < h.peers_sn for r in h.lagging) and h.stalled_s >= 3.0
+        assert h.collective in ("AllReduce", "AllGather", "ReduceScatter")
+
+
+def test_scenario_hangs_are_named_in_ring_and_never_in_sampled() -> None:
+    for seed in (1, 2, 3, 4, 5):
+        ring = hang("ring", seed)
+        [hung] = truth(ring)
+        named = replay(HangFinder(3.0), records(ring))
+        # seed 4: the process's last dump tick came after its last completed collective, so its last coll_sn equals
+        # its peers' and nothing tells it apart (RAS does): nothing is named, never a wrong rank
+        assert named == (set() if seed == 4 else {(hung.hostname, hung.pid)})
+        # a sample's coll_sn is only a lower bound of progress: no culprit can be named from it
+        assert replay(HangFinder(3.0), records(hang("sampled", seed))) == set()
+
+
+def test_no_hang_at_a_healthy_job_end_in_either_capture_model() -> None:
+    for capture in ("ring", "sampled"):
+        for seed in (1, 2):
+            assert replay(HangFinder(3.0), records(healthy(capture, seed))) == set()  # type: ignore[arg-type]
+
+
+def test_a_whole_job_pausing_with_equal_last_coll_sn_is_not_a_hang() -> None:
+    recs = records(JobSpec(nodes=2, gpus_per_node=4, steps=120))
+    finder = HangFinder(quiet_s=3.0)
+    before = [r for r in recs if r.sn <= 60]  # every rank finished step 60, then the job checkpoints
+    for rec in before:
+        finder.add(rec, rec.dump_ts_us * 1000)
+    pause_end = before[-1].dump_ts_us * 1000 + 60 * NS
+    assert finder.hangs(pause_end) == []
+    for rec in (r for r in recs if r.sn > 60):
+        finder.add(rec, pause_end + (rec.dump_ts_us - before[-1].dump_ts_us) * 1000)
+    assert finder.hangs(pause_end + 120 * NS) == []
+
+
+def test_a_hung_collective_resolves_when_the_lagging_process_reports_again() -> None:
+    recs = records(HUNG)
+    finder = HangFinder(quiet_s=3.0)
+    for rec in recs:
+        finder.add(rec, rec.dump_ts_us * 1000)
+    now = recs[-1].dump_ts_us * 1000 + 5 * NS
+    [lagging] = {(r.hostname, r.pid) for h in finder.hangs(now) for r in h.lagging}
+    alive = next(r for r in recs if (r.hostname, r.pid) == lagging)
+    finder.add(alive, now)  # the process writes again (it was only slow to dump): it is not silent
+    assert finder.hangs(now + NS) == []
+
+
+def envelope(node: str, seq: int, recs: list[InspectorRecord]) -> Envelope:
+    return Envelope.model_construct(type=event_type("inspector"), cluster="c", node=node, agent="a" + node, seq=seq,
+                                    ts=0, ttl=30.0, records=recs)  # fmt: skip
+
+
+def feed(state: LiveState, recs: list[InspectorRecord], t0: int) -> int:
+    """Deliver the records at their dump-time offsets from ``t0``; returns the receipt time of the last."""
+    first = recs[0].dump_ts_us
+    for seq, rec in enumerate(recs, start=1):
+        state.observe(envelope(rec.hostname, seq, [rec]), t0 + (rec.dump_ts_us - first) * 1000)
+    return t0 + (recs[-1].dump_ts_us - first) * 1000
+
+
+def test_collective_hang_rule_fires_one_alert_naming_ranks_and_node_then_resolves_after_retention() -> None:
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(hang_quiet_s=3.0, hang_retain_s=60.0, evaluate_every_s=1.0))
+    engine, rules = AlertEngine(), default_rules()
+    last = feed(state, records(HUNG), 1_000 * NS)
+    fired = []
+    for s in range(0, 8):  # the aggregator ticks; the hang is visible once the last records are in
+        state.tick(last + s * NS)
+        fired += [a for a in engine.evaluate(rules, state, last + s * NS) if a.rule == "collective_hang"]
+    [alert] = fired
+    assert alert.state == "firing" and alert.severity == "critical" and alert.node == "node002"
+    assert {(r["hostname"], r["pid"]) for r in alert.evidence["lagging_ranks"]} == {
+        ("node002", HUNG.pid(2, 1))
+    }
+    assert alert.evidence["nodes"] == ["node002"] and alert.evidence["comm"] and alert.evidence["collective"]
+    assert "node002 pid" in alert.summary and "went silent behind its peers" in alert.summary
+    later = last + 70 * NS  # silent past hang_retain_s: taken as a job that ended or was killed
+    state.tick(later)
+    [resolved] = [a for a in engine.evaluate(rules, state, later) if a.rule == "collective_hang"]
+    assert resolved.state == "resolved" and resolved.fingerprint == alert.fingerprint
+
+
+def test_a_cluster_ras_watches_gets_comm_hang_only_with_the_inspector_ranks_in_it() -> None:
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(hang_quiet_s=3.0))
+    last = feed(state, records(HUNG), 1_000 * NS)
+    now = last + 5 * NS
+    job = JobState(cluster="c", job_id="j1", endpoint="node000:28028", node="node000", first_seen_ns=last - 60 * NS,
+                   last_poll_ns=now, expires_ns=now + 60 * NS, polls=5, ranks=16)  # fmt: skip
+    job.comms["0xabc"] = CommState(hash="0xabc", size=16, status="RUNNING", errors=[], missing_ranks=[],
+                                   rank_status={"RUNNING": 16}, op_total=1234, op_changed_ns=last)  # fmt: skip
+    state.jobs.jobs[("c", "j1")] = job
+    state.tick(now)
+    # the op counts last moved 5 s ago, far under hang_after_s: the Inspector signal fires the job's one alert now
+    alerts = AlertEngine().evaluate(default_rules(), state, now)
+    assert [a.rule for a in alerts if a.rule in ("comm_hang", "collective_hang")] == ["comm_hang"]
+    [hang_alert] = [a for a in alerts if a.rule == "comm_hang"]
+    assert {r["hostname"] for r in hang_alert.evidence["inspector_lagging"]} == {"node002"}

@@ -147,7 +147,7 @@ def run_one(cls: str, capture: Capture, seed: int) -> tuple[str, Score, Score, f
             evaluate_hangs(next_eval)
             next_eval += every_us
         engine.add(rec)
-        hangs.add(rec, rec.dump_ts_us * 1000)
+        hangs.add(rec, rec.dump_ts_us * 1000, rec.hostname)
     for _ in range(int(15 / settings.evaluate_every_s)):  # the silence after the last record
         evaluate_hangs(next_eval)
         next_eval += every_us

@@ -60,12 +60,14 @@ class HangFinder:
     def __init__(self, quiet_s: float) -> None:
         self.quiet_ns = int(quiet_s * 1e9)
         self.comm_ops: dict[tuple[str, str], _CommOp] = {}
-        self.proc_seen_ns: dict[Proc, int] = {}  # receipt time of each process's latest record
+        self.proc_seen: dict[
+            Proc, tuple[int, str]
+        ] = {}  # process -> (receipt time of its latest record, its node)
         self.sampled = False
 
-    def add(self, rec: InspectorRecord, recv_ns: int) -> None:
+    def add(self, rec: InspectorRecord, recv_ns: int, node: str) -> None:
         proc = (rec.hostname, rec.pid)
-        self.proc_seen_ns[proc] = recv_ns
+        self.proc_seen[proc] = (recv_ns, node)
         if rec.capture_model == "sampled":
             self.sampled = True
         if rec.op_kind != "coll":
@@ -90,15 +92,31 @@ class HangFinder:
             lagging = tuple(
                 LaggingRank(rank, proc[0], proc[1], sn)
                 for rank, (sn, proc) in sorted(c.last.items())
-                if sn < c.top and self.proc_seen_ns[proc] <= c.advanced_ns  # silent since its peers went on
+                if sn < c.top and self._seen_ns(proc) <= c.advanced_ns  # silent since its peers went on
             )
             if lagging:
                 out.append(Hang(c.label, comm_id, op, c.top, lagging, (now_ns - c.advanced_ns) / 1e9))
         return out
 
+    def _seen_ns(self, proc: Proc) -> int:
+        seen = self.proc_seen.get(proc)
+        return seen[0] if seen else 0  # forgotten for its age: silent since long before
+
     def forget_older_than(self, horizon_ns: int) -> None:
-        """Drop collectives that last advanced before the horizon (the job is taken as ended or killed)."""
+        """Drop collectives that last advanced before the horizon (the job is taken as ended or killed), and
+        processes silent since then."""
         self.comm_ops = {k: c for k, c in self.comm_ops.items() if c.advanced_ns >= horizon_ns}
+        self.proc_seen = {p: seen for p, seen in self.proc_seen.items() if seen[0] >= horizon_ns}
+
+    def forget_nodes(self, nodes: set[str]) -> None:
+        """Drop the processes of ``nodes`` and their ranks (the nodes left live state)."""
+        gone = {p for p, (_, node) in self.proc_seen.items() if node in nodes}
+        if not gone:
+            return
+        self.proc_seen = {p: seen for p, seen in self.proc_seen.items() if p not in gone}
+        for c in self.comm_ops.values():
+            c.last = {rank: last for rank, last in c.last.items() if last[1] not in gone}
+        self.comm_ops = {k: c for k, c in self.comm_ops.items() if c.last}
 
 
 def lagging_evidence(hangs: list[Hang]) -> list[dict[str, object]]:

@@ -91,7 +91,7 @@ class StragglerTracker:
             if finder is None:
                 finder = self.hang_finders[env.cluster] = HangFinder(self.settings.hang_quiet_s)
             for rec in env.records:
-                finder.add(rec, recv_ns)
+                finder.add(rec, recv_ns, env.node)
         elif env.kind == "gpu":
             for gpu in env.records:
                 self.gpus[(env.cluster, env.node, gpu.index)] = gpu
@@ -128,9 +128,14 @@ class StragglerTracker:
         return finder.hangs(now_ns) if finder else []
 
     def forget(self, nodes: set[NodeKey]) -> None:
-        """Drop the nodes' GPU and NIC samples (Inspector records age out by time, findings with them)."""
+        """Drop the nodes' GPU and NIC samples and their processes in the hang finders (Inspector records age out
+        by time, findings with them)."""
         self.gpus = without_nodes(self.gpus, nodes)
         self.nics = without_nodes(self.nics, nodes)
+        for cluster, finder in list(self.hang_finders.items()):
+            finder.forget_nodes({node for c, node in nodes if c == cluster})
+            if not finder.comm_ops:
+                del self.hang_finders[cluster]
 
     def _set_findings(self, clusters: dict[str, ClusterFindings]) -> None:
         self.clusters = clusters

@@ -8,6 +8,7 @@ import os
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 import duckdb
@@ -134,7 +135,11 @@ async def test_a_node_with_a_firing_alert_is_degraded_and_metrics_count_by_rule(
     async with running(Aggregator(settings, rules=[NodeSilentRule(), rule])) as agg:
         async with agent(settings, only=["heartbeat"]):
             await wait_for(lambda: agg.engine.active)
-            [row] = (await query(settings, "nodes", {"health": "degraded"})).rows
+
+            async def degraded() -> list[dict[str, Any]]:
+                return (await query(settings, "nodes", {"health": "degraded"})).rows
+
+            [row] = await wait_for(degraded)  # the node's health follows the alert on the next state read
             assert row["node"] == "node-a" and row["state"] == "alive" and row["health"] == "degraded"
             assert [(a["rule"], a["entity"]) for a in row["alerts"]] == [("gpu_overheating", "gpu 3")]
             status = await run_cli_async("status", env=env)

@@ -37,7 +37,7 @@ def replay(finder: HangFinder, recs: list[InspectorRecord], every_s: float = 1.0
         while rec.dump_ts_us * 1000 >= next_ask:
             named |= {(r.hostname, r.pid) for h in finder.hangs(next_ask) for r in h.lagging}
             next_ask += every
-        finder.add(rec, rec.dump_ts_us * 1000)
+        finder.add(rec, rec.dump_ts_us * 1000, rec.hostname)
     for _ in range(int(30 / every_s)):
         named |= {(r.hostname, r.pid) for h in finder.hangs(next_ask) for r in h.lagging}
         next_ask += every
@@ -48,7 +48,7 @@ def test_ring_hang_names_the_hung_process_with_its_communicators_after_quiet_s()
     recs = records(HUNG)
     finder = HangFinder(quiet_s=3.0)
     for rec in recs:
-        finder.add(rec, rec.dump_ts_us * 1000)
+        finder.add(rec, rec.dump_ts_us * 1000, rec.hostname)
     last_ns = recs[-1].dump_ts_us * 1000
     assert finder.hangs(last_ns + 2 * NS) == []  # not yet quiet for 3 s: records may still be on their way
     hangs = finder.hangs(last_ns + 4 * NS)
@@ -83,11 +83,11 @@ def test_a_whole_job_pausing_with_equal_last_coll_sn_is_not_a_hang() -> None:
     finder = HangFinder(quiet_s=3.0)
     before = [r for r in recs if r.sn <= 60]  # every rank finished step 60, then the job checkpoints
     for rec in before:
-        finder.add(rec, rec.dump_ts_us * 1000)
+        finder.add(rec, rec.dump_ts_us * 1000, rec.hostname)
     pause_end = before[-1].dump_ts_us * 1000 + 60 * NS
     assert finder.hangs(pause_end) == []
     for rec in (r for r in recs if r.sn > 60):
-        finder.add(rec, pause_end + (rec.dump_ts_us - before[-1].dump_ts_us) * 1000)
+        finder.add(rec, pause_end + (rec.dump_ts_us - before[-1].dump_ts_us) * 1000, rec.hostname)
     assert finder.hangs(pause_end + 120 * NS) == []
 
 
@@ -95,11 +95,13 @@ def test_a_hung_collective_resolves_when_the_lagging_process_reports_again() -> 
     recs = records(HUNG)
     finder = HangFinder(quiet_s=3.0)
     for rec in recs:
-        finder.add(rec, rec.dump_ts_us * 1000)
+        finder.add(rec, rec.dump_ts_us * 1000, rec.hostname)
     now = recs[-1].dump_ts_us * 1000 + 5 * NS
     [lagging] = {(r.hostname, r.pid) for h in finder.hangs(now) for r in h.lagging}
     alive = next(r for r in recs if (r.hostname, r.pid) == lagging)
-    finder.add(alive, now)  # the process writes again (it was only slow to dump): it is not silent
+    finder.add(
+        alive, now, alive.hostname
+    )  # the process writes again (it was only slow to dump): it is not silent
     assert finder.hangs(now + NS) == []
 
 

@@ -23,12 +23,8 @@ COMMAND_MODULES = [
     "ranksight.parse",
     "agent.collectors.ras.cli",
     "ranksight.probe",
-    "aggregator.links_cli",
-    "aggregator.hardware_cli",
-    "aggregator.markers_cli",
     "deploy.cli",
     "aggregator.stragglers_cli",
-    "aggregator.alerting_cli",
 ]
 
 

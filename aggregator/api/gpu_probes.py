@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aggregator.analysis.gpu_probe import GpuUnderperformingRule, tracker_of
+from aggregator.api.endpoint import DeviceParams
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from aggregator.runtime import Aggregator
 
-PARAMS = frozenset({"cluster", "node"})
 
-
-async def gpu_probes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
-    unknown = set(params) - PARAMS
-    if unknown:
-        return ApiResponse.failure(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+async def gpu_probes(agg: Aggregator, p: DeviceParams) -> ApiResponse:
+    """The live GPU probe results, each with the ``gpu_underperforming`` findings about it."""
     tracker = tracker_of(agg.state)
     if tracker is None:
         return ApiResponse.success([])
@@ -25,7 +22,7 @@ async def gpu_probes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     findings = rule.findings(tracker)
     rows = []
     for key, r in sorted(tracker.live.items()):
-        if any(params.get(p) not in (None, getattr(r, p)) for p in PARAMS):
+        if p.cluster not in (None, r.cluster) or p.node not in (None, r.node):
             continue
         rows.append({
             "cluster": r.cluster, "node": r.node, "index": r.index, "name": r.name, "uuid": r.uuid,

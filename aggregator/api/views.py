@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from aggregator.analysis.hardware import hardware
-from aggregator.api.queries import Params, RequestError, parse_params, utc
+from aggregator.api.endpoint import ClusterParams, Params, RequestError, utc
 from aggregator.api.sql import jsonable
 from aggregator.device_jobs import device_jobs
 from schemas.api import ApiResponse
@@ -62,13 +62,8 @@ def gpu_health(dev: DeviceState[GpuRecord]) -> Health:
     return "ok"
 
 
-class ClusterMapParams(Params):
-    cluster: str | None = None
-
-
-async def cluster_map(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def cluster_map(agg: Aggregator, p: ClusterParams) -> ApiResponse:
     """Every node with its health (from state and firing alerts) and its GPUs' health and utilization."""
-    p = parse_params(ClusterMapParams, params)
     active = [a for a in agg.engine.active.values() if p.cluster in (None, a.cluster)]
     by_node = alert_health(active)
     node_alerts: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -171,9 +166,8 @@ class SeriesQuery:
     max_lines: int
 
 
-async def series(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def series(agg: Aggregator, p: SeriesParams) -> ApiResponse:
     """A metric over time, one line per GPU, port, rank or communicator, with straggler and alert windows."""
-    p = parse_params(SeriesParams, params)
     cfg = agg.settings.aggregator.query
     try:
         until = utc(p.until) if p.until else datetime.datetime.now(datetime.UTC).replace(tzinfo=None)

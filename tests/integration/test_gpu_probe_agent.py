@@ -73,7 +73,7 @@ async def test_results_stored_live_and_not_rerun_after_agent_restart(
         ]
         assert (await query(settings, "gpu_probes", {"node": "other"})).rows == []
         bad = await query(settings, "gpu_probes", {"gpu": 1})
-        assert (bad.ok, bad.error) == (False, "unknown parameter(s): gpu")
+        assert (bad.ok, bad.error) == (False, "bad request: unknown parameter 'gpu'")  # 400, as every endpoint
     rows = _db_rows(
         settings, 'SELECT "index", status, backend, mem_bandwidth_bps, ttl FROM gpu_probe ORDER BY 1'
     )

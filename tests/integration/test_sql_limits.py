@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.api.queries import answer
+from aggregator.api.endpoint import answer
 from aggregator.api.sql import SqlFailed, SqlSandbox
 from aggregator.store import Store
 from ranksight.config import QuerySettings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from aggregator.api.queries import ENDPOINTS
+from aggregator.api.endpoints import ENDPOINTS
 from ranksight.cli import build_parser
 from ranksight.config import Settings
 from schemas.records import RECORD_MODELS

@@ -7,7 +7,8 @@ import decimal
 
 import pytest
 
-from aggregator.api.queries import Params, RequestError, SqlParams, parse_params
+from aggregator.api.endpoint import Params, RequestError, parse_params
+from aggregator.api.queries import SqlParams
 from aggregator.api.sql import SqlFailed, SqlRefused, check_read_only, jsonable
 
 REFUSED = {

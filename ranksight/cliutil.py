@@ -107,8 +107,8 @@ def interrupted_exit(signum: int | None) -> int:
 
 
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, default=str)
-    sys.stdout.write("\n")
+    # dumps, then one write: json.dump writes chunk by chunk, several times slower on a 10,000-node answer
+    sys.stdout.write(json.dumps(obj, default=str) + "\n")
 
 
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:

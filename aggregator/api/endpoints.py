@@ -154,8 +154,7 @@ _ENDPOINTS: list[Endpoint[Any]] = [
     Endpoint("series", views.SeriesParams, views.series, Command(
         "a metric over time from history, one line per GPU, port, rank or communicator",
         ["series", "points", "last"], table_rows=_series_table,
-        flags={"metric": Flag(positional=True, help="which series (see the README)"),
-               "since": Flag(type=timestamp, help="ISO start (default: until minus 15 minutes)"),
+        flags={"since": Flag(type=timestamp, help="ISO start (default: until minus 15 minutes)"),
                "until": Flag(type=timestamp, help="ISO end (default: now)")}),
         sql_time=True),
     Endpoint("drain", alerting.DrainParams, alerting.drain, Command(

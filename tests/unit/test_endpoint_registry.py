@@ -70,12 +70,12 @@ def test_flags_become_the_request_body() -> None:
     # the default duration is not sent beside --until (the two are exclusive)
     until = body("silence", "add", "-m", "rule=x", "--until", "2030-01-01", "--created-by", "me")
     assert until == {"matchers": ["rule=x"], "ends_at": "2030-01-01", "created_by": "me"}
-    assert body("series", "gpu_power_w", "--points", "10") == {"metric": "gpu_power_w", "points": 10}
+    assert body("series", "--metric", "gpu_power_w", "--points", "10") == {"metric": "gpu_power_w", "points": 10}
     since = body("incidents", "--since", "1h")["since"]
     assert isinstance(since, str) and json.dumps(since)
 
 
-@pytest.mark.parametrize("argv", [["sql", " "], ["series", "no_such_metric"], ["gpu-probes", "--limit", "1"]])
+@pytest.mark.parametrize("argv", [["sql", " "], ["series", "--metric", "no_such_metric"], ["gpu-probes", "--limit", "1"]])
 def test_bad_flags_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(argv)

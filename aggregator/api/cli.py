@@ -64,9 +64,8 @@ def add_endpoint_command(sub: SubParsers, name: str, endpoint: Endpoint[Any]) ->
         output.add_argument("--csv", action="store_true", help="CSV with a header line")
     exclusive = p.add_mutually_exclusive_group() if command.exclusive else None
     for field, info in endpoint.params.model_fields.items():
-        if field not in command.hidden:
-            target = exclusive if exclusive is not None and field in command.exclusive else p
-            _add_param(target, field, info, command.flags.get(field, Flag()))
+        target = exclusive if exclusive is not None and field in command.exclusive else p
+        _add_param(target, field, info, command.flags.get(field, Flag()))
     if command.extend:
         command.extend(p)
     p.set_defaults(func=functools.partial(run_command, endpoint))
@@ -76,9 +75,8 @@ def add_endpoint_command(sub: SubParsers, name: str, endpoint: Endpoint[Any]) ->
 def _add_param(parser: Any, field: str, info: FieldInfo, flag: Flag) -> None:
     """One parameter as an argparse argument: its type and choices from the model, unless ``flag`` says otherwise."""
     kind = _kind(info.annotation)
-    kw: dict[str, Any] = {"help": flag.help or info.description or f"only this {field}"}
-    if flag.metavar:
-        kw["metavar"] = flag.metavar
+    names = flag.names or (f"--{field.replace('_', '-')}",)
+    kw: dict[str, Any] = {"help": flag.help or info.description or _help(field, info.default)}
     if flag.const is not None:
         kw.update(action="store_const", const=flag.const)
     elif kind is bool:
@@ -89,11 +87,16 @@ def _add_param(parser: Any, field: str, info: FieldInfo, flag: Flag) -> None:
         kw["choices"] = list(typing.get_args(kind))
     else:
         kw["type"] = flag.type or _PARSERS.get(kind, str)
+    if kw.get("action") in (None, "append") and "choices" not in kw:  # takes a value: name it
+        kw["metavar"] = flag.metavar or names[0].lstrip("-").upper().replace("-", "_")
     if flag.positional:
         parser.add_argument(field, **kw)
         return
-    names = flag.names or (f"--{field.replace('_', '-')}",)
     parser.add_argument(*names, dest=field, required=info.is_required(), **kw)
+
+
+def _help(field: str, default: Any) -> str:
+    return f"only this {field.replace('_', ' ')}" if default is None else f"default: {default}"
 
 
 _PARSERS: dict[Any, Any] = {int: int, float: float, datetime.datetime: timestamp}
@@ -109,7 +112,7 @@ def _kind(annotation: Any) -> Any:
 def command_params(endpoint: Endpoint[Any], args: argparse.Namespace) -> dict[str, Any]:
     """The request body: the parameters given, and the command's defaults for those not given."""
     command = endpoint.command
-    fields = [f for f in endpoint.params.model_fields if f not in command.hidden]
+    fields = list(endpoint.params.model_fields)
     given = {f: getattr(args, f) for f in fields if getattr(args, f, None) is not None}
     for field in fields:
         default = command.flags.get(field, Flag()).default

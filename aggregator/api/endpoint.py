@@ -134,7 +134,6 @@ class Command:
     columns: Sequence[str] = ()  # empty: the answer's meta.columns (sql)
     path: tuple[str, ...] = ()  # default: the endpoint's name, ``_`` as ``-``
     flags: dict[str, Flag] = field(default_factory=dict)
-    hidden: frozenset[str] = frozenset()  # parameters the command does not offer
     exclusive: tuple[str, ...] = ()  # parameters given one at a time
     csv: bool = False
     json_keys: Callable[[ApiResponse], dict[str, Any]] | None = None

@@ -41,19 +41,20 @@ JSON_HELP = 'print {"ok", "rows", "truncated", "error", "meta", "next"}'
 def register(sub: SubParsers) -> None:
     groups: dict[str, SubParsers] = {}
     for endpoint in ENDPOINTS.values():
-        *parents, name = endpoint.command_path
+        *group, name = endpoint.command_path
         target = sub
-        for parent in parents:
+        if group:  # one level: ``ranksight node drain``
+            (parent,) = group
             if parent not in groups:
-                group = sub.add_parser(parent, help=COMMAND_GROUPS[parent])
-                groups[parent] = group.add_subparsers(
+                actions = sub.add_parser(parent, help=COMMAND_GROUPS[parent])
+                groups[parent] = actions.add_subparsers(
                     dest=f"{parent}_command", required=True, metavar="ACTION"
                 )
             target = groups[parent]
         add_endpoint_command(target, name, endpoint)
 
 
-def add_endpoint_command(sub: SubParsers, name: str, endpoint: Endpoint[Any]) -> argparse.ArgumentParser:
+def add_endpoint_command(sub: SubParsers, name: str, endpoint: Endpoint[Any]) -> None:
     """``ranksight <name> [flags] [--json]``: a flag per parameter of the endpoint's model."""
     command = endpoint.command
     p = sub.add_parser(name, help=command.help)
@@ -69,7 +70,6 @@ def add_endpoint_command(sub: SubParsers, name: str, endpoint: Endpoint[Any]) ->
     if command.extend:
         command.extend(p)
     p.set_defaults(func=functools.partial(run_command, endpoint))
-    return p
 
 
 def _add_param(parser: Any, field: str, info: FieldInfo, flag: Flag) -> None:

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 
 import pytest
 
-from aggregator.api.cli import command_params
+from aggregator.api.cli import command_params, print_rows
 from aggregator.api.endpoints import ENDPOINTS
 from aggregator.http.openapi import HTTP_ENDPOINTS, openapi_document
 from ranksight.cli import build_parser
+from schemas.api import ApiResponse
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()
@@ -86,3 +88,25 @@ def test_bad_flags_are_usage_errors(argv: list[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(argv)
     assert exc.value.code == 2
+
+
+def test_json_is_the_one_shape_plus_the_keys_a_command_had(capsys: pytest.CaptureFixture[str]) -> None:
+    response = ApiResponse.success([{"node": "n1", "alerts": []}], meta={"version": "1"})
+    for argv, extra in [(["status", "--json"], {"nodes": response.rows, "aggregator": {"version": "1"}}),
+                        (["jobs", "--json"], {"jobs": response.rows}), (["nodes", "--json"], {})]:  # fmt: skip
+        args = build_parser().parse_args(argv)
+        print_rows(args, response, args.func.args[0])
+        assert json.loads(capsys.readouterr().out) == {**response.model_dump(), **extra}
+
+
+def test_tables_and_notes(capsys: pytest.CaptureFixture[str]) -> None:
+    args = build_parser().parse_args(["links"])
+    skipped = {"skipped": [{"node": "n2", "reason": "no probe server"}]}
+    print_rows(
+        args,
+        ApiResponse.success([{"src": "n1", "dst": "n3", "rtt_us": 1500}], meta=skipped),
+        ENDPOINTS["links"],
+    )
+    out, err = capsys.readouterr()
+    assert out.splitlines()[0].split()[:4] == ["CLUSTER", "SRC", "DST", "TRANSPORT"] and "1.5 ms" in out
+    assert err == "ranksight: n2: no probe server\n"

@@ -8,9 +8,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from agent.collectors.inspector.dumps import DumpReader
-from aggregator.analysis.stragglers import StragglerParams, analyze_records
-from aggregator.api.endpoints import STRAGGLER_COLUMNS
+from ranksight.agent.collectors.inspector.dumps import DumpReader
+from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
+from ranksight.aggregator.api.endpoints import STRAGGLER_COLUMNS
+
 from ranksight.cliutil import EXIT_USAGE, print_json, print_table
 
 

@@ -9,7 +9,7 @@ import os
 import signal
 import sys
 
-from agent.runtime import agent_version
+from ranksight.agent.runtime import agent_version
 from ranksight.cliutil import EXIT_FAILED, EXIT_INTERRUPTED
 from ranksight.natsconn import NatsUnreachable
 
@@ -17,14 +17,14 @@ from ranksight.natsconn import NatsUnreachable
 COMMAND_MODULES = [
     "ranksight.up",
     "ranksight.demo",
-    "agent.cli",
-    "aggregator.cli",
-    "aggregator.api.cli",
+    "ranksight.agent.cli",
+    "ranksight.aggregator.cli",
+    "ranksight.aggregator.api.cli",
     "ranksight.parse",
-    "agent.collectors.ras.cli",
+    "ranksight.agent.collectors.ras.cli",
     "ranksight.probe",
-    "deploy.cli",
-    "aggregator.stragglers_cli",
+    "ranksight.deploy.cli",
+    "ranksight.aggregator.stragglers_cli",
 ]
 
 

@@ -13,15 +13,14 @@ import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
-
-from aggregator.api.endpoint import Params, RequestError, utc
-from aggregator.api.queries import history_rows
-from aggregator.timefmt import iso, ns_of
-from schemas.alerts import Matcher, Silence
-from schemas.api import ApiResponse
+from ranksight.aggregator.api.endpoint import Params, RequestError, utc
+from ranksight.aggregator.api.queries import history_rows
+from ranksight.aggregator.timefmt import iso, ns_of
+from ranksight.schemas.alerts import Matcher, Silence
+from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 NS = 1_000_000_000
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
+from ranksight.aggregator.api.sql import SqlFailed, SqlRefused
+from ranksight.schemas.api import ApiResponse
 
-from aggregator.api.sql import SqlFailed, SqlRefused
 from ranksight.redact import redact
-from schemas.api import ApiResponse
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 log = logging.getLogger(__name__)
 

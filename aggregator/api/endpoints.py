@@ -12,8 +12,8 @@ import argparse
 import getpass
 from typing import Any
 
-from aggregator.api import alerting, queries, ras_queries, views
-from aggregator.api.endpoint import (
+from ranksight.aggregator.api import alerting, queries, ras_queries, views
+from ranksight.aggregator.api.endpoint import (
     ClusterParams,
     Command,
     DeviceParams,
@@ -24,10 +24,10 @@ from aggregator.api.endpoint import (
     duration,
     timestamp,
 )
-from aggregator.api.follow import add_follow_flag, follow_if_asked
-from aggregator.api.gpu_probes import gpu_probes
-from aggregator.api.markers import MarkersParams, markers
-from schemas.api import ApiResponse
+from ranksight.aggregator.api.follow import add_follow_flag, follow_if_asked
+from ranksight.aggregator.api.gpu_probes import gpu_probes
+from ranksight.aggregator.api.markers import MarkersParams, markers
+from ranksight.schemas.api import ApiResponse
 
 NODE_COLUMNS = ["node", "cluster", "state", "health", "last_seen", "version", "clock_skew_s"]
 ALERT_COLUMNS = ["updated_at", "state", "severity", "rule", "node", "job", "rank", "summary"]

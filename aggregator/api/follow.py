@@ -7,11 +7,12 @@ import asyncio
 import json
 import sys
 
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.subjects import Subjects
+
 from ranksight.cliutil import interrupted_exit, run_until_signalled, settings_from_args
 from ranksight.config import Settings
 from ranksight.natsconn import connect, disconnect
-from schemas.alerts import Alert
-from schemas.subjects import Subjects
 
 
 def add_follow_flag(parser: argparse.ArgumentParser) -> None:

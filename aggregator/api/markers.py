@@ -6,13 +6,12 @@ import json
 from typing import TYPE_CHECKING
 
 from pydantic import Field
-
-from aggregator.api.endpoint import Params
-from aggregator.timefmt import iso
-from schemas.api import ApiResponse
+from ranksight.aggregator.api.endpoint import Params
+from ranksight.aggregator.timefmt import iso
+from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 MAX_LIMIT = 10_000
 

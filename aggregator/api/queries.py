@@ -9,20 +9,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
-
-from aggregator.analysis.hardware import hardware
-from aggregator.api.endpoint import ClusterParams, DeviceParams, Forbidden, Params, RequestError, utc
-from aggregator.api.sql import jsonable
-from aggregator.hardware import DeviceState
-from aggregator.history import export_parquet
-from aggregator.linkmap import link_rows
-from aggregator.timefmt import iso
-from schemas.api import ApiResponse
-from schemas.structs import to_builtins
+from ranksight.aggregator.analysis.hardware import hardware
+from ranksight.aggregator.api.endpoint import (
+    ClusterParams,
+    DeviceParams,
+    Forbidden,
+    Params,
+    RequestError,
+    utc,
+)
+from ranksight.aggregator.api.sql import jsonable
+from ranksight.aggregator.hardware import DeviceState
+from ranksight.aggregator.history import export_parquet
+from ranksight.aggregator.linkmap import link_rows
+from ranksight.aggregator.timefmt import iso
+from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.structs import to_builtins
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
-    from aggregator.state import NodeState
+    from ranksight.aggregator.runtime import Aggregator
+    from ranksight.aggregator.state import NodeState
 
 
 def _sorted_nodes(agg: Aggregator) -> list[NodeState]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aggregator.api.endpoint import Params
-from aggregator.jobs import JobState
-from aggregator.timefmt import iso
-from schemas.api import ApiResponse
-from schemas.structs import to_builtins
+from ranksight.aggregator.api.endpoint import Params
+from ranksight.aggregator.jobs import JobState
+from ranksight.aggregator.timefmt import iso
+from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.structs import to_builtins
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 
 class JobParams(Params):

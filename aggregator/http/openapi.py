@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from aggregator.api.endpoint import Params
-from aggregator.api.endpoints import ENDPOINTS
-from schemas.api import ApiResponse
+from ranksight.aggregator.api.endpoint import Params
+from ranksight.aggregator.api.endpoints import ENDPOINTS
+from ranksight.schemas.api import ApiResponse
 
 HTTP_ENDPOINTS = {name: e for name, e in ENDPOINTS.items() if e.http}
 

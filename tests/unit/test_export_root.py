@@ -5,9 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from aggregator.api.endpoint import Forbidden
-from aggregator.api.queries import export_dir
+from ranksight.aggregator.api.endpoint import Forbidden
+from ranksight.aggregator.api.queries import export_dir
 
 
 def test_paths_under_the_root(tmp_path: Path) -> None:

@@ -6,10 +6,9 @@ import datetime
 import decimal
 
 import pytest
-
-from aggregator.api.endpoint import Params, RequestError, parse_params
-from aggregator.api.queries import SqlParams
-from aggregator.api.sql import SqlFailed, SqlRefused, check_read_only, jsonable
+from ranksight.aggregator.api.endpoint import Params, RequestError, parse_params
+from ranksight.aggregator.api.queries import SqlParams
+from ranksight.aggregator.api.sql import SqlFailed, SqlRefused, check_read_only, jsonable
 
 REFUSED = {
     "read_text": "SELECT * FROM read_text('/etc/passwd')",

@@ -15,10 +15,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.collectors.ras.capture import parse_capture, status_summary
-from agent.collectors.ras.client import MONITOR_GROUPS
-from agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused, RasReplyError, RasTimeout
-from agent.collectors.ras.poll import client_for, poll_status
+from ranksight.agent.collectors.ras.capture import parse_capture, status_summary
+from ranksight.agent.collectors.ras.client import MONITOR_GROUPS
+from ranksight.agent.collectors.ras.errors import (
+    RasClientError,
+    RasParseError,
+    RasRefused,
+    RasReplyError,
+    RasTimeout,
+)
+from ranksight.agent.collectors.ras.poll import client_for, poll_status
+
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_USAGE,

@@ -34,7 +34,9 @@ def old_imports(path: Path) -> list[str]:
             names = [node.module]
         else:
             continue
-        found += [f"{path.relative_to(REPO)}:{node.lineno} {name}" for name in names if name.split(".")[0] in MAPPED]
+        found += [
+            f"{path.relative_to(REPO)}:{node.lineno} {name}" for name in names if name.split(".")[0] in MAPPED
+        ]
     return found
 
 

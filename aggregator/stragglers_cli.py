@@ -11,7 +11,6 @@ from pathlib import Path
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
 from ranksight.aggregator.api.endpoints import STRAGGLER_COLUMNS
-
 from ranksight.cliutil import EXIT_USAGE, print_json, print_table
 
 

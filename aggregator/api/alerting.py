@@ -13,6 +13,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
+
 from ranksight.aggregator.api.endpoint import Params, RequestError, utc
 from ranksight.aggregator.api.queries import history_rows
 from ranksight.aggregator.timefmt import iso, ns_of

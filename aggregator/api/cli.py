@@ -19,11 +19,10 @@ import typing
 from typing import Any, Literal, TypeAlias
 
 from pydantic.fields import FieldInfo
+
 from ranksight.aggregator.api.client import ApiUnavailable, query
 from ranksight.aggregator.api.endpoint import Endpoint, Flag, timestamp
 from ranksight.aggregator.api.endpoints import COMMAND_GROUPS, ENDPOINTS
-from ranksight.schemas.api import ApiResponse
-
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
@@ -33,6 +32,7 @@ from ranksight.cliutil import (
     print_table,
     settings_from_args,
 )
+from ranksight.schemas.api import ApiResponse
 
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
 JSON_HELP = 'print {"ok", "rows", "truncated", "error", "meta", "next"}'

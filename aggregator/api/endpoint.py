@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
-from ranksight.aggregator.api.sql import SqlFailed, SqlRefused
-from ranksight.schemas.api import ApiResponse
 
+from ranksight.aggregator.api.sql import SqlFailed, SqlRefused
 from ranksight.redact import redact
+from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator

@@ -7,12 +7,11 @@ import asyncio
 import json
 import sys
 
-from ranksight.schemas.alerts import Alert
-from ranksight.schemas.subjects import Subjects
-
 from ranksight.cliutil import interrupted_exit, run_until_signalled, settings_from_args
 from ranksight.config import Settings
 from ranksight.natsconn import connect, disconnect
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.subjects import Subjects
 
 
 def add_follow_flag(parser: argparse.ArgumentParser) -> None:

@@ -6,6 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 from pydantic import Field
+
 from ranksight.aggregator.api.endpoint import Params
 from ranksight.aggregator.timefmt import iso
 from ranksight.schemas.api import ApiResponse

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
+
 from ranksight.aggregator.analysis.hardware import hardware
 from ranksight.aggregator.api.endpoint import (
     ClusterParams,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 import aiohttp
+
 from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.aggregator.api.service import SERVICE_NAME
-
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from tests.http_cluster import http_settings

@@ -8,12 +8,12 @@ import datetime
 import json
 
 import pytest
+
 from ranksight.aggregator.api.cli import command_params, print_rows
 from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS, openapi_document
-from ranksight.schemas.api import ApiResponse
-
 from ranksight.cli import build_parser
+from ranksight.schemas.api import ApiResponse
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()

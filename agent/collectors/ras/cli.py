@@ -25,7 +25,6 @@ from ranksight.agent.collectors.ras.errors import (
     RasTimeout,
 )
 from ranksight.agent.collectors.ras.poll import client_for, poll_status
-
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_USAGE,

@@ -55,7 +55,7 @@ class InspectorSummaryRecord(Record):
     sn_first: int
     sn_last: int
     last_dump_ts_us: int  # the latest dump time among the window's records
-    late: int = 0  # records of this key that arrived after their own window had closed, since the last summary
+    late: int = 0  # records of this key that came after their window had closed, since the last summary
     slice_index: list[int] = []  # slice of the window (0 .. window_us / slice_us - 1)
     slice_count: list[int] = []
     slice_exec_sum_us: list[float] = []

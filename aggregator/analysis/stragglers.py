@@ -239,9 +239,8 @@ class StragglerEngine:
         """Fold an agent's window summary (:mod:`agent.collectors.inspector.summary`): its per-slice aggregates are
         the ones :meth:`add` builds from the raw records, so the judgement is the same."""
         self._count(s.capture_model, s.count, s.bw_mismatches)
-        # the agent closed the window: the process has written past its end
-        end_us = s.window_start_us + s.window_us
-        comm = self._member(s.comm_id, s.comm_name, s.rank, (s.hostname, s.pid), end_us)
+        # its latest record, as with raw records (a window's end may lie past the end of the job)
+        comm = self._member(s.comm_id, s.comm_name, s.rank, (s.hostname, s.pid), s.last_dump_ts_us)
         size = s.bytes // s.count if s.count else s.size_bucket  # the exact size when the bucket holds one
         slices = zip(s.slice_index, s.slice_count, s.slice_exec_sum_us, s.slice_exec_min_us, s.slice_sn_lo,
                      s.slice_sn_lo_ts_us, s.slice_sn_hi, s.slice_sn_hi_ts_us, strict=False)  # fmt: skip

@@ -22,7 +22,9 @@ EVERY_RAW = {"raw_rate_per_s": 1e9}
 def dump_settings(settings: Settings, tmp_path: Path) -> Settings:
     dump = tmp_path / "dump"
     dump.mkdir()
-    cfg = settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05, **EVERY_RAW})
+    cfg = settings.agent.collectors.inspector.model_copy(
+        update={"dump_dir": dump, "interval_s": 0.05, **EVERY_RAW}
+    )
     collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
     return settings.model_copy(update={"agent": settings.agent.model_copy(update={"collectors": collectors})})
 
@@ -76,7 +78,9 @@ async def test_a_dump_directory_created_after_the_agent_starts_is_picked_up(
     settings: Settings, tmp_path: Path
 ) -> None:
     dump = tmp_path / "later"  # the job creates it when it starts, after the agent
-    cfg = settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05, **EVERY_RAW})
+    cfg = settings.agent.collectors.inspector.model_copy(
+        update={"dump_dir": dump, "interval_s": 0.05, **EVERY_RAW}
+    )
     collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
     agent_cfg = settings.agent.model_copy(update={"collectors": collectors, "redetect_s": 0.2})
     late = settings.model_copy(update={"agent": agent_cfg})
@@ -120,17 +124,27 @@ async def test_raw_records_are_rate_limited_fairly_and_summaries_count_every_rec
         "dump_dir": dump, "interval_s": 0.05, "raw_rate_per_s": 20.0, "summary_window_s": 1.0,
         "summary_grace_s": 0.2})  # fmt: skip
     collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
-    limited = settings.model_copy(update={"agent": settings.agent.model_copy(update={"collectors": collectors})})
+    limited = settings.model_copy(
+        update={"agent": settings.agent.model_copy(update={"collectors": collectors})}
+    )
     async with aggregator(limited) as agg, agent(limited, only=["inspector"]) as rt:
-        summed = "SELECT coalesce(sum(count), 0) AS n, count(DISTINCT comm_id) AS comms FROM inspector_summary"
-        await wait_for(lambda: next(agg.store.rows(summed))["n"] == total)  # the job's records are from the past
+        summed = (
+            "SELECT coalesce(sum(count), 0) AS n, count(DISTINCT comm_id) AS comms FROM inspector_summary"
+        )
+        await wait_for(
+            lambda: next(agg.store.rows(summed))["n"] == total
+        )  # the job's records are from the past
         [raw] = agg.store.rows("SELECT count(*) AS n, count(DISTINCT comm_id) AS comms FROM inspector")
         [summaries] = agg.store.rows(summed)
-        assert 0 < raw["n"] <= 20 + 20 * 5  # one second of burst, then the rate (this test is done within 5 s)
+        assert (
+            0 < raw["n"] <= 20 + 20 * 5
+        )  # one second of burst, then the rate (this test is done within 5 s)
         assert raw["comms"] == summaries["comms"]  # every communicator gets its share
         assert rt.ctx is not None
         status = await rt.ctx.commands["inspector"]({})
         assert status["raw"]["published"] == raw["n"] and status["raw"]["kept_on_node"] == total - raw["n"]
         assert status["summaries"]["records"] == total and status["summaries"]["late"] == 0
         state = json.loads((limited.state_dir / "inspector-offsets.json").read_text())
-        assert all(f["offset"] == (dump / Path(path).name).stat().st_size for path, f in state["files"].items())
+        assert all(
+            f["offset"] == (dump / Path(path).name).stat().st_size for path, f in state["files"].items()
+        )

@@ -122,7 +122,8 @@ async def test_raw_records_are_rate_limited_fairly_and_summaries_count_every_rec
     total = sum(len(lines) for lines in procs.values())
     cfg = settings.agent.collectors.inspector.model_copy(update={
         "dump_dir": dump, "interval_s": 0.05, "raw_rate_per_s": 20.0, "summary_window_s": 1.0,
-        "summary_grace_s": 0.2})  # fmt: skip
+        "summary_grace_s": 0.2,
+        "read_chunk_bytes": 4096})  # fmt: skip
     collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
     limited = settings.model_copy(
         update={"agent": settings.agent.model_copy(update={"collectors": collectors})}

@@ -141,6 +141,8 @@ async def test_raw_records_are_rate_limited_fairly_and_summaries_count_every_rec
             0 < raw["n"] <= 20 + 20 * 5
         )  # one second of burst, then the rate (this test is done within 5 s)
         assert raw["comms"] == summaries["comms"]  # every communicator gets its share
+        ttls = [r["ttl"] for r in agg.store.rows("SELECT DISTINCT ttl FROM inspector_summary")]
+        assert ttls == [2 * 1.0 + 0.2]  # valid until the next window's summary should have come
         assert rt.ctx is not None
         status = await rt.ctx.commands["inspector"]({})
         assert status["raw"]["published"] == raw["n"] and status["raw"]["kept_on_node"] == total - raw["n"]

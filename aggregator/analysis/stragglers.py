@@ -35,9 +35,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agent.collectors.inspector.parse import bandwidths_gbs
-from agent.collectors.inspector.summary import SnSpan
-from schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+from ranksight.agent.collectors.inspector.summary import SnSpan
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 Kind = Literal["compute", "communication"]
 Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a process is not

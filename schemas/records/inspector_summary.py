@@ -14,7 +14,7 @@ are parallel: entry ``i`` of each describes slice ``slice_index[i]`` of the wind
 
 from __future__ import annotations
 
-from schemas.records.inspector import CaptureModel, InspectorOperation
+from ranksight.schemas.records.inspector import CaptureModel, InspectorOperation
 
 
 def size_bucket(msg_size_bytes: int) -> int:

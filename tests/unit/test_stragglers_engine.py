@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.agent.collectors.inspector.summary import Summarizer
@@ -16,7 +17,6 @@ from ranksight.aggregator.analysis.stragglers import (
     StragglerParams,
     analyze_records,
 )
-
 from ranksight.simulate import scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job, summarize, write_job
 

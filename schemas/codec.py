@@ -119,7 +119,10 @@ _EnvelopeWire = msgspec.defstruct(
     "EnvelopeWire",
     [(name, field_type(info)) for name, info in Envelope.model_fields.items() if name != "records"]
     + [("records", msgspec.Raw, msgspec.Raw())]  # empty: absent
-    + [(name, field_type(info) | None, None) for name, info in CompactRecords.model_fields.items()],
+    + [
+        (name, field_type(info) | msgspec.UnsetType, msgspec.UNSET)
+        for name, info in CompactRecords.model_fields.items()
+    ],
     gc=False,
 )
 # Any: the fields are typed by the model, which mypy cannot see through defstruct.
@@ -141,15 +144,19 @@ def _columns_records(kind: str, wire: Any) -> list[Any]:
     """The twins of a compact batch (:class:`~schemas.envelope.CompactRecords`), validated like map-form records."""
     model = RECORD_MODELS[kind]
     for key in ("record_version", "count"):
-        if getattr(wire, key) is None:
+        if getattr(wire, key) is msgspec.UNSET:
             raise DecodeError("bad_envelope", f"compact records without `{key}`")
     if wire.record_version > model.schema_version:
         raise DecodeError(
             "unsupported_version",
             f"{kind} records of schema version {wire.record_version}; this version reads up to {model.schema_version}",
         )
-    count, fields, columns = wire.count, wire.fields or [], wire.columns or []
-    constants: dict[str, Any] = wire.constants or {}
+    count, fields, columns, constants = (
+        wire.count,
+        wire.fields or [],
+        wire.columns or [],
+        wire.constants or {},
+    )
     if len(columns) != len(fields):
         raise DecodeError("bad_envelope", f"{len(columns)} columns for {len(fields)} fields")
     for name, column in zip(fields, columns, strict=True):
@@ -188,7 +195,7 @@ def decode_event(data: bytes) -> Envelope:
     kind = wire.type.removeprefix(TYPE_PREFIX)
     if not wire.type.startswith(TYPE_PREFIX) or kind not in RECORD_MODELS:
         raise DecodeError("unknown_type", f"unknown event type {wire.type!r}")
-    if any(getattr(wire, key) is not None for key in _COMPACT_KEYS):
+    if any(getattr(wire, key) is not msgspec.UNSET for key in _COMPACT_KEYS):
         if wire.records:
             raise DecodeError("bad_envelope", "both records and compact records")
         records = _columns_records(kind, wire)

@@ -86,7 +86,7 @@ def _uniform(column: Sequence[Any]) -> bool:
 
 def _compact(kind: str, records: Sequence[Any]) -> dict[str, Any]:
     """The :class:`~schemas.envelope.CompactRecords` keys of a batch: a column per field, except a field with one value
-    in every record (a constant, or nothing at all when that value is the default)."""
+    in every record (a constant, or nothing at all when that value is the default); empty keys are left out."""
     names, getter, defaults = _layout(kind)
     count = len(records)
     batch: dict[str, Any] = {"record_version": RECORD_MODELS[kind].schema_version, "count": count}
@@ -108,7 +108,10 @@ def _compact(kind: str, records: Sequence[Any]) -> dict[str, Any]:
     ):  # identical records: one column keeps the batch's size proportional to its count
         fields, columns = [names[0]], [all_columns[0]]
         constants.pop(names[0], None)
-    batch.update(fields=fields, columns=columns, constants=constants)
+    if fields:
+        batch.update(fields=fields, columns=columns)
+    if constants:
+        batch["constants"] = constants
     return batch
 
 
@@ -140,6 +143,11 @@ def _records_decoder(kind: str) -> msgspec.msgpack.Decoder[list[Any]]:
 _AT = " - at `$"
 
 
+@cache
+def _records_type(kind: str) -> Any:
+    return list[struct_for(RECORD_MODELS[kind])]  # type: ignore[misc]
+
+
 def _columns_records(kind: str, wire: Any) -> list[Any]:
     """The twins of a compact batch (:class:`~schemas.envelope.CompactRecords`), validated like map-form records."""
     model = RECORD_MODELS[kind]
@@ -165,7 +173,8 @@ def _columns_records(kind: str, wire: Any) -> list[Any]:
     names = [*fields, *constants]
     if len(set(names)) != len(names):
         raise DecodeError("bad_envelope", "a field is named twice in fields and constants")
-    unknown = [name for name in names if name not in model.model_fields]
+    known = _layout(kind)[0]
+    unknown = [name for name in names if name not in known]
     if unknown:
         raise DecodeError(
             "bad_envelope", f"fields unknown to {kind} records: {', '.join(map(repr, unknown[:5]))}"
@@ -177,7 +186,7 @@ def _columns_records(kind: str, wire: Any) -> list[Any]:
     values = zip(*columns, *(repeat(value, count) for value in constants.values()), strict=True)
     rows = list(map(dict, map(zip, repeat(names), values))) if names else [{} for _ in range(count)]
     try:
-        return msgspec.convert(rows, list[struct_for(model)])  # type: ignore[misc]
+        return msgspec.convert(rows, _records_type(kind))
     except msgspec.ValidationError as exc:
         raise DecodeError("bad_record", str(exc).replace(_AT, " - at `records")) from None
 

@@ -1,0 +1,141 @@
+"""Wire benchmark: bytes per record and codec throughput of the two record forms, per kind, in the same run.
+
+For each kind, batches as an agent sends them (``--inspector-batch`` raw Inspector records of one node: 8 ranks x 50
+collectives/s flushed every 0.25 s is about 100; one sample of 8 GPUs; 8 ports of NIC counters; one heartbeat) are
+encoded in the map form (every field name in every record; what the previous release sent) and in the compact form
+(a column per field, constants once, defaults left out). Prints bytes per record (whole envelope divided by its
+records), the ratio compact/map, and encode and decode records/s of each form (best of ``--repeats``; encode is
+``encode_event``, decode is ``decode_event`` with every check of the edge). Target: <= 110 bytes per raw Inspector
+record in the compact form.
+
+Records come from the captured fixtures where there is one: Inspector lines from the job simulator (faithful to the
+plugin's v4.0 lines), GPU from ``nvidia-smi -q -x`` of an A100, NIC from ``ethtool -S`` of an ionic port.
+
+    python benchmarks/wire.py [--inspector-batch 100] [--repeats 5] [--seconds 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml  # noqa: E402
+from agent.collectors.inspector.parse import parse_line  # noqa: E402
+from agent.collectors.nic.tools import parse_ethtool_stats  # noqa: E402
+from ranksight.simulate.inspector import JobSpec, simulate  # noqa: E402
+from schemas.codec import decode_event, encode_event  # noqa: E402
+from schemas.envelope import Envelope, WireFormat, event_type  # noqa: E402
+from schemas.records import CollectorHealth, HeartbeatRecord, PublisherStats, Record  # noqa: E402
+
+TARGET_INSPECTOR_BYTES = 110
+FIXTURES = ROOT / "fixtures" / "metrics"
+
+
+def inspector(n: int) -> list[Record]:
+    """``n`` raw records of one node (8 ranks), in dump order."""
+    lines = simulate(JobSpec(nodes=4, gpus_per_node=8, steps=max(20, n // 8)))
+    records = [parse_line(line) for (host, _), proc in lines.items() if host == "node000" for line in proc]
+    records.sort(key=lambda r: r.dump_ts_us)
+    return list(records[:n])
+
+
+def gpu() -> list[Record]:
+    [a100] = parse_nvidia_smi_xml((FIXTURES / "nvidia" / "nvidia-smi-q-x_a100-sxm4_v12.xml").read_bytes())
+    return [a100.model_copy(update={"index": i, "bus_id": f"00000000:{i + 1:02x}:00.0", "power_w": 300.0 + i * 7.25})
+            for i in range(8)]  # fmt: skip
+
+
+def nic() -> list[Record]:
+    port = parse_ethtool_stats(
+        (FIXTURES / "nic" / "ionic" / "dme_ethtool_S_enp132s0.txt").read_bytes(), "enp132s0"
+    )
+    return [port.model_copy(update={"name": f"enp{i}s0", "tx_bps": 1e9 * i, "rx_bps": 2e9 * i, "interval_s": 5.0})
+            for i in range(8)]  # fmt: skip
+
+
+def heartbeat() -> list[Record]:
+    collectors = [CollectorHealth(name=name, state="ok", source="sysfs", last_success_ns=time.time_ns(),
+                                  last_duration_s=0.004, runs=1200, errors=0)
+                  for name in ("heartbeat", "ras", "inspector", "gpu", "nic", "probe", "gpu_probe", "app")]  # fmt: skip
+    return [HeartbeatRecord(hostname="gpu-node-017", version="0.1.0", pid=4242, started_ns=time.time_ns(),
+                            collectors=collectors, publisher=PublisherStats(published=5000, acked=5000))]  # fmt: skip
+
+
+def _envelope(kind: str, records: list[Record]) -> Envelope:
+    return Envelope(type=event_type(kind), cluster="prod-a", node="gpu-node-017", agent="0123456789abcdef",
+                    seq=123456, ts=time.time_ns(), ttl=60.0, records=records)  # fmt: skip
+
+
+def _rate(work: Callable[[], Any], records: int, repeats: int, seconds: float) -> float:
+    """Records/s of ``work`` (one batch per call): the best of ``repeats`` runs of about ``seconds`` each."""
+    calls = 1
+    while True:  # calibrate the calls per run
+        started = time.perf_counter()
+        for _ in range(calls):
+            work()
+        elapsed = time.perf_counter() - started
+        if elapsed >= seconds / 4:
+            break
+        calls *= 2
+    calls = max(1, int(calls * seconds / elapsed))
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(calls):
+            work()
+        best = min(best, time.perf_counter() - started)
+    return records * calls / best
+
+
+def measure(kind: str, records: list[Record], repeats: int, seconds: float) -> dict[str, Any]:
+    env = _envelope(kind, records)
+    n = len(records)
+    row: dict[str, Any] = {"kind": kind, "records": n}
+    payloads: dict[WireFormat, bytes] = {}
+    for form in ("map", "compact"):
+        payload = payloads[form] = encode_event(env, form)
+        row[f"{form}_bytes"] = len(payload) / n
+        row[f"{form}_encode"] = _rate(lambda f=form: encode_event(env, f), n, repeats, seconds)
+        row[f"{form}_decode"] = _rate(lambda p=payload: decode_event(p), n, repeats, seconds)
+    if decode_event(payloads["map"]).records != decode_event(payloads["compact"]).records:
+        raise SystemExit(f"{kind}: the two forms decode to different records")
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--inspector-batch", type=int, default=100, help="raw Inspector records per envelope")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=0.3, help="length of one timed run")
+    args = parser.parse_args()
+    batches = {
+        f"inspector x{args.inspector_batch}": ("inspector", inspector(args.inspector_batch)),
+        "inspector x1000": ("inspector", inspector(1000)),
+        "gpu x8": ("gpu", gpu()),
+        "nic x8": ("nic", nic()),
+        "heartbeat x1": ("heartbeat", heartbeat()),
+    }
+    print(f"{'batch':18s} {'map B/rec':>10s} {'compact B/rec':>14s} {'ratio':>6s}   "
+          f"{'encode map/compact rec/s':>26s}   {'decode map/compact rec/s':>26s}")  # fmt: skip
+    rows = {}
+    for label, (kind, records) in batches.items():
+        row = rows[label] = measure(kind, records, args.repeats, args.seconds)
+        print(f"{label:18s} {row['map_bytes']:10.1f} {row['compact_bytes']:14.1f} "
+              f"{row['compact_bytes'] / row['map_bytes']:6.2f}   "
+              f"{row['map_encode']:12,.0f} / {row['compact_encode']:11,.0f}   "
+              f"{row['map_decode']:12,.0f} / {row['compact_decode']:11,.0f}")  # fmt: skip
+    raw = rows[f"inspector x{args.inspector_batch}"]["compact_bytes"]
+    verdict = "met" if raw <= TARGET_INSPECTOR_BYTES else "NOT met"
+    print(f"raw Inspector record, compact, {args.inspector_batch} per envelope: {raw:.1f} B "
+          f"(target <= {TARGET_INSPECTOR_BYTES} B: {verdict})")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

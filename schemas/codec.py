@@ -103,9 +103,7 @@ def _compact(kind: str, records: Sequence[Any]) -> dict[str, Any]:
         value, default = column[0], defaults.get(name, _NOT_SET)
         if type(value) is not type(default) or value != default:
             constants[name] = value
-    if (
-        count > 1 and not fields
-    ):  # identical records: one column keeps the batch's size proportional to its count
+    if count > 1 and not fields:  # identical records: one column keeps the size proportional to the count
         fields, columns = [names[0]], [all_columns[0]]
         constants.pop(names[0], None)
     if fields:
@@ -159,12 +157,8 @@ def _columns_records(kind: str, wire: Any) -> list[Any]:
             "unsupported_version",
             f"{kind} records of schema version {wire.record_version}; this version reads up to {model.schema_version}",
         )
-    count, fields, columns, constants = (
-        wire.count,
-        wire.fields or [],
-        wire.columns or [],
-        wire.constants or {},
-    )
+    count, constants = wire.count, wire.constants or {}
+    fields, columns = wire.fields or [], wire.columns or []
     if len(columns) != len(fields):
         raise DecodeError("bad_envelope", f"{len(columns)} columns for {len(fields)} fields")
     for name, column in zip(fields, columns, strict=True):

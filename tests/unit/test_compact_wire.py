@@ -79,7 +79,7 @@ def _batches(kind: str) -> st.SearchStrategy[list[Any]]:
 
 
 @pytest.mark.parametrize("kind", sorted(RECORD_MODELS))
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_both_forms_decode_to_the_same_records(kind: str, data: st.DataObject) -> None:
     records = data.draw(_batches(kind))

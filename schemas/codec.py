@@ -24,7 +24,14 @@ import msgpack
 import msgspec
 from pydantic import BaseModel
 
-from schemas.envelope import MAX_RECORDS, TYPE_PREFIX, CompactRecords, Envelope, WireFormat
+from schemas.envelope import (
+    MAX_RECORDS,
+    MIN_COMPACT_RECORD_BYTES,
+    TYPE_PREFIX,
+    CompactRecords,
+    Envelope,
+    WireFormat,
+)
 from schemas.records import RECORD_MODELS
 from schemas.structs import field_type, struct_for
 
@@ -54,10 +61,13 @@ def encode_event(envelope: Envelope, wire: WireFormat = "compact") -> bytes:
         "ts": envelope.ts,
         "ttl": envelope.ttl,
     }
-    if wire == "map":
-        data["records"] = envelope.records
-    else:
-        data.update(_compact(envelope.kind, envelope.records))
+    if wire == "compact":
+        payload = msgpack.packb(
+            data | _compact(envelope.kind, envelope.records), default=_default, use_bin_type=True
+        )
+        if len(payload) >= MIN_COMPACT_RECORD_BYTES * len(envelope.records):
+            return payload  # else: records so alike that the decoder would refuse the batch as an expansion
+    data["records"] = envelope.records
     return msgpack.packb(data, default=_default, use_bin_type=True)
 
 
@@ -103,9 +113,6 @@ def _compact(kind: str, records: Sequence[Any]) -> dict[str, Any]:
         value, default = column[0], defaults.get(name, _NOT_SET)
         if type(value) is not type(default) or value != default:
             constants[name] = value
-    if count > 1 and not fields:  # identical records: one column keeps the size proportional to the count
-        fields, columns = [names[0]], [all_columns[0]]
-        constants.pop(names[0], None)
     if fields:
         batch.update(fields=fields, columns=columns)
     if constants:
@@ -146,7 +153,7 @@ def _records_type(kind: str) -> Any:
     return list[struct_for(RECORD_MODELS[kind])]  # type: ignore[misc]
 
 
-def _columns_records(kind: str, wire: Any) -> list[Any]:
+def _columns_records(kind: str, wire: Any, size: int) -> list[Any]:
     """The twins of a compact batch (:class:`~schemas.envelope.CompactRecords`), validated like map-form records."""
     model = RECORD_MODELS[kind]
     for key in ("record_version", "count"):
@@ -173,8 +180,10 @@ def _columns_records(kind: str, wire: Any) -> list[Any]:
         raise DecodeError(
             "bad_envelope", f"fields unknown to {kind} records: {', '.join(map(repr, unknown[:5]))}"
         )
-    if count > 1 and not fields:
-        raise DecodeError("bad_envelope", f"{count} records without a column")
+    if count * MIN_COMPACT_RECORD_BYTES > size:
+        raise DecodeError(
+            "bad_envelope", f"{count} records in {size} bytes (at least {MIN_COMPACT_RECORD_BYTES} a record)"
+        )
     if count < model.min_records:
         raise DecodeError("bad_envelope", f"records: {kind} needs at least {model.min_records} record")
     values = zip(*columns, *(repeat(value, count) for value in constants.values()), strict=True)
@@ -201,7 +210,7 @@ def decode_event(data: bytes) -> Envelope:
     if any(getattr(wire, key) is not msgspec.UNSET for key in _COMPACT_KEYS):
         if wire.records:
             raise DecodeError("bad_envelope", "both records and compact records")
-        records = _columns_records(kind, wire)
+        records = _columns_records(kind, wire, len(data))
     elif not wire.records:
         raise DecodeError("bad_envelope", "Object missing required field `records`")
     else:

@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field
 TYPE_PREFIX = "ranksight.ev.v1."
 MAX_RECORDS = 100_000
 MAX_FIELDS = 1024  # names in a compact batch: far above any record model's field count
+# A compact batch takes at least this many bytes per record, about the smallest map-form record: decoded records cost
+# memory per record whatever their bytes, so a few bytes must not become many records.
+MIN_COMPACT_RECORD_BYTES = 8
 
 WireFormat = Literal["compact", "map"]
 
@@ -54,7 +57,8 @@ class CompactRecords(BaseModel):
     Record ``i`` has, for each name of ``fields``, the ``i``-th value of the column of the same position, plus every
     ``constants`` entry; a field in neither takes its model default. The decoder validates the records exactly like
     map-form ones and refuses a batch whose columns do not line up, that names a field twice or one its model lacks, or
-    that holds more than one record without a column (a few bytes must not turn into many rows).
+    whose envelope takes fewer than :data:`MIN_COMPACT_RECORD_BYTES` per record (the encoder sends such a batch, of
+    identical records, in the map form).
     """
 
     model_config = ConfigDict(extra="ignore")

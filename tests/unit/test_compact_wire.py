@@ -159,7 +159,7 @@ _DROP = object()
         (
             _compact(fields=[], columns=[], constants={"index": 1}, count=100_000),
             "bad_envelope",
-            "100000 records without a column",
+            "100000 records in",
         ),  # a few bytes must not become many rows
         (_compact(count=MAX_RECORDS + 1), "bad_envelope", "count"),
         (_compact(count=-1), "bad_envelope", "count"),
@@ -183,6 +183,17 @@ def test_hostile_compact_batches_get_one_clear_reason(payload: bytes, reason: st
         decode_event(payload)
     assert info.value.reason == reason
     assert detail in str(info.value)
+
+
+def test_records_too_alike_for_the_compact_form_go_as_maps() -> None:
+    """Identical records fold into constants; below 8 bytes a record the decoder would refuse the batch (a flood of
+    records from a few bytes), so the encoder sends such a batch in the map form, which every version reads."""
+    few, many = _env("gpu", [GpuRecord(index=0)] * 3), _env("gpu", [GpuRecord(index=0)] * 200)
+    assert "count" in msgpack.unpackb(encode_event(few)) and "records" in msgpack.unpackb(encode_event(many))
+    assert [r.index for r in decode_event(encode_event(many)).records] == [0] * 200
+    expansion = _compact(fields=[], columns=[], constants={"index": 0}, count=200)
+    with pytest.raises(DecodeError, match=r"200 records in \d+ bytes \(at least 8 a record\)"):
+        decode_event(expansion)
 
 
 def test_columns_fill_defaults_and_constants() -> None:

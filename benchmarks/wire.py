@@ -28,13 +28,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml  # noqa: E402
-from agent.collectors.inspector.parse import parse_line  # noqa: E402
-from agent.collectors.nic.tools import parse_ethtool_stats  # noqa: E402
+from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml  # noqa: E402
+from ranksight.agent.collectors.inspector.parse import parse_line  # noqa: E402
+from ranksight.agent.collectors.nic.tools import parse_ethtool_stats  # noqa: E402
+from ranksight.schemas.codec import decode_event, encode_event  # noqa: E402
+from ranksight.schemas.envelope import Envelope, WireFormat, event_type  # noqa: E402
+from ranksight.schemas.records import CollectorHealth, HeartbeatRecord, PublisherStats, Record  # noqa: E402
+
 from ranksight.simulate.inspector import JobSpec, simulate  # noqa: E402
-from schemas.codec import decode_event, encode_event  # noqa: E402
-from schemas.envelope import Envelope, WireFormat, event_type  # noqa: E402
-from schemas.records import CollectorHealth, HeartbeatRecord, PublisherStats, Record  # noqa: E402
 
 TARGET_INSPECTOR_BYTES = 110
 FIXTURES = ROOT / "fixtures" / "metrics"

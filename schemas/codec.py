@@ -23,8 +23,7 @@ from typing import Annotated, Any
 import msgpack
 import msgspec
 from pydantic import BaseModel
-
-from schemas.envelope import (
+from ranksight.schemas.envelope import (
     MAX_RECORDS,
     MIN_COMPACT_RECORD_BYTES,
     TYPE_PREFIX,
@@ -32,8 +31,8 @@ from schemas.envelope import (
     Envelope,
     WireFormat,
 )
-from schemas.records import RECORD_MODELS
-from schemas.structs import field_type, struct_for
+from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.structs import field_type, struct_for
 
 
 class DecodeError(ValueError):

@@ -12,11 +12,10 @@ from functools import cache
 from typing import Annotated, Any
 
 import msgspec
-
-from schemas.codec import DecodeError
-from schemas.envelope import MAX_RECORDS, TYPE_PREFIX, Envelope
-from schemas.records import RECORD_MODELS
-from schemas.structs import STORED_BOUNDS, struct_for
+from ranksight.schemas.codec import DecodeError
+from ranksight.schemas.envelope import MAX_RECORDS, TYPE_PREFIX, Envelope
+from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.structs import STORED_BOUNDS, struct_for
 
 _SEQ = Annotated[int, msgspec.Meta(ge=1, le=STORED_BOUNDS[int]["le"])]
 _TS = Annotated[int, msgspec.Meta(ge=0, le=STORED_BOUNDS[int]["le"])]

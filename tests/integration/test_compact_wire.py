@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from ranksight.agent.loadgen import SyntheticAgent
+from ranksight.aggregator.columns import kind_columns
+from ranksight.aggregator.runtime import Aggregator
+from ranksight.schemas.codec import unpack
+from ranksight.schemas.subjects import Subjects
 
-from agent.loadgen import SyntheticAgent
-from aggregator.columns import kind_columns
-from aggregator.runtime import Aggregator
 from ranksight.config import Settings
 from ranksight.simulate.inspector import JobSpec, simulate
-from schemas.codec import unpack
-from schemas.subjects import Subjects
 from tests.support import agent, aggregator, wait_for
 
 NODES = {"node-a": "compact", "node-b": "map"}

@@ -34,13 +34,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ranksight.agent.publisher import Outgoing, Publisher
 from ranksight.aggregator.runtime import Aggregator, ensure_stream
+from ranksight.config import Settings, load_settings
+from ranksight.natsserver import NatsServer
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
-
-from ranksight.config import Settings, load_settings
-from ranksight.natsserver import NatsServer
 
 
 def _payloads(cluster: str, agents: int, batches: int, records: int) -> list[tuple[str, str, bytes]]:
@@ -54,9 +53,8 @@ def _payloads(cluster: str, agents: int, batches: int, records: int) -> list[tup
                     for i in range(records)]  # fmt: skip
             env = Envelope.model_construct(type=event_type("gpu"), cluster=cluster, node=node, agent=incarnation,
                                            seq=b + 1, ts=time.time_ns(), ttl=15.0, records=recs)  # fmt: skip
-            out.append(
-                (subjects.event(cluster, node, "gpu"), f"{incarnation}:{b + 1}", encode_event(env, "map"))
-            )  # the bare baseline reads maps
+            payload = encode_event(env, "map")  # the bare baseline reads maps
+            out.append((subjects.event(cluster, node, "gpu"), f"{incarnation}:{b + 1}", payload))
     return out
 
 

@@ -21,6 +21,7 @@ import asyncssh
 from ranksight.deploy.hosts import Host
 
 from ranksight.config import DeploySettings
+from ranksight.deploy.hosts import Host
 
 
 class HostFailed(Exception):

@@ -23,6 +23,7 @@ from typing import Annotated, Any
 import msgpack
 import msgspec
 from pydantic import BaseModel
+
 from ranksight.schemas.envelope import (
     MAX_RECORDS,
     MIN_COMPACT_RECORD_BYTES,

@@ -34,7 +34,6 @@ from ranksight.agent.collectors.nic.tools import parse_ethtool_stats  # noqa: E4
 from ranksight.schemas.codec import decode_event, encode_event  # noqa: E402
 from ranksight.schemas.envelope import Envelope, WireFormat, event_type  # noqa: E402
 from ranksight.schemas.records import CollectorHealth, HeartbeatRecord, PublisherStats, Record  # noqa: E402
-
 from ranksight.simulate.inspector import JobSpec, simulate  # noqa: E402
 
 TARGET_INSPECTOR_BYTES = 110

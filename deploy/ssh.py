@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
-from ranksight.deploy.hosts import Host
 
 from ranksight.config import DeploySettings
 from ranksight.deploy.hosts import Host

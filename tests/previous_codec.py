@@ -12,6 +12,7 @@ from functools import cache
 from typing import Annotated, Any
 
 import msgspec
+
 from ranksight.schemas.codec import DecodeError
 from ranksight.schemas.envelope import MAX_RECORDS, TYPE_PREFIX, Envelope
 from ranksight.schemas.records import RECORD_MODELS

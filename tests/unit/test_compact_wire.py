@@ -12,13 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
+
 from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.config import load_settings
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
 from ranksight.schemas.envelope import MAX_RECORDS, Envelope, event_type
 from ranksight.schemas.records import RECORD_MODELS, GpuRecord, HeartbeatRecord, InspectorRecord
 from ranksight.schemas.structs import to_builtins
-
-from ranksight.config import load_settings
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests import previous_codec
 

@@ -12,12 +12,12 @@ cluster replays the faulted block, every other block the healthy one under its o
 with dump times shifted to the wall clock (windows stay aligned to wall-clock boundaries, as on real nodes).
 
 Per N it prints: the aggregator's CPU share and peak RSS over the window, consumer lag (p50 and max of the seconds the
-oldest unacknowledged message has waited, sampled every second), bytes/s and messages/s on the wire, and the time from
+oldest message not yet delivered to the aggregator has waited, sampled every second), bytes/s and messages/s on the wire, and the time from
 the straggler's onset to the ``straggler`` alert on the alert subject; against the targets (N = 1024: lag <= 5 s,
 aggregator <= 1 core and <= 1 GiB, alert <= 15 s). It also prints the agent-side summarizer's throughput (records/s per
 core), measured in the same run, as a baseline of what a node pays to summarize its own records.
 
-    python benchmarks/scale.py [--nodes 64,256,1024] [--seconds 40] [--onset 15] [--procs 2]
+    python benchmarks/scale.py [--nodes 64,256,1024] [--seconds 40] [--onset 15] [--procs 2] [--env RANKSIGHT_X=V]
 """
 
 from __future__ import annotations
@@ -257,11 +257,11 @@ class SizeResult:
 
 
 async def _lag_s(js: Any, stream: str, durable: str) -> float:
-    """Seconds the oldest message the aggregator has not acknowledged has waited (0 when it is caught up)."""
+    """Seconds the oldest message not yet delivered to the aggregator has waited in the stream (0 when none waits)."""
     info = await js.consumer_info(stream, durable)
-    if not info.num_pending and not info.num_ack_pending:
+    if not info.num_pending:
         return 0.0
-    msg = await js.get_msg(stream, seq=info.ack_floor.stream_seq + 1, next=True)
+    msg = await js.get_msg(stream, seq=info.delivered.stream_seq + 1)
     if msg.time is None:
         return 0.0
     return max(0.0, (datetime.datetime.now(datetime.UTC) - msg.time).total_seconds())
@@ -286,8 +286,11 @@ async def run_size(n: int, template_file: Path, args: argparse.Namespace) -> Siz
             env = {k: v for k, v in os.environ.items() if not k.startswith("RANKSIGHT_")}
             env.update(RANKSIGHT_NATS__URL=server.url, RANKSIGHT_STATE_DIR=str(settings.state_dir),
                        RANKSIGHT_CLUSTER=CLUSTER, RANKSIGHT_AGGREGATOR__HTTP__PORT="0")  # fmt: skip
+            aggregator_env = dict(item.split("=", 1) for item in args.env)
             aggregator = _spawn(
-                [sys.executable, "-m", "ranksight.cli", "aggregator"], env, root / "aggregator.log"
+                [sys.executable, "-m", "ranksight.cli", "aggregator"],
+                env | aggregator_env,
+                root / "aggregator.log",
             )
             children.append(aggregator)
             nc = await nats.connect(server.url)
@@ -404,6 +407,8 @@ if __name__ == "__main__":
     parser.add_argument("--warmup", type=float, default=5.0, help="seconds of publishing before the window")
     parser.add_argument("--onset", type=float, default=15.0, help="straggler onset, seconds after the start")
     parser.add_argument("--procs", type=int, default=2, help="publisher processes")
+    parser.add_argument("--env", action="append", default=[], metavar="RANKSIGHT_X=V",
+                        help="a setting for the aggregator (repeatable), e.g. RANKSIGHT_AGGREGATOR__FETCH_BATCH=5000")  # fmt: skip
     parser.add_argument("--publisher", nargs=6, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.publisher:

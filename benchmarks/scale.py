@@ -64,9 +64,10 @@ class NodeTemplate:
 def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, list[NodeTemplate]], float]:
     """The healthy and the faulted block, each node through the agent's summarizer and raw sampler; their start time
     (µs, a window boundary) and the simulated collectives/s per rank."""
-    from agent.collectors.inspector.parse import parse_line
-    from agent.collectors.inspector.sampler import RawSampler
-    from agent.collectors.inspector.summary import Summarizer
+    from ranksight.agent.collectors.inspector.parse import parse_line
+    from ranksight.agent.collectors.inspector.sampler import RawSampler
+    from ranksight.agent.collectors.inspector.summary import Summarizer
+
     from ranksight.config import InspectorSettings
     from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
 
@@ -111,9 +112,10 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
 
 def summarizer_throughput() -> float:
     """Records/s per core of the agent's summarizer and raw sampler, on one node's parsed lines (``summarizer.py``)."""
-    from agent.collectors.inspector.parse import parse_line
-    from agent.collectors.inspector.sampler import RawSampler
-    from agent.collectors.inspector.summary import Summarizer
+    from ranksight.agent.collectors.inspector.parse import parse_line
+    from ranksight.agent.collectors.inspector.sampler import RawSampler
+    from ranksight.agent.collectors.inspector.summary import Summarizer
+
     from benchmarks.summarizer import node_lines
 
     records = [parse_line(line) for line in node_lines(GPUS, 100.0, 20.0)]
@@ -141,8 +143,8 @@ class SimulatedNode:
         self.seq = 0
 
     def envelope(self, kind: str, records: list[Any], ttl: float) -> bytes:
-        from schemas.codec import encode_event
-        from schemas.envelope import Envelope, event_type
+        from ranksight.schemas.codec import encode_event
+        from ranksight.schemas.envelope import Envelope, event_type
 
         self.seq += 1
         return encode_event(Envelope.model_construct(type=event_type(kind), cluster=CLUSTER, node=self.name,
@@ -171,9 +173,8 @@ async def publisher(
 ) -> None:
     """Play blocks ``[first_block, last_block)`` in real time from ``t0_us`` until terminated."""
     import nats
-
-    from schemas.records import GpuRecord, HeartbeatRecord, NicRecord
-    from schemas.subjects import Subjects
+    from ranksight.schemas.records import GpuRecord, HeartbeatRecord, NicRecord
+    from ranksight.schemas.subjects import Subjects
 
     base_us, templates, _ = played
     shift = t0_us - base_us
@@ -269,10 +270,10 @@ async def _lag_s(js: Any, stream: str, durable: str) -> float:
 
 async def run_size(n: int, template_file: Path, args: argparse.Namespace) -> SizeResult:
     import nats
+    from ranksight.schemas.subjects import Subjects
 
     from ranksight.config import load_settings
     from ranksight.natsserver import NatsServer
-    from schemas.subjects import Subjects
 
     blocks = max(1, n // BLOCK)
     with tempfile.TemporaryDirectory(prefix="ranksight-scale-") as tmp:

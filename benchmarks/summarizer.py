@@ -13,9 +13,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from agent.collectors.inspector.parse import parse_line
-from agent.collectors.inspector.sampler import RawSampler
-from agent.collectors.inspector.summary import Summarizer
+from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.sampler import RawSampler
+from ranksight.agent.collectors.inspector.summary import Summarizer
+
 from ranksight.config import InspectorSettings
 from ranksight.simulate.inspector import JobSpec, format_line
 from ranksight.simulate.inspector import comms as job_comms

@@ -10,7 +10,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from agent.runtime import agent_version
+from ranksight.agent.runtime import agent_version
 from ranksight.cliutil import EXIT_FAILED, EXIT_INTERRUPTED
 from ranksight.natsconn import NatsUnreachable
 
@@ -20,28 +20,28 @@ from ranksight.natsconn import NatsUnreachable
 COMMANDS: dict[str, str] = {
     "up": "ranksight.up",
     "demo": "ranksight.demo",
-    "agent": "agent.cli",
-    "aggregator": "aggregator.cli",
-    "status": "aggregator.cli",
-    "nodes": "aggregator.api.cli",
-    "alerts": "aggregator.api.cli",
-    "sql": "aggregator.api.cli",
-    "export": "aggregator.api.cli",
+    "agent": "ranksight.agent.cli",
+    "aggregator": "ranksight.aggregator.cli",
+    "status": "ranksight.aggregator.cli",
+    "nodes": "ranksight.aggregator.api.cli",
+    "alerts": "ranksight.aggregator.api.cli",
+    "sql": "ranksight.aggregator.api.cli",
+    "export": "ranksight.aggregator.api.cli",
     "parse": "ranksight.parse",
-    "ras": "agent.collectors.ras.cli",
-    "jobs": "agent.collectors.ras.cli",
-    "comms": "agent.collectors.ras.cli",
+    "ras": "ranksight.agent.collectors.ras.cli",
+    "jobs": "ranksight.agent.collectors.ras.cli",
+    "comms": "ranksight.agent.collectors.ras.cli",
     "probe": "ranksight.probe",
-    "links": "aggregator.links_cli",
-    "gpus": "aggregator.hardware_cli",
-    "nics": "aggregator.hardware_cli",
-    "markers": "aggregator.markers_cli",
-    "deploy": "deploy.cli",
-    "analyze": "aggregator.stragglers_cli",
-    "stragglers": "aggregator.stragglers_cli",
-    "node": "aggregator.alerting_cli",
-    "silence": "aggregator.alerting_cli",
-    "incidents": "aggregator.alerting_cli",
+    "links": "ranksight.aggregator.links_cli",
+    "gpus": "ranksight.aggregator.hardware_cli",
+    "nics": "ranksight.aggregator.hardware_cli",
+    "markers": "ranksight.aggregator.markers_cli",
+    "deploy": "ranksight.deploy.cli",
+    "analyze": "ranksight.aggregator.stragglers_cli",
+    "stragglers": "ranksight.aggregator.stragglers_cli",
+    "node": "ranksight.aggregator.alerting_cli",
+    "silence": "ranksight.aggregator.alerting_cli",
+    "incidents": "ranksight.aggregator.alerting_cli",
 }
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 Proc = tuple[str, int]  # (hostname, pid)
 

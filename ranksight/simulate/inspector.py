@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from agent.collectors.inspector.parse import bandwidths_gbs
-from agent.collectors.inspector.summary import Summarizer
-from schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+from ranksight.agent.collectors.inspector.summary import Summarizer
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 FaultKind = Literal["gpu", "node", "nic", "hang"]
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Literal
 
-from schemas.records.base import Record
-from schemas.records.inspector import CaptureModel
+from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.inspector import CaptureModel
 
 
 def size_bucket(msg_size_bytes: int) -> int:

@@ -12,18 +12,18 @@ from pathlib import Path
 
 import nats
 import tomli_w
+from ranksight.agent.collectors.ras.fake_server import PROFILES, FakeRasServer
+from ranksight.schemas.subjects import Subjects
 
-from agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from ranksight.natsserver import NatsServer
 from ranksight.simulate.cluster import NodeSysfs
 from ranksight.simulate.inspector import JobSpec, write_job
-from schemas.subjects import Subjects
 from tests.conftest import FIXTURES
 from tests.support import wait_for
 
 # What only the aggregator, the query commands or deploy use: heavy, and never the agent's business.
 NOT_FOR_THE_AGENT = ("duckdb", "pyarrow", "aiohttp", "multidict", "yarl", "aggregator", "deploy", "asyncssh",
-                     "prometheus_client", "schemas.alerts", "schemas.api")  # fmt: skip
+                     "prometheus_client", "ranksight.schemas.alerts", "ranksight.schemas.api")  # fmt: skip
 
 # Runs the console script's function; at exit (after the SIGTERM stop) writes the process's modules to argv[1].
 CHILD = """
@@ -95,6 +95,8 @@ async def test_agent_process_loads_no_aggregator_storage_or_http_server(
         await ras.stop()
     assert proc.returncode == 0, stderr
     modules = set(modules_file.read_text().split())
-    assert "agent.collectors.inspector.collector" in modules  # the running agent's modules, not an empty list
+    assert (
+        "ranksight.agent.collectors.inspector.collector" in modules
+    )  # the running agent's modules, not an empty list
     loaded = sorted(m for m in modules if m.split(".")[0] in NOT_FOR_THE_AGENT or m in NOT_FOR_THE_AGENT)
     assert loaded == []

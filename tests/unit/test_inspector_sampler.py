@@ -7,9 +7,9 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from agent.collectors.inspector.parse import parse_line
-from agent.collectors.inspector.sampler import RawSampler
-from schemas.records import InspectorRecord
+from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.sampler import RawSampler
+from ranksight.schemas.records import InspectorRecord
 
 FIXTURE = (
     Path(__file__).parents[2]

@@ -16,14 +16,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.collectors.base import Emit, StreamingCollector
-from agent.collectors.inspector.sampler import RawSampler
-from agent.collectors.inspector.summary import Summarizer
-from agent.collectors.inspector.tailer import Chunk, Tailer
-from schemas.records import InspectorSummaryRecord
+from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.inspector.sampler import RawSampler
+from ranksight.agent.collectors.inspector.summary import Summarizer
+from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
+from ranksight.schemas.records import InspectorSummaryRecord
 
 if TYPE_CHECKING:
-    from agent.runtime import AgentContext
+    from ranksight.agent.runtime import AgentContext
+
     from ranksight.config import InspectorSettings
 
 log = logging.getLogger(__name__)

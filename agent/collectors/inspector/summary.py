@@ -13,9 +13,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from agent.collectors.inspector.parse import bandwidths_gbs
-from schemas.records import InspectorRecord, InspectorSummaryRecord
-from schemas.records.inspector_summary import size_bucket
+from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records.inspector_summary import size_bucket
 
 # (comm_id, op_kind, op, size bucket, rank, hostname, pid)
 SummaryKey = tuple[str, str, str, int, int, str, int]

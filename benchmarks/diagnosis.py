@@ -39,9 +39,8 @@ from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.straggler_live import params_of
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
-
 from ranksight.config import InspectorSettings, StragglerSettings
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import JobSpec, run_job, summarize
 from ranksight.simulate.scenarios import CLASSES, Capture, Truth, truth
 

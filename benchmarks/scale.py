@@ -67,7 +67,6 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
     from ranksight.agent.collectors.inspector.parse import parse_line
     from ranksight.agent.collectors.inspector.sampler import RawSampler
     from ranksight.agent.collectors.inspector.summary import Summarizer
-
     from ranksight.config import InspectorSettings
     from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
 
@@ -112,11 +111,10 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
 
 def summarizer_throughput() -> float:
     """Records/s per core of the agent's summarizer and raw sampler, on one node's parsed lines (``summarizer.py``)."""
+    from benchmarks.summarizer import node_lines
     from ranksight.agent.collectors.inspector.parse import parse_line
     from ranksight.agent.collectors.inspector.sampler import RawSampler
     from ranksight.agent.collectors.inspector.summary import Summarizer
-
-    from benchmarks.summarizer import node_lines
 
     records = [parse_line(line) for line in node_lines(GPUS, 100.0, 20.0)]
     summarizer, sampler = Summarizer(), RawSampler(10.0)
@@ -173,6 +171,7 @@ async def publisher(
 ) -> None:
     """Play blocks ``[first_block, last_block)`` in real time from ``t0_us`` until terminated."""
     import nats
+
     from ranksight.schemas.records import GpuRecord, HeartbeatRecord, NicRecord
     from ranksight.schemas.subjects import Subjects
 
@@ -270,10 +269,10 @@ async def _lag_s(js: Any, stream: str, durable: str) -> float:
 
 async def run_size(n: int, template_file: Path, args: argparse.Namespace) -> SizeResult:
     import nats
-    from ranksight.schemas.subjects import Subjects
 
     from ranksight.config import load_settings
     from ranksight.natsserver import NatsServer
+    from ranksight.schemas.subjects import Subjects
 
     blocks = max(1, n // BLOCK)
     with tempfile.TemporaryDirectory(prefix="ranksight-scale-") as tmp:

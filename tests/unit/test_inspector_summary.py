@@ -8,13 +8,13 @@ import json
 from pathlib import Path
 
 import pytest
+
 from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.stragglers import StragglerEngine
 from ranksight.schemas.codec import decode_event, encode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
-
 from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "inspector"

@@ -24,7 +24,6 @@ from ranksight.schemas.records import InspectorSummaryRecord
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-
     from ranksight.config import InspectorSettings
 
 log = logging.getLogger(__name__)

@@ -97,7 +97,7 @@ class AgentRuntime:
         subjects = Subjects(self.settings.subject_prefix)
         batcher = Batcher(
             publisher, subjects, self.settings.cluster, cfg.node, self.incarnation,
-            cfg.batch_max_records, cfg.batch_max_bytes, cfg.batch_max_delay_s,
+            cfg.batch_max_records, cfg.batch_max_bytes, cfg.batch_max_delay_s, cfg.wire_format,
         )  # fmt: skip
         ctx = self.ctx = AgentContext(self.settings, nc, publisher, batcher, self.incarnation)
         ctx.add_command("status", self._status)

@@ -29,6 +29,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
+from ranksight.schemas.envelope import WireFormat
 from ranksight.schemas.subjects import sanitize_token
 
 CONFIG_ENV = "RANKSIGHT_CONFIG"
@@ -335,6 +336,11 @@ class AgentSettings(Section):
     batch_max_records: int = Field(2000, ge=1)
     batch_max_bytes: int = Field(512 * 1024, ge=1024, description="keep below the server's max_payload")
     batch_max_delay_s: float = Field(0.25, gt=0)
+    wire_format: WireFormat = Field(
+        "compact",
+        description="record batches as columns (compact), or one map per record (map), which aggregators older than "
+        "the compact wire read",
+    )
     queue_max_messages: int = Field(10_000, ge=1, description="publisher queue bound; gauges drop beyond it")
     max_inflight: int = Field(512, ge=1, description="unacknowledged JetStream publishes at once")
     publish_timeout_s: float = Field(5.0, gt=0)

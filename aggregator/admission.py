@@ -13,12 +13,11 @@ undecodable message:
 
 from __future__ import annotations
 
+from aggregator.timefmt import NS
 from ranksight.config import IngestSettings
 from schemas.codec import DecodeError
 from schemas.envelope import Envelope
 from schemas.subjects import SubjectError, Subjects
-
-NS = 1_000_000_000
 
 
 def check_times(env: Envelope, recv_ns: int, limits: IngestSettings) -> None:

@@ -26,7 +26,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 from agent.runtime import agent_version
 from aggregator.alertmanager import AlertmanagerPush
 from aggregator.alerts import AlertEngine, Rule
-from aggregator.analysis import default_rules
+from aggregator.analysis.rules import default_rules
 from aggregator.api.service import start_service
 from aggregator.api.sql import SqlSandbox
 from aggregator.history import retention_loop
@@ -101,7 +101,9 @@ class Aggregator:
         self.version = agent_version()
         self.store = Store(settings.db_path(), self.subjects, settings.aggregator.ingest)
         self.state = LiveState(
-            settings.aggregator.node_gone_after_s, settings.aggregator.ingest.node_forget_after_s
+            settings.aggregator.node_gone_after_s,
+            settings.aggregator.ingest.node_forget_after_s,
+            settings.aggregator.hardware,
         )
         self.state.stragglers.configure(settings.aggregator.stragglers, background=True)
         self.rules = rules if rules is not None else default_rules(settings)

@@ -23,8 +23,8 @@ from collections.abc import Iterator
 
 from aggregator.alerts import Condition, Rule
 from aggregator.analysis.hangs import lagging_evidence
-from aggregator.jobs import JobState, process_key
 from aggregator.state import NS, LiveState
+from aggregator.state.jobs import JobState, process_key
 from aggregator.timefmt import iso
 from ranksight.config import RasAlertSettings
 from schemas.records.ras import RasProcess

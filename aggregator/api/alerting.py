@@ -15,14 +15,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from aggregator.api.queries import ENDPOINTS, Params, RequestError, history_rows, parse_params, utc
-from aggregator.timefmt import iso, ns_of
+from aggregator.timefmt import NS, iso, ns_of
 from schemas.alerts import Matcher, Silence
 from schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from aggregator.runtime import Aggregator
-
-NS = 1_000_000_000
 
 
 class DrainParams(Params):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aggregator.jobs import JobState
+from aggregator.state.jobs import JobState
 from aggregator.timefmt import iso
 from schemas.api import ApiResponse
 from schemas.structs import to_builtins

@@ -114,7 +114,7 @@ def test_offline_analysis_and_online_alerts_agree_on_the_same_records(tmp_path: 
     through the live tracker and the ``straggler`` rule name the same culprits: a compute straggler and a NIC."""
     from agent.collectors.inspector.parse import parse_line
     from aggregator.alerts import AlertEngine
-    from aggregator.analysis import default_rules
+    from aggregator.analysis.rules import default_rules
     from aggregator.state import LiveState
     from ranksight.config import StragglerSettings
     from ranksight.simulate.inspector import simulate_timed

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import pytest
 
 from aggregator.alerts import INHIBITIONS, AlertEngine, Condition
-from aggregator.analysis import default_rules
-from aggregator.analysis.hardware import NicErrorsRisingRule, hardware
+from aggregator.analysis.hardware import NicErrorsRisingRule
 from aggregator.analysis.links import LinkDegradedRule
 from aggregator.analysis.nodes import NodeSilentRule
+from aggregator.analysis.rules import default_rules
 from aggregator.state import NS, LiveState
 from aggregator.timefmt import iso
 from ranksight.config import RULE_TIMINGS, AlertSettings, ConfigError, load_settings
@@ -139,7 +139,7 @@ class _LastSample:
     name = "nic_errors_rising"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for dev in hardware(state).nics.devices.values():
+        for dev in state.nics.devices.values():
             if (dev.record.errors_per_s or 0) >= 1.0:
                 yield Condition(self.name, "warning", dev.cluster, "x", node=dev.node, key=dev.key)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from aggregator.alerts import AlertEngine
-from aggregator.analysis import default_rules
+from aggregator.analysis.rules import default_rules
 from aggregator.state import NS, LiveState
 from schemas.envelope import Envelope, event_type
 from schemas.records import AppRecord

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from agent.collectors.inspector.parse import parse_line
 from aggregator.alerts import AlertEngine
-from aggregator.analysis import default_rules
 from aggregator.analysis.hangs import HangFinder
-from aggregator.jobs import CommState, JobState
+from aggregator.analysis.rules import default_rules
 from aggregator.state import NS, LiveState
+from aggregator.state.jobs import CommState, JobState
 from ranksight.config import StragglerSettings
 from ranksight.simulate.inspector import Fault, JobSpec, simulate_timed
 from ranksight.simulate.scenarios import hang, healthy, truth

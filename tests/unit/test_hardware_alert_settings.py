@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from aggregator.alerts import AlertEngine
-from aggregator.analysis import default_rules
+from aggregator.analysis.rules import default_rules
 from aggregator.state import LiveState
 from ranksight.config import Settings
 from schemas.envelope import Envelope, event_type

@@ -7,7 +7,7 @@ from pathlib import Path
 from agent.collectors.ras.jobid import derived_job_id, listener_pid, scheduler_job_id
 from agent.collectors.ras.parse_json import parse_status_json
 from aggregator.alerts import AlertEngine
-from aggregator.analysis import default_rules
+from aggregator.analysis.rules import default_rules
 from aggregator.state import LiveState
 from schemas.records.ras import RasEventRecord, RasRecord, RasStatus
 from tests.conftest import FIXTURES

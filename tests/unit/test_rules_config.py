@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from aggregator.analysis import default_rules
 from aggregator.analysis.links import LinkDegradedRule
+from aggregator.analysis.rules import default_rules
 from ranksight.config import load_settings
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from agent.collectors.inspector.parse import parse_line
 from aggregator.alerts import AlertEngine
-from aggregator.analysis import default_rules
+from aggregator.analysis.rules import default_rules
 from aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
 from ranksight.simulate.inspector import Fault, JobSpec, simulate

@@ -17,10 +17,11 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from aggregator.forgetting import NodeKey
+from aggregator.timefmt import NS
 from schemas.envelope import Envelope
 from schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
 
-NS = 1_000_000_000
+JOB_KINDS = frozenset({"ras", "inspector"})  # kinds whose fresh facts mean a job runs on the node
 JobStateName = Literal["running", "stale", "ended"]
 ENDPOINT_CLOSED = "ENDPOINT_CLOSED"
 PEER_DEAD = "PEER_DEAD"

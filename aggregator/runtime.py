@@ -307,7 +307,7 @@ class Aggregator:
         if findings:
             try:
                 await self.store.call(self.store.append_rows, "straggler_finding_history", findings)
-            except duckdb.Error:  # a finding field without its column (a forgotten migration) must not stop ticks
+            except duckdb.Error:  # a field without its column (a forgotten migration) must not stop ticks
                 log.exception("%d straggler findings not stored", len(findings))
         if transitions:
             await self.store.call(self.store.write_alerts, transitions)

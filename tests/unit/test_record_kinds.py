@@ -54,8 +54,8 @@ def test_each_kind_names_a_collector_a_tracker_and_a_parser_that_exist(kind: str
         assert callable(importlib.import_module(declared.parse).register_parse)
 
 
-def test_every_kind_a_collector_publishes_is_registered() -> None:
-    assert {c.kind for c in COLLECTORS.values()} <= set(RECORD_KINDS)
+def test_every_collector_publishes_a_kind_that_names_it() -> None:
+    assert {name: RECORD_KINDS[c.kind].collector for name, c in COLLECTORS.items()} == {n: n for n in COLLECTORS}
 
 
 @pytest.mark.parametrize("kind", sorted(RECORD_KINDS))

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 from agent.collectors.inspector.parse import parse_line
 from aggregator.analysis.hangs import HangFinder
-from aggregator.analysis.straggler_live import params_of
+from aggregator.state.stragglers import params_of
 from aggregator.analysis.stragglers import Finding, StragglerEngine
 from ranksight.config import StragglerSettings
 from ranksight.simulate.inspector import run_job

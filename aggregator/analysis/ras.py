@@ -1,4 +1,4 @@
-"""RAS rules over :class:`aggregator.jobs.JobTracker`: missing and dead processes, communicator errors, persistent
+"""RAS rules over :class:`aggregator.state.jobs.JobTracker`: missing and dead processes, communicator errors, persistent
 mismatches, hangs, and the job lifecycle (started / ended). Jobs that have not ended are judged on their last facts,
 also while stale (a late poll under load is not news, and resolving then re-firing would flap); a hang needs fresh
 polls. A normal end resolves every failure alert of the job and raises none.

@@ -13,24 +13,18 @@ from agent.collectors.registry import COLLECTORS
 from aggregator.columns import table_columns
 from aggregator.state import LiveState
 from aggregator.store import Incoming, Store
-from ranksight.config import CollectorsSettings
+from ranksight.config import CollectorsSettings, IngestSettings
 from ranksight.parse import PARSE_MODULES
 from schemas.records import RECORD_KINDS, RECORD_MODELS
 from schemas.subjects import Subjects
-from tests.unit.test_ingest_admission import NOW
+from tests.unit.test_ingest_admission import NOW, _store
 
 SUBJECTS = Subjects()
 
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[Store]:
-    s = Store(tmp_path / "db.duckdb", SUBJECTS)
-    s.open()
-    try:
-        yield s
-    finally:
-        s.close_connection()
-        s.shutdown()
+    yield from _store(tmp_path, IngestSettings())
 
 
 def columns_of(store: Store, table: str) -> dict[str, str]:
@@ -55,7 +49,9 @@ def test_each_kind_names_a_collector_a_tracker_and_a_parser_that_exist(kind: str
 
 
 def test_every_collector_publishes_a_kind_that_names_it() -> None:
-    assert {name: RECORD_KINDS[c.kind].collector for name, c in COLLECTORS.items()} == {n: n for n in COLLECTORS}
+    assert {name: RECORD_KINDS[c.kind].collector for name, c in COLLECTORS.items()} == {
+        n: n for n in COLLECTORS
+    }
 
 
 @pytest.mark.parametrize("kind", sorted(RECORD_KINDS))

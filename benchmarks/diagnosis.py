@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 
 from agent.collectors.inspector.parse import parse_line
 from aggregator.analysis.hangs import HangFinder
-from aggregator.state.stragglers import params_of
 from aggregator.analysis.stragglers import Finding, StragglerEngine
+from aggregator.state.stragglers import params_of
 from ranksight.config import StragglerSettings
 from ranksight.simulate.inspector import run_job
 from ranksight.simulate.scenarios import CLASSES, Capture, Truth, truth

@@ -13,11 +13,12 @@ undecodable message:
 
 from __future__ import annotations
 
-from aggregator.timefmt import NS
+from ranksight.aggregator.timefmt import NS
+from ranksight.schemas.codec import DecodeError
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.subjects import SubjectError, Subjects
+
 from ranksight.config import IngestSettings
-from schemas.codec import DecodeError
-from schemas.envelope import Envelope
-from schemas.subjects import SubjectError, Subjects
 
 
 def check_times(env: Envelope, recv_ns: int, limits: IngestSettings) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from schemas.records import RECORD_KINDS
+from ranksight.schemas.records import RECORD_KINDS
 
 # modules with ``register_parse(subparsers)``, from the record-kind registry (several kinds may share one)
 PARSE_MODULES = list(dict.fromkeys(kind.parse for kind in RECORD_KINDS.values() if kind.parse))

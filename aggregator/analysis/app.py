@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from aggregator.alerts import Condition
-from aggregator.state import LiveState
-from aggregator.state.app import RankState
-from aggregator.timefmt import NS, iso
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.state.app import RankState
+from ranksight.aggregator.timefmt import NS, iso
 
 
 def _where(st: RankState) -> dict[str, object]:

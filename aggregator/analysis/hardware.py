@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from aggregator.alerts import Condition
-from aggregator.state import LiveState
-from aggregator.state.devices import DeviceState, link_up
-from aggregator.timefmt import NS, iso
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.state.devices import DeviceState, link_up
+from ranksight.aggregator.timefmt import NS, iso
+from ranksight.schemas.records import GpuRecord, NicRecord
+
 from ranksight.config import HardwareAlertSettings
-from schemas.records import GpuRecord, NicRecord
 
 
 def _where(dev: DeviceState[Any], rule: str, severity: str, summary: str, **evidence: Any) -> Condition:

@@ -9,14 +9,14 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterator
 
-from aggregator.alerts import Condition
-from aggregator.analysis.gpu_probe import gpu_evidence
-from aggregator.analysis.hangs import lagging_evidence
-from aggregator.analysis.ras import node_of
-from aggregator.analysis.stragglers import Finding
-from aggregator.state import LiveState
-from aggregator.state.devices import link_up
-from schemas.records import GpuRecord
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.analysis.gpu_probe import gpu_evidence
+from ranksight.aggregator.analysis.hangs import lagging_evidence
+from ranksight.aggregator.analysis.ras import node_of
+from ranksight.aggregator.analysis.stragglers import Finding
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.state.devices import link_up
+from ranksight.schemas.records import GpuRecord
 
 
 def corroboration(state: LiveState, cluster: str, hostname: str) -> list[str]:

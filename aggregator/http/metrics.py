@@ -20,13 +20,12 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
-
-from aggregator.device_jobs import DeviceJobs, device_jobs
-from aggregator.state.devices import link_up
+from ranksight.aggregator.device_jobs import DeviceJobs, device_jobs
+from ranksight.aggregator.state.devices import link_up
 
 if TYPE_CHECKING:
-    from aggregator.http.events import LiveEvents
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.http.events import LiveEvents
+    from ranksight.aggregator.runtime import Aggregator
 
 NODE_STATES = ("alive", "stale", "gone")
 US = 1e-6

@@ -16,17 +16,18 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from aggregator.forgetting import NodeKey, without_nodes
-from aggregator.state.app import AppTracker
-from aggregator.state.devices import GpuTracker, NicTracker
-from aggregator.state.gpu_probes import GpuProbeTracker
-from aggregator.state.jobs import JobTracker
-from aggregator.state.links import LinkTracker
-from aggregator.state.nodes import NodeState, NodeTracker
-from aggregator.state.stragglers import StragglerTracker
-from aggregator.timefmt import NS
+from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.aggregator.state.app import AppTracker
+from ranksight.aggregator.state.devices import GpuTracker, NicTracker
+from ranksight.aggregator.state.gpu_probes import GpuProbeTracker
+from ranksight.aggregator.state.jobs import JobTracker
+from ranksight.aggregator.state.links import LinkTracker
+from ranksight.aggregator.state.nodes import NodeState, NodeTracker
+from ranksight.aggregator.state.stragglers import StragglerTracker
+from ranksight.aggregator.timefmt import NS
+from ranksight.schemas.envelope import Envelope
+
 from ranksight.config import HardwareAlertSettings
-from schemas.envelope import Envelope
 
 __all__ = ["NS", "LiveState", "NodeState", "Tracker"]
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from aggregator.forgetting import NodeKey
-from aggregator.timefmt import NS
-from schemas.envelope import Envelope
-from schemas.records import AppRecord
+from ranksight.aggregator.forgetting import NodeKey
+from ranksight.aggregator.timefmt import NS
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import AppRecord
 
 # A rank silent this long is forgotten (its alerts resolve): memory stays bounded when processes die unannounced.
 FORGET_AFTER_S = 24 * 3600

@@ -14,11 +14,12 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
-from aggregator.forgetting import NodeKey, without_nodes
-from aggregator.timefmt import NS
+from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.aggregator.timefmt import NS
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuRecord, NicRecord
+
 from ranksight.config import HardwareAlertSettings
-from schemas.envelope import Envelope
-from schemas.records import GpuRecord, NicRecord
 
 DeviceStateName = Literal["alive", "stale", "vanished"]
 R = TypeVar("R", GpuRecord, NicRecord)

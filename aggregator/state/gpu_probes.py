@@ -10,10 +10,10 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from aggregator.forgetting import NodeKey, without_nodes
-from aggregator.state.jobs import JOB_KINDS
-from aggregator.timefmt import NS
-from schemas.envelope import Envelope
+from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.aggregator.state.jobs import JOB_KINDS
+from ranksight.aggregator.timefmt import NS
+from ranksight.schemas.envelope import Envelope
 
 METRICS = ("tflops_bf16", "tflops_fp16", "mem_bandwidth_bps")
 

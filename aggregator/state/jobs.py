@@ -16,10 +16,10 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from aggregator.forgetting import NodeKey
-from aggregator.timefmt import NS
-from schemas.envelope import Envelope
-from schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
+from ranksight.aggregator.forgetting import NodeKey
+from ranksight.aggregator.timefmt import NS
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
 
 JOB_KINDS = frozenset({"ras", "inspector"})  # kinds whose fresh facts mean a job runs on the node
 JobStateName = Literal["running", "stale", "ended"]

@@ -12,11 +12,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from aggregator.forgetting import NodeKey, without_nodes
-from aggregator.state.jobs import JOB_KINDS
-from aggregator.timefmt import NS, iso
-from schemas.envelope import Envelope
-from schemas.records.probe import ProbeEndpointRecord, ProbeRecord
+from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.aggregator.state.jobs import JOB_KINDS
+from ranksight.aggregator.timefmt import NS, iso
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
 
 LinkKey = tuple[str, str, str, str, str]  # cluster, src, dst, transport, dst_addr
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from aggregator.forgetting import NodeKey, without_nodes
-from aggregator.timefmt import NS
-from schemas.envelope import Envelope
-from schemas.records import HeartbeatRecord
-from schemas.structs import to_builtins
+from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.aggregator.timefmt import NS
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import HeartbeatRecord
+from ranksight.schemas.structs import to_builtins
 
 NodeStateName = Literal["alive", "stale", "gone"]
 

@@ -19,13 +19,14 @@ import logging
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from aggregator.analysis.hangs import Hang, HangFinder
-from aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
-from aggregator.forgetting import NodeKey
-from aggregator.timefmt import NS, iso
+from ranksight.aggregator.analysis.hangs import Hang, HangFinder
+from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
+from ranksight.aggregator.forgetting import NodeKey
+from ranksight.aggregator.timefmt import NS, iso
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import InspectorRecord
+
 from ranksight.config import StragglerSettings
-from schemas.envelope import Envelope
-from schemas.records import InspectorRecord
 
 log = logging.getLogger(__name__)
 

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.records.app import AppRecord
-from schemas.records.base import Record
-from schemas.records.gpu import GpuLink, GpuRecord
-from schemas.records.gpu_probe import GpuProbeRecord
-from schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
-from schemas.records.inspector import InspectorRecord
-from schemas.records.nic import NicRecord
-from schemas.records.probe import ProbeEndpointRecord, ProbeRecord
-from schemas.records.ras import RasEventRecord, RasRecord
+from ranksight.schemas.records.app import AppRecord
+from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.gpu import GpuLink, GpuRecord
+from ranksight.schemas.records.gpu_probe import GpuProbeRecord
+from ranksight.schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
+from ranksight.schemas.records.inspector import InspectorRecord
+from ranksight.schemas.records.nic import NicRecord
+from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
+from ranksight.schemas.records.ras import RasEventRecord, RasRecord
 
 
 @dataclass(frozen=True)
@@ -37,13 +37,23 @@ RECORD_KINDS: dict[str, RecordKind] = {
     kind.name: kind
     for kind in (
         RecordKind("heartbeat", HeartbeatRecord, collector="heartbeat", tracker="nodes"),
-        RecordKind("ras", RasRecord, collector="ras", tracker="jobs", parse="agent.collectors.ras.cli"),
         RecordKind(
-            "ras_event", RasEventRecord, collector="ras", tracker="jobs", parse="agent.collectors.ras.cli"
+            "ras", RasRecord, collector="ras", tracker="jobs", parse="ranksight.agent.collectors.ras.cli"
+        ),
+        RecordKind(
+            "ras_event",
+            RasEventRecord,
+            collector="ras",
+            tracker="jobs",
+            parse="ranksight.agent.collectors.ras.cli",
         ),
         RecordKind("inspector", InspectorRecord, collector="inspector", tracker="stragglers"),
-        RecordKind("gpu", GpuRecord, collector="gpu", tracker="gpus", parse="agent.collectors.gpu.cli"),
-        RecordKind("nic", NicRecord, collector="nic", tracker="nics", parse="agent.collectors.nic.cli"),
+        RecordKind(
+            "gpu", GpuRecord, collector="gpu", tracker="gpus", parse="ranksight.agent.collectors.gpu.cli"
+        ),
+        RecordKind(
+            "nic", NicRecord, collector="nic", tracker="nics", parse="ranksight.agent.collectors.nic.cli"
+        ),
         RecordKind("probe", ProbeRecord, collector="probe", tracker="links"),
         RecordKind("probe_endpoint", ProbeEndpointRecord, collector="probe", tracker="links"),
         RecordKind("gpu_probe", GpuProbeRecord, collector="gpu_probe", tracker="gpu_probes"),

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from aggregator.alerts import AlertEngine
-from aggregator.analysis.hardware import NicLinkDownRule
-from aggregator.analysis.straggler_live import corroboration
-from aggregator.state import NS, LiveState
-from schemas.envelope import Envelope, event_type
-from schemas.records import GpuRecord, NicRecord
+from ranksight.aggregator.alerts import AlertEngine
+from ranksight.aggregator.analysis.hardware import NicLinkDownRule
+from ranksight.aggregator.analysis.straggler_live import corroboration
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import GpuRecord, NicRecord
 
 
 def _env(kind: str, records: list, seq: int) -> Envelope:  # type: ignore[type-arg]

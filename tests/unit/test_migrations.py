@@ -18,16 +18,16 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from ranksight.aggregator.analysis.stragglers import Finding
+from ranksight.aggregator.columns import table_columns
+from ranksight.aggregator.runtime import Aggregator
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.state.stragglers import ClusterFindings, StragglerTracker
+from ranksight.aggregator.store import _ALERT_SCHEMA, _DEAD_COLUMNS, _SEQ_COLUMNS, Store
+from ranksight.schemas.records import RECORD_KINDS
+from ranksight.schemas.subjects import Subjects
 
-from aggregator.analysis.stragglers import Finding
-from aggregator.columns import table_columns
-from aggregator.runtime import Aggregator
-from aggregator.state import LiveState
-from aggregator.state.stragglers import ClusterFindings, StragglerTracker
-from aggregator.store import _ALERT_SCHEMA, _DEAD_COLUMNS, _SEQ_COLUMNS, Store
 from ranksight.config import load_settings
-from schemas.records import RECORD_KINDS
-from schemas.subjects import Subjects
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "duckdb" / "previous_release.duckdb.gz"
 
@@ -67,7 +67,7 @@ ADDITIVE = [
 
 
 def migrations() -> dict[str, str]:
-    files = resources.files("aggregator.migrations").iterdir()
+    files = resources.files("ranksight.aggregator.migrations").iterdir()
     return {f.name: f.read_text() for f in sorted(files, key=lambda f: f.name) if f.name.endswith(".sql")}
 
 

@@ -8,15 +8,15 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from ranksight.agent.collectors.registry import COLLECTORS
+from ranksight.aggregator.columns import table_columns
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.store import Incoming, Store
+from ranksight.schemas.records import RECORD_KINDS, RECORD_MODELS
+from ranksight.schemas.subjects import Subjects
 
-from agent.collectors.registry import COLLECTORS
-from aggregator.columns import table_columns
-from aggregator.state import LiveState
-from aggregator.store import Incoming, Store
 from ranksight.config import CollectorsSettings, IngestSettings
 from ranksight.parse import PARSE_MODULES
-from schemas.records import RECORD_KINDS, RECORD_MODELS
-from schemas.subjects import Subjects
 from tests.unit.test_ingest_admission import NOW, _store
 
 SUBJECTS = Subjects()

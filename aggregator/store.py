@@ -34,16 +34,16 @@ from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
+
 from ranksight.aggregator.admission import NS, admit, check_times
 from ranksight.aggregator.columns import ENVELOPE_FIELDS, ColumnBuilder, row_to_record, table_columns
+from ranksight.config import IngestSettings
+from ranksight.private import DIR_MODE, private_files
 from ranksight.schemas.alerts import Alert, Silence
 from ranksight.schemas.codec import DecodeError, decode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.subjects import Subjects
-
-from ranksight.config import IngestSettings
-from ranksight.private import DIR_MODE, private_files
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

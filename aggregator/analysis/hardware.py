@@ -13,9 +13,8 @@ from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.devices import DeviceState, link_up
 from ranksight.aggregator.timefmt import NS, iso
-from ranksight.schemas.records import GpuRecord, NicRecord
-
 from ranksight.config import HardwareAlertSettings
+from ranksight.schemas.records import GpuRecord, NicRecord
 
 
 def _where(dev: DeviceState[Any], rule: str, severity: str, summary: str, **evidence: Any) -> Condition:

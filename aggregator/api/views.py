@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
+
 from ranksight.aggregator.api.queries import Params, RequestError, parse_params, utc
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.device_jobs import device_jobs
@@ -21,6 +22,7 @@ from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     import duckdb
+
     from ranksight.aggregator.runtime import Aggregator
     from ranksight.aggregator.state.devices import DeviceState
     from ranksight.schemas.alerts import Alert

@@ -16,10 +16,9 @@ from typing import Generic, Literal, TypeVar
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.timefmt import NS
+from ranksight.config import HardwareAlertSettings
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord, NicRecord
-
-from ranksight.config import HardwareAlertSettings
 
 DeviceStateName = Literal["alive", "stale", "vanished"]
 R = TypeVar("R", GpuRecord, NicRecord)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.analysis.rules import default_rules
-
 from ranksight.config import load_settings
 
 

@@ -17,7 +17,6 @@ from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-
     from ranksight.config import InspectorSettings
 
 log = logging.getLogger(__name__)

@@ -19,6 +19,7 @@ from ranksight.schemas.records.gpu import GpuLink, GpuRecord
 from ranksight.schemas.records.gpu_probe import GpuProbeRecord
 from ranksight.schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
 from ranksight.schemas.records.inspector import InspectorRecord
+from ranksight.schemas.records.inspector_summary import InspectorSummaryRecord
 from ranksight.schemas.records.nic import NicRecord
 from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
 from ranksight.schemas.records.ras import RasEventRecord, RasRecord
@@ -48,6 +49,7 @@ RECORD_KINDS: dict[str, RecordKind] = {
             parse="ranksight.agent.collectors.ras.cli",
         ),
         RecordKind("inspector", InspectorRecord, collector="inspector", tracker="stragglers"),
+        RecordKind("inspector_summary", InspectorSummaryRecord, collector="inspector", tracker="stragglers"),
         RecordKind(
             "gpu", GpuRecord, collector="gpu", tracker="gpus", parse="ranksight.agent.collectors.gpu.cli"
         ),
@@ -72,6 +74,7 @@ __all__ = [
     "GpuRecord",
     "HeartbeatRecord",
     "InspectorRecord",
+    "InspectorSummaryRecord",
     "NicRecord",
     "ProbeEndpointRecord",
     "ProbeRecord",

@@ -21,7 +21,9 @@ from ranksight.aggregator.timefmt import NS
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
 
-JOB_KINDS = frozenset({"ras", "inspector"})  # kinds whose fresh facts mean a job runs on the node
+JOB_KINDS = frozenset(
+    {"ras", "inspector", "inspector_summary"}
+)  # fresh facts of these: a job runs on the node
 JobStateName = Literal["running", "stale", "ended"]
 ENDPOINT_CLOSED = "ENDPOINT_CLOSED"
 PEER_DEAD = "PEER_DEAD"

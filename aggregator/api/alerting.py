@@ -16,14 +16,12 @@ from pydantic import Field
 
 from ranksight.aggregator.api.endpoint import Params, RequestError, utc
 from ranksight.aggregator.api.queries import history_rows
-from ranksight.aggregator.timefmt import iso, ns_of
+from ranksight.aggregator.timefmt import NS, iso, ns_of
 from ranksight.schemas.alerts import Matcher, Silence
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
-
-NS = 1_000_000_000
 
 
 class DrainParams(Params):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule, tracker_of
+from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule
 from ranksight.aggregator.api.endpoint import DeviceParams
 from ranksight.aggregator.timefmt import iso
 from ranksight.schemas.api import ApiResponse
@@ -15,9 +15,7 @@ if TYPE_CHECKING:
 
 async def gpu_probes(agg: Aggregator, p: DeviceParams) -> ApiResponse:
     """The live GPU probe results, each with the ``gpu_underperforming`` findings about it."""
-    tracker = tracker_of(agg.state)
-    if tracker is None:
-        return ApiResponse.success([])
+    tracker = agg.state.gpu_probes
     rule = next((r for r in agg.rules if isinstance(r, GpuUnderperformingRule)), GpuUnderperformingRule())
     findings = rule.findings(tracker)
     rows = []

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator
 
-from ranksight.aggregator.analysis.hardware import hardware
 from ranksight.aggregator.api.endpoint import (
     ClusterParams,
     DeviceParams,
@@ -20,9 +19,9 @@ from ranksight.aggregator.api.endpoint import (
     utc,
 )
 from ranksight.aggregator.api.sql import jsonable
-from ranksight.aggregator.hardware import DeviceState
 from ranksight.aggregator.history import export_parquet
-from ranksight.aggregator.linkmap import link_rows
+from ranksight.aggregator.state.devices import DeviceState
+from ranksight.aggregator.state.links import link_rows
 from ranksight.aggregator.timefmt import iso
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins
@@ -211,9 +210,8 @@ def export_dir(root: Path, requested: str) -> Path:
 
 
 def _device_rows(agg: Aggregator, kind: str, p: DeviceParams) -> list[dict[str, Any]]:
-    tracker = hardware(agg.state)
     devices: dict[tuple[str, str, str], DeviceState[Any]] = (
-        tracker.gpus.devices if kind == "gpu" else tracker.nics.devices  # type: ignore[assignment]
+        agg.state.gpus.devices if kind == "gpu" else agg.state.nics.devices  # type: ignore[assignment]
     )
     rows = []
     for (cluster, node, _), dev in sorted(devices.items()):
@@ -236,7 +234,7 @@ async def nics(agg: Aggregator, p: DeviceParams) -> ApiResponse:
 
 async def links(agg: Aggregator, p: ClusterParams) -> ApiResponse:
     """The link map: measured bandwidth, RTT and jitter between nodes."""
-    rows, skipped = link_rows(agg.state, p.cluster)
+    rows, skipped = link_rows(agg.state.links, p.cluster)
     return ApiResponse.success(rows, meta={"skipped": skipped})
 
 

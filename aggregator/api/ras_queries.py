@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ranksight.aggregator.api.endpoint import Params
-from ranksight.aggregator.jobs import JobState
+from ranksight.aggregator.state.jobs import JobState
 from ranksight.aggregator.timefmt import iso
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins

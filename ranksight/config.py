@@ -600,6 +600,12 @@ class AlertSettings(Section):
         default_factory=dict, description="per rule name, e.g. {nic_errors_rising = {for_s = 60}}"
     )
     inhibit: bool = Field(True, description="a silent or drained node suppresses the alerts it explains")
+    max_ingest_behind_s: float = Field(
+        10.0,
+        gt=0,
+        description="while ingest is further behind its stream, rules that judge silence (node_silent, comm_hang, "
+        "collective_hang, rank_*_overdue) raise nothing: the silence would be the aggregator's own lag",
+    )
     max_silences: int = Field(1000, ge=1, description="active silences at most")
     alertmanager: AlertmanagerSettings = AlertmanagerSettings()
 

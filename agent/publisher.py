@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from nats.js import JetStreamContext
 
-from schemas.records import PublisherStats
+from ranksight.schemas.records import PublisherStats
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ import contextlib
 import time
 from collections.abc import Callable
 
-from agent.probe.protocol import CHUNK, ReceiveMeter
+from ranksight.agent.probe.protocol import CHUNK, ReceiveMeter
 
 STALL_TICK_S = 0.01  # the stall meter's wake-up period while a bandwidth phase runs
 STALL_SLACK_S = 0.002  # lateness an idle loop shows anyway (timer granularity): not a stall

@@ -17,9 +17,9 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from aggregator.hardware import DeviceState
-    from schemas.alerts import Alert
-    from schemas.records import GpuRecord
+    from ranksight.aggregator.hardware import DeviceState
+    from ranksight.schemas.alerts import Alert
+    from ranksight.schemas.records import GpuRecord
 
 Severity = Literal["ok", "warning", "critical"]
 NodeHealth = Literal["alive", "degraded", "drained", "stale", "gone"]

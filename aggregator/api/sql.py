@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from aggregator.store import Store
+from ranksight.aggregator.store import Store
 from ranksight.config import QuerySettings
 
 T = TypeVar("T")

@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from aggregator.analysis.hardware import hardware
-from aggregator.api.health import HEALTH_RANK, alert_severity, gpu_health, node_health
-from aggregator.api.queries import Params, RequestError, parse_params, utc
-from aggregator.api.sql import jsonable
-from aggregator.device_jobs import device_jobs
-from schemas.api import ApiResponse
+from ranksight.aggregator.analysis.hardware import hardware
+from ranksight.aggregator.api.health import HEALTH_RANK, alert_severity, gpu_health, node_health
+from ranksight.aggregator.api.queries import Params, RequestError, parse_params, utc
+from ranksight.aggregator.api.sql import jsonable
+from ranksight.aggregator.device_jobs import device_jobs
+from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     import duckdb
 
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 MAX_NODE_ALERTS = 5  # alerts listed per node in the map (the count is always given)
 US = 1_000_000

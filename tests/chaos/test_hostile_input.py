@@ -11,11 +11,11 @@ from collections import Counter
 
 import pytest
 
-from agent.loadgen import SyntheticAgent
+from ranksight.agent.loadgen import SyntheticAgent
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsServer
-from schemas.subjects import Subjects
+from ranksight.schemas.subjects import Subjects
 from tests.chaos.support import (
     RSS_BOUND,
     AggregatorProcess,

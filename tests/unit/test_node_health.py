@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from aggregator.api.health import node_health
+from ranksight.aggregator.api.health import node_health
 
 
 @pytest.mark.parametrize(

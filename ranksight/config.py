@@ -473,6 +473,11 @@ class ProbePlannerSettings(Section):
     bytes: int = Field(64 * 1024**2, ge=1, description="byte budget per direction of a full probe")
     seconds: float = Field(1.0, gt=0, le=30, description="time budget per direction of a full probe")
     command_timeout_s: float = Field(30.0, gt=0)
+    job_hold_s: float = Field(
+        60.0,
+        ge=0,
+        description="a node with job data (RAS, Inspector) this recently still runs a job: light probes only",
+    )
     degraded_ratio: float = Field(
         0.5,
         gt=0,
@@ -490,6 +495,13 @@ class ProbePlannerSettings(Section):
         2,
         ge=1,
         description="link_degraded: measurements in a row that must all be low (fewer while a link has fewer)",
+    )
+    max_stall_share: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="link_degraded: a measurement with either end's probe loop stalled (busy or starved of CPU) "
+        "longer than this share of it measured the host, not the link: not compared",
     )
 
 
@@ -631,6 +643,12 @@ class AlertSettings(Section):
         default_factory=dict, description="per rule name, e.g. {nic_errors_rising = {for_s = 60}}"
     )
     inhibit: bool = Field(True, description="a silent or drained node suppresses the alerts it explains")
+    max_ingest_behind_s: float = Field(
+        10.0,
+        gt=0,
+        description="while ingest is further behind its stream, rules that judge silence (node_silent, comm_hang, "
+        "collective_hang, rank_*_overdue) raise nothing: the silence would be the aggregator's own lag",
+    )
     max_silences: int = Field(1000, ge=1, description="active silences at most")
     alertmanager: AlertmanagerSettings = AlertmanagerSettings()
 

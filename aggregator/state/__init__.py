@@ -25,9 +25,8 @@ from ranksight.aggregator.state.links import LinkTracker
 from ranksight.aggregator.state.nodes import NodeState, NodeTracker
 from ranksight.aggregator.state.stragglers import StragglerTracker
 from ranksight.aggregator.timefmt import NS
-from ranksight.schemas.envelope import Envelope
-
 from ranksight.config import HardwareAlertSettings
+from ranksight.schemas.envelope import Envelope
 
 __all__ = ["NS", "LiveState", "NodeState", "Tracker"]
 

@@ -117,6 +117,21 @@ class InspectorSettings(CollectorSettings):
         None, description="the plugin's NCCL_INSPECTOR_DUMP_DIR; unset or missing: the collector is absent"
     )
     read_chunk_bytes: int = Field(1 << 20, ge=4096, description="most bytes read from one file per pass")
+    # raw records on request (the ``inspector_raw`` command): bounds of one answer page
+    raw_max_records: int = Field(2000, ge=1, description="inspector_raw: records per answer page at most")
+    raw_max_bytes: int = Field(
+        512 * 1024,
+        ge=4096,
+        description="inspector_raw: JSON bytes per answer page at most (and half max_payload)",
+    )
+    raw_scan_bytes: int = Field(
+        32 << 20,
+        ge=4096,
+        description="inspector_raw: dump file bytes read per request at most (then a next page)",
+    )
+    raw_max_window_s: float = Field(
+        3600.0, gt=0, description="inspector_raw: the widest [from, to] dump-time window a request may ask"
+    )
 
 
 class GpuSettings(CollectorSettings):

@@ -33,6 +33,7 @@ from aggregator.history import retention_loop
 from aggregator.http.server import HttpFace
 from aggregator.probes import ProbePlanner
 from aggregator.pull import BoundedPull
+from aggregator.raw_evidence import RawEvidence
 from aggregator.state import NS, LiveState
 from aggregator.store import BatchResult, Incoming, Store, out_of_memory
 from ranksight.aio import cancel_all
@@ -109,6 +110,7 @@ class Aggregator:
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
         self.stats = IngestStats()
         self.http = HttpFace(self)
+        self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
         self.nc: Client | None = None
         self.ready = asyncio.Event()
@@ -123,6 +125,7 @@ class Aggregator:
             "ingest": self.stats.__dict__,
             "sequence": self.store.sequence_stats(),
             "alerts_firing": len(self.engine.active),
+            "raw_evidence": self.raw_evidence.stats.__dict__,
         }
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -170,6 +173,7 @@ class Aggregator:
             finally:
                 self._stopping = True
                 await cancel_all(tasks[1:])  # no rule runs once stopping has begun
+                await self.raw_evidence.stop()
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks[:1])
                 with contextlib.suppress(Exception):
@@ -308,6 +312,7 @@ class Aggregator:
             await self.store.call(self.store.write_alerts, transitions)
             await self._publish_alerts(transitions)
             self.alertmanager.transitions(transitions)
+            self.raw_evidence.submit(self, transitions)  # after the write: its evidence update comes later
         return transitions
 
     async def _publish_alerts(self, alerts: list[Alert]) -> None:

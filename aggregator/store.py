@@ -43,6 +43,7 @@ from schemas.alerts import Alert, Silence
 from schemas.codec import DecodeError, decode_event
 from schemas.envelope import Envelope, event_type
 from schemas.records import RECORD_MODELS
+from schemas.records.inspector import IDENTITY as INSPECTOR_IDENTITY
 from schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
@@ -459,7 +460,7 @@ class Store:
         for kind in sorted(kinds & set(RECORD_MODELS)):
             cur = self.con.execute(
                 f'SELECT *, epoch_us(ts) AS _ts_us, epoch_us(recv_ts) AS _recv_us FROM "{kind}" '
-                "WHERE recv_ts >= ? ORDER BY recv_ts, agent, seq",
+                "WHERE recv_ts >= ? AND seq > 0 ORDER BY recv_ts, agent, seq",  # seq 0: fetched on request
                 [_ns_to_dt(since_ns)],
             )
             names = [d[0] for d in cur.description]
@@ -491,6 +492,39 @@ class Store:
                     current, skipping = None, msg_key
         out.sort(key=lambda item: item[1])
         return out
+
+    def insert_raw_inspector(
+        self, cluster: str, node: str, agent: str, records: list[Any], now_ns: int
+    ) -> int:
+        """Write raw ``inspector`` records fetched from an agent on request (not a message: ``seq`` 0, ``ttl`` 0,
+        skipped by replay), except those already in history by their identity; how many were new."""
+        if not records:
+            return 0
+        builder = ColumnBuilder("inspector")
+        builder.add(cluster, node, agent, 0, now_ns, now_ns, 0.0, records)
+        same = " AND ".join(f"i.{c} IS NOT DISTINCT FROM b.{c}" for c in INSPECTOR_IDENTITY)
+        times = [r.dump_ts_us for r in records]
+        self.con.register("raw_batch", builder.table())
+        try:
+            # only history within the batch's dump times is compared (a zone-map range scan, not the whole table)
+            [(inserted,)] = self.con.execute(
+                f"INSERT INTO inspector BY NAME SELECT * FROM raw_batch b WHERE NOT EXISTS (SELECT 1 FROM inspector i "
+                f"WHERE i.cluster = ? AND i.dump_ts_us BETWEEN ? AND ? AND {same}) "
+                f"QUALIFY row_number() OVER (PARTITION BY {', '.join(INSPECTOR_IDENTITY)}) = 1",
+                [cluster, min(times), max(times)],
+            ).fetchall()
+        finally:
+            self.con.unregister("raw_batch")
+        return int(inserted)
+
+    def add_alert_evidence(self, fingerprint: str, started_at: str, evidence: dict[str, Any]) -> None:
+        """Merge keys into the evidence of every stored transition of one alert (its firing and, if it resolved
+        meanwhile, its resolution): evidence completed after the alert fired, not a transition of its own."""
+        self.con.execute(
+            "UPDATE alerts SET evidence = json_merge_patch(coalesce(evidence, '{}'), ?::JSON) "
+            "WHERE fingerprint = ? AND started_at = ?::TIMESTAMP",
+            [json.dumps(evidence, default=str), fingerprint, started_at],
+        )
 
     def append_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
         """Columnar append of derived rows (findings, summaries) to ``table``, matched by column name."""

@@ -506,6 +506,37 @@ class StragglerSettings(Section):
     )
 
 
+class RawEvidenceSettings(Section):
+    """Raw Inspector records on a finding: the aggregator asks the involved agents (``inspector_raw``) for the raw
+    records of the affected comms and window and writes them into history (``aggregator.raw_evidence``)."""
+
+    enabled: bool = True
+    rules: list[str] = Field(
+        default_factory=lambda: ["straggler", "collective_hang", "comm_hang"],
+        description="the alerts whose firing asks for raw records",
+    )
+    lookback_s: float = Field(
+        30.0, gt=0, description="window: from this long before the alert fired (dump time)"
+    )
+    lookahead_s: float = Field(
+        5.0, ge=0, description="window: to this long after it fired (clock skew margin)"
+    )
+    max_records_per_finding: int = Field(20_000, ge=1, description="records fetched per finding at most")
+    max_nodes_per_finding: int = Field(
+        64, ge=1, description="agents asked per finding at most (its own node first)"
+    )
+    max_concurrent_requests: int = Field(
+        8, ge=1, description="agent requests in flight at once, all findings"
+    )
+    max_pending_findings: int = Field(
+        64, ge=1, description="findings waiting for their records (beyond: not asked)"
+    )
+    page_records: int = Field(2000, ge=1, description="records asked per page (the agent caps it too)")
+    request_timeout_s: float = Field(5.0, gt=0)
+    retries: int = Field(2, ge=0, description="retries of a page whose agent did not answer")
+    retry_delay_s: float = Field(1.0, ge=0)
+
+
 class HardwareAlertSettings(Section):
     """Thresholds of the GPU and NIC alerts (``aggregator.hardware``)."""
 
@@ -679,6 +710,7 @@ class AggregatorSettings(Section):
     ingest: IngestSettings = IngestSettings()
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
+    raw_evidence: RawEvidenceSettings = RawEvidenceSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()
     ras: RasAlertSettings = RasAlertSettings()
     alerts: AlertSettings = AlertSettings()

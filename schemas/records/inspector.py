@@ -39,6 +39,11 @@ class InspectorRecord(Record):
     bw_mismatch: bool = False  # reported busbw disagrees with the recomputed one (broken build)
 
 
+# What makes a record one operation of one rank as dumped: the same dump line read twice (streamed, then fetched on
+# request) has the same values; a sampled-model op dumped at two ticks is two lines, two records.
+IDENTITY = ("hostname", "pid", "comm_id", "rank", "op_kind", "op", "sn", "peer", "dump_ts_us")
+
+
 # -- raw records on request: the agent command ``<prefix>.agent.<cluster>.<node>.inspector_raw`` (JSON) ----------------
 class RawCursor(BaseModel):
     """Where the next page starts: a dump file's name (never a path: the agent only reads the files it lists in its

@@ -155,28 +155,31 @@ class RawEvidence:
         with contextlib.suppress(Exception):
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
-    async def _complete(self, agg: Aggregator, alert: Alert, ask: EvidenceAsk) -> None:
+    async def collect(self, agg: Aggregator, ask: EvidenceAsk) -> dict[str, Any]:
+        """Fetch and write one finding's raw records; the evidence keys that say what it got."""
         budget = [self.settings.max_records_per_finding]
         try:
             results = await asyncio.gather(*(self._fetch_node(agg, ask, node, budget) for node in ask.nodes))
         except Exception:  # a bug must not lose the alert's evidence keys: say what happened
-            log.exception("raw records for alert %s failed", alert.fingerprint)
+            log.exception("raw records of comms %s failed", ", ".join(ask.comms))
             results = [NodeResult(missing="internal error (see the aggregator log)") for _ in ask.nodes]
         missing = [*ask.not_asked, *({"node": n, "reason": r.missing} for n, r in zip(ask.nodes, results, strict=True)
                                      if r.missing)]  # fmt: skip
-        evidence = {
-            "raw_records": sum(r.records for r in results),
-            "raw_inserted": sum(r.inserted for r in results),
+        records, inserted = sum(r.records for r in results), sum(r.inserted for r in results)
+        s = self.stats
+        s.findings, s.records, s.inserted = s.findings + 1, s.records + records, s.inserted + inserted
+        s.incomplete += bool(missing)
+        return {
+            "raw_records": records,
+            "raw_inserted": inserted,
             "raw_complete": not missing,
             "raw_missing": missing,
             "raw_window": [iso(ask.from_us * 1000), iso(ask.to_us * 1000)],
             "raw_comms": list(ask.comms),
         }
-        s = self.stats
-        s.findings += 1
-        s.records += evidence["raw_records"]  # type: ignore[operator]
-        s.inserted += evidence["raw_inserted"]  # type: ignore[operator]
-        s.incomplete += bool(missing)
+
+    async def _complete(self, agg: Aggregator, alert: Alert, ask: EvidenceAsk) -> None:
+        evidence = await self.collect(agg, ask)
         active = agg.engine.active.get(alert.fingerprint)
         if active is not None and active.started_at == alert.started_at:
             active.evidence = {**active.evidence, **evidence}
@@ -190,7 +193,7 @@ class RawEvidence:
         subject = agg.subjects.agent(ask.cluster, node, COMMAND)
         wanted = set(ask.comms)
         cursor: RawCursor | None = None
-        while True:
+        for _ in range(self.settings.max_pages_per_node):
             if budget[0] <= 0:
                 result.missing = (
                     f"more records than max_records_per_finding ({self.settings.max_records_per_finding})"
@@ -201,9 +204,11 @@ class RawEvidence:
             req = RawRecordsRequest(comms=list(ask.comms), from_us=ask.from_us, to_us=ask.to_us, cursor=cursor,
                                     max_records=asked)  # fmt: skip
             try:
-                page = await self._request(agg, subject, req.model_dump_json().encode())
-                cursor = RawCursor(file=page.next.file, offset=page.next.offset) if page.next else None
-            except (RawFetchError, ValueError) as exc:
+                last = cursor
+                page, cursor = await self._request(agg, subject, req.model_dump_json().encode())
+                if cursor and last and (cursor.file, cursor.offset) <= (last.file, last.offset):
+                    raise RawFetchError(f"bad answer: its next page ({cursor}) does not come after the last")
+            except RawFetchError as exc:
                 budget[0] += asked
                 result.missing = str(exc)
                 return result
@@ -217,9 +222,12 @@ class RawEvidence:
             )
             if cursor is None:
                 return result
+        result.missing = f"more pages than max_pages_per_node ({self.settings.max_pages_per_node})"
+        return result
 
-    async def _request(self, agg: Aggregator, subject: str, body: bytes) -> Any:
-        """One page (a :class:`RawRecordsPage` twin); retried while the agent does not answer."""
+    async def _request(self, agg: Aggregator, subject: str, body: bytes) -> tuple[Any, RawCursor | None]:
+        """One page (a :class:`RawRecordsPage` twin) and its checked ``next``; retried while the agent does not
+        answer."""
         cfg = self.settings
         assert agg.nc is not None
         reason = "no agent answers"
@@ -239,7 +247,8 @@ class RawEvidence:
             if refused:
                 raise RawFetchError(f"the agent refused: {refused}")
             try:
-                return from_builtins(RawRecordsPage, json.loads(msg.data))
+                page = from_builtins(RawRecordsPage, json.loads(msg.data))
+                return page, RawCursor(file=page.next.file, offset=page.next.offset) if page.next else None
             except (ValueError, msgspec.ValidationError) as exc:
-                raise RawFetchError(f"bad answer: {exc}") from None
+                raise RawFetchError(f"bad answer: {' '.join(str(exc).split())[:300]}") from None
         raise RawFetchError(f"{reason} ({cfg.retries + 1} tries)")

@@ -532,6 +532,11 @@ class RawEvidenceSettings(Section):
         64, ge=1, description="findings waiting for their records (beyond: not asked)"
     )
     page_records: int = Field(2000, ge=1, description="records asked per page (the agent caps it too)")
+    max_pages_per_node: int = Field(
+        1000,
+        ge=1,
+        description="pages asked of one agent per finding at most (a page scans a bounded part of its files)",
+    )
     request_timeout_s: float = Field(5.0, gt=0)
     retries: int = Field(2, ge=0, description="retries of a page whose agent did not answer")
     retry_delay_s: float = Field(1.0, ge=0)

@@ -98,3 +98,23 @@ async def test_only_records_of_the_comms_and_window_asked_reach_history_and_pagi
         rows = list(agg.store.rows("SELECT comm_id, dump_ts_us, node, seq FROM inspector"))
         assert len(rows) == 5 and {(r["comm_id"], r["node"], r["seq"]) for r in rows} == {(COMM, "evil", 0)}
         assert all(ASK.from_us <= r["dump_ts_us"] <= ASK.to_us for r in rows)
+
+
+async def test_a_finding_takes_at_most_max_records_per_finding(settings: Settings) -> None:
+    settings.aggregator.raw_evidence.max_records_per_finding = 7
+    settings.aggregator.raw_evidence.page_records = 3
+    mine = [r for r in RECORDS if r["comm_id"] == COMM]
+    asked: list[int] = []
+
+    def answer(req: dict[str, Any]) -> bytes:  # a generous agent: more than asked, and more to come
+        asked.append(req["max_records"])
+        return page(mine[:10], {"file": "a.log", "offset": len(asked)})
+
+    async with aggregator(settings) as agg:
+        nc = await serve(settings, answer)
+        try:
+            evidence = await agg.raw_evidence.collect(agg, ASK)
+        finally:
+            await nc.close()
+    assert asked == [3, 3, 1] and evidence["raw_records"] == 7 and evidence["raw_complete"] is False
+    assert "max_records_per_finding (7)" in evidence["raw_missing"][0]["reason"]

@@ -102,8 +102,20 @@ def test_fetched_records_are_written_once_and_never_replayed(
     [count] = store.rows("SELECT count(*) AS n FROM inspector WHERE cluster = 'c'")
     assert count["n"] == 120
     replayed = store.replay({"inspector"}, now - 10**9)
-    assert [(e.seq, len(e.records)) for e, _ in replayed] == [
-        (1, 50)
-    ]  # the message only, as live state saw it
+    assert [(e.seq, len(e.records)) for e, _ in replayed] == [(1, 50)]  # the message alone, as live state saw
+    # a message bringing fetched records after all (a sampled raw record in flight): its rows replace their twins
+    late = Envelope(type=event_type("inspector"), cluster="c", node="n", agent="a1", seq=2, ts=now, ttl=60,
+                    records=records[100:130])  # fmt: skip
+    store.commit_batch([Incoming(Subjects().event("c", "n", "inspector"), encode_event(late), now)])
+    rows = list(
+        store.rows("SELECT seq, count(*) AS n FROM inspector WHERE cluster = 'c' GROUP BY seq ORDER BY seq")
+    )
+    assert rows == [{"seq": 0, "n": 50}, {"seq": 1, "n": 50}, {"seq": 2, "n": 30}]  # 70 fetched, 20 came
+    store.close_connection()  # a restart knows fetched rows are there
+    store.open()
+    store.commit_batch([Incoming(Subjects().event("c", "n", "inspector"), encode_event(
+        late.model_copy(update={"seq": 3, "records": records[60:70]})), now)])  # fmt: skip
+    [fetched] = store.rows("SELECT count(*) AS n FROM inspector WHERE seq = 0 AND cluster = 'c'")
+    assert fetched["n"] == 40
     store.close_connection()
     store.shutdown()

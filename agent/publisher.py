@@ -16,8 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nats.js import JetStreamContext
-
-from schemas.records import PublisherStats
+from ranksight.schemas.records import PublisherStats
 
 log = logging.getLogger(__name__)
 

@@ -19,8 +19,7 @@ from typing import Any
 
 import duckdb
 import pyarrow.dataset as ds
-
-from aggregator.store import Store
+from ranksight.aggregator.store import Store
 
 log = logging.getLogger(__name__)
 

@@ -25,16 +25,16 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import nats.errors
+from ranksight.aggregator.analysis.hangs import HangFinder, Proc
+from ranksight.aggregator.timefmt import iso, ns_of
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.records.inspector import RawCursor, RawRecordsPage, RawRecordsRequest
+from ranksight.schemas.structs import from_builtins
 
-from aggregator.analysis.hangs import HangFinder, Proc
-from aggregator.timefmt import iso, ns_of
 from ranksight.config import RawEvidenceSettings
-from schemas.alerts import Alert
-from schemas.records.inspector import RawCursor, RawRecordsPage, RawRecordsRequest
-from schemas.structs import from_builtins
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 log = logging.getLogger(__name__)
 COMMAND = "inspector_raw"

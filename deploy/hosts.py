@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from schemas.subjects import sanitize_token
+from ranksight.schemas.subjects import sanitize_token
 
 _SPEC = re.compile(
     r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.%]+)\]|(?P<host>[^:@\s\[\]]+))(?::(?P<port>\d+))?$"

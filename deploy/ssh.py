@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
+from ranksight.deploy.hosts import Host
 
-from deploy.hosts import Host
 from ranksight.config import DeploySettings
 
 

@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import nats
+from ranksight.agent.runtime import AgentRuntime
+from ranksight.aggregator.runtime import Aggregator
 
-from agent.runtime import AgentRuntime
-from aggregator.runtime import Aggregator
 from ranksight.config import Settings
 
 

@@ -10,9 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
-
-from schemas.codec import DecodeError, unpack
-from schemas.records import AppRecord
+from ranksight.schemas.codec import DecodeError, unpack
+from ranksight.schemas.records import AppRecord
 
 SUPPORTED_VERSION = 1
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from agent.gpuprobe.protocol import (
+from ranksight.agent.gpuprobe.protocol import (
     MAX_LINE,
     Done,
     GpuError,
@@ -29,6 +29,7 @@ from agent.gpuprobe.protocol import (
     Unavailable,
     parse_line,
 )
+
 from ranksight.config import GpuProbeSettings
 
 OutcomeStatus = Literal["ok", "unavailable", "error"]
@@ -49,7 +50,11 @@ class ProbeOutcome:
 
 def worker_command(cfg: GpuProbeSettings) -> list[str]:
     """The command line for ``cfg``: the configured program, else this interpreter running the worker module."""
-    base = list(cfg.worker_command) if cfg.worker_command else [sys.executable, "-m", "agent.gpuprobe.worker"]
+    base = (
+        list(cfg.worker_command)
+        if cfg.worker_command
+        else [sys.executable, "-m", "ranksight.agent.gpuprobe.worker"]
+    )
     args = [
         "--matmul-n", str(cfg.matmul_n), "--matmul-iters", str(cfg.matmul_iters), "--warmup", str(cfg.warmup),
         "--repeats", str(cfg.repeats), "--mem-bytes", str(cfg.mem_bytes),

@@ -11,8 +11,17 @@ import contextlib
 import time
 from dataclasses import asdict, dataclass
 
-from agent.probe.protocol import REPLY_SIZE, Op, ProtocolError, Reply, Request, Status, rate_bps, rtt_stats_us
-from agent.probe.streams import receive_timed, send_for
+from ranksight.agent.probe.protocol import (
+    REPLY_SIZE,
+    Op,
+    ProtocolError,
+    Reply,
+    Request,
+    Status,
+    rate_bps,
+    rtt_stats_us,
+)
+from ranksight.agent.probe.streams import receive_timed, send_for
 
 
 class ProbeError(RuntimeError):

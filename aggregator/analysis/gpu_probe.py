@@ -16,10 +16,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.alerts import Condition
-from aggregator.gpu_probes import METRICS, GpuKey, GpuProbeTracker, ProbeResult
-from aggregator.state import LiveState
-from aggregator.timefmt import iso
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.gpu_probes import METRICS, GpuKey, GpuProbeTracker, ProbeResult
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.timefmt import iso
 
 MAD_TO_SIGMA = 1.4826
 MAD_FLOOR = 0.01

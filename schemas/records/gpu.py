@@ -7,8 +7,7 @@ and memory separately. ``links`` holds XGMI/NVLink state where the source report
 from __future__ import annotations
 
 from pydantic import Field
-
-from schemas.records.base import Record
+from ranksight.schemas.records.base import Record
 
 
 class GpuLink(Record):

@@ -9,8 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
-
-from schemas.records.base import Record
+from ranksight.schemas.records.base import Record
 
 
 class NicRecord(Record):

@@ -11,12 +11,12 @@ from typing import Any
 import nats
 import nats.aio.msg
 import pytest
+from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.aggregator.raw_evidence import EvidenceAsk
+from ranksight.schemas.subjects import Subjects
 
-from agent.collectors.inspector.parse import parse_line
-from aggregator.raw_evidence import EvidenceAsk
 from ranksight.config import Settings
 from ranksight.simulate.inspector import JobSpec, simulate
-from schemas.subjects import Subjects
 from tests.support import aggregator
 
 pytestmark = pytest.mark.chaos

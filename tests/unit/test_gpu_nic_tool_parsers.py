@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import pytest
-
-from agent.collectors.gpu.amd_smi import ParseError
-from agent.collectors.gpu.amd_smi_links import parse_amd_smi_topology, parse_amd_smi_xgmi
-from agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
-from agent.collectors.gpu.dcgm_fields import DCGM_FIELDS, dcgm_exporter_fields
-from agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
-from agent.collectors.nic.tools import (
+from ranksight.agent.collectors.gpu.amd_smi import ParseError
+from ranksight.agent.collectors.gpu.amd_smi_links import parse_amd_smi_topology, parse_amd_smi_xgmi
+from ranksight.agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
+from ranksight.agent.collectors.gpu.dcgm_fields import DCGM_FIELDS, dcgm_exporter_fields
+from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
+from ranksight.agent.collectors.nic.tools import (
     ToolParseError,
     parse_ethtool_stats,
     parse_ip_link,
@@ -17,8 +16,9 @@ from agent.collectors.nic.tools import (
     parse_rdma_link,
     parse_rdma_statistic,
 )  # fmt: skip
-from schemas.records import GpuRecord
-from schemas.records.gpu import GpuLink
+from ranksight.schemas.records import GpuRecord
+from ranksight.schemas.records.gpu import GpuLink
+
 from tests.gpu_nic_support import METRICS
 
 AMD, NVIDIA, IONIC = METRICS / "amd", METRICS / "nvidia", METRICS / "nic" / "ionic"

@@ -7,12 +7,13 @@ import socket
 import time
 from pathlib import Path
 
-from agent.gpuprobe.busy import (
+from ranksight.agent.gpuprobe.busy import (
     amdgpu_utilization,
     busy_reasons,
     gpu_device_users,
     listening_ports,
 )
+
 from ranksight.config import GpuProbeSettings
 from tests.conftest import FIXTURES
 from tests.gpuprobe_support import idle_roots

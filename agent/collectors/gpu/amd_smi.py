@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.collectors.gpu.values import integer, is_missing, with_unit
-from schemas.records import GpuRecord
+from ranksight.agent.collectors.gpu.values import integer, is_missing, with_unit
+from ranksight.schemas.records import GpuRecord
 
 
 class ParseError(ValueError):

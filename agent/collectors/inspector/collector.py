@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.collectors.base import Emit, StreamingCollector
-from agent.collectors.inspector.raw import RawLimits, check_request, read_page
-from agent.collectors.inspector.tailer import Chunk, Tailer
-from schemas.records.inspector import RawRecordsPage, RawRecordsRequest
+from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
+from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
+from ranksight.schemas.records.inspector import RawRecordsPage, RawRecordsRequest
 
 if TYPE_CHECKING:
-    from agent.runtime import AgentContext
+    from ranksight.agent.runtime import AgentContext
+
     from ranksight.config import InspectorSettings
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
-from schemas.records import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 
 # busbw = algbw x factor(n); traffic = msg x n for the gathering/scattering collectives.
 _GATHER_LIKE = frozenset({"AllGather", "ReduceScatter"})

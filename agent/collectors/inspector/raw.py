@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from agent.collectors.inspector.parse import ParseError, parse_line
-from agent.collectors.inspector.tailer import LIVE_SUFFIXES
-from schemas.records.inspector import RawCursor, RawRecordsRequest
+from ranksight.agent.collectors.inspector.parse import ParseError, parse_line
+from ranksight.agent.collectors.inspector.tailer import LIVE_SUFFIXES
+from ranksight.schemas.records.inspector import RawCursor, RawRecordsRequest
 
 _DUMP_TS = re.compile(rb'"dump_timestamp_us":(\d+)')
 _BISECT_STOP = 64 * 1024  # below this many bytes, read on instead of bisecting further

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.records import NicRecord
+from ranksight.schemas.records import NicRecord
 
 
 class ToolParseError(ValueError):

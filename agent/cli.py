@@ -8,9 +8,8 @@ import sys
 
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.schemas.subjects import SubjectError
-
 from ranksight.cliutil import EXIT_USAGE, add_config_flags, run_until_signalled, settings_from_args
+from ranksight.schemas.subjects import SubjectError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -12,13 +12,13 @@ import contextlib
 import uuid
 
 from nats.aio.client import Client
+
 from ranksight.agent.batcher import Batcher
 from ranksight.agent.publisher import Publisher
-from ranksight.schemas.records import GpuRecord
-from ranksight.schemas.subjects import Subjects
-
 from ranksight.config import Settings
 from ranksight.natsconn import connect
+from ranksight.schemas.records import GpuRecord
+from ranksight.schemas.subjects import Subjects
 
 
 class SyntheticAgent:

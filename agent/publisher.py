@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nats.js import JetStreamContext
+
 from ranksight.schemas.records import PublisherStats
 
 log = logging.getLogger(__name__)

@@ -20,6 +20,7 @@ from typing import Any
 from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.request import Request
+
 from ranksight.agent.batcher import Batcher
 from ranksight.agent.collectors.base import (
     Collector,
@@ -30,12 +31,11 @@ from ranksight.agent.collectors.base import (
 )
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.agent.publisher import Publisher
-from ranksight.schemas.records import CollectorHealth, PublisherStats, Record
-from ranksight.schemas.subjects import Subjects, require_token
-
 from ranksight.aio import cancel_all
 from ranksight.config import CollectorSettings, Settings
 from ranksight.natsconn import connect, disconnect
+from ranksight.schemas.records import CollectorHealth, PublisherStats, Record
+from ranksight.schemas.subjects import Subjects, require_token
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,10 @@ undecodable message:
 
 from __future__ import annotations
 
+from ranksight.config import IngestSettings
 from ranksight.schemas.codec import DecodeError
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.subjects import SubjectError, Subjects
-
-from ranksight.config import IngestSettings
 
 NS = 1_000_000_000
 

@@ -20,7 +20,6 @@ from ranksight.aggregator.api.cli import (
     print_rows,
     since_param,
 )
-
 from ranksight.cliutil import EXIT_FAILED, EXIT_OK, add_config_flags
 
 DEFAULT_SILENCE_S = 3600.0

@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-from ranksight.aggregator.timefmt import iso, ns_of
-from ranksight.schemas.alerts import Alert, Silence
 
+from ranksight.aggregator.timefmt import iso, ns_of
 from ranksight.config import AlertmanagerSettings
+from ranksight.schemas.alerts import Alert, Silence
 
 log = logging.getLogger(__name__)
 NS = 1_000_000_000

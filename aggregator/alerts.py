@@ -27,9 +27,8 @@ from typing import Any, Protocol
 
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso, ns_of
-from ranksight.schemas.alerts import Alert, Severity, Silence
-
 from ranksight.config import AlertSettings
+from ranksight.schemas.alerts import Alert, Severity, Silence
 
 LIFECYCLE_RULES = frozenset({"job_started", "job_ended"})
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 from ranksight.aggregator.api.cli import call_api
 from ranksight.aggregator.runtime import Aggregator
-
 from ranksight.cliutil import (
     EXIT_FAILED,
     add_config_flags,

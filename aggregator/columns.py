@@ -15,6 +15,7 @@ from functools import cache
 from typing import Any, Literal, Union, get_args, get_origin
 
 import pyarrow as pa
+
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.structs import from_builtins, to_json
 

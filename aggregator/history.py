@@ -19,6 +19,7 @@ from typing import Any
 
 import duckdb
 import pyarrow.dataset as ds
+
 from ranksight.aggregator.store import Store
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,6 @@ import argparse
 import sys
 
 from ranksight.aggregator.api.cli import call_api, given
-
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,

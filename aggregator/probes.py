@@ -20,9 +20,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ranksight.aggregator.linkmap import Endpoint, LinkTracker, link_tracker
-from ranksight.schemas.records.probe import ProbeCommand
-
 from ranksight.config import ProbePlannerSettings
+from ranksight.schemas.records.probe import ProbeCommand
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator

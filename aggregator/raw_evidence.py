@@ -25,13 +25,13 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 import nats.errors
+
 from ranksight.aggregator.analysis.hangs import HangFinder, Proc
 from ranksight.aggregator.timefmt import iso, ns_of
+from ranksight.config import RawEvidenceSettings
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.records.inspector import RawCursor, RawRecordsPage, RawRecordsRequest
 from ranksight.schemas.structs import from_builtins
-
-from ranksight.config import RawEvidenceSettings
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator

@@ -22,6 +22,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+
 from ranksight.agent.runtime import agent_version
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
@@ -35,13 +36,12 @@ from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.raw_evidence import RawEvidence
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import BatchResult, Incoming, Store, out_of_memory
-from ranksight.schemas.alerts import Alert
-from ranksight.schemas.envelope import Envelope
-from ranksight.schemas.subjects import Subjects
-
 from ranksight.aio import cancel_all
 from ranksight.config import Settings
 from ranksight.natsconn import connect, disconnect
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
 OOM_RETRY_S = 0.5
@@ -72,6 +72,7 @@ async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
         max_age=cfg.stream_max_age_s,
         max_bytes=cfg.stream_max_bytes,
         duplicate_window=cfg.duplicate_window_s,
+        num_replicas=settings.nats.jetstream_replicas,
     )
     try:
         await js.stream_info(cfg.stream)

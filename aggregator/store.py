@@ -34,17 +34,17 @@ from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
+
 from ranksight.aggregator.admission import NS, admit, check_times
 from ranksight.aggregator.columns import ColumnBuilder, row_to_record
+from ranksight.config import IngestSettings
+from ranksight.private import DIR_MODE, private_files
 from ranksight.schemas.alerts import Alert, Silence
 from ranksight.schemas.codec import DecodeError, decode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.records.inspector import IDENTITY as INSPECTOR_IDENTITY
 from ranksight.schemas.subjects import Subjects
-
-from ranksight.config import IngestSettings
-from ranksight.private import DIR_MODE, private_files
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

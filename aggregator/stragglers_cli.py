@@ -12,7 +12,6 @@ from pathlib import Path
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
 from ranksight.aggregator.api.cli import call_api
-
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_USAGE,

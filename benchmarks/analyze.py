@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 import duckdb
+
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
-
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 
 BASELINE_SQL = """

@@ -33,9 +33,8 @@ from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.straggler_live import params_of
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine
-from ranksight.schemas.records import InspectorRecord
-
 from ranksight.config import StragglerSettings
+from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate.inspector import run_job
 from ranksight.simulate.scenarios import CLASSES, Capture, Truth, truth
 

@@ -21,7 +21,6 @@ from typing import Any
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.store import Store
-
 from ranksight.config import load_settings
 from ranksight.natsserver import NatsServer
 

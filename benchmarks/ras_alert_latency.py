@@ -20,14 +20,14 @@ import time
 from pathlib import Path
 
 import nats
+
 from ranksight.agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.schemas.records.ras import RasEvent
-from ranksight.schemas.subjects import Subjects
-
 from ranksight.config import Settings, load_settings
 from ranksight.natsserver import NatsServer
+from ranksight.schemas.records.ras import RasEvent
+from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.cluster import LiveJob, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import JobSpec
 

@@ -12,14 +12,6 @@ import sys
 from pathlib import Path
 
 from ranksight.aggregator.api.client import ApiUnavailable, query
-from ranksight.deploy import wheel as wheels
-from ranksight.deploy.fleet import Progress, connect_nats, run_fleet
-from ranksight.deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
-from ranksight.deploy.plan import DeployOptions, dry_run_plan
-from ranksight.deploy.ssh import Node
-from ranksight.deploy.steps import HostResult, deploy_host, status_host, uninstall_host
-from ranksight.schemas.api import ApiResponse
-
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
@@ -29,7 +21,14 @@ from ranksight.cliutil import (
     print_table,
     settings_from_args,
 )
+from ranksight.deploy import wheel as wheels
+from ranksight.deploy.fleet import Progress, connect_nats, run_fleet
+from ranksight.deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
+from ranksight.deploy.plan import DeployOptions, dry_run_plan
+from ranksight.deploy.ssh import Node
+from ranksight.deploy.steps import HostResult, deploy_host, status_host, uninstall_host
 from ranksight.redact import redact, secrets_of
+from ranksight.schemas.api import ApiResponse
 
 COLUMNS = ["host", "result", "version", "mode", "detail"]
 

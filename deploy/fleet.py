@@ -12,11 +12,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TextIO
 
 from nats.aio.client import Client
+
 from ranksight.deploy.hosts import Host
 from ranksight.deploy.plan import DeployOptions
 from ranksight.deploy.ssh import HostFailed, Node, SshOptions, explain, jump_connection
 from ranksight.deploy.steps import HostResult
-
 from ranksight.redact import redact
 
 HostAction = Callable[[Node], Awaitable[HostResult]]

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import tomli_w
-from ranksight.deploy.hosts import Host
-from ranksight.deploy.wheel import Wheel
-from ranksight.schemas.subjects import inbox_prefix
 
 from ranksight.config import Settings
+from ranksight.deploy.hosts import Host
+from ranksight.deploy.wheel import Wheel
 from ranksight.redact import redact
+from ranksight.schemas.subjects import inbox_prefix
 
 UNIT_NAME = "ranksight-agent.service"
 UNIT_TEMPLATE = Path(__file__).resolve().parent / "systemd" / UNIT_NAME

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import asyncssh
-from ranksight.deploy.hosts import Host
 
 from ranksight.config import DeploySettings
+from ranksight.deploy.hosts import Host
 
 
 class HostFailed(Exception):

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from nats.aio.client import Client
+
 from ranksight.deploy.plan import (
     SYSTEM_UNIT_DIR,
     UNIT_NAME,

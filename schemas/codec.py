@@ -17,6 +17,7 @@ from typing import Annotated, Any
 import msgpack
 import msgspec
 from pydantic import BaseModel
+
 from ranksight.schemas.envelope import MAX_RECORDS, TYPE_PREFIX, Envelope
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.structs import field_type, struct_for

@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING
 
 from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
 from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
-from ranksight.schemas.records import AppRecord
-
 from ranksight.client import MAX_MESSAGE
 from ranksight.config import AppSettings
+from ranksight.schemas.records import AppRecord
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
+
 from ranksight.schemas.codec import DecodeError, unpack
 from ranksight.schemas.records import AppRecord
 

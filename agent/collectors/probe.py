@@ -18,6 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from nats.aio.msg import Msg
+
 from ranksight.agent.collectors.base import Emit, StreamingCollector
 from ranksight.agent.probe.client import ProbeBudget, ProbeError, run_probe
 from ranksight.agent.probe.server import ProbeServer, ServerLimits, parse_networks
@@ -32,7 +33,6 @@ SERVER_LIMITS = {f.name for f in dataclasses.fields(ServerLimits)}
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-
     from ranksight.config import ProbeSettings
 
 

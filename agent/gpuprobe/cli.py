@@ -14,7 +14,6 @@ import sys
 
 from ranksight.agent.gpuprobe.busy import check_busy
 from ranksight.agent.gpuprobe.runner import ProbeOutcome, run_probe
-
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,

@@ -29,7 +29,6 @@ from ranksight.agent.gpuprobe.protocol import (
     Unavailable,
     parse_line,
 )
-
 from ranksight.config import GpuProbeSettings
 
 OutcomeStatus = Literal["ok", "unavailable", "error"]

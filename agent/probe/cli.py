@@ -8,7 +8,6 @@ import sys
 
 from ranksight.agent.probe.client import ProbeBudget, ProbeError, run_probe
 from ranksight.agent.probe.server import ProbeServer, parse_networks
-
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,

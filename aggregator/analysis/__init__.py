@@ -10,7 +10,6 @@ from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.analysis.nodes import NodeSilentRule
 from ranksight.aggregator.analysis.ras import ras_rules
 from ranksight.aggregator.analysis.straggler_live import CollectiveHangRule, StragglerRule
-
 from ranksight.config import Settings
 
 

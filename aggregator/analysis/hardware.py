@@ -13,9 +13,8 @@ from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.hardware import NS, DeviceState, HardwareTracker
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.timefmt import iso
-from ranksight.schemas.records import GpuRecord, NicRecord
-
 from ranksight.config import HardwareAlertSettings
+from ranksight.schemas.records import GpuRecord, NicRecord
 
 LINK_UP_STATES = {
     "up",

@@ -16,7 +16,6 @@ from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.linkmap import Link, link_tracker
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.timefmt import iso
-
 from ranksight.config import ProbePlannerSettings
 
 DIRECTIONS = ("upload_bps", "download_bps")

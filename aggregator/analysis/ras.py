@@ -26,10 +26,9 @@ from ranksight.aggregator.analysis.hangs import lagging_evidence
 from ranksight.aggregator.jobs import JobState, process_key
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso
+from ranksight.config import RasAlertSettings
 from ranksight.schemas.records.ras import RasProcess
 from ranksight.schemas.structs import to_builtins
-
-from ranksight.config import RasAlertSettings
 
 MISMATCH_PERSIST_POLLS = 3  # MISMATCH is routinely transient (ranks between two collectives)
 LAG_POLLS = (

@@ -30,10 +30,9 @@ from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.linkmap import link_tracker
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso
+from ranksight.config import StragglerSettings
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord, InspectorRecord, NicRecord
-
-from ranksight.config import StragglerSettings
 
 log = logging.getLogger(__name__)
 

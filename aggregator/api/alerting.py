@@ -13,6 +13,7 @@ import uuid
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
+
 from ranksight.aggregator.api.queries import ENDPOINTS, Params, RequestError, history_rows, parse_params, utc
 from ranksight.aggregator.timefmt import iso, ns_of
 from ranksight.schemas.alerts import Matcher, Silence

@@ -23,10 +23,6 @@ from pathlib import Path
 from typing import Any, TypeAlias
 
 from ranksight.aggregator.api.client import ApiUnavailable, query
-from ranksight.schemas.alerts import Alert
-from ranksight.schemas.api import ApiResponse
-from ranksight.schemas.subjects import Subjects
-
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
@@ -41,6 +37,9 @@ from ranksight.cliutil import (
 )
 from ranksight.config import Settings
 from ranksight.natsconn import connect, disconnect
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.subjects import Subjects
 
 Params = Callable[[argparse.Namespace], dict[str, Any]]
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

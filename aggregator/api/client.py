@@ -10,13 +10,13 @@ import json
 from typing import Any
 
 import nats.errors
-from ranksight.aggregator.api.paging import NEXT
-from ranksight.schemas.api import ApiResponse
-from ranksight.schemas.subjects import Subjects
 
+from ranksight.aggregator.api.paging import NEXT
 from ranksight.config import Settings
 from ranksight.natsconn import NatsUnreachable, connect
 from ranksight.redact import redact
+from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.subjects import Subjects
 
 
 class ApiUnavailable(RuntimeError):

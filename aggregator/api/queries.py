@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
 from ranksight.aggregator.analysis.hardware import hardware
 from ranksight.aggregator.api import ras_queries
 from ranksight.aggregator.api.gpu_probes import gpu_probes
@@ -19,10 +20,9 @@ from ranksight.aggregator.hardware import DeviceState
 from ranksight.aggregator.history import export_parquet
 from ranksight.aggregator.linkmap import link_rows
 from ranksight.aggregator.timefmt import iso
+from ranksight.redact import redact
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins
-
-from ranksight.redact import redact
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator

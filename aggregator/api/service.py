@@ -20,6 +20,7 @@ from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
+
 from ranksight.aggregator.api.paging import NEXT, PageCache, PageExpired, RowTooLarge, split_pages
 from ranksight.aggregator.api.queries import ENDPOINTS, RequestError, answer
 from ranksight.aggregator.api.sql import SqlFailed

@@ -41,8 +41,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import duckdb
-from ranksight.aggregator.store import Store
 
+from ranksight.aggregator.store import Store
 from ranksight.config import QuerySettings
 
 T = TypeVar("T")

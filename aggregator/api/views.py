@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
+
 from ranksight.aggregator.analysis.hardware import hardware
 from ranksight.aggregator.api.queries import Params, RequestError, parse_params, utc
 from ranksight.aggregator.api.sql import jsonable
@@ -22,6 +23,7 @@ from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     import duckdb
+
     from ranksight.aggregator.hardware import DeviceState
     from ranksight.aggregator.runtime import Aggregator
     from ranksight.schemas.alerts import Alert

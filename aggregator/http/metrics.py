@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+
 from ranksight.aggregator.analysis.hardware import LINK_UP_STATES, hardware
 from ranksight.aggregator.device_jobs import DeviceJobs, device_jobs
 from ranksight.aggregator.linkmap import link_tracker

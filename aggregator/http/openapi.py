@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from pydantic import Field
+
 from ranksight.aggregator.api import alerting, queries, views
 from ranksight.aggregator.api.markers import MAX_LIMIT
 from ranksight.aggregator.api.queries import Params

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
+
 from ranksight.aggregator.api.queries import answer, parse_params
 from ranksight.aggregator.http.events import LiveEvents
 from ranksight.aggregator.http.guard import ConnectionGuard

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
+
 from ranksight.schemas.records.base import Record
 
 AppEvent = Literal["start", "heartbeat", "section_open", "section_close", "marker", "end"]

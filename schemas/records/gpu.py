@@ -7,6 +7,7 @@ and memory separately. ``links`` holds XGMI/NVLink state where the source report
 from __future__ import annotations
 
 from pydantic import Field
+
 from ranksight.schemas.records.base import Record
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
 from ranksight.schemas.records.base import Record
 
 CollectorState = Literal["ok", "error", "absent", "disabled", "starting"]

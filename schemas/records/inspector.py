@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
 from ranksight.schemas.records.base import Record
 
 CaptureModel = Literal["ring", "sampled"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field
+
 from ranksight.schemas.records.base import Record
 
 

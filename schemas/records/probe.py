@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
 from ranksight.schemas.records.base import Record
 
 ProbeMode = Literal["full", "light"]  # light: RTT and jitter only (a node runs a job)

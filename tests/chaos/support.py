@@ -14,12 +14,12 @@ import duckdb
 import msgpack
 import nats
 from pydantic import BaseModel
+
 from ranksight.aggregator.api.client import ApiUnavailable, query
 from ranksight.aggregator.runtime import ensure_stream
+from ranksight.config import Settings
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import RECORD_MODELS
-
-from ranksight.config import Settings
 from tests.support import ranksight_cmd, settings_env, wait_for
 
 MiB = 1 << 20

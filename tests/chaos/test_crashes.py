@@ -10,12 +10,12 @@ import asyncio
 
 import duckdb
 import pytest
+
 from ranksight.agent.loadgen import SyntheticAgent
 from ranksight.aggregator.store import Store
-from ranksight.schemas.subjects import Subjects
-
 from ranksight.config import Settings
 from ranksight.natsserver import NatsServer
+from ranksight.schemas.subjects import Subjects
 from tests.chaos.support import RSS_BOUND, AggregatorProcess, db_rows, good_once, poison_pills, publish_raw
 from tests.support import consumer_drained, wait_for
 

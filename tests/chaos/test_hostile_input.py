@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
-from ranksight.agent.loadgen import SyntheticAgent
-from ranksight.schemas.subjects import Subjects
 
+from ranksight.agent.loadgen import SyntheticAgent
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsServer
+from ranksight.schemas.subjects import Subjects
 from tests.chaos.support import (
     RSS_BOUND,
     AggregatorProcess,

@@ -14,13 +14,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from ranksight.agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from ranksight.aggregator.api.client import query
-from ranksight.schemas.subjects import Subjects, inbox_prefix
-
 from ranksight.config import NatsSettings, Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsServer
+from ranksight.schemas.subjects import Subjects, inbox_prefix
 from ranksight.simulate.inspector import JobSpec, write_job
 from tests.conftest import FIXTURES, REPO
 from tests.ras_support import fake_proc

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
-
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from tests.support import agent, aggregator, wait_for

@@ -11,11 +11,11 @@ from typing import Any
 import nats
 import nats.aio.msg
 import pytest
+
 from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.aggregator.raw_evidence import EvidenceAsk
-from ranksight.schemas.subjects import Subjects
-
 from ranksight.config import Settings
+from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.support import aggregator
 

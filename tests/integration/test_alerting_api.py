@@ -13,16 +13,16 @@ from typing import Any
 import aiohttp
 import duckdb
 from prometheus_client.parser import text_string_to_metric_families
+
 from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.analysis.nodes import NodeSilentRule
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import LiveState
-from ranksight.schemas.alerts import Alert
-from ranksight.schemas.subjects import Subjects
-
 from ranksight.config import Settings
 from ranksight.natsconn import connect
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.subjects import Subjects
 from tests.conftest import REPO
 from tests.support import agent, aggregator, run_cli_async, running, settings_env, wait_for
 

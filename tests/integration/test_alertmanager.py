@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 import yaml
 from aiohttp import web
+
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import INHIBITIONS
-from ranksight.schemas.alerts import Alert
-
 from ranksight.aio import cancel_all
 from ranksight.config import AlertmanagerSettings, Settings
+from ranksight.schemas.alerts import Alert
 from tests.conftest import REPO
 from tests.deploy_support import free_port
 from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for

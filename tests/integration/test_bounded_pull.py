@@ -6,11 +6,11 @@ import time
 
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig
+
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.runtime import ensure_stream
-from ranksight.schemas.subjects import Subjects
-
 from ranksight.config import Settings
+from ranksight.schemas.subjects import Subjects
 
 
 async def test_fetch_stops_at_the_byte_bound_and_waits_when_quiet(settings: Settings) -> None:

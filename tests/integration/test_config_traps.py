@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 from pydantic import BaseModel
-from ranksight.aggregator.api.client import query
-from ranksight.schemas.subjects import Subjects
 
+from ranksight.aggregator.api.client import query
 from ranksight.config import Settings
+from ranksight.schemas.subjects import Subjects
 from tests.support import agent, aggregator
 
 OUTLIVE_S = 1.5  # longer than a disabled part takes to return (the probe planner's did at once)

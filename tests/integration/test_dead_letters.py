@@ -7,11 +7,11 @@ import time
 import duckdb
 import msgpack
 import nats
+
 from ranksight.agent.loadgen import SyntheticAgent
+from ranksight.config import Settings
 from ranksight.schemas.envelope import MAX_RECORDS
 from ranksight.schemas.subjects import Subjects
-
-from ranksight.config import Settings
 from tests.support import aggregator, wait_for
 
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import duckdb
 import nats
-from ranksight.schemas.subjects import Subjects
 
 from ranksight.config import Settings
+from ranksight.schemas.subjects import Subjects
 from tests.support import ranksight_cmd, settings_env
 
 NODES = 8

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import duckdb
-from ranksight.aggregator.api.client import query
 
+from ranksight.aggregator.api.client import query
 from ranksight.config import Settings
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
 

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 
 from ranksight.aggregator.store import Store
-
 from ranksight.config import Settings
 from tests.support import ranksight_cmd, settings_env
 

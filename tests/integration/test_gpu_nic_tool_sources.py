@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+
 from ranksight.agent.collectors.gpu.collector import GpuCollector
 from ranksight.agent.collectors.nic.collector import NicCollector
+from ranksight.config import GpuSettings, NicSettings
 from ranksight.schemas.records import NicRecord
 from ranksight.schemas.records.gpu import GpuLink
-
-from ranksight.config import GpuSettings, NicSettings
 from tests.gpu_nic_support import METRICS, fake_tool, path_with, write_tree
 from tests.support import run_cli
 

@@ -16,12 +16,12 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
+
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.schemas.records import AppRecord
-
 from ranksight.config import Settings
+from ranksight.schemas.records import AppRecord
 from tests.http_cluster import DEAD_PID, DEGRADED, JOB, NODES, Publisher, http_settings, publish_cluster
 from tests.support import aggregator, wait_for
 

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from ranksight.aggregator.runtime import Aggregator
+from ranksight.config import Settings
 from ranksight.schemas.records import GpuRecord, HeartbeatRecord, NicRecord
 from ranksight.schemas.records.probe import ProbeRecord
-
-from ranksight.config import Settings
 from tests.browser import CHROMIUM, Browser
 from tests.http_cluster import (
     DEAD_PID,

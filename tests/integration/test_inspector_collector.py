@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 import pytest
-from ranksight.aggregator.runtime import Aggregator
 
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.support import agent, aggregator, wait_for

@@ -7,9 +7,9 @@ import json
 import subprocess
 
 import pytest
+
 from ranksight.agent.probe.client import ProbeBudget, ProbeError, run_probe
 from ranksight.agent.probe.server import ProbeServer, ServerLimits, parse_networks
-
 from ranksight.config import Settings
 from tests.support import agent, aggregator, ranksight_cmd, run_cli_async, settings_env, wait_for
 

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
 from ranksight.agent.probe.client import ProbeBudget, run_probe
 from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.state import NS, LiveState

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 import aiohttp
+
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import NS, NodeState
-
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from tests.support import aggregator, run_cli_async, settings_env

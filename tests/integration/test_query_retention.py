@@ -8,7 +8,6 @@ from pathlib import Path
 
 from ranksight.aggregator.history import delete_older_than, retention_loop
 from ranksight.aggregator.store import Store
-
 from tests.support import wait_for
 
 NOW = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)

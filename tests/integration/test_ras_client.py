@@ -12,6 +12,7 @@ import re
 import socket
 
 import pytest
+
 from ranksight.agent.collectors.ras.client import RasClient, parse_ras_addr
 from ranksight.agent.collectors.ras.errors import (
     RasOversized,
@@ -26,7 +27,6 @@ from ranksight.agent.collectors.ras.parse_monitor import parse_monitor
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.agent.collectors.ras.poll import poll_status
 from ranksight.schemas.records.ras import RasEvent
-
 from tests.conftest import FIXTURES
 
 TEXT = (FIXTURES / "ras/rccl_2.28.3_text_status_incomplete_1node_missing_rank6.txt").read_bytes()

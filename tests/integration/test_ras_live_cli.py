@@ -12,7 +12,6 @@ from pathlib import Path
 
 from ranksight.agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from ranksight.schemas.records.ras import RasEvent
-
 from tests.conftest import FIXTURES
 from tests.support import run_cli, run_cli_async, wait_for
 

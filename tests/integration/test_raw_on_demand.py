@@ -18,7 +18,6 @@ from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.timefmt import ns_of
-
 from ranksight.config import Settings
 from ranksight.simulate.inspector import Fault, JobSpec, simulate
 from tests.support import agent, aggregator, wait_for

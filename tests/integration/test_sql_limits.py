@@ -10,10 +10,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+
 from ranksight.aggregator.api.queries import answer
 from ranksight.aggregator.api.sql import SqlFailed, SqlSandbox
 from ranksight.aggregator.store import Store
-
 from ranksight.config import QuerySettings
 from tests.support import wait_for
 

@@ -13,10 +13,10 @@ from pathlib import Path
 import duckdb
 import nats
 import nats.aio.msg
-from ranksight.aggregator.state import NS
-from ranksight.schemas.subjects import Subjects
 
+from ranksight.aggregator.state import NS
 from ranksight.config import Settings
+from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
 
@@ -116,7 +116,6 @@ def test_offline_analysis_and_online_alerts_agree_on_the_same_records(tmp_path: 
     from ranksight.aggregator.alerts import AlertEngine
     from ranksight.aggregator.analysis import default_rules
     from ranksight.aggregator.state import LiveState
-
     from ranksight.config import StragglerSettings
     from ranksight.simulate.inspector import simulate_timed
     from tests.unit.test_stragglers_live import envelope

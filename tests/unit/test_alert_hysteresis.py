@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import pytest
+
 from ranksight.aggregator.alerts import INHIBITIONS, AlertEngine, Condition
 from ranksight.aggregator.analysis import default_rules
 from ranksight.aggregator.analysis.hardware import NicErrorsRisingRule, hardware
@@ -14,12 +15,11 @@ from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.analysis.nodes import NodeSilentRule
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso
+from ranksight.config import RULE_TIMINGS, AlertSettings, ConfigError, load_settings
 from ranksight.schemas.alerts import Matcher, Silence
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import HeartbeatRecord, NicRecord, ProbeRecord
 from ranksight.schemas.records.ras import RasEventRecord, RasRecord
-
-from ranksight.config import RULE_TIMINGS, AlertSettings, ConfigError, load_settings
 
 T0 = 1_800_000_000 * NS
 HOUR = 3600

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgpack
 import pytest
+
 from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
 
 TIMEOUTS = Timeouts(

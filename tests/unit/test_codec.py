@@ -6,6 +6,7 @@ import msgpack
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import CollectorHealth, GpuRecord, HeartbeatRecord

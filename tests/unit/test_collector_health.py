@@ -9,9 +9,8 @@ from typing import Any
 
 from ranksight.agent.collectors.base import MAX_ERROR_CHARS, Emit, Health, StreamingCollector
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.schemas.records import Record
-
 from ranksight.config import CollectorSettings, load_settings
+from ranksight.schemas.records import Record
 
 
 class FailsOnceThenIdles(StreamingCollector):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import duckdb
+
 from ranksight.aggregator.columns import ColumnBuilder, row_to_record
 from ranksight.schemas.records import GpuRecord, HeartbeatRecord, NicRecord
 from ranksight.schemas.records.heartbeat import CollectorHealth

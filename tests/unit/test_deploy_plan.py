@@ -6,12 +6,12 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from ranksight.agent.runtime import AgentRuntime
+from ranksight.config import load_settings
 from ranksight.deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
 from ranksight.deploy.plan import Layout, agent_config, credential_files, fingerprint
 from ranksight.deploy.wheel import Wheel
-
-from ranksight.config import load_settings
 from ranksight.redact import redact, secrets_of
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import argparse
 
 from ranksight.aggregator.api.queries import ENDPOINTS
-from ranksight.schemas.records import RECORD_MODELS
-
 from ranksight.cli import build_parser
 from ranksight.config import Settings
+from ranksight.schemas.records import RECORD_MODELS
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()

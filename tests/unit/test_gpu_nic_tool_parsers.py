@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from ranksight.agent.collectors.gpu.amd_smi import ParseError
 from ranksight.agent.collectors.gpu.amd_smi_links import parse_amd_smi_topology, parse_amd_smi_xgmi
 from ranksight.agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
@@ -18,7 +19,6 @@ from ranksight.agent.collectors.nic.tools import (
 )  # fmt: skip
 from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.records.gpu import GpuLink
-
 from tests.gpu_nic_support import METRICS
 
 AMD, NVIDIA, IONIC = METRICS / "amd", METRICS / "nvidia", METRICS / "nic" / "ionic"

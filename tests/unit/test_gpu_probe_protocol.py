@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from ranksight.agent.gpuprobe.protocol import (
     MAX_LINE,
     Done,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from ranksight.agent.gpuprobe.protocol import Done, GpuResult, Start, Unavailable, parse_line
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None

@@ -9,10 +9,9 @@ from ranksight.aggregator.analysis import default_rules
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.jobs import CommState, JobState
 from ranksight.aggregator.state import NS, LiveState
+from ranksight.config import StragglerSettings
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import InspectorRecord
-
-from ranksight.config import StragglerSettings
 from ranksight.simulate.inspector import Fault, JobSpec, simulate_timed
 from ranksight.simulate.scenarios import hang, healthy, truth
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 from pydantic import ValidationError
+
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis import default_rules
 from ranksight.aggregator.state import LiveState
+from ranksight.config import Settings
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import GpuRecord, NicRecord
-
-from ranksight.config import Settings
 
 NS = 1_000_000_000
 

@@ -14,13 +14,13 @@ from typing import Any
 import duckdb
 import msgpack
 import pytest
+
 from ranksight.aggregator.history import delete_older_than
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Incoming, Store, _ns_to_dt
-from ranksight.schemas.subjects import Subjects
-
 from ranksight.config import IngestSettings, load_settings
+from ranksight.schemas.subjects import Subjects
 from tests.unit.test_state_and_alerts import _beat
 
 SUBJECTS = Subjects()

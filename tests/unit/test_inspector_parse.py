@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from ranksight.agent.collectors.inspector.parse import ParseError, bandwidths_gbs, parse_line
 
+from ranksight.agent.collectors.inspector.parse import ParseError, bandwidths_gbs, parse_line
 from tests.conftest import FIXTURES
 
 DIR = FIXTURES / "inspector"

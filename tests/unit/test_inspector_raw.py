@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
+
 from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
 from ranksight.schemas.records.inspector import RawCursor, RawRecordsRequest
-
 from ranksight.simulate.inspector import JobSpec, write_job
 
 LIMITS = RawLimits(max_records=100_000, max_bytes=1 << 30, scan_bytes=1 << 30, max_window_s=3600)

@@ -8,7 +8,6 @@ import threading
 from pathlib import Path
 
 from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
-
 from ranksight.simulate.inspector import JobSpec, simulate
 
 

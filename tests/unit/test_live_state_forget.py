@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Incoming, Store
+from ranksight.config import IngestSettings
 from ranksight.schemas.codec import decode_event
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.subjects import Subjects
-
-from ranksight.config import IngestSettings
 
 SUBJECTS = Subjects()
 NOW = time.time_ns() // 1000 * 1000

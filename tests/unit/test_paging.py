@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from ranksight.aggregator.api.paging import PageCache, PageExpired, RowTooLarge, split_pages
 from ranksight.schemas.api import ApiResponse
 

@@ -6,14 +6,14 @@ import itertools
 import random
 
 import pytest
+
 from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.linkmap import Endpoint, link_tracker
 from ranksight.aggregator.probes import ProbePlanner, disjoint_rounds, full_mesh_rounds, sampled_pairs
 from ranksight.aggregator.state import NS, LiveState
+from ranksight.config import ProbePlannerSettings
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import ProbeEndpointRecord, ProbeRecord, RasRecord
-
-from ranksight.config import ProbePlannerSettings
 
 T0 = 1_700_000_000 * NS
 

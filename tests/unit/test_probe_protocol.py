@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from ranksight.agent.probe.cli import parse_target
 from ranksight.agent.probe.protocol import (
     Op,

@@ -6,6 +6,7 @@ import datetime
 import decimal
 
 import pytest
+
 from ranksight.aggregator.api.queries import Params, RequestError, SqlParams, parse_params
 from ranksight.aggregator.api.sql import SqlFailed, SqlRefused, check_read_only, jsonable
 

@@ -10,7 +10,6 @@ from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis import default_rules
 from ranksight.aggregator.state import LiveState
 from ranksight.schemas.records.ras import RasEventRecord, RasRecord, RasStatus
-
 from tests.conftest import FIXTURES
 from tests.ras_support import envelope, fake_proc
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from ranksight.agent.collectors.ras.capture import detect_format, parse_capture
 from ranksight.agent.collectors.ras.errors import RasParseError
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_monitor import MonitorDecoder, parse_monitor
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
-
 from tests.conftest import FIXTURES
 
 RAS = FIXTURES / "ras"

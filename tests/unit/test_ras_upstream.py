@@ -5,11 +5,11 @@ the 2.26-2.28.x phantom communicators raise nothing."""
 from __future__ import annotations
 
 import pytest
+
 from ranksight.agent.collectors.ras.capture import parse_capture
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.agent.collectors.ras.poll import merge_detail
-
 from tests.conftest import FIXTURES
 
 UPSTREAM = FIXTURES / "ras/upstream-server"

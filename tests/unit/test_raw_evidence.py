@@ -6,19 +6,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.raw_evidence import plan
 from ranksight.aggregator.store import Incoming, Store
 from ranksight.aggregator.timefmt import iso
+from ranksight.config import RawEvidenceSettings
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import InspectorRecord
 from ranksight.schemas.structs import from_builtins
 from ranksight.schemas.subjects import Subjects
-
-from ranksight.config import RawEvidenceSettings
 from ranksight.simulate.inspector import JobSpec, simulate
 
 SPEC = JobSpec(nodes=4, gpus_per_node=2, layout="moe", steps=20)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from ranksight.aggregator.analysis import default_rules
 from ranksight.aggregator.analysis.links import LinkDegradedRule
-
 from ranksight.config import load_settings
 
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from ranksight.agent.collectors.gpu.sysfs import read_amdgpu_sysfs
 from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.agent.collectors.nic.sysfs import read_nics
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
-
 from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import JobSpec
 
@@ -80,7 +80,6 @@ async def test_demo_status_lists_the_lost_rank_before_peer_dead_is_sent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from ranksight.agent.collectors.ras.fake_server import FakeRasServer
-
     from ranksight.config import load_settings
     from ranksight.demo import Demo, _job_spec
 

@@ -7,7 +7,6 @@ import subprocess
 from pathlib import Path
 
 from ranksight.agent.collectors.slurm_jobs import parse_job_file, read_jobs
-
 from tests.conftest import REPO
 
 SLURM = REPO / "deploy" / "slurm"

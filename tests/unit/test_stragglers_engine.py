@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.aggregator.analysis.stragglers import (
@@ -14,7 +15,6 @@ from ranksight.aggregator.analysis.stragglers import (
     StragglerParams,
     analyze_records,
 )
-
 from ranksight.simulate import scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job, write_job
 

@@ -7,10 +7,9 @@ from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis import default_rules
 from ranksight.aggregator.state import NS, LiveState
+from ranksight.config import StragglerSettings
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import GpuRecord
-
-from ranksight.config import StragglerSettings
 from ranksight.simulate.inspector import Fault, JobSpec, simulate
 
 SPEC = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=1, gpu=2, factor=2.0)])

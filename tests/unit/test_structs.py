@@ -8,6 +8,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 import msgspec
 import pytest
 from pydantic import BaseModel, Field
+
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import RECORD_MODELS, GpuRecord, HeartbeatRecord
 from ranksight.schemas.records.probe import ProbeCommand

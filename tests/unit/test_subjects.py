@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from ranksight.agent.runtime import AgentRuntime
-from ranksight.schemas.subjects import SubjectError, Subjects, require_token, sanitize_token
 
+from ranksight.agent.runtime import AgentRuntime
 from ranksight.config import AgentSettings, load_settings
+from ranksight.schemas.subjects import SubjectError, Subjects, require_token, sanitize_token
 from tests.support import run_cli, settings_env
 
 

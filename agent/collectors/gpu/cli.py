@@ -12,9 +12,8 @@ from ranksight.agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
 from ranksight.agent.collectors.gpu.nvidia_smi import parse_nvidia_smi_csv
 from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
 from ranksight.agent.collectors.gpu.rocm_smi import parse_rocm_smi
-from ranksight.schemas.records import GpuRecord
-
 from ranksight.cliutil import EXIT_FAILED, print_json, print_table
+from ranksight.schemas.records import GpuRecord
 
 PARSERS: dict[str, Callable[[bytes], list[GpuRecord]]] = {
     "amd-smi": parse_amd_smi_metric,

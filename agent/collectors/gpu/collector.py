@@ -32,7 +32,6 @@ from ranksight.schemas.records import GpuRecord, Record
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-
     from ranksight.config import GpuSettings
 
 ROCM_SMI_ARGS = (

@@ -19,7 +19,6 @@ from ranksight.schemas.records.inspector import RawRecordsPage, RawRecordsReques
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-
     from ranksight.config import InspectorSettings
 
 log = logging.getLogger(__name__)

@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 
 from ranksight.agent.collectors.nic.sysfs import read_nics
-
 from ranksight.cliutil import EXIT_FAILED, print_json, print_table
 
 FIELDS = [

@@ -20,7 +20,6 @@ from ranksight.schemas.records import Record
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-
     from ranksight.config import NicSettings
 
 

@@ -26,7 +26,6 @@ from ranksight.agent.collectors.ras.errors import (
 )
 from ranksight.agent.collectors.ras.poll import client_for, poll_status
 from ranksight.aggregator.api.cli import call_api
-
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_USAGE,

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import nats.errors
+
 from ranksight.agent.collectors.base import Emit, StreamingCollector
 from ranksight.agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused
 from ranksight.agent.collectors.ras.jobid import (
@@ -30,7 +31,6 @@ from ranksight.schemas.records.ras import RasEvent, RasEventRecord, RasRecord, R
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-
     from ranksight.config import RasSettings
 
 ENDPOINT_CLOSED = "ENDPOINT_CLOSED"
@@ -46,7 +46,7 @@ class RasCollector(StreamingCollector):
         self.cfg = settings
         self.client = client_for(settings)
         self.lease = Lease(ctx.nc.jetstream(), settings.lease_ttl_s or 3 * settings.interval_s,
-                           f"{ctx.node}:{ctx.incarnation}")  # fmt: skip
+                           f"{ctx.node}:{ctx.incarnation}", replicas=ctx.settings.nats.jetstream_replicas)  # fmt: skip
         self.poll_lock = asyncio.Lock()  # never two polls at once against this node's endpoint
         self.job_id: str | None = None
         self.endpoint_id: str | None = None  # the node-local fallback id, until a job-wide one is known

@@ -58,20 +58,25 @@ async def serve(settings: Settings, answer: Answer) -> nats.NATS:
     return nc
 
 
-@pytest.mark.parametrize("case", list(HOSTILE))
-async def test_a_hostile_answer_is_missing_evidence_with_its_reason(settings: Settings, case: str) -> None:
-    answer, reason = HOSTILE[case]
+async def collect(settings: Settings, answer: Answer) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The evidence an aggregator collects for :data:`ASK` from an agent answering ``answer``, and the inspector
+    rows it wrote."""
     async with aggregator(settings) as agg:
         nc = await serve(settings, answer)
         try:
             evidence = await agg.raw_evidence.collect(agg, ASK)
         finally:
             await nc.close()
-        assert evidence["raw_complete"] is False and evidence["raw_records"] == 0
-        [missing] = evidence["raw_missing"]
-        assert missing["node"] == "evil" and reason in missing["reason"], missing
-        [count] = agg.store.rows("SELECT count(*) AS n FROM inspector")
-        assert count["n"] == 0
+        return evidence, list(agg.store.rows("SELECT comm_id, dump_ts_us, node, seq FROM inspector"))
+
+
+@pytest.mark.parametrize("case", list(HOSTILE))
+async def test_a_hostile_answer_is_missing_evidence_with_its_reason(settings: Settings, case: str) -> None:
+    answer, reason = HOSTILE[case]
+    evidence, rows = await collect(settings, answer)
+    assert evidence["raw_complete"] is False and evidence["raw_records"] == 0 and rows == []
+    [missing] = evidence["raw_missing"]
+    assert missing["node"] == "evil" and reason in missing["reason"], missing
 
 
 async def test_only_records_of_the_comms_and_window_asked_reach_history_and_paging_ends(
@@ -87,17 +92,11 @@ async def test_only_records_of_the_comms_and_window_asked_reach_history_and_pagi
         n = next(pages)
         return page([mine[n % len(mine)], *others, late], {"file": "a.log", "offset": n + 1})
 
-    async with aggregator(settings) as agg:
-        nc = await serve(settings, answer)
-        try:
-            evidence = await agg.raw_evidence.collect(agg, ASK)
-        finally:
-            await nc.close()
-        assert evidence["raw_records"] == 5 and evidence["raw_inserted"] == 5
-        assert "max_pages_per_node" in evidence["raw_missing"][0]["reason"]
-        rows = list(agg.store.rows("SELECT comm_id, dump_ts_us, node, seq FROM inspector"))
-        assert len(rows) == 5 and {(r["comm_id"], r["node"], r["seq"]) for r in rows} == {(COMM, "evil", 0)}
-        assert all(ASK.from_us <= r["dump_ts_us"] <= ASK.to_us for r in rows)
+    evidence, rows = await collect(settings, answer)
+    assert evidence["raw_records"] == 5 and evidence["raw_inserted"] == 5
+    assert "max_pages_per_node" in evidence["raw_missing"][0]["reason"]
+    assert len(rows) == 5 and {(r["comm_id"], r["node"], r["seq"]) for r in rows} == {(COMM, "evil", 0)}
+    assert all(ASK.from_us <= r["dump_ts_us"] <= ASK.to_us for r in rows)
 
 
 async def test_a_finding_takes_at_most_max_records_per_finding(settings: Settings) -> None:
@@ -110,11 +109,6 @@ async def test_a_finding_takes_at_most_max_records_per_finding(settings: Setting
         asked.append(req["max_records"])
         return page(mine[:10], {"file": "a.log", "offset": len(asked)})
 
-    async with aggregator(settings) as agg:
-        nc = await serve(settings, answer)
-        try:
-            evidence = await agg.raw_evidence.collect(agg, ASK)
-        finally:
-            await nc.close()
+    evidence, _ = await collect(settings, answer)
     assert asked == [3, 3, 1] and evidence["raw_records"] == 7 and evidence["raw_complete"] is False
     assert "max_records_per_finding (7)" in evidence["raw_missing"][0]["reason"]

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+from ranksight.agent.collectors.inspector.summary import SnSpan
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 Kind = Literal["compute", "communication"]
@@ -150,26 +151,10 @@ class _Agg:
         self.low = min(self.low, low)
 
 
-class _Span:
-    """``coll_sn`` range of one (comm, coll) in one slice, with the dump times that bound it."""
-
-    __slots__ = ("hi", "hi_ts", "lo", "lo_ts")
-
-    def __init__(self, sn: int, ts: int) -> None:
-        self.lo = self.hi = sn
-        self.lo_ts = self.hi_ts = ts
-
-    def add(self, sn: int, ts: int) -> None:
-        if sn < self.lo or (sn == self.lo and ts < self.lo_ts):
-            self.lo, self.lo_ts = sn, ts
-        if sn > self.hi or (sn == self.hi and ts < self.hi_ts):
-            self.hi, self.hi_ts = sn, ts
-
-
 @dataclass
 class _Slice:
     aggs: dict[AggKey, _Agg] = field(default_factory=dict)
-    spans: dict[SpanKey, _Span] = field(default_factory=dict)
+    spans: dict[SpanKey, SnSpan] = field(default_factory=dict)
 
 
 @dataclass
@@ -288,7 +273,7 @@ class StragglerEngine:
         lo, lo_ts, hi, hi_ts = span
         got = sl.spans.get(span_key)
         if got is None:
-            got = sl.spans[span_key] = _Span(lo, lo_ts)
+            got = sl.spans[span_key] = SnSpan(lo, lo_ts)
         else:
             got.add(lo, lo_ts)
         got.add(hi, hi_ts)

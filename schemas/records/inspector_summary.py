@@ -14,10 +14,7 @@ are parallel: entry ``i`` of each describes slice ``slice_index[i]`` of the wind
 
 from __future__ import annotations
 
-from typing import Literal
-
-from ranksight.schemas.records.base import Record
-from ranksight.schemas.records.inspector import CaptureModel
+from ranksight.schemas.records.inspector import CaptureModel, InspectorOperation
 
 
 def size_bucket(msg_size_bytes: int) -> int:
@@ -25,19 +22,10 @@ def size_bucket(msg_size_bytes: int) -> int:
     return 1 << (msg_size_bytes - 1).bit_length() if msg_size_bytes > 0 else 0
 
 
-class InspectorSummaryRecord(Record):
+class InspectorSummaryRecord(InspectorOperation):
     window_start_us: int  # dump time (µs since the epoch) where the window starts: a multiple of window_us
     window_us: int
     slice_us: int  # the per-slice lists' resolution
-    comm_id: str
-    comm_name: str | None = None
-    rank: int
-    n_ranks: int
-    nnodes: int | None = None
-    hostname: str
-    pid: int
-    op_kind: Literal["coll", "p2p"]
-    op: str
     size_bucket: int  # see size_bucket(); the exact sizes add up in `bytes`
     capture_model: CaptureModel = "sampled"
     count: int  # records of the window (timed or not)

@@ -122,7 +122,8 @@ async def test_raw_records_are_rate_limited_fairly_and_summaries_count_every_rec
     total = sum(len(lines) for lines in procs.values())
     cfg = settings.agent.collectors.inspector.model_copy(update={
         "dump_dir": dump, "interval_s": 0.05, "raw_rate_per_s": 20.0, "summary_window_s": 1.0,
-        "summary_grace_s": 0.2})  # fmt: skip
+        "summary_grace_s": 0.2,
+        "read_chunk_bytes": 4096})  # fmt: skip
     collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
     limited = settings.model_copy(
         update={"agent": settings.agent.model_copy(update={"collectors": collectors})}
@@ -140,6 +141,8 @@ async def test_raw_records_are_rate_limited_fairly_and_summaries_count_every_rec
             0 < raw["n"] <= 20 + 20 * 5
         )  # one second of burst, then the rate (this test is done within 5 s)
         assert raw["comms"] == summaries["comms"]  # every communicator gets its share
+        ttls = [r["ttl"] for r in agg.store.rows("SELECT DISTINCT ttl FROM inspector_summary")]
+        assert ttls == [2 * 1.0 + 0.2]  # valid until the next window's summary should have come
         assert rt.ctx is not None
         status = await rt.ctx.commands["inspector"]({})
         assert status["raw"]["published"] == raw["n"] and status["raw"]["kept_on_node"] == total - raw["n"]

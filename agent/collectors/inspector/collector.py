@@ -80,7 +80,8 @@ class InspectorCollector(StreamingCollector):
                     warned.add(chunk.path)  # once per file: no per-interval log spam
                     log.warning("inspector: bad line(s) in %s: %s", chunk.path, chunk.first_error)
                 await emit([rec for rec in chunk.records if id(rec) in raw], self._on_ack(tailer, chunk))
-            await self._publish_summaries(emit, self.summarizer.close(time.time_ns() // 1000))
+            if not any(chunk.more for chunk in chunks):  # a backlog's old windows stay open until it is read
+                await self._publish_summaries(emit, self.summarizer.close(time.time_ns() // 1000))
             if tailer.dirty:
                 await asyncio.to_thread(tailer.save)
             if not chunks:

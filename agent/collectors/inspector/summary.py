@@ -21,24 +21,37 @@ from ranksight.schemas.records.inspector_summary import size_bucket
 SummaryKey = tuple[str, str, str, int, int, str, int]
 
 
-class _SliceStats:
-    """Timed operations of one slice, folded like the engine's ``_Agg`` and ``_Span``."""
+class SnSpan:
+    """``coll_sn`` range of one (comm, coll, rank) in one slice, with the dump times that bound it (the straggler
+    engine keeps the same per slice)."""
 
-    __slots__ = ("count", "hi", "hi_ts", "lo", "lo_ts", "low", "total")
+    __slots__ = ("hi", "hi_ts", "lo", "lo_ts")
+
+    def __init__(self, sn: int, ts: int) -> None:
+        self.lo = self.hi = sn
+        self.lo_ts = self.hi_ts = ts
+
+    def add(self, sn: int, ts: int) -> None:
+        if sn < self.lo or (sn == self.lo and ts < self.lo_ts):
+            self.lo, self.lo_ts = sn, ts
+        if sn > self.hi or (sn == self.hi and ts < self.hi_ts):
+            self.hi, self.hi_ts = sn, ts
+
+
+class _SliceStats:
+    """Timed operations of one slice: count, sum and minimum of exec times, and their ``coll_sn`` span."""
+
+    __slots__ = ("count", "low", "span", "total")
 
     def __init__(self, sn: int, ts: int) -> None:
         self.count, self.total, self.low = 0, 0.0, math.inf
-        self.lo = self.hi = sn
-        self.lo_ts = self.hi_ts = ts
+        self.span = SnSpan(sn, ts)
 
     def add(self, exec_us: float, sn: int, ts: int) -> None:
         self.count += 1
         self.total += exec_us
         self.low = min(self.low, exec_us)
-        if sn < self.lo or (sn == self.lo and ts < self.lo_ts):
-            self.lo, self.lo_ts = sn, ts
-        if sn > self.hi or (sn == self.hi and ts < self.hi_ts):
-            self.hi, self.hi_ts = sn, ts
+        self.span.add(sn, ts)
 
 
 @dataclass
@@ -183,8 +196,8 @@ class Summarizer:
             slice_count=[s.count for _, s in slices],
             slice_exec_sum_us=[s.total for _, s in slices],
             slice_exec_min_us=[s.low for _, s in slices],
-            slice_sn_lo=[s.lo for _, s in slices],
-            slice_sn_lo_ts_us=[s.lo_ts for _, s in slices],
-            slice_sn_hi=[s.hi for _, s in slices],
-            slice_sn_hi_ts_us=[s.hi_ts for _, s in slices],
+            slice_sn_lo=[s.span.lo for _, s in slices],
+            slice_sn_lo_ts_us=[s.span.lo_ts for _, s in slices],
+            slice_sn_hi=[s.span.hi for _, s in slices],
+            slice_sn_hi_ts_us=[s.span.hi_ts for _, s in slices],
         )

@@ -1,9 +1,10 @@
-"""ISO-8601 UTC formatting of nanosecond timestamps, the one format every API and alert uses."""
+"""Nanosecond time: the unit (``NS``) and ISO-8601 UTC formatting, the one format every API and alert uses."""
 
 from __future__ import annotations
 
 import datetime
 
+NS = 1_000_000_000  # nanoseconds per second: every clock in the aggregator counts nanoseconds
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 

@@ -33,6 +33,7 @@ from ranksight.aggregator.history import retention_loop
 from ranksight.aggregator.http.server import HttpFace
 from ranksight.aggregator.probes import ProbePlanner
 from ranksight.aggregator.pull import BoundedPull
+from ranksight.aggregator.raw_evidence import RawEvidence
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import BatchResult, Incoming, Store, out_of_memory
 from ranksight.aio import cancel_all
@@ -118,6 +119,7 @@ class Aggregator:
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
         self.stats = IngestStats()
         self.http = HttpFace(self)
+        self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
         self.nc: Client | None = None
         self.ready = asyncio.Event()
@@ -132,6 +134,7 @@ class Aggregator:
             "ingest": self.stats.__dict__,
             "sequence": self.store.sequence_stats(),
             "alerts_firing": len(self.engine.active),
+            "raw_evidence": self.raw_evidence.stats.__dict__,
         }
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -179,6 +182,7 @@ class Aggregator:
             finally:
                 self._stopping = True
                 await cancel_all(tasks[1:])  # no rule runs once stopping has begun
+                await self.raw_evidence.stop()
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks[:1])
                 with contextlib.suppress(Exception):
@@ -324,6 +328,7 @@ class Aggregator:
             await self.store.call(self.store.write_alerts, transitions)
             await self._publish_alerts(transitions)
             self.alertmanager.transitions(transitions)
+            self.raw_evidence.submit(self, transitions)  # after the write: its evidence update comes later
         return transitions
 
     async def _publish_alerts(self, alerts: list[Alert]) -> None:

@@ -1,4 +1,4 @@
-"""``ranksight aggregator`` (run it) and ``ranksight status`` (ask a running one)."""
+"""``ranksight aggregator``: run the aggregator in the foreground (its query commands: :mod:`aggregator.api.cli`)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-from ranksight.aggregator.api.cli import call_api
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.cliutil import (
-    EXIT_FAILED,
-    add_config_flags,
-    print_json,
-    print_table,
-    run_until_signalled,
-    settings_from_args,
-)
+from ranksight.cliutil import EXIT_FAILED, add_config_flags, run_until_signalled, settings_from_args
 from ranksight.private import keep_private
 from ranksight.up import add_http_port_flag, http_port_override, ports_in_use
 
@@ -27,11 +19,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--db", type=Path, help="DuckDB file (overrides aggregator.db_path)")
     add_http_port_flag(p)
     p.set_defaults(func=run)
-
-    s = sub.add_parser("status", help="nodes and their state, from the running aggregator")
-    add_config_flags(s)
-    s.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    s.set_defaults(func=status)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,16 +35,4 @@ def run(args: argparse.Namespace) -> int:
         await Aggregator(settings).run(stop)
 
     run_until_signalled(main, settings.shutdown_timeout_s)
-    return 0
-
-
-def status(args: argparse.Namespace) -> int:
-    response = call_api(args, "status")
-    if response is None:
-        return EXIT_FAILED
-    if args.json:
-        print_json({"nodes": response.rows, "aggregator": response.meta})
-    else:
-        rows = [{**r, "alerts": ", ".join(a["rule"] for a in r.get("alerts", []))} for r in response.rows]
-        print_table(rows, ["node", "state", "health", "last_seen", "version", "clock_skew_s", "alerts"])
     return 0

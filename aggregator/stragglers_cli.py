@@ -1,6 +1,5 @@
-"""``ranksight analyze inspector DIR`` (offline, from dump files) and ``ranksight stragglers`` (ask the aggregator).
-
-Both print the findings of the one straggler engine; ``--json`` prints exactly one JSON object.
+"""``ranksight analyze inspector DIR``: the findings of the one straggler engine, offline from dump files; ``--json``
+prints exactly one JSON object. (``ranksight stragglers`` asks the aggregator: :mod:`aggregator.api.endpoints`.)
 """
 
 from __future__ import annotations
@@ -11,16 +10,8 @@ from pathlib import Path
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
-from ranksight.aggregator.api.cli import call_api
-from ranksight.cliutil import (
-    EXIT_FAILED,
-    EXIT_USAGE,
-    add_config_flags,
-    print_json,
-    print_table,
-)
-
-COLUMNS = ["hostname", "pid", "kind", "comm", "rank", "slowdown", "confidence", "evidence"]
+from ranksight.aggregator.api.endpoints import STRAGGLER_COLUMNS
+from ranksight.cliutil import EXIT_USAGE, print_json, print_table
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -34,11 +25,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     insp.add_argument("--window-s", type=float, default=StragglerParams.window_s,
                       help="analysis window in seconds of dump time (default %(default)s)")  # fmt: skip
     insp.set_defaults(func=analyze_inspector)
-
-    s = sub.add_parser("stragglers", help="current straggler findings, from the running aggregator")
-    add_config_flags(s)
-    s.add_argument("--json", action="store_true", help="one JSON object on stdout")
-    s.set_defaults(func=stragglers)
 
 
 def analyze_inspector(args: argparse.Namespace) -> int:
@@ -57,18 +43,7 @@ def analyze_inspector(args: argparse.Namespace) -> int:
     print(f"{result.records} records, {result.operations} operations, capture model {result.capture_model}, "
           f"{result.bad_lines} bad lines, {result.bw_mismatches} bandwidth mismatches", file=sys.stderr)  # fmt: skip
     if result.stragglers:
-        print_table([f.as_dict() for f in result.stragglers], COLUMNS)
+        print_table([f.as_dict() for f in result.stragglers], STRAGGLER_COLUMNS[1:])
     else:
         print("no stragglers found")
-    return 0
-
-
-def stragglers(args: argparse.Namespace) -> int:
-    response = call_api(args, "stragglers")
-    if response is None:
-        return EXIT_FAILED
-    if args.json:
-        print_json({"stragglers": response.rows, "meta": response.meta})
-    else:
-        print_table(response.rows, ["cluster", *COLUMNS])
     return 0

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from ranksight.aggregator.api.queries import ENDPOINTS, Params, RequestError, history_rows, parse_params, utc
+from ranksight.aggregator.api.endpoint import Params, RequestError, utc
+from ranksight.aggregator.api.queries import history_rows
 from ranksight.aggregator.timefmt import NS, iso, ns_of
 from ranksight.schemas.alerts import Matcher, Silence
 from ranksight.schemas.api import ApiResponse
@@ -30,25 +31,23 @@ class DrainParams(Params):
     reason: str = Field("", max_length=1000)
 
 
-async def drain(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def drain(agg: Aggregator, p: DrainParams) -> ApiResponse:
     """Mark nodes as expected to go silent (maintenance, removal), or end that; rows: the drained nodes."""
-    p = parse_params(DrainParams, params)
     cluster = p.cluster or agg.settings.cluster
     if any(not n.strip() for n in p.nodes):
         raise RequestError("a node name must not be empty")
     await agg.store.call(agg.store.set_drained, cluster, p.nodes, not p.undrain, p.reason)
     keys = {(cluster, n) for n in p.nodes}
     agg.engine.drained = agg.engine.drained - keys if p.undrain else agg.engine.drained | keys
-    return await drains(agg, {})
+    return await drains(agg, DrainsParams())
 
 
 class DrainsParams(Params):
     cluster: str | None = None
 
 
-async def drains(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def drains(agg: Aggregator, p: DrainsParams) -> ApiResponse:
     """Nodes drained now (expected to be silent): cluster, node, since, reason."""
-    p = parse_params(DrainsParams, params)
     rows = await agg.store.call(agg.store.drained_nodes)
     return ApiResponse.success([r for r in rows if p.cluster in (None, r["cluster"])])
 
@@ -68,9 +67,8 @@ def _ns(value: datetime.datetime) -> int:
     return ns_of(utc(value).isoformat())
 
 
-async def silence_add(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def silence_add(agg: Aggregator, p: SilenceAddParams) -> ApiResponse:
     """Add a maintenance window: matching alerts are not announced (alert subjects) and Alertmanager silences them."""
-    p = parse_params(SilenceAddParams, params)
     try:
         matchers = [Matcher.parse(m) for m in p.matchers]
     except ValueError as exc:
@@ -97,9 +95,8 @@ class SilenceExpireParams(Params):
     id: str = Field(min_length=1)
 
 
-async def silence_expire(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def silence_expire(agg: Aggregator, p: SilenceExpireParams) -> ApiResponse:
     """End a silence now."""
-    p = parse_params(SilenceExpireParams, params)
     silence = agg.engine.silences.get(p.id)
     if silence is None:
         raise RequestError(f"no active or pending silence {p.id!r}")
@@ -119,9 +116,8 @@ class SilencesParams(Params):
     )
 
 
-async def silences(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def silences(agg: Aggregator, p: SilencesParams) -> ApiResponse:
     """Silences (maintenance windows), newest first."""
-    p = parse_params(SilencesParams, params)
     now = time.time_ns() // 1000 * 1000  # whole microseconds: what an ISO time keeps
     since = 0 if p.state == "all" else now
     found = await agg.store.call(agg.store.silences, since)
@@ -162,9 +158,8 @@ FROM t GROUP BY fingerprint ORDER BY fired DESC LIMIT ?
 """
 
 
-async def incidents(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def incidents(agg: Aggregator, p: IncidentsParams) -> ApiResponse:
     """One row per alert (fingerprint) from history: fired, resolved, duration, flaps (times it fired again)."""
-    p = parse_params(IncidentsParams, params)
     where, args = ["TRUE"], []
     for key in ("cluster", "rule", "node"):
         if getattr(p, key) is not None:
@@ -184,7 +179,3 @@ async def incidents(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
         if row["state"] == "firing":
             row["resolved"] = None
     return ApiResponse.success(rows[: p.limit], truncated=len(rows) > p.limit)
-
-
-ENDPOINTS.update({"drain": drain, "drains": drains, "silence_add": silence_add, "silence_expire": silence_expire,
-                  "silences": silences, "incidents": incidents})  # fmt: skip

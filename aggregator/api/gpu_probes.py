@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule
+from ranksight.aggregator.api.endpoint import DeviceParams
 from ranksight.aggregator.timefmt import iso
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
 
-PARAMS = frozenset({"cluster", "node"})
 
-
-async def gpu_probes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
-    unknown = set(params) - PARAMS
-    if unknown:
-        return ApiResponse.failure(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+async def gpu_probes(agg: Aggregator, p: DeviceParams) -> ApiResponse:
+    """The live GPU probe results, each with the ``gpu_underperforming`` findings about it."""
     tracker = agg.state.gpu_probes
     rule = next((r for r in agg.rules if isinstance(r, GpuUnderperformingRule)), GpuUnderperformingRule())
     findings = rule.findings(tracker)
     rows = []
     for key, r in sorted(tracker.live.items()):
-        if any(params.get(p) not in (None, getattr(r, p)) for p in PARAMS):
+        if p.cluster not in (None, r.cluster) or p.node not in (None, r.node):
             continue
         rows.append({
             "cluster": r.cluster, "node": r.node, "index": r.index, "name": r.name, "uuid": r.uuid,

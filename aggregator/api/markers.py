@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from pydantic import Field
+
+from ranksight.aggregator.api.endpoint import Params
 from ranksight.aggregator.timefmt import iso
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
 
-DEFAULT_LIMIT = 1000
 MAX_LIMIT = 10_000
-PARAMS = {"job", "cluster", "limit"}
+
+
+class MarkersParams(Params):
+    job: str | None = None
+    cluster: str | None = None
+    limit: int = Field(1000, ge=1, le=MAX_LIMIT)
+
 
 _SQL = (
     "SELECT client_ts, epoch_ns(recv_ts) AS recv_ns, cluster, node, job_id, rank, pid, text, fields FROM app "
@@ -22,28 +30,9 @@ _SQL = (
 )
 
 
-def _check(params: dict[str, Any]) -> int:
-    """Validate the parameters; return the row limit."""
-    from ranksight.aggregator.api.queries import (
-        RequestError,  # here: queries imports this module for ENDPOINTS
-    )
-
-    unknown = set(params) - PARAMS
-    if unknown:
-        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-    for name in ("job", "cluster"):
-        if params.get(name) is not None and not isinstance(params[name], str):
-            raise RequestError(f"{name} must be a string")
-    limit = params.get("limit", DEFAULT_LIMIT)
-    if not isinstance(limit, int) or isinstance(limit, bool) or not 1 <= limit <= MAX_LIMIT:
-        raise RequestError(f"limit must be an integer from 1 to {MAX_LIMIT}")
-    return limit
-
-
-async def markers(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
-    limit = _check(params)
-    job, cluster = params.get("job"), params.get("cluster")
-    args = [job, job, cluster, cluster, limit + 1]
+async def markers(agg: Aggregator, p: MarkersParams) -> ApiResponse:
+    """Timeline markers posted by jobs, oldest first."""
+    args = [p.job, p.job, p.cluster, p.cluster, p.limit + 1]
     rows = await agg.store.call(lambda: list(agg.store.rows(_SQL, args)))
     out = [
         {
@@ -51,6 +40,6 @@ async def markers(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
             "node": r["node"], "job": r["job_id"], "rank": r["rank"], "pid": r["pid"], "text": r["text"],
             "fields": json.loads(r["fields"]) if r["fields"] else {},
         }
-        for r in rows[:limit]
+        for r in rows[: p.limit]
     ]  # fmt: skip
-    return ApiResponse.success(out, truncated=len(rows) > limit)
+    return ApiResponse.success(out, truncated=len(rows) > p.limit)

@@ -1,73 +1,35 @@
-"""Query endpoints: name -> coroutine(aggregator, params) -> ApiResponse. Shared by the NATS and HTTP faces."""
+"""The aggregator's own query handlers (nodes, alerts, SQL, export, live devices, links, stragglers): each takes its
+validated parameter model; they are declared as endpoints in :mod:`aggregator.api.endpoints`."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import logging
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field, field_validator
 
-from ranksight.aggregator.api import ras_queries
-from ranksight.aggregator.api.gpu_probes import gpu_probes
+from ranksight.aggregator.api.endpoint import (
+    ClusterParams,
+    DeviceParams,
+    Forbidden,
+    Params,
+    RequestError,
+    utc,
+)
 from ranksight.aggregator.api.health import NodeHealth, Severity, alert_severity, gpu_health, node_health
-from ranksight.aggregator.api.markers import markers
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.history import export_parquet
 from ranksight.aggregator.state.devices import DeviceState
 from ranksight.aggregator.state.links import link_rows
 from ranksight.aggregator.timefmt import iso
-from ranksight.redact import redact
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
     from ranksight.aggregator.state import NodeState
-
-log = logging.getLogger(__name__)
-Query = Callable[["Aggregator", dict[str, Any]], Awaitable[ApiResponse]]
-
-
-class RequestError(ValueError):
-    """A request the endpoint cannot answer as asked (bad parameter); answered with ok=false and code 400."""
-
-
-class Forbidden(PermissionError):
-    """A request for something the aggregator does not allow (a path outside the export root); answered with 403."""
-
-
-class Params(BaseModel):
-    """Base of every endpoint's parameters: unknown keys are an error, not silently ignored."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-P = TypeVar("P", bound=Params)
-
-
-def parse_params(model: type[P], params: dict[str, Any]) -> P:
-    """Validate a request body into ``model``; a :class:`RequestError` naming each bad parameter otherwise."""
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "body"
-            problems.append(
-                f"unknown parameter {key!r}" if err["type"] == "extra_forbidden" else f"{key}: {err['msg']}"
-            )
-        raise RequestError("; ".join(problems)) from None
-
-
-def utc(value: datetime.datetime) -> datetime.datetime:
-    """Naive UTC, the form every TIMESTAMP column holds; a naive input is taken as UTC."""
-    if value.tzinfo is None:
-        return value
-    return value.astimezone(datetime.UTC).replace(tzinfo=None)
 
 
 def _sorted_nodes(agg: Aggregator) -> list[NodeState]:
@@ -120,8 +82,8 @@ class StatusParams(Params):
     cluster: str | None = None
 
 
-async def status(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
-    p = parse_params(StatusParams, params)
+async def status(agg: Aggregator, p: StatusParams) -> ApiResponse:
+    """Nodes and their state; ``meta``: the aggregator's own status."""
     rows = [r for r in _node_rows(agg) if p.cluster in (None, r["cluster"])]
     return ApiResponse.success(rows, meta=agg.status_meta())
 
@@ -136,9 +98,8 @@ class NodesParams(Params):
     )
 
 
-async def nodes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def nodes(agg: Aggregator, p: NodesParams) -> ApiResponse:
     """Every node the aggregator knows, with its agent's health and publisher counters."""
-    p = parse_params(NodesParams, params)
     rows = []
     for row, n in zip(_node_rows(agg), _sorted_nodes(agg), strict=True):
         wanted = (p.cluster, p.node, p.state, p.health)
@@ -164,9 +125,8 @@ class AlertsParams(Params):
 _ALERT_FILTERS = ("cluster", "rule", "severity", "node")
 
 
-async def alerts(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def alerts(agg: Aggregator, p: AlertsParams) -> ApiResponse:
     """Firing alerts from live state, or (state=resolved|all) alert transitions from history, newest first."""
-    p = parse_params(AlertsParams, params)
     if p.state == "firing":
         found = [a.model_dump() for a in agg.engine.active.values()
                  if all(getattr(p, k) in (None, getattr(a, k)) for k in _ALERT_FILTERS)]  # fmt: skip
@@ -207,9 +167,8 @@ class SqlParams(Params):
         return value
 
 
-async def sql(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def sql(agg: Aggregator, p: SqlParams) -> ApiResponse:
     """A read-only query over the history (the sandbox refuses anything else); capped rows, limited time."""
-    p = parse_params(SqlParams, params)
     cfg = agg.settings.aggregator.query
     max_rows = min(p.max_rows or cfg.sql_max_rows, cfg.sql_max_rows)
     limit_s = min(p.time_limit_s or cfg.sql_time_limit_s, cfg.sql_time_limit_s)
@@ -227,9 +186,8 @@ class ExportParams(Params):
     )
 
 
-async def export(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def export(agg: Aggregator, p: ExportParams) -> ApiResponse:
     """Parquet of [since, until) under ``dir`` on the aggregator host, partitioned by day; one row per table."""
-    p = parse_params(ExportParams, params)
     if not agg.settings.aggregator.query.export_enabled:
         raise RequestError("export is disabled on this aggregator (aggregator.query.export_enabled)")
     since, until = utc(p.since), utc(p.until)
@@ -258,46 +216,40 @@ def export_dir(root: Path, requested: str) -> Path:
     return target
 
 
-def _device_rows(agg: Aggregator, kind: str, params: dict[str, Any]) -> list[dict[str, Any]]:
-    unknown = set(params) - {"cluster", "node"}
-    if unknown:
-        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+def _device_rows(agg: Aggregator, kind: str, p: DeviceParams) -> list[dict[str, Any]]:
     devices: dict[tuple[str, str, str], DeviceState[Any]] = (
         agg.state.gpus.devices if kind == "gpu" else agg.state.nics.devices  # type: ignore[assignment]
     )
     rows = []
     for (cluster, node, _), dev in sorted(devices.items()):
-        if params.get("cluster") not in (None, cluster) or params.get("node") not in (None, node):
+        if p.cluster not in (None, cluster) or p.node not in (None, node):
             continue
         rows.append({"cluster": cluster, "node": node, "freshness": dev.state, "last_seen": iso(dev.last_seen_ns),
                      **to_builtins(dev.record)})  # fmt: skip
     return rows
 
 
-async def gpus(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
-    return ApiResponse.success(_device_rows(agg, "gpu", params))
+async def gpus(agg: Aggregator, p: DeviceParams) -> ApiResponse:
+    """Live GPU state per node: utilization, memory, power, temperature, clocks, ECC."""
+    return ApiResponse.success(_device_rows(agg, "gpu", p))
 
 
-async def nics(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
-    return ApiResponse.success(_device_rows(agg, "nic", params))
+async def nics(agg: Aggregator, p: DeviceParams) -> ApiResponse:
+    """Live NIC state per node: link, speed, rates, errors, flaps."""
+    return ApiResponse.success(_device_rows(agg, "nic", p))
 
 
-async def links(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
-    unknown = set(params) - {"cluster"}
-    if unknown:
-        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-    rows, skipped = link_rows(agg.state.links, params.get("cluster"))
+async def links(agg: Aggregator, p: ClusterParams) -> ApiResponse:
+    """The link map: measured bandwidth, RTT and jitter between nodes."""
+    rows, skipped = link_rows(agg.state.links, p.cluster)
     return ApiResponse.success(rows, meta={"skipped": skipped})
 
 
-async def stragglers(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def stragglers(agg: Aggregator, p: ClusterParams) -> ApiResponse:
     """Current straggler findings of the online engine (confirmed by evidence over a sliding ``aggregator.stragglers.window_s``)."""
-    unknown = set(params) - {"cluster"}
-    if unknown:
-        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
     rows = []
     for cluster, result in sorted(agg.state.stragglers.clusters.items()):
-        if params.get("cluster") and cluster != params["cluster"]:
+        if p.cluster and cluster != p.cluster:
             continue
         for f in result.findings:
             rows.append({"cluster": cluster, **f.as_dict(), "first_seen": iso(f.first_ts_us * 1000),
@@ -306,49 +258,3 @@ async def stragglers(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     meta = {"records": tracker.records, "window_s": tracker.settings.window_s,
             "evaluated": {c: iso(r.evaluated_ns) for c, r in tracker.clusters.items()}}  # fmt: skip
     return ApiResponse.success(rows, meta=meta)
-
-
-async def answer(name: str, call: Callable[[], Awaitable[ApiResponse]]) -> tuple[ApiResponse, int]:
-    """Run one endpoint call; its response and status: 200, 400 bad request, 403 refused (SQL, export path), 422 query failed,
-    500 internal error. The one mapping that the NATS service and the HTTP API share."""
-    from ranksight.aggregator.api.sql import SqlFailed, SqlRefused  # the sandbox imports this module
-
-    try:
-        response = await call()
-    except RequestError as exc:
-        return ApiResponse.failure(f"bad request: {exc}"), 400
-    except (SqlRefused, Forbidden) as exc:
-        return ApiResponse.failure(f"refused: {exc}"), 403
-    except SqlFailed as exc:
-        return ApiResponse.failure(f"query failed: {exc}"), 422
-    except Exception as exc:
-        log.exception("endpoint %s failed", name)
-        return ApiResponse.failure(redact(f"{type(exc).__name__}: {exc}")), 500
-    return response, 200 if response.ok else 422
-
-
-ENDPOINTS: dict[str, Query] = {
-    "status": status,
-    "nodes": nodes,
-    "alerts": alerts,
-    "sql": sql,
-    "export": export,
-    "jobs": ras_queries.jobs,
-    "comms": ras_queries.comms,
-    "gpus": gpus,
-    "nics": nics,
-    "links": links,
-    "gpu_probes": gpu_probes,
-    "markers": markers,
-    "stragglers": stragglers,
-}
-
-
-def _register_views() -> None:
-    import ranksight.aggregator.api.alerting  # noqa: F401  its endpoints register themselves (it imports this module's helpers)
-    from ranksight.aggregator.api import views  # imports this module's Params and helpers
-
-    ENDPOINTS.update({"cluster_map": views.cluster_map, "series": views.series})
-
-
-_register_views()

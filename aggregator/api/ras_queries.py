@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ranksight.aggregator.api.endpoint import Params
 from ranksight.aggregator.state.jobs import JobState
 from ranksight.aggregator.timefmt import iso
 from ranksight.schemas.api import ApiResponse
@@ -12,26 +13,19 @@ from ranksight.schemas.structs import to_builtins
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
 
-PARAMS = {"cluster", "job"}
+
+class JobParams(Params):
+    cluster: str | None = None
+    job: str | None = None
 
 
-def _selected(agg: Aggregator, params: dict[str, Any]) -> list[JobState]:
-    unknown = set(params) - PARAMS
-    if unknown:
-        from ranksight.aggregator.api.queries import (
-            RequestError,
-        )  # the shared error type; imported late (queries imports us)
-
-        raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
+def _selected(agg: Aggregator, p: JobParams) -> list[JobState]:
     jobs = sorted(agg.state.jobs.jobs.values(), key=lambda j: (j.cluster, j.first_seen_ns))
-    return [
-        j
-        for j in jobs
-        if params.get("cluster") in (None, j.cluster) and params.get("job") in (None, j.job_id)
-    ]
+    return [j for j in jobs if p.cluster in (None, j.cluster) and p.job in (None, j.job_id)]
 
 
-async def jobs(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def jobs(agg: Aggregator, p: JobParams) -> ApiResponse:
+    """RCCL/NCCL jobs seen through RAS, their state and health."""
     rows = [{
         "job": j.job_id, "cluster": j.cluster, "state": j.state, "health": j.health, "endpoint": j.endpoint,
         "node": j.node, "version": j.version, "ranks": j.ranks, "comms": len(j.comms), "polls": j.polls,
@@ -39,14 +33,15 @@ async def jobs(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
         "normal_end": j.normal_end,
         "missing_processes": to_builtins(j.missing_processes),
         "dead_processes": to_builtins(j.dead_processes),
-    } for j in _selected(agg, params)]  # fmt: skip
+    } for j in _selected(agg, p)]  # fmt: skip
     return ApiResponse.success(rows)
 
 
-async def comms(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def comms(agg: Aggregator, p: JobParams) -> ApiResponse:
+    """Communicators of the live jobs."""
     rows = [{
         "job": j.job_id, "cluster": j.cluster, "hash": c.hash, "size": c.size, "status": c.status,
         "errors": c.errors, "missing_ranks": c.missing_ranks, "rank_status": c.rank_status, "op_count": c.op_total,
         "mismatch_polls": c.mismatch_polls, "stalled_polls": c.stalled_polls,
-    } for j in _selected(agg, params) for c in j.comms.values()]  # fmt: skip
+    } for j in _selected(agg, p) for c in j.comms.values()]  # fmt: skip
     return ApiResponse.success(rows)

@@ -21,8 +21,9 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
+from ranksight.aggregator.api.endpoint import RequestError, answer
+from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.aggregator.api.paging import NEXT, PageCache, PageExpired, RowTooLarge, split_pages
-from ranksight.aggregator.api.queries import ENDPOINTS, RequestError, answer
 from ranksight.aggregator.api.sql import SqlFailed
 from ranksight.schemas.api import ApiResponse
 
@@ -37,7 +38,7 @@ _HEADER_SLACK = 1024  # bytes of the reply's subject and headers within max_payl
 
 def _handler(agg: Aggregator, name: str, errors: Counter[str], pages: PageCache, max_bytes: int,
              in_flight: set[asyncio.Task[None]]) -> Callable[[Request], Awaitable[None]]:  # fmt: skip
-    query = ENDPOINTS[name]
+    endpoint = ENDPOINTS[name]
     cap = agg.settings.aggregator.query.max_requests_in_flight
 
     async def call(request: Request) -> ApiResponse:
@@ -59,7 +60,7 @@ def _handler(agg: Aggregator, name: str, errors: Counter[str], pages: PageCache,
             except PageExpired as exc:
                 raise RequestError(str(exc)) from None
         try:
-            return pages.first(split_pages(await query(agg, params), max_bytes))
+            return pages.first(split_pages(await endpoint.call(agg, params), max_bytes))
         except RowTooLarge as exc:
             raise SqlFailed(str(exc)) from None
 

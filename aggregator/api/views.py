@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from ranksight.aggregator.api.endpoint import ClusterParams, Params, RequestError, utc
 from ranksight.aggregator.api.health import HEALTH_RANK, alert_severity, gpu_health, node_health
-from ranksight.aggregator.api.queries import Params, RequestError, parse_params, utc
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.device_jobs import device_jobs
 from ranksight.schemas.api import ApiResponse
@@ -30,13 +30,8 @@ US = 1_000_000
 EPOCH = datetime.datetime(1970, 1, 1)
 
 
-class ClusterMapParams(Params):
-    cluster: str | None = None
-
-
-async def cluster_map(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def cluster_map(agg: Aggregator, p: ClusterParams) -> ApiResponse:
     """Every node with its health (from state and firing alerts) and its GPUs' health and utilization."""
-    p = parse_params(ClusterMapParams, params)
     active = [a for a in agg.engine.active.values() if p.cluster in (None, a.cluster)]
     by_node = alert_severity(active)
     node_alerts: dict[tuple[str, str], list[dict[str, Any]]] = {}
@@ -139,9 +134,8 @@ class SeriesQuery:
     max_lines: int
 
 
-async def series(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
+async def series(agg: Aggregator, p: SeriesParams) -> ApiResponse:
     """A metric over time, one line per GPU, port, rank or communicator, with straggler and alert windows."""
-    p = parse_params(SeriesParams, params)
     cfg = agg.settings.aggregator.query
     try:
         until = utc(p.until) if p.until else datetime.datetime.now(datetime.UTC).replace(tzinfo=None)

@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
-from ranksight.aggregator.api.queries import answer, parse_params
+from ranksight.aggregator.api.endpoint import answer
+from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.aggregator.http.events import LiveEvents
 from ranksight.aggregator.http.guard import ConnectionGuard
 from ranksight.aggregator.http.metrics import metrics_registry
-from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS, PARAMS, openapi_document
+from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS, openapi_document
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
@@ -117,16 +118,13 @@ class HttpFace:
         return await handler(request)
 
     def _endpoint(self, name: str) -> Handler:
-        query, model = HTTP_ENDPOINTS[name], PARAMS[name]
+        endpoint = ENDPOINTS[name]
 
         async def handle(request: web.Request) -> web.StreamResponse:
             started = time.monotonic()
             params: dict[str, Any] = {k: v for k, v in request.query.items() if k != TOKEN_PARAM}
 
-            async def call() -> ApiResponse:
-                return await query(self.agg, parse_params(model, params).model_dump(exclude_unset=True))
-
-            response, status = await answer(name, call)
+            response, status = await answer(name, lambda: endpoint.call(self.agg, params))
             self.latency.labels(name).observe(time.monotonic() - started)
             return web.Response(
                 status=status, text=response.model_dump_json(), content_type="application/json"

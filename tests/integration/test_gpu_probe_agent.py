@@ -71,7 +71,8 @@ async def test_results_stored_live_and_not_rerun_after_agent_restart(
         ]
         assert (await query(settings, "gpu_probes", {"node": "other"})).rows == []
         bad = await query(settings, "gpu_probes", {"gpu": 1})
-        assert (bad.ok, bad.error) == (False, "unknown parameter(s): gpu")
+        # a bad parameter is a bad request (400), as on every endpoint
+        assert (bad.ok, bad.error) == (False, "bad request: unknown parameter 'gpu'")
     rows = _db_rows(
         settings, 'SELECT "index", status, backend, mem_bandwidth_bps, ttl FROM gpu_probe ORDER BY 1'
     )

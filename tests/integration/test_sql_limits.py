@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.aggregator.api.queries import answer
+from ranksight.aggregator.api.endpoint import answer
 from ranksight.aggregator.api.sql import SqlFailed, SqlSandbox
 from ranksight.aggregator.store import Store
 from ranksight.config import QuerySettings

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from ranksight.aggregator.api.queries import ENDPOINTS
+from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.cli import build_parser
 from ranksight.config import Settings
 from ranksight.schemas.records import RECORD_MODELS

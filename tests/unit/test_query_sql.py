@@ -7,7 +7,8 @@ import decimal
 
 import pytest
 
-from ranksight.aggregator.api.queries import Params, RequestError, SqlParams, parse_params
+from ranksight.aggregator.api.endpoint import Params, RequestError, parse_params
+from ranksight.aggregator.api.queries import SqlParams
 from ranksight.aggregator.api.sql import SqlFailed, SqlRefused, check_read_only, jsonable
 
 REFUSED = {

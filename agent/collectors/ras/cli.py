@@ -1,6 +1,6 @@
-"""RAS commands: ``ranksight parse ras FILE [--json]`` (offline), ``ranksight ras status|monitor`` (live, straight
-from a job's RAS endpoint, as ``ncclras`` but normalized and with health) and ``ranksight jobs`` / ``ranksight comms``
-(ask the running aggregator).
+"""RAS commands: ``ranksight parse ras FILE [--json]`` (offline) and ``ranksight ras status|monitor`` (live, straight
+from a job's RAS endpoint, as ``ncclras`` but normalized and with health). (``ranksight jobs`` / ``ranksight comms``
+ask the running aggregator: :mod:`aggregator.api.endpoints`.)
 
 ``ranksight ras`` exit status: 0 the job is healthy (ok or warning), 1 degraded or failed (or the endpoint refused the
 request), 2 usage, 3 no RAS endpoint answers.
@@ -25,7 +25,6 @@ from ranksight.agent.collectors.ras.errors import (
     RasTimeout,
 )
 from ranksight.agent.collectors.ras.poll import client_for, poll_status
-from ranksight.aggregator.api.cli import call_api
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -36,9 +35,6 @@ from ranksight.cliutil import (
 )
 
 EXIT_NO_ENDPOINT = 3
-
-JOB_COLUMNS = ["job", "state", "health", "endpoint", "ranks", "comms", "last_poll", "version"]
-COMM_COLUMNS = ["job", "hash", "size", "status", "errors", "missing_ranks", "op_count", "stalled_polls"]
 
 
 def register_parse(sources: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -69,12 +65,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--groups", default="lifecycle", help="event groups: lifecycle, trace, all (comma-separated)"
     )
     monitor.set_defaults(func=ras_monitor)
-    for name, helptext, func in (("jobs", "RCCL/NCCL jobs seen through RAS", jobs),
-                                 ("comms", "communicators of the live jobs", comms)):  # fmt: skip
-        p = sub.add_parser(name, help=f"{helptext}, from the running aggregator")
-        add_config_flags(p)
-        p.add_argument("--json", action="store_true", help="one JSON object on stdout")
-        p.set_defaults(func=func)
 
 
 def parse_ras(args: argparse.Namespace) -> int:
@@ -178,22 +168,3 @@ def ras_monitor(args: argparse.Namespace) -> int:
     except (RasClientError, RasParseError) as exc:
         return _failed(exc)
     return 0
-
-
-def _query_rows(args: argparse.Namespace, endpoint: str, key: str, columns: list[str]) -> int:
-    response = call_api(args, endpoint)
-    if response is None:
-        return EXIT_FAILED
-    if args.json:
-        print_json({key: response.rows})
-    else:
-        print_table(response.rows, columns)
-    return 0
-
-
-def jobs(args: argparse.Namespace) -> int:
-    return _query_rows(args, "jobs", "jobs", JOB_COLUMNS)
-
-
-def comms(args: argparse.Namespace) -> int:
-    return _query_rows(args, "comms", "comms", COMM_COLUMNS)

@@ -1,0 +1,37 @@
+"""Each declared endpoint is served by a running aggregator: a NATS micro endpoint (listed in ``$SRV.INFO``), an HTTP
+route for the read-only ones (404 for those that stay on NATS), and the same 400 for a bad parameter on both faces."""
+
+from __future__ import annotations
+
+import json
+
+import aiohttp
+
+from ranksight.aggregator.api.endpoints import ENDPOINTS
+from ranksight.aggregator.api.service import SERVICE_NAME
+from ranksight.config import Settings
+from ranksight.natsconn import connect
+from tests.http_cluster import http_settings
+from tests.support import aggregator
+
+
+async def test_every_endpoint_is_served_over_nats_and_http_with_one_error_code(settings: Settings) -> None:
+    cfg = http_settings(settings)
+    async with aggregator(cfg) as agg:
+        nc = await connect(cfg.nats, "test")
+        try:
+            info = json.loads((await nc.request(f"$SRV.INFO.{SERVICE_NAME}", b"", timeout=5)).data)
+            assert {e["name"] for e in info["endpoints"]} == set(ENDPOINTS)
+            for name in ENDPOINTS:
+                msg = await nc.request(agg.subjects.api(name), b'{"no_such_param": 1}', timeout=10)
+                assert msg.headers and msg.headers["Nats-Service-Error-Code"] == "400", (name, msg.data)
+                assert "unknown parameter 'no_such_param'" in json.loads(msg.data)["error"], name
+        finally:
+            await nc.close()
+        async with aiohttp.ClientSession() as http:
+            for name, endpoint in ENDPOINTS.items():
+                url = f"{agg.http.url}/api/{name}"
+                async with http.get(url, params={"no_such_param": "1"}) as resp:
+                    assert resp.status == (400 if endpoint.http else 404), name
+                    if endpoint.http:
+                        assert "unknown parameter 'no_such_param'" in (await resp.json())["error"], name

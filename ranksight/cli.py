@@ -10,7 +10,8 @@ import signal
 import sys
 
 from agent.runtime import agent_version
-from ranksight.cliutil import EXIT_FAILED, EXIT_INTERRUPTED
+from ranksight.cliutil import EXIT_INTERRUPTED
+from ranksight.errors import exit_status
 from ranksight.natsconn import NatsUnreachable
 
 # One module per component; each has ``register(subparsers)``.
@@ -51,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except NatsUnreachable as exc:  # any command that needs NATS: one line, no traceback
         print(f"ranksight: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return exit_status(exc)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

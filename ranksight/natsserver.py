@@ -18,8 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from ranksight.errors import RanksightError
 
-class NatsServerError(RuntimeError):
+
+class NatsServerError(RanksightError, RuntimeError):
     """The server binary is missing, or it did not start or stop as expected."""
 
 

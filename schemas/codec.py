@@ -18,12 +18,13 @@ import msgpack
 import msgspec
 from pydantic import BaseModel
 
+from ranksight.errors import ParseError
 from schemas.envelope import MAX_RECORDS, TYPE_PREFIX, Envelope
 from schemas.records import RECORD_MODELS
 from schemas.structs import field_type, struct_for
 
 
-class DecodeError(ValueError):
+class DecodeError(ParseError):
     """Bytes that are not a valid envelope; ``reason`` is a short machine-friendly cause."""
 
     def __init__(self, reason: str, detail: str) -> None:

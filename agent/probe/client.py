@@ -11,11 +11,21 @@ import contextlib
 import time
 from dataclasses import asdict, dataclass
 
-from agent.probe.protocol import REPLY_SIZE, Op, ProtocolError, Reply, Request, Status, rate_bps, rtt_stats_us
+from agent.probe.protocol import (
+    REPLY_SIZE,
+    Op,
+    ProbeProtocolError,
+    Reply,
+    Request,
+    Status,
+    rate_bps,
+    rtt_stats_us,
+)
 from agent.probe.streams import receive_timed, send_for
+from ranksight.errors import RanksightError
 
 
-class ProbeError(RuntimeError):
+class ProbeError(RanksightError, RuntimeError):
     """The probe could not be completed; the message is meant for a person."""
 
 
@@ -51,7 +61,7 @@ async def run_probe(host: str, port: int, budget: ProbeBudget = ProbeBudget()) -
             upload, up_bytes = await _upload(host, port, budget)
             download, down_bytes = await _download(host, port, budget)
             moved += up_bytes + down_bytes
-    except ProtocolError as exc:
+    except ProbeProtocolError as exc:
         raise ProbeError(f"{host}:{port} is not a ranksight probe server: {exc}") from None
     except asyncio.IncompleteReadError:
         raise ProbeError(f"{host}:{port} closed the connection mid-probe") from None

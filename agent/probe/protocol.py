@@ -21,6 +21,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ranksight.errors import ParseError
+
 MAGIC = b"RSPB"
 _REQUEST = struct.Struct("!4sB3xQII")  # magic, op, pad, nbytes, count, budget_ms
 _REPLY = struct.Struct("!4sB3xQQQ")  # magic, status, pad, a, b, c
@@ -29,7 +31,7 @@ REPLY_SIZE = _REPLY.size
 CHUNK = 64 * 1024
 
 
-class ProtocolError(ValueError):
+class ProbeProtocolError(ParseError):
     """Bytes that are not this protocol (wrong magic, unknown op or status, short frame)."""
 
 
@@ -59,14 +61,14 @@ class Request:
     @classmethod
     def decode(cls, data: bytes) -> Request:
         if len(data) != REQUEST_SIZE:
-            raise ProtocolError(f"request must be {REQUEST_SIZE} bytes, got {len(data)}")
+            raise ProbeProtocolError(f"request must be {REQUEST_SIZE} bytes, got {len(data)}")
         magic, op, nbytes, count, budget_ms = _REQUEST.unpack(data)
         if magic != MAGIC:
-            raise ProtocolError(f"bad magic {magic!r}: not a ranksight probe")
+            raise ProbeProtocolError(f"bad magic {magic!r}: not a ranksight probe")
         try:
             return cls(Op(op), nbytes, count, budget_ms)
         except ValueError:
-            raise ProtocolError(f"unknown probe operation {op}") from None
+            raise ProbeProtocolError(f"unknown probe operation {op}") from None
 
 
 @dataclass(frozen=True)
@@ -84,14 +86,14 @@ class Reply:
     @classmethod
     def decode(cls, data: bytes) -> Reply:
         if len(data) != REPLY_SIZE:
-            raise ProtocolError(f"reply must be {REPLY_SIZE} bytes, got {len(data)}")
+            raise ProbeProtocolError(f"reply must be {REPLY_SIZE} bytes, got {len(data)}")
         magic, status, a, b, c = _REPLY.unpack(data)
         if magic != MAGIC:
-            raise ProtocolError(f"bad magic {magic!r}: not a ranksight probe server")
+            raise ProbeProtocolError(f"bad magic {magic!r}: not a ranksight probe server")
         try:
             return cls(Status(status), a, b, c)
         except ValueError:
-            raise ProtocolError(f"unknown reply status {status}") from None
+            raise ProbeProtocolError(f"unknown reply status {status}") from None
 
 
 class ReceiveMeter:

@@ -20,6 +20,7 @@ from aggregator.hardware import DeviceState
 from aggregator.history import export_parquet
 from aggregator.linkmap import link_rows
 from aggregator.timefmt import iso
+from ranksight.errors import RefusedError, UsageError, api_status
 from ranksight.redact import redact
 from schemas.api import ApiResponse
 from schemas.structs import to_builtins
@@ -32,11 +33,11 @@ log = logging.getLogger(__name__)
 Query = Callable[["Aggregator", dict[str, Any]], Awaitable[ApiResponse]]
 
 
-class RequestError(ValueError):
+class RequestError(UsageError, ValueError):
     """A request the endpoint cannot answer as asked (bad parameter); answered with ok=false and code 400."""
 
 
-class Forbidden(PermissionError):
+class Forbidden(RefusedError, PermissionError):
     """A request for something the aggregator does not allow (a path outside the export root); answered with 403."""
 
 
@@ -304,19 +305,14 @@ async def stragglers(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
 
 
 async def answer(name: str, call: Callable[[], Awaitable[ApiResponse]]) -> tuple[ApiResponse, int]:
-    """Run one endpoint call; its response and status: 200, 400 bad request, 403 refused (SQL, export path), 422 query failed,
-    500 internal error. The one mapping that the NATS service and the HTTP API share."""
-    from aggregator.api.sql import SqlFailed, SqlRefused  # the sandbox imports this module
-
+    """Run one endpoint call; its response and status: 200, 400 bad request, 403 refused (SQL, export path), 422 query failed
+    (the table :data:`ranksight.errors.API_STATUS`), 500 internal error. What the NATS service and the HTTP API share."""
     try:
         response = await call()
-    except RequestError as exc:
-        return ApiResponse.failure(f"bad request: {exc}"), 400
-    except (SqlRefused, Forbidden) as exc:
-        return ApiResponse.failure(f"refused: {exc}"), 403
-    except SqlFailed as exc:
-        return ApiResponse.failure(f"query failed: {exc}"), 422
     except Exception as exc:
+        if (known := api_status(exc)) is not None:
+            status, prefix = known
+            return ApiResponse.failure(f"{prefix}: {exc}"), status
         log.exception("endpoint %s failed", name)
         return ApiResponse.failure(redact(f"{type(exc).__name__}: {exc}")), 500
     return response, 200 if response.ok else 422

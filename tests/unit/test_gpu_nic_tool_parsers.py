@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.collectors.gpu.amd_smi import ParseError
+from agent.collectors.gpu.amd_smi import GpuToolParseError
 from agent.collectors.gpu.amd_smi_links import parse_amd_smi_topology, parse_amd_smi_xgmi
 from agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
 from agent.collectors.gpu.dcgm_fields import DCGM_FIELDS, dcgm_exporter_fields
@@ -62,7 +62,7 @@ def test_nvidia_smi_q_x_active_slowdown_and_ecc() -> None:
     "garbage", [b"", b"<html>nope</html>", b"NVIDIA-SMI has failed", b"<nvidia_smi_log/>"]
 )
 def test_nvidia_smi_q_x_garbage(garbage: bytes) -> None:
-    with pytest.raises(ParseError):
+    with pytest.raises(GpuToolParseError):
         parse_nvidia_smi_xml(garbage)
 
 
@@ -74,7 +74,7 @@ def test_amd_smi_topology_both_shapes() -> None:
         0: [GpuLink(name="pcie/gpu1", up=False, peer="0000:44:00.0")],
         1: [GpuLink(name="pcie/gpu0", up=False, peer="0000:08:00.0")],
     }
-    with pytest.raises(ParseError):
+    with pytest.raises(GpuToolParseError):
         parse_amd_smi_topology(b"amd-smi: command not found")
 
 
@@ -85,7 +85,7 @@ def test_amd_smi_xgmi_table() -> None:
     assert links[0][0] == GpuLink(name="xgmi/gpu1", up=True, peer="0000:22:00.0")
     assert links[7][-1] == GpuLink(name="xgmi/gpu6", up=True, peer="0000:bf:00.0")
     assert "xgmi/gpu3" not in {link.name for link in links[3]}  # no link to itself
-    with pytest.raises(ParseError):
+    with pytest.raises(GpuToolParseError):
         parse_amd_smi_xgmi(b"LINK METRIC TABLE:\n")
 
 
@@ -112,7 +112,7 @@ def test_amd_smi_monitor_mi300x_partitions() -> None:
     assert g0.memory_used_bytes == int(0.3 * GIB) and g0.memory_total_bytes == 192 * GIB
     assert g1.power_w is None and g1.temperature_junction_c is None and g1.sclk_hz is None
     assert g1.memory_used_bytes == int(0.5 * GIB) and g1.memory_total_bytes == 48 * GIB
-    with pytest.raises(ParseError):
+    with pytest.raises(GpuToolParseError):
         parse_amd_smi_monitor(b"GPU  POWER\n  0  12 W  extra 7 W\n")
 
 

@@ -7,7 +7,7 @@ import pytest
 from agent.probe.cli import parse_target
 from agent.probe.protocol import (
     Op,
-    ProtocolError,
+    ProbeProtocolError,
     ReceiveMeter,
     Reply,
     Request,
@@ -36,12 +36,12 @@ def test_request_and_reply_round_trip() -> None:
     ],
 )
 def test_request_rejects_foreign_bytes(data: bytes, message: str) -> None:
-    with pytest.raises(ProtocolError, match=message):
+    with pytest.raises(ProbeProtocolError, match=message):
         Request.decode(data)
 
 
 def test_reply_rejects_unknown_status() -> None:
-    with pytest.raises(ProtocolError, match="unknown reply status 7"):
+    with pytest.raises(ProbeProtocolError, match="unknown reply status 7"):
         Reply.decode(b"RSPB\x07" + bytes(27))
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent.collectors.gpu.amd_smi import ParseError, json_documents
+from agent.collectors.gpu.amd_smi import GpuToolParseError, json_documents
 from schemas.records.gpu import GpuLink
 
 _PEER_KEY = re.compile(r"^gpu_(\d+)$")
@@ -50,7 +50,7 @@ def parse_amd_smi_topology(data: bytes) -> dict[int, list[GpuLink]]:
             if isinstance(entry, dict) and isinstance(entry.get("gpu"), int):
                 out[entry["gpu"]] = _topology_gpu(entry)
     if not out:
-        raise ParseError("amd-smi topology: no per-GPU objects with link information")
+        raise GpuToolParseError("amd-smi topology: no per-GPU objects with link information")
     return out
 
 
@@ -63,7 +63,7 @@ def parse_amd_smi_xgmi(data: bytes) -> dict[int, list[GpuLink]]:
         if match:
             rows.append(match)
     if not rows:
-        raise ParseError("amd-smi xgmi: no 'GPUn <bdf> <bit_rate> ...' rows")
+        raise GpuToolParseError("amd-smi xgmi: no 'GPUn <bdf> <bit_rate> ...' rows")
     out: dict[int, list[GpuLink]] = {}
     for row in rows:
         up = None if row["rate"] == "N/A" else float(row["rate"]) > 0

@@ -28,6 +28,7 @@ from agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
 from agent.collectors.gpu.nvml import Nvml
 from agent.collectors.gpu.rocm_smi import parse_rocm_smi
 from agent.collectors.gpu.sysfs import read_amdgpu_sysfs
+from ranksight.errors import RanksightError
 from schemas.records import GpuRecord, Record
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ ROCM_SMI_ARGS = (
 )  # fmt: skip
 
 
-class CommandFailed(Exception):
+class CommandFailed(RanksightError):
     """A tool exited non-zero, timed out, or could not start."""
 
 

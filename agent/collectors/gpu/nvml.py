@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from agent.collectors.base import CollectorUnavailable
 from agent.collectors.gpu.nvidia_smi import throttle_reasons
 from agent.collectors.gpu.values import number
 from schemas.records import GpuLink, GpuRecord
@@ -19,7 +20,7 @@ except Exception:  # absent, or a broken install: either way NVML is not usable 
     pynvml = None
 
 
-class NvmlUnavailable(Exception):
+class NvmlUnavailable(CollectorUnavailable):
     """``nvidia-ml-py`` is not installed or NVML cannot initialise (no driver, no GPU)."""
 
 

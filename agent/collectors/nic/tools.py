@@ -15,10 +15,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ranksight.errors import ParseError
 from schemas.records import NicRecord
 
 
-class ToolParseError(ValueError):
+class ToolParseError(ParseError):
     """The output is not what this parser understands."""
 
 

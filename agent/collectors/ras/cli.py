@@ -17,7 +17,7 @@ from typing import Any
 
 from agent.collectors.ras.capture import parse_capture, status_summary
 from agent.collectors.ras.client import MONITOR_GROUPS
-from agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused, RasReplyError, RasTimeout
+from agent.collectors.ras.errors import RasClientError, RasParseError, RasReplyError
 from agent.collectors.ras.poll import client_for, poll_status
 from aggregator.api.cli import call_api
 from ranksight.cliutil import (
@@ -28,8 +28,7 @@ from ranksight.cliutil import (
     print_table,
     settings_from_args,
 )
-
-EXIT_NO_ENDPOINT = 3
+from ranksight.errors import exit_status
 
 JOB_COLUMNS = ["job", "state", "health", "endpoint", "ranks", "comms", "last_poll", "version"]
 COMM_COLUMNS = ["job", "hash", "size", "status", "errors", "missing_ranks", "op_count", "stalled_polls"]
@@ -124,7 +123,7 @@ def _client(args: argparse.Namespace) -> Any:
 
 def _failed(exc: Exception) -> int:
     print(f"ranksight ras: {exc}", file=sys.stderr)
-    return EXIT_NO_ENDPOINT if isinstance(exc, RasRefused | RasTimeout) else EXIT_FAILED
+    return exit_status(exc)
 
 
 def ras_status(args: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.request import Request
 
+from agent.backoff import backoff_s
 from agent.batcher import Batcher
 from agent.collectors.base import Collector, CollectorUnavailable, Emit, PolledCollector, StreamingCollector
 from agent.collectors.registry import COLLECTORS
@@ -172,9 +173,9 @@ class AgentRuntime:
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     async def _drive_streaming(self, collector: StreamingCollector, emit: Emit) -> None:
-        backoff = 1.0
+        restarts = 0
         while True:
-            started = time.monotonic()
+            started, delay = time.monotonic(), backoff_s(restarts, 1.0, 60.0)
             collector.health.running()
             try:
                 await collector.run(emit)
@@ -183,9 +184,9 @@ class AgentRuntime:
                 collector.health.state, collector.health.last_error = "absent", str(exc)
             except Exception as exc:
                 collector.health.failure(exc, time.monotonic() - started)
-                log.warning("collector %s failed: %s; restarting in %.0fs", collector.name, exc, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(60.0, backoff * 2)
+                log.warning("collector %s failed: %s; restarting in %.0fs", collector.name, exc, delay)
+            await asyncio.sleep(delay)
+            restarts += 1
 
     async def _start_service(self, ctx: AgentContext) -> Any:
         service = await add_service(

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from agent.collectors.inspector.parse import bandwidths_gbs
+from aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
 from schemas.records import InspectorRecord
 
 Kind = Literal["compute", "communication"]
@@ -193,9 +194,8 @@ class _ProcShare:
 
 
 def _robust(values: list[float], floor: float) -> tuple[float, float]:
-    med = statistics.median(values)
-    mad = statistics.median(abs(v - med) for v in values)
-    return med, max(1.4826 * mad, floor)
+    med, mad = median_mad(values)
+    return med, max(MAD_TO_SIGMA * mad, floor)
 
 
 class StragglerEngine:

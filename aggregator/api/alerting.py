@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from aggregator.api.queries import ENDPOINTS, Params, RequestError, history_rows, parse_params, utc
-from aggregator.timefmt import iso, ns_of
+from aggregator.api.queries import ENDPOINTS, Params, RequestError, history_rows, parse_params
+from aggregator.timefmt import iso, ns_of, utc
 from schemas.alerts import Matcher, Silence
 from schemas.api import ApiResponse
 

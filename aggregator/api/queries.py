@@ -19,7 +19,7 @@ from aggregator.api.sql import jsonable
 from aggregator.hardware import DeviceState
 from aggregator.history import export_parquet
 from aggregator.linkmap import link_rows
-from aggregator.timefmt import iso
+from aggregator.timefmt import iso, utc
 from ranksight.errors import RefusedError, UsageError, api_status
 from ranksight.redact import redact
 from schemas.api import ApiResponse
@@ -62,13 +62,6 @@ def parse_params(model: type[P], params: dict[str, Any]) -> P:
                 f"unknown parameter {key!r}" if err["type"] == "extra_forbidden" else f"{key}: {err['msg']}"
             )
         raise RequestError("; ".join(problems)) from None
-
-
-def utc(value: datetime.datetime) -> datetime.datetime:
-    """Naive UTC, the form every TIMESTAMP column holds; a naive input is taken as UTC."""
-    if value.tzinfo is None:
-        return value
-    return value.astimezone(datetime.UTC).replace(tzinfo=None)
 
 
 def _sorted_nodes(agg: Aggregator) -> list[NodeState]:

@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from aggregator.analysis.hardware import hardware
-from aggregator.api.queries import Params, RequestError, parse_params, utc
+from aggregator.api.queries import Params, RequestError, parse_params
 from aggregator.api.sql import jsonable
 from aggregator.device_jobs import device_jobs
+from aggregator.timefmt import utc
 from schemas.api import ApiResponse
 
 if TYPE_CHECKING:

@@ -60,7 +60,9 @@ def test_the_walk_finds_the_tree() -> None:
 
 
 def test_every_exception_derives_from_ranksight_error() -> None:
-    strays = [f"{c.__module__}.{c.__qualname__}" for c in product_exceptions() if not issubclass(c, RanksightError)]
+    strays = [
+        f"{c.__module__}.{c.__qualname__}" for c in product_exceptions() if not issubclass(c, RanksightError)
+    ]
     assert strays == []
 
 
@@ -74,7 +76,9 @@ def test_no_two_exceptions_share_a_name() -> None:
 
 def test_every_exception_is_drawn_in_the_tree() -> None:
     tree = ranksight.errors.__doc__ or ""
-    missing = [c.__name__ for c in product_exceptions() if not re.search(rf"^[ │├└─]+{c.__name__}\b", tree, re.M)]
+    missing = [
+        c.__name__ for c in product_exceptions() if not re.search(rf"^[ │├└─]+{c.__name__}\b", tree, re.M)
+    ]
     assert missing == []
 
 

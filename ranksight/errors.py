@@ -30,7 +30,7 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     ├── CollectorUnavailable        agent.collectors.base: the source is not on this node (reported as absent)
     │   ├── AmdSmiUnavailable       agent.collectors.gpu.amdsmi_lib: no amdsmi library or amdgpu driver
     │   └── NvmlUnavailable         agent.collectors.gpu.nvml: no nvidia-ml-py or NVML
-    ├── CommandFailed               agent.collectors.gpu.collector: a tool exited non-zero, timed out or did not start
+    ├── CommandFailed               agent.collectors.command: a tool exited non-zero, timed out or did not start
     ├── RasError                    agent.collectors.ras.errors: the RAS tree
     │   ├── RasParseError           (above)
     │   └── RasClientError          talking to a RAS endpoint failed

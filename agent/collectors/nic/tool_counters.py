@@ -7,7 +7,7 @@ them (counter-less) rather than failing the collector.
 
 from __future__ import annotations
 
-from agent.collectors.gpu.collector import CommandFailed, run_command
+from agent.collectors.command import CommandFailed, run_command
 from agent.collectors.nic.tools import ToolParseError, parse_ethtool_stats, parse_rdma_statistic
 from schemas.records import NicRecord
 

@@ -14,7 +14,6 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from nats.aio.client import Client
@@ -29,19 +28,13 @@ from agent.publisher import Publisher
 from ranksight.aio import cancel_all
 from ranksight.config import CollectorSettings, Settings
 from ranksight.natsconn import connect, disconnect
+from ranksight.version import ranksight_version
 from schemas.records import CollectorHealth, PublisherStats, Record
 from schemas.subjects import Subjects, require_token
 
 log = logging.getLogger(__name__)
 
 CommandHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-
-
-def agent_version() -> str:
-    try:
-        return version("ranksight")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 class AgentContext:
@@ -55,7 +48,7 @@ class AgentContext:
         self.cluster = settings.cluster
         self.node = settings.agent.node
         self.incarnation = incarnation
-        self.version = agent_version()
+        self.version = ranksight_version()
         self.started_ns = time.time_ns()
         self.nc = nc
         self.publisher = publisher

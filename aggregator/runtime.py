@@ -23,7 +23,6 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from agent.runtime import agent_version
 from aggregator.alertmanager import AlertmanagerPush
 from aggregator.alerts import AlertEngine, Rule
 from aggregator.analysis import default_rules
@@ -38,6 +37,7 @@ from aggregator.store import BatchResult, Incoming, Store, out_of_memory
 from ranksight.aio import cancel_all
 from ranksight.config import Settings
 from ranksight.natsconn import connect, disconnect
+from ranksight.version import ranksight_version
 from schemas.alerts import Alert
 from schemas.envelope import Envelope
 from schemas.subjects import Subjects
@@ -98,7 +98,7 @@ class Aggregator:
     def __init__(self, settings: Settings, rules: list[Rule] | None = None) -> None:
         self.settings = settings
         self.subjects = Subjects(settings.subject_prefix)
-        self.version = agent_version()
+        self.version = ranksight_version()
         self.store = Store(settings.db_path(), self.subjects, settings.aggregator.ingest)
         self.state = LiveState(
             settings.aggregator.node_gone_after_s, settings.aggregator.ingest.node_forget_after_s

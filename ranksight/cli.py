@@ -9,10 +9,10 @@ import os
 import signal
 import sys
 
-from agent.runtime import agent_version
 from ranksight.cliutil import EXIT_INTERRUPTED
 from ranksight.errors import exit_status
 from ranksight.natsconn import NatsUnreachable
+from ranksight.version import ranksight_version
 
 # One module per component; each has ``register(subparsers)``.
 COMMAND_MODULES = [
@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ranksight", description="Live diagnosis of RCCL/NCCL training jobs."
     )
-    parser.add_argument("--version", action="version", version=f"ranksight {agent_version()}")
+    parser.add_argument("--version", action="version", version=f"ranksight {ranksight_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

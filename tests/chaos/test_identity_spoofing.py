@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from aggregator.api.client import query
 from ranksight.config import NatsSettings, Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsServer
+from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from schemas.subjects import Subjects, inbox_prefix
 from tests.conftest import FIXTURES, REPO
 from tests.ras_support import fake_proc

@@ -15,11 +15,11 @@ import pytest
 
 from agent.collectors.ras.client import RasClient, parse_ras_addr
 from agent.collectors.ras.errors import RasOversized, RasRefused, RasReplyError, RasReset, RasTimeout
-from agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from agent.collectors.ras.parse_json import parse_status_json
 from agent.collectors.ras.parse_monitor import parse_monitor
 from agent.collectors.ras.parse_text import parse_status_text
 from agent.collectors.ras.poll import poll_status
+from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from schemas.records.ras import RasEvent
 from tests.conftest import FIXTURES
 

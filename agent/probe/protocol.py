@@ -48,6 +48,16 @@ class Status(enum.IntEnum):
     BAD_REQUEST = 3
 
 
+def _unpack(layout: struct.Struct, data: bytes, what: str, sender: str) -> tuple[int, ...]:
+    """The fields after the magic of one frame, checked for size and magic."""
+    if len(data) != layout.size:
+        raise ProbeProtocolError(f"{what} must be {layout.size} bytes, got {len(data)}")
+    magic, *fields = layout.unpack(data)
+    if magic != MAGIC:
+        raise ProbeProtocolError(f"bad magic {magic!r}: not a ranksight {sender}")
+    return tuple(fields)
+
+
 @dataclass(frozen=True)
 class Request:
     op: Op
@@ -60,11 +70,7 @@ class Request:
 
     @classmethod
     def decode(cls, data: bytes) -> Request:
-        if len(data) != REQUEST_SIZE:
-            raise ProbeProtocolError(f"request must be {REQUEST_SIZE} bytes, got {len(data)}")
-        magic, op, nbytes, count, budget_ms = _REQUEST.unpack(data)
-        if magic != MAGIC:
-            raise ProbeProtocolError(f"bad magic {magic!r}: not a ranksight probe")
+        op, nbytes, count, budget_ms = _unpack(_REQUEST, data, "request", "probe")
         try:
             return cls(Op(op), nbytes, count, budget_ms)
         except ValueError:
@@ -85,11 +91,7 @@ class Reply:
 
     @classmethod
     def decode(cls, data: bytes) -> Reply:
-        if len(data) != REPLY_SIZE:
-            raise ProbeProtocolError(f"reply must be {REPLY_SIZE} bytes, got {len(data)}")
-        magic, status, a, b, c = _REPLY.unpack(data)
-        if magic != MAGIC:
-            raise ProbeProtocolError(f"bad magic {magic!r}: not a ranksight probe server")
+        status, a, b, c = _unpack(_REPLY, data, "reply", "probe server")
         try:
             return cls(Status(status), a, b, c)
         except ValueError:

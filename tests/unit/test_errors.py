@@ -4,6 +4,7 @@ drawn in ranksight.errors' docstring, and the user-facing ones map to their docu
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 import re
@@ -25,7 +26,12 @@ from ranksight.config import ConfigError
 from ranksight.errors import RanksightError, api_status, exit_status
 from ranksight.natsconn import NatsUnreachable
 
-PRODUCT_PACKAGES = ("agent", "aggregator", "schemas", "ranksight", "deploy")
+# Before the one-namespace rename the product is five top-level packages; after it, ``ranksight`` holds them all.
+PRODUCT_PACKAGES = (
+    ("ranksight",)
+    if importlib.util.find_spec("ranksight.agent") is not None
+    else ("agent", "aggregator", "schemas", "ranksight", "deploy")
+)
 # Modules that run as a separate program with an optional GPU stack; imported when it is there.
 OPTIONAL_IMPORTS = {"torch"}
 

@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agent.publisher import Outgoing, Publisher
-from schemas.codec import encode_event
-from schemas.envelope import Envelope, event_type
-from schemas.records import Record
-from schemas.subjects import Subjects
+from ranksight.agent.publisher import Outgoing, Publisher
+from ranksight.schemas.codec import encode_event
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import Record
+from ranksight.schemas.subjects import Subjects
 
 
 @dataclass

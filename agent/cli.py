@@ -6,10 +6,10 @@ import argparse
 import asyncio
 import sys
 
-from agent.collectors.registry import COLLECTORS
-from agent.runtime import AgentRuntime
+from ranksight.agent.collectors.registry import COLLECTORS
+from ranksight.agent.runtime import AgentRuntime
 from ranksight.cliutil import EXIT_USAGE, add_config_flags, run_until_signalled, settings_from_args
-from schemas.subjects import SubjectError
+from ranksight.schemas.subjects import SubjectError
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

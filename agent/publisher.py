@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 from nats.js import JetStreamContext
 
-from agent.backoff import backoff_s
-from schemas.records import PublisherStats
+from ranksight.agent.backoff import backoff_s
+from ranksight.schemas.records import PublisherStats
 
 log = logging.getLogger(__name__)
 

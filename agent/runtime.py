@@ -20,17 +20,23 @@ from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.request import Request
 
-from agent.backoff import backoff_s
-from agent.batcher import Batcher
-from agent.collectors.base import Collector, CollectorUnavailable, Emit, PolledCollector, StreamingCollector
-from agent.collectors.registry import COLLECTORS
-from agent.publisher import Publisher
+from ranksight.agent.backoff import backoff_s
+from ranksight.agent.batcher import Batcher
+from ranksight.agent.collectors.base import (
+    Collector,
+    CollectorUnavailable,
+    Emit,
+    PolledCollector,
+    StreamingCollector,
+)
+from ranksight.agent.collectors.registry import COLLECTORS
+from ranksight.agent.publisher import Publisher
 from ranksight.aio import cancel_all
 from ranksight.config import CollectorSettings, Settings
 from ranksight.natsconn import connect, disconnect
+from ranksight.schemas.records import CollectorHealth, PublisherStats, Record
+from ranksight.schemas.subjects import Subjects, require_token
 from ranksight.version import ranksight_version
-from schemas.records import CollectorHealth, PublisherStats, Record
-from schemas.subjects import Subjects, require_token
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ undecodable message:
 from __future__ import annotations
 
 from ranksight.config import IngestSettings
-from schemas.codec import DecodeError
-from schemas.envelope import Envelope
-from schemas.subjects import SubjectError, Subjects
+from ranksight.schemas.codec import DecodeError
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.subjects import SubjectError, Subjects
 
 NS = 1_000_000_000
 

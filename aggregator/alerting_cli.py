@@ -12,7 +12,14 @@ import getpass
 import sys
 from typing import Any
 
-from aggregator.api.cli import SubParsers, add_query_command, call_api, duration, print_rows, since_param
+from ranksight.aggregator.api.cli import (
+    SubParsers,
+    add_query_command,
+    call_api,
+    duration,
+    print_rows,
+    since_param,
+)
 from ranksight.cliutil import EXIT_FAILED, EXIT_OK, add_config_flags
 
 DEFAULT_SILENCE_S = 3600.0

@@ -25,9 +25,9 @@ from typing import Any
 
 import aiohttp
 
-from aggregator.timefmt import iso, ns_of
+from ranksight.aggregator.timefmt import iso, ns_of
 from ranksight.config import AlertmanagerSettings
-from schemas.alerts import Alert, Silence
+from ranksight.schemas.alerts import Alert, Silence
 
 log = logging.getLogger(__name__)
 NS = 1_000_000_000

@@ -25,10 +25,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from aggregator.state import NS, LiveState
-from aggregator.timefmt import iso, ns_of
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.timefmt import iso, ns_of
 from ranksight.config import AlertSettings
-from schemas.alerts import Alert, Severity, Silence
+from ranksight.schemas.alerts import Alert, Severity, Silence
 
 LIFECYCLE_RULES = frozenset({"job_started", "job_ended"})
 

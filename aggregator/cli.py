@@ -7,8 +7,8 @@ import asyncio
 import sys
 from pathlib import Path
 
-from aggregator.api.cli import call_api
-from aggregator.runtime import Aggregator
+from ranksight.aggregator.api.cli import call_api
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.cliutil import (
     EXIT_FAILED,
     add_config_flags,

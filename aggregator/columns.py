@@ -16,8 +16,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 import pyarrow as pa
 
-from schemas.records import RECORD_MODELS
-from schemas.structs import from_builtins, to_json
+from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.structs import from_builtins, to_json
 
 ENVELOPE_FIELDS: list[tuple[str, pa.DataType]] = [
     ("cluster", pa.string()),

@@ -17,10 +17,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from aggregator.state import NS
+from ranksight.aggregator.state import NS
 
 if TYPE_CHECKING:
-    from aggregator.state import LiveState
+    from ranksight.aggregator.state import LiveState
 
 HOLD_S = 300  # a rank that sends no heartbeats keeps its GPU labelled this long after its last message
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from aggregator.forgetting import NodeKey, without_nodes
-from schemas.envelope import Envelope
+from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.schemas.envelope import Envelope
 
 _NS = 1_000_000_000
 JOB_KINDS = frozenset({"ras", "inspector"})

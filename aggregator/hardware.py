@@ -12,9 +12,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
-from aggregator.forgetting import NodeKey, without_nodes
-from schemas.envelope import Envelope
-from schemas.records import GpuRecord, NicRecord
+from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuRecord, NicRecord
 
 DeviceStateName = Literal["alive", "stale", "vanished"]
 R = TypeVar("R", GpuRecord, NicRecord)

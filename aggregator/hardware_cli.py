@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aggregator.api.cli import SubParsers, add_query_command, given
+from ranksight.aggregator.api.cli import SubParsers, add_query_command, given
 
 GPU_COLUMNS = ["node", "index", "name", "utilization_pct", "memory_used_bytes", "memory_total_bytes", "power_w",
                "temperature_edge_c", "sclk_hz", "ecc_uncorrectable", "throttled", "freshness"]  # fmt: skip

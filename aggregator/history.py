@@ -20,8 +20,8 @@ from typing import Any
 import duckdb
 import pyarrow.dataset as ds
 
-from aggregator.store import Store
-from aggregator.timefmt import naive_utc
+from ranksight.aggregator.store import Store
+from ranksight.aggregator.timefmt import naive_utc
 
 log = logging.getLogger(__name__)
 

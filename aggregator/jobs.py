@@ -16,9 +16,9 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import Literal
 
-from aggregator.forgetting import NodeKey
-from schemas.envelope import Envelope
-from schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
+from ranksight.aggregator.forgetting import NodeKey
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
 
 NS = 1_000_000_000
 JobStateName = Literal["running", "stale", "ended"]

@@ -12,13 +12,13 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from aggregator.forgetting import NodeKey, without_nodes
-from aggregator.timefmt import iso
-from schemas.envelope import Envelope
-from schemas.records.probe import ProbeEndpointRecord, ProbeRecord
+from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.aggregator.timefmt import iso
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
 
 if TYPE_CHECKING:
-    from aggregator.state import LiveState
+    from ranksight.aggregator.state import LiveState
 
 NS = 1_000_000_000  # same unit as aggregator.state (which imports this module, so it cannot be imported from there)
 JOB_KINDS = frozenset({"ras", "inspector"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from aggregator.api.cli import call_api, given
+from ranksight.aggregator.api.cli import call_api, given
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,

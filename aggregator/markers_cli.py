@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from aggregator.api.cli import call_api
+from ranksight.aggregator.api.cli import call_api
 from ranksight.cliutil import EXIT_FAILED, add_config_flags, print_json, print_table
 
 COLUMNS = ["time", "job", "rank", "node", "text"]

@@ -19,12 +19,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aggregator.linkmap import Endpoint, LinkTracker, link_tracker
+from ranksight.aggregator.linkmap import Endpoint, LinkTracker, link_tracker
 from ranksight.config import ProbePlannerSettings
-from schemas.records.probe import ProbeCommand
+from ranksight.schemas.records.probe import ProbeCommand
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 log = logging.getLogger(__name__)
 Pair = tuple[str, str]  # (prober, probed), prober < probed

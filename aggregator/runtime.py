@@ -23,24 +23,24 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from aggregator.alertmanager import AlertmanagerPush
-from aggregator.alerts import AlertEngine, Rule
-from aggregator.analysis import default_rules
-from aggregator.api.service import start_service
-from aggregator.api.sql import SqlSandbox
-from aggregator.history import retention_loop
-from aggregator.http.server import HttpFace
-from aggregator.probes import ProbePlanner
-from aggregator.pull import BoundedPull
-from aggregator.state import NS, LiveState
-from aggregator.store import BatchResult, Incoming, Store, out_of_memory
+from ranksight.aggregator.alertmanager import AlertmanagerPush
+from ranksight.aggregator.alerts import AlertEngine, Rule
+from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.api.service import start_service
+from ranksight.aggregator.api.sql import SqlSandbox
+from ranksight.aggregator.history import retention_loop
+from ranksight.aggregator.http.server import HttpFace
+from ranksight.aggregator.probes import ProbePlanner
+from ranksight.aggregator.pull import BoundedPull
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.store import BatchResult, Incoming, Store, out_of_memory
 from ranksight.aio import cancel_all
 from ranksight.config import Settings
 from ranksight.natsconn import connect, disconnect
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.subjects import Subjects
 from ranksight.version import ranksight_version
-from schemas.alerts import Alert
-from schemas.envelope import Envelope
-from schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
 OOM_RETRY_S = 0.5

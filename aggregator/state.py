@@ -15,14 +15,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from aggregator.forgetting import NodeKey, without_nodes
-from aggregator.gpu_probes import GpuProbeTracker
-from aggregator.hardware import HardwareTracker
-from aggregator.jobs import JobTracker
-from aggregator.linkmap import LinkTracker
-from schemas.envelope import Envelope
-from schemas.records import HeartbeatRecord
-from schemas.structs import to_builtins
+from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.aggregator.gpu_probes import GpuProbeTracker
+from ranksight.aggregator.hardware import HardwareTracker
+from ranksight.aggregator.jobs import JobTracker
+from ranksight.aggregator.linkmap import LinkTracker
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import HeartbeatRecord
+from ranksight.schemas.structs import to_builtins
 
 NodeStateName = Literal["alive", "stale", "gone"]
 NS = 1_000_000_000
@@ -111,11 +111,13 @@ class LiveState:
         self.trackers.append(HardwareTracker())
         self.trackers.append(LinkTracker())
         self.trackers.append(GpuProbeTracker())
-        from aggregator.analysis.app import AppTracker  # here: the analysis package imports this module
+        from ranksight.aggregator.analysis.app import (
+            AppTracker,  # here: the analysis package imports this module
+        )
 
         self.app = AppTracker.attach(self)
         # imported here: the analysis package imports this module
-        from aggregator.analysis.straggler_live import StragglerTracker
+        from ranksight.aggregator.analysis.straggler_live import StragglerTracker
 
         self.stragglers = StragglerTracker()
         self.trackers.append(self.stragglers)

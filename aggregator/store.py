@@ -34,16 +34,16 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
-from aggregator.admission import NS, admit, check_times
-from aggregator.columns import ColumnBuilder, row_to_record
-from aggregator.timefmt import naive_utc
+from ranksight.aggregator.admission import NS, admit, check_times
+from ranksight.aggregator.columns import ColumnBuilder, row_to_record
+from ranksight.aggregator.timefmt import naive_utc
 from ranksight.config import IngestSettings
 from ranksight.private import DIR_MODE, private_files
-from schemas.alerts import Alert, Silence
-from schemas.codec import DecodeError, decode_event
-from schemas.envelope import Envelope, event_type
-from schemas.records import RECORD_MODELS
-from schemas.subjects import Subjects
+from ranksight.schemas.alerts import Alert, Silence
+from ranksight.schemas.codec import DecodeError, decode_event
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -201,7 +201,11 @@ class Store:
         done = {r[0] for r in con.execute("SELECT version FROM schema_migrations").fetchall()}
         applied = []
         files = sorted(
-            (f for f in resources.files("aggregator.migrations").iterdir() if f.name.endswith(".sql")),
+            (
+                f
+                for f in resources.files("ranksight.aggregator.migrations").iterdir()
+                if f.name.endswith(".sql")
+            ),
             key=lambda f: f.name,
         )
         for f in files:

@@ -9,9 +9,9 @@ import argparse
 import sys
 from pathlib import Path
 
-from agent.collectors.inspector.dumps import DumpReader
-from aggregator.analysis.stragglers import StragglerParams, analyze_records
-from aggregator.api.cli import call_api
+from ranksight.agent.collectors.inspector.dumps import DumpReader
+from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
+from ranksight.aggregator.api.cli import call_api
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_USAGE,

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import duckdb
 
-from agent.collectors.inspector.dumps import DumpReader
-from aggregator.analysis.stragglers import StragglerParams, analyze_records
+from ranksight.agent.collectors.inspector.dumps import DumpReader
+from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 
 BASELINE_SQL = """

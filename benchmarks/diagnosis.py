@@ -29,14 +29,14 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from agent.collectors.inspector.parse import parse_line
-from aggregator.analysis.hangs import HangFinder
-from aggregator.analysis.straggler_live import params_of
-from aggregator.analysis.stragglers import Finding, StragglerEngine
+from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.aggregator.analysis.hangs import HangFinder
+from ranksight.aggregator.analysis.straggler_live import params_of
+from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine
 from ranksight.config import StragglerSettings
+from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate.inspector import run_job
 from ranksight.simulate.scenarios import CLASSES, Capture, Truth, truth
-from schemas.records import InspectorRecord
 
 TARGETS = {"precision": 0.97, "recall": 0.97, "slowdown_error": 0.15, "tta_p90_s": 15.0}
 

@@ -32,10 +32,10 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from aggregator.runtime import ensure_stream
+from ranksight.aggregator.runtime import ensure_stream
 from ranksight.config import IngestSettings, Settings, load_settings
 from ranksight.natsserver import NatsServer
-from schemas.subjects import Subjects
+from ranksight.schemas.subjects import Subjects
 
 MiB = 1 << 20
 CLUSTER = "bench"

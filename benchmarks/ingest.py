@@ -32,14 +32,14 @@ import pyarrow as pa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent.publisher import Outgoing, Publisher
-from aggregator.runtime import Aggregator, ensure_stream
+from ranksight.agent.publisher import Outgoing, Publisher
+from ranksight.aggregator.runtime import Aggregator, ensure_stream
 from ranksight.config import Settings, load_settings
 from ranksight.natsserver import NatsServer
-from schemas.codec import encode_event
-from schemas.envelope import Envelope, event_type
-from schemas.records import GpuRecord
-from schemas.subjects import Subjects
+from ranksight.schemas.codec import encode_event
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import GpuRecord
+from ranksight.schemas.subjects import Subjects
 
 
 def _payloads(cluster: str, agents: int, batches: int, records: int) -> list[tuple[str, str, bytes]]:

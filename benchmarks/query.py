@@ -18,9 +18,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from aggregator.api.client import query
-from aggregator.runtime import Aggregator
-from aggregator.store import Store
+from ranksight.aggregator.api.client import query
+from ranksight.aggregator.runtime import Aggregator
+from ranksight.aggregator.store import Store
 from ranksight.config import load_settings
 from ranksight.natsserver import NatsServer
 

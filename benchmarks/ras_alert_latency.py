@@ -21,15 +21,15 @@ from pathlib import Path
 
 import nats
 
-from agent.runtime import AgentRuntime
-from aggregator.runtime import Aggregator
+from ranksight.agent.runtime import AgentRuntime
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings, load_settings
 from ranksight.natsserver import NatsServer
+from ranksight.schemas.records.ras import RasEvent
+from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.cluster import LiveJob, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import JobSpec
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
-from schemas.records.ras import RasEvent
-from schemas.subjects import Subjects
 
 GPUS = 8
 

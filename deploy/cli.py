@@ -11,13 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from aggregator.api.client import ApiUnavailable, query
-from deploy import wheel as wheels
-from deploy.fleet import Progress, connect_nats, run_fleet
-from deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
-from deploy.plan import DeployOptions, dry_run_plan
-from deploy.ssh import Node
-from deploy.steps import HostResult, deploy_host, status_host, uninstall_host
+from ranksight.aggregator.api.client import ApiUnavailable, query
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
@@ -27,8 +21,14 @@ from ranksight.cliutil import (
     print_table,
     settings_from_args,
 )
+from ranksight.deploy import wheel as wheels
+from ranksight.deploy.fleet import Progress, connect_nats, run_fleet
+from ranksight.deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
+from ranksight.deploy.plan import DeployOptions, dry_run_plan
+from ranksight.deploy.ssh import Node
+from ranksight.deploy.steps import HostResult, deploy_host, status_host, uninstall_host
 from ranksight.redact import redact, secrets_of
-from schemas.api import ApiResponse
+from ranksight.schemas.api import ApiResponse
 
 COLUMNS = ["host", "result", "version", "mode", "detail"]
 

@@ -13,10 +13,10 @@ from typing import Any, TextIO
 
 from nats.aio.client import Client
 
-from deploy.hosts import Host
-from deploy.plan import DeployOptions
-from deploy.ssh import HostFailed, Node, SshOptions, explain, jump_connection
-from deploy.steps import HostResult
+from ranksight.deploy.hosts import Host
+from ranksight.deploy.plan import DeployOptions
+from ranksight.deploy.ssh import HostFailed, Node, SshOptions, explain, jump_connection
+from ranksight.deploy.steps import HostResult
 from ranksight.redact import redact
 
 HostAction = Callable[[Node], Awaitable[HostResult]]

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from ranksight.errors import UsageError
-from schemas.subjects import sanitize_token
+from ranksight.schemas.subjects import sanitize_token
 
 _SPEC = re.compile(
     r"^(?:(?P<user>[^@\s]+)@)?(?:\[(?P<v6>[0-9A-Fa-f:.%]+)\]|(?P<host>[^:@\s\[\]]+))(?::(?P<port>\d+))?$"

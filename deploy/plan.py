@@ -16,11 +16,11 @@ from typing import Any
 
 import tomli_w
 
-from deploy.hosts import Host
-from deploy.wheel import Wheel
 from ranksight.config import Settings
+from ranksight.deploy.hosts import Host
+from ranksight.deploy.wheel import Wheel
 from ranksight.redact import redact
-from schemas.subjects import inbox_prefix
+from ranksight.schemas.subjects import inbox_prefix
 
 UNIT_NAME = "ranksight-agent.service"
 UNIT_TEMPLATE = Path(__file__).resolve().parent / "systemd" / UNIT_NAME

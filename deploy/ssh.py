@@ -19,8 +19,8 @@ from typing import Any
 
 import asyncssh
 
-from deploy.hosts import Host
 from ranksight.config import DeploySettings
+from ranksight.deploy.hosts import Host
 from ranksight.errors import RanksightError
 
 

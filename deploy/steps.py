@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from nats.aio.client import Client
 
-from deploy.plan import (
+from ranksight.deploy.plan import (
     SYSTEM_UNIT_DIR,
     UNIT_NAME,
     USER_UNIT_DIR,
@@ -28,8 +28,8 @@ from deploy.plan import (
     systemd_unit,
     user_start_command,
 )
-from deploy.ssh import HostFailed, Node
-from schemas.subjects import Subjects
+from ranksight.deploy.ssh import HostFailed, Node
+from ranksight.schemas.subjects import Subjects
 
 Mode = Literal["systemd", "systemd-user", "background"]
 q = shlex.quote

@@ -18,18 +18,18 @@ from ranksight.version import ranksight_version
 COMMAND_MODULES = [
     "ranksight.up",
     "ranksight.demo",
-    "agent.cli",
-    "aggregator.cli",
-    "aggregator.api.cli",
+    "ranksight.agent.cli",
+    "ranksight.aggregator.cli",
+    "ranksight.aggregator.api.cli",
     "ranksight.parse",
-    "agent.collectors.ras.cli",
+    "ranksight.agent.collectors.ras.cli",
     "ranksight.probe",
-    "aggregator.links_cli",
-    "aggregator.hardware_cli",
-    "aggregator.markers_cli",
-    "deploy.cli",
-    "aggregator.stragglers_cli",
-    "aggregator.alerting_cli",
+    "ranksight.aggregator.links_cli",
+    "ranksight.aggregator.hardware_cli",
+    "ranksight.aggregator.markers_cli",
+    "ranksight.deploy.cli",
+    "ranksight.aggregator.stragglers_cli",
+    "ranksight.aggregator.alerting_cli",
 ]
 
 

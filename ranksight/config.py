@@ -30,7 +30,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
 from ranksight.errors import UsageError
-from schemas.subjects import sanitize_token
+from ranksight.schemas.subjects import sanitize_token
 
 CONFIG_ENV = "RANKSIGHT_CONFIG"
 # The config file's values while load_settings builds Settings: the lowest-priority source.
@@ -235,7 +235,7 @@ class GpuProbeSettings(CollectorSettings):
     )
     worker_command: list[str] | None = Field(
         default=None,
-        description="another program speaking the worker protocol; default python -m agent.gpuprobe.worker",
+        description="another program speaking the worker protocol; default python -m ranksight.agent.gpuprobe.worker",
     )
     ras_port: int = Field(
         default=28028, ge=1, le=65535, description="a listening RAS port means a job runs here"

@@ -23,8 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from agent.runtime import AgentRuntime
-from aggregator.runtime import Aggregator
+from ranksight.agent.runtime import AgentRuntime
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.aio import cancel_all
 from ranksight.cliutil import (
     EXIT_USAGE,
@@ -33,11 +33,11 @@ from ranksight.cliutil import (
     settings_from_args,
 )
 from ranksight.config import Settings
+from ranksight.schemas.records.ras import RasEvent
 from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import Fault, JobSpec
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from ranksight.up import first, http_line, port_busy, with_embedded_nats
-from schemas.records.ras import RasEvent
 
 SLOW_GPU = (1, 2)  # node, GPU
 NIC_ERRORS_NODE = 2

@@ -7,9 +7,9 @@ import importlib
 
 # source family -> module with ``register_parse(subparsers)``
 PARSE_MODULES = [
-    "agent.collectors.ras.cli",
-    "agent.collectors.gpu.cli",
-    "agent.collectors.nic.cli",
+    "ranksight.agent.collectors.ras.cli",
+    "ranksight.agent.collectors.gpu.cli",
+    "ranksight.agent.collectors.nic.cli",
 ]
 
 

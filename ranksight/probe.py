@@ -7,8 +7,8 @@ import importlib
 
 # probe family -> module with ``register_probe(subparsers)``
 PROBE_MODULES = [
-    "agent.probe.cli",
-    "agent.gpuprobe.cli",
+    "ranksight.agent.probe.cli",
+    "ranksight.agent.gpuprobe.cli",
 ]
 
 

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from agent.runtime import AgentRuntime
-from aggregator.runtime import Aggregator
+from ranksight.agent.runtime import AgentRuntime
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.cliutil import (
     EXIT_FAILED,
     add_config_flags,

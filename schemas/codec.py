@@ -19,9 +19,9 @@ import msgspec
 from pydantic import BaseModel
 
 from ranksight.errors import ParseError
-from schemas.envelope import MAX_RECORDS, TYPE_PREFIX, Envelope
-from schemas.records import RECORD_MODELS
-from schemas.structs import field_type, struct_for
+from ranksight.schemas.envelope import MAX_RECORDS, TYPE_PREFIX, Envelope
+from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.structs import field_type, struct_for
 
 
 class DecodeError(ParseError):

@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from agent.gpuprobe.protocol import Done, GpuError, GpuResult, Start, Unavailable, encode
+from ranksight.agent.gpuprobe.protocol import Done, GpuError, GpuResult, Start, Unavailable, encode
 
 
 def main() -> int:

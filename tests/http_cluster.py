@@ -16,16 +16,16 @@ from typing import Any
 
 import nats
 
-from agent.collectors.inspector.parse import parse_line
-from agent.collectors.ras.parse_text import parse_status_text
+from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.config import Settings
+from ranksight.schemas.codec import encode_event
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import AppRecord, GpuRecord, HeartbeatRecord, NicRecord, RasRecord
+from ranksight.schemas.records.probe import ProbeRecord
+from ranksight.schemas.records.ras import RasCommunicator
+from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import Fault, JobSpec, comms, simulate
-from schemas.codec import encode_event
-from schemas.envelope import Envelope, event_type
-from schemas.records import AppRecord, GpuRecord, HeartbeatRecord, NicRecord, RasRecord
-from schemas.records.probe import ProbeRecord
-from schemas.records.ras import RasCommunicator
-from schemas.subjects import Subjects
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ras"
 NODES = [f"node{i:03d}" for i in range(4)]

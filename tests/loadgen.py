@@ -13,12 +13,12 @@ import uuid
 
 from nats.aio.client import Client
 
-from agent.batcher import Batcher
-from agent.publisher import Publisher
+from ranksight.agent.batcher import Batcher
+from ranksight.agent.publisher import Publisher
 from ranksight.config import Settings
 from ranksight.natsconn import connect
-from schemas.records import GpuRecord
-from schemas.subjects import Subjects
+from ranksight.schemas.records import GpuRecord
+from ranksight.schemas.subjects import Subjects
 
 
 class SyntheticAgent:

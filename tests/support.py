@@ -13,8 +13,8 @@ from typing import Any
 
 import nats
 
-from agent.runtime import AgentRuntime
-from aggregator.runtime import Aggregator
+from ranksight.agent.runtime import AgentRuntime
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
 
 

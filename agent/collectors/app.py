@@ -16,14 +16,14 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
-from agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
+from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
+from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
 from ranksight.client import MAX_MESSAGE
 from ranksight.config import AppSettings
-from schemas.records import AppRecord
+from ranksight.schemas.records import AppRecord
 
 if TYPE_CHECKING:
-    from agent.runtime import AgentContext
+    from ranksight.agent.runtime import AgentContext
 
 LISTEN_BACKLOG = 256
 RECV_BUFFER_BYTES = 4 * 1024 * 1024

@@ -12,8 +12,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from ranksight.errors import ParseError
-from schemas.codec import DecodeError, unpack
-from schemas.records import AppRecord
+from ranksight.schemas.codec import DecodeError, unpack
+from ranksight.schemas.records import AppRecord
 
 SUPPORTED_VERSION = 1
 

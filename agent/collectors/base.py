@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ranksight.errors import RanksightError
-from schemas.records import CollectorHealth, Record
+from ranksight.schemas.records import CollectorHealth, Record
 
 if TYPE_CHECKING:
-    from agent.runtime import AgentContext
+    from ranksight.agent.runtime import AgentContext
     from ranksight.config import CollectorSettings
 
 

@@ -12,16 +12,16 @@ import importlib.util
 import time
 from typing import TYPE_CHECKING
 
-from agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
-from agent.gpuprobe.busy import check_busy
-from agent.gpuprobe.runner import ProbeOutcome, run_probe
-from agent.gpuprobe.schedule import LastAttempt, load_last, next_due_s, save_last, stagger_offset_s
+from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
+from ranksight.agent.gpuprobe.busy import check_busy
+from ranksight.agent.gpuprobe.runner import ProbeOutcome, run_probe
+from ranksight.agent.gpuprobe.schedule import LastAttempt, load_last, next_due_s, save_last, stagger_offset_s
 from ranksight.config import GpuProbeSettings
-from schemas.records import GpuProbeRecord
-from schemas.subjects import sanitize_token
+from ranksight.schemas.records import GpuProbeRecord
+from ranksight.schemas.subjects import sanitize_token
 
 if TYPE_CHECKING:
-    from agent.runtime import AgentContext
+    from ranksight.agent.runtime import AgentContext
     from ranksight.config import CollectorSettings
 
 NODE_INDEX = -1  # a record about the node, not one GPU

@@ -8,10 +8,10 @@ import os
 import socket
 from collections.abc import Sequence
 
-from agent.collectors.base import PolledCollector
-from agent.collectors.slurm_jobs import read_jobs
+from ranksight.agent.collectors.base import PolledCollector
+from ranksight.agent.collectors.slurm_jobs import read_jobs
 from ranksight.config import HeartbeatSettings
-from schemas.records import HeartbeatRecord, Record
+from ranksight.schemas.records import HeartbeatRecord, Record
 
 
 class HeartbeatCollector(PolledCollector):

@@ -19,20 +19,20 @@ from typing import TYPE_CHECKING, Any
 
 from nats.aio.msg import Msg
 
-from agent.collectors.base import Emit, StreamingCollector
-from agent.probe.client import ProbeBudget, ProbeError, run_probe
-from agent.probe.server import ProbeServer, ServerLimits, parse_networks
-from agent.probe.targets import ProbeTargets
-from schemas.codec import DecodeError, decode_event
-from schemas.envelope import event_type
-from schemas.records.probe import ProbeCommand, ProbeEndpointRecord, ProbeRecord
-from schemas.subjects import SubjectError
+from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.probe.client import ProbeBudget, ProbeError, run_probe
+from ranksight.agent.probe.server import ProbeServer, ServerLimits, parse_networks
+from ranksight.agent.probe.targets import ProbeTargets
+from ranksight.schemas.codec import DecodeError, decode_event
+from ranksight.schemas.envelope import event_type
+from ranksight.schemas.records.probe import ProbeCommand, ProbeEndpointRecord, ProbeRecord
+from ranksight.schemas.subjects import SubjectError
 
 # The probe settings that are the server's limits (same names).
 SERVER_LIMITS = {f.name for f in dataclasses.fields(ServerLimits)}
 
 if TYPE_CHECKING:
-    from agent.runtime import AgentContext
+    from ranksight.agent.runtime import AgentContext
     from ranksight.config import ProbeSettings
 
 

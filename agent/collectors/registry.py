@@ -5,15 +5,15 @@ Each name is also its config section (``[agent.collectors.<name>]``) and its hea
 
 from __future__ import annotations
 
-from agent.collectors.app import AppCollector
-from agent.collectors.base import Collector
-from agent.collectors.gpu.collector import GpuCollector
-from agent.collectors.gpu_probe import GpuProbeCollector
-from agent.collectors.heartbeat import HeartbeatCollector
-from agent.collectors.inspector.collector import InspectorCollector
-from agent.collectors.nic.collector import NicCollector
-from agent.collectors.probe import ProbeCollector
-from agent.collectors.ras.collector import RasCollector
+from ranksight.agent.collectors.app import AppCollector
+from ranksight.agent.collectors.base import Collector
+from ranksight.agent.collectors.gpu.collector import GpuCollector
+from ranksight.agent.collectors.gpu_probe import GpuProbeCollector
+from ranksight.agent.collectors.heartbeat import HeartbeatCollector
+from ranksight.agent.collectors.inspector.collector import InspectorCollector
+from ranksight.agent.collectors.nic.collector import NicCollector
+from ranksight.agent.collectors.probe import ProbeCollector
+from ranksight.agent.collectors.ras.collector import RasCollector
 
 COLLECTORS: dict[str, type[Collector]] = {
     "heartbeat": HeartbeatCollector,

@@ -12,8 +12,8 @@ import argparse
 import asyncio
 import sys
 
-from agent.gpuprobe.busy import check_busy
-from agent.gpuprobe.runner import ProbeOutcome, run_probe
+from ranksight.agent.gpuprobe.busy import check_busy
+from ranksight.agent.gpuprobe.runner import ProbeOutcome, run_probe
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,

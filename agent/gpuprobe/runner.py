@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from agent.gpuprobe.protocol import (
+from ranksight.agent.gpuprobe.protocol import (
     MAX_LINE,
     Done,
     GpuError,
@@ -49,7 +49,11 @@ class ProbeOutcome:
 
 def worker_command(cfg: GpuProbeSettings) -> list[str]:
     """The command line for ``cfg``: the configured program, else this interpreter running the worker module."""
-    base = list(cfg.worker_command) if cfg.worker_command else [sys.executable, "-m", "agent.gpuprobe.worker"]
+    base = (
+        list(cfg.worker_command)
+        if cfg.worker_command
+        else [sys.executable, "-m", "ranksight.agent.gpuprobe.worker"]
+    )
     args = [
         "--matmul-n", str(cfg.matmul_n), "--matmul-iters", str(cfg.matmul_iters), "--warmup", str(cfg.warmup),
         "--repeats", str(cfg.repeats), "--mem-bytes", str(cfg.mem_bytes),

@@ -1,4 +1,4 @@
-"""The probe subprocess: ``python -m agent.gpuprobe.worker [options]``; the only module that imports torch.
+"""The probe subprocess: ``python -m ranksight.agent.gpuprobe.worker [options]``; the only module that imports torch.
 
 For each visible GPU (CUDA and ROCm builds both appear as ``torch.cuda``): dense square matmul throughput in BF16 and
 FP16 (warm-up, then the best of several timed runs of several multiplies each) and device memory bandwidth (a
@@ -16,11 +16,19 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from agent.gpuprobe.protocol import Done, GpuError, GpuResult, ProtocolMessage, Start, Unavailable, encode
+from ranksight.agent.gpuprobe.protocol import (
+    Done,
+    GpuError,
+    GpuResult,
+    ProtocolMessage,
+    Start,
+    Unavailable,
+    encode,
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m agent.gpuprobe.worker")
+    p = argparse.ArgumentParser(prog="python -m ranksight.agent.gpuprobe.worker")
     p.add_argument("--matmul-n", type=int, default=8192, help="square matrix size")
     p.add_argument("--matmul-iters", type=int, default=10, help="multiplies per timed run")
     p.add_argument("--warmup", type=int, default=3, help="untimed runs before the timed ones")

@@ -6,8 +6,8 @@ import argparse
 import asyncio
 import sys
 
-from agent.probe.client import ProbeBudget, ProbeError, run_probe
-from agent.probe.server import ProbeServer, parse_networks
+from ranksight.agent.probe.client import ProbeBudget, ProbeError, run_probe
+from ranksight.agent.probe.server import ProbeServer, parse_networks
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,

@@ -11,7 +11,7 @@ import contextlib
 import time
 from dataclasses import asdict, dataclass
 
-from agent.probe.protocol import (
+from ranksight.agent.probe.protocol import (
     REPLY_SIZE,
     Op,
     ProbeProtocolError,
@@ -21,7 +21,7 @@ from agent.probe.protocol import (
     rate_bps,
     rtt_stats_us,
 )
-from agent.probe.streams import receive_timed, send_for
+from ranksight.agent.probe.streams import receive_timed, send_for
 from ranksight.errors import RanksightError
 
 

@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from agent.probe.protocol import REQUEST_SIZE, Op, ProbeProtocolError, Reply, Request, Status
-from agent.probe.streams import receive_timed, send_for
+from ranksight.agent.probe.protocol import REQUEST_SIZE, Op, ProbeProtocolError, Reply, Request, Status
+from ranksight.agent.probe.streams import receive_timed, send_for
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from agent.probe.protocol import CHUNK, ReceiveMeter
+from ranksight.agent.probe.protocol import CHUNK, ReceiveMeter
 
 # Charges bytes against a budget as they move; False stops the transfer (the probe server's byte budget).
 Charge = Callable[[int], bool]

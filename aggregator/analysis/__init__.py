@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from aggregator.alerts import Rule
-from aggregator.analysis.app import RankHeartbeatOverdueRule, RankSectionOverdueRule
-from aggregator.analysis.gpu_probe import GpuUnderperformingRule
-from aggregator.analysis.hardware import hardware_rules
-from aggregator.analysis.links import LinkDegradedRule
-from aggregator.analysis.nodes import NodeSilentRule
-from aggregator.analysis.ras import ras_rules
-from aggregator.analysis.straggler_live import CollectiveHangRule, StragglerRule
+from ranksight.aggregator.alerts import Rule
+from ranksight.aggregator.analysis.app import RankHeartbeatOverdueRule, RankSectionOverdueRule
+from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule
+from ranksight.aggregator.analysis.hardware import hardware_rules
+from ranksight.aggregator.analysis.links import LinkDegradedRule
+from ranksight.aggregator.analysis.nodes import NodeSilentRule
+from ranksight.aggregator.analysis.ras import ras_rules
+from ranksight.aggregator.analysis.straggler_live import CollectiveHangRule, StragglerRule
 from ranksight.config import Settings
 
 

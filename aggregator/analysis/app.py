@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from aggregator.alerts import Condition
-from aggregator.forgetting import NodeKey
-from aggregator.state import NS, LiveState
-from aggregator.timefmt import iso
-from schemas.envelope import Envelope
-from schemas.records import AppRecord
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.forgetting import NodeKey
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.timefmt import iso
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import AppRecord
 
 # A rank silent this long is forgotten (its alerts resolve): memory stays bounded when processes die unannounced.
 FORGET_AFTER_S = 24 * 3600

@@ -16,11 +16,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from aggregator.alerts import Condition
-from aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
-from aggregator.gpu_probes import METRICS, GpuKey, GpuProbeTracker, ProbeResult
-from aggregator.state import LiveState
-from aggregator.timefmt import iso
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
+from ranksight.aggregator.gpu_probes import METRICS, GpuKey, GpuProbeTracker, ProbeResult
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.timefmt import iso
 
 MAD_FLOOR = 0.01
 

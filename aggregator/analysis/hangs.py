@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from schemas.records import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 
 Proc = tuple[str, int]  # (hostname, pid)
 

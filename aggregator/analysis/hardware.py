@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from aggregator.alerts import Condition
-from aggregator.hardware import NS, DeviceState, HardwareTracker
-from aggregator.state import LiveState
-from aggregator.timefmt import iso
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.hardware import NS, DeviceState, HardwareTracker
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.timefmt import iso
 from ranksight.config import HardwareAlertSettings
-from schemas.records import GpuRecord, NicRecord
+from ranksight.schemas.records import GpuRecord, NicRecord
 
 LINK_UP_STATES = {
     "up",

@@ -12,10 +12,10 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterator
 
-from aggregator.alerts import Condition
-from aggregator.linkmap import Link, link_tracker
-from aggregator.state import LiveState
-from aggregator.timefmt import iso
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.linkmap import Link, link_tracker
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.timefmt import iso
 from ranksight.config import ProbePlannerSettings
 
 DIRECTIONS = ("upload_bps", "download_bps")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from aggregator.alerts import Condition
-from aggregator.state import NS, LiveState
-from aggregator.timefmt import iso
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.timefmt import iso
 
 
 class NodeSilentRule:

@@ -21,14 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from aggregator.alerts import Condition, Rule
-from aggregator.analysis.hangs import lagging_evidence
-from aggregator.jobs import JobState, process_key
-from aggregator.state import NS, LiveState
-from aggregator.timefmt import iso
+from ranksight.aggregator.alerts import Condition, Rule
+from ranksight.aggregator.analysis.hangs import lagging_evidence
+from ranksight.aggregator.jobs import JobState, process_key
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.timefmt import iso
 from ranksight.config import RasAlertSettings
-from schemas.records.ras import RasProcess
-from schemas.structs import to_builtins
+from ranksight.schemas.records.ras import RasProcess
+from ranksight.schemas.structs import to_builtins
 
 MISMATCH_PERSIST_POLLS = 3  # MISMATCH is routinely transient (ranks between two collectives)
 LAG_POLLS = (

@@ -21,18 +21,18 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from aggregator.alerts import Condition
-from aggregator.analysis.gpu_probe import gpu_evidence
-from aggregator.analysis.hangs import Hang, HangFinder, lagging_evidence
-from aggregator.analysis.ras import node_of
-from aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
-from aggregator.forgetting import NodeKey, without_nodes
-from aggregator.linkmap import link_tracker
-from aggregator.state import NS, LiveState
-from aggregator.timefmt import iso
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.analysis.gpu_probe import gpu_evidence
+from ranksight.aggregator.analysis.hangs import Hang, HangFinder, lagging_evidence
+from ranksight.aggregator.analysis.ras import node_of
+from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
+from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.aggregator.linkmap import link_tracker
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.timefmt import iso
 from ranksight.config import StragglerSettings
-from schemas.envelope import Envelope
-from schemas.records import GpuRecord, InspectorRecord, NicRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuRecord, InspectorRecord, NicRecord
 
 log = logging.getLogger(__name__)
 

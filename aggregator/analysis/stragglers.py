@@ -34,9 +34,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agent.collectors.inspector.parse import bandwidths_gbs
-from aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
-from schemas.records import InspectorRecord
+from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
+from ranksight.schemas.records import InspectorRecord
 
 Kind = Literal["compute", "communication"]
 Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a process is not

@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from aggregator.api.queries import ENDPOINTS, Params, RequestError, history_rows, parse_params
-from aggregator.timefmt import iso, ns_of, utc
-from schemas.alerts import Matcher, Silence
-from schemas.api import ApiResponse
+from ranksight.aggregator.api.queries import ENDPOINTS, Params, RequestError, history_rows, parse_params
+from ranksight.aggregator.timefmt import iso, ns_of, utc
+from ranksight.schemas.alerts import Matcher, Silence
+from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 NS = 1_000_000_000
 

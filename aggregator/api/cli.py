@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeAlias
 
-from aggregator.api.client import ApiUnavailable, query
+from ranksight.aggregator.api.client import ApiUnavailable, query
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
@@ -37,9 +37,9 @@ from ranksight.cliutil import (
 )
 from ranksight.config import Settings
 from ranksight.natsconn import connect, disconnect
-from schemas.alerts import Alert
-from schemas.api import ApiResponse
-from schemas.subjects import Subjects
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.subjects import Subjects
 
 Params = Callable[[argparse.Namespace], dict[str, Any]]
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"

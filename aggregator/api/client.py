@@ -11,13 +11,13 @@ from typing import Any
 
 import nats.errors
 
-from aggregator.api.paging import NEXT
+from ranksight.aggregator.api.paging import NEXT
 from ranksight.config import Settings
 from ranksight.errors import RanksightError
 from ranksight.natsconn import NatsUnreachable, connect
 from ranksight.redact import redact
-from schemas.api import ApiResponse
-from schemas.subjects import Subjects
+from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.subjects import Subjects
 
 
 class ApiUnavailable(RanksightError, RuntimeError):

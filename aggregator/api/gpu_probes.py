@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aggregator.analysis.gpu_probe import GpuUnderperformingRule, tracker_of
-from aggregator.timefmt import iso
-from schemas.api import ApiResponse
+from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule, tracker_of
+from ranksight.aggregator.timefmt import iso
+from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 PARAMS = frozenset({"cluster", "node"})
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from aggregator.timefmt import iso
-from schemas.api import ApiResponse
+from ranksight.aggregator.timefmt import iso
+from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 DEFAULT_LIMIT = 1000
 MAX_LIMIT = 10_000
@@ -24,7 +24,9 @@ _SQL = (
 
 def _check(params: dict[str, Any]) -> int:
     """Validate the parameters; return the row limit."""
-    from aggregator.api.queries import RequestError  # here: queries imports this module for ENDPOINTS
+    from ranksight.aggregator.api.queries import (
+        RequestError,  # here: queries imports this module for ENDPOINTS
+    )
 
     unknown = set(params) - PARAMS
     if unknown:

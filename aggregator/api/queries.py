@@ -11,23 +11,23 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from aggregator.analysis.hardware import hardware
-from aggregator.api import ras_queries
-from aggregator.api.gpu_probes import gpu_probes
-from aggregator.api.markers import markers
-from aggregator.api.sql import jsonable
-from aggregator.hardware import DeviceState
-from aggregator.history import export_parquet
-from aggregator.linkmap import link_rows
-from aggregator.timefmt import iso, utc
+from ranksight.aggregator.analysis.hardware import hardware
+from ranksight.aggregator.api import ras_queries
+from ranksight.aggregator.api.gpu_probes import gpu_probes
+from ranksight.aggregator.api.markers import markers
+from ranksight.aggregator.api.sql import jsonable
+from ranksight.aggregator.hardware import DeviceState
+from ranksight.aggregator.history import export_parquet
+from ranksight.aggregator.linkmap import link_rows
+from ranksight.aggregator.timefmt import iso, utc
 from ranksight.errors import RefusedError, UsageError, api_status
 from ranksight.redact import redact
-from schemas.api import ApiResponse
-from schemas.structs import to_builtins
+from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.structs import to_builtins
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
-    from aggregator.state import NodeState
+    from ranksight.aggregator.runtime import Aggregator
+    from ranksight.aggregator.state import NodeState
 
 log = logging.getLogger(__name__)
 Query = Callable[["Aggregator", dict[str, Any]], Awaitable[ApiResponse]]
@@ -329,8 +329,8 @@ ENDPOINTS: dict[str, Query] = {
 
 
 def _register_views() -> None:
-    import aggregator.api.alerting  # noqa: F401  its endpoints register themselves (it imports this module's helpers)
-    from aggregator.api import views  # imports this module's Params and helpers
+    import ranksight.aggregator.api.alerting  # noqa: F401  its endpoints register themselves (it imports this module's helpers)
+    from ranksight.aggregator.api import views  # imports this module's Params and helpers
 
     ENDPOINTS.update({"cluster_map": views.cluster_map, "series": views.series})
 

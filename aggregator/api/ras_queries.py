@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aggregator.jobs import JobState
-from aggregator.timefmt import iso
-from schemas.api import ApiResponse
-from schemas.structs import to_builtins
+from ranksight.aggregator.jobs import JobState
+from ranksight.aggregator.timefmt import iso
+from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.structs import to_builtins
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 PARAMS = {"cluster", "job"}
 
@@ -18,7 +18,7 @@ PARAMS = {"cluster", "job"}
 def _selected(agg: Aggregator, params: dict[str, Any]) -> list[JobState]:
     unknown = set(params) - PARAMS
     if unknown:
-        from aggregator.api.queries import (
+        from ranksight.aggregator.api.queries import (
             RequestError,
         )  # the shared error type; imported late (queries imports us)
 

@@ -21,13 +21,13 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from aggregator.api.paging import NEXT, PageCache, PageExpired, RowTooLarge, split_pages
-from aggregator.api.queries import ENDPOINTS, RequestError, answer
-from aggregator.api.sql import SqlFailed
-from schemas.api import ApiResponse
+from ranksight.aggregator.api.paging import NEXT, PageCache, PageExpired, RowTooLarge, split_pages
+from ranksight.aggregator.api.queries import ENDPOINTS, RequestError, answer
+from ranksight.aggregator.api.sql import SqlFailed
+from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 
 log = logging.getLogger(__name__)

@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
-from aggregator.store import Store
+from ranksight.aggregator.store import Store
 from ranksight.config import QuerySettings
 from ranksight.errors import QueryFailed, RanksightError, RefusedError
 

@@ -15,20 +15,20 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from aggregator.analysis.hardware import hardware
-from aggregator.api.queries import Params, RequestError, parse_params
-from aggregator.api.sql import jsonable
-from aggregator.device_jobs import device_jobs
-from aggregator.timefmt import utc
-from schemas.api import ApiResponse
+from ranksight.aggregator.analysis.hardware import hardware
+from ranksight.aggregator.api.queries import Params, RequestError, parse_params
+from ranksight.aggregator.api.sql import jsonable
+from ranksight.aggregator.device_jobs import device_jobs
+from ranksight.aggregator.timefmt import utc
+from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     import duckdb
 
-    from aggregator.hardware import DeviceState
-    from aggregator.runtime import Aggregator
-    from schemas.alerts import Alert
-    from schemas.records import GpuRecord
+    from ranksight.aggregator.hardware import DeviceState
+    from ranksight.aggregator.runtime import Aggregator
+    from ranksight.schemas.alerts import Alert
+    from ranksight.schemas.records import GpuRecord
 
 Health = Literal["ok", "warning", "critical"]
 HEALTH_RANK: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}

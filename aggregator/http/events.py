@@ -10,10 +10,10 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from schemas.alerts import Alert
+from ranksight.schemas.alerts import Alert
 
 if TYPE_CHECKING:
-    from aggregator.state import LiveState
+    from ranksight.aggregator.state import LiveState
 
 Event = tuple[str, dict[str, Any]]  # (SSE event name, JSON data)
 

@@ -21,13 +21,13 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from aggregator.analysis.hardware import LINK_UP_STATES, hardware
-from aggregator.device_jobs import DeviceJobs, device_jobs
-from aggregator.linkmap import link_tracker
+from ranksight.aggregator.analysis.hardware import LINK_UP_STATES, hardware
+from ranksight.aggregator.device_jobs import DeviceJobs, device_jobs
+from ranksight.aggregator.linkmap import link_tracker
 
 if TYPE_CHECKING:
-    from aggregator.http.events import LiveEvents
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.http.events import LiveEvents
+    from ranksight.aggregator.runtime import Aggregator
 
 NODE_STATES = ("alive", "stale", "gone")
 US = 1e-6

@@ -11,10 +11,10 @@ from typing import Any
 
 from pydantic import Field
 
-from aggregator.api import alerting, queries, views
-from aggregator.api.markers import MAX_LIMIT
-from aggregator.api.queries import Params
-from schemas.api import ApiResponse
+from ranksight.aggregator.api import alerting, queries, views
+from ranksight.aggregator.api.markers import MAX_LIMIT
+from ranksight.aggregator.api.queries import Params
+from ranksight.schemas.api import ApiResponse
 
 
 class ClusterParams(Params):

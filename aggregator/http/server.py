@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_latest
 
-from aggregator.api.queries import answer, parse_params
-from aggregator.http.events import LiveEvents
-from aggregator.http.guard import ConnectionGuard
-from aggregator.http.metrics import metrics_registry
-from aggregator.http.openapi import HTTP_ENDPOINTS, PARAMS, openapi_document
-from schemas.api import ApiResponse
+from ranksight.aggregator.api.queries import answer, parse_params
+from ranksight.aggregator.http.events import LiveEvents
+from ranksight.aggregator.http.guard import ConnectionGuard
+from ranksight.aggregator.http.metrics import metrics_registry
+from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS, PARAMS, openapi_document
+from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
-    from aggregator.runtime import Aggregator
+    from ranksight.aggregator.runtime import Aggregator
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ KEEPALIVE_S = 15.0
 PUBLIC_PATHS = frozenset({"/"})  # the page holds no data; it sends the token it is given with each request
 # The page's scripts and styles (the vendored chart library) hold no data either, so they are public too.
 STATIC_PREFIX = "/static/"
-STATIC_DIR = resources.files("aggregator.http").joinpath("static")
+STATIC_DIR = resources.files("ranksight.aggregator.http").joinpath("static")
 
 
 class HttpFace:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from agent.collectors.inspector.parse import bandwidths_gbs
+from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
 
 FaultKind = Literal["gpu", "node", "nic", "hang"]
 

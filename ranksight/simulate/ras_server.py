@@ -30,8 +30,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Literal
 
-from agent.collectors.ras.client import MONITOR_GROUPS
-from schemas.records.ras import RasEvent
+from ranksight.agent.collectors.ras.client import MONITOR_GROUPS
+from ranksight.schemas.records.ras import RasEvent
 
 Fault = Literal["none", "silent", "reset"]
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from schemas.records.app import AppRecord
-from schemas.records.base import Record
-from schemas.records.gpu import GpuLink, GpuRecord
-from schemas.records.gpu_probe import GpuProbeRecord
-from schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
-from schemas.records.inspector import InspectorRecord
-from schemas.records.nic import NicRecord
-from schemas.records.probe import ProbeEndpointRecord, ProbeRecord
-from schemas.records.ras import RasEventRecord, RasRecord
+from ranksight.schemas.records.app import AppRecord
+from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.gpu import GpuLink, GpuRecord
+from ranksight.schemas.records.gpu_probe import GpuProbeRecord
+from ranksight.schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
+from ranksight.schemas.records.inspector import InspectorRecord
+from ranksight.schemas.records.nic import NicRecord
+from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
+from ranksight.schemas.records.ras import RasEventRecord, RasRecord
 
 RECORD_MODELS: dict[str, type[Record]] = {
     "heartbeat": HeartbeatRecord,

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from schemas.records.base import Record
+from ranksight.schemas.records.base import Record
 
 AppEvent = Literal["start", "heartbeat", "section_open", "section_close", "marker", "end"]
 FieldValue = str | int | float | bool | None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from schemas.records.base import Record
+from ranksight.schemas.records.base import Record
 
 
 class GpuLink(Record):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.records.base import Record
+from ranksight.schemas.records.base import Record
 
 CollectorState = Literal["ok", "error", "absent", "disabled", "starting"]
 

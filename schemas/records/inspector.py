@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from schemas.records.base import Record
+from ranksight.schemas.records.base import Record
 
 CaptureModel = Literal["ring", "sampled"]
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from schemas.records.base import Record
+from ranksight.schemas.records.base import Record
 
 
 class NicRecord(Record):

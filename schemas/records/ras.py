@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.records.base import Record
+from ranksight.schemas.records.base import Record
 
 RasHealth = Literal["ok", "warning", "degraded", "failed"]
 RasFormat = Literal["text", "json", "monitor"]

@@ -15,11 +15,11 @@ import msgpack
 import nats
 from pydantic import BaseModel
 
-from aggregator.api.client import ApiUnavailable, query
-from aggregator.runtime import ensure_stream
+from ranksight.aggregator.api.client import ApiUnavailable, query
+from ranksight.aggregator.runtime import ensure_stream
 from ranksight.config import Settings
-from schemas.envelope import Envelope
-from schemas.records import RECORD_MODELS
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import RECORD_MODELS
 from tests.support import ranksight_cmd, settings_env, wait_for
 
 MiB = 1 << 20

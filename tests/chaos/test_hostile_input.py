@@ -14,7 +14,7 @@ import pytest
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsServer
-from schemas.subjects import Subjects
+from ranksight.schemas.subjects import Subjects
 from tests.chaos.support import (
     RSS_BOUND,
     AggregatorProcess,

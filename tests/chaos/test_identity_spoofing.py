@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.api.client import query
+from ranksight.aggregator.api.client import query
 from ranksight.config import NatsSettings, Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsServer
+from ranksight.schemas.subjects import Subjects, inbox_prefix
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
-from schemas.subjects import Subjects, inbox_prefix
 from tests.conftest import FIXTURES, REPO
 from tests.ras_support import fake_proc
 from tests.support import agent, aggregator, wait_for

@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from agent.probe.client import ProbeBudget, run_probe
-from agent.probe.protocol import REPLY_SIZE, Op, Reply, Request, Status
-from agent.probe.server import ProbeServer, ServerLimits
+from ranksight.agent.probe.client import ProbeBudget, run_probe
+from ranksight.agent.probe.protocol import REPLY_SIZE, Op, Reply, Request, Status
+from ranksight.agent.probe.server import ProbeServer, ServerLimits
 from tests.support import wait_for
 
 pytestmark = pytest.mark.chaos

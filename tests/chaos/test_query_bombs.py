@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.api.client import query
-from aggregator.runtime import Aggregator
+from ranksight.aggregator.api.client import query
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from tests.support import agent, aggregator, wait_for

@@ -14,15 +14,15 @@ import aiohttp
 import duckdb
 from prometheus_client.parser import text_string_to_metric_families
 
-from aggregator.alerts import Condition
-from aggregator.analysis.nodes import NodeSilentRule
-from aggregator.api.client import query
-from aggregator.runtime import Aggregator
-from aggregator.state import LiveState
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.analysis.nodes import NodeSilentRule
+from ranksight.aggregator.api.client import query
+from ranksight.aggregator.runtime import Aggregator
+from ranksight.aggregator.state import LiveState
 from ranksight.config import Settings
 from ranksight.natsconn import connect
-from schemas.alerts import Alert
-from schemas.subjects import Subjects
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.subjects import Subjects
 from tests.conftest import REPO
 from tests.support import agent, aggregator, run_cli_async, running, settings_env, wait_for
 

@@ -18,11 +18,11 @@ import pytest
 import yaml
 from aiohttp import web
 
-from aggregator.alertmanager import AlertmanagerPush
-from aggregator.alerts import INHIBITIONS
+from ranksight.aggregator.alertmanager import AlertmanagerPush
+from ranksight.aggregator.alerts import INHIBITIONS
 from ranksight.aio import cancel_all
 from ranksight.config import AlertmanagerSettings, Settings
-from schemas.alerts import Alert
+from ranksight.schemas.alerts import Alert
 from tests.conftest import REPO
 from tests.deploy_support import free_port
 from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for

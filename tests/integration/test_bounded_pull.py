@@ -7,10 +7,10 @@ import time
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from aggregator.pull import BoundedPull
-from aggregator.runtime import ensure_stream
+from ranksight.aggregator.pull import BoundedPull
+from ranksight.aggregator.runtime import ensure_stream
 from ranksight.config import Settings
-from schemas.subjects import Subjects
+from ranksight.schemas.subjects import Subjects
 
 
 async def test_fetch_stops_at_the_byte_bound_and_waits_when_quiet(settings: Settings) -> None:

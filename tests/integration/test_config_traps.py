@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from aggregator.api.client import query
+from ranksight.aggregator.api.client import query
 from ranksight.config import Settings
-from schemas.subjects import Subjects
+from ranksight.schemas.subjects import Subjects
 from tests.support import agent, aggregator
 
 OUTLIVE_S = 1.5  # longer than a disabled part takes to return (the probe planner's did at once)

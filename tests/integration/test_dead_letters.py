@@ -9,8 +9,8 @@ import msgpack
 import nats
 
 from ranksight.config import Settings
-from schemas.envelope import MAX_RECORDS
-from schemas.subjects import Subjects
+from ranksight.schemas.envelope import MAX_RECORDS
+from ranksight.schemas.subjects import Subjects
 from tests.loadgen import SyntheticAgent
 from tests.support import aggregator, wait_for
 

@@ -9,8 +9,8 @@ import subprocess
 import duckdb
 import nats
 
-from aggregator.api.client import ApiUnavailable, query
-from aggregator.runtime import ensure_stream
+from ranksight.aggregator.api.client import ApiUnavailable, query
+from ranksight.aggregator.runtime import ensure_stream
 from ranksight.config import Settings
 from ranksight.natsserver import NatsServer
 from tests.loadgen import SyntheticAgent

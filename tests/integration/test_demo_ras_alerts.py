@@ -14,7 +14,7 @@ import duckdb
 import nats
 
 from ranksight.config import Settings
-from schemas.subjects import Subjects
+from ranksight.schemas.subjects import Subjects
 from tests.support import ranksight_cmd, settings_env
 
 NODES = 8

@@ -6,7 +6,7 @@ import json
 
 import duckdb
 
-from aggregator.api.client import query
+from ranksight.aggregator.api.client import query
 from ranksight.config import Settings
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
 

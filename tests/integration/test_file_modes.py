@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from aggregator.store import Store
+from ranksight.aggregator.store import Store
 from ranksight.config import Settings
 from tests.support import ranksight_cmd, settings_env
 

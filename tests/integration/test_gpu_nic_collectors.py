@@ -11,10 +11,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from agent.collectors.base import CollectorUnavailable
-from agent.collectors.gpu.collector import GpuCollector
-from aggregator.analysis.hardware import hardware
-from aggregator.api.client import query
+from ranksight.agent.collectors.base import CollectorUnavailable
+from ranksight.agent.collectors.gpu.collector import GpuCollector
+from ranksight.aggregator.analysis.hardware import hardware
+from ranksight.aggregator.api.client import query
 from ranksight.config import GpuSettings, Settings
 from tests.gpu_nic_support import (
     METRICS,

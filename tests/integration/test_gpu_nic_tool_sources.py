@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.collectors.gpu.collector import GpuCollector
-from agent.collectors.nic.collector import NicCollector
+from ranksight.agent.collectors.gpu.collector import GpuCollector
+from ranksight.agent.collectors.nic.collector import NicCollector
 from ranksight.config import GpuSettings, NicSettings
-from schemas.records import NicRecord
-from schemas.records.gpu import GpuLink
+from ranksight.schemas.records import NicRecord
+from ranksight.schemas.records.gpu import GpuLink
 from tests.gpu_nic_support import METRICS, fake_tool, path_with, write_tree
 from tests.support import run_cli
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import duckdb
 
-from aggregator.analysis.gpu_probe import tracker_of
-from aggregator.api.client import query
+from ranksight.aggregator.analysis.gpu_probe import tracker_of
+from ranksight.aggregator.api.client import query
 from ranksight.config import Settings
 from tests.gpuprobe_support import fake_command, idle_roots, probe_settings
 from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for

@@ -17,11 +17,11 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
-from aggregator.api.client import query
-from aggregator.http.openapi import HTTP_ENDPOINTS
-from aggregator.runtime import Aggregator
+from ranksight.aggregator.api.client import query
+from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
-from schemas.records import AppRecord
+from ranksight.schemas.records import AppRecord
 from tests.http_cluster import DEAD_PID, DEGRADED, JOB, NODES, Publisher, http_settings, publish_cluster
 from tests.support import aggregator, wait_for
 

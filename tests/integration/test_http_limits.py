@@ -8,7 +8,7 @@ import time
 
 import aiohttp
 
-from aggregator.runtime import Aggregator
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
 from tests.http_cluster import http_settings
 from tests.support import aggregator, wait_for

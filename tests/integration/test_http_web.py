@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.runtime import Aggregator
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
-from schemas.records import GpuRecord, HeartbeatRecord, NicRecord
-from schemas.records.probe import ProbeRecord
+from ranksight.schemas.records import GpuRecord, HeartbeatRecord, NicRecord
+from ranksight.schemas.records.probe import ProbeRecord
 from tests.browser import CHROMIUM, Browser
 from tests.http_cluster import (
     DEAD_PID,

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.runtime import Aggregator
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.support import agent, aggregator, wait_for

@@ -9,10 +9,10 @@ from typing import Any
 
 from nats.aio.client import Client
 
-from agent.runtime import AgentRuntime
+from ranksight.agent.runtime import AgentRuntime
 from ranksight.config import Settings
-from schemas.records.probe import ProbeCommand
-from schemas.subjects import Subjects
+from ranksight.schemas.records.probe import ProbeCommand
+from ranksight.schemas.subjects import Subjects
 from tests.integration.test_probe_loopback import _node_settings
 from tests.support import agent, wait_for
 

@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from agent.probe.client import ProbeBudget, ProbeError, run_probe
-from agent.probe.server import ProbeServer, ServerLimits, parse_networks
+from ranksight.agent.probe.client import ProbeBudget, ProbeError, run_probe
+from ranksight.agent.probe.server import ProbeServer, ServerLimits, parse_networks
 from ranksight.config import Settings
 from tests.support import agent, aggregator, ranksight_cmd, run_cli_async, settings_env, wait_for
 

@@ -15,11 +15,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from agent.probe.client import ProbeBudget, run_probe
-from aggregator.analysis.links import LinkDegradedRule
-from aggregator.state import NS, LiveState
-from schemas.envelope import Envelope, event_type
-from schemas.records import ProbeRecord
+from ranksight.agent.probe.client import ProbeBudget, run_probe
+from ranksight.aggregator.analysis.links import LinkDegradedRule
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import ProbeRecord
 
 RATE_BPS = 40_000_000
 PORT = 28177

@@ -12,11 +12,11 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from aggregator.alerts import Condition
-from aggregator.api.client import query
-from aggregator.api.service import SERVICE_NAME
-from aggregator.runtime import Aggregator
-from aggregator.state import LiveState
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.api.client import query
+from ranksight.aggregator.api.service import SERVICE_NAME
+from ranksight.aggregator.runtime import Aggregator
+from ranksight.aggregator.state import LiveState
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from tests.support import agent, ranksight_cmd, run_cli_async, running, settings_env, wait_for

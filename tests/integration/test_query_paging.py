@@ -6,9 +6,9 @@ import json
 
 import aiohttp
 
-from aggregator.api.client import query
-from aggregator.runtime import Aggregator
-from aggregator.state import NS, NodeState
+from ranksight.aggregator.api.client import query
+from ranksight.aggregator.runtime import Aggregator
+from ranksight.aggregator.state import NS, NodeState
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from tests.support import aggregator, run_cli_async, settings_env

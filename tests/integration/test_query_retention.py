@@ -6,8 +6,8 @@ import asyncio
 import datetime
 from pathlib import Path
 
-from aggregator.history import delete_older_than, retention_loop
-from aggregator.store import Store
+from ranksight.aggregator.history import delete_older_than, retention_loop
+from ranksight.aggregator.store import Store
 from tests.support import wait_for
 
 NOW = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)

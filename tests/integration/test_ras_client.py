@@ -13,14 +13,20 @@ import socket
 
 import pytest
 
-from agent.collectors.ras.client import RasClient, parse_ras_addr
-from agent.collectors.ras.errors import RasOversized, RasRefused, RasReplyError, RasReset, RasTimeout
-from agent.collectors.ras.parse_json import parse_status_json
-from agent.collectors.ras.parse_monitor import parse_monitor
-from agent.collectors.ras.parse_text import parse_status_text
-from agent.collectors.ras.poll import poll_status
+from ranksight.agent.collectors.ras.client import RasClient, parse_ras_addr
+from ranksight.agent.collectors.ras.errors import (
+    RasOversized,
+    RasRefused,
+    RasReplyError,
+    RasReset,
+    RasTimeout,
+)
+from ranksight.agent.collectors.ras.parse_json import parse_status_json
+from ranksight.agent.collectors.ras.parse_monitor import parse_monitor
+from ranksight.agent.collectors.ras.parse_text import parse_status_text
+from ranksight.agent.collectors.ras.poll import poll_status
+from ranksight.schemas.records.ras import RasEvent
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
-from schemas.records.ras import RasEvent
 from tests.conftest import FIXTURES
 
 TEXT = (FIXTURES / "ras/rccl_2.28.3_text_status_incomplete_1node_missing_rank6.txt").read_bytes()

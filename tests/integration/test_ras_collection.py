@@ -10,8 +10,8 @@ from pathlib import Path
 import duckdb
 import nats.errors
 
-from agent.collectors.ras.jobid import derived_job_id
-from agent.runtime import AgentRuntime
+from ranksight.agent.collectors.ras.jobid import derived_job_id
+from ranksight.agent.runtime import AgentRuntime
 from ranksight.config import Settings
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.api.queries import answer
-from aggregator.api.sql import SqlFailed, SqlSandbox
-from aggregator.store import Store
+from ranksight.aggregator.api.queries import answer
+from ranksight.aggregator.api.sql import SqlFailed, SqlSandbox
+from ranksight.aggregator.store import Store
 from ranksight.config import QuerySettings
 from tests.support import wait_for
 

@@ -14,10 +14,10 @@ import duckdb
 import nats
 import nats.aio.msg
 
-from aggregator.state import NS
+from ranksight.aggregator.state import NS
 from ranksight.config import Settings
+from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
-from schemas.subjects import Subjects
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
 
 STRAGGLER = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=1, gpu=2, factor=2.0)])
@@ -112,10 +112,10 @@ def test_stragglers_cli_without_aggregator_exits_1(nats_server) -> None:  # type
 def test_offline_analysis_and_online_alerts_agree_on_the_same_records(tmp_path: Path) -> None:
     """The dump files given to ``ranksight analyze inspector`` and the same records replayed at their timestamps
     through the live tracker and the ``straggler`` rule name the same culprits: a compute straggler and a NIC."""
-    from agent.collectors.inspector.parse import parse_line
-    from aggregator.alerts import AlertEngine
-    from aggregator.analysis import default_rules
-    from aggregator.state import LiveState
+    from ranksight.agent.collectors.inspector.parse import parse_line
+    from ranksight.aggregator.alerts import AlertEngine
+    from ranksight.aggregator.analysis import default_rules
+    from ranksight.aggregator.state import LiveState
     from ranksight.config import StragglerSettings
     from ranksight.simulate.inspector import simulate_timed
     from tests.unit.test_stragglers_live import envelope

@@ -8,18 +8,18 @@ from dataclasses import dataclass
 
 import pytest
 
-from aggregator.alerts import INHIBITIONS, AlertEngine, Condition
-from aggregator.analysis import default_rules
-from aggregator.analysis.hardware import NicErrorsRisingRule, hardware
-from aggregator.analysis.links import LinkDegradedRule
-from aggregator.analysis.nodes import NodeSilentRule
-from aggregator.state import NS, LiveState
-from aggregator.timefmt import iso
+from ranksight.aggregator.alerts import INHIBITIONS, AlertEngine, Condition
+from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.analysis.hardware import NicErrorsRisingRule, hardware
+from ranksight.aggregator.analysis.links import LinkDegradedRule
+from ranksight.aggregator.analysis.nodes import NodeSilentRule
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.timefmt import iso
 from ranksight.config import RULE_TIMINGS, AlertSettings, ConfigError, load_settings
-from schemas.alerts import Matcher, Silence
-from schemas.envelope import Envelope, event_type
-from schemas.records import HeartbeatRecord, NicRecord, ProbeRecord
-from schemas.records.ras import RasEventRecord, RasRecord
+from ranksight.schemas.alerts import Matcher, Silence
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import HeartbeatRecord, NicRecord, ProbeRecord
+from ranksight.schemas.records.ras import RasEventRecord, RasRecord
 
 T0 = 1_800_000_000 * NS
 HOUR = 3600

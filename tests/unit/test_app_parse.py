@@ -5,7 +5,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
+from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
 
 TIMEOUTS = Timeouts(
     heartbeat_s=30.0, initial_s=300.0, section_s=600.0, per_section={"checkpoint_save": 3600.0}

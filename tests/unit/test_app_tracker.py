@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from aggregator.alerts import AlertEngine
-from aggregator.analysis import default_rules
-from aggregator.state import NS, LiveState
-from schemas.envelope import Envelope, event_type
-from schemas.records import AppRecord
+from ranksight.aggregator.alerts import AlertEngine
+from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import AppRecord
 
 T0 = 1_700_000_000 * NS
 

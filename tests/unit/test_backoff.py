@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent.backoff import backoff_s
+from ranksight.agent.backoff import backoff_s
 
 
 def test_publish_retries_double_from_a_tenth_of_a_second_up_to_the_ceiling() -> None:

@@ -7,10 +7,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from schemas.codec import DecodeError, decode_event, encode_event
-from schemas.envelope import Envelope, event_type
-from schemas.records import CollectorHealth, GpuRecord, HeartbeatRecord
-from schemas.structs import struct_for, to_builtins
+from ranksight.schemas.codec import DecodeError, decode_event, encode_event
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import CollectorHealth, GpuRecord, HeartbeatRecord
+from ranksight.schemas.structs import struct_for, to_builtins
 
 
 def _env(kind: str, records: list) -> Envelope:  # type: ignore[type-arg]

@@ -7,10 +7,10 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
-from agent.collectors.base import MAX_ERROR_CHARS, Emit, Health, StreamingCollector
-from agent.runtime import AgentRuntime
+from ranksight.agent.collectors.base import MAX_ERROR_CHARS, Emit, Health, StreamingCollector
+from ranksight.agent.runtime import AgentRuntime
 from ranksight.config import CollectorSettings, load_settings
-from schemas.records import Record
+from ranksight.schemas.records import Record
 
 
 class FailsOnceThenIdles(StreamingCollector):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import duckdb
 
-from aggregator.columns import ColumnBuilder, row_to_record
-from schemas.records import GpuRecord, HeartbeatRecord, NicRecord
-from schemas.records.heartbeat import CollectorHealth
-from schemas.structs import to_builtins
+from ranksight.aggregator.columns import ColumnBuilder, row_to_record
+from ranksight.schemas.records import GpuRecord, HeartbeatRecord, NicRecord
+from ranksight.schemas.records.heartbeat import CollectorHealth
+from ranksight.schemas.structs import to_builtins
 
 
 def _round_trip(kind: str, records: list) -> list:  # type: ignore[type-arg]

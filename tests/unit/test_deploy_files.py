@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from deploy.plan import Layout, systemd_unit
+from ranksight.deploy.plan import Layout, systemd_unit
 from ranksight.natsserver import find_nats_server
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

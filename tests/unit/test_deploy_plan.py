@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.runtime import AgentRuntime
-from deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
-from deploy.plan import Layout, agent_config, credential_files, fingerprint
-from deploy.wheel import Wheel
+from ranksight.agent.runtime import AgentRuntime
 from ranksight.config import load_settings
+from ranksight.deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
+from ranksight.deploy.plan import Layout, agent_config, credential_files, fingerprint
+from ranksight.deploy.wheel import Wheel
 from ranksight.redact import redact, secrets_of
 
 

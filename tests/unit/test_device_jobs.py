@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from aggregator.device_jobs import HOLD_S, device_jobs
-from aggregator.state import NS, LiveState
-from schemas.envelope import Envelope, event_type
-from schemas.records import AppRecord, RasRecord
-from schemas.records.ras import RasProcess
+from ranksight.aggregator.device_jobs import HOLD_S, device_jobs
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import AppRecord, RasRecord
+from ranksight.schemas.records.ras import RasProcess
 
 
 def envelope(kind: str, node: str, seq: int, records: list, ttl: float = 30.0) -> Envelope:  # type: ignore[type-arg]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from aggregator.api.queries import ENDPOINTS
+from ranksight.aggregator.api.queries import ENDPOINTS
 from ranksight.cli import build_parser
 from ranksight.config import Settings
-from schemas.records import RECORD_MODELS
+from ranksight.schemas.records import RECORD_MODELS
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()

@@ -13,16 +13,16 @@ from types import ModuleType
 import pytest
 
 import ranksight.errors
-from agent.collectors.base import CollectorUnavailable
-from agent.collectors.gpu.amdsmi_lib import AmdSmiUnavailable
-from agent.collectors.gpu.nvml import NvmlUnavailable
-from agent.collectors.ras.errors import RasParseError, RasRefused, RasReplyError, RasTimeout
-from agent.probe.client import ProbeError
-from aggregator.api.client import ApiUnavailable
-from aggregator.api.queries import Forbidden, RequestError
-from aggregator.api.sql import SqlFailed, SqlRefused
-from deploy.hosts import HostsFileError
+from ranksight.agent.collectors.base import CollectorUnavailable
+from ranksight.agent.collectors.gpu.amdsmi_lib import AmdSmiUnavailable
+from ranksight.agent.collectors.gpu.nvml import NvmlUnavailable
+from ranksight.agent.collectors.ras.errors import RasParseError, RasRefused, RasReplyError, RasTimeout
+from ranksight.agent.probe.client import ProbeError
+from ranksight.aggregator.api.client import ApiUnavailable
+from ranksight.aggregator.api.queries import Forbidden, RequestError
+from ranksight.aggregator.api.sql import SqlFailed, SqlRefused
 from ranksight.config import ConfigError
+from ranksight.deploy.hosts import HostsFileError
 from ranksight.errors import RanksightError, api_status, exit_status
 from ranksight.natsconn import NatsUnreachable
 

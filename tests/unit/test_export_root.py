@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from aggregator.api.queries import Forbidden, export_dir
+from ranksight.aggregator.api.queries import Forbidden, export_dir
 
 
 def test_paths_under_the_root(tmp_path: Path) -> None:

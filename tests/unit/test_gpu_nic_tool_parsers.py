@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from agent.collectors.gpu.amd_smi import GpuToolParseError
-from agent.collectors.gpu.amd_smi_links import parse_amd_smi_topology
-from agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
-from agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
-from agent.collectors.nic.tools import (
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
+from ranksight.agent.collectors.gpu.amd_smi_links import parse_amd_smi_topology
+from ranksight.agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
+from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
+from ranksight.agent.collectors.nic.tools import (
     ToolParseError,
     parse_ethtool_stats,
     parse_rdma_statistic,
 )  # fmt: skip
-from schemas.records.gpu import GpuLink
+from ranksight.schemas.records.gpu import GpuLink
 from tests.gpu_nic_support import METRICS
 
 AMD, NVIDIA, IONIC = METRICS / "amd", METRICS / "nvidia", METRICS / "nic" / "ionic"

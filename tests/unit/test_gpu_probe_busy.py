@@ -7,7 +7,7 @@ import socket
 import time
 from pathlib import Path
 
-from agent.gpuprobe.busy import (
+from ranksight.agent.gpuprobe.busy import (
     amdgpu_utilization,
     busy_reasons,
     gpu_device_users,

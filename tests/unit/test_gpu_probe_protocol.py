@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.gpuprobe.protocol import (
+from ranksight.agent.gpuprobe.protocol import (
     MAX_LINE,
     Done,
     GpuError,

@@ -5,12 +5,12 @@ from __future__ import annotations
 import random
 from itertools import count
 
-from aggregator.alerts import AlertEngine
-from aggregator.analysis.gpu_probe import GpuUnderperformingRule, gpu_evidence, tracker_of
-from aggregator.gpu_probes import METRICS
-from aggregator.state import NS, LiveState
-from schemas.envelope import Envelope, event_type
-from schemas.records import GpuProbeRecord, RasRecord
+from ranksight.aggregator.alerts import AlertEngine
+from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule, gpu_evidence, tracker_of
+from ranksight.aggregator.gpu_probes import METRICS
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import GpuProbeRecord, RasRecord
 
 PEAKS = {  # model -> (bf16 TFLOPS, fp16 TFLOPS, bytes/s): plausible magnitudes; only ratios matter to the rule
     "AMD Instinct MI300X": (650.0, 660.0, 4.2e12),

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.collectors.gpu_probe import outcome_records
-from agent.gpuprobe.runner import rss_bytes, run_probe, run_worker, worker_command
+from ranksight.agent.collectors.gpu_probe import outcome_records
+from ranksight.agent.gpuprobe.runner import rss_bytes, run_probe, run_worker, worker_command
 from ranksight.config import GpuProbeSettings
 from tests.gpuprobe_support import fake_command, probe_settings
 
@@ -102,7 +102,7 @@ async def test_missing_program_is_an_error(tmp_path: Path) -> None:
 def test_worker_command_carries_the_measurement_settings() -> None:
     cfg = GpuProbeSettings(matmul_n=4096, mem_bytes=1 << 30, allow_cpu=True)
     cmd = worker_command(cfg)
-    assert cmd[1:3] == ["-m", "agent.gpuprobe.worker"]
+    assert cmd[1:3] == ["-m", "ranksight.agent.gpuprobe.worker"]
     assert cmd[cmd.index("--matmul-n") + 1] == "4096"
     assert cmd[cmd.index("--mem-bytes") + 1] == str(1 << 30)
     assert cmd[-1] == "--allow-cpu"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
-from agent.gpuprobe.schedule import LastAttempt, load_last, next_due_s, save_last, stagger_offset_s
+from ranksight.agent.gpuprobe.schedule import LastAttempt, load_last, next_due_s, save_last, stagger_offset_s
 
 
 def test_stagger_is_stable_per_node_and_spread_across_nodes() -> None:

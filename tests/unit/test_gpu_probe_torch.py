@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.gpuprobe.protocol import Done, GpuResult, Start, Unavailable, parse_line
+from ranksight.agent.gpuprobe.protocol import Done, GpuResult, Start, Unavailable, parse_line
 
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 needs_torch = pytest.mark.skipif(
@@ -32,7 +32,7 @@ SMALL = [
 
 def run_worker(*args: str) -> list:
     proc = subprocess.run(
-        [sys.executable, "-m", "agent.gpuprobe.worker", *args], capture_output=True, timeout=120
+        [sys.executable, "-m", "ranksight.agent.gpuprobe.worker", *args], capture_output=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr.decode()
     return [parse_line(line) for line in proc.stdout.splitlines(keepends=True)]

@@ -3,17 +3,17 @@ pause, both capture models) and the ``collective_hang`` rule through the live tr
 
 from __future__ import annotations
 
-from agent.collectors.inspector.parse import parse_line
-from aggregator.alerts import AlertEngine
-from aggregator.analysis import default_rules
-from aggregator.analysis.hangs import HangFinder
-from aggregator.jobs import CommState, JobState
-from aggregator.state import NS, LiveState
+from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.aggregator.alerts import AlertEngine
+from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.analysis.hangs import HangFinder
+from ranksight.aggregator.jobs import CommState, JobState
+from ranksight.aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate.inspector import Fault, JobSpec, simulate_timed
 from ranksight.simulate.scenarios import hang, healthy, truth
-from schemas.envelope import Envelope, event_type
-from schemas.records import InspectorRecord
 
 HUNG = JobSpec(
     nodes=4, gpus_per_node=4, layout="moe", steps=100, faults=[Fault("hang", node=2, gpu=1, start_step=40)]

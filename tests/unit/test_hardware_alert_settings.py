@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from aggregator.alerts import AlertEngine
-from aggregator.analysis import default_rules
-from aggregator.state import LiveState
+from ranksight.aggregator.alerts import AlertEngine
+from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.state import LiveState
 from ranksight.config import Settings
-from schemas.envelope import Envelope, event_type
-from schemas.records import GpuRecord, NicRecord
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import GpuRecord, NicRecord
 
 NS = 1_000_000_000
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from aggregator.alerts import AlertEngine
-from aggregator.analysis import default_rules
-from aggregator.state import LiveState
-from schemas.envelope import Envelope, event_type
-from schemas.records import GpuRecord, NicRecord
+from ranksight.aggregator.alerts import AlertEngine
+from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.state import LiveState
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import GpuRecord, NicRecord
 
 NS = 1_000_000_000
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from aggregator.http.events import LiveEvents
-from aggregator.state import NS, LiveState
-from schemas.alerts import Alert
-from schemas.envelope import Envelope, event_type
-from schemas.records import HeartbeatRecord
+from ranksight.aggregator.http.events import LiveEvents
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import HeartbeatRecord
 
 
 async def test_slow_client_is_dropped_and_publishing_never_waits() -> None:

@@ -15,12 +15,12 @@ import duckdb
 import msgpack
 import pytest
 
-from aggregator.history import delete_older_than
-from aggregator.runtime import Aggregator
-from aggregator.state import NS, LiveState
-from aggregator.store import Incoming, Store, _ns_to_dt
+from ranksight.aggregator.history import delete_older_than
+from ranksight.aggregator.runtime import Aggregator
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.store import Incoming, Store, _ns_to_dt
 from ranksight.config import IngestSettings, load_settings
-from schemas.subjects import Subjects
+from ranksight.schemas.subjects import Subjects
 from tests.unit.test_state_and_alerts import _beat
 
 SUBJECTS = Subjects()
@@ -220,7 +220,7 @@ def test_an_older_database_keeps_its_sequence_marks(tmp_path: Path) -> None:
     path = tmp_path / "db.duckdb"
     with duckdb.connect(str(path)) as con:  # the database as the version before 0910 left it
         con.execute("CREATE TABLE schema_migrations (version VARCHAR PRIMARY KEY, applied_at TIMESTAMP)")
-        for f in sorted(resources.files("aggregator.migrations").iterdir(), key=lambda f: f.name):
+        for f in sorted(resources.files("ranksight.aggregator.migrations").iterdir(), key=lambda f: f.name):
             if f.name.endswith(".sql") and f.name < "0910":
                 con.execute(f.read_text())
                 con.execute("INSERT INTO schema_migrations VALUES (?, now())", [f.name.removesuffix(".sql")])

@@ -7,7 +7,7 @@ import os
 import threading
 from pathlib import Path
 
-from agent.collectors.inspector.tailer import Chunk, Tailer
+from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
 from ranksight.simulate.inspector import JobSpec, simulate
 
 

@@ -16,12 +16,12 @@ from typing import Any
 
 import msgpack
 
-from aggregator.state import NS, LiveState
-from aggregator.store import Incoming, Store
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.store import Incoming, Store
 from ranksight.config import IngestSettings
-from schemas.codec import decode_event
-from schemas.records import RECORD_MODELS
-from schemas.subjects import Subjects
+from ranksight.schemas.codec import decode_event
+from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.subjects import Subjects
 
 SUBJECTS = Subjects()
 NOW = time.time_ns() // 1000 * 1000

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.collectors.nic.rates import RateTracker, counter_delta
-from agent.collectors.nic.sysfs import read_nics
+from ranksight.agent.collectors.nic.rates import RateTracker, counter_delta
+from ranksight.agent.collectors.nic.sysfs import read_nics
 from tests.gpu_nic_support import SYSFS_TREE, write_tree
 
 PORT = "class/infiniband/mlx5_0/ports/1"

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from aggregator.api.paging import PageCache, PageExpired, RowTooLarge, split_pages
-from schemas.api import ApiResponse
+from ranksight.aggregator.api.paging import PageCache, PageExpired, RowTooLarge, split_pages
+from ranksight.schemas.api import ApiResponse
 
 
 def answer(n: int, pad: int = 100) -> ApiResponse:

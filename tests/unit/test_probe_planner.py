@@ -7,13 +7,13 @@ import random
 
 import pytest
 
-from aggregator.analysis.links import LinkDegradedRule
-from aggregator.linkmap import Endpoint, link_tracker
-from aggregator.probes import ProbePlanner, disjoint_rounds, full_mesh_rounds, sampled_pairs
-from aggregator.state import NS, LiveState
+from ranksight.aggregator.analysis.links import LinkDegradedRule
+from ranksight.aggregator.linkmap import Endpoint, link_tracker
+from ranksight.aggregator.probes import ProbePlanner, disjoint_rounds, full_mesh_rounds, sampled_pairs
+from ranksight.aggregator.state import NS, LiveState
 from ranksight.config import ProbePlannerSettings
-from schemas.envelope import Envelope, event_type
-from schemas.records import ProbeEndpointRecord, ProbeRecord, RasRecord
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import ProbeEndpointRecord, ProbeRecord, RasRecord
 
 T0 = 1_700_000_000 * NS
 

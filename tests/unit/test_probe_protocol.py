@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.probe.cli import parse_target
-from agent.probe.protocol import (
+from ranksight.agent.probe.cli import parse_target
+from ranksight.agent.probe.protocol import (
     Op,
     ProbeProtocolError,
     ReceiveMeter,
@@ -15,9 +15,9 @@ from agent.probe.protocol import (
     rate_bps,
     rtt_stats_us,
 )
-from agent.probe.server import ByteBudget, ServerLimits, is_allowed, parse_networks
-from agent.probe.targets import ProbeTargets, TargetRefused
-from schemas.records.probe import ProbeCommand
+from ranksight.agent.probe.server import ByteBudget, ServerLimits, is_allowed, parse_networks
+from ranksight.agent.probe.targets import ProbeTargets, TargetRefused
+from ranksight.schemas.records.probe import ProbeCommand
 
 
 def test_request_and_reply_round_trip() -> None:

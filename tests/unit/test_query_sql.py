@@ -7,8 +7,8 @@ import decimal
 
 import pytest
 
-from aggregator.api.queries import Params, RequestError, SqlParams, parse_params
-from aggregator.api.sql import SqlFailed, SqlRefused, check_read_only, jsonable
+from ranksight.aggregator.api.queries import Params, RequestError, SqlParams, parse_params
+from ranksight.aggregator.api.sql import SqlFailed, SqlRefused, check_read_only, jsonable
 
 REFUSED = {
     "read_text": "SELECT * FROM read_text('/etc/passwd')",

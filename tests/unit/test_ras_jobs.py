@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent.collectors.ras.jobid import derived_job_id, listener_pid, scheduler_job_id
-from agent.collectors.ras.parse_json import parse_status_json
-from aggregator.alerts import AlertEngine
-from aggregator.analysis import default_rules
-from aggregator.state import LiveState
-from schemas.records.ras import RasEventRecord, RasRecord, RasStatus
+from ranksight.agent.collectors.ras.jobid import derived_job_id, listener_pid, scheduler_job_id
+from ranksight.agent.collectors.ras.parse_json import parse_status_json
+from ranksight.aggregator.alerts import AlertEngine
+from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.state import LiveState
+from ranksight.schemas.records.ras import RasEventRecord, RasRecord, RasStatus
 from tests.conftest import FIXTURES
 from tests.ras_support import envelope, fake_proc
 
@@ -107,14 +107,14 @@ def test_no_hang_while_a_process_is_missing() -> None:
 
 
 def _node(h: Harness, node: str) -> None:
-    from schemas.records import HeartbeatRecord
+    from ranksight.schemas.records import HeartbeatRecord
 
     beat = HeartbeatRecord(hostname=node, version="test", started_ns=0, pid=1)
     h.state.observe(envelope("heartbeat", [beat], node=node, seq=1000), h.now)
 
 
 def test_one_rank_missing_per_process_naming_its_node_and_the_lines() -> None:
-    from agent.collectors.ras.parse_text import parse_status_text
+    from ranksight.agent.collectors.ras.parse_text import parse_status_text
 
     h = Harness()
     _node(h, "10.0.0.3")
@@ -218,7 +218,7 @@ def test_job_identity_from_proc(tmp_path: Path) -> None:
 
 
 def test_text_polls_between_json_polls_keep_the_unlisted_communicators() -> None:
-    from agent.collectors.ras.parse_text import parse_status_text
+    from ranksight.agent.collectors.ras.parse_text import parse_status_text
 
     h = Harness()
     h.feed("ras", _multi([4, 14, 0]))

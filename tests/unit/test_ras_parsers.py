@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from agent.collectors.ras.capture import detect_format, parse_capture
-from agent.collectors.ras.errors import RasParseError
-from agent.collectors.ras.parse_json import parse_status_json
-from agent.collectors.ras.parse_monitor import MonitorDecoder, parse_monitor
-from agent.collectors.ras.parse_text import parse_status_text
+from ranksight.agent.collectors.ras.capture import detect_format, parse_capture
+from ranksight.agent.collectors.ras.errors import RasParseError
+from ranksight.agent.collectors.ras.parse_json import parse_status_json
+from ranksight.agent.collectors.ras.parse_monitor import MonitorDecoder, parse_monitor
+from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from tests.conftest import FIXTURES
 
 RAS = FIXTURES / "ras"

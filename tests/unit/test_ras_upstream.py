@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from agent.collectors.ras.capture import parse_capture
-from agent.collectors.ras.parse_json import parse_status_json
-from agent.collectors.ras.parse_text import parse_status_text
-from agent.collectors.ras.poll import merge_detail
+from ranksight.agent.collectors.ras.capture import parse_capture
+from ranksight.agent.collectors.ras.parse_json import parse_status_json
+from ranksight.agent.collectors.ras.parse_text import parse_status_text
+from ranksight.agent.collectors.ras.poll import merge_detail
 from tests.conftest import FIXTURES
 
 UPSTREAM = FIXTURES / "ras/upstream-server"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from aggregator.analysis import default_rules
-from aggregator.analysis.links import LinkDegradedRule
+from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.config import load_settings
 
 

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from agent.collectors.gpu.sysfs import read_amdgpu_sysfs
-from agent.collectors.inspector.parse import parse_line
-from agent.collectors.nic.sysfs import read_nics
-from agent.collectors.ras.parse_json import parse_status_json
-from agent.collectors.ras.parse_text import parse_status_text
+from ranksight.agent.collectors.gpu.sysfs import read_amdgpu_sysfs
+from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.nic.sysfs import read_nics
+from ranksight.agent.collectors.ras.parse_json import parse_status_json
+from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import JobSpec
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from agent.collectors.slurm_jobs import parse_job_file, read_jobs
+from ranksight.agent.collectors.slurm_jobs import parse_job_file, read_jobs
 from tests.conftest import REPO
 
 SLURM = REPO / "deploy" / "slurm"

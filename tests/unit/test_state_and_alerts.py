@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from aggregator.alerts import AlertEngine
-from aggregator.analysis.nodes import NodeSilentRule
-from aggregator.state import NS, LiveState
-from schemas.envelope import Envelope, event_type
-from schemas.records import HeartbeatRecord
+from ranksight.aggregator.alerts import AlertEngine
+from ranksight.aggregator.analysis.nodes import NodeSilentRule
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import HeartbeatRecord
 
 T0 = 1_800_000_000 * NS
 

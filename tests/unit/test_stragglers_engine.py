@@ -7,9 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from agent.collectors.inspector.dumps import DumpReader
-from agent.collectors.inspector.parse import parse_line
-from aggregator.analysis.stragglers import Analysis, StragglerEngine, StragglerParams, analyze_records
+from ranksight.agent.collectors.inspector.dumps import DumpReader
+from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.aggregator.analysis.stragglers import (
+    Analysis,
+    StragglerEngine,
+    StragglerParams,
+    analyze_records,
+)
 from ranksight.simulate import scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job, write_job
 

@@ -3,14 +3,14 @@ the job's records age out; GPU samples corroborate."""
 
 from __future__ import annotations
 
-from agent.collectors.inspector.parse import parse_line
-from aggregator.alerts import AlertEngine
-from aggregator.analysis import default_rules
-from aggregator.state import NS, LiveState
+from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.aggregator.alerts import AlertEngine
+from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import GpuRecord
 from ranksight.simulate.inspector import Fault, JobSpec, simulate
-from schemas.envelope import Envelope, event_type
-from schemas.records import GpuRecord
 
 SPEC = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=1, gpu=2, factor=2.0)])
 
@@ -77,7 +77,7 @@ def test_a_failing_analysis_keeps_previous_findings_and_never_raises(monkeypatch
     def broken(self):  # type: ignore[no-untyped-def]
         raise ZeroDivisionError("unforeseen")
 
-    monkeypatch.setattr("aggregator.analysis.stragglers.StragglerEngine.evaluate", broken)
+    monkeypatch.setattr("ranksight.aggregator.analysis.stragglers.StragglerEngine.evaluate", broken)
     state.tick(7 * NS)
     assert state.stragglers.clusters["c"] is before
 

@@ -9,10 +9,10 @@ import msgspec
 import pytest
 from pydantic import BaseModel, Field
 
-from schemas.envelope import Envelope
-from schemas.records import RECORD_MODELS, GpuRecord, HeartbeatRecord
-from schemas.records.probe import ProbeCommand
-from schemas.structs import from_builtins, struct_for, to_builtins, to_json
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import RECORD_MODELS, GpuRecord, HeartbeatRecord
+from ranksight.schemas.records.probe import ProbeCommand
+from ranksight.schemas.structs import from_builtins, struct_for, to_builtins, to_json
 
 MODELS = [*RECORD_MODELS.values(), ProbeCommand]
 

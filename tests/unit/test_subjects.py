@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent.runtime import AgentRuntime
+from ranksight.agent.runtime import AgentRuntime
 from ranksight.config import AgentSettings, load_settings
-from schemas.subjects import SubjectError, Subjects, require_token, sanitize_token
+from ranksight.schemas.subjects import SubjectError, Subjects, require_token, sanitize_token
 from tests.support import run_cli, settings_env
 
 

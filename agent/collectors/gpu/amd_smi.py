@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.collectors.gpu.values import integer, is_missing, with_unit
+from ranksight.agent.collectors.gpu.values import integer, is_missing, with_unit
 from ranksight.errors import ParseError
-from schemas.records import GpuRecord
+from ranksight.schemas.records import GpuRecord
 
 
 class GpuToolParseError(ParseError):

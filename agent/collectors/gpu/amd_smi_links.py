@@ -12,8 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from agent.collectors.gpu.amd_smi import GpuToolParseError, json_documents
-from schemas.records.gpu import GpuLink
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError, json_documents
+from ranksight.schemas.records.gpu import GpuLink
 
 _PEER_KEY = re.compile(r"^gpu_(\d+)$")
 

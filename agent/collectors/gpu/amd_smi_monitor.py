@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 
-from agent.collectors.gpu.amd_smi import GpuToolParseError
-from agent.collectors.gpu.values import number
-from schemas.records import GpuRecord
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
+from ranksight.agent.collectors.gpu.values import number
+from ranksight.schemas.records import GpuRecord
 
 _VALUE = re.compile(r"N/A|[\d.]+/\s*[\d.]+\s*[KMGT]?B|[\d.]+(?:\s*(?:°C|W|MHz|GHz|%))?")
 _USAGE = re.compile(r"([\d.]+)/\s*([\d.]+)\s*([KMGT]?)B")

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent.collectors.base import CollectorUnavailable
-from agent.collectors.gpu.values import integer, is_missing, number
-from schemas.records import GpuRecord
+from ranksight.agent.collectors.base import CollectorUnavailable
+from ranksight.agent.collectors.gpu.values import integer, is_missing, number
+from ranksight.schemas.records import GpuRecord
 
 try:
     import amdsmi

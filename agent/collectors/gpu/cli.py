@@ -7,13 +7,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from agent.collectors.gpu.amd_smi import GpuToolParseError, parse_amd_smi_metric
-from agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
-from agent.collectors.gpu.nvidia_smi import parse_nvidia_smi_csv
-from agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
-from agent.collectors.gpu.rocm_smi import parse_rocm_smi
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError, parse_amd_smi_metric
+from ranksight.agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
+from ranksight.agent.collectors.gpu.nvidia_smi import parse_nvidia_smi_csv
+from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
+from ranksight.agent.collectors.gpu.rocm_smi import parse_rocm_smi
 from ranksight.cliutil import EXIT_FAILED, print_json, print_table
-from schemas.records import GpuRecord
+from ranksight.schemas.records import GpuRecord
 
 PARSERS: dict[str, Callable[[bytes], list[GpuRecord]]] = {
     "amd-smi": parse_amd_smi_metric,

@@ -15,21 +15,21 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from agent.collectors.base import CollectorUnavailable, PolledCollector
-from agent.collectors.command import CommandFailed, run_command
-from agent.collectors.gpu.amd_smi import parse_amd_smi_metric
-from agent.collectors.gpu.amd_smi_links import parse_amd_smi_topology
-from agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
-from agent.collectors.gpu.amdsmi_lib import AmdSmiLibrary
-from agent.collectors.gpu.nvidia_smi import QUERY_FIELDS, parse_nvidia_smi_csv
-from agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
-from agent.collectors.gpu.nvml import Nvml
-from agent.collectors.gpu.rocm_smi import parse_rocm_smi
-from agent.collectors.gpu.sysfs import read_amdgpu_sysfs
-from schemas.records import GpuRecord, Record
+from ranksight.agent.collectors.base import CollectorUnavailable, PolledCollector
+from ranksight.agent.collectors.command import CommandFailed, run_command
+from ranksight.agent.collectors.gpu.amd_smi import parse_amd_smi_metric
+from ranksight.agent.collectors.gpu.amd_smi_links import parse_amd_smi_topology
+from ranksight.agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
+from ranksight.agent.collectors.gpu.amdsmi_lib import AmdSmiLibrary
+from ranksight.agent.collectors.gpu.nvidia_smi import QUERY_FIELDS, parse_nvidia_smi_csv
+from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
+from ranksight.agent.collectors.gpu.nvml import Nvml
+from ranksight.agent.collectors.gpu.rocm_smi import parse_rocm_smi
+from ranksight.agent.collectors.gpu.sysfs import read_amdgpu_sysfs
+from ranksight.schemas.records import GpuRecord, Record
 
 if TYPE_CHECKING:
-    from agent.runtime import AgentContext
+    from ranksight.agent.runtime import AgentContext
     from ranksight.config import GpuSettings
 
 ROCM_SMI_ARGS = (

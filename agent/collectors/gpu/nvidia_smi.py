@@ -12,9 +12,9 @@ import csv
 import io
 import re
 
-from agent.collectors.gpu.amd_smi import GpuToolParseError
-from agent.collectors.gpu.values import UNIT_FACTORS, integer, is_missing, with_unit
-from schemas.records import GpuRecord
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
+from ranksight.agent.collectors.gpu.values import UNIT_FACTORS, integer, is_missing, with_unit
+from ranksight.schemas.records import GpuRecord
 
 # ``clocks_throttle_reasons.*`` is the spelling every driver accepts (newer ones alias it to clocks_event_reasons).
 QUERY_FIELDS = (

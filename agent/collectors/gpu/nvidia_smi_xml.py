@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from agent.collectors.gpu.amd_smi import GpuToolParseError
-from agent.collectors.gpu.nvidia_smi import THROTTLE_BITS
-from agent.collectors.gpu.values import integer, is_missing, number
-from schemas.records import GpuRecord
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
+from ranksight.agent.collectors.gpu.nvidia_smi import THROTTLE_BITS
+from ranksight.agent.collectors.gpu.values import integer, is_missing, number
+from ranksight.schemas.records import GpuRecord
 
 MIB, MHZ = 1024.0**2, 1e6  # "81920 MiB", "1275 MHz" (the units the report uses)
 _SLOWDOWNS = set(THROTTLE_BITS.values())

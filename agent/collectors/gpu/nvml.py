@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from agent.collectors.base import CollectorUnavailable
-from agent.collectors.gpu.nvidia_smi import throttle_reasons
-from agent.collectors.gpu.values import number
-from schemas.records import GpuLink, GpuRecord
+from ranksight.agent.collectors.base import CollectorUnavailable
+from ranksight.agent.collectors.gpu.nvidia_smi import throttle_reasons
+from ranksight.agent.collectors.gpu.values import number
+from ranksight.schemas.records import GpuLink, GpuRecord
 
 try:
     import pynvml

@@ -12,9 +12,9 @@ import json
 import re
 from typing import Any
 
-from agent.collectors.gpu.amd_smi import GpuToolParseError
-from agent.collectors.gpu.values import integer, is_missing, number
-from schemas.records import GpuRecord
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
+from ranksight.agent.collectors.gpu.values import integer, is_missing, number
+from ranksight.schemas.records import GpuRecord
 
 _CARD = re.compile(r"^card(\d+)$")
 MHZ = 1e6

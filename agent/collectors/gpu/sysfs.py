@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from agent.collectors.gpu.values import integer, number
-from schemas.records import GpuRecord
+from ranksight.agent.collectors.gpu.values import integer, number
+from ranksight.schemas.records import GpuRecord
 
 AMD_VENDOR = "0x1002"
 _CARD = re.compile(r"^card(\d+)$")

@@ -12,11 +12,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agent.collectors.base import Emit, StreamingCollector
-from agent.collectors.inspector.tailer import Chunk, Tailer
+from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
 
 if TYPE_CHECKING:
-    from agent.runtime import AgentContext
+    from ranksight.agent.runtime import AgentContext
     from ranksight.config import InspectorSettings
 
 log = logging.getLogger(__name__)

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.collectors.inspector.parse import InspectorParseError, parse_lines
-from schemas.records import InspectorRecord
+from ranksight.agent.collectors.inspector.parse import InspectorParseError, parse_lines
+from ranksight.schemas.records import InspectorRecord
 
 SUFFIXES = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
 from ranksight.errors import ParseError
-from schemas.records import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 
 # busbw = algbw x factor(n); traffic = msg x n for the gathering/scattering collectives.
 _GATHER_LIKE = frozenset({"AllGather", "ReduceScatter"})

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.collectors.inspector.parse import InspectorParseError, parse_lines
-from schemas.records import InspectorRecord
+from ranksight.agent.collectors.inspector.parse import InspectorParseError, parse_lines
+from ranksight.schemas.records import InspectorRecord
 
 LIVE_SUFFIXES = (".log", ".jsonl")
 

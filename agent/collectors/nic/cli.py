@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from agent.collectors.nic.sysfs import read_nics
+from ranksight.agent.collectors.nic.sysfs import read_nics
 from ranksight.cliutil import EXIT_FAILED, print_json, print_table
 
 FIELDS = [

@@ -12,14 +12,14 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from agent.collectors.base import CollectorUnavailable, PolledCollector
-from agent.collectors.nic.rates import RateTracker
-from agent.collectors.nic.sysfs import read_nics
-from agent.collectors.nic.tool_counters import fill_missing_counters
-from schemas.records import Record
+from ranksight.agent.collectors.base import CollectorUnavailable, PolledCollector
+from ranksight.agent.collectors.nic.rates import RateTracker
+from ranksight.agent.collectors.nic.sysfs import read_nics
+from ranksight.agent.collectors.nic.tool_counters import fill_missing_counters
+from ranksight.schemas.records import Record
 
 if TYPE_CHECKING:
-    from agent.runtime import AgentContext
+    from ranksight.agent.runtime import AgentContext
     from ranksight.config import NicSettings
 
 

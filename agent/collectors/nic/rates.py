@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from agent.collectors.nic.sysfs import RDMA_WORD_BYTES
-from agent.collectors.nic.tools import RDMA_RX_BYTES, RDMA_TX_BYTES
-from schemas.records import NicRecord
+from ranksight.agent.collectors.nic.sysfs import RDMA_WORD_BYTES
+from ranksight.agent.collectors.nic.tools import RDMA_RX_BYTES, RDMA_TX_BYTES
+from ranksight.schemas.records import NicRecord
 
 # counters whose increase means frames were lost or corrupted
 ERROR_COUNTERS = frozenset({

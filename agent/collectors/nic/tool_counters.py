@@ -7,9 +7,9 @@ them (counter-less) rather than failing the collector.
 
 from __future__ import annotations
 
-from agent.collectors.command import CommandFailed, run_command
-from agent.collectors.nic.tools import ToolParseError, parse_ethtool_stats, parse_rdma_statistic
-from schemas.records import NicRecord
+from ranksight.agent.collectors.command import CommandFailed, run_command
+from ranksight.agent.collectors.nic.tools import ToolParseError, parse_ethtool_stats, parse_rdma_statistic
+from ranksight.schemas.records import NicRecord
 
 _COUNTER_FIELDS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "counters")
 

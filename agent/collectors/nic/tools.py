@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ranksight.errors import ParseError
-from schemas.records import NicRecord
+from ranksight.schemas.records import NicRecord
 
 
 class ToolParseError(ParseError):

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agent.collectors.ras.errors import RasParseError
-from agent.collectors.ras.parse_json import parse_status_json
-from agent.collectors.ras.parse_monitor import parse_monitor
-from agent.collectors.ras.parse_text import parse_status_text
-from schemas.records.ras import RasEvent, RasHealth, RasStatus
+from ranksight.agent.collectors.ras.errors import RasParseError
+from ranksight.agent.collectors.ras.parse_json import parse_status_json
+from ranksight.agent.collectors.ras.parse_monitor import parse_monitor
+from ranksight.agent.collectors.ras.parse_text import parse_status_text
+from ranksight.schemas.records.ras import RasEvent, RasHealth, RasStatus
 
 FAILURE_EVENT_WORDS = ("DEAD", "ABORT", "ERROR")
 

@@ -15,11 +15,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent.collectors.ras.capture import parse_capture, status_summary
-from agent.collectors.ras.client import MONITOR_GROUPS
-from agent.collectors.ras.errors import RasClientError, RasParseError, RasReplyError
-from agent.collectors.ras.poll import client_for, poll_status
-from aggregator.api.cli import call_api
+from ranksight.agent.collectors.ras.capture import parse_capture, status_summary
+from ranksight.agent.collectors.ras.client import MONITOR_GROUPS
+from ranksight.agent.collectors.ras.errors import RasClientError, RasParseError, RasReplyError
+from ranksight.agent.collectors.ras.poll import client_for, poll_status
+from ranksight.aggregator.api.cli import call_api
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_USAGE,

@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from agent.collectors.ras.errors import (
+from ranksight.agent.collectors.ras.errors import (
     RasClientError,
     RasOversized,
     RasRefused,
@@ -30,8 +30,8 @@ from agent.collectors.ras.errors import (
     RasReset,
     RasTimeout,
 )
-from agent.collectors.ras.parse_monitor import MonitorDecoder
-from schemas.records.ras import RasEvent
+from ranksight.agent.collectors.ras.parse_monitor import MonitorDecoder
+from ranksight.schemas.records.ras import RasEvent
 
 DEFAULT_PORT = 28028
 PROTOCOL = 2

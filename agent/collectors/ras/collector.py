@@ -17,15 +17,20 @@ from typing import TYPE_CHECKING, Any
 
 import nats.errors
 
-from agent.collectors.base import Emit, StreamingCollector
-from agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused
-from agent.collectors.ras.jobid import derived_job_id, endpoint_job_id, listener_pid, scheduler_job_id
-from agent.collectors.ras.lease import Lease
-from agent.collectors.ras.poll import client_for, poll_status
-from schemas.records.ras import RasEvent, RasEventRecord, RasRecord, RasStatus
+from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused
+from ranksight.agent.collectors.ras.jobid import (
+    derived_job_id,
+    endpoint_job_id,
+    listener_pid,
+    scheduler_job_id,
+)
+from ranksight.agent.collectors.ras.lease import Lease
+from ranksight.agent.collectors.ras.poll import client_for, poll_status
+from ranksight.schemas.records.ras import RasEvent, RasEventRecord, RasRecord, RasStatus
 
 if TYPE_CHECKING:
-    from agent.runtime import AgentContext
+    from ranksight.agent.runtime import AgentContext
     from ranksight.config import RasSettings
 
 ENDPOINT_CLOSED = "ENDPOINT_CLOSED"

@@ -10,8 +10,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from agent.collectors.ras.errors import RasParseError
-from schemas.records.ras import RasHealth, RasProcess
+from ranksight.agent.collectors.ras.errors import RasParseError
+from ranksight.schemas.records.ras import RasHealth, RasProcess
 
 MAX_GPUS = 64  # a process never manages more; bounds range expansion of garbage input
 MAX_COUNT = 1 << 24  # counts above this (or negative) are garbage from buggy releases: reported as unknown

@@ -12,7 +12,7 @@ import nats.js.errors
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
-from schemas.subjects import sanitize_token
+from ranksight.schemas.subjects import sanitize_token
 
 BUCKET = "ranksight_ras_leases"
 

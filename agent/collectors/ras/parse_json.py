@@ -18,8 +18,8 @@ import json
 import re
 from typing import Any
 
-from agent.collectors.ras.errors import RasParseError
-from agent.collectors.ras.facts import (
+from ranksight.agent.collectors.ras.errors import RasParseError
+from ranksight.agent.collectors.ras.facts import (
     Flags,
     add_evidence,
     add_process,
@@ -27,7 +27,7 @@ from agent.collectors.ras.facts import (
     normalize_secondary,
     sane_count,
 )
-from schemas.records.ras import RasCommunicator, RasLaggingRank, RasMismatch, RasProcess, RasStatus
+from ranksight.schemas.records.ras import RasCommunicator, RasLaggingRank, RasMismatch, RasProcess, RasStatus
 
 NORMAL_CODES = (0, 7)  # ncclSuccess, ncclInProgress
 _STATUS_RANK = {

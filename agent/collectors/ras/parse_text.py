@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import re
 
-from agent.collectors.ras.errors import RasParseError
-from agent.collectors.ras.facts import (
+from ranksight.agent.collectors.ras.errors import RasParseError
+from ranksight.agent.collectors.ras.facts import (
     Flags,
     add_evidence,
     add_process,
@@ -28,7 +28,7 @@ from agent.collectors.ras.facts import (
     parse_gpus,
     sane_count,
 )
-from schemas.records.ras import RasCommunicator, RasMismatch, RasProcess, RasStatus
+from ranksight.schemas.records.ras import RasCommunicator, RasMismatch, RasProcess, RasStatus
 
 _VERSION = re.compile(r"^(?:NCCL|RCCL) version (\d+\.\d+\.\d+)")
 _COLLECTING = re.compile(r"^Communicators\.\.\.\s*\((-?\d+(?:\.\d+)?)s\)")

@@ -13,11 +13,11 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from agent.collectors.ras.client import DEFAULT_PORT, RasClient
-from agent.collectors.ras.facts import add_evidence, add_process
-from agent.collectors.ras.parse_json import parse_status_json
-from agent.collectors.ras.parse_text import parse_status_text
-from schemas.records.ras import RasStatus
+from ranksight.agent.collectors.ras.client import DEFAULT_PORT, RasClient
+from ranksight.agent.collectors.ras.facts import add_evidence, add_process
+from ranksight.agent.collectors.ras.parse_json import parse_status_json
+from ranksight.agent.collectors.ras.parse_text import parse_status_text
+from ranksight.schemas.records.ras import RasStatus
 
 if TYPE_CHECKING:
     from ranksight.config import RasSettings

@@ -22,7 +22,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy agent aggregator schemas ranksight deploy
+	$(BIN)/mypy ranksight
 	$(BIN)/hadolint Dockerfile
 
 bench: $(STAMP)

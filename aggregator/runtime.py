@@ -71,6 +71,7 @@ async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
         max_age=cfg.stream_max_age_s,
         max_bytes=cfg.stream_max_bytes,
         duplicate_window=cfg.duplicate_window_s,
+        num_replicas=settings.nats.jetstream_replicas,
     )
     try:
         await js.stream_info(cfg.stream)

@@ -59,6 +59,13 @@ class NatsSettings(Section):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     connect_timeout_s: float = 5.0
+    jetstream_replicas: int = Field(
+        1,
+        ge=1,
+        le=5,
+        description="copies of the event stream and KV buckets kept by a JetStream cluster (3 on a 3-server "
+        "cluster survives the loss of any one server); 1 on a single server",
+    )
     inbox_prefix: str = Field(
         "_INBOX",
         pattern=r"^[A-Za-z0-9_$-]+(\.[A-Za-z0-9_$-]+)*$",

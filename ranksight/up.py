@@ -23,7 +23,7 @@ from ranksight.cliutil import (
     settings_from_args,
 )
 from ranksight.config import Settings
-from ranksight.natsserver import NatsServer, NatsServerError
+from ranksight.natsserver import NatsCluster, NatsServer, NatsServerError
 from ranksight.private import keep_private
 
 DEFAULT_NATS_PORT = 4222
@@ -36,8 +36,20 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument(
         "--nats-port", type=port_number, default=DEFAULT_NATS_PORT, help="0 picks a free port (default 4222)"
     )
+    p.add_argument(
+        "--nats-cluster", type=cluster_size, default=1, metavar="N",
+        help="run N nats-servers as one JetStream cluster (3 or 5: stream and KV kept on 3 of them; "
+        "the first listens on --nats-port, the others on free ports)",
+    )  # fmt: skip
     add_http_port_flag(p)
     p.set_defaults(func=run)
+
+
+def cluster_size(text: str) -> int:
+    size = int(text) if text.isdigit() else 0
+    if size not in (1, 3, 5):
+        raise argparse.ArgumentTypeError(f"{text!r}: 1, 3 or 5 servers (JetStream needs an odd quorum)")
+    return size
 
 
 def add_http_port_flag(parser: argparse.ArgumentParser) -> None:
@@ -73,30 +85,41 @@ def run(args: argparse.Namespace) -> int:
     if problem := ports_in_use(settings, args.nats_port, agent=True):
         print(f"ranksight up: {problem}", file=sys.stderr)
         return EXIT_FAILED
-    return with_embedded_nats("up", settings, args.nats_port, _serve)
+    return with_embedded_nats("up", settings, args.nats_port, _serve, cluster=args.nats_cluster)
 
 
 def with_embedded_nats(command: str, settings: Settings, port: int,
-                       main: Callable[[Settings, NatsServer, asyncio.Event], Coroutine[Any, Any, None]]) -> int:  # fmt: skip
-    """Start the embedded nats-server on ``port`` (0: a free one), run ``main`` against it until SIGINT/SIGTERM sets
-    its stop event, then stop the server; exit 1 when the server cannot start, 130 after Ctrl-C. Everything it creates
-    is private."""
+                       main: Callable[[Settings, EmbeddedNats, asyncio.Event], Coroutine[Any, Any, None]],
+                       cluster: int = 1) -> int:  # fmt: skip
+    """Start the embedded nats-server on ``port`` (0: a free one), or a JetStream cluster of ``cluster`` servers, run
+    ``main`` against it until SIGINT/SIGTERM sets its stop event, then stop the servers; exit 1 when they cannot
+    start, 130 after Ctrl-C. Everything it creates is private."""
     keep_private(settings.state_dir)
-    server = NatsServer(settings.state_dir / "nats", port=port)
+    store = settings.state_dir / "nats"
+    server: EmbeddedNats
+    if cluster > 1:
+        server = NatsCluster(store, cluster, ports=[port] + [0] * (cluster - 1))
+        replicas = 3
+    else:
+        server, replicas = NatsServer(store, port=port), 1
     try:
         server.start()
     except NatsServerError as exc:
         print(f"ranksight {command}: {exc}", file=sys.stderr)
         return EXIT_FAILED
     try:
-        settings = settings.model_copy(update={"nats": settings.nats.model_copy(update={"url": server.url})})
+        nats = settings.nats.model_copy(update={"url": server.url, "jetstream_replicas": replicas})
+        settings = settings.model_copy(update={"nats": nats})
         signum = run_until_signalled(lambda stop: main(settings, server, stop), settings.shutdown_timeout_s)
     finally:
         server.stop()
     return interrupted_exit(signum)
 
 
-async def _serve(settings: Settings, server: NatsServer, stop: asyncio.Event) -> None:
+EmbeddedNats = NatsServer | NatsCluster
+
+
+async def _serve(settings: Settings, server: EmbeddedNats, stop: asyncio.Event) -> None:
     aggregator = Aggregator(settings)
     agent = AgentRuntime(settings)
     agg_task = asyncio.create_task(aggregator.run(stop))
@@ -108,7 +131,7 @@ async def _serve(settings: Settings, server: NatsServer, stop: asyncio.Event) ->
     app = settings.app_socket_path()
     print(
         f"ranksight up\n"
-        f"  nats        {server.url}  (JetStream store {server.store_dir})\n"
+        f"  nats        {server.url}  (JetStream store {server.store_dir}{replication(settings)})\n"
         f"  aggregator  DuckDB {settings.db_path()}\n"
         f"  agent       node {settings.agent.node}, cluster {settings.cluster}\n"
         f"  http        {http_line(aggregator)}\n"
@@ -119,6 +142,11 @@ async def _serve(settings: Settings, server: NatsServer, stop: asyncio.Event) ->
         flush=True,
     )
     await asyncio.gather(agg_task, agent_task)
+
+
+def replication(settings: Settings) -> str:
+    replicas = settings.nats.jetstream_replicas
+    return f"; stream and KV on {replicas} servers" if replicas > 1 else ""
 
 
 def http_line(aggregator: Aggregator) -> str:

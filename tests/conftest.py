@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ranksight.config import RULE_TIMINGS, Settings, load_settings
-from ranksight.natsserver import NatsServer
+from ranksight.natsserver import NatsCluster, NatsServer
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"
@@ -34,13 +34,33 @@ def nats_server(tmp_path: Path) -> Iterator[NatsServer]:
 
 
 @pytest.fixture
+def nats_cluster(tmp_path: Path) -> Iterator[NatsCluster]:
+    """Three real nats-servers clustered with JetStream on loopback."""
+    cluster = NatsCluster(tmp_path / "nats-cluster", 3).start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
 def settings(tmp_path: Path, nats_server: NatsServer) -> Settings:
+    return fast_settings(tmp_path, nats={"url": nats_server.url})
+
+
+@pytest.fixture
+def cluster_settings(tmp_path: Path, nats_cluster: NatsCluster) -> Settings:
+    """The same as ``settings``, against the 3-server cluster, stream and KV kept on all three."""
+    return fast_settings(tmp_path, nats={"url": nats_cluster.url, "jetstream_replicas": 3})
+
+
+def fast_settings(tmp_path: Path, nats: dict[str, object]) -> Settings:
     """Fast intervals so tests see state changes within a second or two."""
     return load_settings(
         None,
         cluster="test",
         state_dir=tmp_path / "state",
-        nats={"url": nats_server.url},
+        nats=nats,
         agent={
             "node": "node-a",
             "batch_max_delay_s": 0.05,

@@ -11,11 +11,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import nats
-
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
+from ranksight.natsconn import connect
 
 
 async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
@@ -67,7 +66,7 @@ async def agent(settings: Settings, only: list[str] | None = None) -> AsyncItera
 
 async def consumer_drained(settings: Settings) -> bool:
     """Every message of the event stream acknowledged by the aggregator's durable consumer."""
-    nc = await nats.connect(settings.nats.url)
+    nc = await connect(settings.nats, "test-consumer-drained")
     try:
         info = await nc.jetstream().consumer_info(settings.aggregator.stream, settings.aggregator.durable)
         return info.num_pending == 0 and info.num_ack_pending == 0

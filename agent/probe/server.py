@@ -21,7 +21,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ranksight.agent.probe.protocol import REQUEST_SIZE, Op, ProbeProtocolError, Reply, Request, Status
+from ranksight.agent.probe.protocol import (
+    REQUEST_SIZE,
+    Op,
+    ProbeProtocolError,
+    Reply,
+    Request,
+    Status,
+)
 from ranksight.agent.probe.streams import receive_timed, send_for
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kuberne
 CHART = REPO / "deploy" / "helm" / "ranksight"
 KUBE_VERSION = "1.36.0"  # a version kubernetes-validate ships strict schemas for
 EXTERNAL = {
-    "nats": {"enabled": False, "url": "nats://nats.messaging:4222", "credentialsSecret": "ranksight-nats"},
+    "nats": {"enabled": False, "url": "nats://nats.messaging:4222", "credentialsSecret": "ranksight-nats",
+             "jetstreamReplicas": 3},
     "aggregator": {"http": {"tokenSecret": "ranksight-http"}},
     "agent": {"inspectorDumpDir": "/var/log/nccl-inspector", "gpuDevices": ["/dev/kfd", "/dev/dri"],
               "privileged": True},
@@ -58,6 +59,9 @@ def test_bundled_nats_or_an_existing_url() -> None:
     assert not [k for k in external if k[1].endswith("-nats")]
     agg = external[("StatefulSet", "rs-ranksight-aggregator")]["spec"]["template"]["spec"]["containers"][0]
     assert env_of(agg)["RANKSIGHT_NATS__URL"] == "nats://nats.messaging:4222"
+    # an existing JetStream cluster keeps 3 copies; the bundled single-node NATS one
+    assert env_of(agg)["RANKSIGHT_NATS__JETSTREAM_REPLICAS"] == "3"
+    assert env_of(agent)["RANKSIGHT_NATS__JETSTREAM_REPLICAS"] == "1"
     with pytest.raises(helm.errors.HelmError, match=r"nats\.url is required"):
         render({"nats": {"enabled": False}})
 

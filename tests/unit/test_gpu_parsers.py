@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError, json_documents, parse_amd_smi_metric
+from ranksight.agent.collectors.gpu.amd_smi import (
+    GpuToolParseError,
+    json_documents,
+    parse_amd_smi_metric,
+)
 from ranksight.agent.collectors.gpu.nvidia_smi import QUERY_FIELDS, parse_nvidia_smi_csv, throttle_reasons
 from ranksight.agent.collectors.gpu.rocm_smi import parse_rocm_smi
 from ranksight.agent.collectors.gpu.sysfs import read_amdgpu_sysfs

@@ -6,7 +6,11 @@ import json
 
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import InspectorParseError, bandwidths_gbs, parse_line
+from ranksight.agent.collectors.inspector.parse import (
+    InspectorParseError,
+    bandwidths_gbs,
+    parse_line,
+)
 from tests.conftest import FIXTURES
 
 DIR = FIXTURES / "inspector"

@@ -17,7 +17,11 @@ from typing import Any
 
 from ranksight.agent.collectors.ras.capture import parse_capture, status_summary
 from ranksight.agent.collectors.ras.client import MONITOR_GROUPS
-from ranksight.agent.collectors.ras.errors import RasClientError, RasParseError, RasReplyError
+from ranksight.agent.collectors.ras.errors import (
+    RasClientError,
+    RasParseError,
+    RasReplyError,
+)
 from ranksight.agent.collectors.ras.poll import client_for, poll_status
 from ranksight.aggregator.api.cli import call_api
 from ranksight.cliutil import (

@@ -46,7 +46,7 @@ class RasCollector(StreamingCollector):
         self.cfg = settings
         self.client = client_for(settings)
         self.lease = Lease(ctx.nc.jetstream(), settings.lease_ttl_s or 3 * settings.interval_s,
-                           f"{ctx.node}:{ctx.incarnation}")  # fmt: skip
+                           f"{ctx.node}:{ctx.incarnation}", replicas=ctx.settings.nats.jetstream_replicas)  # fmt: skip
         self.poll_lock = asyncio.Lock()  # never two polls at once against this node's endpoint
         self.job_id: str | None = None
         self.endpoint_id: str | None = None  # the node-local fallback id, until a job-wide one is known

@@ -18,8 +18,10 @@ BUCKET = "ranksight_ras_leases"
 
 
 class Lease:
-    def __init__(self, js: JetStreamContext, ttl_s: float, holder: str, bucket: str = BUCKET) -> None:
-        self.js, self.ttl_s, self.holder, self.bucket = js, ttl_s, holder, bucket
+    def __init__(
+        self, js: JetStreamContext, ttl_s: float, holder: str, bucket: str = BUCKET, replicas: int = 1
+    ) -> None:
+        self.js, self.ttl_s, self.holder, self.bucket, self.replicas = js, ttl_s, holder, bucket, replicas
         self._kv: KeyValue | None = None
         self.key: str | None = None
         self.revision: int | None = None
@@ -29,7 +31,9 @@ class Lease:
             try:
                 self._kv = await self.js.key_value(self.bucket)
             except nats.js.errors.BucketNotFoundError:
-                self._kv = await self.js.create_key_value(bucket=self.bucket, ttl=self.ttl_s, history=1)
+                self._kv = await self.js.create_key_value(
+                    bucket=self.bucket, ttl=self.ttl_s, history=1, replicas=self.replicas
+                )
         return self._kv
 
     async def hold(self, job_id: str) -> bool:

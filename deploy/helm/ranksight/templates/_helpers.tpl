@@ -28,6 +28,8 @@ nats://{{ include "ranksight.fullname" . }}-nats:4222
   value: {{ .Values.cluster | quote }}
 - name: RANKSIGHT_NATS__URL
   value: {{ include "ranksight.natsUrl" . | quote }}
+- name: RANKSIGHT_NATS__JETSTREAM_REPLICAS
+  value: {{ .Values.nats.jetstreamReplicas | quote }}
 {{- if .Values.nats.credentialsSecret }}
 - name: RANKSIGHT_NATS__CREDS_FILE
   value: /etc/ranksight/nats/nats.creds

@@ -6,32 +6,32 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     RanksightError
     ├── UsageError                  asked wrongly: exit 2, API 400
     │   ├── ConfigError             ranksight.config: an invalid config file or environment
-    │   ├── RequestError            aggregator.api.queries: a query parameter the endpoint cannot answer as asked
-    │   └── HostsFileError          deploy.hosts: a hosts file line or --jump value that is not [user@]host[:port]
+    │   ├── RequestError            ranksight.aggregator.api.queries: a query parameter the endpoint cannot answer as asked
+    │   └── HostsFileError          ranksight.deploy.hosts: a hosts file line or --jump value that is not [user@]host[:port]
     ├── RefusedError                well-formed but not allowed: exit 1, API 403
-    │   ├── Forbidden               aggregator.api.queries: a path outside the export root
-    │   ├── SqlRefused              aggregator.api.sql: not a plain read-only query (also a SqlError)
-    │   └── TargetRefused           agent.probe.targets: a probe command this agent will not run
+    │   ├── Forbidden               ranksight.aggregator.api.queries: a path outside the export root
+    │   ├── SqlRefused              ranksight.aggregator.api.sql: not a plain read-only query (also a SqlError)
+    │   └── TargetRefused           ranksight.agent.probe.targets: a probe command this agent will not run
     ├── QueryFailed                 an allowed query that failed: exit 1, API 422
-    │   └── SqlFailed               aggregator.api.sql: DuckDB failed it (syntax, unknown column, time limit; a SqlError)
+    │   └── SqlFailed               ranksight.aggregator.api.sql: DuckDB failed it (syntax, unknown column, time limit; a SqlError)
     ├── NoEndpoint                  nothing answers at the address asked: exit 3
-    │   ├── RasRefused              agent.collectors.ras.errors: no listener on any address of the endpoint (RasClientError)
-    │   └── RasTimeout              agent.collectors.ras.errors: connect or reply deadline passed (RasClientError)
+    │   ├── RasRefused              ranksight.agent.collectors.ras.errors: no listener on any address of the endpoint (RasClientError)
+    │   └── RasTimeout              ranksight.agent.collectors.ras.errors: connect or reply deadline passed (RasClientError)
     ├── ParseError                  bytes or text from outside that a parser does not understand
-    │   ├── DecodeError             schemas.codec: not a valid envelope
-    │   ├── SubjectError            schemas.subjects: not a subject the helper builds
-    │   ├── ProbeProtocolError      agent.probe.protocol: not a probe frame (magic, op, status, size)
-    │   ├── GpuProbeProtocolError   agent.gpuprobe.protocol: a worker line that is not a protocol message
-    │   ├── InspectorParseError     agent.collectors.inspector.parse: not an Inspector record
-    │   ├── AppMessageError         agent.collectors.app_parse: not a client message
-    │   ├── GpuToolParseError       agent.collectors.gpu.amd_smi: GPU tool output (amd-smi, rocm-smi, nvidia-smi)
-    │   ├── ToolParseError          agent.collectors.nic.tools: NIC tool output
-    │   └── RasParseError           agent.collectors.ras.errors: not a RAS status / monitor output (also a RasError)
-    ├── CollectorUnavailable        agent.collectors.base: the source is not on this node (reported as absent)
-    │   ├── AmdSmiUnavailable       agent.collectors.gpu.amdsmi_lib: no amdsmi library or amdgpu driver
-    │   └── NvmlUnavailable         agent.collectors.gpu.nvml: no nvidia-ml-py or NVML
-    ├── CommandFailed               agent.collectors.command: a tool exited non-zero, timed out or did not start
-    ├── RasError                    agent.collectors.ras.errors: the RAS tree
+    │   ├── DecodeError             ranksight.schemas.codec: not a valid envelope
+    │   ├── SubjectError            ranksight.schemas.subjects: not a subject the helper builds
+    │   ├── ProbeProtocolError      ranksight.agent.probe.protocol: not a probe frame (magic, op, status, size)
+    │   ├── GpuProbeProtocolError   ranksight.agent.gpuprobe.protocol: a worker line that is not a protocol message
+    │   ├── InspectorParseError     ranksight.agent.collectors.inspector.parse: not an Inspector record
+    │   ├── AppMessageError         ranksight.agent.collectors.app_parse: not a client message
+    │   ├── GpuToolParseError       ranksight.agent.collectors.gpu.amd_smi: GPU tool output (amd-smi, rocm-smi, nvidia-smi)
+    │   ├── ToolParseError          ranksight.agent.collectors.nic.tools: NIC tool output
+    │   └── RasParseError           ranksight.agent.collectors.ras.errors: not a RAS status / monitor output (also a RasError)
+    ├── CollectorUnavailable        ranksight.agent.collectors.base: the source is not on this node (reported as absent)
+    │   ├── AmdSmiUnavailable       ranksight.agent.collectors.gpu.amdsmi_lib: no amdsmi library or amdgpu driver
+    │   └── NvmlUnavailable         ranksight.agent.collectors.gpu.nvml: no nvidia-ml-py or NVML
+    ├── CommandFailed               ranksight.agent.collectors.command: a tool exited non-zero, timed out or did not start
+    ├── RasError                    ranksight.agent.collectors.ras.errors: the RAS tree
     │   ├── RasParseError           (above)
     │   └── RasClientError          talking to a RAS endpoint failed
     │       ├── RasRefused          (above)
@@ -39,15 +39,15 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     │       ├── RasReset            the connection closed before the reply was complete
     │       ├── RasReplyError       the server answered ERROR: ...
     │       └── RasOversized        the reply exceeded the configured byte limit
-    ├── ProbeError                  agent.probe.client: a probe could not be completed
-    ├── SqlError                    aggregator.api.sql: base of SqlRefused and SqlFailed (above)
-    ├── PageExpired                 aggregator.api.paging: a next token unknown, expired or dropped
-    ├── RowTooLarge                 aggregator.api.paging: one row alone does not fit in a message
-    ├── ApiUnavailable              aggregator.api.client: no aggregator answered
+    ├── ProbeError                  ranksight.agent.probe.client: a probe could not be completed
+    ├── SqlError                    ranksight.aggregator.api.sql: base of SqlRefused and SqlFailed (above)
+    ├── PageExpired                 ranksight.aggregator.api.paging: a next token unknown, expired or dropped
+    ├── RowTooLarge                 ranksight.aggregator.api.paging: one row alone does not fit in a message
+    ├── ApiUnavailable              ranksight.aggregator.api.client: no aggregator answered
     ├── NatsUnreachable             ranksight.natsconn: no NATS connection within nats.connect_timeout_s
     ├── NatsServerError             ranksight.natsserver: the server binary is missing or did not start or stop
-    ├── HostFailed                  deploy.ssh: one host's rollout step failed
-    └── WheelError                  deploy.wheel: the wheel could not be built
+    ├── HostFailed                  ranksight.deploy.ssh: one host's rollout step failed
+    └── WheelError                  ranksight.deploy.wheel: the wheel could not be built
 
 A class not under a category with a status is an internal failure when it ends a command or a query: exit 1, API 500.
 """

@@ -4,7 +4,6 @@ drawn in ranksight.errors' docstring, and the user-facing ones map to their docu
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import inspect
 import pkgutil
 import re
@@ -26,12 +25,7 @@ from ranksight.deploy.hosts import HostsFileError
 from ranksight.errors import RanksightError, api_status, exit_status
 from ranksight.natsconn import NatsUnreachable
 
-# Before the one-namespace rename the product is five top-level packages; after it, ``ranksight`` holds them all.
-PRODUCT_PACKAGES = (
-    ("ranksight",)
-    if importlib.util.find_spec("ranksight.agent") is not None
-    else ("agent", "aggregator", "schemas", "ranksight", "deploy")
-)
+PRODUCT_PACKAGES = ("ranksight",)  # the one namespace: agent, aggregator, schemas and deploy live under it
 # Modules that run as a separate program with an optional GPU stack; imported when it is there.
 OPTIONAL_IMPORTS = {"torch"}
 

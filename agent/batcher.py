@@ -2,6 +2,7 @@
 
 A kind's buffer is flushed when it holds ``max_records`` or has waited ``max_delay_s``. Each flush assigns the next
 sequence number of this agent incarnation; an encoded batch larger than ``max_bytes`` is split in halves until it fits.
+Batches are encoded in ``wire_format`` (compact columns by default; ``map`` for aggregators older than that form).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ranksight.agent.publisher import Outgoing, Publisher
 from ranksight.schemas.codec import encode_event
-from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.envelope import Envelope, WireFormat, event_type
 from ranksight.schemas.records import Record
 from ranksight.schemas.subjects import Subjects
 
@@ -38,11 +39,13 @@ class Batcher:
         max_records: int = 2000,
         max_bytes: int = 512 * 1024,
         max_delay_s: float = 0.25,
+        wire_format: WireFormat = "compact",
     ) -> None:
         self._publisher = publisher
         self._subjects = subjects
         self._cluster, self._node, self._incarnation = cluster, node, incarnation
         self._max_records, self._max_bytes, self._max_delay = max_records, max_bytes, max_delay_s
+        self._wire_format = wire_format
         self._buffers: dict[str, _Buffer] = {}
         self._seq = 0
         self._lock = asyncio.Lock()
@@ -120,7 +123,7 @@ class Batcher:
             ttl=ttl,
             records=records,
         )
-        payload = encode_event(envelope)
+        payload = encode_event(envelope, self._wire_format)
         if len(payload) <= self._max_bytes or len(records) == 1:
             return [(seq, payload)]
         self._seq -= 1  # this sequence number was not used; the halves take their own

@@ -91,7 +91,7 @@ class AgentRuntime:
         subjects = Subjects(self.settings.subject_prefix)
         batcher = Batcher(
             publisher, subjects, self.settings.cluster, cfg.node, self.incarnation,
-            cfg.batch_max_records, cfg.batch_max_bytes, cfg.batch_max_delay_s,
+            cfg.batch_max_records, cfg.batch_max_bytes, cfg.batch_max_delay_s, cfg.wire_format,
         )  # fmt: skip
         ctx = self.ctx = AgentContext(self.settings, nc, publisher, batcher, self.incarnation)
         ctx.add_command("status", self._status)
@@ -134,8 +134,11 @@ class AgentRuntime:
         ctx = self.ctx
         assert ctx is not None
 
-        async def emit(records: Sequence[Record], on_ack: Callable[[], None] | None = None) -> None:
-            await ctx.batcher.add(collector.kind, records, collector.ttl, collector.durable, on_ack)
+        async def emit(records: Sequence[Record], on_ack: Callable[[], None] | None = None, kind: str | None = None,
+                       ttl: float | None = None) -> None:  # fmt: skip
+            await ctx.batcher.add(
+                kind or collector.kind, records, ttl or collector.ttl, collector.durable, on_ack
+            )
 
         if isinstance(collector, StreamingCollector):
             await self._drive_streaming(collector, emit)

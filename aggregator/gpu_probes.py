@@ -14,7 +14,7 @@ from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.schemas.envelope import Envelope
 
 _NS = 1_000_000_000
-JOB_KINDS = frozenset({"ras", "inspector"})
+JOB_KINDS = frozenset({"ras", "inspector", "inspector_summary"})
 METRICS = ("tflops_bf16", "tflops_fp16", "mem_bandwidth_bps")
 
 GpuKey = tuple[str, str, int]  # cluster, node, index

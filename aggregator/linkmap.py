@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ranksight.aggregator.state import LiveState
 
 NS = 1_000_000_000  # same unit as aggregator.state (which imports this module, so it cannot be imported from there)
-JOB_KINDS = frozenset({"ras", "inspector"})
+JOB_KINDS = frozenset({"ras", "inspector", "inspector_summary"})
 
 LinkKey = tuple[str, str, str, str, str]  # cluster, src, dst, transport, dst_addr
 

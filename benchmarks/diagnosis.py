@@ -1,4 +1,5 @@
-"""Diagnosis quality of the straggler engine: fault class x capture model x seed, against the naive rule.
+"""Diagnosis quality of the straggler engine: fault class x capture model x seed, against the naive rule, fed raw
+records and fed the agents' summaries side by side.
 
 Every run is a simulated job (``ranksight.simulate.scenarios``: MoE and dense layouts, noisy healthy runs, stragglers
 from 1.1x to 2x, late onset, a slow node, a NIC at 40 % bandwidth, an intermittent straggler, two stragglers at once)
@@ -12,6 +13,10 @@ Hangs (class ``hang``: one rank's process stops, every rank then blocks) are sco
 (:mod:`aggregator.analysis.hangs`, Inspector silence) fed the same replay, evaluated on for 15 s of silence after the
 last record: the ranks it names against the truth, the time from the hang (the step the process stopped) to the first
 evaluation naming the culprit, and false hangs on every other run (healthy job ends included).
+
+Every run is replayed twice through a fresh engine: fed the raw records at their dump time, and fed the
+``inspector_summary`` records the agents would publish for them (through the agent's own summarizer, defaults of
+``agent.collectors.inspector``: 5 s windows, published 2 s after their end, which the time to alert includes).
 
 The naive rule, measured on the same records: "the process with the lowest bus bandwidth is the straggler" (lowest
 median busbw relative to its comms' medians), one finding per run.
@@ -30,15 +35,21 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.straggler_live import params_of
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine
-from ranksight.config import StragglerSettings
-from ranksight.schemas.records import InspectorRecord
-from ranksight.simulate.inspector import run_job
+from ranksight.config import InspectorSettings, StragglerSettings
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.simulate.inspector import JobSpec, run_job, summarize
 from ranksight.simulate.scenarios import CLASSES, Capture, Truth, truth
 
 TARGETS = {"precision": 0.97, "recall": 0.97, "slowdown_error": 0.15, "tta_p90_s": 15.0}
+FEEDS = (
+    "raw",
+    "summary",
+)  # what the live engine is fed: raw records, or the agents' inspector_summary records
+FEED_NAMES = {"raw": "raw records", "summary": "summaries"}
 
 
 @dataclass
@@ -112,19 +123,36 @@ def naive(records: list[InspectorRecord]) -> list[tuple[str, int | None, str, fl
     return [(host, pid, "compute", 1.0)]
 
 
-def run_one(cls: str, capture: Capture, seed: int) -> tuple[str, Score, Score, float]:
+def run_one(cls: str, capture: Capture, seed: int) -> tuple[str, dict[str, Score], Score, float]:
     spec = CLASSES[cls](capture, seed)
     timed, step_us = run_job(spec)
     records = sorted(
         (parse_line(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
     )
+    started = time.perf_counter()
+    scores = {feed: replay(spec, records, step_us, feed) for feed in FEEDS}
+    engine_s = time.perf_counter() - started
+    hung = [t for t in truth(spec) if t.kind == "hang"]
+    label = f"{cls} ({capture})" if hung else cls
+    return label, scores, score(naive(records), [t for t in truth(spec) if t.kind != "hang"]), engine_s
+
+
+def replay(spec: JobSpec, records: list[InspectorRecord], step_us: list[int], feed: str) -> Score:
+    """The live engine and hang finder fed ``raw`` records at their dump time or the agents' ``summary`` records when
+    they are published (their window's end plus the grace, defaults of ``agent.collectors.inspector``)."""
     hung = [t for t in truth(spec) if t.kind == "hang"]
     truths = [t for t in truth(spec) if t.kind != "hang"]
     settings = StragglerSettings.model_validate({})
-    started = time.perf_counter()
     engine = StragglerEngine(params_of(settings))
     hangs = HangFinder(settings.hang_quiet_s)
     every_us = int(settings.evaluate_every_s * 1e6)
+    arrivals: list[tuple[int, InspectorRecord | InspectorSummaryRecord]]
+    if feed == "raw":
+        arrivals = [(rec.dump_ts_us, rec) for rec in records]
+    else:
+        agent = InspectorSettings.model_validate({})
+        summarizer = Summarizer(agent.summary_window_s, agent.summary_slice_s, agent.summary_grace_s)
+        arrivals = sorted(summarize(records, summarizer), key=lambda x: x[0])
     next_eval = records[0].dump_ts_us + every_us
     onset = {t: step_us[t.onset_step] for t in truths + hung}
     alerted: dict[Truth, float] = {}
@@ -138,28 +166,30 @@ def run_one(cls: str, capture: Capture, seed: int) -> tuple[str, Score, Score, f
                     if t not in alerted and (t.hostname, t.pid) == (r.hostname, r.pid):
                         alerted[t] = max(0.0, (at_us - onset[t]) / 1e6)
 
-    for rec in records:
-        if rec.dump_ts_us >= next_eval:
+    for at_us, x in arrivals:
+        while at_us >= next_eval:
             for f in engine.evaluate():
                 for t in truths:
                     if t not in alerted and _matches(f.key, t):
                         alerted[t] = max(0.0, (next_eval - onset[t]) / 1e6)
             evaluate_hangs(next_eval)
             next_eval += every_us
-        engine.add(rec)
-        hangs.add(rec, rec.dump_ts_us * 1000, rec.hostname)
-    for _ in range(int(15 / settings.evaluate_every_s)):  # the silence after the last record
+        if isinstance(x, InspectorSummaryRecord):
+            engine.add_summary(x)
+            hangs.add_summary(x, at_us * 1000, x.hostname)
+        else:
+            engine.add(x)
+            hangs.add(x, at_us * 1000, x.hostname)
+    for _ in range(int(25 / settings.evaluate_every_s)):  # the silence after the last record (and one window)
         evaluate_hangs(next_eval)
         next_eval += every_us
     result = engine.analyze()
-    engine_s = time.perf_counter() - started
     ours = score([_row(f) for f in result.stragglers], truths)
     ours.tta_s = [s for t, s in alerted.items() if t.kind != "hang"]
     ours.missed_online = len(truths) - sum(t.kind != "hang" for t in alerted)
     score_hangs(named, hung, ours)
     ours.hang_tta_s = [s for t, s in alerted.items() if t.kind == "hang"]
-    label = f"{cls} ({capture})" if hung else cls
-    return label, ours, score(naive(records), truths), engine_s
+    return ours
 
 
 def _row(f: Finding) -> tuple[str, int | None, str, float]:
@@ -213,49 +243,61 @@ def main() -> None:
     classes = args.classes.split(",")
     runs = [(cls, cap, seed) for cls in classes for cap in ("ring", "sampled") for seed in seeds]
     started = time.perf_counter()
-    ours: dict[str, Score] = defaultdict(Score)
+    ours: dict[str, dict[str, Score]] = {feed: defaultdict(Score) for feed in FEEDS}
     base: dict[str, Score] = defaultdict(Score)
     engine_s = 0.0
-    hang_scores: dict[str, Score] = defaultdict(Score)
-    false_hangs = Score()
+    hang_scores: dict[str, dict[str, Score]] = {feed: defaultdict(Score) for feed in FEEDS}
+    false_hangs = {feed: Score() for feed in FEEDS}
     with ProcessPoolExecutor(args.jobs) as pool:
         for label, mine, theirs, seconds in pool.map(run_one, *zip(*runs, strict=True)):
-            if mine.hang_runs:
-                hang_scores[label].merge(mine)
-            else:
-                ours[label].merge(mine)
+            for feed in FEEDS:
+                if mine[feed].hang_runs:
+                    hang_scores[feed][label].merge(mine[feed])
+                else:
+                    ours[feed][label].merge(mine[feed])
+                    false_hangs[feed].merge(mine[feed])
+            if not mine["raw"].hang_runs:
                 base[label].merge(theirs)
-                false_hangs.merge(mine)
             engine_s += seconds
     print(f"{len(runs)} runs ({len(classes)} classes x ring/sampled x seeds {seeds[0]}..{seeds[-1]}) in "
-          f"{time.perf_counter() - started:.0f}s; engine (replay + final analysis) {engine_s:.1f}s in all")  # fmt: skip
-    classes = [cls for cls in classes if cls in ours]  # hang runs are scored apart, below
-    total, naive_total = Score(), Score()
-    print("ranksight engine:")
-    for cls in classes:
-        report(cls, ours[cls])
-        total.merge(ours[cls])
-    overall = report("overall", total)
-    print("naive rule (lowest bus bandwidth is the straggler):")
+          f"{time.perf_counter() - started:.0f}s; engine (replays + final analyses, both feeds) {engine_s:.1f}s in all")  # fmt: skip
+    classes = [cls for cls in classes if cls in ours["raw"]]  # hang runs are scored apart, below
+    overall: dict[str, dict[str, float]] = {}
+    for feed in FEEDS:
+        total = Score()
+        print(f"ranksight engine on {FEED_NAMES[feed]}:")
+        for cls in classes:
+            report(cls, ours[feed][cls])
+            total.merge(ours[feed][cls])
+        overall[feed] = report("overall", total)
+    naive_total = Score()
+    print("naive rule (lowest bus bandwidth is the straggler, raw records):")
     for cls in classes:
         report(cls, base[cls])
         naive_total.merge(base[cls])
     naive_overall = report("overall", naive_total)
-    print("targets:")
+    print("raw vs summaries (same jobs, same seeds):")
+    for key in TARGETS:
+        print(f"  {key:<15} raw {overall['raw'][key]:6.3f}  summaries {overall['summary'][key]:6.3f}")
+    print("targets (on summaries, the online path):")
     for key, target in TARGETS.items():
-        value = overall[key]
+        value = overall["summary"][key]
         ok = value <= target if key in ("slowdown_error", "tta_p90_s") else value >= target
-        ok = ok or (key == "slowdown_error" and math.isnan(value) and not total.truths)
+        ok = ok or (key == "slowdown_error" and math.isnan(value) and not naive_total.truths)
         print(f"  {key:<15} {value:6.3f} target {'<=' if key in ('slowdown_error', 'tta_p90_s') else '>='} "
-              f"{target}: {'met' if ok else 'MISSED'} (naive {naive_overall[key]:.3f})")  # fmt: skip
-    print(f"  false alarms on healthy runs: {overall['false_alarms']:.0f} (target 0; naive "
-          f"{naive_overall['false_alarms']:.0f})")  # fmt: skip
-    if hang_scores:
-        print("hang localization from Inspector silence (the ranks that went silent behind their peers):")
-        for label in sorted(hang_scores):
-            report_hangs(label, hang_scores[label])
-    without = len(runs) - sum(s.hang_runs for s in hang_scores.values())
-    print(f"  false hangs on runs without one: {false_hangs.false_hang_runs}/{without} (target 0)")
+              f"{target}: {'met' if ok else 'MISSED'} (raw {overall['raw'][key]:.3f}, naive {naive_overall[key]:.3f})")  # fmt: skip
+    for feed in FEEDS:
+        print(f"  false alarms on healthy runs, {FEED_NAMES[feed]}: {overall[feed]['false_alarms']:.0f} (target 0; "
+              f"naive {naive_overall['false_alarms']:.0f})")  # fmt: skip
+    for feed in FEEDS:
+        if hang_scores[feed]:
+            print(f"hang localization from Inspector silence, {FEED_NAMES[feed]} (the ranks that went silent behind "
+                  "their peers):")  # fmt: skip
+            for label in sorted(hang_scores[feed]):
+                report_hangs(label, hang_scores[feed][label])
+        without = len(runs) - sum(s.hang_runs for s in hang_scores[feed].values())
+        print(f"  false hangs on runs without one, {FEED_NAMES[feed]}: {false_hangs[feed].false_hang_runs}/{without} "
+              "(target 0)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -53,7 +53,8 @@ def _payloads(cluster: str, agents: int, batches: int, records: int) -> list[tup
                     for i in range(records)]  # fmt: skip
             env = Envelope.model_construct(type=event_type("gpu"), cluster=cluster, node=node, agent=incarnation,
                                            seq=b + 1, ts=time.time_ns(), ttl=15.0, records=recs)  # fmt: skip
-            out.append((subjects.event(cluster, node, "gpu"), f"{incarnation}:{b + 1}", encode_event(env)))
+            payload = encode_event(env, "map")  # the bare baseline reads maps
+            out.append((subjects.event(cluster, node, "gpu"), f"{incarnation}:{b + 1}", payload))
     return out
 
 

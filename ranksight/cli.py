@@ -8,38 +8,55 @@ import importlib
 import os
 import signal
 import sys
+from collections.abc import Sequence
 
 from ranksight.cliutil import EXIT_INTERRUPTED
 from ranksight.errors import exit_status
 from ranksight.natsconn import NatsUnreachable
 from ranksight.version import ranksight_version
 
-# One module per component; each has ``register(subparsers)``.
-COMMAND_MODULES = [
-    "ranksight.up",
-    "ranksight.demo",
-    "ranksight.agent.cli",
-    "ranksight.aggregator.cli",
-    "ranksight.aggregator.api.cli",
-    "ranksight.parse",
-    "ranksight.agent.collectors.ras.cli",
-    "ranksight.probe",
-    "ranksight.aggregator.links_cli",
-    "ranksight.aggregator.hardware_cli",
-    "ranksight.aggregator.markers_cli",
-    "ranksight.deploy.cli",
-    "ranksight.aggregator.stragglers_cli",
-    "ranksight.aggregator.alerting_cli",
-]
+# Each command and the module that registers it (``register(subparsers)``). Only the module of the command being run is
+# imported, so a process loads what its command needs: the agent never loads DuckDB, pyarrow, the aiohttp server or the
+# aggregator (tests/unit/test_cli_dispatch.py checks this table against what the modules register).
+COMMANDS: dict[str, str] = {
+    "up": "ranksight.up",
+    "demo": "ranksight.demo",
+    "agent": "ranksight.agent.cli",
+    "aggregator": "ranksight.aggregator.cli",
+    "status": "ranksight.aggregator.cli",
+    "nodes": "ranksight.aggregator.api.cli",
+    "alerts": "ranksight.aggregator.api.cli",
+    "sql": "ranksight.aggregator.api.cli",
+    "export": "ranksight.aggregator.api.cli",
+    "parse": "ranksight.parse",
+    "ras": "ranksight.agent.collectors.ras.cli",
+    "jobs": "ranksight.agent.collectors.ras.cli",
+    "comms": "ranksight.agent.collectors.ras.cli",
+    "probe": "ranksight.probe",
+    "links": "ranksight.aggregator.links_cli",
+    "gpus": "ranksight.aggregator.hardware_cli",
+    "nics": "ranksight.aggregator.hardware_cli",
+    "markers": "ranksight.aggregator.markers_cli",
+    "deploy": "ranksight.deploy.cli",
+    "analyze": "ranksight.aggregator.stragglers_cli",
+    "stragglers": "ranksight.aggregator.stragglers_cli",
+    "node": "ranksight.aggregator.alerting_cli",
+    "silence": "ranksight.aggregator.alerting_cli",
+    "incidents": "ranksight.aggregator.alerting_cli",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: only its command's module when it names one, every command's otherwise (help, errors)."""
     parser = argparse.ArgumentParser(
         prog="ranksight", description="Live diagnosis of RCCL/NCCL training jobs."
     )
     parser.add_argument("--version", action="version", version=f"ranksight {ranksight_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name in COMMAND_MODULES:
+    # The command is the first word that is not an option: the top-level options take no value.
+    command = next((arg for arg in argv or () if not arg.startswith("-")), None)
+    modules = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
+    for name in dict.fromkeys(modules):
         importlib.import_module(name).register(sub)
     return parser
 
@@ -47,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     # `kill -USR1 <pid>` prints every thread's stack to stderr: how an operator sees where a process is stuck.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser(argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except NatsUnreachable as exc:  # any command that needs NATS: one line, no traceback

@@ -30,6 +30,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
 from ranksight.errors import UsageError
+from ranksight.schemas.envelope import WireFormat
 from ranksight.schemas.subjects import sanitize_token
 
 CONFIG_ENV = "RANKSIGHT_CONFIG"
@@ -125,6 +126,36 @@ class InspectorSettings(CollectorSettings):
         None, description="the plugin's NCCL_INSPECTOR_DUMP_DIR; unset or missing: the collector is absent"
     )
     read_chunk_bytes: int = Field(1 << 20, ge=4096, description="most bytes read from one file per pass")
+    summary_window_s: float = Field(
+        5.0,
+        gt=0,
+        description="inspector_summary window, aligned to wall-clock multiples (every node's line up)",
+    )
+    summary_slice_s: float = Field(
+        0.5,
+        gt=0,
+        description="resolution of a summary's per-slice aggregates (match aggregator.stragglers.slice_s)",
+    )
+    summary_grace_s: float = Field(
+        2.0,
+        ge=0,
+        description="a window closes this long after its end; records later than that are counted as late",
+    )
+    summary_max_keys: int = Field(
+        100_000,
+        ge=1,
+        description="open (window, comm, collective, size, process) summaries at most; beyond: counted",
+    )
+    raw_rate_per_s: float = Field(
+        10.0,
+        ge=0,
+        description="raw inspector records published per second at most, sampled fairly across comms (0: none); "
+        "dump files keep every record on the node",
+    )
+
+    def summary_ttl(self) -> float:
+        """A summary stays valid until the next window's should have come."""
+        return 2 * self.summary_window_s + self.summary_grace_s
 
 
 class GpuSettings(CollectorSettings):
@@ -306,6 +337,11 @@ class AgentSettings(Section):
     batch_max_records: int = Field(2000, ge=1)
     batch_max_bytes: int = Field(512 * 1024, ge=1024, description="keep below the server's max_payload")
     batch_max_delay_s: float = Field(0.25, gt=0)
+    wire_format: WireFormat = Field(
+        "compact",
+        description="record batches as columns (compact), or one map per record (map), which aggregators older than "
+        "the compact wire read",
+    )
     queue_max_messages: int = Field(10_000, ge=1, description="publisher queue bound; gauges drop beyond it")
     max_inflight: int = Field(512, ge=1, description="unacknowledged JetStream publishes at once")
     publish_timeout_s: float = Field(5.0, gt=0)

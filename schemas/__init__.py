@@ -6,7 +6,8 @@ Public surface:
 - :mod:`schemas.records`: one record model per event kind (``RECORD_MODELS``).
 - :mod:`schemas.alerts`: the alert payload.
 - :mod:`schemas.api`: the one query response shape.
-- :mod:`schemas.codec`: the only msgpack user; ``decode_event`` raises :class:`schemas.codec.DecodeError`.
+- :mod:`schemas.codec`: the only msgpack user; writes and reads both record forms (compact columns, maps);
+  ``decode_event`` raises :class:`schemas.codec.DecodeError`.
 - :mod:`schemas.structs`: the records' msgspec twins that ``decode_event`` yields (same fields, frozen), and
   ``to_builtins`` for either form.
 """

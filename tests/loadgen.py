@@ -42,7 +42,8 @@ class SyntheticAgent:
         self.publisher = Publisher(self.nc.jetstream(publish_async_max_pending=cfg.max_inflight * 2),
                                    cfg.queue_max_messages, cfg.max_inflight, cfg.publish_timeout_s)  # fmt: skip
         self.batcher = Batcher(self.publisher, Subjects(self.settings.subject_prefix), self.settings.cluster, self.node,
-                               self.incarnation, self.records_per_batch, cfg.batch_max_bytes, cfg.batch_max_delay_s)  # fmt: skip
+                               self.incarnation, self.records_per_batch, cfg.batch_max_bytes, cfg.batch_max_delay_s,
+                               cfg.wire_format)  # fmt: skip
         self._task = asyncio.create_task(self.publisher.run())
         return self
 

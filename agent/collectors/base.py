@@ -25,10 +25,15 @@ if TYPE_CHECKING:
 
 
 class Emit(Protocol):
-    """What a streaming collector publishes through: ``on_ack`` runs once the stream has acknowledged the records."""
+    """What a streaming collector publishes through: ``on_ack`` runs once the stream has acknowledged the records;
+    ``kind`` and ``ttl`` default to the collector's (a collector may publish a second kind, e.g. summaries)."""
 
     def __call__(
-        self, records: Sequence[Record], on_ack: Callable[[], None] | None = None
+        self,
+        records: Sequence[Record],
+        on_ack: Callable[[], None] | None = None,
+        kind: str | None = None,
+        ttl: float | None = None,
     ) -> Awaitable[None]: ...
 
 

@@ -13,13 +13,18 @@ interval exactly as at a hang: no culprit can be named honestly from them; RAS o
 
 A rank whose process still dumps while it waits leaves the same last ``coll_sn`` as the peers waiting for it: Inspector
 alone cannot tell them apart, and RAS names it. Pure: fed records with their receipt time, asked with a clock.
+
+Agents that summarize (``inspector_summary``) report each rank's last ``coll_sn`` once per window: a collective fed by
+summaries is quiet only after ``quiet_s`` plus one window, and "silent since its peers went on" compares windows (the
+rank's latest summarized window against the one where the peers reached their last ``coll_sn``), since all of a
+window's summaries arrive together, in any order.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ranksight.schemas.records import InspectorRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 Proc = tuple[str, int]  # (hostname, pid)
 
@@ -51,6 +56,8 @@ class _CommOp:
     last: dict[int, tuple[int, Proc]] = field(default_factory=dict)  # rank -> (last coll_sn, process)
     top: int = -1
     advanced_ns: int = 0  # receipt time of the last new top coll_sn
+    window_us: int = 0  # fed by summaries: their window (0: raw records)
+    top_window_end_us: int = 0  # fed by summaries: end of the window where the top coll_sn was reached
 
 
 class HangFinder:
@@ -64,39 +71,63 @@ class HangFinder:
             Proc, tuple[int, str]
         ] = {}  # process -> (receipt time of its latest record, its node)
         self.sampled = False
+        self.proc_window_end_us: dict[Proc, int] = {}  # process -> end of its latest summarized window
 
     def add(self, rec: InspectorRecord, recv_ns: int, node: str) -> None:
+        c = self._fold(rec, rec.sn, recv_ns, node)
+        if c is not None and rec.sn > c.top:
+            c.top, c.advanced_ns = rec.sn, recv_ns
+
+    def add_summary(self, s: InspectorSummaryRecord, recv_ns: int, node: str) -> None:
+        end_us = s.window_start_us + s.window_us
+        proc = (s.hostname, s.pid)
+        self.proc_window_end_us[proc] = max(self.proc_window_end_us.get(proc, 0), end_us)
+        c = self._fold(s, s.sn_last, recv_ns, node)
+        if c is None:
+            return
+        c.window_us = s.window_us
+        if s.sn_last > c.top:
+            c.top, c.advanced_ns, c.top_window_end_us = s.sn_last, recv_ns, end_us
+
+    def _fold(
+        self, rec: InspectorRecord | InspectorSummaryRecord, sn: int, recv_ns: int, node: str
+    ) -> _CommOp | None:
         proc = (rec.hostname, rec.pid)
         self.proc_seen[proc] = (recv_ns, node)
         if rec.capture_model == "sampled":
             self.sampled = True
         if rec.op_kind != "coll":
-            return
+            return None
         key = (rec.comm_id, rec.op)
         c = self.comm_ops.get(key)
         if c is None:
             c = self.comm_ops[key] = _CommOp(rec.comm_name or rec.comm_id, rec.n_ranks)
         mine = c.last.get(rec.rank)
-        if mine is None or rec.sn >= mine[0]:
-            c.last[rec.rank] = (rec.sn, proc)
-        if rec.sn > c.top:
-            c.top, c.advanced_ns = rec.sn, recv_ns
+        if mine is None or sn >= mine[0]:
+            c.last[rec.rank] = (sn, proc)
+        return c
 
     def hangs(self, now_ns: int) -> list[Hang]:
         if self.sampled:
             return []  # a sample's coll_sn is only a lower bound: see the module docstring
         out = []
         for (comm_id, op), c in self.comm_ops.items():
-            if now_ns - c.advanced_ns < self.quiet_ns or len(c.last) < c.n_ranks:
+            if now_ns - c.advanced_ns < self.quiet_ns + c.window_us * 1000 or len(c.last) < c.n_ranks:
                 continue
             lagging = tuple(
                 LaggingRank(rank, proc[0], proc[1], sn)
                 for rank, (sn, proc) in sorted(c.last.items())
-                if sn < c.top and self._seen_ns(proc) <= c.advanced_ns  # silent since its peers went on
+                if sn < c.top and self._silent_since_top(c, proc)
             )
             if lagging:
                 out.append(Hang(c.label, comm_id, op, c.top, lagging, (now_ns - c.advanced_ns) / 1e9))
         return out
+
+    def _silent_since_top(self, c: _CommOp, proc: Proc) -> bool:
+        """Whether the process reported nothing since its peers went on to the top ``coll_sn``."""
+        if c.window_us:
+            return self.proc_window_end_us.get(proc, 0) <= c.top_window_end_us
+        return self._seen_ns(proc) <= c.advanced_ns
 
     def _seen_ns(self, proc: Proc) -> int:
         seen = self.proc_seen.get(proc)
@@ -107,6 +138,9 @@ class HangFinder:
         processes silent since then."""
         self.comm_ops = {k: c for k, c in self.comm_ops.items() if c.advanced_ns >= horizon_ns}
         self.proc_seen = {p: seen for p, seen in self.proc_seen.items() if seen[0] >= horizon_ns}
+        self.proc_window_end_us = {
+            p: end for p, end in self.proc_window_end_us.items() if p in self.proc_seen
+        }
 
     def forget_nodes(self, nodes: set[str]) -> None:
         """Drop the processes of ``nodes`` and their ranks (the nodes left live state)."""
@@ -114,6 +148,7 @@ class HangFinder:
         if not gone:
             return
         self.proc_seen = {p: seen for p, seen in self.proc_seen.items() if p not in gone}
+        self.proc_window_end_us = {p: end for p, end in self.proc_window_end_us.items() if p not in gone}
         for c in self.comm_ops.values():
             c.last = {rank: last for rank, last in c.last.items() if last[1] not in gone}
         self.comm_ops = {k: c for k, c in self.comm_ops.items() if c.last}

@@ -11,6 +11,10 @@ alerts resolve. GPU and NIC samples of the same node are kept (latest per device
 Each record is also folded, as it arrives, into the cluster's :class:`aggregator.analysis.hangs.HangFinder` (the last
 ``coll_sn`` per rank); the ``collective_hang`` rule asks it on every tick. A hung job is silent, so its collectives are
 kept ``hang_retain_s`` (not the straggler horizon) after they last advanced.
+
+Agents summarize (``inspector_summary``, per window) and publish raw records only at a bounded rate: summaries feed the
+engine and the hang finder, and the raw records of a node that sent summaries within the last ``retain_windows`` x
+``window_s`` are samples of what those carry, so they feed neither. An older agent's raw records feed both, as before.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import statistics
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import cast
 
 from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.analysis.gpu_probe import gpu_evidence
@@ -32,7 +37,7 @@ from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso
 from ranksight.config import StragglerSettings
 from ranksight.schemas.envelope import Envelope
-from ranksight.schemas.records import GpuRecord, InspectorRecord, NicRecord
+from ranksight.schemas.records import GpuRecord, InspectorRecord, InspectorSummaryRecord, NicRecord
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +56,12 @@ def params_of(settings: StragglerSettings) -> StragglerParams:
 
 
 class StragglerTracker:
-    kinds = frozenset({"inspector", "gpu", "nic"})
+    kinds = frozenset({"inspector", "inspector_summary", "gpu", "nic"})
 
     def __init__(self, settings: StragglerSettings | None = None) -> None:
-        self.pending: list[tuple[str, InspectorRecord]] = []  # queued by observe, folded in on evaluation
+        # queued by observe, folded in on evaluation
+        self.pending: list[tuple[str, InspectorRecord | InspectorSummaryRecord]] = []
+        self.summarizing: dict[NodeKey, int] = {}  # nodes that send summaries: receipt time of the latest
         self.dropped = 0  # records dropped because the queue was full (the worker fell behind)
         self.engines: dict[str, StragglerEngine] = {}  # touched only by the evaluation (worker thread)
         self.last_recv_ns: dict[str, int] = {}
@@ -81,7 +88,12 @@ class StragglerTracker:
         return sum(engine.records for engine in self.engines.values())
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
-        if env.kind == "inspector":
+        summary = env.kind == "inspector_summary"
+        if summary:
+            self.summarizing[(env.cluster, env.node)] = recv_ns
+        elif env.kind == "inspector" and (env.cluster, env.node) in self.summarizing:
+            return  # a sample of what the node's summaries carry
+        if env.kind in ("inspector", "inspector_summary"):
             room = self.settings.max_records - len(self.pending)
             if room < len(env.records):
                 self.dropped += len(env.records) - max(room, 0)
@@ -91,7 +103,10 @@ class StragglerTracker:
             if finder is None:
                 finder = self.hang_finders[env.cluster] = HangFinder(self.settings.hang_quiet_s)
             for rec in env.records:
-                finder.add(rec, recv_ns, env.node)
+                if summary:
+                    finder.add_summary(rec, recv_ns, env.node)
+                else:
+                    finder.add(rec, recv_ns, env.node)
         elif env.kind == "gpu":
             for gpu in env.records:
                 self.gpus[(env.cluster, env.node, gpu.index)] = gpu
@@ -112,6 +127,7 @@ class StragglerTracker:
                 del self.hang_finders[cluster]
         horizon = now_ns - int(self.settings.retain_windows * self.settings.window_s * NS)
         gone = {cluster for cluster, ns in self.last_recv_ns.items() if ns < horizon}
+        self.summarizing = {key: ns for key, ns in self.summarizing.items() if ns >= horizon}
         for cluster in gone:
             del self.last_recv_ns[cluster]
         batch, self.pending = self.pending, []
@@ -131,6 +147,7 @@ class StragglerTracker:
         """Drop the nodes' GPU and NIC samples and their processes in the hang finders (Inspector records age out
         by time, findings with them)."""
         self.gpus = without_nodes(self.gpus, nodes)
+        self.summarizing = {key: ns for key, ns in self.summarizing.items() if key not in nodes}
         self.nics = without_nodes(self.nics, nodes)
         for cluster, finder in list(self.hang_finders.items()):
             finder.forget_nodes({node for c, node in nodes if c == cluster})
@@ -151,7 +168,7 @@ class StragglerTracker:
         return rows
 
     def _evaluate(
-        self, batch: list[tuple[str, InspectorRecord]], gone: set[str], now_ns: int
+        self, batch: list[tuple[str, InspectorRecord | InspectorSummaryRecord]], gone: set[str], now_ns: int
     ) -> dict[str, ClusterFindings]:
         for cluster in gone:
             self.engines.pop(cluster, None)
@@ -159,7 +176,10 @@ class StragglerTracker:
             engine = self.engines.get(cluster)
             if engine is None:
                 engine = self.engines[cluster] = StragglerEngine(self.params)
-            engine.add(rec)
+            if hasattr(rec, "window_us"):  # a summary (twins of both kinds are plain structs)
+                engine.add_summary(cast(InspectorSummaryRecord, rec))
+            else:
+                engine.add(cast(InspectorRecord, rec))
         out = {}
         for cluster, engine in self.engines.items():
             try:

@@ -6,7 +6,8 @@ late rank (compute straggler) shows the *shortest* time of its group while its p
 
 Inputs are per-slice aggregates (``slice_s`` of dump time): per (comm, coll, size, rank) the count, sum and minimum of
 exec times, and per (comm, coll) the span of ``coll_sn`` seen. Records are folded into them once (:meth:`add`), so the
-engine never re-reads a record; per-window summaries made on the agent would feed the same aggregates.
+engine never re-reads a record; the agents' per-window summaries (``inspector_summary``) carry the same aggregates per slice
+and feed them in with :meth:`StragglerEngine.add_summary`.
 
 1. Compute. Every process runs the same steps, so over a stretch of time its time *outside* collectives (its compute
    share, ``1 - sum(exec time x op rate)``) is its own compute: a victim's waits and a slow link's transfers show up
@@ -35,8 +36,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+from ranksight.agent.collectors.inspector.summary import SnSpan
 from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
-from ranksight.schemas.records import InspectorRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 Kind = Literal["compute", "communication"]
 Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a process is not
@@ -144,32 +146,16 @@ class _Agg:
     def __init__(self) -> None:
         self.n, self.total, self.low = 0, 0.0, math.inf
 
-    def add(self, t: float) -> None:
-        self.n += 1
-        self.total += t
-        self.low = min(self.low, t)
-
-
-class _Span:
-    """``coll_sn`` range of one (comm, coll) in one slice, with the dump times that bound it."""
-
-    __slots__ = ("hi", "hi_ts", "lo", "lo_ts")
-
-    def __init__(self, sn: int, ts: int) -> None:
-        self.lo = self.hi = sn
-        self.lo_ts = self.hi_ts = ts
-
-    def add(self, sn: int, ts: int) -> None:
-        if sn < self.lo or (sn == self.lo and ts < self.lo_ts):
-            self.lo, self.lo_ts = sn, ts
-        if sn > self.hi or (sn == self.hi and ts < self.hi_ts):
-            self.hi, self.hi_ts = sn, ts
+    def merge(self, n: int, total: float, low: float) -> None:
+        self.n += n
+        self.total += total
+        self.low = min(self.low, low)
 
 
 @dataclass
 class _Slice:
     aggs: dict[AggKey, _Agg] = field(default_factory=dict)
-    spans: dict[SpanKey, _Span] = field(default_factory=dict)
+    spans: dict[SpanKey, SnSpan] = field(default_factory=dict)
 
 
 @dataclass
@@ -222,47 +208,83 @@ class StragglerEngine:
 
     # -- input ----------------------------------------------------------------------------------------------------
     def add(self, rec: InspectorRecord) -> None:
-        self.records += 1
-        if rec.capture_model == "ring":
-            self.ring += 1
-        else:
-            self.sampled += 1
-        self.bw_mismatches += rec.bw_mismatch
-        comm = self.comms.get(rec.comm_id)
-        if comm is None:
-            comm = self.comms[rec.comm_id] = _Comm(rec.comm_name or rec.comm_id)
-        proc = (rec.hostname, rec.pid)
-        comm.members[rec.rank] = proc
-        if rec.dump_ts_us > self.proc_last.get(proc, 0):
-            self.proc_last[proc] = rec.dump_ts_us
+        self._count(rec.capture_model, 1, int(rec.bw_mismatch))
+        comm = self._member(rec.comm_id, rec.comm_name, rec.rank, (rec.hostname, rec.pid), rec.dump_ts_us)
         if rec.exec_time_us is None or rec.exec_time_us <= 0:
             return
-        index = rec.dump_ts_us // self.slice_us
+        sl = self._slice(rec.dump_ts_us // self.slice_us)
+        if sl is None:
+            return
+        p2p = rec.op_kind == "p2p"
+        self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
+        self._fold(sl, comm, rec.comm_id, rec.op, p2p, rec.msg_size_bytes, rec.rank, rec.n_ranks,
+                   (1, rec.exec_time_us, rec.exec_time_us), (rec.sn, rec.dump_ts_us, rec.sn, rec.dump_ts_us))  # fmt: skip
+
+    def add_summary(self, s: InspectorSummaryRecord) -> None:
+        """Fold an agent's window summary (:mod:`agent.collectors.inspector.summary`): its per-slice aggregates are
+        the ones :meth:`add` builds from the raw records, so the judgement is the same."""
+        self._count(s.capture_model, s.count, s.bw_mismatches)
+        # its latest record, as with raw records (a window's end may lie past the end of the job)
+        comm = self._member(s.comm_id, s.comm_name, s.rank, (s.hostname, s.pid), s.last_dump_ts_us)
+        size = s.bytes // s.count if s.count else s.size_bucket  # the exact size when the bucket holds one
+        slices = zip(s.slice_index, s.slice_count, s.slice_exec_sum_us, s.slice_exec_min_us, s.slice_sn_lo,
+                     s.slice_sn_lo_ts_us, s.slice_sn_hi, s.slice_sn_hi_ts_us, strict=False)  # fmt: skip
+        for index, n, total, low, lo, lo_ts, hi, hi_ts in slices:
+            sl = self._slice((s.window_start_us + index * s.slice_us) // self.slice_us)
+            if sl is not None and n > 0:
+                self._fold(sl, comm, s.comm_id, s.op, s.op_kind == "p2p", size, s.rank, s.n_ranks,
+                           (n, total, low), (lo, lo_ts, hi, hi_ts))  # fmt: skip
+
+    def _count(self, capture_model: str, records: int, bw_mismatches: int) -> None:
+        self.records += records
+        if capture_model == "ring":
+            self.ring += records
+        else:
+            self.sampled += records
+        self.bw_mismatches += bw_mismatches
+
+    def _member(self, comm_id: str, name: str | None, rank: int, proc: Proc, dump_ts_us: int) -> _Comm:
+        comm = self.comms.get(comm_id)
+        if comm is None:
+            comm = self.comms[comm_id] = _Comm(name or comm_id)
+        comm.members[rank] = proc
+        if dump_ts_us > self.proc_last.get(proc, 0):
+            self.proc_last[proc] = dump_ts_us
+        return comm
+
+    def _slice(self, index: int) -> _Slice | None:
+        """The slice at ``index``; None when it is far older than what is judged now (nothing to add to)."""
         if self.evaluated is not None and index <= self.evaluated - max(
             self.params.retain_slices, 2 * self._horizon_now
         ):
-            return  # far older than what is judged now: nothing to add it to
+            return None
         if self.evaluated is not None and index <= self.evaluated:  # a process catching up: judge it again
             self._late_from = index if self._late_from is None else min(self._late_from, index)
         sl = self.slices.get(index)
         if sl is None:
             sl = self.slices[index] = _Slice()
-        p2p = rec.op_kind == "p2p"
-        span_key = (rec.comm_id, rec.op, rec.rank)  # each rank's own samples: one dump-thread phase
-        span = sl.spans.get(span_key)
-        if span is None:
-            sl.spans[span_key] = _Span(rec.sn, rec.dump_ts_us)
+        return sl
+
+    @staticmethod
+    def _fold(sl: _Slice, comm: _Comm, comm_id: str, op: str, p2p: bool, size: int, rank: int, n_ranks: int,
+              times: tuple[int, float, float], span: tuple[int, int, int, int]) -> None:  # fmt: skip
+        """Add ``times`` (count, sum, minimum of exec times) and the ``coll_sn`` span ``(lo, its ts, hi, its ts)``."""
+        span_key = (comm_id, op, rank)  # each rank's own samples: one dump-thread phase
+        lo, lo_ts, hi, hi_ts = span
+        got = sl.spans.get(span_key)
+        if got is None:
+            got = sl.spans[span_key] = SnSpan(lo, lo_ts)
         else:
-            span.add(rec.sn, rec.dump_ts_us)
-        self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
-        key = (rec.comm_id, rec.op, rec.msg_size_bytes, rec.rank)
+            got.add(lo, lo_ts)
+        got.add(hi, hi_ts)
+        key = (comm_id, op, size, rank)
         agg = sl.aggs.get(key)
         if agg is None:
             agg = sl.aggs[key] = _Agg()
-            if not p2p and (rec.op, rec.msg_size_bytes) not in comm.op_bytes:
-                one_second = bandwidths_gbs(rec.op, rec.n_ranks, rec.msg_size_bytes, 1e6)
-                comm.op_bytes[(rec.op, rec.msg_size_bytes)] = one_second[1] * 1e9 if one_second else 0.0
-        agg.add(rec.exec_time_us)
+            if not p2p and (op, size) not in comm.op_bytes:
+                one_second = bandwidths_gbs(op, n_ranks, size, 1e6)
+                comm.op_bytes[(op, size)] = one_second[1] * 1e9 if one_second else 0.0
+        agg.merge(*times)
 
     def extend(self, records: Iterable[InspectorRecord]) -> StragglerEngine:
         for rec in records:

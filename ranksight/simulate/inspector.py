@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Literal
 
 from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+from ranksight.agent.collectors.inspector.summary import Summarizer
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 FaultKind = Literal["gpu", "node", "nic", "hang"]
 
@@ -312,3 +314,17 @@ def write_job(spec: JobSpec, directory: Path) -> list[Path]:
         path.write_text("".join(line + "\n" for line in lines))
         paths.append(path)
     return sorted(paths)
+
+
+def summarize(
+    records: list[InspectorRecord], summarizer: Summarizer
+) -> list[tuple[int, InspectorSummaryRecord]]:
+    """What a node's agent publishes for these records (in dump-time order): each summary with the time (µs) it is
+    published, its window's end plus the grace, as the agent's clock closes it. Through the agent's own summarizer."""
+    out: list[tuple[int, InspectorSummaryRecord]] = []
+    ready = summarizer.window_us + summarizer.grace_us  # from a window's start to its summaries' publication
+    for rec in records:
+        out += [(x.window_start_us + ready, x) for x in summarizer.close(rec.dump_ts_us)]
+        summarizer.add(rec)
+    out += [(x.window_start_us + ready, x) for x in summarizer.flush()]
+    return out

@@ -8,6 +8,7 @@ from ranksight.schemas.records.gpu import GpuLink, GpuRecord
 from ranksight.schemas.records.gpu_probe import GpuProbeRecord
 from ranksight.schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
 from ranksight.schemas.records.inspector import InspectorRecord
+from ranksight.schemas.records.inspector_summary import InspectorSummaryRecord
 from ranksight.schemas.records.nic import NicRecord
 from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
 from ranksight.schemas.records.ras import RasEventRecord, RasRecord
@@ -17,6 +18,7 @@ RECORD_MODELS: dict[str, type[Record]] = {
     "ras": RasRecord,
     "ras_event": RasEventRecord,
     "inspector": InspectorRecord,
+    "inspector_summary": InspectorSummaryRecord,
     "gpu": GpuRecord,
     "nic": NicRecord,
     "probe": ProbeRecord,
@@ -34,6 +36,7 @@ __all__ = [
     "GpuRecord",
     "HeartbeatRecord",
     "InspectorRecord",
+    "InspectorSummaryRecord",
     "NicRecord",
     "ProbeEndpointRecord",
     "ProbeRecord",

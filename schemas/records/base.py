@@ -18,3 +18,6 @@ class Record(BaseModel):
 
     # Envelopes of a kind whose latest record is the fact (a heartbeat, an endpoint) must carry at least one.
     min_records: ClassVar[int] = 0
+    # Bumped when the model (or a sub-model) gains a field; compact batches carry it (``record_version``) and an
+    # aggregator refuses a version newer than its own (``unsupported_version``).
+    schema_version: ClassVar[int] = 1

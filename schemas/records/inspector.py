@@ -14,7 +14,9 @@ from ranksight.schemas.records.base import Record
 CaptureModel = Literal["ring", "sampled"]
 
 
-class InspectorRecord(Record):
+class InspectorOperation(Record):
+    """Who ran an operation: its communicator, the rank in it, the process; shared by raw records and summaries."""
+
     comm_id: str
     comm_name: str | None = None
     rank: int
@@ -24,6 +26,9 @@ class InspectorRecord(Record):
     pid: int
     op_kind: Literal["coll", "p2p"]
     op: str
+
+
+class InspectorRecord(InspectorOperation):
     sn: int
     peer: int | None = None
     msg_size_bytes: int

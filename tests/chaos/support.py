@@ -147,12 +147,24 @@ def envelope(kind: str, node: str, agent: str, records: list[Any] | None = None,
            "ts": time.time_ns(), "ttl": 10.0,
            "records": records if records is not None else [minimal_record(RECORD_MODELS[kind])]}  # fmt: skip
     env.update(fields)
-    return msgpack.packb(env)
+    return msgpack.packb({key: value for key, value in env.items() if value is not _OMIT})
+
+
+def compact_envelope(kind: str, node: str, agent: str, records: list[dict[str, Any]], **keys: Any) -> bytes:
+    """A compact envelope (a column per field of ``records``, which share their keys); ``keys`` override its own."""
+    names = list(records[0])
+    batch = {"record_version": 1, "count": len(records), "fields": names,
+             "columns": [[r[name] for r in records] for name in names], "constants": {}}  # fmt: skip
+    return envelope(kind, node, agent, records=_OMIT, **{**batch, **keys})
+
+
+_OMIT: Any = object()
 
 
 def poison_pills(node: str) -> list[tuple[str, bytes, str]]:
-    """(kind, payload, expected dead-letter reason): every integer field of every kind at 2^63, every envelope number
-    out of range, non-finite TTLs, an empty heartbeat, the end of time as ``ts``."""
+    """(kind, payload, expected dead-letter reason): every integer field of every kind at 2^63 (in a map-form record,
+    in a compact column and in a compact constant), every envelope number out of range, non-finite TTLs, an empty
+    heartbeat, the end of time as ``ts``, compact batches whose columns do not line up or are of a newer version."""
     pills: list[tuple[str, bytes, str]] = []
     agent = f"{node}-inc"
     for kind, model in RECORD_MODELS.items():
@@ -160,6 +172,24 @@ def poison_pills(node: str) -> list[tuple[str, bytes, str]]:
             if _is_int(info.annotation):
                 record = {**minimal_record(model), name: 2**63}
                 pills.append((kind, envelope(kind, node, agent, [record]), "bad_record"))
+                good = {**minimal_record(model), name: 1}
+                pills.append((kind, compact_envelope(kind, node, agent, [good, record]), "bad_record"))
+                one = compact_envelope(kind, node, agent, [good], fields=[], columns=[], constants=record)
+                pills.append((kind, one, "bad_record"))
+    two = [{"index": 0, "power_w": 1.0}, {"index": 1, "power_w": 2.0}]
+    for keys, reason in [
+        ({"columns": [[0, 1], [1.0]]}, "bad_envelope"),  # a column of another length
+        ({"columns": [[0, 1]]}, "bad_envelope"),  # a column list of another length
+        ({"fields": ["power_w"], "columns": [[1.0, 2.0]]}, "bad_record"),  # a required column missing
+        ({"columns": [["0", "1"], [1.0, 2.0]]}, "bad_record"),  # wrong type
+        (
+            {"fields": [], "columns": [], "constants": {"index": 1}, "count": 100_000},
+            "bad_envelope",
+        ),  # expansion
+        ({"record_version": 2}, "unsupported_version"),
+        ({"count": None}, "bad_envelope"),
+    ]:
+        pills.append(("gpu", compact_envelope("gpu", node, agent, two, **keys), reason))
     for name, bad in [("seq", 2**63), ("seq", 2**64 - 1), ("ts", 2**63), ("ttl", float("inf")), ("ttl", float("nan")),
                       ("ttl", float("-inf"))]:  # fmt: skip
         assert name in Envelope.model_fields

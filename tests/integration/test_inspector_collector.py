@@ -1,5 +1,6 @@
 """Real nats-server + agent (inspector collector) + aggregator + DuckDB: files appended, partially written,
-truncated and rotated while the collector runs; an agent restart resumes from the acknowledged offsets."""
+truncated and rotated while the collector runs; an agent restart resumes from the acknowledged offsets. Most tests
+publish every record raw (no rate limit) to follow the tailer; the last one checks the rate limit and the summaries."""
 
 from __future__ import annotations
 
@@ -14,12 +15,16 @@ from ranksight.config import Settings
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.support import agent, aggregator, wait_for
 
+EVERY_RAW = {"raw_rate_per_s": 1e9}
+
 
 @pytest.fixture
 def dump_settings(settings: Settings, tmp_path: Path) -> Settings:
     dump = tmp_path / "dump"
     dump.mkdir()
-    cfg = settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05})
+    cfg = settings.agent.collectors.inspector.model_copy(
+        update={"dump_dir": dump, "interval_s": 0.05, **EVERY_RAW}
+    )
     collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
     return settings.model_copy(update={"agent": settings.agent.model_copy(update={"collectors": collectors})})
 
@@ -73,7 +78,9 @@ async def test_a_dump_directory_created_after_the_agent_starts_is_picked_up(
     settings: Settings, tmp_path: Path
 ) -> None:
     dump = tmp_path / "later"  # the job creates it when it starts, after the agent
-    cfg = settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05})
+    cfg = settings.agent.collectors.inspector.model_copy(
+        update={"dump_dir": dump, "interval_s": 0.05, **EVERY_RAW}
+    )
     collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
     agent_cfg = settings.agent.model_copy(update={"collectors": collectors, "redetect_s": 0.2})
     late = settings.model_copy(update={"agent": agent_cfg})
@@ -102,3 +109,45 @@ async def test_a_fifo_named_like_a_dump_is_skipped_and_reported(dump_settings: S
         with (dump / "node000-pid2.log").open("a") as fh:
             fh.write("".join(x + "\n" for x in data[40:60]))
         await wait_for(lambda: stored(agg)[0] == 60)  # and it goes on
+
+
+async def test_raw_records_are_rate_limited_fairly_and_summaries_count_every_record(
+    settings: Settings, tmp_path: Path
+) -> None:
+    dump = tmp_path / "dump"
+    dump.mkdir()
+    procs = simulate(JobSpec(nodes=2, gpus_per_node=2, steps=60))
+    for (host, pid), lines in procs.items():
+        (dump / f"{host}-pid{pid}.log").write_text("".join(x + "\n" for x in lines))
+    total = sum(len(lines) for lines in procs.values())
+    cfg = settings.agent.collectors.inspector.model_copy(update={
+        "dump_dir": dump, "interval_s": 0.05, "raw_rate_per_s": 20.0, "summary_window_s": 1.0,
+        "summary_grace_s": 0.2,
+        "read_chunk_bytes": 4096})  # fmt: skip
+    collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
+    limited = settings.model_copy(
+        update={"agent": settings.agent.model_copy(update={"collectors": collectors})}
+    )
+    async with aggregator(limited) as agg, agent(limited, only=["inspector"]) as rt:
+        summed = (
+            "SELECT coalesce(sum(count), 0) AS n, count(DISTINCT comm_id) AS comms FROM inspector_summary"
+        )
+        await wait_for(
+            lambda: next(agg.store.rows(summed))["n"] == total
+        )  # the job's records are from the past
+        [raw] = agg.store.rows("SELECT count(*) AS n, count(DISTINCT comm_id) AS comms FROM inspector")
+        [summaries] = agg.store.rows(summed)
+        assert (
+            0 < raw["n"] <= 20 + 20 * 5
+        )  # one second of burst, then the rate (this test is done within 5 s)
+        assert raw["comms"] == summaries["comms"]  # every communicator gets its share
+        ttls = [r["ttl"] for r in agg.store.rows("SELECT DISTINCT ttl FROM inspector_summary")]
+        assert ttls == [2 * 1.0 + 0.2]  # valid until the next window's summary should have come
+        assert rt.ctx is not None
+        status = await rt.ctx.commands["inspector"]({})
+        assert status["raw"]["published"] == raw["n"] and status["raw"]["kept_on_node"] == total - raw["n"]
+        assert status["summaries"]["records"] == total and status["summaries"]["late"] == 0
+        state = json.loads((limited.state_dir / "inspector-offsets.json").read_text())
+        assert all(
+            f["offset"] == (dump / Path(path).name).stat().st_size for path, f in state["files"].items()
+        )

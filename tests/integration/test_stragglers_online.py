@@ -1,6 +1,7 @@
 """Online: a simulated job's dump files -> agent -> NATS -> aggregator -> engine on tick -> ``straggler`` alert,
 ``stragglers`` endpoint and CLI; a hung rank -> ``collective_hang`` on the alert subject; and the offline
-``ranksight analyze inspector`` command on the same kind of files."""
+``ranksight analyze inspector`` command on the same kind of files. The agents publish summaries only (no raw records):
+the online alerts come from them."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ STRAGGLER = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", no
 def online_settings(settings: Settings, dump: Path) -> Settings:
     return settings.model_copy(update={
         "agent": settings.agent.model_copy(update={"collectors": settings.agent.collectors.model_copy(update={
-            "inspector": settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05}),
+            # no raw records: online findings come from the agents' summaries alone
+            "inspector": settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05,
+                                                                               "raw_rate_per_s": 0.0}),
         })}),
         "aggregator": settings.aggregator.model_copy(update={"stragglers": settings.aggregator.stragglers.model_copy(
             update={"window_s": 2.0, "evaluate_every_s": 0.3, "retain_windows": 60})}),
@@ -59,9 +62,10 @@ async def test_straggler_alert_endpoint_and_cli(settings: Settings, tmp_path: Pa
         assert "node001" in table.stdout and "compute" in table.stdout
         [view] = agg.store.rows("SELECT hostname, pid, kind, state FROM straggler_findings")
         assert view == {"hostname": "node001", "pid": spec.pid(1, 2), "kind": "compute", "state": "firing"}
-        stats = list(agg.store.rows("SELECT hostname, pid, ops FROM inspector_rank_stats WHERE pid = ?",
+        stats = list(agg.store.rows("SELECT hostname, pid, ops FROM inspector_summary_rank_stats WHERE pid = ?",
                                     [spec.pid(1, 2)]))  # fmt: skip
         assert stats and all(r["hostname"] == "node001" for r in stats)
+        assert next(agg.store.rows("SELECT count(*) AS n FROM inspector"))["n"] == 0  # summaries alone
     async with aggregator(
         cfg
     ) as agg:  # a restart replays history: the alert stays firing, nothing fires again

@@ -10,7 +10,7 @@ from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule, gpu_
 from ranksight.aggregator.gpu_probes import METRICS
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import GpuProbeRecord, RasRecord
+from ranksight.schemas.records import GpuProbeRecord, InspectorSummaryRecord, RasRecord
 
 PEAKS = {  # model -> (bf16 TFLOPS, fp16 TFLOPS, bytes/s): plausible magnitudes; only ratios matter to the rule
     "AMD Instinct MI300X": (650.0, 660.0, 4.2e12),
@@ -181,3 +181,19 @@ def test_replayed_history_refires_nothing() -> None:
     rebuilt.tick(3 * NS)
     assert AlertEngine(engine.active.values()).evaluate([rule], rebuilt, 3 * NS) == []
     assert [c.fingerprint for c in rule.evaluate(rebuilt, 3 * NS)] == [alert.fingerprint]
+
+
+def test_a_node_sending_only_inspector_summaries_runs_a_job() -> None:
+    """An agent with raw records rate-limited to none still tells that a job runs: its summaries count as job data."""
+    state = LiveState()
+    summary = {"window_start_us": 0, "window_us": 5_000_000, "slice_us": 500_000, "comm_id": "c0", "rank": 0,
+               "n_ranks": 8, "hostname": "n2", "pid": 1, "op_kind": "coll", "op": "AllReduce", "size_bucket": 1024,
+               "count": 1, "bytes": 1024, "sn_first": 1, "sn_last": 1, "last_dump_ts_us": 1}  # fmt: skip
+    env = Envelope.model_construct(type=event_type("inspector_summary"), cluster="c", node="n2", agent="r", seq=1,
+                                   ts=0, ttl=30, records=[InspectorSummaryRecord.model_validate(summary)])  # fmt: skip
+    state.observe(env, 1 * NS)
+    _slow_cluster(state, 10 * NS)
+    state.tick(11 * NS)
+    tracker = tracker_of(state)
+    assert tracker is not None and tracker.discarded_busy == 1
+    assert sorted(k[1] for k in tracker.live) == ["n0", "n1", "n3"]

@@ -4,6 +4,7 @@ pause, both capture models) and the ``collective_hang`` rule through the live tr
 from __future__ import annotations
 
 from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis import default_rules
 from ranksight.aggregator.analysis.hangs import HangFinder
@@ -11,8 +12,8 @@ from ranksight.aggregator.jobs import CommState, JobState
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
 from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import InspectorRecord
-from ranksight.simulate.inspector import Fault, JobSpec, simulate_timed
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.simulate.inspector import Fault, JobSpec, simulate_timed, summarize
 from ranksight.simulate.scenarios import hang, healthy, truth
 
 HUNG = JobSpec(
@@ -42,6 +43,43 @@ def replay(finder: HangFinder, recs: list[InspectorRecord], every_s: float = 1.0
         named |= {(r.hostname, r.pid) for h in finder.hangs(next_ask) for r in h.lagging}
         next_ask += every
     return named
+
+
+def replay_summaries(finder: HangFinder, spec: JobSpec) -> tuple[set[tuple[str, int]], int]:
+    """Feed the agents' summaries when they are published (a window's all at once, in reverse order: the hung
+    process's last ones arrive after its peers'), asking the finder every second; every process it named, and the
+    receipt time of the last summary (ns)."""
+    published = summarize(records(spec), Summarizer(window_s=5.0, grace_s=2.0))
+    by_time: dict[int, list[InspectorSummaryRecord]] = {}
+    for at_us, summary in published:
+        by_time.setdefault(at_us, []).append(summary)
+    named: set[tuple[str, int]] = set()
+    ask = min(by_time) * 1000
+    for at_us, batch in sorted(by_time.items()):
+        while ask < at_us * 1000:
+            named |= {(r.hostname, r.pid) for h in finder.hangs(ask) for r in h.lagging}
+            ask += NS
+        for summary in reversed(batch):
+            finder.add_summary(summary, at_us * 1000, summary.hostname)
+    last_ns = max(by_time) * 1000
+    for _ in range(30):
+        named |= {(r.hostname, r.pid) for h in finder.hangs(ask) for r in h.lagging}
+        ask += NS
+    return named, last_ns
+
+
+def test_from_summaries_a_hang_is_named_and_a_healthy_run_or_end_never() -> None:
+    named, _ = replay_summaries(HangFinder(3.0), HUNG)
+    assert named == {("node002", HUNG.pid(2, 1))}
+    # between two windows' summaries nothing advances for 5 s, more than quiet_s: no hang for it
+    assert replay_summaries(HangFinder(3.0), healthy("ring", 1))[0] == set()
+    finder = HangFinder(3.0)
+    _, last_ns = replay_summaries(finder, HUNG)
+    assert (
+        finder.hangs(last_ns + 7 * NS) == []
+    )  # quiet for less than quiet_s plus one window: the next may come
+    hangs = finder.hangs(last_ns + 8 * NS)
+    assert {(r.hostname, r.pid) for h in hangs for r in h.lagging} == {("node002", HUNG.pid(2, 1))}
 
 
 def test_ring_hang_names_the_hung_process_with_its_communicators_after_quiet_s() -> None:

@@ -1,5 +1,6 @@
 """The straggler engine on simulated jobs: every fault kind found and attributed right, healthy noise finds nothing,
-in both capture models. The jobs go through the real on-disk format (simulator -> files -> reader -> engine)."""
+in both capture models. The jobs go through the real on-disk format (simulator -> files -> reader -> engine); the
+main cases also through the agent's summarizer (the engine fed ``inspector_summary`` records, as online)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.stragglers import (
     Analysis,
     StragglerEngine,
@@ -16,10 +18,11 @@ from ranksight.aggregator.analysis.stragglers import (
     analyze_records,
 )
 from ranksight.simulate import scenarios
-from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job, write_job
+from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job, summarize, write_job
 
 PARAMS = StragglerParams(window_s=2.0)
 MODELS = ["ring", "sampled"]
+FEEDS = ["raw", "summary"]
 
 
 def job(**kwargs: object) -> JobSpec:
@@ -27,28 +30,41 @@ def job(**kwargs: object) -> JobSpec:
     return JobSpec(**{"gpus_per_node": 4, **kwargs})  # type: ignore[arg-type]
 
 
-def run(tmp_path: Path, spec: JobSpec) -> Analysis:
+def run(tmp_path: Path, spec: JobSpec, feed: str = "raw") -> Analysis:
     write_job(spec, tmp_path / "dump")
     reader = DumpReader(tmp_path / "dump")
-    result = analyze_records(reader.records(), PARAMS)
+    if feed == "raw":
+        result = analyze_records(reader.records(), PARAMS)
+    else:
+        engine = StragglerEngine(PARAMS)
+        records = sorted(reader.records(), key=lambda r: r.dump_ts_us)
+        for _, summary in summarize(records, Summarizer(slice_s=PARAMS.slice_s)):
+            engine.add_summary(summary)
+        result = engine.analyze()
     assert reader.bad_lines == 0 and result.bw_mismatches == 0
     assert result.capture_model == spec.capture
     return result
 
 
 @pytest.mark.parametrize("capture", MODELS)
-def test_healthy_job_with_heavy_noise_and_warmup_has_no_findings(tmp_path: Path, capture: str) -> None:
+@pytest.mark.parametrize("feed", FEEDS)
+def test_healthy_job_with_heavy_noise_and_warmup_has_no_findings(
+    tmp_path: Path, capture: str, feed: str
+) -> None:
     spec = job(capture=capture, noise=0.1, spike_prob=0.02, warmup_steps=30, seed=7)
-    result = run(tmp_path, spec)
+    result = run(tmp_path, spec, feed)
     assert result.records > 10_000
     assert result.stragglers == []
 
 
 @pytest.mark.parametrize("capture", MODELS)
 @pytest.mark.parametrize("factor", [1.1, 2.0])
-def test_one_slow_gpu_is_the_straggler_not_its_victims(tmp_path: Path, capture: str, factor: float) -> None:
+@pytest.mark.parametrize("feed", FEEDS)
+def test_one_slow_gpu_is_the_straggler_not_its_victims(
+    tmp_path: Path, capture: str, feed: str, factor: float
+) -> None:
     spec = job(capture=capture, faults=[Fault("gpu", node=3, gpu=1, factor=factor)])
-    [finding] = run(tmp_path, spec).stragglers
+    [finding] = run(tmp_path, spec, feed).stragglers
     assert (finding.hostname, finding.pid, finding.kind) == ("node003", spec.pid(3, 1), "compute")
     assert finding.rank is not None and finding.comm is not None
     # the slowdown the rank costs the job (waits / step period): below the GPU's own factor, because with noise
@@ -58,17 +74,19 @@ def test_one_slow_gpu_is_the_straggler_not_its_victims(tmp_path: Path, capture: 
 
 
 @pytest.mark.parametrize("capture", MODELS)
-def test_slow_node_is_reported_once_as_a_node(tmp_path: Path, capture: str) -> None:
+@pytest.mark.parametrize("feed", FEEDS)
+def test_slow_node_is_reported_once_as_a_node(tmp_path: Path, capture: str, feed: str) -> None:
     spec = job(capture=capture, faults=[Fault("node", node=2, factor=1.5)])
-    [finding] = run(tmp_path, spec).stragglers
+    [finding] = run(tmp_path, spec, feed).stragglers
     assert (finding.hostname, finding.pid, finding.kind, finding.rank) == ("node002", None, "compute", None)
     assert 1.2 < finding.slowdown < 1.6
 
 
 @pytest.mark.parametrize("capture", MODELS)
-def test_degraded_nic_is_communication_localized_to_its_node(tmp_path: Path, capture: str) -> None:
+@pytest.mark.parametrize("feed", FEEDS)
+def test_degraded_nic_is_communication_localized_to_its_node(tmp_path: Path, capture: str, feed: str) -> None:
     spec = job(capture=capture, faults=[Fault("nic", node=5, factor=3.0)])
-    [finding] = run(tmp_path, spec).stragglers
+    [finding] = run(tmp_path, spec, feed).stragglers
     assert (finding.hostname, finding.pid, finding.kind) == ("node005", None, "communication")
     assert 2.4 < finding.slowdown < 3.6
 

@@ -4,13 +4,14 @@ the job's records age out; GPU samples corroborate."""
 from __future__ import annotations
 
 from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
 from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import GpuRecord
-from ranksight.simulate.inspector import Fault, JobSpec, simulate
+from ranksight.schemas.records import GpuRecord, InspectorRecord
+from ranksight.simulate.inspector import Fault, JobSpec, run_job, simulate, summarize
 
 SPEC = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=1, gpu=2, factor=2.0)])
 
@@ -122,3 +123,29 @@ def test_processes_that_catch_up_late_are_judged_with_the_slices_they_belong_to(
     assert [(f.hostname, f.pid) for f in state.stragglers.clusters["c"].findings] == [
         ("node001", SPEC.pid(1, 2))
     ]
+
+
+def test_summaries_feed_the_engine_and_a_summarizing_node_s_raw_samples_do_not() -> None:
+    """Node by node: summaries (an agent of this version) or raw records (an older agent), never both counted."""
+    timed = run_job(SPEC)[0]
+    raw: dict[str, list[InspectorRecord]] = {}
+    for (host, _), lines in timed.items():
+        raw.setdefault(host, []).extend(parse_line(x) for _, x in lines)
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
+    t0, seq = 1_000 * NS, 0
+    for host, recs in raw.items():
+        seq += 1
+        if host == "node000":  # an older agent: every record raw
+            state.observe(envelope("inspector", host, seq, recs), t0)
+            continue
+        summaries = [x for _, x in summarize(sorted(recs, key=lambda r: r.dump_ts_us), Summarizer())]
+        state.observe(envelope("inspector_summary", host, seq, summaries), t0)
+        state.observe(envelope("inspector", host, seq + 100, recs[:50]), t0)  # its rate-limited raw share
+    state.tick(t0)
+    result = state.stragglers.clusters["c"]
+    total = sum(len(recs) for recs in raw.values())
+    # each record once: the raw samples of summarizing nodes are not added
+    assert state.stragglers.records == total
+    assert [(f.hostname, f.pid) for f in result.findings] == [("node001", SPEC.pid(1, 2))]
+    assert state.stragglers.hang_finders["c"].proc_window_end_us  # the hang finder has the summaries too

@@ -1,7 +1,11 @@
-"""``inspector`` streaming collector: tails the dump directory and publishes typed records, durably.
+"""``inspector`` streaming collector: tails the dump directory, summarizes every record per window
+(``inspector_summary``, :mod:`agent.collectors.inspector.summary`) and publishes the summaries and a rate-limited share
+of the raw records (:mod:`agent.collectors.inspector.sampler`), durably. The dump files keep every record on the node.
 
-Offsets are checkpointed in ``<state_dir>/inspector-offsets.json`` only after the stream acknowledged the records
-(``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3).
+Offsets are checkpointed in ``<state_dir>/inspector-offsets.json`` only after the stream acknowledged a chunk's raw
+share (``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3). Summaries of
+open windows live in memory: at shutdown they are published as they are (a partial summary adds up with the rest of its
+window, read again after the restart, in the engine).
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.inspector.sampler import RawSampler
+from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
+from ranksight.schemas.records import InspectorSummaryRecord
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
@@ -31,6 +38,10 @@ class InspectorCollector(StreamingCollector):
         super().__init__(ctx, settings)
         self.cfg = settings
         self.tailer: Tailer | None = None
+        self.summarizer = Summarizer(settings.summary_window_s, settings.summary_slice_s, settings.summary_grace_s,
+                                     settings.summary_max_keys)  # fmt: skip
+        self.sampler = RawSampler(settings.raw_rate_per_s)
+        self._emit: Emit | None = None
         ctx.add_command("inspector", self._status)
 
     def _dump_dir(self) -> Path | None:
@@ -41,6 +52,7 @@ class InspectorCollector(StreamingCollector):
         return directory is not None and directory.is_dir()
 
     async def run(self, emit: Emit) -> None:
+        self._emit = emit
         directory = self._dump_dir()
         assert directory is not None
         state_file = self.ctx.settings.state_dir / "inspector-offsets.json"
@@ -55,11 +67,18 @@ class InspectorCollector(StreamingCollector):
                 self.health.last_error = "skipped, not regular files: " + ", ".join(
                     f"{Path(p).name} ({kind})" for p, kind in sorted(tailer.skipped.items())
                 )
+            # the raw share is sampled over the whole pass: every file's communicators compete for it
+            every = [rec for chunk in chunks for rec in chunk.records]
+            raw = {id(rec) for rec in self.sampler.take(every, time.monotonic())}
+            for rec in every:
+                self.summarizer.add(rec)
             for chunk in chunks:
                 if chunk.first_error and chunk.path not in warned:
                     warned.add(chunk.path)  # once per file: no per-interval log spam
                     log.warning("inspector: bad line(s) in %s: %s", chunk.path, chunk.first_error)
-                await emit(chunk.records, self._on_ack(tailer, chunk))
+                await emit([rec for rec in chunk.records if id(rec) in raw], self._on_ack(tailer, chunk))
+            if not any(chunk.more for chunk in chunks):  # a backlog's old windows stay open until it is read
+                await self._publish_summaries(emit, self.summarizer.close(time.time_ns() // 1000))
             if tailer.dirty:
                 await asyncio.to_thread(tailer.save)
             if not chunks:
@@ -69,11 +88,25 @@ class InspectorCollector(StreamingCollector):
     def _on_ack(tailer: Tailer, chunk: Chunk) -> Any:
         return lambda: tailer.acked(chunk.path, chunk.inode, chunk.end)
 
+    async def _publish_summaries(self, emit: Emit, summaries: list[InspectorSummaryRecord]) -> None:
+        if summaries:
+            await emit(summaries, kind="inspector_summary", ttl=self.cfg.summary_ttl())
+
     async def close(self) -> None:
+        if self._emit is not None:
+            await self._publish_summaries(self._emit, self.summarizer.flush())
         if self.tailer is not None and self.tailer.dirty:
             await asyncio.to_thread(self.tailer.save)
 
     async def _status(self, request: dict[str, Any]) -> dict[str, Any]:
-        if self.tailer is None:
-            return {"directory": str(self._dump_dir()), "files": {}, "bad_lines": 0}
-        return self.tailer.status()
+        status = (
+            self.tailer.status()
+            if self.tailer is not None
+            else {"directory": str(self._dump_dir()), "files": {}, "bad_lines": 0}
+        )
+        s = self.summarizer
+        status["summaries"] = {"records": s.records, "open": s.open_keys, "late": s.late_total,
+                               "overflow": s.overflow}  # fmt: skip
+        status["raw"] = {"rate_per_s": self.sampler.rate, "published": self.sampler.kept,
+                         "kept_on_node": self.sampler.skipped}  # fmt: skip
+        return status

@@ -47,6 +47,7 @@ class Chunk:
     records: list[InspectorRecord]
     bad_lines: int
     first_error: str | None
+    more: bool = False  # the read stopped at its size bound: the file holds more (a backlog)
 
 
 class Tailer:
@@ -137,7 +138,7 @@ class Tailer:
         state.bad_lines += bad
         self.records += len(records)
         self.bad_lines += bad
-        return Chunk(path, state.inode, state.read, records, bad, first_error)
+        return Chunk(path, state.inode, state.read, records, bad, first_error, len(data) == self.chunk_bytes)
 
     def acked(self, path: str, inode: int, end: int) -> None:
         """Records up to ``end`` of ``path`` are in the stream: advance the committed offset over contiguous acks."""

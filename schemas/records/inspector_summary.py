@@ -1,0 +1,54 @@
+"""``inspector_summary``: one agent's Inspector records of one window, per (communicator, collective, message-size
+bucket, process).
+
+Windows are ``window_us`` long and aligned to multiples of it in dump time (wall clock), so every node's windows line
+up. Besides the window's totals (count, bytes, exec time sum/min/max and quantiles, bandwidth, ``coll_sn`` range), a
+summary carries what the straggler engine folds raw records into (:mod:`aggregator.analysis.stragglers`): per
+``slice_us`` slice of the window that holds timed operations, the count, sum and minimum of their exec times and the
+``coll_sn`` span with the dump times that bound it. The engine fed summaries sees the same aggregates as fed the raw
+records, so it judges ranks of a communicator with the same accuracy without them.
+
+Versioned like every record (``ranksight.ev.v1.inspector_summary``); fields are only ever added. The per-slice lists
+are parallel: entry ``i`` of each describes slice ``slice_index[i]`` of the window.
+"""
+
+from __future__ import annotations
+
+from ranksight.schemas.records.inspector import CaptureModel, InspectorOperation
+
+
+def size_bucket(msg_size_bytes: int) -> int:
+    """The message-size bucket of an operation: the smallest power of two at least its size (0 for empty ones)."""
+    return 1 << (msg_size_bytes - 1).bit_length() if msg_size_bytes > 0 else 0
+
+
+class InspectorSummaryRecord(InspectorOperation):
+    window_start_us: int  # dump time (µs since the epoch) where the window starts: a multiple of window_us
+    window_us: int
+    slice_us: int  # the per-slice lists' resolution
+    size_bucket: int  # see size_bucket(); the exact sizes add up in `bytes`
+    capture_model: CaptureModel = "sampled"
+    count: int  # records of the window (timed or not)
+    bytes: int  # sum of their message sizes
+    timed: int = 0  # records with an exec time
+    exec_sum_us: float = 0.0
+    exec_min_us: float | None = None
+    exec_max_us: float | None = None
+    exec_p50_us: float | None = None
+    exec_p90_us: float | None = None
+    exec_p99_us: float | None = None
+    algobw_gbs: float | None = None  # the timed records' traffic over their exec time, recomputed (design §4)
+    busbw_gbs: float | None = None
+    bw_mismatches: int = 0  # records whose reported busbw disagrees with the recomputed one
+    sn_first: int
+    sn_last: int
+    last_dump_ts_us: int  # the latest dump time among the window's records
+    late: int = 0  # records of this key that came after their window had closed, since the last summary
+    slice_index: list[int] = []  # slice of the window (0 .. window_us / slice_us - 1)
+    slice_count: list[int] = []
+    slice_exec_sum_us: list[float] = []
+    slice_exec_min_us: list[float] = []
+    slice_sn_lo: list[int] = []
+    slice_sn_lo_ts_us: list[int] = []
+    slice_sn_hi: list[int] = []
+    slice_sn_hi_ts_us: list[int] = []

@@ -13,12 +13,11 @@ undecodable message:
 
 from __future__ import annotations
 
+from ranksight.aggregator.timefmt import NS
 from ranksight.config import IngestSettings
 from ranksight.schemas.codec import DecodeError
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.subjects import SubjectError, Subjects
-
-NS = 1_000_000_000
 
 
 def check_times(env: Envelope, recv_ns: int, limits: IngestSettings) -> None:

@@ -25,12 +25,11 @@ from typing import Any
 
 import aiohttp
 
-from ranksight.aggregator.timefmt import iso, ns_of
+from ranksight.aggregator.timefmt import NS, iso, ns_of
 from ranksight.config import AlertmanagerSettings
 from ranksight.schemas.alerts import Alert, Silence
 
 log = logging.getLogger(__name__)
-NS = 1_000_000_000
 TAG = "[ranksight:{}]"  # in an Alertmanager silence's comment: which ranksight silence it mirrors
 MAX_BACKOFF_S = 60.0
 

@@ -1,7 +1,8 @@
-"""Record models -> Arrow columns, for columnar batch inserts (never row-by-row ``executemany``).
+"""Record models -> Arrow columns, for columnar batch inserts (never row-by-row ``executemany``), and table columns.
 
 The Arrow schema of each kind is derived once from its pydantic model: ints, floats, strings and bools map to Arrow
-types; ``Literal`` to strings; nested values (lists, dicts, sub-models) are stored as JSON text.
+types; ``Literal`` to strings; nested values (lists, dicts, sub-models) are stored as JSON text. The kind's DuckDB
+table is derived from the same schema (:func:`table_columns`): the store creates it and adds the columns of new fields.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ ENVELOPE_FIELDS: list[tuple[str, pa.DataType]] = [
 ]
 
 _SCALARS: dict[Any, pa.DataType] = {int: pa.int64(), float: pa.float64(), str: pa.string(), bool: pa.bool_()}
+_SQL_TYPES: dict[pa.DataType, str] = {pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.string(): "VARCHAR",
+                                      pa.bool_(): "BOOLEAN", pa.timestamp("ns"): "TIMESTAMP"}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,15 @@ def kind_columns(kind: str) -> KindColumns:
     record_schema = pa.schema(record_fields)
     schema = pa.schema([pa.field(n, t) for n, t in ENVELOPE_FIELDS] + record_fields)
     return KindColumns(tuple(fields), frozenset(json_fields), frozenset(nested_fields), schema, record_schema)
+
+
+@cache
+def table_columns(kind: str) -> dict[str, str]:
+    """Column name -> DuckDB type of the kind's table: the envelope columns, then one per record field (nested
+    values as JSON)."""
+    cols = kind_columns(kind)
+    nested = cols.json_fields | cols.nested_fields
+    return {f.name: "JSON" if f.name in nested else _SQL_TYPES[f.type] for f in cols.schema}
 
 
 def _to_json(value: Any) -> str | None:

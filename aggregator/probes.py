@@ -19,7 +19,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ranksight.aggregator.linkmap import Endpoint, LinkTracker, link_tracker
+from ranksight.aggregator.state.links import Endpoint, LinkTracker
 from ranksight.config import ProbePlannerSettings
 from ranksight.schemas.records.probe import ProbeCommand
 
@@ -172,7 +172,7 @@ class ProbePlanner:
             if agg.nc is None:
                 continue
             now = time.time_ns()
-            probes = self.plan(link_tracker(agg.state), now)
+            probes = self.plan(agg.state.links, now)
             if not probes:
                 continue
             for p in probes:

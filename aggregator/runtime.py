@@ -25,7 +25,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
-from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.api.service import start_service
 from ranksight.aggregator.api.sql import SqlSandbox
 from ranksight.aggregator.history import retention_loop
@@ -102,7 +102,9 @@ class Aggregator:
         self.version = ranksight_version()
         self.store = Store(settings.db_path(), self.subjects, settings.aggregator.ingest)
         self.state = LiveState(
-            settings.aggregator.node_gone_after_s, settings.aggregator.ingest.node_forget_after_s
+            settings.aggregator.node_gone_after_s,
+            settings.aggregator.ingest.node_forget_after_s,
+            settings.aggregator.hardware,
         )
         self.state.stragglers.configure(settings.aggregator.stragglers, background=True)
         self.rules = rules if rules is not None else default_rules(settings)
@@ -304,7 +306,10 @@ class Aggregator:
         self.http.events.tick(self.state, transitions)
         findings = self.state.stragglers.take_history()
         if findings:
-            await self.store.call(self.store.append_rows, "straggler_finding_history", findings)
+            try:
+                await self.store.call(self.store.append_rows, "straggler_finding_history", findings)
+            except duckdb.Error:  # a field without its column (a forgotten migration) must not stop ticks
+                log.exception("%d straggler findings not stored", len(findings))
         if transitions:
             await self.store.call(self.store.write_alerts, transitions)
             await self._publish_alerts(transitions)

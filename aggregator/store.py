@@ -35,7 +35,7 @@ import duckdb
 import pyarrow as pa
 
 from ranksight.aggregator.admission import NS, admit, check_times
-from ranksight.aggregator.columns import ColumnBuilder, row_to_record
+from ranksight.aggregator.columns import ENVELOPE_FIELDS, ColumnBuilder, row_to_record, table_columns
 from ranksight.aggregator.timefmt import naive_utc
 from ranksight.config import IngestSettings
 from ranksight.private import DIR_MODE, private_files
@@ -222,7 +222,35 @@ class Store:
                 raise
             applied.append(version)
             log.info("applied migration %s", version)
+        self._derive_kind_tables()
         return applied
+
+    def _derive_kind_tables(self) -> None:
+        """Create each record kind's table from its model, and add the columns of fields its table lacks.
+
+        Only ever adds: a column of a field that left the model keeps its rows. A kind therefore needs no migration,
+        and no model change can make ``INSERT ... BY NAME`` fail at ingest.
+        """
+        con = self.con
+        existing: dict[str, set[str]] = defaultdict(set)
+        for table, column in con.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main'"
+        ).fetchall():
+            existing[table].add(column)
+        envelope = {name for name, _ in ENVELOPE_FIELDS}
+        for kind in RECORD_MODELS:
+            columns = table_columns(kind)
+            if kind not in existing:
+                spec = ", ".join(
+                    f'"{c}" {t}' + (" NOT NULL" if c in envelope else "") for c, t in columns.items()
+                )
+                con.execute(f'CREATE TABLE "{kind}" ({spec})')
+                log.info("created table %s from its record model", kind)
+                continue
+            for column, sql_type in columns.items():
+                if column not in existing[kind]:
+                    con.execute(f'ALTER TABLE "{kind}" ADD COLUMN "{column}" {sql_type}')
+                    log.info("added column %s.%s from its record model", kind, column)
 
     def _load_seq(self) -> None:
         """Load the sequence state of the nodes seen within ``node_forget_after_s``, the newest incarnations of each."""

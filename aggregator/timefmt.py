@@ -1,10 +1,11 @@
-"""Time conversions, in one place: ISO-8601 UTC text (the one format every API and alert uses) and naive UTC datetimes
-(the form every TIMESTAMP column holds) from nanosecond timestamps and back."""
+"""Time conversions, in one place: the unit (``NS``), ISO-8601 UTC text (the one format every API and alert uses) and
+naive UTC datetimes (the form every TIMESTAMP column holds) from nanosecond timestamps and back."""
 
 from __future__ import annotations
 
 import datetime
 
+NS = 1_000_000_000  # nanoseconds per second: every clock in the aggregator counts nanoseconds
 EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.hangs import HangFinder
-from ranksight.aggregator.analysis.straggler_live import params_of
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine
+from ranksight.aggregator.state.stragglers import params_of
 from ranksight.config import InspectorSettings, StragglerSettings
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import JobSpec, run_job, summarize

@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import importlib
 
-# source family -> module with ``register_parse(subparsers)``
-PARSE_MODULES = [
-    "ranksight.agent.collectors.ras.cli",
-    "ranksight.agent.collectors.gpu.cli",
-    "ranksight.agent.collectors.nic.cli",
-]
+from ranksight.schemas.records import RECORD_KINDS
+
+# modules with ``register_parse(subparsers)``, from the record-kind registry (several kinds may share one)
+PARSE_MODULES = list(dict.fromkeys(kind.parse for kind in RECORD_KINDS.values() if kind.parse))
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -18,15 +18,11 @@ from typing import Any
 
 from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
-from ranksight.aggregator.gpu_probes import METRICS, GpuKey, GpuProbeTracker, ProbeResult
 from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.state.gpu_probes import METRICS, GpuKey, GpuProbeTracker, ProbeResult
 from ranksight.aggregator.timefmt import iso
 
 MAD_FLOOR = 0.01
-
-
-def tracker_of(state: LiveState) -> GpuProbeTracker | None:
-    return next((t for t in state.trackers if isinstance(t, GpuProbeTracker)), None)
 
 
 def robust_outliers(
@@ -82,9 +78,7 @@ class GpuUnderperformingRule:
         return found
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        tracker = tracker_of(state)
-        if tracker is None:
-            return
+        tracker = state.gpu_probes
         for key, items in self.findings(tracker).items():
             result = tracker.live[key]
             worst = max(items, key=lambda f: f["drop"])
@@ -113,9 +107,7 @@ def gpu_evidence(
     state: LiveState, cluster: str, node: str, rule: GpuUnderperformingRule | None = None
 ) -> list[dict[str, Any]]:
     """Underperforming GPUs of one node, for other analyses (the straggler engine) to cite as evidence."""
-    tracker = tracker_of(state)
-    if tracker is None:
-        return []
+    tracker = state.gpu_probes
     found = (rule or GpuUnderperformingRule()).findings(tracker)
     return [{"gpu": k[2], "name": tracker.live[k].name, "findings": v} for k, v in sorted(found.items())
             if k[0] == cluster and k[1] == node]  # fmt: skip

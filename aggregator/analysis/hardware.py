@@ -10,21 +10,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from ranksight.aggregator.alerts import Condition
-from ranksight.aggregator.hardware import NS, DeviceState, HardwareTracker
 from ranksight.aggregator.state import LiveState
-from ranksight.aggregator.timefmt import iso
+from ranksight.aggregator.state.devices import DeviceState, link_up
+from ranksight.aggregator.timefmt import NS, iso
 from ranksight.config import HardwareAlertSettings
 from ranksight.schemas.records import GpuRecord, NicRecord
-
-LINK_UP_STATES = {
-    "up",
-    "active",
-    "unknown",
-}  # netdev operstate / RDMA port state ("unknown": no carrier concept)
-
-
-def hardware(state: LiveState) -> HardwareTracker:
-    return next(t for t in state.trackers if isinstance(t, HardwareTracker))
 
 
 def _where(dev: DeviceState[Any], rule: str, severity: str, summary: str, **evidence: Any) -> Condition:
@@ -38,11 +28,11 @@ def _where(dev: DeviceState[Any], rule: str, severity: str, summary: str, **evid
 
 
 def _alive_gpus(state: LiveState) -> Iterator[DeviceState[GpuRecord]]:
-    return (d for d in hardware(state).gpus.devices.values() if d.state == "alive")
+    return (d for d in state.gpus.devices.values() if d.state == "alive")
 
 
 def _alive_nics(state: LiveState) -> Iterator[DeviceState[NicRecord]]:
-    return (d for d in hardware(state).nics.devices.values() if d.state == "alive")
+    return (d for d in state.nics.devices.values() if d.state == "alive")
 
 
 class GpuEccUncorrectableRule:
@@ -93,7 +83,7 @@ class GpuMissingRule:
     name = "gpu_missing"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for dev in hardware(state).gpus.devices.values():
+        for dev in state.gpus.devices.values():
             if dev.state == "vanished":
                 yield _where(dev, self.name, "critical", f"GPU {dev.key} ({dev.record.bus_id or '?'}) disappeared",
                              bus_id=dev.record.bus_id, uuid=dev.record.uuid)  # fmt: skip
@@ -103,11 +93,10 @@ class NicLinkDownRule:
     name = "nic_link_down"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for dev in hardware(state).nics.devices.values():
-            link = (dev.record.state or "unknown").lower()
+        for dev in state.nics.devices.values():
             if dev.state == "vanished":
                 yield _where(dev, self.name, "critical", f"NIC {dev.key} disappeared", state="vanished")
-            elif dev.state == "alive" and link not in LINK_UP_STATES:
+            elif dev.state == "alive" and not link_up(dev.record):
                 yield _where(dev, self.name, "critical", f"NIC {dev.key} link is {dev.record.state}",
                              state=dev.record.state, phys_state=dev.record.phys_state)  # fmt: skip
 

@@ -13,8 +13,8 @@ import statistics
 from collections.abc import Iterator
 
 from ranksight.aggregator.alerts import Condition
-from ranksight.aggregator.linkmap import Link, link_tracker
 from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.state.links import Link
 from ranksight.aggregator.timefmt import iso
 from ranksight.config import ProbePlannerSettings
 
@@ -32,7 +32,7 @@ class LinkDegradedRule:
         self.peer_window_ns = int(settings.comparable_window_s * 1e9)
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        measured = [link for link in link_tracker(state).links.values() if link.fresh and _full(link)]
+        measured = [link for link in state.links.links.values() if link.fresh and _full(link)]
         for link in measured:
             # Comparable: measured about when this link was, so that a CPU load spike slowing every probe of a round
             # slows the baseline too.

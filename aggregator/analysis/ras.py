@@ -1,4 +1,4 @@
-"""RAS rules over :class:`aggregator.jobs.JobTracker`: missing and dead processes, communicator errors, persistent
+"""RAS rules over :class:`aggregator.state.jobs.JobTracker`: missing and dead processes, communicator errors, persistent
 mismatches, hangs, and the job lifecycle (started / ended). Jobs that have not ended are judged on their last facts,
 also while stale (a late poll under load is not news, and resolving then re-firing would flap); a hang needs fresh
 polls. A normal end resolves every failure alert of the job and raises none.
@@ -23,8 +23,8 @@ from collections.abc import Iterator
 
 from ranksight.aggregator.alerts import Condition, Rule
 from ranksight.aggregator.analysis.hangs import lagging_evidence
-from ranksight.aggregator.jobs import JobState, process_key
 from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.state.jobs import JobState, process_key
 from ranksight.aggregator.timefmt import iso
 from ranksight.config import RasAlertSettings
 from ranksight.schemas.records.ras import RasProcess

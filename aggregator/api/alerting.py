@@ -15,14 +15,12 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import Field
 
 from ranksight.aggregator.api.queries import ENDPOINTS, Params, RequestError, history_rows, parse_params
-from ranksight.aggregator.timefmt import iso, ns_of, utc
+from ranksight.aggregator.timefmt import NS, iso, ns_of, utc
 from ranksight.schemas.alerts import Matcher, Silence
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
-
-NS = 1_000_000_000
 
 
 class DrainParams(Params):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule, tracker_of
+from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule
 from ranksight.aggregator.timefmt import iso
 from ranksight.schemas.api import ApiResponse
 
@@ -18,9 +18,7 @@ async def gpu_probes(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     unknown = set(params) - PARAMS
     if unknown:
         return ApiResponse.failure(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-    tracker = tracker_of(agg.state)
-    if tracker is None:
-        return ApiResponse.success([])
+    tracker = agg.state.gpu_probes
     rule = next((r for r in agg.rules if isinstance(r, GpuUnderperformingRule)), GpuUnderperformingRule())
     findings = rule.findings(tracker)
     rows = []

@@ -11,14 +11,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ranksight.aggregator.analysis.hardware import hardware
 from ranksight.aggregator.api import ras_queries
 from ranksight.aggregator.api.gpu_probes import gpu_probes
 from ranksight.aggregator.api.markers import markers
 from ranksight.aggregator.api.sql import jsonable
-from ranksight.aggregator.hardware import DeviceState
 from ranksight.aggregator.history import export_parquet
-from ranksight.aggregator.linkmap import link_rows
+from ranksight.aggregator.state.devices import DeviceState
+from ranksight.aggregator.state.links import link_rows
 from ranksight.aggregator.timefmt import iso, utc
 from ranksight.errors import RefusedError, UsageError, api_status
 from ranksight.redact import redact
@@ -250,9 +249,8 @@ def _device_rows(agg: Aggregator, kind: str, params: dict[str, Any]) -> list[dic
     unknown = set(params) - {"cluster", "node"}
     if unknown:
         raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-    tracker = hardware(agg.state)
     devices: dict[tuple[str, str, str], DeviceState[Any]] = (
-        tracker.gpus.devices if kind == "gpu" else tracker.nics.devices  # type: ignore[assignment]
+        agg.state.gpus.devices if kind == "gpu" else agg.state.nics.devices  # type: ignore[assignment]
     )
     rows = []
     for (cluster, node, _), dev in sorted(devices.items()):
@@ -275,7 +273,7 @@ async def links(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     unknown = set(params) - {"cluster"}
     if unknown:
         raise RequestError(f"unknown parameter(s): {', '.join(sorted(unknown))}")
-    rows, skipped = link_rows(agg.state, params.get("cluster"))
+    rows, skipped = link_rows(agg.state.links, params.get("cluster"))
     return ApiResponse.success(rows, meta={"skipped": skipped})
 
 

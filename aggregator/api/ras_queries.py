@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ranksight.aggregator.jobs import JobState
+from ranksight.aggregator.state.jobs import JobState
 from ranksight.aggregator.timefmt import iso
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from ranksight.aggregator.analysis.hardware import hardware
 from ranksight.aggregator.api.queries import Params, RequestError, parse_params
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.device_jobs import device_jobs
@@ -25,8 +24,8 @@ from ranksight.schemas.api import ApiResponse
 if TYPE_CHECKING:
     import duckdb
 
-    from ranksight.aggregator.hardware import DeviceState
     from ranksight.aggregator.runtime import Aggregator
+    from ranksight.aggregator.state.devices import DeviceState
     from ranksight.schemas.alerts import Alert
     from ranksight.schemas.records import GpuRecord
 
@@ -79,9 +78,7 @@ async def cluster_map(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
                 {"rule": a.rule, "severity": a.severity, "summary": a.summary}
             )
     gpus: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for (cluster, node, _), dev in sorted(
-        hardware(agg.state).gpus.devices.items(), key=lambda kv: kv[1].record.index
-    ):
+    for (cluster, node, _), dev in sorted(agg.state.gpus.devices.items(), key=lambda kv: kv[1].record.index):
         g = dev.record
         gpus.setdefault((cluster, node), []).append(
             {"gpu": g.index, "health": gpu_health(dev), "utilization_pct": g.utilization_pct, "name": g.name}

@@ -21,9 +21,8 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from ranksight.aggregator.analysis.hardware import LINK_UP_STATES, hardware
 from ranksight.aggregator.device_jobs import DeviceJobs, device_jobs
-from ranksight.aggregator.linkmap import link_tracker
+from ranksight.aggregator.state.devices import link_up
 
 if TYPE_CHECKING:
     from ranksight.aggregator.http.events import LiveEvents
@@ -165,7 +164,7 @@ class ClusterCollector(Collector):
                 f.add(skew, [n.cluster, n.node], n.clock_skew_s)
 
     def _hardware(self, f: _Families, jobs: DeviceJobs) -> None:
-        tracker = hardware(self.agg.state)
+        state = self.agg.state
         gpu_labels = ["cluster", "node", "gpu", "uuid", "model", "job_id"]
         util = f.gauge("ranksight_gpu_utilization_ratio", "GPU busy share (0-1)", gpu_labels)
         mem = f.gauge("ranksight_gpu_memory_used_bytes", "GPU memory in use", gpu_labels)
@@ -177,7 +176,7 @@ class ClusterCollector(Collector):
         clock = f.gauge("ranksight_gpu_clock_hertz", "GPU shader clock", gpu_labels)
         throttled = f.gauge("ranksight_gpu_throttled", "1 while the GPU is throttled", gpu_labels)
         ecc = f.counter("ranksight_gpu_ecc_uncorrectable_errors", "uncorrectable ECC errors", gpu_labels)
-        for (cluster, node, key), dev in sorted(tracker.gpus.devices.items()):
+        for (cluster, node, key), dev in sorted(state.gpus.devices.items()):
             if dev.state != "alive":
                 continue  # expired facts have no series
             g = dev.record
@@ -199,11 +198,11 @@ class ClusterCollector(Collector):
         rx = f.gauge("ranksight_nic_receive_bytes_per_second", "receive rate", nic_labels)
         errors = f.gauge("ranksight_nic_errors_per_second", "error counters' rate", nic_labels)
         congestion = f.gauge("ranksight_nic_congestion_events_per_second", "CNP/ECN rate", nic_labels)
-        for (cluster, node, key), nic in sorted(tracker.nics.devices.items()):
+        for (cluster, node, key), nic in sorted(state.nics.devices.items()):
             if nic.state != "alive":
                 continue
             r, labels = nic.record, [cluster, node, key, nic.record.kind, jobs.node(cluster, node)]
-            f.add(nic_up, labels, None if r.state is None else int(r.state.lower() in LINK_UP_STATES))
+            f.add(nic_up, labels, None if r.state is None else int(link_up(r)))
             f.add(speed, labels, None if r.speed_bps is None else r.speed_bps / 8)
             f.add(tx, labels, None if r.tx_bps is None else r.tx_bps / 8)
             f.add(rx, labels, None if r.rx_bps is None else r.rx_bps / 8)
@@ -216,7 +215,7 @@ class ClusterCollector(Collector):
         down = f.gauge("ranksight_link_download_bytes_per_second", "measured dst -> src rate", labels)
         rtt = f.gauge("ranksight_link_rtt_seconds", "median round-trip time", labels)
         jitter = f.gauge("ranksight_link_jitter_seconds", "mean successive RTT difference", labels)
-        for key, link in sorted(link_tracker(self.agg.state).links.items()):
+        for key, link in sorted(self.agg.state.links.links.items()):
             if not link.fresh:
                 continue
             r, values = link.record, list(key)

@@ -1,6 +1,17 @@
-"""One record model per event kind; ``RECORD_MODELS`` is the registry the codec and the store use."""
+"""One record model per event kind, and ``RECORD_KINDS``: the one registration of each kind.
+
+A kind is declared once, here, and everything else derives from it: the codec decodes its records with ``model``; the
+aggregator's table of the same name has the envelope columns then one column per model field (created and extended
+from the model by the store, ``aggregator.columns``); its envelopes carry the TTL of the agent collector ``collector``
+(``agent.collectors.<collector>.ttl_s``); live state hands it to the tracker ``tracker`` (an attribute of
+``aggregator.state.LiveState``); ``ranksight parse`` offers the captured-output parsers of module ``parse``. Trackers
+and parse modules are named, not imported, so the wire contract imports nothing of the agent or the aggregator; a test
+resolves every name.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from ranksight.schemas.records.app import AppRecord
 from ranksight.schemas.records.base import Record
@@ -13,21 +24,48 @@ from ranksight.schemas.records.nic import NicRecord
 from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
 from ranksight.schemas.records.ras import RasEventRecord, RasRecord
 
-RECORD_MODELS: dict[str, type[Record]] = {
-    "heartbeat": HeartbeatRecord,
-    "ras": RasRecord,
-    "ras_event": RasEventRecord,
-    "inspector": InspectorRecord,
-    "inspector_summary": InspectorSummaryRecord,
-    "gpu": GpuRecord,
-    "nic": NicRecord,
-    "probe": ProbeRecord,
-    "probe_endpoint": ProbeEndpointRecord,
-    "gpu_probe": GpuProbeRecord,
-    "app": AppRecord,
+
+@dataclass(frozen=True)
+class RecordKind:
+    name: str  # the envelope's kind, a subject token, and the aggregator's table
+    model: type[Record]
+    collector: str  # the agent collector that publishes it; its settings' ttl_s is the kind's TTL
+    tracker: str | None  # the LiveState tracker that keeps its live state; None: history only
+    parse: str | None = None  # module with ``register_parse(sources)`` for ``ranksight parse``
+
+
+RECORD_KINDS: dict[str, RecordKind] = {
+    kind.name: kind
+    for kind in (
+        RecordKind("heartbeat", HeartbeatRecord, collector="heartbeat", tracker="nodes"),
+        RecordKind(
+            "ras", RasRecord, collector="ras", tracker="jobs", parse="ranksight.agent.collectors.ras.cli"
+        ),
+        RecordKind(
+            "ras_event",
+            RasEventRecord,
+            collector="ras",
+            tracker="jobs",
+            parse="ranksight.agent.collectors.ras.cli",
+        ),
+        RecordKind("inspector", InspectorRecord, collector="inspector", tracker="stragglers"),
+        RecordKind("inspector_summary", InspectorSummaryRecord, collector="inspector", tracker="stragglers"),
+        RecordKind(
+            "gpu", GpuRecord, collector="gpu", tracker="gpus", parse="ranksight.agent.collectors.gpu.cli"
+        ),
+        RecordKind(
+            "nic", NicRecord, collector="nic", tracker="nics", parse="ranksight.agent.collectors.nic.cli"
+        ),
+        RecordKind("probe", ProbeRecord, collector="probe", tracker="links"),
+        RecordKind("probe_endpoint", ProbeEndpointRecord, collector="probe", tracker="links"),
+        RecordKind("gpu_probe", GpuProbeRecord, collector="gpu_probe", tracker="gpu_probes"),
+        RecordKind("app", AppRecord, collector="app", tracker="app"),
+    )
 }
+RECORD_MODELS: dict[str, type[Record]] = {name: kind.model for name, kind in RECORD_KINDS.items()}
 
 __all__ = [
+    "RECORD_KINDS",
     "RECORD_MODELS",
     "AppRecord",
     "CollectorHealth",
@@ -44,4 +82,5 @@ __all__ = [
     "RasEventRecord",
     "RasRecord",
     "Record",
+    "RecordKind",
 ]

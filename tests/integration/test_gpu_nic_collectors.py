@@ -13,7 +13,6 @@ import pytest
 
 from ranksight.agent.collectors.base import CollectorUnavailable
 from ranksight.agent.collectors.gpu.collector import GpuCollector
-from ranksight.aggregator.analysis.hardware import hardware
 from ranksight.aggregator.api.client import query
 from ranksight.config import GpuSettings, Settings
 from tests.gpu_nic_support import (
@@ -133,7 +132,7 @@ async def test_nic_end_to_end_link_down_alert_and_history(settings: Settings, tm
     nic = settings.agent.collectors.nic
     nic.sysfs_root, nic.interval_s, nic.ttl_s = root, 0.2, 1.0
     async with aggregator(settings) as agg, agent(settings, only=["nic"]):
-        nics = hardware(agg.state).nics.devices
+        nics = agg.state.nics.devices
         await wait_for(
             lambda: (dev := nics.get(("test", "node-a", "mlx5_0/1"))) and dev.record.tx_bps is not None
         )

@@ -14,7 +14,6 @@ from typing import Any
 
 import duckdb
 
-from ranksight.aggregator.analysis.gpu_probe import tracker_of
 from ranksight.aggregator.api.client import query
 from ranksight.config import Settings
 from tests.gpuprobe_support import fake_command, idle_roots, probe_settings
@@ -42,8 +41,7 @@ async def test_results_stored_live_and_not_rerun_after_agent_restart(
     )
     state_file = settings.state_dir / "gpu_probe" / "test-node-a.json"
     async with aggregator(settings) as agg:
-        tracker = tracker_of(agg.state)
-        assert tracker is not None
+        tracker = agg.state.gpu_probes
         async with agent(settings, only=["gpu_probe"]) as rt:
             await wait_for(lambda: len(tracker.live) == 2)
             await wait_for(state_file.exists)  # checkpointed once the stream acked the records

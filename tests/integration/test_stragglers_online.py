@@ -118,7 +118,7 @@ def test_offline_analysis_and_online_alerts_agree_on_the_same_records(tmp_path: 
     through the live tracker and the ``straggler`` rule name the same culprits: a compute straggler and a NIC."""
     from ranksight.agent.collectors.inspector.parse import parse_line
     from ranksight.aggregator.alerts import AlertEngine
-    from ranksight.aggregator.analysis import default_rules
+    from ranksight.aggregator.analysis.rules import default_rules
     from ranksight.aggregator.state import LiveState
     from ranksight.config import StragglerSettings
     from ranksight.simulate.inspector import simulate_timed

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 import pytest
 
 from ranksight.aggregator.alerts import INHIBITIONS, AlertEngine, Condition
-from ranksight.aggregator.analysis import default_rules
-from ranksight.aggregator.analysis.hardware import NicErrorsRisingRule, hardware
+from ranksight.aggregator.analysis.hardware import NicErrorsRisingRule
 from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.analysis.nodes import NodeSilentRule
+from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso
 from ranksight.config import RULE_TIMINGS, AlertSettings, ConfigError, load_settings
@@ -139,7 +139,7 @@ class _LastSample:
     name = "nic_errors_rising"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        for dev in hardware(state).nics.devices.values():
+        for dev in state.nics.devices.values():
             if (dev.record.errors_per_s or 0) >= 1.0:
                 yield Condition(self.name, "warning", dev.cluster, "x", node=dev.node, key=dev.key)
 

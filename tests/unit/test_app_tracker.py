@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ranksight.aggregator.alerts import AlertEngine
-from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import AppRecord

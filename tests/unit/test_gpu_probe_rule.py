@@ -6,9 +6,9 @@ import random
 from itertools import count
 
 from ranksight.aggregator.alerts import AlertEngine
-from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule, gpu_evidence, tracker_of
-from ranksight.aggregator.gpu_probes import METRICS
+from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule, gpu_evidence
 from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.state.gpu_probes import METRICS
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import GpuProbeRecord, InspectorSummaryRecord, RasRecord
 
@@ -139,7 +139,7 @@ def test_expired_results_resolve_the_alert() -> None:
     [alert] = engine.evaluate([rule], state, 2 * NS)
     assert (alert.node, alert.evidence["findings"][0]["basis"]) == ("n2", "peers")
     state.tick(62 * NS)
-    assert tracker_of(state).live == {}  # type: ignore[union-attr]
+    assert state.gpu_probes.live == {}  # type: ignore[union-attr]
     [resolved] = engine.evaluate([rule], state, 62 * NS)
     assert resolved.state == "resolved"
 
@@ -151,7 +151,7 @@ def test_results_taken_while_a_job_ran_are_discarded() -> None:
     state.observe(ras, 1 * NS)
     _slow_cluster(state, 10 * NS)  # n2's result arrives while its RAS fact is fresh
     state.tick(11 * NS)
-    tracker = tracker_of(state)
+    tracker = state.gpu_probes
     assert tracker is not None and tracker.discarded_busy == 1
     assert sorted(k[1] for k in tracker.live) == ["n0", "n1", "n3"]
     _slow_cluster(state, 40 * NS)  # the RAS fact expired at 31 s: the node is idle again
@@ -194,6 +194,6 @@ def test_a_node_sending_only_inspector_summaries_runs_a_job() -> None:
     state.observe(env, 1 * NS)
     _slow_cluster(state, 10 * NS)
     state.tick(11 * NS)
-    tracker = tracker_of(state)
+    tracker = state.gpu_probes
     assert tracker is not None and tracker.discarded_busy == 1
     assert sorted(k[1] for k in tracker.live) == ["n0", "n1", "n3"]

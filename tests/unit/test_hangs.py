@@ -6,10 +6,10 @@ from __future__ import annotations
 from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.alerts import AlertEngine
-from ranksight.aggregator.analysis import default_rules
 from ranksight.aggregator.analysis.hangs import HangFinder
-from ranksight.aggregator.jobs import CommState, JobState
+from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.state.jobs import CommState, JobState
 from ranksight.config import StragglerSettings
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord

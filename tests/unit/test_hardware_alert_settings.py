@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from ranksight.aggregator.alerts import AlertEngine
-from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
 from ranksight.config import Settings
 from ranksight.schemas.envelope import Envelope, event_type
@@ -22,7 +22,7 @@ def _env(kind: str, records: list, seq: int) -> Envelope:
 
 
 def _fired(settings: Settings, envelopes: list[tuple[float, Envelope]], now_s: float) -> set[str]:
-    state, engine = LiveState(), AlertEngine()
+    state, engine = LiveState(hardware=settings.aggregator.hardware), AlertEngine()
     for at_s, env in envelopes:
         state.observe(env, int(at_s * NS))
     state.tick(int(now_s * NS))
@@ -52,6 +52,25 @@ def test_nic_thresholds_come_from_settings() -> None:
         }
     )
     assert _fired(tuned, nic, 11) == {"nic_errors_rising", "nic_congestion"}
+
+
+def test_flap_and_error_windows_longer_than_the_defaults_count_every_sample_in_them() -> None:
+    """The device state keeps flaps and error rates as long as the configured windows (it once kept 300 s / 600 s)."""
+    tuned = Settings.model_validate(
+        {"aggregator": {"hardware": {"nic_flap_window_s": 900, "nic_errors_window_s": 900}}}
+    )
+    flaps = [(0.0, _env("nic", [NicRecord(name="eth0", kind="netdev", state="up", link_flaps=3)], 1))]
+    flaps += [
+        (float(t), _env("nic", [NicRecord(name="eth0", kind="netdev", state="up")], t))
+        for t in range(50, 550, 50)
+    ]
+    assert _fired(Settings(), flaps, 500) == set()  # 300 s window: the flaps 500 s ago are out of it
+    assert _fired(tuned, flaps, 500) == {"nic_flapping"}
+    errors = [(float(t), _env("nic", [NicRecord(name="eth0", kind="netdev", state="up", errors_per_s=2.0)], t + 1))
+              for t in range(0, 110, 10)]  # fmt: skip
+    errors += [(float(t), _env("nic", [NicRecord(name="eth0", kind="netdev", state="up", errors_per_s=0.0)], t))
+               for t in range(200, 900, 100)]  # fmt: skip
+    assert _fired(tuned, errors, 800) == {"nic_errors_rising"}  # 22 errors/s in 18 samples of the last 900 s
 
 
 def test_hardware_section_from_env_and_unknown_keys_rejected(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ranksight.aggregator.alerts import AlertEngine
-from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import GpuRecord, NicRecord
@@ -75,7 +75,8 @@ def test_nic_alerts() -> None:
     for t in range(42, 102, 2):
         seq += 1
         state.observe(_env("nic", [up.model_copy(update={"errors_per_s": 0.0})], seq), t * NS)
-    assert "nic_errors_rising" in _rules(state, engine, 69)
+        if t == 68:  # evaluated in time order: the tracker keeps only the samples the rate window still needs
+            assert "nic_errors_rising" in _rules(state, engine, 69)
     assert {s for *_, s in _run(state, engine, 101)} == {"n1 NIC eth0 disappeared"}  # mlx5_0/1 is up again
 
 

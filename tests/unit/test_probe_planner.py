@@ -8,9 +8,9 @@ import random
 import pytest
 
 from ranksight.aggregator.analysis.links import LinkDegradedRule
-from ranksight.aggregator.linkmap import Endpoint, link_tracker
 from ranksight.aggregator.probes import ProbePlanner, disjoint_rounds, full_mesh_rounds, sampled_pairs
 from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.state.links import Endpoint
 from ranksight.config import ProbePlannerSettings
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import ProbeEndpointRecord, ProbeRecord, RasRecord
@@ -77,7 +77,7 @@ def _run_rounds(
     rounds = []
     for _ in range(100):
         state.tick(now)
-        planned = planner.plan(link_tracker(state), now)
+        planned = planner.plan(state.links, now)
         if not planned:
             return rounds
         rounds.append([(p.src, p.dst) for p in planned])
@@ -97,12 +97,12 @@ def test_planner_probes_every_pair_then_waits_until_ttl_expires() -> None:
     assert len(rounds) == 5
     # Everything fresh: nothing to do 30 s later.
     state.tick(T0 + 30 * NS)
-    assert planner.plan(link_tracker(state), T0 + 30 * NS) == []
+    assert planner.plan(state.links, T0 + 30 * NS) == []
     # Past the TTL every link is due again.
     later = T0 + 120 * NS
     state.tick(later)
-    assert link_tracker(state).links[("c", "a", "b", "tcp", "10.0.0.2")].fresh is False
-    again = planner.plan(link_tracker(state), later)
+    assert state.links.links[("c", "a", "b", "tcp", "10.0.0.2")].fresh is False
+    again = planner.plan(state.links, later)
     assert again and all(p.command.mode == "full" for p in again)
 
 
@@ -114,7 +114,7 @@ def test_only_the_expired_link_is_reprobed() -> None:
     _measure(state, "b", "c", "10.0.0.3", T0 + 10 * NS, ttl=1)  # a newer, short-lived result
     now = T0 + 20 * NS
     state.tick(now)
-    planned = planner.plan(link_tracker(state), now)
+    planned = planner.plan(state.links, now)
     assert [(p.src, p.dst) for p in planned] == [("b", "c")]
 
 
@@ -127,7 +127,7 @@ def test_busy_node_gets_light_probe_and_says_why() -> None:
     state.tick(T0)
     planned = []
     for _ in range(3):  # three rounds cover the four nodes; mark each round in flight like the sender does
-        for p in planner.plan(link_tracker(state), T0):
+        for p in planner.plan(state.links, T0):
             planner.pending[(p.cluster, p.src, p.dst, p.command.addr)] = T0
             planned.append(p)
     by_pair = {(p.src, p.dst): p.command for p in planned}
@@ -135,7 +135,7 @@ def test_busy_node_gets_light_probe_and_says_why() -> None:
     assert "node b runs a job" in (by_pair[("a", "b")].skipped or "")
     assert by_pair[("c", "d")].mode == "full" and by_pair[("c", "d")].skipped is None
     # Once the RAS data expires the node is idle again.
-    assert not link_tracker(state).runs_job("c", "b", T0 + 31 * NS)
+    assert not state.links.runs_job("c", "b", T0 + 31 * NS)
 
 
 def test_link_degraded_against_peers_and_own_history() -> None:
@@ -174,7 +174,7 @@ def test_commands_to_nodes_that_left_are_not_remembered() -> None:
         )
     state.tick(T0)
     planner = ProbePlanner(ProbePlannerSettings(command_timeout_s=5), seed=0)
-    for p in planner.plan(link_tracker(state), T0):  # sent, never answered: "b" left
+    for p in planner.plan(state.links, T0):  # sent, never answered: "b" left
         planner.pending[(p.cluster, p.src, p.dst, p.command.addr)] = T0
     assert planner.pending
     later = T0 + 100 * NS
@@ -182,5 +182,5 @@ def test_commands_to_nodes_that_left_are_not_remembered() -> None:
         _env("probe_endpoint", "a", [ProbeEndpointRecord(addrs=["10.0.0.0"], port=1)], ttl=10), later
     )
     state.tick(later)
-    assert planner.plan(link_tracker(state), later) == []  # "a" alone: no pair to probe
+    assert planner.plan(state.links, later) == []  # "a" alone: no pair to probe
     assert planner.pending == {}

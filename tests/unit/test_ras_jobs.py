@@ -7,7 +7,7 @@ from pathlib import Path
 from ranksight.agent.collectors.ras.jobid import derived_job_id, listener_pid, scheduler_job_id
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.aggregator.alerts import AlertEngine
-from ranksight.aggregator.analysis import default_rules
+from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
 from ranksight.schemas.records.ras import RasEventRecord, RasRecord, RasStatus
 from tests.conftest import FIXTURES

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ranksight.aggregator.analysis import default_rules
 from ranksight.aggregator.analysis.links import LinkDegradedRule
+from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.config import load_settings
 
 

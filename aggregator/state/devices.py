@@ -2,8 +2,10 @@
 
 A device whose facts expired while its node still reports other devices of the same kind has *vanished* (a GPU that fell
 off the bus, a NIC whose driver unbound); when the whole node goes quiet the devices are merely ``stale`` (node_silent
-covers that). Runs of conditions that must persist (throttling, congestion) and recent link flaps are tracked here so the
-rules stay stateless. Pure: the clock is the receipt time passed in.
+covers that). Runs of conditions that must persist (throttling, congestion), recent link flaps and error rates are
+tracked here so the rules stay stateless; flaps and rates are kept as long as the longest window a rule counts them over
+(``aggregator.hardware``). The hardware rules and the straggler evidence both read this one state. Pure: the clock is
+the receipt time passed in.
 """
 
 from __future__ import annotations
@@ -13,14 +15,23 @@ from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.aggregator.timefmt import NS
+from ranksight.config import HardwareAlertSettings
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord, NicRecord
 
 DeviceStateName = Literal["alive", "stale", "vanished"]
 R = TypeVar("R", GpuRecord, NicRecord)
-NS = 1_000_000_000  # not imported from aggregator.state, which imports this module
-FLAP_WINDOW_NS = 300 * NS
-RATE_WINDOW_NS = 600 * NS  # the longest window a rate-based rule may average over
+LINK_UP_STATES = {
+    "up",
+    "active",
+    "unknown",
+}  # netdev operstate / RDMA port state ("unknown": no carrier concept)
+
+
+def link_up(record: NicRecord) -> bool:
+    """Whether the port or netdev is up; one that reports no state counts as up."""
+    return (record.state or "unknown").lower() in LINK_UP_STATES
 
 
 @dataclass
@@ -47,6 +58,7 @@ class DeviceState(Generic[R]):
 
 class _DeviceTracker(Generic[R]):
     kinds: frozenset[str]
+    flap_window_ns = rate_window_ns = 0  # how long flaps and error rates are kept
 
     def __init__(self) -> None:
         self.devices: dict[tuple[str, str, str], DeviceState[R]] = {}
@@ -99,10 +111,10 @@ class _DeviceTracker(Generic[R]):
                 state.since_ns = recv_ns
             if name in flaps:
                 state.flaps.append((recv_ns, flaps[name]))
-            while state.flaps and state.flaps[0][0] < recv_ns - FLAP_WINDOW_NS:
+            while state.flaps and state.flaps[0][0] < recv_ns - self.flap_window_ns:
                 state.flaps.popleft()
             state.rates.extend((recv_ns, r) for r in rates.get(name, ()))
-            while state.rates and state.rates[0][0] < recv_ns - RATE_WINDOW_NS:
+            while state.rates and state.rates[0][0] < recv_ns - self.rate_window_ns:
                 state.rates.popleft()
 
     def tick(self, now_ns: int) -> None:
@@ -134,6 +146,14 @@ class GpuTracker(_DeviceTracker[GpuRecord]):
 class NicTracker(_DeviceTracker[NicRecord]):
     kinds = frozenset({"nic"})
 
+    def __init__(self, settings: HardwareAlertSettings | None = None) -> None:
+        super().__init__()
+        s = settings or HardwareAlertSettings()
+        self.flap_window_ns, self.rate_window_ns = (
+            int(s.nic_flap_window_s * NS),
+            int(s.nic_errors_window_s * NS),
+        )
+
     def _key(self, record: NicRecord) -> str:
         return record.name
 
@@ -145,24 +165,3 @@ class NicTracker(_DeviceTracker[NicRecord]):
 
     def _rate(self, record: NicRecord) -> float | None:
         return record.errors_per_s
-
-
-class HardwareTracker:
-    """GPUs and NICs together, so ``LiveState`` needs one line."""
-
-    kinds = frozenset({"gpu", "nic"})
-
-    def __init__(self) -> None:
-        self.gpus = GpuTracker()
-        self.nics = NicTracker()
-
-    def observe(self, env: Envelope, recv_ns: int) -> None:
-        (self.gpus if env.kind == "gpu" else self.nics).observe(env, recv_ns)
-
-    def tick(self, now_ns: int) -> None:
-        self.gpus.tick(now_ns)
-        self.nics.tick(now_ns)
-
-    def forget(self, nodes: set[NodeKey]) -> None:
-        self.gpus.forget(nodes)
-        self.nics.forget(nodes)

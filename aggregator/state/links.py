@@ -10,18 +10,13 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
-from ranksight.aggregator.timefmt import iso
+from ranksight.aggregator.state.jobs import JOB_KINDS
+from ranksight.aggregator.timefmt import NS, iso
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
-
-if TYPE_CHECKING:
-    from ranksight.aggregator.state import LiveState
-
-NS = 1_000_000_000  # same unit as aggregator.state (which imports this module, so it cannot be imported from there)
-JOB_KINDS = frozenset({"ras", "inspector", "inspector_summary"})
 
 LinkKey = tuple[str, str, str, str, str]  # cluster, src, dst, transport, dst_addr
 
@@ -122,16 +117,10 @@ class LinkTracker:
         return link is not None and now_ns < link.expires_ns
 
 
-def link_tracker(state: LiveState) -> LinkTracker:
-    """The link tracker registered in ``LiveState.trackers``."""
-    return next(t for t in state.trackers if isinstance(t, LinkTracker))
-
-
 def link_rows(
-    state: LiveState, cluster: str | None = None
+    tracker: LinkTracker, cluster: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """The link map as API rows, and the nodes whose heavy probes are skipped (they run a job)."""
-    tracker = link_tracker(state)
     rows = []
     for link in sorted(tracker.links.values(), key=lambda link: link.key):
         if cluster and link.cluster != cluster:

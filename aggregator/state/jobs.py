@@ -17,10 +17,13 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ranksight.aggregator.forgetting import NodeKey
+from ranksight.aggregator.timefmt import NS
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
 
-NS = 1_000_000_000
+JOB_KINDS = frozenset(
+    {"ras", "inspector", "inspector_summary"}
+)  # fresh facts of these: a job runs on the node
 JobStateName = Literal["running", "stale", "ended"]
 ENDPOINT_CLOSED = "ENDPOINT_CLOSED"
 PEER_DEAD = "PEER_DEAD"

@@ -11,10 +11,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.aggregator.state.jobs import JOB_KINDS
+from ranksight.aggregator.timefmt import NS
 from ranksight.schemas.envelope import Envelope
 
-_NS = 1_000_000_000
-JOB_KINDS = frozenset({"ras", "inspector", "inspector_summary"})
 METRICS = ("tflops_bf16", "tflops_fp16", "mem_bandwidth_bps")
 
 GpuKey = tuple[str, str, int]  # cluster, node, index
@@ -50,7 +50,7 @@ class GpuProbeTracker:
     def observe(self, env: Envelope, recv_ns: int) -> None:
         node_key = (env.cluster, env.node)
         if env.kind in JOB_KINDS:
-            until = recv_ns + int(env.ttl * _NS)
+            until = recv_ns + int(env.ttl * NS)
             self.job_until_ns[node_key] = max(until, self.job_until_ns.get(node_key, 0))
             return
         for rec in env.records:
@@ -65,7 +65,7 @@ class GpuProbeTracker:
                 continue  # an older (or the same) result never replaces a newer one
             result = ProbeResult(
                 cluster=env.cluster, node=env.node, index=rec.index, name=rec.name or "unknown", uuid=rec.uuid,
-                recv_ns=recv_ns, expires_ns=recv_ns + int(env.ttl * _NS), tflops_bf16=rec.tflops_bf16,
+                recv_ns=recv_ns, expires_ns=recv_ns + int(env.ttl * NS), tflops_bf16=rec.tflops_bf16,
                 tflops_fp16=rec.tflops_fp16, mem_bandwidth_bps=rec.mem_bandwidth_bps,
             )  # fmt: skip
             self.live[key] = result

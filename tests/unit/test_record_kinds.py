@@ -1,0 +1,95 @@
+"""The record-kind registry: every name a kind declares resolves, and each kind's table is its model's columns."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgpack
+import pytest
+
+from ranksight.agent.collectors.registry import COLLECTORS
+from ranksight.aggregator.columns import kind_columns, table_columns
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.store import Incoming, Store
+from ranksight.config import CollectorsSettings, IngestSettings
+from ranksight.parse import PARSE_MODULES
+from ranksight.schemas.records import RECORD_KINDS, RECORD_MODELS
+from ranksight.schemas.subjects import Subjects
+from tests.unit.test_ingest_admission import NOW, _store
+
+SUBJECTS = Subjects()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    yield from _store(tmp_path, IngestSettings())
+
+
+def columns_of(store: Store, table: str) -> dict[str, str]:
+    rows = store.con.execute(
+        "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = 'main' AND table_name = ? "
+        "ORDER BY column_index",
+        [table],
+    ).fetchall()
+    return dict(rows)
+
+
+@pytest.mark.parametrize("kind", sorted(RECORD_KINDS))
+def test_each_kind_names_a_collector_a_tracker_and_a_parser_that_exist(kind: str) -> None:
+    declared = RECORD_KINDS[kind]
+    assert RECORD_MODELS[kind] is declared.model
+    assert declared.collector in COLLECTORS and declared.collector in CollectorsSettings.model_fields
+    if declared.tracker is not None:
+        assert kind in getattr(LiveState(), declared.tracker).kinds
+    if declared.parse is not None:
+        assert declared.parse in PARSE_MODULES
+        assert callable(importlib.import_module(declared.parse).register_parse)
+
+
+def test_every_collector_publishes_a_kind_that_names_it() -> None:
+    assert {name: RECORD_KINDS[c.kind].collector for name, c in COLLECTORS.items()} == {
+        n: n for n in COLLECTORS
+    }
+
+
+def matching_columns(kind: str, have: dict[str, str]) -> dict[str, str]:
+    """``have`` with each list or map column that a migration made native (``BIGINT[]``) read as the derived JSON:
+    ingest writes either from the same Arrow column."""
+    nested = kind_columns(kind).nested_fields
+    return {c: "JSON" if c in nested and ("[]" in t or t.startswith("MAP(")) else t for c, t in have.items()}
+
+
+@pytest.mark.parametrize("kind", sorted(RECORD_KINDS))
+def test_the_migrated_table_of_each_kind_has_exactly_its_model_columns(store: Store, kind: str) -> None:
+    """Names and types: a field whose type changed, or a column no field has, fails here (migrations vs models)."""
+    assert matching_columns(kind, columns_of(store, kind)) == table_columns(kind)
+
+
+def _nic_envelope() -> bytes:
+    record = {"name": "mlx5_0/1", "kind": "rdma", "link_layer": "InfiniBand", "speed_bps": 4e11}
+    return msgpack.packb({"type": "ranksight.ev.v1.nic", "cluster": "c", "node": "a", "agent": "a-inc",
+                          "seq": 1, "ts": NOW, "ttl": 10.0, "records": [record]})  # fmt: skip
+
+
+def test_a_field_without_a_column_gets_one_on_open_and_its_rows_are_written(tmp_path: Path) -> None:
+    """A database from before ``link_layer`` existed (or a forgotten migration): ingest must not fail on it."""
+    path = tmp_path / "old.duckdb"
+    store = Store(path, SUBJECTS)
+    store.open()
+    store.con.execute("ALTER TABLE nic DROP COLUMN link_layer")
+    store.con.execute("DROP TABLE gpu_probe")
+    store.close_connection()
+    store.open()
+    try:
+        assert matching_columns("nic", columns_of(store, "nic")) == table_columns("nic")
+        assert columns_of(store, "gpu_probe") == table_columns("gpu_probe")
+        result = store.commit_batch([Incoming(SUBJECTS.event("c", "a", "nic"), _nic_envelope(), NOW)])
+        assert result.records == 1 and result.dead_letters == 0
+        assert store.con.execute("SELECT name, link_layer FROM nic").fetchall() == [
+            ("mlx5_0/1", "InfiniBand")
+        ]
+    finally:
+        store.close_connection()
+        store.shutdown()

@@ -7,8 +7,11 @@ in this order (the README's "Alerts" section lists the rules):
 2. **Inhibition** (:data:`INHIBITIONS`, as Alertmanager's ``inhibit_rules``): a condition explained by a firing source
    alert with equal labels (a silent node explains its GPU, NIC, rank and straggler conditions) does not fire; an alert
    already firing stays, quietly, until its own condition goes.
-3. **Job end**: the alerts of a job that ended resolve at once (lifecycle alerts aside).
-4. **Hold-down** per rule (``aggregator.alerts.rules``, Prometheus ``for`` / ``keep_firing_for``): a condition fires once
+3. **Ingest behind**: while the aggregator's ingest is more than ``max_ingest_behind_s`` behind its stream, the
+   rules that judge silence (:data:`SILENCE_RULES`) see the aggregator's own lag, not the nodes': their conditions do
+   not fire, and what already fires stays, quietly, as under inhibition.
+4. **Job end**: the alerts of a job that ended resolve at once (lifecycle alerts aside).
+5. **Hold-down** per rule (``aggregator.alerts.rules``, Prometheus ``for`` / ``keep_firing_for``): a condition fires once
    it has held for ``for_s`` (pending resets when it vanishes) and a firing alert resolves once its condition has been
    absent for ``clear_s``, so a flapping condition is one alert, not a stream of them.
 
@@ -31,6 +34,11 @@ from ranksight.config import AlertSettings
 from ranksight.schemas.alerts import Alert, Severity, Silence
 
 LIFECYCLE_RULES = frozenset({"job_started", "job_ended"})
+# Rules that judge silence (no heartbeat, no progress, no data by receipt time): an aggregator behind its own ingest
+# would see every node and job fall silent at once.
+SILENCE_RULES = frozenset({"node_silent", "comm_hang", "collective_hang", "rank_heartbeat_overdue",
+                           "rank_section_overdue"})  # fmt: skip
+INGEST_BEHIND = "ingest behind"  # what holds a silence rule's conditions while ingest lags
 
 
 @dataclass(frozen=True)
@@ -116,8 +124,11 @@ class AlertEngine:
         return [s.id for s in self.silences.values()
                 if ns_of(s.starts_at) <= now_ns < ns_of(s.ends_at) and s.matches(alert)]  # fmt: skip
 
-    def evaluate(self, rules: Iterable[Rule], state: LiveState, now_ns: int) -> list[Alert]:
-        """Run every rule; return the transitions (new firing alerts and resolutions) to store and publish."""
+    def evaluate(
+        self, rules: Iterable[Rule], state: LiveState, now_ns: int, ingest_behind_s: float = 0.0
+    ) -> list[Alert]:
+        """Run every rule; return the transitions (new firing alerts and resolutions) to store and publish.
+        ``ingest_behind_s``: how far the aggregator's ingest is behind its stream now."""
         for sid in [sid for sid, s in self.silences.items() if ns_of(s.ends_at) <= now_ns]:
             del self.silences[sid]  # over: Alertmanager expires its copy at the same time
         evaluated: set[str] = set()
@@ -127,7 +138,8 @@ class AlertEngine:
             for cond in rule.evaluate(state, now_ns):
                 seen[cond.fingerprint] = cond
         planned = self._drop_planned(seen)
-        self._inhibit(seen)
+        behind = self.settings is not None and ingest_behind_s > self.settings.max_ingest_behind_s
+        self._inhibit(seen, held=SILENCE_RULES if behind else frozenset())
         ended = {(j.cluster, j.job_id) for j in state.jobs.jobs.values() if j.state == "ended"}
         transitions: list[Alert] = []
         for fp, cond in seen.items():
@@ -182,8 +194,15 @@ class AlertEngine:
             del seen[fp]
         return {fp for fp, a in self.active.items() if (a.cluster, a.node) in self.drained}
 
-    def _inhibit(self, seen: dict[str, Condition]) -> None:
+    def _inhibit(self, seen: dict[str, Condition], held: frozenset[str]) -> None:
+        """Inhibition, after the ``held`` rules (ingest behind: their silence is the aggregator's own lag) raise
+        nothing and explain nothing; their firing alerts stay as they are."""
         self.inhibited = {}
+        for fp in [fp for fp, c in seen.items() if c.rule in held]:
+            del seen[fp]
+            self.pending.pop(fp, None)
+            self.inhibited[fp] = INGEST_BEHIND
+        self.inhibited |= {fp: INGEST_BEHIND for fp, a in self.active.items() if a.rule in held}
         if self.settings is not None and not self.settings.inhibit:
             return
         for rule in INHIBITIONS:

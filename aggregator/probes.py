@@ -4,8 +4,9 @@ State-driven and replay-safe: a pair is due when the link map (rebuilt from Duck
 it, so a restart re-probes only what is missing or expired. Each round pairs every node at most once (a node is never in
 two probes at once, so measurements do not disturb each other). Up to ``full_mesh_max_nodes`` nodes every pair is
 probed, scheduled by the circle method: N-1 rounds for even N, N for odd. Above it, a sampled set: ring neighbours,
-ring neighbours within each rail, and a few random pairs. A node that runs a job (fresh RAS or Inspector data) gets a
-light probe (RTT only) and the result says why bandwidth was skipped.
+ring neighbours within each rail, and a few random pairs. A node that runs a job (fresh RAS or Inspector data, or such
+data within the last ``job_hold_s``: under load a job's data can arrive after its short TTL lapsed) gets a light probe
+(RTT only) and the result says why bandwidth was skipped.
 """
 
 from __future__ import annotations
@@ -105,6 +106,7 @@ class ProbePlanner:
         self.rng = random.Random(seed)
         self.pending: dict[tuple[str, str, str, str], int] = {}  # (cluster, src, dst, addr) -> commanded at
         self.skipped: dict[str, str] = {}  # node -> why its heavy probes are skipped
+        self.job_seen: dict[tuple[str, str], int] = {}  # (cluster, node) -> when it last had fresh job data
         self.rounds = 0
         self.last_round: list[dict[str, Any]] = []
 
@@ -120,10 +122,14 @@ class ProbePlanner:
         # a command past its timeout is no longer in flight; dropped here, since a pair whose node left (forgotten
         # by live state) is never looked at again
         self.pending = {key: at for key, at in self.pending.items() if now_ns < at + self._timeout_ns}
+        hold_ns = int(self.settings.job_hold_s * 1e9)
+        self.job_seen = {key: at for key, at in self.job_seen.items() if now_ns < at + hold_ns}
         for cluster in sorted(links.clusters()):
             endpoints = {e.node: e for e in links.live_endpoints(cluster, now_ns)}
             for node in endpoints:
                 if links.runs_job(cluster, node, now_ns):
+                    self.job_seen[(cluster, node)] = now_ns
+                if (cluster, node) in self.job_seen:
                     self.skipped[node] = (
                         f"node {node} runs a job (fresh RAS or Inspector data): bandwidth not probed"
                     )

@@ -32,6 +32,7 @@ from ranksight.aggregator.history import retention_loop
 from ranksight.aggregator.http.server import HttpFace
 from ranksight.aggregator.probes import ProbePlanner
 from ranksight.aggregator.pull import BoundedPull
+from ranksight.aggregator.raw_evidence import RawEvidence
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import BatchResult, Incoming, Store, out_of_memory
 from ranksight.aio import cancel_all
@@ -59,6 +60,12 @@ class IngestStats:
     last_batch_size: int = 0
     last_commit_s: float = 0.0
     lag_s: float = 0.0
+    pending: int = 0  # messages the stream held beyond the last batch, when it was fetched
+    last_batch_at: float = 0.0  # time.time() of the last commit
+
+    def behind_s(self, now: float) -> float:
+        """How far ingest is behind the stream now: the last batch's age while messages wait, else nothing."""
+        return self.lag_s + max(0.0, now - self.last_batch_at) if self.pending else 0.0
 
 
 async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
@@ -112,6 +119,7 @@ class Aggregator:
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
         self.stats = IngestStats()
         self.http = HttpFace(self)
+        self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
         self.nc: Client | None = None
         self.ready = asyncio.Event()
@@ -126,6 +134,7 @@ class Aggregator:
             "ingest": self.stats.__dict__,
             "sequence": self.store.sequence_stats(),
             "alerts_firing": len(self.engine.active),
+            "raw_evidence": self.raw_evidence.stats.__dict__,
         }
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -173,6 +182,7 @@ class Aggregator:
             finally:
                 self._stopping = True
                 await cancel_all(tasks[1:])  # no rule runs once stopping has begun
+                await self.raw_evidence.stop()
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks[:1])
                 with contextlib.suppress(Exception):
@@ -255,7 +265,7 @@ class Aggregator:
             commit_s = time.monotonic() - started
             for m in msgs:  # only after the commit: a crash before this line redelivers, harmlessly
                 await m.ack()
-            self._account(result, len(msgs), commit_s, msgs[-1].metadata.timestamp)
+            self._account(result, len(msgs), commit_s, msgs[-1].metadata)
             for env, recv in result.accepted:
                 self._observe(env, recv)
 
@@ -273,7 +283,7 @@ class Aggregator:
                             str(oom).splitlines()[0])  # fmt: skip
                 await asyncio.sleep(OOM_RETRY_S)
 
-    def _account(self, result: BatchResult, n: int, commit_s: float, last_ts: Any) -> None:
+    def _account(self, result: BatchResult, n: int, commit_s: float, last: Any) -> None:
         s = self.stats
         s.messages += n
         s.records += result.records
@@ -283,8 +293,10 @@ class Aggregator:
         s.new_gaps += result.new_gaps
         s.conflicts += result.conflicts
         s.last_batch_size, s.last_commit_s = n, commit_s
-        if last_ts is not None:
-            s.lag_s = max(0.0, time.time() - last_ts.timestamp())
+        s.last_batch_at = time.time()
+        if last.timestamp is not None:
+            s.lag_s = max(0.0, s.last_batch_at - last.timestamp.timestamp())
+        s.pending = last.num_pending or 0
 
     async def _forget_loop(self) -> None:
         """Now and then, drop the sequence state of nodes silent longer than ``node_forget_after_s``."""
@@ -302,7 +314,9 @@ class Aggregator:
 
     async def tick(self, now_ns: int) -> list[Alert]:
         self.state.tick(now_ns)
-        transitions = self.engine.evaluate(self.rules, self.state, now_ns)
+        transitions = self.engine.evaluate(
+            self.rules, self.state, now_ns, ingest_behind_s=self.stats.behind_s(now_ns / 1e9)
+        )
         self.http.events.tick(self.state, transitions)
         findings = self.state.stragglers.take_history()
         if findings:
@@ -314,6 +328,7 @@ class Aggregator:
             await self.store.call(self.store.write_alerts, transitions)
             await self._publish_alerts(transitions)
             self.alertmanager.transitions(transitions)
+            self.raw_evidence.submit(self, transitions)  # after the write: its evidence update comes later
         return transitions
 
     async def _publish_alerts(self, alerts: list[Alert]) -> None:

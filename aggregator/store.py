@@ -43,6 +43,7 @@ from ranksight.schemas.alerts import Alert, Silence
 from ranksight.schemas.codec import DecodeError, decode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.records.inspector import IDENTITY as INSPECTOR_IDENTITY
 from ranksight.schemas.subjects import Subjects
 
 log = logging.getLogger(__name__)
@@ -137,6 +138,8 @@ _SEQ_COLUMNS = ("agent", "cluster", "node", "high_seq", "messages", "duplicates"
 
 
 _DEAD_COLUMNS = ("recv_ts", "subject", "reason", "detail", "msg_id", "size", "payload")
+# one inspector row ``i`` and one of a batch ``b`` are the same record (its identity; NULL peers are equal)
+_SAME_RECORD = " AND ".join(f"i.{c} IS NOT DISTINCT FROM b.{c}" for c in INSPECTOR_IDENTITY)
 
 
 def out_of_memory(exc: BaseException | None) -> duckdb.OutOfMemoryException | None:
@@ -159,6 +162,7 @@ class Store:
         self._con: duckdb.DuckDBPyConnection | None = None
         self._seq: dict[NodeKey, dict[str, AgentSeq]] = {}  # node -> its incarnations' sequence state
         self.replay_skipped = 0  # stored messages that replay could not turn back into a valid envelope
+        self._fetched_rows = False  # inspector rows fetched on request (seq 0) may be in history
 
     # -- threading ----------------------------------------------------------------------------------------------
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -183,6 +187,8 @@ class Store:
         )  # a file from before 0600 files
         self.migrate()
         self._load_seq()
+        [(fetched,)] = self.con.execute("SELECT count(*) FROM inspector WHERE seq = 0").fetchall()
+        self._fetched_rows = fetched > 0
 
     def close_connection(self) -> None:
         """Close the database (run on the writer thread)."""
@@ -374,6 +380,10 @@ class Store:
             con.register("arrow_batch", builder.table())
             try:
                 con.execute(f'INSERT INTO "{kind}" BY NAME SELECT * FROM arrow_batch')
+                if kind == "inspector" and self._fetched_rows:
+                    # a record fetched on request that a message brings after all: the message's row is the one kept
+                    con.execute(f"DELETE FROM inspector i WHERE i.seq = 0 AND EXISTS (SELECT 1 FROM arrow_batch b "
+                                f"WHERE b.cluster = i.cluster AND {_SAME_RECORD})")  # fmt: skip
             finally:
                 con.unregister("arrow_batch")
 
@@ -486,7 +496,7 @@ class Store:
         for kind in sorted(kinds & set(RECORD_MODELS)):
             cur = self.con.execute(
                 f'SELECT *, epoch_us(ts) AS _ts_us, epoch_us(recv_ts) AS _recv_us FROM "{kind}" '
-                "WHERE recv_ts >= ? ORDER BY recv_ts, agent, seq",
+                "WHERE recv_ts >= ? AND seq > 0 ORDER BY recv_ts, agent, seq",  # seq 0: fetched on request
                 [naive_utc(since_ns)],
             )
             names = [d[0] for d in cur.description]
@@ -518,6 +528,40 @@ class Store:
                     current, skipping = None, msg_key
         out.sort(key=lambda item: item[1])
         return out
+
+    def insert_raw_inspector(
+        self, cluster: str, node: str, agent: str, records: list[Any], now_ns: int
+    ) -> int:
+        """Write raw ``inspector`` records fetched from an agent on request (not a message: ``seq`` 0, ``ttl`` 0,
+        skipped by replay), except those already in history by their identity; how many were new. (One that a message
+        brings later replaces its fetched twin: see ``_insert_rows``.)"""
+        if not records:
+            return 0
+        builder = ColumnBuilder("inspector")
+        builder.add(cluster, node, agent, 0, now_ns, now_ns, 0.0, records)
+        times = [r.dump_ts_us for r in records]
+        self.con.register("raw_batch", builder.table())
+        try:
+            # only history within the batch's dump times is compared (a zone-map range scan, not the whole table)
+            [(inserted,)] = self.con.execute(
+                f"INSERT INTO inspector BY NAME SELECT * FROM raw_batch b WHERE NOT EXISTS (SELECT 1 FROM inspector i "
+                f"WHERE i.cluster = ? AND i.dump_ts_us BETWEEN ? AND ? AND {_SAME_RECORD}) "
+                f"QUALIFY row_number() OVER (PARTITION BY {', '.join(INSPECTOR_IDENTITY)}) = 1",
+                [cluster, min(times), max(times)],
+            ).fetchall()
+        finally:
+            self.con.unregister("raw_batch")
+        self._fetched_rows = self._fetched_rows or bool(inserted)
+        return int(inserted)
+
+    def add_alert_evidence(self, fingerprint: str, started_at: str, evidence: dict[str, Any]) -> None:
+        """Merge keys into the evidence of every stored transition of one alert (its firing and, if it resolved
+        meanwhile, its resolution): evidence completed after the alert fired, not a transition of its own."""
+        self.con.execute(
+            "UPDATE alerts SET evidence = json_merge_patch(coalesce(evidence, '{}'), ?::JSON) "
+            "WHERE fingerprint = ? AND started_at = ?::TIMESTAMP",
+            [json.dumps(evidence, default=str), fingerprint, started_at],
+        )
 
     def append_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
         """Columnar append of derived rows (findings, summaries) to ``table``, matched by column name."""

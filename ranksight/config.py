@@ -126,6 +126,21 @@ class InspectorSettings(CollectorSettings):
         None, description="the plugin's NCCL_INSPECTOR_DUMP_DIR; unset or missing: the collector is absent"
     )
     read_chunk_bytes: int = Field(1 << 20, ge=4096, description="most bytes read from one file per pass")
+    # raw records on request (the ``inspector_raw`` command): bounds of one answer page
+    raw_max_records: int = Field(2000, ge=1, description="inspector_raw: records per answer page at most")
+    raw_max_bytes: int = Field(
+        512 * 1024,
+        ge=4096,
+        description="inspector_raw: JSON bytes per answer page at most (and half max_payload)",
+    )
+    raw_scan_bytes: int = Field(
+        32 << 20,
+        ge=4096,
+        description="inspector_raw: dump file bytes read per request at most (then a next page)",
+    )
+    raw_max_window_s: float = Field(
+        3600.0, gt=0, description="inspector_raw: the widest [from, to] dump-time window a request may ask"
+    )
     summary_window_s: float = Field(
         5.0,
         gt=0,
@@ -474,6 +489,11 @@ class ProbePlannerSettings(Section):
     bytes: int = Field(64 * 1024**2, ge=1, description="byte budget per direction of a full probe")
     seconds: float = Field(1.0, gt=0, le=30, description="time budget per direction of a full probe")
     command_timeout_s: float = Field(30.0, gt=0)
+    job_hold_s: float = Field(
+        60.0,
+        ge=0,
+        description="a node with job data (RAS, Inspector) this recently still runs a job: light probes only",
+    )
     degraded_ratio: float = Field(
         0.5,
         gt=0,
@@ -491,6 +511,13 @@ class ProbePlannerSettings(Section):
         2,
         ge=1,
         description="link_degraded: measurements in a row that must all be low (fewer while a link has fewer)",
+    )
+    max_stall_share: float = Field(
+        0.3,
+        ge=0,
+        le=1,
+        description="link_degraded: a measurement with either end's probe loop stalled (busy or starved of CPU) "
+        "longer than this share of it measured the host, not the link: not compared",
     )
 
 
@@ -533,6 +560,42 @@ class StragglerSettings(Section):
         gt=0,
         description="a hang silent this long is taken as a job that ended or was killed: it resolves",
     )
+
+
+class RawEvidenceSettings(Section):
+    """Raw Inspector records on a finding: the aggregator asks the involved agents (``inspector_raw``) for the raw
+    records of the affected comms and window and writes them into history (``aggregator.raw_evidence``)."""
+
+    enabled: bool = True
+    rules: list[str] = Field(
+        default_factory=lambda: ["straggler", "collective_hang", "comm_hang"],
+        description="the alerts whose firing asks for raw records",
+    )
+    lookback_s: float = Field(
+        30.0, gt=0, description="window: from this long before the alert fired (dump time)"
+    )
+    lookahead_s: float = Field(
+        5.0, ge=0, description="window: to this long after it fired (clock skew margin)"
+    )
+    max_records_per_finding: int = Field(20_000, ge=1, description="records fetched per finding at most")
+    max_nodes_per_finding: int = Field(
+        64, ge=1, description="agents asked per finding at most (its own node first)"
+    )
+    max_concurrent_requests: int = Field(
+        8, ge=1, description="agent requests in flight at once, all findings"
+    )
+    max_pending_findings: int = Field(
+        64, ge=1, description="findings waiting for their records (beyond: not asked)"
+    )
+    page_records: int = Field(2000, ge=1, description="records asked per page (the agent caps it too)")
+    max_pages_per_node: int = Field(
+        1000,
+        ge=1,
+        description="pages asked of one agent per finding at most (a page scans a bounded part of its files)",
+    )
+    request_timeout_s: float = Field(5.0, gt=0)
+    retries: int = Field(2, ge=0, description="retries of a page whose agent did not answer")
+    retry_delay_s: float = Field(1.0, ge=0)
 
 
 class HardwareAlertSettings(Section):
@@ -632,6 +695,12 @@ class AlertSettings(Section):
         default_factory=dict, description="per rule name, e.g. {nic_errors_rising = {for_s = 60}}"
     )
     inhibit: bool = Field(True, description="a silent or drained node suppresses the alerts it explains")
+    max_ingest_behind_s: float = Field(
+        10.0,
+        gt=0,
+        description="while ingest is further behind its stream, rules that judge silence (node_silent, comm_hang, "
+        "collective_hang, rank_*_overdue) raise nothing: the silence would be the aggregator's own lag",
+    )
     max_silences: int = Field(1000, ge=1, description="active silences at most")
     alertmanager: AlertmanagerSettings = AlertmanagerSettings()
 
@@ -708,6 +777,7 @@ class AggregatorSettings(Section):
     ingest: IngestSettings = IngestSettings()
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
+    raw_evidence: RawEvidenceSettings = RawEvidenceSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()
     ras: RasAlertSettings = RasAlertSettings()
     alerts: AlertSettings = AlertSettings()

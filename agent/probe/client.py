@@ -1,6 +1,7 @@
 """The probe client: RTT and jitter from many small echoes, then upload and download, each timed by its receiver.
 
-Each phase uses its own connection, so a refused or busy server fails fast and a phase's leftovers never disturb the
+Beside each rate, the share of the bandwidth phases each end's loop was stalled (busy, or starved of CPU): the prober's
+over both phases, the probed server's while it received the upload. Each phase uses its own connection, so a refused or busy server fails fast and a phase's leftovers never disturb the
 next. Errors are :class:`ProbeError` with a message that says what happened (refused, busy, timeout, not a probe server).
 """
 
@@ -21,7 +22,7 @@ from ranksight.agent.probe.protocol import (
     rate_bps,
     rtt_stats_us,
 )
-from ranksight.agent.probe.streams import receive_timed, send_for
+from ranksight.agent.probe.streams import StallMeter, receive_timed, send_for
 from ranksight.errors import RanksightError
 
 
@@ -47,6 +48,8 @@ class ProbeResult:
     download_bps: float | None
     bytes: int
     duration_s: float
+    src_stall_share: float | None = None  # this end, over both bandwidth phases (None: a light probe)
+    dst_stall_share: float | None = None  # the server, while it received the upload
 
     def as_dict(self) -> dict[str, float | int | None]:
         return asdict(self)
@@ -56,11 +59,13 @@ async def run_probe(host: str, port: int, budget: ProbeBudget = ProbeBudget()) -
     started = time.monotonic()
     try:
         rtt_us, jitter_us, moved = await _echo(host, port, budget)
-        upload = download = None
+        upload = download = src_stall = dst_stall = None
         if budget.bandwidth:
-            upload, up_bytes = await _upload(host, port, budget)
-            download, down_bytes = await _download(host, port, budget)
+            async with StallMeter() as stall:
+                upload, up_bytes, dst_stall = await _upload(host, port, budget)
+                download, down_bytes = await _download(host, port, budget)
             moved += up_bytes + down_bytes
+            src_stall = round(stall.share, 3)
     except ProbeProtocolError as exc:
         raise ProbeError(f"{host}:{port} is not a ranksight probe server: {exc}") from None
     except asyncio.IncompleteReadError:
@@ -69,7 +74,9 @@ async def run_probe(host: str, port: int, budget: ProbeBudget = ProbeBudget()) -
         raise ProbeError(f"{host}:{port} did not answer within {budget.timeout_s}s") from None
     except OSError as exc:
         raise ProbeError(f"cannot probe {host}:{port}: {exc.strerror or exc}") from None
-    return ProbeResult(rtt_us, jitter_us, upload, download, moved, time.monotonic() - started)
+    return ProbeResult(
+        rtt_us, jitter_us, upload, download, moved, time.monotonic() - started, src_stall, dst_stall
+    )
 
 
 async def _open(
@@ -104,7 +111,7 @@ async def _echo(host: str, port: int, b: ProbeBudget) -> tuple[float | None, flo
     return rtt, jitter, 2 * size * count
 
 
-async def _upload(host: str, port: int, b: ProbeBudget) -> tuple[float | None, int]:
+async def _upload(host: str, port: int, b: ProbeBudget) -> tuple[float | None, int, float]:
     req = Request(Op.UPLOAD, b.bytes, 0, int(b.seconds * 1000))
     reader, writer, grant = await _open(host, port, req, b.timeout_s)
     try:
@@ -117,7 +124,7 @@ async def _upload(host: str, port: int, b: ProbeBudget) -> tuple[float | None, i
         )
     finally:
         writer.close()
-    return rate_bps(result.b, result.c), result.a
+    return rate_bps(result.b, result.c), result.a, result.stall_permille / 1000
 
 
 async def _download(host: str, port: int, b: ProbeBudget) -> tuple[float | None, int]:

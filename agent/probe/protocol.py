@@ -5,7 +5,8 @@ One TCP connection carries one operation. The client opens with a fixed 24-byte 
 
 - ``ECHO``: ``count`` times, the client sends ``size`` bytes and the server sends them back (RTT samples).
 - ``UPLOAD``: the client streams up to ``nbytes`` for at most ``budget_ms`` then half-closes; the server, the receiver,
-  times the bytes and answers a final :class:`Reply` with (bytes received, bytes timed, ns timed).
+  times the bytes and answers a final :class:`Reply` with (bytes received, bytes timed, ns timed) and the share of that
+  time its loop was stalled (``stall_permille``, in bytes that were padding before: 0 from older servers).
 - ``DOWNLOAD``: the server streams up to ``nbytes`` for at most ``budget_ms`` then closes; the client times them.
 
 Bandwidth is always timed on the receiving side, from the first to the last chunk received (the sender's clock only sees
@@ -25,7 +26,7 @@ from ranksight.errors import ParseError
 
 MAGIC = b"RSPB"
 _REQUEST = struct.Struct("!4sB3xQII")  # magic, op, pad, nbytes, count, budget_ms
-_REPLY = struct.Struct("!4sB3xQQQ")  # magic, status, pad, a, b, c
+_REPLY = struct.Struct("!4sBxHQQQ")  # magic, status, pad, stall_permille, a, b, c
 REQUEST_SIZE = _REQUEST.size
 REPLY_SIZE = _REPLY.size
 CHUNK = 64 * 1024
@@ -79,21 +80,25 @@ class Request:
 
 @dataclass(frozen=True)
 class Reply:
-    """The grant (``a``/``b``/``c`` = granted nbytes, count, budget_ms) or the upload result (bytes, timed bytes, ns)."""
+    """The grant (``a``/``b``/``c`` = granted nbytes, count, budget_ms) or the upload result (bytes, timed bytes, ns,
+    and the receiver's ``stall_permille``)."""
 
     status: Status
     a: int = 0
     b: int = 0
     c: int = 0
+    stall_permille: int = 0
 
     def encode(self) -> bytes:
-        return _REPLY.pack(MAGIC, self.status, self.a, self.b, self.c)
+        return _REPLY.pack(MAGIC, self.status, self.stall_permille, self.a, self.b, self.c)
 
     @classmethod
     def decode(cls, data: bytes) -> Reply:
-        status, a, b, c = _unpack(_REPLY, data, "reply", "probe server")
+        status, stall_permille, a, b, c = _unpack(_REPLY, data, "reply", "probe server")
+        if stall_permille > 1000:
+            raise ProbeProtocolError(f"stall of {stall_permille} permille: more than the whole measurement")
         try:
-            return cls(Status(status), a, b, c)
+            return cls(Status(status), a, b, c, stall_permille)
         except ValueError:
             raise ProbeProtocolError(f"unknown reply status {status}") from None
 

@@ -21,15 +21,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ranksight.agent.probe.protocol import (
-    REQUEST_SIZE,
-    Op,
-    ProbeProtocolError,
-    Reply,
-    Request,
-    Status,
-)
-from ranksight.agent.probe.streams import receive_timed, send_for
+from ranksight.agent.probe.protocol import REQUEST_SIZE, Op, ProbeProtocolError, Reply, Request, Status
+from ranksight.agent.probe.streams import StallMeter, receive_timed, send_for
 
 log = logging.getLogger(__name__)
 
@@ -228,8 +221,10 @@ class ProbeServer:
         writer.write(Reply(Status.OK, nbytes, 0, budget_ms).encode())
         charge = functools.partial(self.budget.charge, peer)
         if req.op is Op.UPLOAD:
-            meter = await receive_timed(reader, nbytes, budget_ms / 1000 + lim.idle_timeout_s, lim.idle_timeout_s,
-                                        charge)  # fmt: skip
-            writer.write(Reply(Status.OK, meter.total, meter.timed, meter.elapsed_ns).encode())
+            async with StallMeter() as stall:
+                meter = await receive_timed(reader, nbytes, budget_ms / 1000 + lim.idle_timeout_s,
+                                            lim.idle_timeout_s, charge)  # fmt: skip
+            writer.write(Reply(Status.OK, meter.total, meter.timed, meter.elapsed_ns,
+                               round(stall.share * 1000)).encode())  # fmt: skip
         else:
             await send_for(writer, nbytes, budget_ms / 1000, lim.idle_timeout_s, charge)

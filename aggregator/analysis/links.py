@@ -5,6 +5,10 @@ Comparable links: the other fresh, fully measured links of the same cluster and 
 src -> dst, download = dst -> src) is judged on its own; a link needs ``min_history`` earlier measurements before it is
 compared with itself, and at least two other links before it is compared with its peers. A link is degraded only when
 its last ``degraded_confirm`` measurements are all low (a stable window: one probe slowed by CPU load raises nothing).
+
+A measurement during which either end's probe loop was stalled (busy, or starved of CPU) more than ``max_stall_share``
+of the time measured the host, not the link: it is never judged low (a slow link stalls nothing: the loop waits, idle,
+for data). As a baseline it still counts: the link carried at least that much.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from collections.abc import Iterator
 
 from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.state import LiveState
-from ranksight.aggregator.state.links import Link
+from ranksight.aggregator.state.links import Link, stall_share
 from ranksight.aggregator.timefmt import iso
 from ranksight.config import ProbePlannerSettings
 
@@ -30,10 +34,13 @@ class LinkDegradedRule:
         self.min_history = settings.min_history
         self.confirm = settings.degraded_confirm
         self.peer_window_ns = int(settings.comparable_window_s * 1e9)
+        self.max_stall = settings.max_stall_share
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         measured = [link for link in state.links.links.values() if link.fresh and _full(link)]
         for link in measured:
+            if stall_share(link.record) > self.max_stall:
+                continue  # it timed the host: no new word on the link
             # Comparable: measured about when this link was, so that a CPU load spike slowing every probe of a round
             # slows the baseline too.
             peers = [
@@ -45,12 +52,14 @@ class LinkDegradedRule:
             ]
             findings = {}
             history = list(link.history)
-            recent_n = min(self.confirm, len(history))  # a link measured once is judged on that measurement
+            # the last degraded_confirm measurements that timed the link (fewer while it has fewer) are judged;
+            # everything before the first of them is its own baseline
+            judged = [i for i, h in enumerate(history) if h.stall_share <= self.max_stall][-self.confirm :]
             for i, direction in enumerate(DIRECTIONS):
-                if getattr(link.record, direction) is None:
+                if getattr(link.record, direction) is None or not judged:
                     continue
-                recent: list[float] = [v for h in history[-recent_n:] if (v := h[i]) is not None]
-                own: list[float] = [v for h in history[:-recent_n] if (v := h[i]) is not None]
+                recent: list[float] = [v for j in judged if (v := history[j][i]) is not None]
+                own: list[float] = [v for h in history[: judged[0]] if (v := h[i]) is not None]
                 others: list[float] = [v for p in peers if (v := getattr(p.record, direction)) is not None]
                 if not recent:
                     continue
@@ -77,7 +86,7 @@ class LinkDegradedRule:
                     summary=(f"link {link.src} -> {link.dst} ({link.dst_addr}) {worst[0].removesuffix('_bps')} "
                              f"{worst[1]['value_bps'] / 1e6:.1f} Mbit/s, below {self.ratio:.0%} of its baseline"),
                     evidence={"dst": link.dst, "dst_addr": link.dst_addr, "measured": iso(link.measured_ns),
-                              **findings},
+                              "stall_share": stall_share(link.record), **findings},
                 )  # fmt: skip
 
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from ranksight.aggregator.api import ras_queries
 from ranksight.aggregator.api.gpu_probes import gpu_probes
+from ranksight.aggregator.api.health import NodeHealth, Severity, alert_severity, gpu_health, node_health
 from ranksight.aggregator.api.markers import markers
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.history import export_parquet
@@ -82,10 +83,14 @@ def _node_alerts(agg: Aggregator) -> dict[tuple[str, str], list[dict[str, Any]]]
 def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
     rows = []
     alerts, drained = _node_alerts(agg), agg.engine.drained
+    by_node = alert_severity(agg.engine.active.values())
+    gpus: dict[tuple[str, str], list[Severity]] = {}
+    for (cluster, node, _), dev in agg.state.gpus.devices.items():
+        gpus.setdefault((cluster, node), []).append(gpu_health(dev))
     for n in _sorted_nodes(agg):
-        mine = alerts.get((n.cluster, n.node), [])
-        health = ("drained" if (n.cluster, n.node) in drained
-                  else "degraded" if n.state == "alive" and mine else n.state)  # fmt: skip
+        key = (n.cluster, n.node)
+        mine = alerts.get(key, [])
+        health, severity = node_health(n.state, key in drained, by_node.get(key, "ok"), gpus.get(key, ()))
         rows.append({
             "node": n.node,
             "cluster": n.cluster,
@@ -99,6 +104,7 @@ def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
             "collectors": n.collectors,
             "jobs": n.jobs,
             "health": health,
+            "severity": severity,
             "alerts": mine,
         })  # fmt: skip
     return rows
@@ -118,8 +124,9 @@ class NodesParams(Params):
     cluster: str | None = None
     node: str | None = None
     state: Literal["alive", "stale", "gone"] | None = None
-    health: Literal["alive", "degraded", "drained", "stale", "gone"] | None = Field(
-        None, description="alive with firing alerts: degraded; expected to be silent: drained"
+    health: NodeHealth | None = Field(
+        None,
+        description="alive with firing alerts or unhealthy GPUs: degraded; expected to be silent: drained",
     )
 
 

@@ -1,20 +1,20 @@
 """Read endpoints for the web page's views: ``cluster_map`` (live node and GPU health) and ``series`` (time series
 from the DuckDB history, bounded by time range, point count and series count).
 
-Health is derived here from live state and the firing alerts, so a node with an alert is never shown healthy whatever
-its heartbeat says: ``critical`` (a critical alert, or the node is gone), ``warning`` (a warning alert, or stale),
-``ok``. Each series is declared once in :data:`SERIES` (table, time, value, what one line is, which filters apply).
+A node's health comes from :mod:`aggregator.api.health` (the vocabulary ``status`` and ``nodes`` use too), so a node
+with an alert is never shown healthy whatever its heartbeat says. Each series is declared once in :data:`SERIES`
+(table, time, value, what one line is, which filters apply).
 """
 
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from ranksight.aggregator.api.health import HEALTH_RANK, alert_severity, gpu_health, node_health
 from ranksight.aggregator.api.queries import Params, RequestError, parse_params
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.device_jobs import device_jobs
@@ -25,41 +25,10 @@ if TYPE_CHECKING:
     import duckdb
 
     from ranksight.aggregator.runtime import Aggregator
-    from ranksight.aggregator.state.devices import DeviceState
-    from ranksight.schemas.alerts import Alert
-    from ranksight.schemas.records import GpuRecord
 
-Health = Literal["ok", "warning", "critical"]
-HEALTH_RANK: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
-# A state not listed here (one derived from alerts, say) adds nothing: the alerts themselves are counted.
-NODE_STATE_HEALTH: dict[str, Health] = {"alive": "ok", "stale": "warning", "gone": "critical"}
 MAX_NODE_ALERTS = 5  # alerts listed per node in the map (the count is always given)
 US = 1_000_000
 EPOCH = datetime.datetime(1970, 1, 1)
-
-
-def worst(*levels: Health) -> Health:
-    return max(levels, key=HEALTH_RANK.__getitem__)
-
-
-def alert_health(alerts: Iterable[Alert]) -> dict[tuple[str, str], Health]:
-    """Per (cluster, node), the worst severity of its firing alerts (info alerts change nothing)."""
-    found: dict[tuple[str, str], Health] = {}
-    for a in alerts:
-        if a.node is None or a.severity == "info":
-            continue
-        key = (a.cluster, a.node)
-        found[key] = worst(found.get(key, "ok"), a.severity)
-    return found
-
-
-def gpu_health(dev: DeviceState[GpuRecord]) -> Health:
-    """A vanished GPU or one with uncorrectable ECC errors is critical; throttled or stale is a warning."""
-    if dev.state == "vanished" or (dev.record.ecc_uncorrectable or 0) > 0:
-        return "critical"
-    if dev.state == "stale" or dev.record.throttled:
-        return "warning"
-    return "ok"
 
 
 class ClusterMapParams(Params):
@@ -70,7 +39,7 @@ async def cluster_map(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
     """Every node with its health (from state and firing alerts) and its GPUs' health and utilization."""
     p = parse_params(ClusterMapParams, params)
     active = [a for a in agg.engine.active.values() if p.cluster in (None, a.cluster)]
-    by_node = alert_health(active)
+    by_node = alert_severity(active)
     node_alerts: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for a in sorted(active, key=lambda a: -HEALTH_RANK.get(a.severity, 0)):
         if a.node is not None:
@@ -88,11 +57,13 @@ async def cluster_map(agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
         if p.cluster not in (None, cluster):
             continue
         devices = gpus.get((cluster, node), [])
-        health = worst(NODE_STATE_HEALTH.get(n.state, "ok"), by_node.get((cluster, node), "ok"),
-                       *(d["health"] for d in devices))  # fmt: skip
+        health, severity = node_health(n.state, (cluster, node) in agg.engine.drained,
+                                       by_node.get((cluster, node), "ok"), (d["health"] for d in devices))  # fmt: skip
         listed = node_alerts.get((cluster, node), [])
-        rows.append({"cluster": cluster, "node": node, "state": n.state, "health": health, "alerts": len(listed),
-                     "alert_rules": listed[:MAX_NODE_ALERTS], "gpus": devices})  # fmt: skip
+        # "health" here predates the one vocabulary: it is the severity; "node_health" is status's and nodes' health
+        rows.append({"cluster": cluster, "node": node, "state": n.state, "health": severity, "severity": severity,
+                     "node_health": health, "alerts": len(listed), "alert_rules": listed[:MAX_NODE_ALERTS],
+                     "gpus": devices})  # fmt: skip
     return ApiResponse.success(rows)
 
 

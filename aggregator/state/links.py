@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.state.jobs import JOB_KINDS
@@ -32,6 +32,14 @@ class Endpoint:
     expires_ns: int
 
 
+class Measurement(NamedTuple):
+    """One full measurement of a link as its own history keeps it."""
+
+    upload_bps: float | None
+    download_bps: float | None
+    stall_share: float  # the worse of the two ends' (0 when not reported)
+
+
 @dataclass
 class Link:
     cluster: str
@@ -43,9 +51,7 @@ class Link:
     measured_ns: int
     expires_ns: int
     fresh: bool = True
-    history: deque[tuple[float | None, float | None]] = field(
-        default_factory=deque
-    )  # (upload, download), oldest first
+    history: deque[Measurement] = field(default_factory=deque)  # oldest first
 
     @property
     def key(self) -> LinkKey:
@@ -85,7 +91,7 @@ class LinkTracker:
             return  # an older fact never replaces a newer one
         history = link.history if link is not None else deque(maxlen=self.history)
         if rec.mode == "full" and rec.error is None and (rec.upload_bps or rec.download_bps):
-            history.append((rec.upload_bps, rec.download_bps))
+            history.append(Measurement(rec.upload_bps, rec.download_bps, stall_share(rec)))
         self.links[key] = Link(cluster, rec.src, rec.dst, rec.transport, rec.dst_addr, rec, recv_ns, expires_ns,
                                self.now_ns < expires_ns, history)  # fmt: skip
 
@@ -117,6 +123,11 @@ class LinkTracker:
         return link is not None and now_ns < link.expires_ns
 
 
+def stall_share(rec: ProbeRecord) -> float:
+    """The worse of the two ends' stalled share of a measurement (0 when neither reported one)."""
+    return max(rec.src_stall_share or 0.0, rec.dst_stall_share or 0.0)
+
+
 def link_rows(
     tracker: LinkTracker, cluster: str | None = None
 ) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
@@ -129,7 +140,8 @@ def link_rows(
         rows.append({
             "cluster": link.cluster, "src": link.src, "dst": link.dst, "transport": link.transport,
             "dst_addr": link.dst_addr, "mode": r.mode, "upload_bps": r.upload_bps, "download_bps": r.download_bps,
-            "rtt_us": r.rtt_us, "jitter_us": r.jitter_us, "measured": iso(link.measured_ns),
+            "rtt_us": r.rtt_us, "jitter_us": r.jitter_us, "src_stall_share": r.src_stall_share,
+            "dst_stall_share": r.dst_stall_share, "measured": iso(link.measured_ns),
             "expires": iso(link.expires_ns), "state": "fresh" if link.fresh else "expired", "skipped": r.skipped,
             "error": r.error,
         })  # fmt: skip

@@ -30,6 +30,10 @@ class ProbeRecord(Record):
     duration_s: float = 0.0
     skipped: str | None = None  # why bandwidth was not measured, when it was not
     error: str | None = None
+    # share of the bandwidth phases each end's probe loop was stalled (busy or starved of CPU): a high share means the
+    # rates measured the host, not the link. src: the prober, both phases; dst: the probed server, the upload phase.
+    src_stall_share: float | None = None
+    dst_stall_share: float | None = None
 
 
 class ProbeEndpointRecord(Record):

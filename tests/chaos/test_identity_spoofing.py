@@ -20,6 +20,7 @@ from ranksight.config import NatsSettings, Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects, inbox_prefix
+from ranksight.simulate.inspector import JobSpec, write_job
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES, REPO
 from tests.ras_support import fake_proc
@@ -78,6 +79,8 @@ async def test_shipped_config_confines_each_role(
     node.agent.collectors.probe.port = 0  # the probe collector hears its peers' probe endpoints
     node.agent.collectors.probe.advertise = ["127.0.0.1"]
     node.agent.collectors.probe.interval_s = 0.5
+    node.agent.collectors.inspector.dump_dir = tmp_path / "dump"  # serves raw records to the aggregator only
+    write_job(JobSpec(nodes=2, gpus_per_node=1, steps=5), tmp_path / "dump")
     aggregator_cfg = as_user(settings, shipped, "aggregator", "change-me-aggregator")
     operator = as_user(settings, shipped, "operator", "change-me-operator")
     subjects = Subjects(settings.subject_prefix)
@@ -87,7 +90,10 @@ async def test_shipped_config_confines_each_role(
         node.agent.collectors.ras = node.agent.collectors.ras.model_copy(update={
             "addr": ras.address, "interval_s": 0.2, "lease_ttl_s": 2.0, "timeout_s": 2.0,
             "proc_root": fake_proc(tmp_path / "proc", ras.port, {"SLURM_JOB_ID": "777"})})  # fmt: skip
-        async with aggregator(aggregator_cfg) as agg, agent(node, only=["heartbeat", "ras", "probe"]) as rt:
+        async with (
+            aggregator(aggregator_cfg) as agg,
+            agent(node, only=["heartbeat", "ras", "probe", "inspector"]) as rt,
+        ):
             assert rt.ctx is not None
             ras_collector = rt.ctx.collectors["ras"]
             await wait_for(lambda: ras_collector.lease.revision is not None, timeout=15)  # type: ignore[attr-defined]
@@ -115,16 +121,23 @@ async def test_shipped_config_confines_each_role(
                     subjects.agent(CLUSTER, NODE, "probe"), json.dumps(command).encode(), timeout=5
                 )
                 assert reply.headers and "no registered probe endpoint" in reply.headers["Nats-Service-Error"]
+                # ... and asks it for a finding's raw Inspector records
+                raw = {"comms": ["none"], "from_us": 0, "to_us": 10**9}
+                reply = await ac.request(subjects.agent(CLUSTER, NODE, "inspector_raw"), json.dumps(raw).encode(),
+                                         timeout=5)  # fmt: skip
+                assert json.loads(reply.data)["records"] == []
             finally:
                 await ac.close()
 
             spoof = subjects.event(CLUSTER, OTHER, "heartbeat")
             own_event = subjects.event(CLUSTER, NODE, "heartbeat")
-            for user, subject in [(node, spoof), (operator, own_event), (operator, subjects.api("export"))]:
+            raw_of_a_node = subjects.agent(CLUSTER, NODE, "inspector_raw")  # the job's data: the aggregator's
+            for user, subject in [(node, spoof), (operator, own_event), (operator, subjects.api("export")),
+                                  (operator, raw_of_a_node)]:  # fmt: skip
                 error = await publish_violation(user, subject)
                 assert f'permissions violation for publish to "{subject}"' in error.lower()
             await asyncio.sleep(0.5)
             assert (CLUSTER, OTHER) not in agg.state.nodes.nodes and agg.stats.dead_letters == 0
     # the roles at work hit no permission they lack: the only violations are the spoofer's
     violations = [line for line in shipped.log_file.read_text().splitlines() if "Violation" in line]
-    assert len(violations) == 3 and all(':spoofer"' in line for line in violations), violations
+    assert len(violations) == 4 and all(':spoofer"' in line for line in violations), violations

@@ -5,10 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+import time
 
 import pytest
 
-from ranksight.agent.probe.client import ProbeBudget, ProbeError, run_probe
+from ranksight.agent.probe.client import ProbeBudget, ProbeError, ProbeResult, run_probe
 from ranksight.agent.probe.server import ProbeServer, ServerLimits, parse_networks
 from ranksight.config import Settings
 from tests.support import agent, aggregator, ranksight_cmd, run_cli_async, settings_env, wait_for
@@ -28,6 +29,39 @@ async def test_probe_measures_rtt_jitter_and_both_directions() -> None:
     assert result.download_bps and result.download_bps > 1e8
     assert result.bytes > 2 * 64 * 20
     assert server.served == 3
+
+
+async def test_a_probe_on_a_busy_host_says_so_beside_its_rates() -> None:
+    """Both ends in this loop; a task hogging it (as a busy or CPU-starved host would) shows as each end's stall."""
+    server = await ProbeServer("127.0.0.1", 0).start()
+
+    async def hog() -> None:
+        while True:
+            time.sleep(0.015)  # noqa: ASYNC251 -- blocking the loop is the point: other work holds the host
+            await asyncio.sleep(0.005)
+
+    try:
+        quiet = await run_probe("127.0.0.1", server.port, FAST)
+        hogging = asyncio.create_task(hog())
+        try:
+            busy = await run_probe("127.0.0.1", server.port, FAST)
+        finally:
+            hogging.cancel()
+    finally:
+        await server.stop()
+    assert quiet.src_stall_share is not None and quiet.dst_stall_share is not None
+    assert busy.src_stall_share is not None and busy.dst_stall_share is not None
+    assert busy.src_stall_share > 0.4 and busy.dst_stall_share > 0.4, (quiet, busy)
+    light = await _light_probe()  # no rate measured: nothing to judge
+    assert light.src_stall_share is None and light.dst_stall_share is None
+
+
+async def _light_probe() -> ProbeResult:
+    server = await ProbeServer("127.0.0.1", 0).start()
+    try:
+        return await run_probe("127.0.0.1", server.port, ProbeBudget(echo_count=5, bandwidth=False))
+    finally:
+        await server.stop()
 
 
 async def test_server_clamps_grants_to_its_limits() -> None:
@@ -84,7 +118,8 @@ async def test_cli_serve_and_run_json() -> None:
         proc = await run_cli_async("probe", "run", f"127.0.0.1:{port}", "--json", "--seconds", "0.2")
         assert proc.returncode == 0, proc.stderr
         out = json.loads(proc.stdout)
-        assert set(out) == {"rtt_us", "jitter_us", "upload_bps", "download_bps", "bytes", "duration_s"}
+        assert set(out) == {"rtt_us", "jitter_us", "upload_bps", "download_bps", "bytes", "duration_s",
+                            "src_stall_share", "dst_stall_share"}  # fmt: skip
         assert out["upload_bps"] > 0 and out["download_bps"] > 0
         bad = await run_cli_async("probe", "run", "nonsense")
         assert bad.returncode == 2 and "HOST:PORT" in bad.stderr

@@ -295,3 +295,25 @@ def test_link_degraded_compares_with_links_measured_at_the_same_time() -> None:
             state.observe(*_probe(seq, src, dst, 300.0, at))
     state.tick(T0 + 661 * NS)
     assert list(rule.evaluate(state, T0 + 661 * NS)) == []
+
+
+def test_an_aggregator_behind_its_ingest_does_not_call_its_own_lag_silence() -> None:
+    """Heartbeats judged by receipt time: ingest minutes behind makes every node look silent at once. While it is
+    behind, silence rules raise nothing (what fires stays); other rules go on; once caught up, real silence fires."""
+    state = LiveState()
+    for node in ("n1", "n2"):
+        state.observe(*_beat(node, 1, 0))
+    engine = AlertEngine(settings=AlertSettings())
+    rules = [NodeSilentRule(), Scripted("gpu_overheating", lambda t: t >= 30, node="n2")]
+    events = []
+    for t in range(1, 120):  # no heartbeat ingested after 0: ingest is behind from 5 s on
+        now = T0 + t * NS
+        state.tick(now)
+        events += [
+            (t, f"{a.rule}:{a.state}") for a in engine.evaluate(rules, state, now, ingest_behind_s=t - 5)
+        ]
+    assert [e for _, e in events] == ["gpu_overheating:firing"]
+    assert set(engine.inhibited.values()) == {"ingest behind"}
+    events = run(engine, rules, range(120, 200), state)  # caught up, and still no heartbeat: real silence
+    assert [e for _, e in events] == ["node_silent:firing", "node_silent:firing"]
+    assert events[0][0] == 150  # its for_s counts from when the aggregator could judge it

@@ -138,6 +138,23 @@ def test_busy_node_gets_light_probe_and_says_why() -> None:
     assert not state.links.runs_job("c", "b", T0 + 31 * NS)
 
 
+def test_a_job_whose_data_arrives_late_keeps_its_nodes_on_light_probes() -> None:
+    """Inspector facts live 3 s; a loaded agent or aggregator can leave a gap between them. The job is still there."""
+    state = _state(["a", "b"])
+    planner = ProbePlanner(ProbePlannerSettings(job_hold_s=60), seed=0)
+    state.observe(_env("inspector", "b", [], ttl=3), T0)
+    state.tick(T0)
+    assert planner.plan(state.links, T0)[0].command.mode == "light"
+    gap = T0 + 10 * NS  # its data lapsed 7 s ago; no result came back: the pair is due again
+    planner.pending.clear()
+    state.tick(gap)
+    [probe] = planner.plan(state.links, gap)
+    assert probe.command.mode == "light" and "node b runs a job" in (probe.command.skipped or "")
+    later = T0 + 61 * NS  # no job data for a minute: the node is idle
+    state.tick(later)
+    assert planner.plan(state.links, later)[0].command.mode == "full"
+
+
 def test_link_degraded_against_peers_and_own_history() -> None:
     state = _state(["a", "b", "c", "d"])
     rule = LinkDegradedRule()
@@ -164,6 +181,34 @@ def test_link_degraded_against_peers_and_own_history() -> None:
     _measure(solo, "x", "y", "10.0.0.2", T0 + 6 * NS, up=9e8)
     solo.tick(T0 + 6 * NS)
     assert list(rule.evaluate(solo, T0 + 6 * NS)) == []
+
+
+def test_link_degraded_judges_only_measurements_that_timed_the_link() -> None:
+    """A probe whose end was stalled (busy, or starved of CPU) measured the host: it accuses no link. A stalled peer is
+    still a baseline: its link carried at least that much."""
+    state = _state(["a", "b", "c", "d"])
+    rule = LinkDegradedRule()
+
+    def measure(dst: str, at: int, bps: float, stall: float) -> None:
+        rec = ProbeRecord(src="a", dst=dst, dst_addr=f"10.0.0.{ord(dst) - 96}", rtt_us=50, upload_bps=bps,
+                          download_bps=bps, src_stall_share=stall, dst_stall_share=stall / 2)  # fmt: skip
+        state.observe(_env("probe", "a", [rec], ttl=600), at)
+
+    for at in (T0, T0 + 60 * NS):  # a->b slow twice in a row, but each time on a starved host
+        measure("b", at, 4e7, stall=0.7)
+        measure("c", at, 1e9, stall=0.6)
+        measure("d", at, 1.1e9, stall=0.5)
+    state.tick(T0 + 60 * NS)
+    assert list(rule.evaluate(state, T0 + 60 * NS)) == []
+    for at in (T0 + 120 * NS, T0 + 180 * NS):  # now slow on a quiet host, beside peers measured on a busy one
+        measure("b", at, 4e7, stall=0.05)
+        measure("c", at, 1e9, stall=0.6)
+        measure("d", at, 1.1e9, stall=0.5)
+    state.tick(T0 + 180 * NS)
+    (cond,) = rule.evaluate(state, T0 + 180 * NS)
+    assert cond.key == "a->b/tcp/10.0.0.2" and cond.evidence["stall_share"] == 0.05
+    assert cond.evidence["upload_bps"]["comparable_median_bps"] == 1.05e9
+    assert "own_history_median_bps" not in cond.evidence["upload_bps"]  # two earlier ones: below min_history
 
 
 def test_commands_to_nodes_that_left_are_not_remembered() -> None:

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
 from ranksight.schemas.records import InspectorSummaryRecord
+from ranksight.schemas.records.inspector import RawRecordsPage, RawRecordsRequest
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
@@ -43,6 +45,7 @@ class InspectorCollector(StreamingCollector):
         self.sampler = RawSampler(settings.raw_rate_per_s)
         self._emit: Emit | None = None
         ctx.add_command("inspector", self._status)
+        ctx.add_command("inspector_raw", self._raw)
 
     def _dump_dir(self) -> Path | None:
         return self.cfg.dump_dir
@@ -110,3 +113,19 @@ class InspectorCollector(StreamingCollector):
         status["raw"] = {"rate_per_s": self.sampler.rate, "published": self.sampler.kept,
                          "kept_on_node": self.sampler.skipped}  # fmt: skip
         return status
+
+    async def _raw(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One page of raw records of some comms within a dump-time window, read from the dump files (off the loop)."""
+        req = RawRecordsRequest.model_validate(request)
+        cfg = self.cfg
+        # half the server's max_payload: the JSON of a page's other fields and escaping stay well within it
+        limits = RawLimits(cfg.raw_max_records, min(cfg.raw_max_bytes, self.ctx.nc.max_payload // 2),
+                           cfg.raw_scan_bytes, cfg.raw_max_window_s)  # fmt: skip
+        check_request(req, limits)
+        directory = self._dump_dir()
+        if directory is None:
+            raise ValueError("no Inspector dump directory is configured on this node")
+        page = await asyncio.to_thread(read_page, directory, req, limits)
+        answer = RawRecordsPage(node=self.ctx.node, incarnation=self.ctx.incarnation, records=[], next=page.next,
+                                scanned_bytes=page.scanned_bytes, bad_lines=page.bad_lines)  # fmt: skip
+        return {**answer.model_dump(), "records": page.records}  # records: already plain, measured values

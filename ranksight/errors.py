@@ -44,6 +44,7 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     ├── PageExpired                 ranksight.aggregator.api.paging: a next token unknown, expired or dropped
     ├── RowTooLarge                 ranksight.aggregator.api.paging: one row alone does not fit in a message
     ├── ApiUnavailable              ranksight.aggregator.api.client: no aggregator answered
+    ├── RawFetchError               ranksight.aggregator.raw_evidence: an agent's raw records could not be had
     ├── NatsUnreachable             ranksight.natsconn: no NATS connection within nats.connect_timeout_s
     ├── NatsServerError             ranksight.natsserver: the server binary is missing or did not start or stop
     ├── HostFailed                  ranksight.deploy.ssh: one host's rollout step failed

@@ -7,8 +7,10 @@ anywhere gives a new wheel and an unchanged tree costs one directory walk.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -60,6 +62,17 @@ def source_hash(root: Path = PROJECT_ROOT) -> str:
     return digest.hexdigest()[:16]
 
 
+def stage_sources(root: Path, stage: Path) -> Path:
+    """Copy what goes into the wheel (pyproject, README, the packages; links kept as links) to ``stage``."""
+    stage.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(root / name, stage / name)
+    for package in PACKAGES:
+        shutil.copytree(root / package, stage / package, symlinks=True,
+                        ignore=shutil.ignore_patterns(*_SKIP_PARTS, "*.pyc"))  # fmt: skip
+    return stage
+
+
 def from_file(path: Path) -> Wheel:
     if not path.is_file() or path.suffix != ".whl":
         raise WheelError(f"not a wheel file: {path}")
@@ -74,22 +87,16 @@ def build_or_reuse(cache_dir: Path, root: Path = PROJECT_ROOT) -> Wheel:
     built = sorted(target.glob("ranksight-*.whl"))
     if not built:
         target.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "wheel",
-                "--no-deps",
-                "-q",
-                "-w",
-                str(target),
-                str(root),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
+        with tempfile.TemporaryDirectory(prefix="ranksight-wheel-") as tmp:
+            # Built from a copy of exactly the hashed sources: setuptools reuses a source tree's build/ folder, so a
+            # stale one (an older layout's packages) would otherwise travel in the wheel.
+            stage = stage_sources(root, Path(tmp) / "src")
+            proc = subprocess.run(
+                [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(target), str(stage)],
+                capture_output=True,
+                text=True,
+                timeout=600,
+            )
         built = sorted(target.glob("ranksight-*.whl"))
         if proc.returncode != 0 or not built:
             raise WheelError(f"pip wheel failed: {proc.stderr.strip()[-2000:]}")

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from nats.js import JetStreamContext
 
+from ranksight.agent.backoff import backoff_s
 from ranksight.schemas.records import PublisherStats
 
 log = logging.getLogger(__name__)
@@ -120,7 +121,7 @@ class Publisher:
                 log.warning(
                     "publish of %s failed (attempt %d): %s", msg.msg_id, msg.attempts, exc or type(exc)
                 )
-            await asyncio.sleep(min(self._max_backoff, 0.05 * 2 ** min(msg.attempts, 10)))
+            await asyncio.sleep(backoff_s(msg.attempts - 1, 0.1, self._max_backoff))
             self._enqueue(msg, front=True)
         else:
             self.stats.acked += 1

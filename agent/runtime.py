@@ -14,13 +14,13 @@ import logging
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from nats.aio.client import Client
 from nats.micro import add_service
 from nats.micro.request import Request
 
+from ranksight.agent.backoff import backoff_s
 from ranksight.agent.batcher import Batcher
 from ranksight.agent.collectors.base import (
     Collector,
@@ -36,17 +36,11 @@ from ranksight.config import CollectorSettings, Settings
 from ranksight.natsconn import connect, disconnect
 from ranksight.schemas.records import CollectorHealth, PublisherStats, Record
 from ranksight.schemas.subjects import Subjects, require_token
+from ranksight.version import ranksight_version
 
 log = logging.getLogger(__name__)
 
 CommandHandler = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
-
-
-def agent_version() -> str:
-    try:
-        return version("ranksight")
-    except PackageNotFoundError:
-        return "0+unknown"
 
 
 class AgentContext:
@@ -60,7 +54,7 @@ class AgentContext:
         self.cluster = settings.cluster
         self.node = settings.agent.node
         self.incarnation = incarnation
-        self.version = agent_version()
+        self.version = ranksight_version()
         self.started_ns = time.time_ns()
         self.nc = nc
         self.publisher = publisher
@@ -181,9 +175,9 @@ class AgentRuntime:
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     async def _drive_streaming(self, collector: StreamingCollector, emit: Emit) -> None:
-        backoff = 1.0
+        restarts = 0
         while True:
-            started = time.monotonic()
+            started, delay = time.monotonic(), backoff_s(restarts, 1.0, 60.0)
             collector.health.running()
             try:
                 await collector.run(emit)
@@ -192,9 +186,9 @@ class AgentRuntime:
                 collector.health.state, collector.health.last_error = "absent", str(exc)
             except Exception as exc:
                 collector.health.failure(exc, time.monotonic() - started)
-                log.warning("collector %s failed: %s; restarting in %.0fs", collector.name, exc, backoff)
-            await asyncio.sleep(backoff)
-            backoff = min(60.0, backoff * 2)
+                log.warning("collector %s failed: %s; restarting in %.0fs", collector.name, exc, delay)
+            await asyncio.sleep(delay)
+            restarts += 1
 
     async def _start_service(self, ctx: AgentContext) -> Any:
         service = await add_service(

@@ -21,6 +21,7 @@ import duckdb
 import pyarrow.dataset as ds
 
 from ranksight.aggregator.store import Store
+from ranksight.aggregator.timefmt import naive_utc
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +92,7 @@ def export_parquet(con: duckdb.DuckDBPyConnection, since: datetime.datetime, unt
 
 def _days_ago(days: float) -> datetime.datetime:
     """Naive UTC, like the TIMESTAMP columns."""
-    return datetime.datetime.fromtimestamp(time.time() - days * 86400, tz=datetime.UTC).replace(tzinfo=None)
+    return naive_utc(time.time_ns() - int(days * 86400e9))
 
 
 async def retention_loop(store: Store, retention_days: float, interval_s: float,

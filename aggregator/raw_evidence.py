@@ -29,6 +29,7 @@ import nats.errors
 from ranksight.aggregator.analysis.hangs import HangFinder, Proc
 from ranksight.aggregator.timefmt import iso, ns_of
 from ranksight.config import RawEvidenceSettings
+from ranksight.errors import RanksightError
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.records.inspector import RawCursor, RawRecordsPage, RawRecordsRequest
 from ranksight.schemas.structs import from_builtins
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 COMMAND = "inspector_raw"
 
 
-class RawFetchError(Exception):
+class RawFetchError(RanksightError):
     """An agent's records could not be had; the message is the reason recorded in ``raw_missing``."""
 
 

@@ -23,7 +23,6 @@ from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
 
-from ranksight.agent.runtime import agent_version
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
 from ranksight.aggregator.analysis.rules import default_rules
@@ -42,6 +41,7 @@ from ranksight.natsconn import connect, disconnect
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.subjects import Subjects
+from ranksight.version import ranksight_version
 
 log = logging.getLogger(__name__)
 OOM_RETRY_S = 0.5
@@ -106,7 +106,7 @@ class Aggregator:
     def __init__(self, settings: Settings, rules: list[Rule] | None = None) -> None:
         self.settings = settings
         self.subjects = Subjects(settings.subject_prefix)
-        self.version = agent_version()
+        self.version = ranksight_version()
         self.store = Store(settings.db_path(), self.subjects, settings.aggregator.ingest)
         self.state = LiveState(
             settings.aggregator.node_gone_after_s,

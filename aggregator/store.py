@@ -19,7 +19,6 @@ that cannot be written are dead-lettered (``commit_failed``) and the rest is com
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import logging
 import time
@@ -37,6 +36,7 @@ import pyarrow as pa
 
 from ranksight.aggregator.admission import NS, admit, check_times
 from ranksight.aggregator.columns import ENVELOPE_FIELDS, ColumnBuilder, row_to_record, table_columns
+from ranksight.aggregator.timefmt import naive_utc
 from ranksight.config import IngestSettings
 from ranksight.private import DIR_MODE, private_files
 from ranksight.schemas.alerts import Alert, Silence
@@ -140,11 +140,6 @@ _SEQ_COLUMNS = ("agent", "cluster", "node", "high_seq", "messages", "duplicates"
 _DEAD_COLUMNS = ("recv_ts", "subject", "reason", "detail", "msg_id", "size", "payload")
 # one inspector row ``i`` and one of a batch ``b`` are the same record (its identity; NULL peers are equal)
 _SAME_RECORD = " AND ".join(f"i.{c} IS NOT DISTINCT FROM b.{c}" for c in INSPECTOR_IDENTITY)
-
-
-def _ns_to_dt(ns: int) -> datetime.datetime:
-    """Naive UTC datetime: all TIMESTAMP columns hold UTC."""
-    return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC).replace(tzinfo=None)
 
 
 def out_of_memory(exc: BaseException | None) -> duckdb.OutOfMemoryException | None:
@@ -266,7 +261,7 @@ class Store:
     def _load_seq(self) -> None:
         """Load the sequence state of the nodes seen within ``node_forget_after_s``, the newest incarnations of each."""
         limits = self.limits
-        since = _ns_to_dt(time.time_ns() - int(limits.node_forget_after_s * NS))
+        since = naive_utc(time.time_ns() - int(limits.node_forget_after_s * NS))
         rows = self.con.execute(
             "SELECT agent, cluster, node, high_seq, messages, duplicates, epoch_ns(first_recv), epoch_ns(last_recv), "
             "seq_jumps FROM agent_seq WHERE last_recv >= ? "
@@ -369,7 +364,7 @@ class Store:
 
     def _dead_letter(self, msg: Incoming, reason: str, detail: str) -> tuple[Any, ...]:
         kept = msg.data[: self.limits.dead_letter_payload_bytes]
-        return _ns_to_dt(msg.recv_ns), msg.subject, reason, detail[:2000], msg.msg_id, len(msg.data), kept
+        return naive_utc(msg.recv_ns), msg.subject, reason, detail[:2000], msg.msg_id, len(msg.data), kept
 
     def _insert_rows(self, admitted: list[tuple[Envelope, Incoming]]) -> None:
         builders: dict[str, ColumnBuilder] = {}
@@ -460,7 +455,7 @@ class Store:
             return
         con = self.con
         rows = [(s.agent, s.cluster, s.node, s.high_seq, s.messages, s.duplicates, s.gaps_open,
-                 _ns_to_dt(s.first_recv), _ns_to_dt(s.last_recv), s.seq_jumps) for s in changed]  # fmt: skip
+                 naive_utc(s.first_recv), naive_utc(s.last_recv), s.seq_jumps) for s in changed]  # fmt: skip
         # One columnar upsert: executemany costs about a millisecond per agent, in every commit.
         con.register("seq_batch", pa.table(dict(zip(_SEQ_COLUMNS, zip(*rows, strict=True), strict=True))))
         try:
@@ -502,7 +497,7 @@ class Store:
             cur = self.con.execute(
                 f'SELECT *, epoch_us(ts) AS _ts_us, epoch_us(recv_ts) AS _recv_us FROM "{kind}" '
                 "WHERE recv_ts >= ? AND seq > 0 ORDER BY recv_ts, agent, seq",  # seq 0: fetched on request
-                [_ns_to_dt(since_ns)],
+                [naive_utc(since_ns)],
             )
             names = [d[0] for d in cur.description]
             current: Envelope | None = None

@@ -1,4 +1,5 @@
-"""Nanosecond time: the unit (``NS``) and ISO-8601 UTC formatting, the one format every API and alert uses."""
+"""Time conversions, in one place: the unit (``NS``), ISO-8601 UTC text (the one format every API and alert uses) and
+naive UTC datetimes (the form every TIMESTAMP column holds) from nanosecond timestamps and back."""
 
 from __future__ import annotations
 
@@ -20,3 +21,15 @@ def ns_of(text: str) -> int:
     if value.tzinfo is None:
         value = value.replace(tzinfo=datetime.UTC)
     return (value - EPOCH) // datetime.timedelta(microseconds=1) * 1000  # exact: no float rounding
+
+
+def naive_utc(ns: int) -> datetime.datetime:
+    """Naive UTC datetime of a nanosecond timestamp: the form every TIMESTAMP column holds."""
+    return datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.UTC).replace(tzinfo=None)
+
+
+def utc(value: datetime.datetime) -> datetime.datetime:
+    """Naive UTC, the form every TIMESTAMP column holds; a naive input is taken as UTC."""
+    if value.tzinfo is None:
+        return value
+    return value.astimezone(datetime.UTC).replace(tzinfo=None)

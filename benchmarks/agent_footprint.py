@@ -207,12 +207,12 @@ def report(
 async def main(args: argparse.Namespace) -> None:
     import nats
 
-    from ranksight.agent.collectors.ras.fake_server import PROFILES, FakeRasServer
     from ranksight.aggregator.runtime import ensure_stream
     from ranksight.config import load_settings
     from ranksight.natsserver import NatsServer
     from ranksight.schemas.subjects import Subjects
     from ranksight.simulate.cluster import NodeSysfs
+    from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 
     with tempfile.TemporaryDirectory(prefix="ranksight-footprint-") as tmp:
         root = Path(tmp)

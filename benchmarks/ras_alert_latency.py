@@ -21,7 +21,6 @@ from pathlib import Path
 
 import nats
 
-from ranksight.agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings, load_settings
@@ -30,6 +29,7 @@ from ranksight.schemas.records.ras import RasEvent
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.cluster import LiveJob, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import JobSpec
+from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 
 GPUS = 8
 

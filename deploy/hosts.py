@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ranksight.errors import UsageError
 from ranksight.schemas.subjects import sanitize_token
 
 _SPEC = re.compile(
@@ -15,7 +16,7 @@ _SPEC = re.compile(
 )
 
 
-class HostsFileError(ValueError):
+class HostsFileError(UsageError, ValueError):
     """A hosts file line (or ``--jump`` value) is not ``[user@]host[:port]``."""
 
 

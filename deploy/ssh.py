@@ -21,9 +21,10 @@ import asyncssh
 
 from ranksight.config import DeploySettings
 from ranksight.deploy.hosts import Host
+from ranksight.errors import RanksightError
 
 
-class HostFailed(Exception):
+class HostFailed(RanksightError):
     """One host's step failed; the message names the step and the reason."""
 
 

@@ -14,12 +14,14 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ranksight.errors import RanksightError
+
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("ranksight", "agent", "aggregator", "schemas", "deploy")
 _SKIP_PARTS = {"__pycache__"}
 
 
-class WheelError(RuntimeError):
+class WheelError(RanksightError, RuntimeError):
     """The wheel could not be built (or the source tree is not there to build it from)."""
 
 

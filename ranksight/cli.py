@@ -10,9 +10,10 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ranksight.agent.runtime import agent_version
-from ranksight.cliutil import EXIT_FAILED, EXIT_INTERRUPTED
+from ranksight.cliutil import EXIT_INTERRUPTED
+from ranksight.errors import exit_status
 from ranksight.natsconn import NatsUnreachable
+from ranksight.version import ranksight_version
 
 # Each command and the module that registers it (``register(subparsers)``). Only the module of the command being run is
 # imported, so a process loads what its command needs: the agent never loads DuckDB, pyarrow, the aiohttp server or the
@@ -59,7 +60,7 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ranksight", description="Live diagnosis of RCCL/NCCL training jobs."
     )
-    parser.add_argument("--version", action="version", version=f"ranksight {agent_version()}")
+    parser.add_argument("--version", action="version", version=f"ranksight {ranksight_version()}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # The command is the first word that is not an option: the top-level options take no value.
     command = next((arg for arg in argv or () if not arg.startswith("-")), None)
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except NatsUnreachable as exc:  # any command that needs NATS: one line, no traceback
         print(f"ranksight: {exc}", file=sys.stderr)
-        return EXIT_FAILED
+        return exit_status(exc)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:

@@ -16,10 +16,13 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from ranksight.config import ConfigError, Settings, load_settings
+
+# The exit statuses are declared beside the errors they map from; command modules take them from here.
+from ranksight.errors import EXIT_FAILED as EXIT_FAILED
+from ranksight.errors import EXIT_INTERRUPTED, EXIT_OK, exit_status
+from ranksight.errors import EXIT_USAGE as EXIT_USAGE
 from ranksight.redact import redact_logs
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-EXIT_INTERRUPTED = 130  # 128 + SIGINT
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 FORCE_EXIT_S = 3.0  # after a second signal, how long cancellation may take before the process just ends
 
@@ -48,7 +51,7 @@ def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
         settings = load_settings(getattr(args, "config", None), **overrides)
     except ConfigError as exc:
         print(f"ranksight: configuration error: {exc}", file=sys.stderr)
-        raise SystemExit(EXIT_USAGE) from None
+        raise SystemExit(exit_status(exc)) from None
     logging.basicConfig(
         level=settings.log_level.upper(),
         stream=sys.stderr,

@@ -29,6 +29,7 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
+from ranksight.errors import UsageError
 from ranksight.schemas.envelope import WireFormat
 from ranksight.schemas.subjects import sanitize_token
 
@@ -40,7 +41,7 @@ NON_SETTING_ENV = frozenset({CONFIG_ENV})
 NON_SETTING_ENV |= {APP_SOCKET_ENV}  # read by training processes (ranksight.client), not a setting
 
 
-class ConfigError(ValueError):
+class ConfigError(UsageError, ValueError):
     """The configuration file or environment is invalid; the message names the offending key."""
 
 

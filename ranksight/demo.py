@@ -4,7 +4,7 @@ findings and alerts within a minute.
 Everything but the job is real: the embedded ``nats-server``, the aggregator (DuckDB, alerts, HTTP page), and one
 agent per simulated node with its real collectors. The sources the agents read are simulated and faithful to what they
 read on a real node (:mod:`ranksight.simulate.cluster`): Inspector dump files written as the job runs, a RAS endpoint per
-node speaking the real protocol (:class:`~agent.collectors.ras.fake_server.FakeRasServer`, NCCL 2.29 profile, JSON
+node speaking the real protocol (:class:`~ranksight.simulate.ras_server.FakeRasServer`, NCCL 2.29 profile, JSON
 status and MONITOR), and a sysfs tree per node with amdgpu cards and an RDMA port.
 
 Injected faults: GPU 2 of node 1 computes 1.6x slower (``straggler``); node 2's RDMA port accumulates symbol errors
@@ -23,7 +23,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from ranksight.agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aio import cancel_all
@@ -37,6 +36,7 @@ from ranksight.config import Settings
 from ranksight.schemas.records.ras import RasEvent
 from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import Fault, JobSpec
+from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from ranksight.up import first, http_line, port_busy, with_embedded_nats
 
 SLOW_GPU = (1, 2)  # node, GPU

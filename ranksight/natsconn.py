@@ -11,6 +11,7 @@ from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
 from ranksight.config import NatsSettings
+from ranksight.errors import RanksightError
 from ranksight.redact import redact
 
 
@@ -42,7 +43,7 @@ def connect_options(cfg: NatsSettings, name: str) -> dict[str, Any]:
     return opts
 
 
-class NatsUnreachable(ConnectionError):
+class NatsUnreachable(RanksightError, ConnectionError):
     """The first connection to NATS did not succeed within ``nats.connect_timeout_s``."""
 
 

@@ -23,8 +23,10 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from ranksight.errors import RanksightError
 
-class NatsServerError(RuntimeError):
+
+class NatsServerError(RanksightError, RuntimeError):
     """The server binary is missing, or it did not start or stop as expected."""
 
 

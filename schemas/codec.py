@@ -24,6 +24,7 @@ import msgpack
 import msgspec
 from pydantic import BaseModel
 
+from ranksight.errors import ParseError
 from ranksight.schemas.envelope import (
     MAX_RECORDS,
     MIN_COMPACT_RECORD_BYTES,
@@ -36,7 +37,7 @@ from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.structs import field_type, struct_for
 
 
-class DecodeError(ValueError):
+class DecodeError(ParseError):
     """Bytes that are not a valid envelope; ``reason`` is a short machine-friendly cause."""
 
     def __init__(self, reason: str, detail: str) -> None:

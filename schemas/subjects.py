@@ -18,12 +18,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ranksight.errors import ParseError
+
 DEFAULT_PREFIX = "ranksight.v1"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 _MAX_TOKEN = 128
 
 
-class SubjectError(ValueError):
+class SubjectError(ParseError):
     """A subject that does not have the shape this helper builds."""
 
 

@@ -1,7 +1,7 @@
 """A simulated cluster for the HTTP tests: real envelopes published to the real JetStream stream, as agents would.
 
 Four nodes (``node000``..``node003``) with heartbeats, one GPU and one NIC each; one RCCL job whose RAS status is the
-captured docs fragment with a DEAD process (``fixtures/http``); Inspector records of a job simulated by
+captured docs fragment with a DEAD process (``fixtures/ras``); Inspector records of a job simulated by
 ``ranksight.simulate.inspector`` with one slow GPU (node001, GPU 2), parsed by the agent's own parser; and link probes
 where ``node000 -> node002`` runs at 40 Mbit/s among 10 Gbit/s links (``link_degraded``). The straggler job
 (``STRAGGLER_JOB``) also has a RAS poll naming its communicators (as NCCL's STATUS reply does, so its Inspector
@@ -27,7 +27,7 @@ from ranksight.schemas.records.ras import RasCommunicator
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import Fault, JobSpec, comms, simulate
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "http"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ras"
 NODES = [f"node{i:03d}" for i in range(4)]
 JOB = "slurm-77"
 STRAGGLER_JOB = "slurm-78"

@@ -11,13 +11,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ranksight.errors import ParseError
 from ranksight.schemas.codec import DecodeError, unpack
 from ranksight.schemas.records import AppRecord
 
 SUPPORTED_VERSION = 1
 
 
-class AppMessageError(ValueError):
+class AppMessageError(ParseError):
     """A packet that is not a valid client message; the message says why."""
 
 

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+from ranksight.errors import RanksightError
 from ranksight.schemas.records import CollectorHealth, Record
 
 if TYPE_CHECKING:
@@ -36,7 +37,7 @@ class Emit(Protocol):
     ) -> Awaitable[None]: ...
 
 
-class CollectorUnavailable(Exception):
+class CollectorUnavailable(RanksightError):
     """Raised by ``detect`` or ``collect`` when the source is not on this node (reported as ``absent``)."""
 
 

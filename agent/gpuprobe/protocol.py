@@ -19,8 +19,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
+from ranksight.errors import ParseError
 
-class ProtocolError(ValueError):
+
+class GpuProbeProtocolError(ParseError):
     """A line the worker should never write: not JSON, or not one of the messages above."""
 
 
@@ -72,14 +74,14 @@ def encode(message: ProtocolMessage) -> bytes:
 
 
 def parse_line(line: bytes) -> Message:
-    """One stdout line -> its message; raises :class:`ProtocolError` with the reason."""
+    """One stdout line -> its message; raises :class:`GpuProbeProtocolError` with the reason."""
     if len(line) > MAX_LINE:
-        raise ProtocolError(f"line of {len(line)} bytes exceeds {MAX_LINE}")
+        raise GpuProbeProtocolError(f"line of {len(line)} bytes exceeds {MAX_LINE}")
     try:
         data = json.loads(line)
     except ValueError:
-        raise ProtocolError(f"not JSON: {line[:80]!r}") from None
+        raise GpuProbeProtocolError(f"not JSON: {line[:80]!r}") from None
     try:
         return _ADAPTER.validate_python(data)
     except ValidationError as exc:
-        raise ProtocolError(f"unexpected message {line[:80]!r}: {exc.errors()[0]['msg']}") from None
+        raise GpuProbeProtocolError(f"unexpected message {line[:80]!r}: {exc.errors()[0]['msg']}") from None

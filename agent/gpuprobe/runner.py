@@ -23,8 +23,8 @@ from ranksight.agent.gpuprobe.protocol import (
     MAX_LINE,
     Done,
     GpuError,
+    GpuProbeProtocolError,
     GpuResult,
-    ProtocolError,
     Start,
     Unavailable,
     parse_line,
@@ -134,7 +134,7 @@ async def _read(stdout: asyncio.StreamReader, outcome: ProbeOutcome) -> str | No
             return "worker exited before reporting done"
         try:
             message = parse_line(line)
-        except ProtocolError as exc:
+        except GpuProbeProtocolError as exc:
             return f"protocol error: {exc}"
         if isinstance(message, Start):
             outcome.backend = message.backend

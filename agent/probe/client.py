@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from ranksight.agent.probe.protocol import (
     REPLY_SIZE,
     Op,
-    ProtocolError,
+    ProbeProtocolError,
     Reply,
     Request,
     Status,
@@ -23,9 +23,10 @@ from ranksight.agent.probe.protocol import (
     rtt_stats_us,
 )
 from ranksight.agent.probe.streams import StallMeter, receive_timed, send_for
+from ranksight.errors import RanksightError
 
 
-class ProbeError(RuntimeError):
+class ProbeError(RanksightError, RuntimeError):
     """The probe could not be completed; the message is meant for a person."""
 
 
@@ -65,7 +66,7 @@ async def run_probe(host: str, port: int, budget: ProbeBudget = ProbeBudget()) -
                 download, down_bytes = await _download(host, port, budget)
             moved += up_bytes + down_bytes
             src_stall = round(stall.share, 3)
-    except ProtocolError as exc:
+    except ProbeProtocolError as exc:
         raise ProbeError(f"{host}:{port} is not a ranksight probe server: {exc}") from None
     except asyncio.IncompleteReadError:
         raise ProbeError(f"{host}:{port} closed the connection mid-probe") from None

@@ -22,6 +22,8 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ranksight.errors import ParseError
+
 MAGIC = b"RSPB"
 _REQUEST = struct.Struct("!4sB3xQII")  # magic, op, pad, nbytes, count, budget_ms
 _REPLY = struct.Struct("!4sBxHQQQ")  # magic, status, pad, stall_permille, a, b, c
@@ -30,7 +32,7 @@ REPLY_SIZE = _REPLY.size
 CHUNK = 64 * 1024
 
 
-class ProtocolError(ValueError):
+class ProbeProtocolError(ParseError):
     """Bytes that are not this protocol (wrong magic, unknown op or status, short frame)."""
 
 
@@ -47,6 +49,16 @@ class Status(enum.IntEnum):
     BAD_REQUEST = 3
 
 
+def _unpack(layout: struct.Struct, data: bytes, what: str, sender: str) -> tuple[int, ...]:
+    """The fields after the magic of one frame, checked for size and magic."""
+    if len(data) != layout.size:
+        raise ProbeProtocolError(f"{what} must be {layout.size} bytes, got {len(data)}")
+    magic, *fields = layout.unpack(data)
+    if magic != MAGIC:
+        raise ProbeProtocolError(f"bad magic {magic!r}: not a ranksight {sender}")
+    return tuple(fields)
+
+
 @dataclass(frozen=True)
 class Request:
     op: Op
@@ -59,15 +71,11 @@ class Request:
 
     @classmethod
     def decode(cls, data: bytes) -> Request:
-        if len(data) != REQUEST_SIZE:
-            raise ProtocolError(f"request must be {REQUEST_SIZE} bytes, got {len(data)}")
-        magic, op, nbytes, count, budget_ms = _REQUEST.unpack(data)
-        if magic != MAGIC:
-            raise ProtocolError(f"bad magic {magic!r}: not a ranksight probe")
+        op, nbytes, count, budget_ms = _unpack(_REQUEST, data, "request", "probe")
         try:
             return cls(Op(op), nbytes, count, budget_ms)
         except ValueError:
-            raise ProtocolError(f"unknown probe operation {op}") from None
+            raise ProbeProtocolError(f"unknown probe operation {op}") from None
 
 
 @dataclass(frozen=True)
@@ -86,17 +94,13 @@ class Reply:
 
     @classmethod
     def decode(cls, data: bytes) -> Reply:
-        if len(data) != REPLY_SIZE:
-            raise ProtocolError(f"reply must be {REPLY_SIZE} bytes, got {len(data)}")
-        magic, status, stall_permille, a, b, c = _REPLY.unpack(data)
-        if magic != MAGIC:
-            raise ProtocolError(f"bad magic {magic!r}: not a ranksight probe server")
+        status, stall_permille, a, b, c = _unpack(_REPLY, data, "reply", "probe server")
         if stall_permille > 1000:
-            raise ProtocolError(f"stall of {stall_permille} permille: more than the whole measurement")
+            raise ProbeProtocolError(f"stall of {stall_permille} permille: more than the whole measurement")
         try:
             return cls(Status(status), a, b, c, stall_permille)
         except ValueError:
-            raise ProtocolError(f"unknown reply status {status}") from None
+            raise ProbeProtocolError(f"unknown reply status {status}") from None
 
 
 class ReceiveMeter:

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ranksight.agent.probe.protocol import REQUEST_SIZE, Op, ProtocolError, Reply, Request, Status
+from ranksight.agent.probe.protocol import REQUEST_SIZE, Op, ProbeProtocolError, Reply, Request, Status
 from ranksight.agent.probe.streams import StallMeter, receive_timed, send_for
 
 log = logging.getLogger(__name__)
@@ -185,7 +185,7 @@ class ProbeServer:
                 self._per_peer[peer] -= 1
                 if not self._per_peer[peer]:
                     del self._per_peer[peer]
-        except (ProtocolError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
+        except (ProbeProtocolError, OSError, TimeoutError, asyncio.IncompleteReadError) as exc:
             log.debug("probe from %s ended: %s", peer, exc)
         finally:
             with contextlib.suppress(Exception):

@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ranksight.errors import RefusedError
 from ranksight.schemas.records.probe import ProbeCommand
 from ranksight.schemas.subjects import sanitize_token
 
 MAX_TTL_S = 3600.0  # an announcement counts this long at most, whatever TTL it claims
 
 
-class TargetRefused(ValueError):
+class TargetRefused(RefusedError, ValueError):
     """A probe command this agent will not run; the message says why."""
 
 

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.gpu_probes import METRICS, GpuKey, GpuProbeTracker, ProbeResult
 from ranksight.aggregator.timefmt import iso
 
-MAD_TO_SIGMA = 1.4826
 MAD_FLOOR = 0.01
 
 
@@ -29,10 +29,9 @@ def robust_outliers(
     values: dict[GpuKey, float], min_drop: float, z_threshold: float
 ) -> dict[GpuKey, dict[str, Any]]:
     """Members of one peer group that sit far below its median: key -> evidence."""
-    median = statistics.median(values.values())
+    median, mad = median_mad(values.values())
     if median <= 0:
         return {}
-    mad = statistics.median(abs(v - median) for v in values.values())
     scale = max(MAD_TO_SIGMA * mad, MAD_FLOOR * median)
     out = {}
     for key, value in values.items():

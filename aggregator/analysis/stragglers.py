@@ -37,6 +37,7 @@ from typing import Literal
 
 from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
 from ranksight.agent.collectors.inspector.summary import SnSpan
+from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 Kind = Literal["compute", "communication"]
@@ -179,9 +180,8 @@ class _ProcShare:
 
 
 def _robust(values: list[float], floor: float) -> tuple[float, float]:
-    med = statistics.median(values)
-    mad = statistics.median(abs(v - med) for v in values)
-    return med, max(1.4826 * mad, floor)
+    med, mad = median_mad(values)
+    return med, max(MAD_TO_SIGMA * mad, floor)
 
 
 class StragglerEngine:

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from ranksight.aggregator.api.endpoint import Params, RequestError, utc
+from ranksight.aggregator.api.endpoint import Params, RequestError
 from ranksight.aggregator.api.queries import history_rows
-from ranksight.aggregator.timefmt import NS, iso, ns_of
+from ranksight.aggregator.timefmt import NS, iso, ns_of, utc
 from ranksight.schemas.alerts import Matcher, Silence
 from ranksight.schemas.api import ApiResponse
 

@@ -13,13 +13,14 @@ import nats.errors
 
 from ranksight.aggregator.api.paging import NEXT
 from ranksight.config import Settings
+from ranksight.errors import RanksightError
 from ranksight.natsconn import NatsUnreachable, connect
 from ranksight.redact import redact
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.subjects import Subjects
 
 
-class ApiUnavailable(RuntimeError):
+class ApiUnavailable(RanksightError, RuntimeError):
     """No aggregator answered (not running, or unreachable)."""
 
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from ranksight.aggregator.api.sql import SqlFailed, SqlRefused
+from ranksight.errors import RefusedError, UsageError, api_status
 from ranksight.redact import redact
 from ranksight.schemas.api import ApiResponse
 
@@ -29,11 +29,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class RequestError(ValueError):
+class RequestError(UsageError, ValueError):
     """A request the endpoint cannot answer as asked (bad parameter); answered with ok=false and code 400."""
 
 
-class Forbidden(PermissionError):
+class Forbidden(RefusedError, PermissionError):
     """A request for something the aggregator does not allow (a path outside the export root); answered with 403."""
 
 
@@ -67,13 +67,6 @@ def parse_params(model: type[P], params: dict[str, Any]) -> P:
                 f"unknown parameter {key!r}" if err["type"] == "extra_forbidden" else f"{key}: {err['msg']}"
             )
         raise RequestError("; ".join(problems)) from None
-
-
-def utc(value: datetime.datetime) -> datetime.datetime:
-    """Naive UTC, the form every TIMESTAMP column holds; a naive input is taken as UTC."""
-    if value.tzinfo is None:
-        return value
-    return value.astimezone(datetime.UTC).replace(tzinfo=None)
 
 
 DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -172,17 +165,15 @@ class Endpoint(Generic[P]):
 
 
 async def answer(name: str, call: Callable[[], Awaitable[ApiResponse]]) -> tuple[ApiResponse, int]:
-    """Run one endpoint call; its response and status: 200, 400 bad request, 403 refused (SQL, export path), 422 query failed,
-    500 internal error. The one mapping that the NATS service and the HTTP API share."""
+    """Run one endpoint call; its response and status: 200, 400 bad request, 403 refused (SQL, export path), 422 query
+    failed (the table :data:`ranksight.errors.API_STATUS`), 500 internal error. The one mapping that the NATS service
+    and the HTTP API share."""
     try:
         response = await call()
-    except RequestError as exc:
-        return ApiResponse.failure(f"bad request: {exc}"), 400
-    except (SqlRefused, Forbidden) as exc:
-        return ApiResponse.failure(f"refused: {exc}"), 403
-    except SqlFailed as exc:
-        return ApiResponse.failure(f"query failed: {exc}"), 422
     except Exception as exc:
+        if (known := api_status(exc)) is not None:
+            status, prefix = known
+            return ApiResponse.failure(f"{prefix}: {exc}"), status
         log.exception("endpoint %s failed", name)
         return ApiResponse.failure(redact(f"{type(exc).__name__}: {exc}")), 500
     return response, 200 if response.ok else 422

@@ -14,17 +14,18 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from ranksight.errors import RanksightError
 from ranksight.schemas.api import ApiResponse
 
 NEXT = "next"  # the request key of a follow-up page, and the response field that carries its token
 _ENVELOPE_SLACK = 256  # bytes of `"next": "<token>"` and separators on top of rows and the other fields
 
 
-class PageExpired(LookupError):
+class PageExpired(RanksightError, LookupError):
     """The ``next`` token is unknown, expired or dropped for space."""
 
 
-class RowTooLarge(ValueError):
+class RowTooLarge(RanksightError, ValueError):
     """One row alone does not fit in a message."""
 
 

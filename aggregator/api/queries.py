@@ -16,14 +16,13 @@ from ranksight.aggregator.api.endpoint import (
     Forbidden,
     Params,
     RequestError,
-    utc,
 )
 from ranksight.aggregator.api.health import NodeHealth, Severity, alert_severity, gpu_health, node_health
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.history import export_parquet
 from ranksight.aggregator.state.devices import DeviceState
 from ranksight.aggregator.state.links import link_rows
-from ranksight.aggregator.timefmt import iso
+from ranksight.aggregator.timefmt import iso, utc
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins
 

@@ -44,6 +44,7 @@ import duckdb
 
 from ranksight.aggregator.store import Store
 from ranksight.config import QuerySettings
+from ranksight.errors import QueryFailed, RanksightError, RefusedError
 
 T = TypeVar("T")
 
@@ -77,15 +78,15 @@ ALLOCATOR_CONFIG: dict[str, str | bool | int | float | list[str]] = {
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-class SqlError(Exception):
+class SqlError(RanksightError):
     """Base of the sandbox errors; the message is meant for the user."""
 
 
-class SqlRefused(SqlError):
+class SqlRefused(SqlError, RefusedError):
     """The statement is not a plain read-only query (or uses files, network, extensions or settings)."""
 
 
-class SqlFailed(SqlError):
+class SqlFailed(SqlError, QueryFailed):
     """An allowed query failed in DuckDB (syntax, unknown column, over the time limit...)."""
 
 

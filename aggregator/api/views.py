@@ -14,10 +14,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
-from ranksight.aggregator.api.endpoint import ClusterParams, Params, RequestError, utc
+from ranksight.aggregator.api.endpoint import ClusterParams, Params, RequestError
 from ranksight.aggregator.api.health import HEALTH_RANK, alert_severity, gpu_health, node_health
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.device_jobs import device_jobs
+from ranksight.aggregator.timefmt import utc
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:

@@ -11,7 +11,6 @@ from collections import Counter
 
 import pytest
 
-from ranksight.agent.loadgen import SyntheticAgent
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsServer
@@ -27,6 +26,7 @@ from tests.chaos.support import (
     publish_raw,
 )
 from tests.chaos.test_identity_spoofing import CLUSTER, NODE, OTHER, as_user, shipped  # noqa: F401 - a fixture
+from tests.loadgen import SyntheticAgent
 from tests.support import aggregator, consumer_drained, wait_for
 
 pytestmark = pytest.mark.chaos

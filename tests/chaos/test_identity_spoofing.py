@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from ranksight.aggregator.api.client import query
 from ranksight.config import NatsSettings, Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects, inbox_prefix
 from ranksight.simulate.inspector import JobSpec, write_job
+from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES, REPO
 from tests.ras_support import fake_proc
 from tests.support import agent, aggregator, wait_for

@@ -13,11 +13,11 @@ from pathlib import Path
 import nats
 import tomli_w
 
-from ranksight.agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from ranksight.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.cluster import NodeSysfs
 from ranksight.simulate.inspector import JobSpec, write_job
+from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 from tests.support import wait_for
 

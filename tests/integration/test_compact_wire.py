@@ -8,13 +8,13 @@ from typing import Any
 
 import nats
 
-from ranksight.agent.loadgen import SyntheticAgent
 from ranksight.aggregator.columns import kind_columns
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
 from ranksight.schemas.codec import unpack
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import JobSpec, simulate
+from tests.loadgen import SyntheticAgent
 from tests.support import agent, aggregator, wait_for
 
 NODES = {"node-a": "compact", "node-b": "map"}

@@ -8,10 +8,10 @@ import duckdb
 import msgpack
 import nats
 
-from ranksight.agent.loadgen import SyntheticAgent
 from ranksight.config import Settings
 from ranksight.schemas.envelope import MAX_RECORDS
 from ranksight.schemas.subjects import Subjects
+from tests.loadgen import SyntheticAgent
 from tests.support import aggregator, wait_for
 
 

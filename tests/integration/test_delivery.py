@@ -9,11 +9,11 @@ import subprocess
 import duckdb
 import nats
 
-from ranksight.agent.loadgen import SyntheticAgent
 from ranksight.aggregator.api.client import ApiUnavailable, query
 from ranksight.aggregator.runtime import ensure_stream
 from ranksight.config import Settings
 from ranksight.natsserver import NatsServer
+from tests.loadgen import SyntheticAgent
 from tests.support import aggregator, consumer_drained, ranksight_cmd, settings_env, wait_for
 
 

@@ -89,7 +89,7 @@ async def test_hanging_and_garbage_tools_fall_through(
         await collector.detect()
     assert time.monotonic() - started < 5
     message = str(info.value)
-    assert "amd-smi timed out after 0.5s" in message and "rocm-smi: ParseError" in message
+    assert "amd-smi timed out after 0.5s" in message and "rocm-smi: GpuToolParseError" in message
     assert "sysfs: no GPU" in message
 
 

@@ -17,11 +17,11 @@ from typing import Any
 import duckdb
 import pytest
 
-from ranksight.agent.loadgen import SyntheticAgent
 from ranksight.aggregator.runtime import ensure_stream
 from ranksight.config import Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsCluster, NatsServer
+from tests.loadgen import SyntheticAgent
 from tests.support import aggregator, consumer_drained, ranksight_cmd, settings_env, wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -21,12 +21,12 @@ from ranksight.agent.collectors.ras.errors import (
     RasReset,
     RasTimeout,
 )
-from ranksight.agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_monitor import parse_monitor
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.agent.collectors.ras.poll import poll_status
 from ranksight.schemas.records.ras import RasEvent
+from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 
 TEXT = (FIXTURES / "ras/rccl_2.28.3_text_status_incomplete_1node_missing_rank6.txt").read_bytes()

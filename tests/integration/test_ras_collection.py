@@ -10,10 +10,10 @@ from pathlib import Path
 import duckdb
 import nats.errors
 
-from ranksight.agent.collectors.ras.fake_server import PROFILES, FakeRasServer
 from ranksight.agent.collectors.ras.jobid import derived_job_id
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.config import Settings
+from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 from tests.ras_support import fake_proc
 from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for

@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.agent.collectors.gpu.amd_smi import ParseError, json_documents, parse_amd_smi_metric
+from ranksight.agent.collectors.gpu.amd_smi import (
+    GpuToolParseError,
+    json_documents,
+    parse_amd_smi_metric,
+)
 from ranksight.agent.collectors.gpu.nvidia_smi import QUERY_FIELDS, parse_nvidia_smi_csv, throttle_reasons
 from ranksight.agent.collectors.gpu.rocm_smi import parse_rocm_smi
 from ranksight.agent.collectors.gpu.sysfs import read_amdgpu_sysfs
@@ -82,7 +86,7 @@ def test_amd_smi_gpu_data_wrapper_warnings_and_several_documents() -> None:
 
 
 def test_amd_smi_garbage_is_a_parse_error() -> None:
-    with pytest.raises(ParseError):
+    with pytest.raises(GpuToolParseError):
         parse_amd_smi_metric(b"Segmentation fault [core dumped]\n{not json")
     assert json_documents('x [1] y {"a": 2}') == [[1], {"a": 2}]
 
@@ -128,7 +132,7 @@ def test_nvidia_smi_noheader_nounits_in_query_order() -> None:
 
 
 def test_nvidia_smi_wrong_shape_is_a_parse_error() -> None:
-    with pytest.raises(ParseError):
+    with pytest.raises(GpuToolParseError):
         parse_nvidia_smi_csv(b"0, 1, 2\n")
     assert throttle_reasons(None) is None
 

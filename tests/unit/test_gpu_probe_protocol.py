@@ -1,4 +1,4 @@
-"""The worker's JSON-lines protocol: every message round-trips; anything else is a clear ProtocolError."""
+"""The worker's JSON-lines protocol: every message round-trips; anything else is a clear GpuProbeProtocolError."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from ranksight.agent.gpuprobe.protocol import (
     MAX_LINE,
     Done,
     GpuError,
+    GpuProbeProtocolError,
     GpuResult,
-    ProtocolError,
     Start,
     Unavailable,
     encode,
@@ -55,5 +55,5 @@ def test_round_trip(message: object) -> None:
     ],
 )
 def test_bad_lines_raise_protocol_error(line: bytes, fragment: str) -> None:
-    with pytest.raises(ProtocolError, match=fragment):
+    with pytest.raises(GpuProbeProtocolError, match=fragment):
         parse_line(line)

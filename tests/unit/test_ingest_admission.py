@@ -18,7 +18,8 @@ import pytest
 from ranksight.aggregator.history import delete_older_than
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.aggregator.store import Incoming, Store, _ns_to_dt
+from ranksight.aggregator.store import Incoming, Store
+from ranksight.aggregator.timefmt import naive_utc
 from ranksight.config import IngestSettings, load_settings
 from ranksight.schemas.subjects import Subjects
 from tests.unit.test_state_and_alerts import _beat
@@ -210,8 +211,8 @@ def test_live_state_forgets_nodes_silent_too_long() -> None:
 def test_dead_letters_have_their_own_retention(store: Store) -> None:
     old = NOW - 10 * 86400 * NS
     store.commit_batch([incoming(b"\xc1", recv_ns=old), incoming(envelope(ts=old), recv_ns=old)])
-    cutoff = _ns_to_dt(NOW - 30 * 86400 * NS)
-    deleted = delete_older_than(store.con, cutoff, {"dead_letters": _ns_to_dt(NOW - 7 * 86400 * NS)})
+    cutoff = naive_utc(NOW - 30 * 86400 * NS)
+    deleted = delete_older_than(store.con, cutoff, {"dead_letters": naive_utc(NOW - 7 * 86400 * NS)})
     assert deleted == {"dead_letters": 1}
     assert store.con.execute("SELECT count(*) FROM gpu").fetchone() == (1,)
 

@@ -6,7 +6,11 @@ import json
 
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import ParseError, bandwidths_gbs, parse_line
+from ranksight.agent.collectors.inspector.parse import (
+    InspectorParseError,
+    bandwidths_gbs,
+    parse_line,
+)
 from tests.conftest import FIXTURES
 
 DIR = FIXTURES / "inspector"
@@ -92,12 +96,12 @@ def test_nan_string_becomes_null() -> None:
     ],
 )
 def test_bad_lines_raise_a_clear_parse_error(line: bytes, message: str) -> None:
-    with pytest.raises(ParseError, match=message):
+    with pytest.raises(InspectorParseError, match=message):
         parse_line(line)
 
 
 def test_wrong_type_in_optional_field_is_a_parse_error_not_a_crash() -> None:
     obj = sample(RS_MULTINODE)
     obj["coll_perf"]["coll_timing_source"] = 5
-    with pytest.raises(ParseError, match="timing_source"):
+    with pytest.raises(InspectorParseError, match="timing_source"):
         parse_line(compact(obj))

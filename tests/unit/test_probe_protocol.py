@@ -9,7 +9,7 @@ import pytest
 from ranksight.agent.probe.cli import parse_target
 from ranksight.agent.probe.protocol import (
     Op,
-    ProtocolError,
+    ProbeProtocolError,
     ReceiveMeter,
     Reply,
     Request,
@@ -38,7 +38,7 @@ def test_request_and_reply_round_trip() -> None:
     ],
 )
 def test_request_rejects_foreign_bytes(data: bytes, message: str) -> None:
-    with pytest.raises(ProtocolError, match=message):
+    with pytest.raises(ProbeProtocolError, match=message):
         Request.decode(data)
 
 
@@ -47,12 +47,12 @@ def test_upload_reply_carries_the_receivers_stall_in_what_was_padding() -> None:
     assert Reply.decode(rep.encode()) == rep and len(rep.encode()) == 32  # same frame size as before
     before = b"RSPB\x00" + bytes(3) + struct.pack("!QQQ", 10, 9, 8)  # a server from before: zero padding
     assert Reply.decode(before) == Reply(Status.OK, 10, 9, 8, stall_permille=0)
-    with pytest.raises(ProtocolError, match="more than the whole measurement"):
+    with pytest.raises(ProbeProtocolError, match="more than the whole measurement"):
         Reply.decode(b"RSPB\x00\x00" + struct.pack("!H", 1001) + bytes(24))
 
 
 def test_reply_rejects_unknown_status() -> None:
-    with pytest.raises(ProtocolError, match="unknown reply status 7"):
+    with pytest.raises(ProbeProtocolError, match="unknown reply status 7"):
         Reply.decode(b"RSPB\x07" + bytes(27))
 
 

@@ -79,9 +79,10 @@ def test_sysfs_tree_reads_as_gpus_and_an_rdma_port_whose_counters_advance(tmp_pa
 async def test_demo_status_lists_the_lost_rank_before_peer_dead_is_sent(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ranksight.agent.collectors.ras.fake_server import FakeRasServer
+
     from ranksight.config import load_settings
     from ranksight.demo import Demo, _job_spec
+    from ranksight.simulate.ras_server import FakeRasServer
 
     demo = Demo(load_settings(None, state_dir=tmp_path), 4, 0.0)
     job = LiveJob(_job_spec(4, 1), tmp_path / "inspector")

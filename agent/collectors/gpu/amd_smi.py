@@ -12,10 +12,11 @@ import json
 from typing import Any
 
 from ranksight.agent.collectors.gpu.values import integer, is_missing, with_unit
+from ranksight.errors import ParseError
 from ranksight.schemas.records import GpuRecord
 
 
-class ParseError(ValueError):
+class GpuToolParseError(ParseError):
     """The output holds no GPU data this parser understands."""
 
 
@@ -103,7 +104,7 @@ def parse_amd_smi_metric(data: bytes) -> list[GpuRecord]:
         for gpu in _gpu_objects(document):
             merged.setdefault(gpu["gpu"], {}).update(gpu)
     if not merged:
-        raise ParseError(
+        raise GpuToolParseError(
             "no amd-smi GPU objects (a list or {'gpu_data': [...]} of {'gpu': N, ...}) in the output"
         )
     return [_record(merged[i]) for i in sorted(merged)]

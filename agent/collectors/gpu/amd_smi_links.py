@@ -1,11 +1,10 @@
-"""Parsers of AMD GPU link state: ``amd-smi topology --json`` and ``amd-smi xgmi`` -> :class:`GpuLink` per GPU index.
+"""Parser of AMD GPU link state: ``amd-smi topology --json`` -> :class:`GpuLink` per GPU index.
 
 Faithful to the vendor examples captured from the amdsmi CHANGELOG: ``topology --json`` as a list of
 ``{"gpu", "link_accessibility": {"gpu_N": "ENABLED"|"DISABLED"}, "link_type": {"gpu_N": "SELF"|"PCIE"|"XGMI"}}``
-(ROCm 6.1) or, with ``-a -t``, ``{"gpu", "bdf", "links": [{"gpu", "bdf", "link_status", "link_type"}]}``; and the
-``amd-smi xgmi`` "LINK METRIC TABLE" (a ``GPUn  <bdf> <bit_rate> Gb/s <max_bandwidth> Gb/s <link_type>`` row per GPU,
-peer columns headed by bus id, "N/A" on the diagonal). A GPU's link to itself is not a link and is left out.
-Link names are ``"<type>/gpu<peer index>"`` (``"xgmi/gpu3"``) in both, so records from either source compare.
+(ROCm 6.1) or, with ``-a -t``, ``{"gpu", "bdf", "links": [{"gpu", "bdf", "link_status", "link_type"}]}``. A GPU's
+link to itself is not a link and is left out. Link names are ``"<type>/gpu<peer index>"`` (``"xgmi/gpu3"``), as NVML's
+NVLink names are ``"nvlink/<n>"``.
 """
 
 from __future__ import annotations
@@ -13,13 +12,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ranksight.agent.collectors.gpu.amd_smi import ParseError, json_documents
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError, json_documents
 from ranksight.schemas.records.gpu import GpuLink
 
 _PEER_KEY = re.compile(r"^gpu_(\d+)$")
-_XGMI_ROW = re.compile(
-    r"^GPU(?P<gpu>\d+)\s+(?P<bdf>\S+)\s+(?P<rate>[\d.]+|N/A)\s*(?:Gb/s)?\s+(?:[\d.]+|N/A)\s*(?:Gb/s)?\s+(?P<type>\w+)\s*$"
-)
 
 
 def _link(link_type: str, peer: int, status: str | None, bdf: str | None = None) -> GpuLink:
@@ -50,25 +46,5 @@ def parse_amd_smi_topology(data: bytes) -> dict[int, list[GpuLink]]:
             if isinstance(entry, dict) and isinstance(entry.get("gpu"), int):
                 out[entry["gpu"]] = _topology_gpu(entry)
     if not out:
-        raise ParseError("amd-smi topology: no per-GPU objects with link information")
-    return out
-
-
-def parse_amd_smi_xgmi(data: bytes) -> dict[int, list[GpuLink]]:
-    """``amd-smi xgmi`` text -> links of each GPU index to every other GPU of the table; up when the link trained
-    (a bit rate above zero)."""
-    rows = []
-    for line in data.decode("utf-8", "replace").splitlines():
-        match = _XGMI_ROW.match(line.strip())
-        if match:
-            rows.append(match)
-    if not rows:
-        raise ParseError("amd-smi xgmi: no 'GPUn <bdf> <bit_rate> ...' rows")
-    out: dict[int, list[GpuLink]] = {}
-    for row in rows:
-        up = None if row["rate"] == "N/A" else float(row["rate"]) > 0
-        out[int(row["gpu"])] = [
-            GpuLink(name=f"{row['type'].lower()}/gpu{peer['gpu']}", up=up, peer=peer["bdf"])
-            for peer in rows if peer["gpu"] != row["gpu"]
-        ]  # fmt: skip
+        raise GpuToolParseError("amd-smi topology: no per-GPU objects with link information")
     return out

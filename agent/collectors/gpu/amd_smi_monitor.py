@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ranksight.agent.collectors.gpu.amd_smi import ParseError
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
 from ranksight.agent.collectors.gpu.values import number
 from ranksight.schemas.records import GpuRecord
 
@@ -32,7 +32,7 @@ def parse_amd_smi_monitor(data: bytes) -> list[GpuRecord]:
     lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
     header_at = next((i for i, line in enumerate(lines) if line.split()[:1] == ["GPU"]), None)
     if header_at is None:
-        raise ParseError("amd-smi monitor: no header line starting with GPU")
+        raise GpuToolParseError("amd-smi monitor: no header line starting with GPU")
     columns = lines[header_at].split()
     records = []
     for line in lines[header_at + 1 :]:
@@ -40,7 +40,7 @@ def parse_amd_smi_monitor(data: bytes) -> list[GpuRecord]:
         if line.strip() == "...":
             continue  # the tool elides further rows
         if len(values) != len(columns):
-            raise ParseError(
+            raise GpuToolParseError(
                 f"amd-smi monitor: {len(values)} values for {len(columns)} columns in {line.strip()!r}"
             )
         row = dict(zip(columns, values, strict=True))
@@ -52,5 +52,5 @@ def parse_amd_smi_monitor(data: bytes) -> list[GpuRecord]:
             utilization_pct=number(row.get("GFX%")), memory_used_bytes=used, memory_total_bytes=total,
         ))  # fmt: skip
     if not records:
-        raise ParseError("amd-smi monitor: no GPU rows")
+        raise GpuToolParseError("amd-smi monitor: no GPU rows")
     return records

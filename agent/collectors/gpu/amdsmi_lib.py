@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ranksight.agent.collectors.base import CollectorUnavailable
 from ranksight.agent.collectors.gpu.values import integer, is_missing, number
 from ranksight.schemas.records import GpuRecord
 
@@ -19,7 +20,7 @@ except Exception:
     amdsmi = None
 
 
-class AmdSmiUnavailable(Exception):
+class AmdSmiUnavailable(CollectorUnavailable):
     """The library is absent or cannot initialise (no amdgpu driver)."""
 
 

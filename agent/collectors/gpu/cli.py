@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from ranksight.agent.collectors.gpu.amd_smi import ParseError, parse_amd_smi_metric
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError, parse_amd_smi_metric
 from ranksight.agent.collectors.gpu.amd_smi_monitor import parse_amd_smi_monitor
 from ranksight.agent.collectors.gpu.nvidia_smi import parse_nvidia_smi_csv
 from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"ranksight: cannot read {args.file}: {exc.strerror}", file=sys.stderr)
         return EXIT_FAILED
-    except (ParseError, ValueError) as exc:
+    except (GpuToolParseError, ValueError) as exc:
         print(f"ranksight: {args.file} is not {args.source} output: {exc}", file=sys.stderr)
         return EXIT_FAILED
     rows = [r.model_dump(include=set(FIELDS)) for r in records]

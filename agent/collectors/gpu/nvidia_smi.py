@@ -12,7 +12,7 @@ import csv
 import io
 import re
 
-from ranksight.agent.collectors.gpu.amd_smi import ParseError
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
 from ranksight.agent.collectors.gpu.values import UNIT_FACTORS, integer, is_missing, with_unit
 from ranksight.schemas.records import GpuRecord
 
@@ -64,9 +64,9 @@ def parse_nvidia_smi_csv(data: bytes) -> list[GpuRecord]:
     try:
         rows = [[c.strip() for c in row] for row in csv.reader(lines, skipinitialspace=True) if row]
     except csv.Error as exc:
-        raise ParseError(f"nvidia-smi output is not CSV: {exc}") from None
+        raise GpuToolParseError(f"nvidia-smi output is not CSV: {exc}") from None
     if not rows:
-        raise ParseError("nvidia-smi printed no rows")
+        raise GpuToolParseError("nvidia-smi printed no rows")
     if "index" in _columns(rows[0])[0]:
         names, units = _columns(rows[0])
         rows = rows[1:]
@@ -75,7 +75,9 @@ def parse_nvidia_smi_csv(data: bytes) -> list[GpuRecord]:
     records = []
     for row in rows:
         if len(row) != len(names):
-            raise ParseError(f"nvidia-smi row has {len(row)} columns, expected {len(names)}: {row[:3]}...")
+            raise GpuToolParseError(
+                f"nvidia-smi row has {len(row)} columns, expected {len(names)}: {row[:3]}..."
+            )
         values = dict(zip(names, row, strict=True))
 
         def reading(field: str, values: dict[str, str] = values) -> float | None:
@@ -84,7 +86,7 @@ def parse_nvidia_smi_csv(data: bytes) -> list[GpuRecord]:
 
         index = integer(values.get("index"))
         if index is None:
-            raise ParseError(f"nvidia-smi row without a GPU index: {row[:3]}...")
+            raise GpuToolParseError(f"nvidia-smi row without a GPU index: {row[:3]}...")
         mask_text = values.get("clocks_throttle_reasons.active")
         reasons = throttle_reasons(None if is_missing(mask_text) else int(str(mask_text), 16))
         used, total = reading("memory.used"), reading("memory.total")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from ranksight.agent.collectors.gpu.amd_smi import ParseError
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
 from ranksight.agent.collectors.gpu.nvidia_smi import THROTTLE_BITS
 from ranksight.agent.collectors.gpu.values import integer, is_missing, number
 from ranksight.schemas.records import GpuRecord
@@ -65,10 +65,10 @@ def parse_nvidia_smi_xml(data: bytes) -> list[GpuRecord]:
     try:
         root = ET.fromstring(data)
     except ET.ParseError as exc:
-        raise ParseError(f"nvidia-smi -q -x: not XML ({exc})") from None
+        raise GpuToolParseError(f"nvidia-smi -q -x: not XML ({exc})") from None
     gpus = root.findall("gpu")
     if root.tag != "nvidia_smi_log" or not gpus:
-        raise ParseError("nvidia-smi -q -x: no <nvidia_smi_log> with <gpu> elements")
+        raise GpuToolParseError("nvidia-smi -q -x: no <nvidia_smi_log> with <gpu> elements")
     records = []
     for index, gpu in enumerate(gpus):  # nvidia-smi lists GPUs in index order
         throttled, reasons = _throttle(gpu)

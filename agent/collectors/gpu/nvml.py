@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ranksight.agent.collectors.base import CollectorUnavailable
 from ranksight.agent.collectors.gpu.nvidia_smi import throttle_reasons
 from ranksight.agent.collectors.gpu.values import number
 from ranksight.schemas.records import GpuLink, GpuRecord
@@ -19,7 +20,7 @@ except Exception:  # absent, or a broken install: either way NVML is not usable 
     pynvml = None
 
 
-class NvmlUnavailable(Exception):
+class NvmlUnavailable(CollectorUnavailable):
     """``nvidia-ml-py`` is not installed or NVML cannot initialise (no driver, no GPU)."""
 
 

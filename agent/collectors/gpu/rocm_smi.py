@@ -12,7 +12,7 @@ import json
 import re
 from typing import Any
 
-from ranksight.agent.collectors.gpu.amd_smi import ParseError
+from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
 from ranksight.agent.collectors.gpu.values import integer, is_missing, number
 from ranksight.schemas.records import GpuRecord
 
@@ -57,9 +57,9 @@ def parse_rocm_smi(data: bytes) -> list[GpuRecord]:
     try:
         document = json.loads(data)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ParseError(f"rocm-smi output is not JSON: {exc}") from None
+        raise GpuToolParseError(f"rocm-smi output is not JSON: {exc}") from None
     if not isinstance(document, dict):
-        raise ParseError("rocm-smi JSON is not an object of cards")
+        raise GpuToolParseError("rocm-smi JSON is not an object of cards")
     records = []
     for key, card in document.items():
         match = _CARD.match(key)
@@ -68,5 +68,5 @@ def parse_rocm_smi(data: bytes) -> list[GpuRecord]:
         values = {field: _field(card, field) for field in KEYS}
         records.append(GpuRecord(index=int(match.group(1)), vendor="amd", source="rocm-smi", **values))
     if not records:
-        raise ParseError("rocm-smi JSON holds no cardN objects")
+        raise GpuToolParseError("rocm-smi JSON holds no cardN objects")
     return sorted(records, key=lambda r: r.index)

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ranksight.agent.collectors.inspector.parse import ParseError, parse_lines
+from ranksight.agent.collectors.inspector.parse import InspectorParseError, parse_lines
 from ranksight.schemas.records import InspectorRecord
 
 SUFFIXES = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
@@ -31,5 +31,5 @@ class DumpReader:
             with opener(path, "rb") as fh:
                 yield from parse_lines(fh, self._bad)
 
-    def _bad(self, _error: ParseError) -> None:
+    def _bad(self, _error: InspectorParseError) -> None:
         self.bad_lines += 1

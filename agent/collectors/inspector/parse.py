@@ -15,6 +15,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Literal
 
+from ranksight.errors import ParseError
 from ranksight.schemas.records import InspectorRecord
 
 # busbw = algbw x factor(n); traffic = msg x n for the gathering/scattering collectives.
@@ -22,7 +23,7 @@ _GATHER_LIKE = frozenset({"AllGather", "ReduceScatter"})
 BW_REL_TOLERANCE = 0.05
 
 
-class ParseError(ValueError):
+class InspectorParseError(ParseError):
     """A line that is not a valid Inspector record; the message says why."""
 
 
@@ -48,28 +49,28 @@ def _number(value: Any, field: str) -> float | None:
     if value is None or value == "nan":
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ParseError(f"{field}: expected a number, got {value!r}")
+        raise InspectorParseError(f"{field}: expected a number, got {value!r}")
     return None if math.isnan(value) else float(value)
 
 
 def _int(obj: dict[str, Any], key: str, where: str) -> int:
     value = obj.get(key)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ParseError(f"{where}.{key}: expected an integer, got {value!r}")
+        raise InspectorParseError(f"{where}.{key}: expected an integer, got {value!r}")
     return value
 
 
 def _str(obj: dict[str, Any], key: str, where: str) -> str:
     value = obj.get(key)
     if not isinstance(value, str):
-        raise ParseError(f"{where}.{key}: expected a string, got {value!r}")
+        raise InspectorParseError(f"{where}.{key}: expected a string, got {value!r}")
     return value
 
 
 def _optional_str(obj: dict[str, Any], key: str, where: str) -> str | None:
     value = obj.get(key)
     if value is not None and not isinstance(value, str):
-        raise ParseError(f"{where}.{key}: expected a string, got {value!r}")
+        raise InspectorParseError(f"{where}.{key}: expected a string, got {value!r}")
     return value
 
 
@@ -77,19 +78,19 @@ def parse_line(line: bytes | str) -> InspectorRecord:
     try:
         obj = json.loads(line)
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ParseError(f"not JSON: {exc}") from None
+        raise InspectorParseError(f"not JSON: {exc}") from None
     if not isinstance(obj, dict):
-        raise ParseError("not a JSON object")
+        raise InspectorParseError("not a JSON object")
     header, meta = obj.get("header"), obj.get("metadata")
     if not isinstance(header, dict) or not isinstance(meta, dict):
-        raise ParseError("missing header or metadata")
+        raise InspectorParseError("missing header or metadata")
     op_kind: Literal["coll", "p2p"]
     if isinstance(obj.get("coll_perf"), dict):
         perf, prefix, op_kind = obj["coll_perf"], "coll", "coll"
     elif isinstance(obj.get("p2p_perf"), dict):
         perf, prefix, op_kind = obj["p2p_perf"], "p2p", "p2p"
     else:
-        raise ParseError("neither coll_perf nor p2p_perf")
+        raise InspectorParseError("neither coll_perf nor p2p_perf")
     where = f"{prefix}_perf"
     n_ranks = _int(header, "n_ranks", "header")
     op = _str(perf, prefix, where)
@@ -131,12 +132,14 @@ def parse_line(line: bytes | str) -> InspectorRecord:
     )
 
 
-def parse_lines(lines: Iterable[bytes], on_error: Callable[[ParseError], None]) -> Iterator[InspectorRecord]:
+def parse_lines(
+    lines: Iterable[bytes], on_error: Callable[[InspectorParseError], None]
+) -> Iterator[InspectorRecord]:
     """Parse lines, skipping blank ones; each bad line goes to ``on_error`` and never stops the rest."""
     for line in lines:
         if not line.strip():
             continue
         try:
             yield parse_line(line)
-        except ParseError as exc:
+        except InspectorParseError as exc:
             on_error(exc)

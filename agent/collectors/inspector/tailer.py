@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ranksight.agent.collectors.inspector.parse import ParseError, parse_lines
+from ranksight.agent.collectors.inspector.parse import InspectorParseError, parse_lines
 from ranksight.schemas.records import InspectorRecord
 
 LIVE_SUFFIXES = (".log", ".jsonl")
@@ -178,6 +178,6 @@ def _kind(mode: int) -> str:
 
 def parse_chunk(data: bytes) -> tuple[list[InspectorRecord], int, str | None]:
     """Parse complete lines; return (records, bad line count, first error)."""
-    errors: list[ParseError] = []
+    errors: list[InspectorParseError] = []
     records = list(parse_lines(data.splitlines(), errors.append))
     return records, len(errors), str(errors[0]) if errors else None

@@ -7,7 +7,7 @@ them (counter-less) rather than failing the collector.
 
 from __future__ import annotations
 
-from ranksight.agent.collectors.gpu.collector import CommandFailed, run_command
+from ranksight.agent.collectors.command import CommandFailed, run_command
 from ranksight.agent.collectors.nic.tools import ToolParseError, parse_ethtool_stats, parse_rdma_statistic
 from ranksight.schemas.records import NicRecord
 

@@ -20,9 +20,7 @@ from ranksight.agent.collectors.ras.client import MONITOR_GROUPS
 from ranksight.agent.collectors.ras.errors import (
     RasClientError,
     RasParseError,
-    RasRefused,
     RasReplyError,
-    RasTimeout,
 )
 from ranksight.agent.collectors.ras.poll import client_for, poll_status
 from ranksight.cliutil import (
@@ -33,8 +31,7 @@ from ranksight.cliutil import (
     print_table,
     settings_from_args,
 )
-
-EXIT_NO_ENDPOINT = 3
+from ranksight.errors import exit_status
 
 
 def register_parse(sources: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -120,7 +117,7 @@ def _client(args: argparse.Namespace) -> Any:
 
 def _failed(exc: Exception) -> int:
     print(f"ranksight ras: {exc}", file=sys.stderr)
-    return EXIT_NO_ENDPOINT if isinstance(exc, RasRefused | RasTimeout) else EXIT_FAILED
+    return exit_status(exc)
 
 
 def ras_status(args: argparse.Namespace) -> int:

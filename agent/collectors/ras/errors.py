@@ -1,23 +1,15 @@
-"""The RAS exception tree, in one place::
-
-RasError
-├── RasParseError            bytes that are not a RAS status / monitor output (parsers)
-└── RasClientError           talking to a RAS endpoint failed (client)
-    ├── RasRefused           nothing listens on any address of the endpoint
-    ├── RasTimeout           connect or reply deadline passed
-    ├── RasReset             the connection was reset or closed before the reply was complete
-    ├── RasReplyError        the server answered ``ERROR: ...``
-    └── RasOversized         the reply exceeded the configured byte limit
-"""
+"""The RAS exceptions (parsers and client); the tree, with the rest of ranksight's, is drawn in :mod:`ranksight.errors`."""
 
 from __future__ import annotations
 
+from ranksight.errors import NoEndpoint, ParseError, RanksightError
 
-class RasError(Exception):
+
+class RasError(RanksightError):
     pass
 
 
-class RasParseError(RasError, ValueError):
+class RasParseError(RasError, ParseError):
     pass
 
 
@@ -25,11 +17,11 @@ class RasClientError(RasError):
     pass
 
 
-class RasRefused(RasClientError):
+class RasRefused(RasClientError, NoEndpoint):
     pass
 
 
-class RasTimeout(RasClientError):
+class RasTimeout(RasClientError, NoEndpoint):
     pass
 
 

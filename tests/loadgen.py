@@ -1,4 +1,4 @@
-"""Simulated agents for tests and benchmarks: the real batcher and publisher, fed synthetic records.
+"""Simulated agents for the delivery and chaos tests: the real batcher and publisher, fed synthetic records.
 
 Each :class:`SyntheticAgent` is one agent incarnation with its own NATS connection; ``emit(n)`` publishes ``n`` GPU
 records of an 8-GPU node whose ``memory_used_bytes`` is a running counter, so a test can check that every record

@@ -17,6 +17,7 @@ from typing import Any
 import nats
 
 from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.config import Settings
 from ranksight.schemas.codec import encode_event
@@ -25,7 +26,7 @@ from ranksight.schemas.records import AppRecord, GpuRecord, HeartbeatRecord, Nic
 from ranksight.schemas.records.probe import ProbeRecord
 from ranksight.schemas.records.ras import RasCommunicator
 from ranksight.schemas.subjects import Subjects
-from ranksight.simulate.inspector import Fault, JobSpec, comms, simulate
+from ranksight.simulate.inspector import Fault, JobSpec, comms, simulate, summarize
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ras"
 NODES = [f"node{i:03d}" for i in range(4)]
@@ -101,6 +102,11 @@ async def publish_straggler_job(pub: Publisher) -> None:
         records = [parse_line(line) for line in lines]
         for start in range(0, len(records), 2000):
             await pub.send(host, "inspector", records[start : start + 2000], ttl=300.0)
+        summaries = [
+            summary for _, summary in summarize(records, Summarizer())
+        ]  # what the node's agent sends
+        for start in range(0, len(summaries), 2000):
+            await pub.send(host, "inspector_summary", summaries[start : start + 2000], ttl=300.0)
     job_comms = [RasCommunicator(hash=f"0x{int(c.comm_id, 16):x}", size=len(c.members), status="RUNNING")
                  for phase in comms(spec) for c in phase]  # fmt: skip
     await pub.send(spec.hostname(0), "ras", [RasRecord(job_id=STRAGGLER_JOB, endpoint="localhost:28028", format="json",

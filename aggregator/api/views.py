@@ -82,17 +82,21 @@ class Series:
 _EPOCH_US = "epoch_us(recv_ts)"
 _GPU = "node || ' gpu ' || \"index\""
 _NIC = "node || ' ' || name"
-# A rank's lateness in one collective: how long after the first rank of its group it arrived. Every rank leaves a
-# collective together, so each rank's own kernel time holds its wait: the longest time minus its own is its lateness.
-_LATENESS = "max(exec_time_us) OVER (PARTITION BY comm_id, op, sn) - exec_time_us AS lateness_us"
+# A rank's lateness in a communicator's collectives: how long after the first rank of its group it arrived. Every rank
+# leaves a collective together, so each rank's own kernel time holds its wait: the longest mean time of the window's
+# ranks minus its own is its lateness. From the agents' per-window summaries, which cover every record (raw records
+# are only a sample).
+_MEAN_EXEC = "exec_sum_us / timed"
+_LATENESS = (f"max({_MEAN_EXEC}) OVER (PARTITION BY comm_id, op, size_bucket, window_start_us) - {_MEAN_EXEC} "
+             "AS lateness_us")  # fmt: skip
 
 SERIES: dict[str, Series] = {
     "step_time_s": Series("app", "client_ts // 1000", "avg(step_time_s)", "'rank ' || coalesce(rank::VARCHAR, node || ' pid ' || pid)",
                           "node", "s", "event = 'heartbeat' AND step_time_s IS NOT NULL", job="app"),
-    "busbw_gbs": Series("inspector", "dump_ts_us", "avg(busbw_gbs)", "coalesce(comm_name, comm_id)", "hostname",
-                        "GB/s", "op_kind = 'coll' AND busbw_gbs IS NOT NULL", job="comms"),
-    "lateness_us": Series("inspector", "dump_ts_us", "avg(lateness_us)", "hostname || ' pid ' || pid", "hostname",
-                          "us", "op_kind = 'coll' AND exec_time_us IS NOT NULL", job="comms", computed=_LATENESS),
+    "busbw_gbs": Series("inspector_summary", "window_start_us", "avg(busbw_gbs)", "coalesce(comm_name, comm_id)",
+                        "hostname", "GB/s", "op_kind = 'coll' AND busbw_gbs IS NOT NULL", job="comms"),
+    "lateness_us": Series("inspector_summary", "window_start_us", "avg(lateness_us)", "hostname || ' pid ' || pid",
+                          "hostname", "us", "op_kind = 'coll' AND timed > 0", job="comms", computed=_LATENESS),
     "gpu_utilization_pct": Series("gpu", _EPOCH_US, "avg(utilization_pct)", _GPU, "node", "%"),
     "gpu_clock_hz": Series("gpu", _EPOCH_US, "avg(sclk_hz)", _GPU, "node", "Hz"),
     "gpu_power_w": Series("gpu", _EPOCH_US, "avg(power_w)", _GPU, "node", "W"),
@@ -216,8 +220,8 @@ def _windows(cur: duckdb.DuckDBPyConnection, q: SeriesQuery) -> list[dict[str, A
     hosts = list(q.nodes)
     if q.job is not None and q.comms:
         hosts += [r[0] for r in cur.execute(
-            f"SELECT DISTINCT hostname FROM inspector WHERE {_COMM} IN ({', '.join('?' * len(q.comms))}) "
-            "AND dump_ts_us >= ? AND dump_ts_us < ?", [*q.comms, q.since_us, q.until_us]).fetchall()]  # fmt: skip
+            f"SELECT DISTINCT hostname FROM inspector_summary WHERE {_COMM} IN ({', '.join('?' * len(q.comms))}) "
+            "AND window_start_us >= ? AND window_start_us < ?", [*q.comms, q.since_us, q.until_us]).fetchall()]  # fmt: skip
     if q.job is None and not hosts:
         return []
     since, until = [EPOCH + datetime.timedelta(microseconds=t) for t in (q.since_us, q.until_us)]

@@ -84,6 +84,7 @@ class Finding:
     z: float = 0.0
     comms: list[dict[str, object]] = field(default_factory=list)  # communication: slow comms with their times
     nodes: list[str] = field(default_factory=list)
+    comm_ids: list[str] = field(default_factory=list)  # its communicators (RAS knows a job's by these hashes)
 
     @property
     def key(self) -> tuple[str, int | None, Kind]:
@@ -572,6 +573,7 @@ class StragglerEngine:
         memberships = [
             (comm, rank) for comm in self.comms.values() for rank, m in comm.members.items() if m == proc
         ]
+        comm_ids = [cid for cid, comm in self.comms.items() if proc in comm.members.values()]
         # named after its node's comm (where it is the one late rank among its neighbours), the largest if several
         comm, rank = min(memberships, key=lambda cr: (-sum(h == proc[0] for h, _ in cr[0].members.values()),
                                                       -len(cr[0].members), cr[0].label))  # fmt: skip
@@ -588,7 +590,7 @@ class StragglerEngine:
             + f"; arrives last in its {len(memberships)} comm(s), e.g. rank {rank}/{len(comm.members)} of {comm.label}"
         )
         return Finding(proc[0], proc[1], "compute", comm.label, rank, factor, 1.0,
-                       evidence, cost=cost, duty_cycle=duty, burst_slowdown=burst, z=z)  # fmt: skip
+                       evidence, cost=cost, duty_cycle=duty, burst_slowdown=burst, z=z, comm_ids=comm_ids)  # fmt: skip
 
     @staticmethod
     def _node_finding(host: str, parts: list[Finding], total: int) -> Finding:
@@ -601,7 +603,8 @@ class StragglerEngine:
         return Finding(host, None, "compute", None, None, slowdown, 1.0, evidence,
                        cost=max(f.cost for f in parts), duty_cycle=statistics.median(f.duty_cycle for f in parts),
                        burst_slowdown=statistics.median(f.burst_slowdown for f in parts),
-                       z=statistics.median(f.z for f in parts))  # fmt: skip
+                       z=statistics.median(f.z for f in parts),
+                       comm_ids=sorted({cid for f in parts for cid in f.comm_ids}))  # fmt: skip
 
     # -- communication --------------------------------------------------------------------------------------------
     def _communication(self, window: list[_Slice], index: int) -> list[Finding]:
@@ -666,7 +669,7 @@ class StragglerEngine:
                 + (" ..." if len(labels) > 5 else "")
             )
             out.append(Finding(host, None, "communication", str(labels[0]) if len(labels) == 1 else None, None,
-                               factor, 1.0, evidence, z=z, comms=details))  # fmt: skip
+                               factor, 1.0, evidence, z=z, comms=details, comm_ids=through))  # fmt: skip
         return out
 
     def _localize(self, slow: set[str], fast: set[str]) -> list[str]:

@@ -16,6 +16,7 @@ from ranksight.aggregator.analysis.ras import node_of
 from ranksight.aggregator.analysis.stragglers import Finding
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.devices import link_up
+from ranksight.aggregator.state.jobs import JobState
 from ranksight.schemas.records import GpuRecord
 
 
@@ -77,13 +78,35 @@ def _link_notes(state: LiveState, cluster: str, hostname: str) -> list[str]:
             and v < 0.7 * typical]  # fmt: skip
 
 
+def _comm_hash(comm_id: str) -> int | str:
+    """A communicator hash as a number: Inspector and RAS may print it with different leading zeros."""
+    try:
+        return int(comm_id, 16)
+    except ValueError:
+        return comm_id
+
+
+def job_of(state: LiveState, cluster: str, comm_ids: list[str]) -> JobState | None:
+    """The RAS-watched job whose communicators the finding's processes are in (the latest, if a hash recurs)."""
+    wanted = {_comm_hash(c) for c in comm_ids}
+    jobs = [job for job in state.jobs.jobs.values()
+            if job.cluster == cluster and any(_comm_hash(h) in wanted for h in job.comms)]  # fmt: skip
+    return max(jobs, key=lambda job: job.first_seen_ns, default=None)
+
+
 class StragglerRule:
+    """A finding carries the job of its communicators where RAS watches it; once that job has ended its stragglers
+    are over, and their alerts resolve with the job."""
+
     name = "straggler"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         tracker = state.stragglers
         for cluster, result in tracker.clusters.items():
             for f in result.findings:
+                job = job_of(state, cluster, f.comm_ids)
+                if job is not None and job.state == "ended":
+                    continue
                 notes = corroboration(state, cluster, f.hostname)
                 notes += [f"GPU {g['gpu']} active probe: {x['metric']} {x.get('drop', 0):.0%} below its {x.get('basis')}"
                           for g in gpu_evidence(state, cluster, f.hostname) for x in g["findings"]]  # fmt: skip
@@ -94,6 +117,7 @@ class StragglerRule:
                     severity="warning" if f.slowdown < 1.5 else "critical",
                     cluster=cluster,
                     node=f.hostname,
+                    job=job.job_id if job is not None else None,
                     key=f"{f.kind}:{f.pid}",  # comm and rank stay in the evidence: the fingerprint must not move
                     entity=f"pid {f.pid}" if f.pid is not None else "node",
                     summary=summary(f, notes),

@@ -85,6 +85,7 @@ class Finding:
     z: float = 0.0
     comms: list[dict[str, object]] = field(default_factory=list)  # communication: slow comms with their times
     nodes: list[str] = field(default_factory=list)
+    comm_ids: list[str] = field(default_factory=list)  # its communicators (RAS knows a job's by these hashes)
 
     @property
     def key(self) -> tuple[str, int | None, Kind]:
@@ -205,6 +206,8 @@ class StragglerEngine:
         self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
         self._horizon_now = self.horizon  # slices judged, stretched for long steps
         self._late_from: int | None = None  # earliest judged slice that received records since
+        # slices (first, last) of each process that miss records its agent got after their window had closed
+        self._incomplete: dict[Proc, list[tuple[int, int]]] = defaultdict(list)
 
     # -- input ----------------------------------------------------------------------------------------------------
     def add(self, rec: InspectorRecord) -> None:
@@ -226,6 +229,13 @@ class StragglerEngine:
         self._count(s.capture_model, s.count, s.bw_mismatches)
         # its latest record, as with raw records (a window's end may lie past the end of the job)
         comm = self._member(s.comm_id, s.comm_name, s.rank, (s.hostname, s.pid), s.last_dump_ts_us)
+        if s.late:
+            # records that reached the agent after their window closed (a starved host reading its dumps behind):
+            # the window before this one lacks them, and without them the process looks idle, i.e. computing
+            start = s.window_start_us // self.slice_us
+            self._incomplete[(s.hostname, s.pid)].append(
+                (start - max(1, s.window_us // self.slice_us), start - 1)
+            )
         size = s.bytes // s.count if s.count else s.size_bucket  # the exact size when the bucket holds one
         slices = zip(s.slice_index, s.slice_count, s.slice_exec_sum_us, s.slice_exec_min_us, s.slice_sn_lo,
                      s.slice_sn_lo_ts_us, s.slice_sn_hi, s.slice_sn_hi_ts_us, strict=False)  # fmt: skip
@@ -323,6 +333,11 @@ class StragglerEngine:
             keep = max(self.params.retain_slices, 2 * self._horizon_now)
             for old in [i for i in self.slices if i <= last - keep]:
                 del self.slices[old]
+            for proc, spans in list(self._incomplete.items()):
+                if not (kept := [span for span in spans if span[1] > last - keep]):
+                    del self._incomplete[proc]
+                else:
+                    self._incomplete[proc] = kept
         return self.active()
 
     def active(self) -> list[Finding]:
@@ -362,7 +377,10 @@ class StragglerEngine:
             return
         # first seen: the slice whose evaluation first flagged it (its horizon reaches further back, into healthy time)
         start_us, end_us = index * self.slice_us, (index + 1) * self.slice_us
-        flagged = self._compute(window) + self._communication(window, index)
+        unjudged = self._unjudged(first, index)
+        flagged = self._compute(window, unjudged) + self._communication(window, index)
+        # an unjudged process keeps its standing until its records are complete again
+        held = {key for host, pid in unjudged for key in ((host, pid, "compute"), (host, None, "compute"))}
         seen = set()
         for f in flagged:
             f.first_ts_us, f.last_ts_us = start_us, end_us
@@ -382,10 +400,18 @@ class StragglerEngine:
         for key, cand in list(self.candidates.items()):
             cand.seen_evals += 1
             cand.finding.confidence = cand.flagged_evals / cand.seen_evals
-            if key not in seen:
+            if key not in seen and key not in held:
                 del self.candidates[key]
                 if cand.confirmed:
                     self.history.append(cand.finding)
+
+    def _unjudged(self, first: int, last: int) -> set[Proc]:
+        """Processes missing records in slices ``first..last``: their compute share there is not known."""
+        return {
+            proc
+            for proc, spans in self._incomplete.items()
+            if any(a <= last and b >= first for a, b in spans)
+        }
 
     # -- compute --------------------------------------------------------------------------------------------------
     def _shares(self, window: list[_Slice]) -> dict[Proc, _ProcShare]:
@@ -471,7 +497,7 @@ class StragglerEngine:
             groups[find(proc)].append(proc)
         return list(groups.values())
 
-    def _compute(self, window: list[_Slice]) -> list[Finding]:
+    def _compute(self, window: list[_Slice], unjudged: set[Proc]) -> list[Finding]:
         p = self.params
         shares = self._shares(window)
         out: list[Finding] = []
@@ -483,7 +509,10 @@ class StragglerEngine:
         pool = max(1, math.ceil(p.min_steps / max(self._step_rate * self.slice_us, 1e-9))) if rates else 1
         for ps in shares.values():
             ps.slices = [statistics.fmean(ps.slices[i : i + pool]) for i in range(0, len(ps.slices), pool)]
-        for job in self._jobs(shares):
+        for everyone in self._jobs(shares):
+            # a process missing records is neither judged nor part of its peers' yardstick
+            job = [proc for proc in everyone if proc not in unjudged]
+            skipped = sorted(set(everyone) - set(job))
             if len(job) < p.min_group:
                 continue
             med, spread = _robust([shares[proc].share for proc in job], p.spread_floor * max(
@@ -521,14 +550,22 @@ class StragglerEngine:
             per_host: dict[str, int] = defaultdict(int)
             for proc in job:
                 per_host[proc[0]] += 1
+            found: list[Finding] = []
             for host, parts in strict.items():
                 node = leaning[host]
                 # node-wide slowness slows its processes alike; one far slower than the rest is a straggler itself
                 alike = min(f.slowdown for f in node) - 1 >= 0.5 * (max(f.slowdown for f in node) - 1)
                 if len(node) >= 2 and len(node) >= p.node_share * per_host[host] and alike:
-                    out.append(self._node_finding(host, node, per_host[host]))
+                    found.append(self._node_finding(host, node, per_host[host]))
                 else:
-                    out += parts
+                    found += parts
+            if skipped:
+                note = (f"; {len(skipped)} process(es) not judged, their records incomplete (arrived at their agent "
+                        f"after the window closed): " + ", ".join(f"{h} pid {pid}" for h, pid in skipped[:4])
+                        + (" ..." if len(skipped) > 4 else ""))  # fmt: skip
+                for f in found:
+                    f.evidence += note
+            out += found
         return out
 
     def _proc_finding(self, proc: Proc, factor: float, z: float, cost: float, duty: float, burst: float,
@@ -536,6 +573,7 @@ class StragglerEngine:
         memberships = [
             (comm, rank) for comm in self.comms.values() for rank, m in comm.members.items() if m == proc
         ]
+        comm_ids = [cid for cid, comm in self.comms.items() if proc in comm.members.values()]
         # named after its node's comm (where it is the one late rank among its neighbours), the largest if several
         comm, rank = min(memberships, key=lambda cr: (-sum(h == proc[0] for h, _ in cr[0].members.values()),
                                                       -len(cr[0].members), cr[0].label))  # fmt: skip
@@ -552,7 +590,7 @@ class StragglerEngine:
             + f"; arrives last in its {len(memberships)} comm(s), e.g. rank {rank}/{len(comm.members)} of {comm.label}"
         )
         return Finding(proc[0], proc[1], "compute", comm.label, rank, factor, 1.0,
-                       evidence, cost=cost, duty_cycle=duty, burst_slowdown=burst, z=z)  # fmt: skip
+                       evidence, cost=cost, duty_cycle=duty, burst_slowdown=burst, z=z, comm_ids=comm_ids)  # fmt: skip
 
     @staticmethod
     def _node_finding(host: str, parts: list[Finding], total: int) -> Finding:
@@ -565,7 +603,8 @@ class StragglerEngine:
         return Finding(host, None, "compute", None, None, slowdown, 1.0, evidence,
                        cost=max(f.cost for f in parts), duty_cycle=statistics.median(f.duty_cycle for f in parts),
                        burst_slowdown=statistics.median(f.burst_slowdown for f in parts),
-                       z=statistics.median(f.z for f in parts))  # fmt: skip
+                       z=statistics.median(f.z for f in parts),
+                       comm_ids=sorted({cid for f in parts for cid in f.comm_ids}))  # fmt: skip
 
     # -- communication --------------------------------------------------------------------------------------------
     def _communication(self, window: list[_Slice], index: int) -> list[Finding]:
@@ -630,7 +669,7 @@ class StragglerEngine:
                 + (" ..." if len(labels) > 5 else "")
             )
             out.append(Finding(host, None, "communication", str(labels[0]) if len(labels) == 1 else None, None,
-                               factor, 1.0, evidence, z=z, comms=details))  # fmt: skip
+                               factor, 1.0, evidence, z=z, comms=details, comm_ids=through))  # fmt: skip
         return out
 
     def _localize(self, slow: set[str], fast: set[str]) -> list[str]:

@@ -5,13 +5,16 @@ from __future__ import annotations
 
 from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.agent.collectors.inspector.summary import Summarizer
+from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import GpuRecord, InspectorRecord
+from ranksight.schemas.records.ras import RasEventRecord, RasRecord
 from ranksight.simulate.inspector import Fault, JobSpec, run_job, simulate, summarize
+from tests.conftest import FIXTURES
 
 SPEC = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=1, gpu=2, factor=2.0)])
 
@@ -149,3 +152,31 @@ def test_summaries_feed_the_engine_and_a_summarizing_node_s_raw_samples_do_not()
     assert state.stragglers.records == total
     assert [(f.hostname, f.pid) for f in result.findings] == [("node001", SPEC.pid(1, 2))]
     assert state.stragglers.hang_finders["c"].proc_window_end_us  # the hang finder has the summaries too
+
+
+def test_a_straggler_carries_its_communicators_job_and_resolves_when_that_job_ends() -> None:
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
+    engine, rules = AlertEngine(), default_rules()
+    t0 = 1_000 * NS
+    processes = simulate(SPEC)
+    culprit = [parse_line(x) for x in processes[("node001", SPEC.pid(1, 2))]]
+    for seq, ((host, _pid), lines) in enumerate(processes.items(), start=1):
+        state.observe(envelope("inspector", host, seq, [parse_line(x) for x in lines]), t0)
+    # RAS watches the job: one of its communicators is the culprit's (RAS prints the hash zero-padded)
+    status = parse_status_json((FIXTURES / "ras" / "nccl_2.28.9_json_status_healthy_2rank.json").read_bytes())
+    comm = status.communicators[0].model_copy(update={"hash": f"0x{int(culprit[0].comm_id, 16):016x}"})
+    ras = RasRecord(job_id="slurm-7", endpoint="localhost:28028", **{**dict(status), "communicators": [comm]})
+    state.observe(envelope("ras", "node000", 100, [ras]), t0)
+
+    state.tick(t0)
+    [alert] = [a for a in engine.evaluate(rules, state, t0) if a.rule == "straggler"]
+    assert (alert.state, alert.node, alert.job) == ("firing", "node001", "slurm-7")
+
+    closed = RasEventRecord(job_id="slurm-7", endpoint="localhost:28028", event="ENDPOINT_CLOSED")
+    state.observe(envelope("ras_event", "node000", 101, [closed]), t0 + NS)
+    state.tick(t0 + 2 * NS)  # the finding itself is still there (its records have not aged out)
+    assert state.stragglers.clusters["c"].findings
+    [resolved] = [a for a in engine.evaluate(rules, state, t0 + 2 * NS) if a.rule == "straggler"]
+    assert resolved.state == "resolved" and resolved.fingerprint == alert.fingerprint
+    assert resolved.evidence["resolved_because"] == "job ended"

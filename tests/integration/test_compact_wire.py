@@ -22,7 +22,9 @@ NODES = {"node-a": "compact", "node-b": "map"}
 
 def _agent_settings(settings: Settings, node: str, dump: Path) -> Settings:
     """The agent of ``node``: its own state (file offsets), the shared dump directory, its wire format."""
-    inspector = settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05})
+    inspector = settings.agent.collectors.inspector.model_copy(  # every raw record: the rows are compared
+        update={"dump_dir": dump, "interval_s": 0.05, "raw_rate_per_s": 1e9}
+    )
     collectors = settings.agent.collectors.model_copy(update={"inspector": inspector})
     cfg = settings.agent.model_copy(
         update={"node": node, "wire_format": NODES[node], "collectors": collectors}

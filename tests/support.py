@@ -11,6 +11,8 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import nats.errors
+
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
@@ -70,6 +72,8 @@ async def consumer_drained(settings: Settings) -> bool:
     try:
         info = await nc.jetstream().consumer_info(settings.aggregator.stream, settings.aggregator.durable)
         return info.num_pending == 0 and info.num_ack_pending == 0
+    except nats.errors.TimeoutError:
+        return False  # a JetStream cluster electing the consumer's new leader answers nothing for a moment
     finally:
         await nc.close()
 

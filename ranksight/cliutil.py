@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
+from ranksight.aio import cancel_all
 from ranksight.config import ConfigError, Settings, load_settings
 
 # The exit statuses are declared beside the errors they map from; command modules take them from here.
@@ -98,6 +99,11 @@ def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None
         except asyncio.CancelledError:
             if not received:
                 raise
+        finally:
+            # What ``main`` left running (a part cancelled in the middle of its own stop) is cancelled until it ends:
+            # on Python 3.11 a task can swallow one cancel (see cancel_all), and asyncio.run sends only one, then
+            # waits for it forever.
+            await cancel_all(asyncio.all_tasks() - {asyncio.current_task()})
 
     asyncio.run(runner())
     return received[0] if received else None

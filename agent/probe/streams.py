@@ -4,7 +4,6 @@ stall meter that says whether a measurement timed the link or the host."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import Callable
 
@@ -84,8 +83,14 @@ class StallMeter:
         self._count(now)  # a stall that ends the measurement counts too
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await self._task
+            except asyncio.CancelledError:
+                # The watcher's own cancellation ends here; one aimed at the measurement (shutdown) goes on up:
+                # swallowing it would leave the probe running and the process unable to stop.
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise
 
     async def _watch(self) -> None:
         while True:

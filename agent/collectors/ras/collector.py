@@ -36,6 +36,14 @@ if TYPE_CHECKING:
 ENDPOINT_CLOSED = "ENDPOINT_CLOSED"
 
 
+def stop_if_cancelled() -> None:
+    """End a loop whose task was asked to stop: on Python 3.11 ``wait_for`` inside a NATS or socket call can swallow
+    the cancel (and a caught timeout then looks like any failed poll), so the loop checks the request itself."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
+
+
 class RasCollector(StreamingCollector):
     name = "ras"
     kind = "ras"
@@ -92,6 +100,7 @@ class RasCollector(StreamingCollector):
     async def _poll_loop(self, emit: Emit) -> None:
         interval = self.cfg.interval_s
         while True:
+            stop_if_cancelled()
             started = time.monotonic()
             try:
                 status = await self.poll_once()
@@ -110,6 +119,7 @@ class RasCollector(StreamingCollector):
 
     async def _monitor_loop(self) -> None:
         while True:
+            stop_if_cancelled()
             try:
                 if not await self.client.probe_monitor():
                     return  # this release has no MONITOR; polls still run

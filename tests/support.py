@@ -11,6 +11,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import duckdb
 import nats.errors
 
 from ranksight.agent.runtime import AgentRuntime
@@ -76,6 +77,18 @@ async def consumer_drained(settings: Settings) -> bool:
         return False  # a JetStream cluster electing the consumer's new leader answers nothing for a moment
     finally:
         await nc.close()
+
+
+def gpu_rows(settings: Settings) -> tuple[int, int]:
+    """GPU rows in history, and how many are distinct (agent, counter): equal when nothing was stored twice."""
+    con = duckdb.connect(str(settings.db_path()), read_only=True)
+    try:
+        total, distinct = con.execute(
+            "SELECT count(*), count(DISTINCT (agent, memory_used_bytes)) FROM gpu"
+        ).fetchone()
+        return int(total), int(distinct)
+    finally:
+        con.close()
 
 
 def settings_env(settings: Settings) -> dict[str, str]:

@@ -14,18 +14,7 @@ from ranksight.aggregator.runtime import ensure_stream
 from ranksight.config import Settings
 from ranksight.natsserver import NatsServer
 from tests.loadgen import SyntheticAgent
-from tests.support import aggregator, consumer_drained, ranksight_cmd, settings_env, wait_for
-
-
-def _gpu_counts(settings: Settings) -> tuple[int, int]:
-    con = duckdb.connect(str(settings.db_path()), read_only=True)
-    try:
-        total, distinct = con.execute(
-            "SELECT count(*), count(DISTINCT (agent, memory_used_bytes)) FROM gpu"
-        ).fetchone()
-        return total, distinct
-    finally:
-        con.close()
+from tests.support import aggregator, consumer_drained, gpu_rows, ranksight_cmd, settings_env, wait_for
 
 
 async def _ingested(settings: Settings) -> int:
@@ -69,7 +58,7 @@ async def test_sigkill_aggregator_mid_stream_exactly_once(settings: Settings) ->
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
         killed.set()
-        committed_before_kill, _ = _gpu_counts(settings)
+        committed_before_kill, _ = gpu_rows(settings)
         await producer
         for a in agents:
             assert await a.flush(60), "agent could not deliver its events"
@@ -87,7 +76,7 @@ async def test_sigkill_aggregator_mid_stream_exactly_once(settings: Settings) ->
             raise AssertionError(f"aggregator did not stop: {log_path.read_text()}") from None
         for a in agents:
             await a.close()
-    assert _gpu_counts(settings) == (3 * emitted, 3 * emitted)
+    assert gpu_rows(settings) == (3 * emitted, 3 * emitted)
     con = duckdb.connect(str(settings.db_path()), read_only=True)
     (gaps,) = con.execute("SELECT coalesce(sum(gaps_open), 0) FROM agent_seq").fetchone()
     assert gaps == 0
@@ -119,4 +108,4 @@ async def test_nats_restart_while_publishing_loses_nothing(
         finally:
             pass
     restarted.stop()
-    assert _gpu_counts(settings) == (6000, 6000)
+    assert gpu_rows(settings) == (6000, 6000)

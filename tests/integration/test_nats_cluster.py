@@ -14,7 +14,6 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pytest
 
 from ranksight.aggregator.runtime import ensure_stream
@@ -22,22 +21,11 @@ from ranksight.config import Settings
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsCluster, NatsServer
 from tests.loadgen import SyntheticAgent
-from tests.support import aggregator, consumer_drained, ranksight_cmd, settings_env, wait_for
+from tests.support import aggregator, consumer_drained, gpu_rows, ranksight_cmd, settings_env, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "deploy/nats"
 STORE_DIR_LINE = '  store_dir: "/var/lib/nats"\n'
-
-
-def gpu_rows(settings: Settings) -> tuple[int, int]:
-    con = duckdb.connect(str(settings.db_path()), read_only=True)
-    try:
-        total, distinct = con.execute(
-            "SELECT count(*), count(DISTINCT (agent, memory_used_bytes)) FROM gpu"
-        ).fetchone()
-        return int(total), int(distinct)
-    finally:
-        con.close()
 
 
 async def stream_placement(settings: Settings) -> tuple[str, list[str], int]:

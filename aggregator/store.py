@@ -114,6 +114,7 @@ class BatchResult:
     dead_letters: int = 0
     new_gaps: int = 0
     conflicts: int = 0  # same incarnation and seq, different bytes (dead-lettered as seq_conflict)
+    new_nodes: int = 0  # nodes whose sequence state this batch starts
 
 
 _ALERT_SCHEMA = pa.schema(
@@ -333,13 +334,12 @@ class Store:
         key = (env.cluster, env.node)
         incarnations = changed.get(key)
         if incarnations is None:
-            if (
-                key not in self._seq
-                and len(self._seq) + sum(k not in self._seq for k in changed) >= limits.max_nodes
-            ):
-                raise DecodeError(
-                    "too_many_nodes", f"{limits.max_nodes} nodes are tracked already (max_nodes)"
-                )
+            if key not in self._seq:
+                if len(self._seq) + result.new_nodes >= limits.max_nodes:
+                    raise DecodeError(
+                        "too_many_nodes", f"{limits.max_nodes} nodes are tracked already (max_nodes)"
+                    )
+                result.new_nodes += 1
             incarnations = changed[key] = {}
         seq = incarnations.get(env.agent)
         # First change in this batch: work on a copy, so a failed commit leaves the marks untouched.

@@ -2,14 +2,24 @@
 
 For each ``--nodes`` size, a fresh nats-server and a real aggregator (``ranksight aggregator``, a child process) are
 started; ``--procs`` publisher processes (outside the measured aggregator) play N nodes that publish what a real
-agent publishes: per-window ``inspector_summary`` records at the window cadence and raw ``inspector`` records sampled
-to the agent's default ``raw_rate_per_s`` (both through the agent's own summarizer and sampler), 8 GPU records and a
-heartbeat every 5 s, a NIC record every 2 s. (RAS is left out: one status poll per job at a time, it adds little.)
+agent publishes at its defaults: per-window ``inspector_summary`` records at the window cadence (one envelope per
+closed window) and raw ``inspector`` records sampled to ``raw_rate_per_s`` every 0.25 s batch, both made by the
+agent's own summarizer and sampler; a GPU sample of 8 GPUs and a heartbeat every 5 s and a NIC sample of 8 ports every
+2 s (``--nic``: ``ethtool``, AMD Pollara ports with 607 ``ethtool -S`` counters each, or ``sysfs``, mlx5 ports with
+46 sysfs counters), each node's gauges in their own phase; and the job's RAS status every 10 s from its lease holder
+(node0000): the text status, with the JSON detail of every communicator (op counts advancing) every third poll,
+rendered by the demo's fake RAS server and parsed by the agent's parsers. RAS MONITOR events come only with job
+lifecycle changes: a running job has none.
+
+Publishing costs next to nothing, so a few processes play a thousand nodes: every envelope is encoded once by the real
+codec as a template, with placeholder names (same length as the real ones) and fixed-width seq and ts, and each send
+fills in the node's name, its block's communicator suffix, its next seq and the time (the Nats-Msg-Id header too).
 
 The Inspector records come from the job simulator (``ranksight.simulate.inspector``): a 4-node block of a dense job,
-simulated once healthy and once with GPU 2 of its node 1 running 1.6x slow from ``--onset`` seconds on. Block 0 of the
-cluster replays the faulted block, every other block the healthy one under its own host names and communicator ids,
-with dump times shifted to the wall clock (windows stay aligned to wall-clock boundaries, as on real nodes).
+simulated once healthy and once with GPU 2 of its node 1 running 1.6x slow from ``--onset`` seconds on, each node's
+records summarized and sampled once. Block 0 of the cluster replays the faulted block, every other block the healthy
+one under its own host names and communicator ids, with dump times shifted to the wall clock (windows stay aligned to
+wall-clock boundaries, as on real nodes).
 
 Per N it prints: the aggregator's CPU share and peak RSS over the window, consumer lag (p50 and max of the seconds the
 oldest message not yet delivered to the aggregator has waited, sampled every second), bytes/s and messages/s on the wire, and the time from
@@ -17,7 +27,8 @@ the straggler's onset to the ``straggler`` alert on the alert subject; against t
 aggregator <= 1 core and <= 1 GiB, alert <= 15 s). It also prints the agent-side summarizer's throughput (records/s per
 core), measured in the same run, as a baseline of what a node pays to summarize its own records.
 
-    python benchmarks/scale.py [--nodes 64,256,1024] [--seconds 40] [--onset 15] [--procs 2] [--env RANKSIGHT_X=V]
+    python benchmarks/scale.py [--nodes 64,256,1024] [--seconds 40] [--onset 15] [--procs 2] [--nic ethtool|sysfs]
+                               [--env RANKSIGHT_X=V]
 """
 
 from __future__ import annotations

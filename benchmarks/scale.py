@@ -364,6 +364,10 @@ class SizeResult:
     msgs_per_s: float
     alert_s: float | None
     ras_oversize: int  # bytes of a RAS status the job's lease holder could not publish (0: none)
+    cpu_us_per_msg: (
+        float  # the aggregator's CPU per message it committed in the window, whatever the machine's load
+    )
+    load: float  # the machine's 1-minute load average at the end of the window
 
 
 async def _lag_s(js: Any, stream: str, durable: str) -> float:
@@ -437,6 +441,7 @@ async def run_size(n: int, template_file: Path, args: argparse.Namespace) -> Siz
             await asyncio.sleep(max(0.0, t0_us / US - time.time()) + args.warmup)
             lags: list[float] = []
             sent0 = _sent(stats)
+            acked0 = (await js.consumer_info(cfg.stream, cfg.durable)).ack_floor.stream_seq
             started = time.time()
             usage_task = asyncio.create_task(measure(aggregator.pid, args.seconds))
             while not usage_task.done():
@@ -445,6 +450,8 @@ async def run_size(n: int, template_file: Path, args: argparse.Namespace) -> Siz
             usage = await usage_task
             elapsed = time.time() - started
             sent1 = _sent(stats)
+            acked = (await js.consumer_info(cfg.stream, cfg.durable)).ack_floor.stream_seq - acked0
+            load = os.getloadavg()[0]
             onset = t0_us / US + args.onset
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(alerted.wait(), max(0.0, onset + 60 - time.time()))
@@ -457,7 +464,8 @@ async def run_size(n: int, template_file: Path, args: argparse.Namespace) -> Siz
             await nc.close()
             return SizeResult(n, usage, statistics.median(lags) if lags else 0.0, max(lags, default=0.0),
                               (sent1[1] - sent0[1]) / elapsed, (sent1[0] - sent0[0]) / elapsed,
-                              alerts[0] - onset if alerts else None, sent1[2])  # fmt: skip
+                              alerts[0] - onset if alerts else None, sent1[2],
+                              usage.cpu_share * elapsed / max(acked, 1) * US, load)  # fmt: skip
         finally:
             for child in children:
                 child.terminate()
@@ -498,16 +506,22 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.NamedTemporaryFile(prefix="ranksight-scale-", suffix=".pickle") as tmp:
         await asyncio.to_thread(Path(tmp.name).write_bytes, pickle.dumps((base_us, templates, rate)))
         print(
-            f"{'nodes':>6} {'agg CPU':>8} {'peak RSS':>9} {'lag p50':>8} {'lag max':>8} {'wire':>10} {'msgs/s':>7} {'alert':>8}"
+            f"{'nodes':>6} {'agg CPU':>8} {'peak RSS':>9} {'lag p50':>8} {'lag max':>8} {'wire':>10} {'msgs/s':>7} "
+            f"{'alert':>8} {'CPU/msg':>8} {'needs':>6} {'load':>5}"
         )
         for n in sizes:
             r = await run_size(n, Path(tmp.name), args)
             alert = f"{r.alert_s:.1f} s" if r.alert_s is not None else "none"
             print(f"{r.nodes:>6} {r.usage.cpu_share * 100:>7.0f}% {r.usage.peak_rss / MiB:>5.0f} MiB {r.lag_p50_s:>6.1f} s "
-                  f"{r.lag_max_s:>6.1f} s {r.bytes_per_s / 1e6:>6.2f} MB/s {r.msgs_per_s:>7.0f} {alert:>8}", flush=True)  # fmt: skip
+                  f"{r.lag_max_s:>6.1f} s {r.bytes_per_s / 1e6:>6.2f} MB/s {r.msgs_per_s:>7.0f} {alert:>8} "
+                  f"{r.cpu_us_per_msg:>5.0f} us {r.cpu_us_per_msg * r.msgs_per_s / US:>5.2f} {r.load:>5.1f}", flush=True)  # fmt: skip
             if r.ras_oversize:
                 print(f"        the job's RAS detail status ({r.ras_oversize / MiB:.1f} MiB, one record) is over the "
                       "server's max_payload: not published, as the agent's publish would fail", flush=True)  # fmt: skip
+    print(
+        "CPU/msg: the aggregator's CPU per message committed; needs: that times the messages/s offered, the cores it "
+        "needs to follow them; load: the machine's 1-minute load average (2 cores, shared)"
+    )
     print(f"targets at 1024 nodes: lag <= {TARGETS['lag_s']:g} s, aggregator <= {TARGETS['cpu']:g} core and "
           f"<= {TARGETS['rss'] / MiB:.0f} MiB, alert <= {TARGETS['alert_s']:g} s after onset")  # fmt: skip
 

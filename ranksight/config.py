@@ -787,6 +787,21 @@ class ShardSettings(Section):
         gt=0,
         description="the query front waits this long for every shard; later answers make a partial result",
     )
+    export_dir: Path | None = Field(
+        None,
+        description="a directory every shard can write and the query hosts can read (shared file system): each "
+        "shard exports its history there as Parquet, <dir>/<table>/shard=<id>/day=.../, for SQL across shards "
+        "(ranksight sql --shards); unset = no scheduled export",
+    )
+    export_interval_s: float = Field(
+        300.0,
+        gt=0,
+        description="how often each shard exports (SQL across shards is at most this much behind)",
+    )
+
+    def resolved_id(self) -> str:
+        """``shard_id``, or the host name as a subject token when it is empty."""
+        return self.shard_id or sanitize_token(socket.gethostname())
 
 
 class AggregatorSettings(Section):

@@ -356,7 +356,7 @@ def open_exports(export_dir: Path, settings: QuerySettings, temp_dir: Path,
     Locked down like the live database, except that ``export_dir`` alone can be read. A shard rewriting today's files
     meanwhile makes a file vanish or look truncated: tried again a few times, then :class:`SqlFailed`."""
     if not export_dir.is_dir():
-        raise SqlFailed(f"no shard has exported its history yet: {export_dir} does not exist")
+        raise SqlFailed(f"no shard has exported its history yet: {export_dir} is not a directory")
     for attempt in range(_EXPORT_READ_ATTEMPTS):
         con = duckdb.connect(config=ALLOCATOR_CONFIG)
         try:

@@ -4,6 +4,7 @@ same sandbox."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import duckdb
@@ -88,3 +89,17 @@ async def test_sql_across_shards_says_what_is_missing(tmp_path: Path, settings: 
         assert not unset.ok and "aggregator.shards.export_dir" in (unset.error or "")
     with pytest.raises(SqlFailed, match="no shard has exported"):
         open_exports(tmp_path / "nothing-here", settings.aggregator.query, tmp_path / "tmp", [])
+
+
+async def test_an_export_that_fails_does_not_stop_the_aggregator(tmp_path: Path, settings: Settings) -> None:
+    not_a_dir = tmp_path / "exports-is-a-file"
+    not_a_dir.write_text("")
+    cfg = shard_settings(settings, tmp_path, "a", export_dir=not_a_dir, export_interval_s=0.2)
+    await prepare_shards([cfg], ["a"])
+    async with aggregator(cfg) as agg:
+        await publish_heartbeats(cfg)
+        await wait_for(lambda: agg.state.nodes.nodes)  # ingest goes on while every export run fails
+        await asyncio.sleep(0.5)
+        assert (await query(cfg, "status")).ok
+        failed = await query(cfg, "sql", {"sql": "SELECT 1", "shards": True})
+        assert not failed.ok and "no shard has exported" in (failed.error or "")

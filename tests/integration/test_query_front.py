@@ -41,7 +41,7 @@ async def test_any_shard_answers_for_the_cluster_and_names_a_stopped_shard(
         async with aggregator(cfgs[2]) as shard_c:
             aggs.append(shard_c)
             await publish_heartbeats(cfgs[0])
-            await wait_for(lambda: sum(len(a.state.nodes.nodes) for a in aggs) == len(NODES))
+            await wait_for(lambda: sum(len(a.state.nodes.nodes) for a in aggs) == len(NODES), timeout=30)
             owned = {s: await own_nodes(cfgs[0], s) for s in SHARDS}
             assert all(owned.values()), owned  # every shard ingested some nodes: its partition's
             whole = await query(cfgs[0], "nodes")
@@ -75,9 +75,11 @@ async def test_a_shard_slower_than_the_deadline_is_left_out(tmp_path: Path, sett
     cfg = shard_settings(settings, tmp_path, "a", query_deadline_s=deadline)
     await prepare_shards([cfg], ["a", "slow", "gone"])
     nc = await nats.connect(cfg.nats.url)
+    released = asyncio.Event()
 
-    async def too_late(msg: nats.aio.msg.Msg) -> None:
-        await asyncio.sleep(deadline * 4)
+    async def too_late(msg: nats.aio.msg.Msg) -> None:  # a shard that answers, but long after the deadline
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(released.wait(), 30)
         await msg.respond(b'{"ok": true, "rows": [{"cluster": "test", "node": "late"}]}')
 
     await nc.subscribe(Subjects(cfg.subject_prefix).shard_api("slow", "nodes"), cb=too_late)
@@ -91,10 +93,10 @@ async def test_a_shard_slower_than_the_deadline_is_left_out(tmp_path: Path, sett
             assert answer.ok and answer.partial and answer.missing_shards == ["gone", "slow"]
             assert "no answer within 0.5s" in answer.meta["shard_errors"]["slow"]
             assert "late" not in {r["node"] for r in answer.rows} and answer.rows
-            assert took < deadline * 4, took  # the slow shard was not waited for
-            refused = await query(
-                cfg, "nodes", {"state": "sleeping"}
-            )  # checked once, before asking the shards
+            assert took < 10, took  # the slow shard was not waited for
+            # a bad parameter is refused by the front itself, as when not sharded
+            refused = await query(cfg, "nodes", {"state": "sleeping"})
             assert not refused.ok and "state" in (refused.error or "")
     finally:
+        released.set()
         await nc.close()

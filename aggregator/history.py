@@ -15,7 +15,10 @@ from __future__ import annotations
 import asyncio
 import datetime
 import logging
+import os
+import shutil
 import time
+import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -111,7 +114,7 @@ async def shard_export_loop(sandbox: SqlSandbox, out_dir: Path, shard_id: str, i
     while True:
         until = naive_utc(time.time_ns())
         try:
-            await sandbox.run(export_parquet, since, until, out_dir, f"shard={shard_id}")
+            await sandbox.run(export_shard, since, until, out_dir, shard_id)
             await asyncio.to_thread(_write_exported_until, out_dir, shard_id, until)
             since = _day_start(until - datetime.timedelta(seconds=interval_s))
         except Exception:
@@ -120,6 +123,29 @@ async def shard_export_loop(sandbox: SqlSandbox, out_dir: Path, shard_id: str, i
 
 
 EXPORTED_UNTIL = "_exported_until"  # <dir>/_exported_until/<shard_id>: how fresh each shard's export is
+STAGING = "_staging"  # <dir>/_staging/<shard_id>/: a run's files before they are moved into place
+
+
+def export_shard(con: duckdb.DuckDBPyConnection, since: datetime.datetime, until: datetime.datetime, out_dir: Path,
+                 shard_id: str) -> list[dict[str, Any]]:  # fmt: skip
+    """:func:`export_parquet` of one shard into ``out_dir/<table>/shard=<shard_id>/day=.../``, written aside first,
+    then each day's new files renamed into place before its old ones are removed: a reader of the shared folder never
+    sees a day emptied or a file half written (at worst, for the moment between the renames and the removal, both
+    versions of a day, or a file gone from under it: SQL across shards retries that)."""
+    staging = out_dir / STAGING / shard_id
+    shutil.rmtree(staging, ignore_errors=True)  # what a crashed run left
+    summary = export_parquet(con, since, until, staging, f"shard={shard_id}")
+    run = uuid.uuid4().hex[:12]
+    for written in staging.glob(f"*/shard={shard_id}/day=*"):
+        day = out_dir / written.relative_to(staging)
+        day.mkdir(parents=True, exist_ok=True)
+        old = list(day.glob("*.parquet"))
+        for new in written.glob("*.parquet"):
+            os.replace(new, day / f"{run}-{new.name}")
+        for stale in old:
+            stale.unlink(missing_ok=True)
+    shutil.rmtree(staging, ignore_errors=True)
+    return summary
 
 
 def _write_exported_until(out_dir: Path, shard_id: str, until: datetime.datetime) -> None:

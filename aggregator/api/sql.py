@@ -385,8 +385,10 @@ def _views_over_exports(con: duckdb.DuckDBPyConnection, export_dir: Path, settin
     con.execute(f"SET max_temp_directory_size = '{settings.sql_temp_max_bytes}B'")
     con.execute(f"SET allowed_directories = [{_quote(str(export_dir.resolve()) + '/')}]")
     con.execute("SET enable_external_access = false")
-    tables = [
-        d for d in sorted(export_dir.iterdir()) if _IDENTIFIER.match(d.name) and any(d.glob(_EXPORT_GLOB))
+    tables = [  # not the "_" folders: the exports' freshness marks and staging
+        d
+        for d in sorted(export_dir.iterdir())
+        if _IDENTIFIER.match(d.name) and not d.name.startswith("_") and any(d.glob(_EXPORT_GLOB))
     ]
     for table in tables:
         files = _quote(str(table.resolve() / _EXPORT_GLOB))

@@ -5,6 +5,7 @@ same sandbox."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 from pathlib import Path
 
 import duckdb
@@ -12,8 +13,10 @@ import pytest
 
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.api.sql import SqlFailed, open_exports
-from ranksight.aggregator.history import exported_until
+from ranksight.aggregator.history import export_shard, exported_until
+from ranksight.aggregator.store import Store
 from ranksight.config import Settings
+from ranksight.schemas.subjects import Subjects
 from tests.shard_support import NODES, prepare_shards, publish_heartbeats, shard_settings
 from tests.support import aggregator, run_cli_async, settings_env, wait_for
 
@@ -47,7 +50,8 @@ async def test_sql_runs_over_the_union_of_the_shards_exports(tmp_path: Path, set
             return sum(int(r["nodes"]) for r in rows) == len(NODES)  # type: ignore[call-overload]
 
         await wait_for(every_node_exported, timeout=30)
-        assert list((exports / "heartbeat" / "shard=a").glob("day=*/heartbeat-*.parquet")), "the hive layout"
+        hive = exports / "heartbeat" / "shard=a"
+        assert list(hive.glob("day=*/*-heartbeat-*.parquet"))
         per_shard = await across(PER_SHARD_SQL)
         assert {r["shard"] for r in per_shard} == {
             "a",
@@ -103,3 +107,28 @@ async def test_an_export_that_fails_does_not_stop_the_aggregator(tmp_path: Path,
         assert (await query(cfg, "status")).ok
         failed = await query(cfg, "sql", {"sql": "SELECT 1", "shards": True})
         assert not failed.ok and "no shard has exported" in (failed.error or "")
+
+
+def test_re_exporting_a_day_replaces_its_files_and_leaves_no_staging(
+    tmp_path: Path, settings: Settings
+) -> None:
+    store = Store(tmp_path / "shard.duckdb", Subjects(), settings.aggregator.ingest)
+    store.open()
+    insert = "INSERT INTO heartbeat (cluster, node, agent, seq, ts, recv_ts, ttl) VALUES ('c', ?, 'a', ?, now(), ?, 5)"
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    since, until = now - datetime.timedelta(hours=1), now + datetime.timedelta(hours=1)
+    try:
+        store.con.execute(insert, ["n1", 1, now])
+        export_shard(store.con, since, until, tmp_path / "shared", "a")
+        day = next((tmp_path / "shared" / "heartbeat" / "shard=a").iterdir())
+        first = {p.name for p in day.glob("*.parquet")}
+        store.con.execute(insert, ["n2", 2, now])
+        export_shard(store.con, since, until, tmp_path / "shared", "a")
+        second = {p.name for p in day.glob("*.parquet")}
+        assert first and second and not first & second  # the new files, under new names; the old ones removed
+        rows = duckdb.sql(f"SELECT node FROM read_parquet('{day}/*.parquet') ORDER BY node").fetchall()
+        assert rows == [("n1",), ("n2",)]
+        assert not list((tmp_path / "shared" / "_staging").rglob("*"))
+    finally:
+        store.close_connection()
+        store.shutdown()

@@ -65,7 +65,7 @@ SINCE_AGO = Flag(type=ago, metavar="AGO", help="only what happened within AGO (e
 # communicator, and a line can be split between two shards by a takeover), incidents (per-alert aggregates of one
 # shard's history), and the endpoints that write (export, drain, silence_add, silence_expire).
 BY_NODE: Merge[Any] = Merge(key=("cluster", "node"), order=("cluster", "node"), newest="last_seen")
-FIRING = Merge[queries.AlertsParams](
+ALERTS = Merge[queries.AlertsParams](
     key=lambda p: ("fingerprint",) if p.state == "firing" else ("fingerprint", "state", "updated_at"),
     order=lambda p: ("-started_at",) if p.state == "firing" else ("-updated_at",),
     newest="updated_at", limit="limit")  # fmt: skip
@@ -120,7 +120,7 @@ _ENDPOINTS: list[Endpoint[Any]] = [
         "firing alerts; --follow prints each alert as it fires or resolves", ALERT_COLUMNS,
         flags={"since": SINCE_AGO, "state": Flag(help="firing (default: now), or transitions from history: "
                                                       "resolved, all")},
-        extend=add_follow_flag, instead=follow_if_asked), merge=FIRING),
+        extend=add_follow_flag, instead=follow_if_asked), merge=ALERTS),
     Endpoint("sql", queries.SqlParams, queries.sql, Command(
         "a read-only SQL query over the history", csv=True,
         flags={"sql": Flag(positional=True, metavar="SQL", type=_statement,

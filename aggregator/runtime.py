@@ -182,7 +182,7 @@ class Aggregator:
             ]
             shards = self.settings.aggregator.shards
             if shards.export_dir is not None:
-                export = shard_export_loop(self.sandbox, shards.export_dir, shards.resolved_id(),
+                export = shard_export_loop(self.sandbox, shards.export_dir, shards.name(),
                                            shards.export_interval_s, self.settings.aggregator.retention_days)  # fmt: skip
                 tasks.append(asyncio.create_task(export, name="shard-export"))
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)

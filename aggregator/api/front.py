@@ -55,7 +55,7 @@ class QueryFront:
     def __init__(self, agg: Aggregator) -> None:
         self.agg = agg
         self.shards = agg.settings.aggregator.shards
-        self.shard_id = self.shards.resolved_id()
+        self.shard_id = self.shards.name()
 
     async def call(self, endpoint: Endpoint[Any], params: dict[str, Any]) -> ApiResponse:
         if not self.shards.partitions or endpoint.merge is None or self.agg.nc is None:

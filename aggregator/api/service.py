@@ -98,7 +98,7 @@ async def start_services(nc: Client, agg: Aggregator) -> list[Service]:
     pages = PageCache(cfg.page_cache_bytes, cfg.page_ttl_s)
     max_bytes = nc.max_payload - _HEADER_SLACK
     in_flight: set[asyncio.Task[None]] = set()
-    shard_id = agg.settings.aggregator.shards.resolved_id()
+    shard_id = agg.settings.aggregator.shards.name()
 
     async def own_data(endpoint: Endpoint[Any], params: dict[str, Any]) -> ApiResponse:
         return await endpoint.call(agg, params)

@@ -23,7 +23,7 @@ async def test_every_endpoint_is_served_over_nats_and_http_with_one_error_code(s
         try:
             info = json.loads((await nc.request(f"$SRV.INFO.{SERVICE_NAME}", b"", timeout=5)).data)
             assert {e["name"] for e in info["endpoints"]} == set(ENDPOINTS)
-            shard_id = cfg.aggregator.shards.resolved_id()
+            shard_id = cfg.aggregator.shards.name()
             info = json.loads((await nc.request(f"$SRV.INFO.{SHARD_SERVICE_NAME}", b"", timeout=5)).data)
             assert info["metadata"]["shard_id"] == shard_id
             shard_subjects = {agg.subjects.shard_api(shard_id, name) for name in ENDPOINTS}

@@ -43,9 +43,22 @@ async def prepare_shards(cfgs: list[Settings], members: list[str]) -> None:
                 deliver_policy=DeliverPolicy.ALL, ack_wait=2.0,
                 filter_subject=Subjects(cfg.subject_prefix).partition_filter(partition)))  # fmt: skip
         shards = cfg.aggregator.shards
-        kv = await js.create_key_value(bucket=shards.bucket, ttl=shards.lease_ttl_s * 20)
-        for i, shard_id in enumerate(members):
-            body = {"shard_id": shard_id, "partitions": [i], "lead": i == 0, "updated_ns": time.time_ns()}
+        await js.create_key_value(bucket=shards.bucket, ttl=shards.lease_ttl_s * 20)
+    finally:
+        await nc.close()
+    await put_members(cfg, members)
+
+
+async def put_members(cfg: Settings, members: list[str]) -> None:
+    """The ``member.<shard_id>`` keys of ``members`` (shard ``a`` leads), as running shards keep them; for a shard
+    that is stopped, what a killed one leaves until the bucket's TTL removes it."""
+    nc = await nats.connect(cfg.nats.url)
+    try:
+        kv = await nc.jetstream().key_value(cfg.aggregator.shards.bucket)
+        for shard_id in members:
+            partitions = [SHARDS.index(shard_id)] if shard_id in SHARDS else []
+            body = {"shard_id": shard_id, "partitions": partitions, "lead": shard_id == SHARDS[0],
+                    "updated_ns": time.time_ns()}  # fmt: skip
             await kv.put(f"member.{shard_id}", json.dumps(body).encode())
     finally:
         await nc.close()

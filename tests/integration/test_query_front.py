@@ -17,7 +17,7 @@ from ranksight.aggregator.api.client import query
 from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.config import Settings
 from ranksight.schemas.subjects import Subjects
-from tests.shard_support import NODES, SHARDS, prepare_shards, publish_heartbeats, shard_settings
+from tests.shard_support import NODES, SHARDS, prepare_shards, publish_heartbeats, put_members, shard_settings
 from tests.support import aggregator, run_cli_async, settings_env, wait_for
 
 
@@ -50,7 +50,7 @@ async def test_any_shard_answers_for_the_cluster_and_names_a_stopped_shard(
             assert set(whole.meta["shards"]) == set(SHARDS)
             status = await query(cfgs[0], "status")
             assert {r["node"] for r in status.rows} == set(NODES) and status.meta["shards"]["c"]["cluster"]
-        # shard c stopped (its membership key stays until the bucket's TTL removes it)
+        await put_members(cfgs[0], ["c"])  # shard c gone as if killed: its member key stays until the TTL
         answered = set(owned["a"]) | owned["b"]
         for _ in range(4):  # whichever of a and b takes the request answers the same
             partial = await query(cfgs[0], "nodes")

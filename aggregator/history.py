@@ -108,14 +108,16 @@ async def shard_export_loop(sandbox: SqlSandbox, out_dir: Path, shard_id: str, i
                             retention_days: float) -> None:  # fmt: skip
     """Export this shard's history to ``out_dir/<table>/shard=<shard_id>/`` now and every ``interval_s``. The first run
     exports every retained day; each later one rewrites the days from one interval before the previous run's end (a
-    batch received before that end but committed after it still lands). A failed run (disk full, folder gone) is
-    logged and tried again next time: exporting never stops the aggregator."""
+    batch received before that end but committed after it still lands). Its days older than ``retention_days`` are
+    removed, as retention removes them from the database. A failed run (disk full, folder gone) is logged and tried
+    again next time: exporting never stops the aggregator."""
     since = _day_start(_days_ago(retention_days))
     while True:
         until = naive_utc(time.time_ns())
         try:
             await sandbox.run(export_shard, since, until, out_dir, shard_id)
             await asyncio.to_thread(_write_exported_until, out_dir, shard_id, until)
+            await asyncio.to_thread(prune_export, out_dir, shard_id, _day_start(_days_ago(retention_days)))
             since = _day_start(until - datetime.timedelta(seconds=interval_s))
         except Exception:
             log.exception("export of history to %s failed; tried again in %.0f s", out_dir, interval_s)
@@ -146,6 +148,14 @@ def export_shard(con: duckdb.DuckDBPyConnection, since: datetime.datetime, until
             stale.unlink(missing_ok=True)
     shutil.rmtree(staging, ignore_errors=True)
     return summary
+
+
+def prune_export(out_dir: Path, shard_id: str, before: datetime.datetime) -> None:
+    """Remove this shard's exported days older than ``before``."""
+    oldest = f"day={before:%Y-%m-%d}"
+    for day in out_dir.glob(f"*/shard={shard_id}/day=*"):
+        if day.name < oldest:  # day=YYYY-MM-DD sorts as its date
+            shutil.rmtree(day, ignore_errors=True)
 
 
 def _write_exported_until(out_dir: Path, shard_id: str, until: datetime.datetime) -> None:

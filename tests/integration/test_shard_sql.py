@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import shutil
 from pathlib import Path
 
 import duckdb
@@ -13,7 +14,7 @@ import pytest
 
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.api.sql import SqlFailed, open_exports
-from ranksight.aggregator.history import export_shard, exported_until
+from ranksight.aggregator.history import export_shard, exported_until, prune_export
 from ranksight.aggregator.store import Store
 from ranksight.config import Settings
 from ranksight.schemas.subjects import Subjects
@@ -109,7 +110,7 @@ async def test_an_export_that_fails_does_not_stop_the_aggregator(tmp_path: Path,
         assert not failed.ok and "no shard has exported" in (failed.error or "")
 
 
-def test_re_exporting_a_day_replaces_its_files_and_leaves_no_staging(
+def test_re_exporting_a_day_replaces_its_files_and_days_past_retention_go(
     tmp_path: Path, settings: Settings
 ) -> None:
     store = Store(tmp_path / "shard.duckdb", Subjects(), settings.aggregator.ingest)
@@ -129,6 +130,10 @@ def test_re_exporting_a_day_replaces_its_files_and_leaves_no_staging(
         rows = duckdb.sql(f"SELECT node FROM read_parquet('{day}/*.parquet') ORDER BY node").fetchall()
         assert rows == [("n1",), ("n2",)]
         assert not list((tmp_path / "shared" / "_staging").rglob("*"))
+        old_day = day.with_name("day=2001-01-01")
+        shutil.copytree(day, old_day)  # a day past the retention: removed
+        prune_export(tmp_path / "shared", "a", now - datetime.timedelta(days=1))
+        assert not old_day.exists() and day.exists()
     finally:
         store.close_connection()
         store.shutdown()

@@ -26,9 +26,10 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
 from ranksight.aggregator.analysis.rules import default_rules
-from ranksight.aggregator.api.service import start_service
+from ranksight.aggregator.api.front import QueryFront
+from ranksight.aggregator.api.service import start_services
 from ranksight.aggregator.api.sql import SqlSandbox
-from ranksight.aggregator.history import retention_loop
+from ranksight.aggregator.history import retention_loop, shard_export_loop
 from ranksight.aggregator.http.server import HttpFace
 from ranksight.aggregator.probes import ProbePlanner
 from ranksight.aggregator.pull import BoundedPull
@@ -120,6 +121,7 @@ class Aggregator:
         self.rules = rules if rules is not None else default_rules(settings)
         self.engine = AlertEngine(settings=settings.aggregator.alerts)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
+        self.front = QueryFront(self)
         self.stats = IngestStats()
         self.http = HttpFace(self)
         self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
@@ -153,7 +155,7 @@ class Aggregator:
             nc = self.nc = await connect(self.settings.nats, name="ranksight-aggregator")
             js = nc.jetstream()
             await ensure_stream(js, self.settings)
-            service = await start_service(nc, self)
+            services = await start_services(nc, self)
             await self.http.start()
             tasks = [
                 asyncio.create_task(self._ingest(js), name="ingest"),
@@ -178,6 +180,11 @@ class Aggregator:
                     name="alertmanager",
                 ),
             ]
+            shards = self.settings.aggregator.shards
+            if shards.export_dir is not None:
+                export = shard_export_loop(self.sandbox, shards.export_dir, shards.name(),
+                                           shards.export_interval_s, self.settings.aggregator.retention_days)  # fmt: skip
+                tasks.append(asyncio.create_task(export, name="shard-export"))
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
             self.ready.set()
             try:
@@ -188,8 +195,9 @@ class Aggregator:
                 await self.raw_evidence.stop()
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks[:1])
-                with contextlib.suppress(Exception):
-                    await service.stop()
+                for service in services:
+                    with contextlib.suppress(Exception):
+                        await service.stop()
                 await self.http.stop()
                 with contextlib.suppress(Exception):
                     await nc.flush(

@@ -788,6 +788,10 @@ class ShardSettings(Section):
         description="the query front waits this long for every shard; later answers make a partial result",
     )
 
+    def name(self) -> str:
+        """This shard's id: ``shard_id``, else the host name made a subject token."""
+        return self.shard_id or sanitize_token(socket.gethostname())
+
 
 class AggregatorSettings(Section):
     db_path: Path | None = Field(None, description="DuckDB file; default <state_dir>/ranksight.duckdb")

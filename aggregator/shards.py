@@ -24,8 +24,8 @@ import json
 import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
 from dataclasses import dataclass, field
+from typing import Any
 
 import nats.errors
 import nats.js.errors
@@ -86,6 +86,7 @@ class PartitionIngest:
     stop: asyncio.Event
     nodes: set[NodeKey] = field(default_factory=set)
     releasing: bool = False
+    renewed_at: float = field(default_factory=time.monotonic)
 
 
 IngestFactory = Callable[[int, asyncio.Event, set[NodeKey]], Coroutine[Any, Any, None]]
@@ -131,6 +132,7 @@ class ShardOwner:
                     await self.round()
                 except _NATS_ERRORS as exc:
                     log.warning("shard round failed (%s); next round in %.1f s", exc, self.interval_s)
+                    self._drop_expired()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.interval_s)
         finally:
@@ -181,14 +183,28 @@ class ShardOwner:
         await kv.put(f"{MEMBER}{self.shard_id}", json.dumps(doc).encode())
 
     async def _renew(self) -> None:
-        for partition in list(self.held):
-            if not await self.leases.hold(partition_key(partition)):
-                # someone else holds it now: fetch nothing more (a commit in flight still acknowledges its batch,
-                # which only spares the new owner a redelivery)
-                log.warning("shard %s lost partition %d (lease not renewed)", self.shard_id, partition)
-                part = self.held.pop(partition)
-                part.stop.set()
-                self.forget(part.nodes)
+        for partition, part in list(self.held.items()):
+            if await self.leases.hold(partition_key(partition)):
+                part.renewed_at = time.monotonic()
+            else:
+                self._lose(partition, "lease taken")
+
+    def _drop_expired(self) -> None:
+        """While the bucket does not answer (a NATS server lost), a lease not renewed for a lease time has expired:
+        another shard may hold it once the bucket answers again."""
+        now = time.monotonic()
+        for partition, part in list(self.held.items()):
+            if now - part.renewed_at >= self.ttl_s:
+                self._lose(partition, "lease expired: not renewed for a lease time")
+
+    def _lose(self, partition: int, why: str) -> None:
+        """Fetch nothing more from ``partition`` (a commit in flight still acknowledges its batch, which only spares
+        the new owner a redelivery)."""
+        log.warning("shard %s lost partition %d (%s)", self.shard_id, partition, why)
+        part = self.held.pop(partition)
+        part.stop.set()
+        self.leases.revisions.pop(partition_key(partition), None)  # not ours to renew any more
+        self.forget(part.nodes)
 
     async def _finish_releases(self) -> None:
         """Release the leases of partitions whose ingest has stopped (bounded by one round: a slow commit keeps the

@@ -92,7 +92,17 @@ class ShardTopology:
         aggregator = self.settings.aggregator.model_copy(update={"shards": shards})
         nc = await connect(self.settings.nats, "test-shard-stream")
         try:
-            await ensure_stream(nc.jetstream(), self.settings.model_copy(update={"aggregator": aggregator}))
+            for attempt in range(
+                3
+            ):  # creating a stream on 3 servers can outlast the API timeout on a loaded machine
+                try:
+                    await ensure_stream(
+                        nc.jetstream(), self.settings.model_copy(update={"aggregator": aggregator})
+                    )
+                    return
+                except nats.errors.TimeoutError:
+                    if attempt == 2:
+                        raise
         finally:
             await nc.close()
 

@@ -11,6 +11,7 @@ import nats
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.shards import assignment, partition_key
 from ranksight.config import Settings
+from ranksight.kvlease import KvLeases
 from tests.loadgen import SyntheticAgent
 from tests.shard_topology import ShardTopology, published, tally
 from tests.support import running, wait_for
@@ -91,3 +92,41 @@ async def test_a_lease_taken_by_another_holder_stops_that_partition_at_once(
             await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=5)
         finally:
             await nc.close()
+
+
+async def test_a_member_that_does_not_take_its_share_leaves_it_to_others_without_thrashing(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A member key whose shard takes nothing (here: refreshed by the test alone): its share stays free for a lease
+    time, then another shard takes it and keeps it, instead of handing it back every round."""
+    shards = settings.aggregator.shards.model_copy(
+        update={"partitions": 2, "shard_id": "only", "lease_ttl_s": 1.5}
+    )
+    sharded = settings.model_copy(
+        update={"aggregator": settings.aggregator.model_copy(update={"shards": shards})}
+    )
+    nc = await nats.connect(settings.nats.url)
+    kv = await KvLeases(nc.jetstream(), shards.bucket, shards.lease_ttl_s, "test").kv()
+    ghostly = True
+
+    async def ghost() -> None:
+        while ghostly:
+            await kv.put("member.ghost", b"{}")
+            await asyncio.sleep(0.3)
+
+    haunting = asyncio.create_task(ghost())
+    try:
+        async with running(Aggregator(sharded)) as agg:
+            await wait_for(
+                lambda: agg.shards is not None and agg.shards.members == ["ghost", "only"], timeout=10
+            )
+            assert agg.shards is not None
+            assert len(agg.shards.ingesting) == 1  # its own share first
+            await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=10)
+            taken = agg.shards.held.copy()
+            await asyncio.sleep(4 * agg.shards.interval_s)
+            assert agg.shards.held == taken  # kept: not released, not taken again
+    finally:
+        ghostly = False
+        await haunting
+        await nc.close()

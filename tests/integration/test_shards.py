@@ -80,6 +80,8 @@ async def test_a_lease_taken_by_another_holder_stops_that_partition_at_once(
         await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=20)
         assert agg.shards is not None
         ingest = agg.shards.held[0].task
+        assert agg.nc is not None
+        subscriptions = len(agg.nc._subs)
         nc = await nats.connect(settings.nats.url)
         try:
             kv = await nc.jetstream().key_value(shards.bucket)
@@ -87,6 +89,7 @@ async def test_a_lease_taken_by_another_holder_stops_that_partition_at_once(
             await kv.create(partition_key(0), b"intruder")
             await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [1], timeout=5)
             await wait_for(ingest.done, timeout=5)  # its loop fetches nothing more
+            assert len(agg.nc._subs) == subscriptions - 1  # and its pull's inbox is unsubscribed
             assert agg.status_meta()["shard"] == {"id": "only", "partitions": [1], "members": ["only"]}
             await kv.delete(partition_key(0))  # the intruder lets go: it is this shard's share again
             await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=5)

@@ -103,7 +103,7 @@ async def test_a_member_that_does_not_take_its_share_leaves_it_to_others_without
     """A member key whose shard takes nothing (here: refreshed by the test alone): its share stays free for a lease
     time, then another shard takes it and keeps it, instead of handing it back every round."""
     shards = settings.aggregator.shards.model_copy(
-        update={"partitions": 2, "shard_id": "only", "lease_ttl_s": 1.5}
+        update={"partitions": 2, "shard_id": "only", "lease_ttl_s": 3.0}
     )
     sharded = settings.model_copy(
         update={"aggregator": settings.aggregator.model_copy(update={"shards": shards})}
@@ -125,7 +125,7 @@ async def test_a_member_that_does_not_take_its_share_leaves_it_to_others_without
             )
             assert agg.shards is not None
             assert len(agg.shards.ingesting) == 1  # its own share first
-            await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=10)
+            await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=20)
             taken = agg.shards.held.copy()
             await asyncio.sleep(4 * agg.shards.interval_s)
             assert agg.shards.held == taken  # kept: not released, not taken again

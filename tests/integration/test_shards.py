@@ -79,20 +79,24 @@ async def test_a_lease_taken_by_another_holder_stops_that_partition_at_once(
     async with running(Aggregator(sharded)) as agg:
         await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=20)
         assert agg.shards is not None
-        ingest = agg.shards.held[0].task
         assert agg.nc is not None
         subscriptions = len(agg.nc._subs)
         nc = await nats.connect(settings.nats.url)
         try:
             kv = await nc.jetstream().key_value(shards.bucket)
-            await kv.delete(partition_key(0))  # as if the lease had expired, and then another shard took it
-            await kv.create(partition_key(0), b"intruder")
-            await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [1], timeout=5)
-            await wait_for(ingest.done, timeout=5)  # its loop fetches nothing more
-            assert len(agg.nc._subs) == subscriptions - 1  # and its pull's inbox is unsubscribed
-            assert agg.status_meta()["shard"] == {"id": "only", "partitions": [1], "members": ["only"]}
-            await kv.delete(partition_key(0))  # the intruder lets go: it is this shard's share again
-            await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=5)
+            for _ in range(4):
+                ingest = agg.shards.held[0].task
+                await kv.delete(
+                    partition_key(0)
+                )  # as if the lease had expired, and then another shard took it
+                await kv.create(partition_key(0), b"intruder")
+                await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [1], timeout=5)
+                await wait_for(ingest.done, timeout=5)  # its loop fetches nothing more
+                assert agg.status_meta()["shard"] == {"id": "only", "partitions": [1], "members": ["only"]}
+                await kv.delete(partition_key(0))  # the intruder lets go: it is this shard's share again
+                await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=5)
+            # each stopped loop unsubscribed its pull's inbox (one more may be a round's bucket listing, in flight)
+            assert len(agg.nc._subs) <= subscriptions + 1
         finally:
             await nc.close()
 
@@ -124,7 +128,9 @@ async def test_a_member_that_does_not_take_its_share_leaves_it_to_others_without
                 lambda: agg.shards is not None and agg.shards.members == ["ghost", "only"], timeout=10
             )
             assert agg.shards is not None
-            assert len(agg.shards.ingesting) == 1  # its own share first
+            await wait_for(
+                lambda: agg.shards is not None and len(agg.shards.ingesting) == 1
+            )  # its own share first
             await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=20)
             taken = agg.shards.held.copy()
             await asyncio.sleep(4 * agg.shards.interval_s)

@@ -23,13 +23,14 @@ import nats.js.errors
 
 from ranksight.aggregator.api.client import request_pages
 from ranksight.aggregator.api.endpoint import Endpoint, parse_params
+from ranksight.aggregator.shards import MEMBER
+from ranksight.kvlease import live_entries
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
 
 log = logging.getLogger(__name__)
-MEMBER_PREFIX = "member."  # KV key of a shard's membership: member.<shard_id>
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,7 @@ class Member:
 
 def parse_member(key: str, value: bytes | None) -> Member:
     """A ``member.<shard_id>`` entry: the key names the shard; ``lead`` from its JSON (false when unreadable)."""
-    shard_id = key.removeprefix(MEMBER_PREFIX)
+    shard_id = key.removeprefix(MEMBER)
     try:
         body = json.loads(value or b"{}")
     except ValueError:
@@ -93,23 +94,11 @@ class QueryFront:
             return None
 
     async def _read_members(self) -> list[Member]:
-        # Listed from the bucket's stream, not with a KV watcher: nats-py's watcher can signal "no more keys" before
-        # the keys it was already sent.
         assert self.agg.nc is not None
         js = self.agg.nc.jetstream()
         kv = await js.key_value(self.shards.bucket)
-        prefix = f"$KV.{self.shards.bucket}."
-        info = await js.stream_info(f"KV_{self.shards.bucket}", subjects_filter=f"{prefix}{MEMBER_PREFIX}*")
-        keys = [subject.removeprefix(prefix) for subject in sorted(info.state.subjects or {})]
-        entries = await asyncio.gather(*(kv.get(key) for key in keys), return_exceptions=True)
-        found = []
-        for key, entry in zip(keys, entries, strict=True):
-            if isinstance(entry, nats.js.errors.KeyNotFoundError):
-                continue  # deleted or expired since it was listed
-            if isinstance(entry, BaseException):
-                raise entry
-            found.append(parse_member(key, entry.value))
-        return found
+        entries = await live_entries(js, kv, self.shards.bucket, MEMBER)
+        return [parse_member(key, value) for key, value in entries.items()]
 
     async def _ask(self, shard_id: str, endpoint: str, params: dict[str, Any]) -> ApiResponse:
         """One shard's whole answer (every page) within the deadline; a failure answer naming why otherwise."""

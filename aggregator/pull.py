@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -38,6 +39,13 @@ class BoundedPull:
     async def start(self) -> BoundedPull:
         self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
         return self
+
+    async def stop(self) -> None:
+        """Unsubscribe the inbox (a sharded aggregator starts and stops one pull per partition it holds)."""
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
 
     async def _on_msg(self, msg: Msg) -> None:
         status = msg.headers.get(Header.STATUS) if msg.headers else None

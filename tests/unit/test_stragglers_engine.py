@@ -245,3 +245,29 @@ def test_healthy_ranks_whose_records_arrive_late_raise_nothing_and_a_true_stragg
         assert {(f.hostname, f.pid) for f in found} == expected
         # the straggler's evidence says whose records were incomplete and so not judged
         assert all("not judged" in f.evidence and "node002 pid" in f.evidence for f in found)
+
+
+def test_parts_from_a_host_reading_behind_raise_nothing_online_and_a_true_straggler_is_still_found(
+    tmp_path: Path,
+) -> None:
+    """Issue 18 with this version's agents: parts are never late; a host whose agent reads its dump files 3 s behind
+    sends complete parts later, and the online engine waits for its processes' records as it would for raw ones."""
+    behind_us = {"node002": 3_000_000, "node005": 3_000_000}
+    for faults, expected in [
+        ([], set()),
+        ([Fault("gpu", node=6, gpu=1, factor=1.5)], {("node006", JobSpec().pid(6, 1))}),
+    ]:
+        spec = job(noise=0.05, seed=3, faults=faults)
+        write_job(spec, tmp_path / f"dump{len(faults)}")
+        records = sorted(DumpReader(tmp_path / f"dump{len(faults)}").records(), key=lambda r: r.dump_ts_us)
+        arrivals = sorted(
+            ((at + behind_us.get(x.hostname, 0), x) for at, x in summarize(records, slice_s=PARAMS.slice_s)),
+            key=lambda a: a[0],
+        )
+        engine, next_eval = StragglerEngine(PARAMS), arrivals[0][0] + 1_000_000
+        for at, x in arrivals:  # evaluated every second as they arrive, as the aggregator does
+            while at >= next_eval:
+                engine.evaluate()
+                next_eval += 1_000_000
+            engine.add_summary(x)
+        assert {(f.hostname, f.pid) for f in engine.analyze().stragglers} == expected

@@ -60,7 +60,8 @@ def test_a_starved_reader_s_records_are_all_summarized_however_late_it_reads_the
     window's tail late (and its processes went unjudged); parts carry whatever was read, none late."""
     base = RS.dump_ts_us - RS.dump_ts_us % W
     s, parts = Summarizer(), []
-    for step in range(0, 8 * W, W // 10):  # records every 0.5 s, each read 6 s after its dump, a take every second
+    # records every 0.5 s, read however long after their dump (the summarizer has no clock), a take every second
+    for step in range(0, 8 * W, W // 10):
         s.add(at(RS, base + step, step))
         if step % 1_000_000 == 0:
             parts += s.take()

@@ -7,6 +7,7 @@ partitions and the analysis lead. Light on purpose (the agent imports it): nats-
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 
 import nats.errors
@@ -42,18 +43,27 @@ class KvLeases:
     async def hold(self, key: str) -> bool:
         """True when this holder holds ``key`` now (renewed, or just taken because it was free)."""
         kv = await self.kv()
-        revision = self.revisions.pop(key, None)
+        revision = self.revisions.get(key)
         if revision is not None:
+            # A NATS error (a server lost, a timeout) propagates and keeps the revision: the next try renews it.
             try:
                 self.revisions[key] = await kv.update(key, self.holder.encode(), last=revision)
                 return True
             except nats.js.errors.KeyWrongLastSequenceError:
-                pass  # expired and taken by someone else, or we renewed too late
+                del self.revisions[key]  # expired and taken by someone else, or we renewed too late
         try:
             self.revisions[key] = await kv.create(key, self.holder.encode())
             return True
         except nats.js.errors.KeyWrongLastSequenceError:
-            return False
+            pass
+        # Held under this holder's name without a revision we know: a restart of this holder, or a renewal whose
+        # answer was lost. It is ours: renew it rather than wait for it to expire.
+        with contextlib.suppress(nats.js.errors.NotFoundError, nats.js.errors.KeyWrongLastSequenceError):
+            entry = await kv.get(key)
+            if entry.value == self.holder.encode() and entry.revision is not None:
+                self.revisions[key] = await kv.update(key, entry.value, last=entry.revision)
+                return True
+        return False
 
     async def release(self, key: str) -> None:
         """Give ``key`` up now (the next holder need not wait for it to expire); a no-op when not held."""
@@ -65,3 +75,21 @@ class KvLeases:
     async def release_all(self) -> None:
         for key in list(self.revisions):
             await self.release(key)
+
+
+async def live_entries(js: JetStreamContext, kv: KeyValue, bucket: str, prefix: str = "") -> dict[str, bytes]:
+    """The keys (under ``prefix``) present in ``bucket`` now, with their values: listed from the bucket's stream, not
+    with nats-py's KV watcher, which can signal "no more keys" before the keys it was already sent (seen under load);
+    deleted and expired keys are left out."""
+    head = f"$KV.{bucket}."
+    info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"{head}{prefix}>")
+    keys = [subject.removeprefix(head) for subject in sorted(info.state.subjects or {})]
+    entries = await asyncio.gather(*(kv.get(key) for key in keys), return_exceptions=True)
+    found: dict[str, bytes] = {}
+    for key, entry in zip(keys, entries, strict=True):
+        if isinstance(entry, nats.js.errors.KeyNotFoundError):
+            continue  # deleted (a delete marker keeps the subject) or expired since it was listed
+        if isinstance(entry, BaseException):
+            raise entry
+        found[key] = entry.value or b""
+    return found

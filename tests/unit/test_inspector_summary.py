@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_line, parse_op
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.stragglers import StragglerEngine
 from ranksight.schemas.codec import decode_event, encode_event
@@ -134,3 +134,16 @@ def test_engine_sees_the_same_aggregates_from_summaries_as_from_raw_records(capt
     assert [(f.hostname, f.pid) for f in summed.analyze().stragglers] == [culprit]
     # a window's summaries are published once it ended and the grace passed, never before
     assert all(ts == x.window_start_us + 7_000_000 for ts, x in published)
+
+
+def test_operations_and_wire_records_summarize_alike() -> None:
+    """The collector folds light operations, the simulator and the tests wire records: the summaries are the same."""
+    spec = JobSpec(nodes=2, gpus_per_node=2, steps=40, capture="ring", faults=[Fault("gpu", 1, 1, 1.5)])
+    timed, _ = run_job(spec)
+    lines = sorted((ts, x) for lines in timed.values() for ts, x in lines)
+    from_ops, from_records = Summarizer(), Summarizer()
+    for _, x in lines:
+        from_ops.add(parse_op(x))
+        from_records.add(parse_line(x))
+    ops, records = from_ops.flush(), from_records.flush()
+    assert len(ops) > 10 and [s.model_dump() for s in ops] == [s.model_dump() for s in records]

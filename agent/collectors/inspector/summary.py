@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.agent.collectors.inspector.parse import InspectorOp, bandwidths_gbs
+from ranksight.schemas.records import InspectorSummaryRecord
 from ranksight.schemas.records.inspector_summary import size_bucket
 
 # (comm_id, op_kind, op, size bucket, rank, hostname, pid)
@@ -56,7 +56,7 @@ class _SliceStats:
 
 @dataclass
 class _Acc:
-    first: InspectorRecord  # comm name, sizes of the comm, capture model
+    first: InspectorOp  # comm name, sizes of the comm, capture model
     count: int = 0
     bytes: int = 0
     timed_bytes: int = 0
@@ -89,7 +89,8 @@ class Summarizer:
         self.late: dict[SummaryKey, int] = {}
         self.late_total = self.overflow = self.records = 0
 
-    def add(self, rec: InspectorRecord) -> None:
+    def add(self, rec: InspectorOp) -> None:
+        """Fold one operation (an :data:`InspectorOp`, or its wire record: the same fields)."""
         self.records += 1
         start = rec.dump_ts_us - rec.dump_ts_us % self.window_us
         key = (

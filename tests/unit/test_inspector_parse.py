@@ -154,3 +154,11 @@ def test_a_null_comm_name_still_means_the_ring_model() -> None:
     obj["header"]["comm_name"] = None
     op = parse_op(compact(obj))
     assert (op.capture_model, op.comm_name) == ("ring", None)
+
+
+@pytest.mark.parametrize("where", ["top", "unknown field", "header"])
+def test_a_deep_nest_is_a_bad_line_not_a_crash(where: str) -> None:
+    nest = b"[" * 100_000 + b"]" * 100_000
+    lines = {"top": nest, "unknown field": b'{"x":' + nest + b"}", "header": b'{"header":' + nest + b"}"}
+    with pytest.raises(InspectorParseError, match="not JSON"):
+        parse_op(lines[where])

@@ -120,14 +120,17 @@ def _decode(line: bytes | str) -> Any:
         return _DECODER.decode(line)
     except msgspec.ValidationError as exc:
         raise _rejection(line, str(exc)) from None
-    except msgspec.DecodeError as exc:
+    except (msgspec.DecodeError, RecursionError) as exc:  # RecursionError: nested too deep
         raise InspectorParseError(f"not JSON: {exc}") from None
 
 
 def _rejection(line: bytes | str, message: str) -> InspectorParseError:
     """Why valid JSON is not a line of the format: its shape first, then the first field msgspec refused (only bad
     lines pay for this second look)."""
-    obj = msgspec.json.decode(line)
+    try:
+        obj = msgspec.json.decode(line)
+    except RecursionError:  # a deep nest where a field was expected
+        return InspectorParseError(f"not JSON: nested too deep ({message})")
     if not isinstance(obj, dict):
         return InspectorParseError("not a JSON object")
     if not isinstance(obj.get("header"), dict) or not isinstance(obj.get("metadata"), dict):

@@ -21,7 +21,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig, SubjectTransform
 
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
@@ -71,9 +71,12 @@ class IngestStats:
 async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
     cfg = settings.aggregator
     subjects = Subjects(settings.subject_prefix)
+    partitions = cfg.shards.partitions
     stream = StreamConfig(
         name=cfg.stream,
         subjects=[subjects.events_filter()],
+        # sharded: NATS itself hashes each event's (cluster, node) into a partition of the stored subject
+        subject_transform=SubjectTransform(*subjects.partition_transform(partitions)) if partitions else None,
         storage=StorageType.FILE,
         max_age=cfg.stream_max_age_s,
         max_bytes=cfg.stream_max_bytes,

@@ -154,7 +154,14 @@ class InspectorSettings(CollectorSettings):
     summary_grace_s: float = Field(
         2.0,
         ge=0,
-        description="a window closes this long after its end; records later than that are counted as late",
+        description="a window closes this long after its end at the least; records later than that are counted as "
+        "late",
+    )
+    summary_max_grace_s: float = Field(
+        15.0,
+        ge=0,
+        description="the most a window waits after its end when the dump files are read late (a starved host or a "
+        "slow dump thread): the wait follows the delay records show on arrival, up to this",
     )
     summary_max_keys: int = Field(
         100_000,
@@ -170,7 +177,7 @@ class InspectorSettings(CollectorSettings):
 
     def summary_ttl(self) -> float:
         """A summary stays valid until the next window's should have come."""
-        return 2 * self.summary_window_s + self.summary_grace_s
+        return 2 * self.summary_window_s + max(self.summary_grace_s, self.summary_max_grace_s)
 
 
 class GpuSettings(CollectorSettings):
@@ -756,6 +763,39 @@ class HttpSettings(Section):
     )
 
 
+class ShardSettings(Section):
+    """Sharded aggregators (design §9): the event stream is split into ``partitions`` by NATS (a subject transform
+    hashing cluster and node); each aggregator holds some partitions through JetStream KV leases."""
+
+    partitions: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="partitions of the event stream; 0 = not sharded (one aggregator ingests everything)",
+    )
+    shard_id: str = Field(
+        "",
+        pattern=r"^[A-Za-z0-9_-]{0,64}$",
+        description="this aggregator's name among the shards (stable across restarts: it names its leases and "
+        "its durable state); empty = the host name",
+    )
+    lease_ttl_s: float = Field(
+        15.0,
+        gt=0,
+        description="a partition or the analysis lead whose holder stops renewing is free after this",
+    )
+    bucket: str = Field(
+        "ranksight_shards",
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="JetStream KV bucket of the partition leases, the analysis lead and the shard membership",
+    )
+    query_deadline_s: float = Field(
+        2.0,
+        gt=0,
+        description="the query front waits this long for every shard; later answers make a partial result",
+    )
+
+
 class AggregatorSettings(Section):
     db_path: Path | None = Field(None, description="DuckDB file; default <state_dir>/ranksight.duckdb")
     stream: str = "RANKSIGHT_EVENTS"
@@ -782,6 +822,7 @@ class AggregatorSettings(Section):
     ras: RasAlertSettings = RasAlertSettings()
     alerts: AlertSettings = AlertSettings()
     http: HttpSettings = HttpSettings()
+    shards: ShardSettings = ShardSettings()
 
 
 class DeploySettings(Section):

@@ -3,6 +3,8 @@
 ::
 
     <prefix>.ev.<cluster>.<node>.<kind>          agent -> aggregator, msgpack envelopes
+    <prefix>.evp.<p>.<cluster>.<node>.<kind>     the same event as the sharded stream stores it: partition <p> of
+                                                 (cluster, node), computed by NATS (the stream's subject transform)
     <prefix>.alert.<cluster>.<severity>.<rule>   aggregator -> anyone, JSON alerts
     <prefix>.api.<endpoint>                      aggregator query service (nats.micro), JSON
     <prefix>.agent.<cluster>.<node>.<cmd>        per-agent service: status, probe
@@ -97,10 +99,39 @@ class Subjects:
         return f"{self.prefix}.ev.{sanitize_token(cluster)}.*.{sanitize_token(kind)}"
 
     def parse_event(self, subject: str) -> EventSubject:
+        """The event subject an agent published on, or the partitioned form the sharded stream stores it under."""
+        if subject.startswith(f"{self.prefix}.evp."):
+            rest = self._strip(subject, "evp")
+            if len(rest) != 4 or not rest[0].isdigit():
+                raise SubjectError(
+                    f"partitioned event subject must be {self.prefix}.evp.<partition>.<cluster>.<node>.<kind>: "
+                    f"{subject!r}"
+                )
+            return EventSubject(*rest[1:])
         rest = self._strip(subject, "ev")
         if len(rest) != 3:
             raise SubjectError(f"event subject must be {self.prefix}.ev.<cluster>.<node>.<kind>: {subject!r}")
         return EventSubject(*rest)
+
+    # -- partitions (sharded aggregators, design §9) ---------------------------------------------------------------
+    def partition_transform(self, partitions: int) -> tuple[str, str]:
+        """The stream's subject transform (source, destination): NATS hashes (cluster, node) into one of
+        ``partitions`` partitions, so a node's events always land in the same partition."""
+        return (
+            f"{self.prefix}.ev.*.*.*",
+            f"{self.prefix}.evp.{{{{partition({partitions},1,2)}}}}.{{{{wildcard(1)}}}}.{{{{wildcard(2)}}}}"
+            ".{{wildcard(3)}}",
+        )
+
+    def partition_filter(self, partition: int) -> str:
+        """Every stored event of one partition."""
+        return f"{self.prefix}.evp.{int(partition)}.>"
+
+    def stored_kind_filter(self, kind: str, partitioned: bool) -> str:
+        """Every stored event of one kind, of every node, as the stream stores it (partitioned or not)."""
+        if partitioned:
+            return f"{self.prefix}.evp.*.*.*.{sanitize_token(kind)}"
+        return f"{self.prefix}.ev.*.*.{sanitize_token(kind)}"
 
     # -- alerts -------------------------------------------------------------------------------------------------
     def alert(self, cluster: str, severity: str, rule: str) -> str:

@@ -1,0 +1,67 @@
+"""Leases on JetStream KV keys: a holder creates a key, renews it with a compare-and-set on the revision it wrote last,
+and loses it when it stops renewing, because the bucket's max age removes the key and the next ``create`` succeeds.
+
+One mechanism for every "exactly one of many" choice: the agents' RAS status poller per job, the aggregator shards'
+partitions and the analysis lead. Light on purpose (the agent imports it): nats-py only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import nats.errors
+import nats.js.errors
+from nats.js.client import JetStreamContext
+from nats.js.kv import KeyValue
+
+
+class KvLeases:
+    """The keys of one bucket that ``holder`` holds; each ``hold`` takes or renews one."""
+
+    def __init__(
+        self, js: JetStreamContext, bucket: str, ttl_s: float, holder: str, replicas: int = 1
+    ) -> None:
+        self.js, self.bucket, self.ttl_s, self.holder, self.replicas = js, bucket, ttl_s, holder, replicas
+        self._kv: KeyValue | None = None
+        self.revisions: dict[str, int] = {}  # key -> the revision this holder wrote last
+
+    async def kv(self) -> KeyValue:
+        """The bucket, created (TTL = the lease time) when it does not exist yet."""
+        if self._kv is None:
+            try:
+                self._kv = await self.js.key_value(self.bucket)
+            except nats.js.errors.BucketNotFoundError:
+                self._kv = await self.js.create_key_value(
+                    bucket=self.bucket, ttl=self.ttl_s, history=1, replicas=self.replicas
+                )
+        return self._kv
+
+    def holds(self, key: str) -> bool:
+        return key in self.revisions
+
+    async def hold(self, key: str) -> bool:
+        """True when this holder holds ``key`` now (renewed, or just taken because it was free)."""
+        kv = await self.kv()
+        revision = self.revisions.pop(key, None)
+        if revision is not None:
+            try:
+                self.revisions[key] = await kv.update(key, self.holder.encode(), last=revision)
+                return True
+            except nats.js.errors.KeyWrongLastSequenceError:
+                pass  # expired and taken by someone else, or we renewed too late
+        try:
+            self.revisions[key] = await kv.create(key, self.holder.encode())
+            return True
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+
+    async def release(self, key: str) -> None:
+        """Give ``key`` up now (the next holder need not wait for it to expire); a no-op when not held."""
+        revision = self.revisions.pop(key, None)
+        if revision is not None and self._kv is not None:
+            with contextlib.suppress(nats.js.errors.Error, nats.errors.Error):
+                await self._kv.delete(key, last=revision)
+
+    async def release_all(self) -> None:
+        for key in list(self.revisions):
+            await self.release(key)

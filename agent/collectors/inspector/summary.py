@@ -14,6 +14,7 @@ folds raw records into (:mod:`aggregator.analysis.stragglers`), so it sees the s
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -66,7 +67,8 @@ class _Acc:
     count: int = 0
     bytes: int = 0
     timed_bytes: int = 0
-    exec_times: list[float] = field(default_factory=list)
+    # plain doubles, 8 bytes each (a list holds a 24-byte float object per value): a backlog keeps its windows open
+    exec_times: array[float] = field(default_factory=lambda: array("d"))
     bw_mismatches: int = 0
     sn_first: int = 0
     sn_last: int = 0

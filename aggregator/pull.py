@@ -8,6 +8,7 @@ request per timeout and a busy one is read in full batches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -33,6 +34,13 @@ class BoundedPull:
     async def start(self) -> BoundedPull:
         self._sub = await self.nc.subscribe(self.inbox)
         return self
+
+    async def stop(self) -> None:
+        """Unsubscribe the inbox (a sharded aggregator starts and stops one pull per partition it holds)."""
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
 
     async def fetch(self, timeout: float) -> list[Msg]:
         """Up to ``batch`` messages of at most ``max_bytes`` together; [] when none came within ``timeout``."""

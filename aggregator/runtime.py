@@ -2,7 +2,8 @@
 
 Ingest reads the event stream through a durable pull consumer in batches, commits each batch to DuckDB in one
 transaction (on the writer thread), and only then acknowledges it; a crash at any point redelivers what was not
-acknowledged, and the store's sequence marks make the redelivery harmless.
+acknowledged, and the store's sequence marks make the redelivery harmless. Sharded (``aggregator.shards.partitions``),
+the same loop runs once per partition this shard holds (:mod:`aggregator.shards`), on that partition's durable consumer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import duckdb
@@ -26,13 +28,15 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
 from ranksight.aggregator.analysis.rules import default_rules
-from ranksight.aggregator.api.service import start_service
+from ranksight.aggregator.api.front import QueryFront
+from ranksight.aggregator.api.service import start_services
 from ranksight.aggregator.api.sql import SqlSandbox
-from ranksight.aggregator.history import retention_loop
+from ranksight.aggregator.history import retention_loop, shard_export_loop
 from ranksight.aggregator.http.server import HttpFace
 from ranksight.aggregator.probes import ProbePlanner
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.raw_evidence import RawEvidence
+from ranksight.aggregator.shards import NodeKey, ShardOwner
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import BatchResult, Incoming, Store, out_of_memory
 from ranksight.aio import cancel_all
@@ -120,6 +124,7 @@ class Aggregator:
         self.rules = rules if rules is not None else default_rules(settings)
         self.engine = AlertEngine(settings=settings.aggregator.alerts)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
+        self.front = QueryFront(self)
         self.stats = IngestStats()
         self.http = HttpFace(self)
         self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
@@ -127,7 +132,8 @@ class Aggregator:
         self.nc: Client | None = None
         self.ready = asyncio.Event()
         self.started_ns = time.time_ns()
-        self._stopping = False
+        self.shards: ShardOwner | None = None  # sharded: the partitions this aggregator holds
+        self._stopping = asyncio.Event()
 
     def status_meta(self) -> dict[str, Any]:
         return {
@@ -138,7 +144,13 @@ class Aggregator:
             "sequence": self.store.sequence_stats(),
             "alerts_firing": len(self.engine.active),
             "raw_evidence": self.raw_evidence.stats.__dict__,
-        }
+        } | self._shard_meta()
+
+    def _shard_meta(self) -> dict[str, Any]:
+        if self.shards is None:
+            return {}
+        return {"shard": {"id": self.shards.shard_id, "partitions": self.shards.ingesting,
+                          "members": self.shards.members}}  # fmt: skip
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.store.call(self.store.open)
@@ -153,7 +165,7 @@ class Aggregator:
             nc = self.nc = await connect(self.settings.nats, name="ranksight-aggregator")
             js = nc.jetstream()
             await ensure_stream(js, self.settings)
-            service = await start_service(nc, self)
+            services = await start_services(nc, self)
             await self.http.start()
             tasks = [
                 asyncio.create_task(self._ingest(js), name="ingest"),
@@ -178,18 +190,24 @@ class Aggregator:
                     name="alertmanager",
                 ),
             ]
+            shards = self.settings.aggregator.shards
+            if shards.export_dir is not None:
+                export = shard_export_loop(self.sandbox, shards.export_dir, shards.name(),
+                                           shards.export_interval_s, self.settings.aggregator.retention_days)  # fmt: skip
+                tasks.append(asyncio.create_task(export, name="shard-export"))
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
             self.ready.set()
             try:
                 await _until_stopped(stop, tasks)
             finally:
-                self._stopping = True
+                self._stopping.set()
                 await cancel_all(tasks[1:])  # no rule runs once stopping has begun
                 await self.raw_evidence.stop()
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks[:1])
-                with contextlib.suppress(Exception):
-                    await service.stop()
+                for service in services:
+                    with contextlib.suppress(Exception):
+                        await service.stop()
                 await self.http.stop()
                 with contextlib.suppress(Exception):
                     await nc.flush(
@@ -232,8 +250,32 @@ class Aggregator:
 
     async def _ingest(self, js: JetStreamContext) -> None:
         cfg = self.settings.aggregator
+        if not cfg.shards.partitions:
+            await self._consume(js, cfg.durable, None, self._stopping, None)
+            return
+        self.shards = ShardOwner(js, self.settings, partial(self._consume_partition, js), self.state.forget)
+        await self.shards.run(self._stopping)
+
+    async def _consume_partition(
+        self, js: JetStreamContext, partition: int, stop: asyncio.Event, nodes: set[NodeKey]
+    ) -> None:
+        durable = f"{self.settings.aggregator.durable}-p{partition}"
+        await self._consume(js, durable, self.subjects.partition_filter(partition), stop, nodes)
+
+    async def _consume(
+        self,
+        js: JetStreamContext,
+        durable: str,
+        filter_subject: str | None,
+        stop: asyncio.Event,
+        nodes: set[NodeKey] | None,
+    ) -> None:
+        """Ingest from the durable consumer until ``stop`` (or the aggregator's stop): the batch in hand is committed
+        and acknowledged first. ``nodes`` collects the nodes seen (a partition's, forgotten when it goes)."""
+        cfg = self.settings.aggregator
         consumer = ConsumerConfig(
-            durable_name=cfg.durable,
+            durable_name=durable,
+            filter_subject=filter_subject,
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL,
             ack_wait=cfg.ack_wait_s,
@@ -241,15 +283,21 @@ class Aggregator:
             max_deliver=-1,
         )
         try:
-            await js.consumer_info(cfg.stream, cfg.durable)
+            await js.consumer_info(cfg.stream, durable)
         except nats.js.errors.NotFoundError:
             await js.add_consumer(cfg.stream, consumer)
         assert self.nc is not None
         pull = await BoundedPull(
-            self.nc, cfg.stream, cfg.durable, cfg.fetch_batch, cfg.ingest.fetch_max_bytes
+            self.nc, cfg.stream, durable, cfg.fetch_batch, cfg.ingest.fetch_max_bytes
         ).start()
+        try:
+            await self._pull_until(pull, stop, nodes)
+        finally:
+            await pull.stop()
+
+    async def _pull_until(self, pull: BoundedPull, stop: asyncio.Event, nodes: set[NodeKey] | None) -> None:
         # A flag, not only cancellation: on Python 3.11 asyncio.wait_for (inside nats-py) can swallow a cancel.
-        while not self._stopping:
+        while not (stop.is_set() or self._stopping.is_set()):
             try:
                 msgs = await pull.fetch(timeout=1.0)
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
@@ -271,6 +319,8 @@ class Aggregator:
             self._account(result, len(msgs), commit_s, msgs[-1].metadata)
             for env, recv in result.accepted:
                 self._observe(env, recv)
+            if nodes is not None:
+                nodes.update((env.cluster, env.node) for env, _ in result.accepted)
 
     async def _commit(self, batch: list[Incoming]) -> BatchResult:
         """Commit ``batch``, waiting out memory that SQL queries hold: DuckDB has one memory pool for readers and the
@@ -280,7 +330,7 @@ class Aggregator:
                 return await self.store.call(self.store.commit_batch, batch)
             except duckdb.Error as exc:
                 oom = out_of_memory(exc)
-                if oom is None or self._stopping:
+                if oom is None or self._stopping.is_set():
                     raise
                 log.warning("commit waits for memory held by SQL queries (aggregator.query.*memory_limit_bytes): %s",
                             str(oom).splitlines()[0])  # fmt: skip

@@ -789,11 +789,26 @@ class ShardSettings(Section):
         pattern=r"^[A-Za-z0-9_-]+$",
         description="JetStream KV bucket of the partition leases, the analysis lead and the shard membership",
     )
+    export_dir: Path | None = Field(
+        None,
+        description="a directory every shard can write and the query hosts can read (shared file system): each "
+        "shard exports its history there as Parquet, <dir>/<table>/shard=<id>/day=.../, for SQL across shards "
+        "(ranksight sql --shards); unset = no scheduled export",
+    )
+    export_interval_s: float = Field(
+        300.0,
+        gt=0,
+        description="how often each shard exports (SQL across shards is at most this much behind)",
+    )
     query_deadline_s: float = Field(
         2.0,
         gt=0,
         description="the query front waits this long for every shard; later answers make a partial result",
     )
+
+    def name(self) -> str:
+        """This shard's id: ``shard_id``, else the host name made a subject token."""
+        return self.shard_id or sanitize_token(socket.gethostname())
 
 
 class AggregatorSettings(Section):

@@ -5,11 +5,12 @@ capture models; and the straggler engine sees the same aggregates from summaries
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import InspectorOp, parse_line, parse_op
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.stragglers import StragglerEngine
 from ranksight.schemas.codec import decode_event, encode_event
@@ -158,3 +159,32 @@ def test_engine_sees_the_same_aggregates_from_summaries_as_from_raw_records(capt
     assert [(f.hostname, f.pid) for f in summed.analyze().stragglers] == [culprit]
     # a window's summaries are published once it ended and the grace passed, never before
     assert all(ts == x.window_start_us + 7_000_000 for ts, x in published)
+
+
+def test_operations_and_wire_records_summarize_alike() -> None:
+    """The collector folds light operations, the simulator and the tests wire records: the summaries are the same."""
+    spec = JobSpec(nodes=2, gpus_per_node=2, steps=40, capture="ring", faults=[Fault("gpu", 1, 1, 1.5)])
+    timed, _ = run_job(spec)
+    lines = sorted((ts, x) for lines in timed.values() for ts, x in lines)
+    from_ops, from_records = Summarizer(), Summarizer()
+    for _, x in lines:
+        from_ops.add(parse_op(x))
+        from_records.add(parse_line(x))
+    ops, records = from_ops.flush(), from_records.flush()
+    assert len(ops) > 10 and [s.model_dump() for s in ops] == [s.model_dump() for s in records]
+
+
+def test_an_open_window_holds_its_exec_times_as_plain_doubles() -> None:
+    """Windows stay open while a backlog is read: what each record leaves in them is bounded (no object per value)."""
+    base = RS.dump_ts_us - RS.dump_ts_us % W
+    template, count = RS.model_dump(), 20_000
+    s = Summarizer()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(count):  # each operation is dropped once folded, as the collector drops a pass's
+        s.add(InspectorOp(**template | {"dump_ts_us": base + i, "sn": i, "exec_time_us": 100.0 + i}))
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert held / count < 16  # 8 bytes a double and the array's growth; a list of floats holds about 32
+    [summary] = s.flush()
+    assert (summary.count, summary.exec_min_us, summary.exec_max_us) == (20_000, 100.0, 20_099.0)

@@ -14,11 +14,12 @@ folds raw records into (:mod:`aggregator.analysis.stragglers`), so it sees the s
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from dataclasses import dataclass, field
 
-from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.agent.collectors.inspector.parse import InspectorOp, bandwidths_gbs
+from ranksight.schemas.records import InspectorSummaryRecord
 from ranksight.schemas.records.inspector_summary import size_bucket
 
 DELAY_MEMORY_WINDOWS = 6  # how long a seen arrival delay keeps widening the grace
@@ -62,11 +63,12 @@ class _SliceStats:
 
 @dataclass
 class _Acc:
-    first: InspectorRecord  # comm name, sizes of the comm, capture model
+    first: InspectorOp  # comm name, sizes of the comm, capture model
     count: int = 0
     bytes: int = 0
     timed_bytes: int = 0
-    exec_times: list[float] = field(default_factory=list)
+    # plain doubles, 8 bytes each (a list holds a 24-byte float object per value): a backlog keeps its windows open
+    exec_times: array[float] = field(default_factory=lambda: array("d"))
     bw_mismatches: int = 0
     sn_first: int = 0
     sn_last: int = 0
@@ -98,7 +100,8 @@ class Summarizer:
         self.late: dict[SummaryKey, int] = {}
         self.late_total = self.overflow = self.records = 0
 
-    def add(self, rec: InspectorRecord) -> None:
+    def add(self, rec: InspectorOp) -> None:
+        """Fold one operation (an :data:`InspectorOp`, or its wire record: the same fields)."""
         self.records += 1
         if self.oldest_added_us is None or rec.dump_ts_us < self.oldest_added_us:
             self.oldest_added_us = rec.dump_ts_us

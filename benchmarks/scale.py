@@ -110,11 +110,11 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
 def summarizer_throughput() -> float:
     """Records/s per core of the agent's summarizer and raw sampler, on one node's parsed lines (``summarizer.py``)."""
     from benchmarks.summarizer import node_lines
-    from ranksight.agent.collectors.inspector.parse import parse_line
+    from ranksight.agent.collectors.inspector.parse import parse_op
     from ranksight.agent.collectors.inspector.sampler import RawSampler
     from ranksight.agent.collectors.inspector.summary import Summarizer
 
-    records = [parse_line(line) for line in node_lines(GPUS, 100.0, 20.0)]
+    records = [parse_op(line) for line in node_lines(GPUS, 100.0, 20.0)]  # what the collector folds
     summarizer, sampler = Summarizer(), RawSampler(10.0)
     started = time.process_time()
     for i in range(0, len(records), 40):

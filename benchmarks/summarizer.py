@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.config import InspectorSettings
@@ -49,7 +49,7 @@ def main() -> None:
     offered = args.ranks * args.rate  # records/s the node writes
 
     started = time.process_time()
-    records = [parse_line(line) for line in lines]
+    records = [parse_op(line) for line in lines]  # the collector's parse: light operations
     parse_s = time.process_time() - started
 
     cfg = InspectorSettings.model_validate({})

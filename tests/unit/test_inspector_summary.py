@@ -5,12 +5,13 @@ both capture models; and the straggler engine sees the same aggregates from summ
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
 import msgpack
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import InspectorOp, parse_line, parse_op
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.stragglers import StragglerEngine
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
@@ -168,3 +169,33 @@ def test_parts_are_schema_version_2_and_an_older_agent_s_whole_windows_still_dec
     with pytest.raises(DecodeError) as info:
         decode_event(msgpack.packb(data))
     assert info.value.reason == "unsupported_version"
+
+
+def test_operations_and_wire_records_summarize_alike() -> None:
+    """The collector folds light operations, the simulator and the tests wire records: the summaries are the same."""
+    spec = JobSpec(nodes=2, gpus_per_node=2, steps=40, capture="ring", faults=[Fault("gpu", 1, 1, 1.5)])
+    timed, _ = run_job(spec)
+    lines = sorted((ts, x) for lines in timed.values() for ts, x in lines)
+    from_ops, from_records = Summarizer(), Summarizer()
+    for _, x in lines:
+        from_ops.add(parse_op(x))
+        from_records.add(parse_line(x))
+    ops, records = from_ops.take(), from_records.take()
+    assert len(ops) > 10 and [s.model_dump() for s in ops] == [s.model_dump() for s in records]
+
+
+def test_an_open_window_holds_its_exec_times_as_plain_doubles() -> None:
+    """A part holds a backlog pass's records until the next take: what each record leaves in it is bounded (no object
+    per value)."""
+    base = RS.dump_ts_us - RS.dump_ts_us % W
+    template, count = RS.model_dump(), 20_000
+    s = Summarizer()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(count):  # each operation is dropped once folded, as the collector drops a pass's
+        s.add(InspectorOp(**template | {"dump_ts_us": base + i, "sn": i, "exec_time_us": 100.0 + i}))
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert held / count < 16  # 8 bytes a double and the array's growth; a list of floats holds about 32
+    [summary] = s.take()
+    assert (summary.count, summary.exec_min_us, summary.exec_max_us) == (20_000, 100.0, 20_099.0)

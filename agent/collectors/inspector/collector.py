@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.inspector.parse import to_record
 from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.agent.collectors.inspector.summary import Summarizer
@@ -80,7 +81,10 @@ class InspectorCollector(StreamingCollector):
                 if chunk.first_error and chunk.path not in warned:
                     warned.add(chunk.path)  # once per file: no per-interval log spam
                     log.warning("inspector: bad line(s) in %s: %s", chunk.path, chunk.first_error)
-                await emit([rec for rec in chunk.records if id(rec) in raw], self._on_ack(tailer, chunk))
+                # the wire's typed record is built only for the few operations published raw
+                await emit(
+                    [to_record(op) for op in chunk.records if id(op) in raw], self._on_ack(tailer, chunk)
+                )
             if time.monotonic() >= parts_due:
                 parts_due = time.monotonic() + self.cfg.summary_publish_s
                 await self._publish_summaries(emit, self.summarizer.take())

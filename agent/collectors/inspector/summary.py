@@ -13,10 +13,11 @@ into (:mod:`aggregator.analysis.stragglers`), so it sees the same aggregates eit
 from __future__ import annotations
 
 import math
+from array import array
 from dataclasses import dataclass, field
 
-from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.agent.collectors.inspector.parse import InspectorOp, bandwidths_gbs
+from ranksight.schemas.records import InspectorSummaryRecord
 from ranksight.schemas.records.inspector_summary import size_bucket
 
 # (comm_id, op_kind, op, size bucket, rank, hostname, pid)
@@ -58,11 +59,12 @@ class _SliceStats:
 
 @dataclass
 class _Acc:
-    first: InspectorRecord  # comm name, sizes of the comm, capture model
+    first: InspectorOp  # comm name, sizes of the comm, capture model
     count: int = 0
     bytes: int = 0
     timed_bytes: int = 0
-    exec_times: list[float] = field(default_factory=list)
+    # plain doubles, 8 bytes each (a list holds a 24-byte float object per value)
+    exec_times: array[float] = field(default_factory=lambda: array("d"))
     bw_mismatches: int = 0
     sn_first: int = 0
     sn_last: int = 0
@@ -76,8 +78,8 @@ def _quantile(ordered: list[float], q: float) -> float:
 
 class Summarizer:
     """Feed records with :meth:`add`; :meth:`take` (every ``publish_s``) returns the parts of what was added since the
-    last take. Holds no clock and does no I/O. At most ``max_keys`` (window, key) accumulators are open between two takes; records beyond
-    are counted in ``overflow``."""
+    last take. Holds no clock and does no I/O. At most ``max_keys`` (window, key) accumulators are open between two
+    takes; records beyond are counted in ``overflow``."""
 
     def __init__(self, window_s: float = 5.0, slice_s: float = 0.5, publish_s: float = 1.0, *,
                  max_keys: int = 100_000) -> None:  # fmt: skip
@@ -89,7 +91,8 @@ class Summarizer:
         self.open_keys = 0
         self.overflow = self.records = self.parts = 0
 
-    def add(self, rec: InspectorRecord) -> None:
+    def add(self, rec: InspectorOp) -> None:
+        """Fold one operation (an :data:`InspectorOp`, or its wire record: the same fields)."""
         self.records += 1
         start = rec.dump_ts_us - rec.dump_ts_us % self.window_us
         key = (

@@ -2,7 +2,7 @@
 
 For each ``--nodes`` size, a fresh nats-server and a real aggregator (``ranksight aggregator``, a child process) are
 started; ``--procs`` publisher processes (outside the measured aggregator) play N nodes that publish what a real
-agent publishes: per-window ``inspector_summary`` records at the window cadence and raw ``inspector`` records sampled
+agent publishes: ``inspector_summary`` parts every ``summary_publish_s`` and raw ``inspector`` records sampled
 to the agent's default ``raw_rate_per_s`` (both through the agent's own summarizer and sampler), 8 GPU records and a
 heartbeat every 5 s, a NIC record every 2 s. (RAS is left out: one status poll per job at a time, it adds little.)
 
@@ -66,7 +66,6 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
     (µs, a window boundary) and the simulated collectives/s per rank."""
     from ranksight.agent.collectors.inspector.parse import parse_line
     from ranksight.agent.collectors.inspector.sampler import RawSampler
-    from ranksight.agent.collectors.inspector.summary import Summarizer
     from ranksight.config import InspectorSettings
     from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
 
@@ -91,10 +90,9 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
         for host in sorted(by_node):
             records = sorted(by_node[host], key=lambda r: r.dump_ts_us)
             count += len(records) if not slow else 0
-            summarizer = Summarizer(
-                cfg.summary_window_s, cfg.summary_slice_s, cfg.summary_grace_s, cfg.summary_max_keys
+            node = NodeTemplate(
+                summaries=summarize(records, cfg.summary_window_s, cfg.summary_slice_s, cfg.summary_publish_s)
             )
-            node = NodeTemplate(summaries=summarize(records, summarizer))
             sampler, tick, chunk = RawSampler(cfg.raw_rate_per_s), 0, []
             for rec in records:
                 if rec.dump_ts_us >= tick and chunk:
@@ -124,8 +122,9 @@ def summarizer_throughput() -> float:
         sampler.take(chunk, chunk[-1].dump_ts_us / US)
         for rec in chunk:
             summarizer.add(rec)
-        summarizer.close(chunk[-1].dump_ts_us)
-    summarizer.flush()
+        if i % 800 == 0:  # 800 records: about a second of the node, the parts' period
+            summarizer.take()
+    summarizer.take()
     return len(records) / (time.process_time() - started)
 
 

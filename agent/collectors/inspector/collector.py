@@ -3,9 +3,9 @@
 of the raw records (:mod:`agent.collectors.inspector.sampler`), durably. The dump files keep every record on the node.
 
 Offsets are checkpointed in ``<state_dir>/inspector-offsets.json`` only after the stream acknowledged a chunk's raw
-share (``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3). Summaries of
-open windows live in memory: at shutdown they are published as they are (a partial summary adds up with the rest of its
-window, read again after the restart, in the engine).
+share (``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3). Summaries are
+published in parts every ``summary_publish_s`` (the records read since the last part); the one being built lives in
+memory and is published at shutdown, and a crash loses it (the records stay in the dump files).
 """
 
 from __future__ import annotations
@@ -41,8 +41,8 @@ class InspectorCollector(StreamingCollector):
         super().__init__(ctx, settings)
         self.cfg = settings
         self.tailer: Tailer | None = None
-        self.summarizer = Summarizer(settings.summary_window_s, settings.summary_slice_s, settings.summary_grace_s,
-                                     settings.summary_max_keys, settings.summary_max_grace_s)  # fmt: skip
+        self.summarizer = Summarizer(settings.summary_window_s, settings.summary_slice_s, settings.summary_publish_s,
+                                     max_keys=settings.summary_max_keys)  # fmt: skip
         self.sampler = RawSampler(settings.raw_rate_per_s)
         self._emit: Emit | None = None
         ctx.add_command("inspector", self._status)
@@ -63,6 +63,7 @@ class InspectorCollector(StreamingCollector):
         tailer = self.tailer = Tailer(directory, state_file, self.cfg.read_chunk_bytes)
         await asyncio.to_thread(tailer.load)
         warned: set[str] = set()
+        parts_due = time.monotonic() + self.cfg.summary_publish_s
         while True:
             started = time.monotonic()
             chunks = await asyncio.to_thread(tailer.poll)
@@ -84,8 +85,9 @@ class InspectorCollector(StreamingCollector):
                 await emit(
                     [to_record(op) for op in chunk.records if id(op) in raw], self._on_ack(tailer, chunk)
                 )
-            if not any(chunk.more for chunk in chunks):  # a backlog's old windows stay open until it is read
-                await self._publish_summaries(emit, self.summarizer.close(time.time_ns() // 1000))
+            if time.monotonic() >= parts_due:
+                parts_due = time.monotonic() + self.cfg.summary_publish_s
+                await self._publish_summaries(emit, self.summarizer.take())
             if tailer.dirty:
                 await asyncio.to_thread(tailer.save)
             if not chunks:
@@ -101,7 +103,7 @@ class InspectorCollector(StreamingCollector):
 
     async def close(self) -> None:
         if self._emit is not None:
-            await self._publish_summaries(self._emit, self.summarizer.flush())
+            await self._publish_summaries(self._emit, self.summarizer.take())
         if self.tailer is not None and self.tailer.dirty:
             await asyncio.to_thread(self.tailer.save)
 
@@ -112,8 +114,9 @@ class InspectorCollector(StreamingCollector):
             else {"directory": str(self._dump_dir()), "files": {}, "bad_lines": 0}
         )
         s = self.summarizer
-        status["summaries"] = {"records": s.records, "open": s.open_keys, "late": s.late_total,
-                               "overflow": s.overflow}  # fmt: skip
+        # late: records read after their window's summary was published; parts never leave one out (kept: the shape)
+        status["summaries"] = {"records": s.records, "open": s.open_keys, "late": 0, "overflow": s.overflow,
+                               "parts": s.parts}  # fmt: skip
         status["raw"] = {"rate_per_s": self.sampler.rate, "published": self.sampler.kept,
                          "kept_on_node": self.sampler.skipped}  # fmt: skip
         return status

@@ -2,13 +2,13 @@
 
 For each ``--nodes`` size, a fresh nats-server and a real aggregator (``ranksight aggregator``, a child process) are
 started; ``--procs`` publisher processes (outside the measured aggregator) play N nodes that publish what a real
-agent publishes at its defaults: per-window ``inspector_summary`` records at the window cadence (one envelope per
-closed window) and raw ``inspector`` records sampled to ``raw_rate_per_s`` every 0.25 s batch, both made by the
-agent's own summarizer and sampler; a GPU sample of 8 GPUs and a heartbeat every 5 s and a NIC sample of 8 ports every
-2 s (``--nic``: ``ethtool``, AMD Pollara ports with 607 ``ethtool -S`` counters each, or ``sysfs``, mlx5 ports with
-46 sysfs counters), each node's gauges in their own phase; and the job's RAS status every 10 s from its lease holder
-(node0000): the text status, with the JSON detail of every communicator (op counts advancing) every third poll,
-rendered by the demo's fake RAS server and parsed by the agent's parsers. RAS MONITOR events come only with job
+agent publishes at its defaults: ``inspector_summary`` parts every ``summary_publish_s`` (one envelope per part, the
+nodes' clocks spread over that period) and raw ``inspector`` records sampled to ``raw_rate_per_s`` every 0.25 s batch,
+both made by the agent's own summarizer and sampler; a GPU sample of 8 GPUs and a heartbeat every 5 s and a NIC sample
+of 8 ports every 2 s (``--nic``: ``ethtool``, AMD Pollara ports with 607 ``ethtool -S`` counters each, or ``sysfs``,
+mlx5 ports with 46 sysfs counters), each node's gauges in their own phase; and the job's RAS status every 10 s from its
+lease holder (node0000): the text status, with the JSON detail of every communicator (op counts advancing) every third
+poll, rendered by the demo's fake RAS server and parsed by the agent's parsers. RAS MONITOR events come only with job
 lifecycle changes: a running job has none.
 
 Publishing costs next to nothing, so a few processes play a thousand nodes: every envelope is encoded once by the real
@@ -80,7 +80,6 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
     (µs, a window boundary) and the simulated collectives/s per rank."""
     from ranksight.agent.collectors.inspector.parse import parse_line
     from ranksight.agent.collectors.inspector.sampler import RawSampler
-    from ranksight.agent.collectors.inspector.summary import Summarizer
     from ranksight.config import InspectorSettings
     from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
 
@@ -105,10 +104,9 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
         for host in sorted(by_node):
             records = sorted(by_node[host], key=lambda r: r.dump_ts_us)
             count += len(records) if not slow else 0
-            summarizer = Summarizer(
-                cfg.summary_window_s, cfg.summary_slice_s, cfg.summary_grace_s, cfg.summary_max_keys
+            node = NodeTemplate(
+                summaries=summarize(records, cfg.summary_window_s, cfg.summary_slice_s, cfg.summary_publish_s)
             )
-            node = NodeTemplate(summaries=summarize(records, summarizer))
             sampler, tick, chunk = RawSampler(cfg.raw_rate_per_s), 0, []
             for rec in records:
                 if rec.dump_ts_us >= tick and chunk:
@@ -126,11 +124,11 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
 def summarizer_throughput() -> float:
     """Records/s per core of the agent's summarizer and raw sampler, on one node's parsed lines (``summarizer.py``)."""
     from benchmarks.summarizer import node_lines
-    from ranksight.agent.collectors.inspector.parse import parse_line
+    from ranksight.agent.collectors.inspector.parse import parse_op
     from ranksight.agent.collectors.inspector.sampler import RawSampler
     from ranksight.agent.collectors.inspector.summary import Summarizer
 
-    records = [parse_line(line) for line in node_lines(GPUS, 100.0, 20.0)]
+    records = [parse_op(line) for line in node_lines(GPUS, 100.0, 20.0)]  # what the collector folds
     summarizer, sampler = Summarizer(), RawSampler(10.0)
     started = time.process_time()
     for i in range(0, len(records), 40):
@@ -138,8 +136,9 @@ def summarizer_throughput() -> float:
         sampler.take(chunk, chunk[-1].dump_ts_us / US)
         for rec in chunk:
             summarizer.add(rec)
-        summarizer.close(chunk[-1].dump_ts_us)
-    summarizer.flush()
+        if i % 800 == 0:  # 800 records: about a second of the node, the parts' period
+            summarizer.take()
+    summarizer.take()
     return len(records) / (time.process_time() - started)
 
 

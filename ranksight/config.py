@@ -151,17 +151,23 @@ class InspectorSettings(CollectorSettings):
         gt=0,
         description="resolution of a summary's per-slice aggregates (match aggregator.stragglers.slice_s)",
     )
+    summary_publish_s: float = Field(
+        1.0,
+        gt=0,
+        description="how often the records read since the last time are published, one inspector_summary part per "
+        "window and key (the parts of a window add up)",
+    )
     summary_grace_s: float = Field(
         2.0,
         ge=0,
-        description="a window closes this long after its end at the least; records later than that are counted as "
-        "late",
+        description="unused since summaries are published in parts as records are read (summary_publish_s); "
+        "accepted so that older configuration files still load",
     )
     summary_max_grace_s: float = Field(
         15.0,
         ge=0,
-        description="the most a window waits after its end when the dump files are read late (a starved host or a "
-        "slow dump thread): the wait follows the delay records show on arrival, up to this",
+        description="unused since summaries are published in parts as records are read (nothing waits for a window's "
+        "grace); accepted so that configuration files setting it still load",
     )
     summary_max_keys: int = Field(
         100_000,
@@ -177,7 +183,7 @@ class InspectorSettings(CollectorSettings):
 
     def summary_ttl(self) -> float:
         """A summary stays valid until the next window's should have come."""
-        return 2 * self.summary_window_s + max(self.summary_grace_s, self.summary_max_grace_s)
+        return 2 * self.summary_window_s + self.summary_publish_s
 
 
 class GpuSettings(CollectorSettings):

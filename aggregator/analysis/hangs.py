@@ -87,7 +87,7 @@ class HangFinder:
         self.sampled = False
         self.proc_dump_us: dict[Proc, int] = {}  # process -> dump time of its latest record
         self.proc_window_end_us: dict[Proc, int] = {}  # process -> end of its latest summarized window
-        self.proc_news_ns: dict[Proc, int] = {}  # process -> receipt time of its latest news (a later dump time)
+        self.proc_news_ns: dict[Proc, int] = {}  # process -> receipt time of its latest later dump time
 
     def add(self, rec: InspectorRecord, recv_ns: int, node: str) -> None:
         self._progress(rec, rec.sn, rec.dump_ts_us, recv_ns, node)

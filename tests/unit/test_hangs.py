@@ -255,7 +255,10 @@ def test_a_host_reading_its_dumps_behind_is_not_a_hung_one() -> None:
     spec = JobSpec(nodes=4, gpus_per_node=4, layout="moe", steps=60)
     delay_ns = {spec.hostname(1): 20 * NS}
     arrivals = sorted(
-        ((rec.dump_ts_us * 1000 + delay_ns.get(rec.hostname, 0), i, rec) for i, rec in enumerate(records(spec))),
+        (
+            (rec.dump_ts_us * 1000 + delay_ns.get(rec.hostname, 0), i, rec)
+            for i, rec in enumerate(records(spec))
+        ),
         key=lambda a: a[:2],
     )
     finder, named = HangFinder(3.0), set()

@@ -163,12 +163,6 @@ class InspectorSettings(CollectorSettings):
         description="unused since summaries are published in parts as records are read (summary_publish_s); "
         "accepted so that older configuration files still load",
     )
-    summary_max_grace_s: float = Field(
-        15.0,
-        ge=0,
-        description="unused since summaries are published in parts as records are read (nothing waits for a window's "
-        "grace); accepted so that configuration files setting it still load",
-    )
     summary_max_keys: int = Field(
         100_000,
         ge=1,

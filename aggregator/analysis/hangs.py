@@ -15,7 +15,8 @@ A rank whose process still dumps while it waits leaves the same last ``coll_sn``
 alone cannot tell them apart, and RAS names it. Pure: fed records with their receipt time, asked with a clock.
 
 "Silent since its peers went on" compares dump times (the process's latest record against the one that brought the
-top ``coll_sn``), so the order in which agents' batches arrive does not matter. Agents that summarize
+top ``coll_sn``), so the order in which agents' batches arrive does not matter; and a rank is silent only when no news of it (a later
+dump time) arrived for ``quiet_s`` either: a host reading its dump files behind sends late news, not silence. Agents that summarize
 (``inspector_summary``) publish each rank's last ``coll_sn`` and dump time in parts every ``part_us``: fed like raw
 records, and quiet only after ``quiet_s`` plus that period (the next part may take that long). Older agents' whole
 windows report it once per window: quiet after ``quiet_s`` plus one window, and the silence compares windows (the
@@ -86,6 +87,7 @@ class HangFinder:
         self.sampled = False
         self.proc_dump_us: dict[Proc, int] = {}  # process -> dump time of its latest record
         self.proc_window_end_us: dict[Proc, int] = {}  # process -> end of its latest summarized window
+        self.proc_news_ns: dict[Proc, int] = {}  # process -> receipt time of its latest later dump time
 
     def add(self, rec: InspectorRecord, recv_ns: int, node: str) -> None:
         self._progress(rec, rec.sn, rec.dump_ts_us, recv_ns, node)
@@ -93,6 +95,8 @@ class HangFinder:
     def add_summary(self, s: InspectorSummaryRecord, recv_ns: int, node: str) -> None:
         end_us = s.window_start_us + s.window_us
         proc = (s.hostname, s.pid)
+        if not s.part_us and end_us > self.proc_window_end_us.get(proc, 0):
+            self.proc_news_ns[proc] = recv_ns
         self.proc_window_end_us[proc] = max(self.proc_window_end_us.get(proc, 0), end_us)
         if s.part_us:  # the records read in one period, the last one (ring: the top coll_sn) at the end
             c = self._progress(s, s.sn_last, s.last_dump_ts_us, recv_ns, node)
@@ -111,7 +115,8 @@ class HangFinder:
     ) -> _CommOp | None:
         """Fold a rank's progress up to ``sn``, dumped at ``dump_us``."""
         proc = (rec.hostname, rec.pid)
-        self.proc_dump_us[proc] = max(self.proc_dump_us.get(proc, 0), dump_us)
+        if dump_us > self.proc_dump_us.get(proc, 0):
+            self.proc_dump_us[proc], self.proc_news_ns[proc] = dump_us, recv_ns
         c = self._fold(rec, sn, recv_ns, node)
         if c is not None and sn > c.top:
             c.top, c.advanced_ns, c.top_dump_us = sn, recv_ns, dump_us
@@ -145,7 +150,7 @@ class HangFinder:
             lagging = tuple(
                 LaggingRank(rank, proc[0], proc[1], sn)
                 for rank, (sn, proc) in sorted(c.last.items())
-                if sn < c.top and self._silent_since_top(c, proc)
+                if sn < c.top and self._silent_since_top(c, proc) and self._sends_nothing(proc, now_ns)
             )
             if lagging:
                 out.append(Hang(c.label, comm_id, op, c.top, lagging, (now_ns - c.advanced_ns) / 1e9))
@@ -158,12 +163,18 @@ class HangFinder:
         # forgotten for its age: silent since long before
         return self.proc_dump_us.get(proc, 0) <= c.top_dump_us
 
+    def _sends_nothing(self, proc: Proc, now_ns: int) -> bool:
+        """Whether no news of the process arrived for ``quiet_s``: a host reading its dump files behind keeps sending
+        records whose coll_sn trails its peers' (late news, not silence); an old record delivered again is no news."""
+        return now_ns - self.proc_news_ns.get(proc, 0) >= self.quiet_ns
+
     def forget_older_than(self, horizon_ns: int) -> None:
         """Drop collectives that last advanced before the horizon (the job is taken as ended or killed), and
         processes silent since then."""
         self.comm_ops = {k: c for k, c in self.comm_ops.items() if c.advanced_ns >= horizon_ns}
         self.proc_seen = {p: seen for p, seen in self.proc_seen.items() if seen[0] >= horizon_ns}
         self.proc_dump_us = {p: ts for p, ts in self.proc_dump_us.items() if p in self.proc_seen}
+        self.proc_news_ns = {p: ns for p, ns in self.proc_news_ns.items() if p in self.proc_seen}
         self.proc_window_end_us = {
             p: end for p, end in self.proc_window_end_us.items() if p in self.proc_seen
         }
@@ -175,6 +186,7 @@ class HangFinder:
             return
         self.proc_seen = {p: seen for p, seen in self.proc_seen.items() if p not in gone}
         self.proc_dump_us = {p: ts for p, ts in self.proc_dump_us.items() if p not in gone}
+        self.proc_news_ns = {p: ns for p, ns in self.proc_news_ns.items() if p not in gone}
         self.proc_window_end_us = {p: end for p, end in self.proc_window_end_us.items() if p not in gone}
         for c in self.comm_ops.values():
             c.last = {rank: last for rank, last in c.last.items() if last[1] not in gone}

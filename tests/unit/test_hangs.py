@@ -246,3 +246,28 @@ def test_a_stall_in_an_ended_jobs_communicators_is_its_end_not_a_hang() -> None:
     state, now, hashes = hung_state()
     ras_job(state, "j1", hashes, op_changed_ns=now - 5 * NS, now=now).state = "ended"
     assert hang_rules(state, now) == []
+
+
+def test_a_host_reading_its_dumps_behind_is_not_a_hung_one() -> None:
+    """The 32-node demo on a starved machine: one node's agent read its dump files 20 s behind the others. Its ranks'
+    last coll_sn trailed their peers' in dump time while their records kept arriving; a silent rank is one that sends
+    nothing, not one whose news is old."""
+    spec = JobSpec(nodes=4, gpus_per_node=4, layout="moe", steps=60)
+    delay_ns = {spec.hostname(1): 20 * NS}
+    arrivals = sorted(
+        (
+            (rec.dump_ts_us * 1000 + delay_ns.get(rec.hostname, 0), i, rec)
+            for i, rec in enumerate(records(spec))
+        ),
+        key=lambda a: a[:2],
+    )
+    finder, named = HangFinder(3.0), set()
+    ask = arrivals[0][0]
+    for recv_ns, _, rec in arrivals:
+        while ask < recv_ns:
+            named |= {(r.hostname, r.pid) for h in finder.hangs(ask) for r in h.lagging}
+            ask += NS
+        finder.add(rec, recv_ns, rec.hostname)
+    assert named == set()
+    hung = HangFinder(3.0)  # the same lag does not hide a real hang
+    assert replay(hung, records(HUNG)) == {(HUNG.hostname(2), HUNG.pid(2, 1))}

@@ -311,16 +311,18 @@ class Aggregator:
                 time.time_ns() // 1000 * 1000
             )  # stored at microsecond precision: replay must agree exactly
             batch = [Incoming(m.subject, m.data, recv_ns, (m.headers or {}).get("Nats-Msg-Id")) for m in msgs]
-            started = time.monotonic()
-            result = await self._commit(batch)
-            commit_s = time.monotonic() - started
-            for m in msgs:  # only after the commit: a crash before this line redelivers, harmlessly
-                await m.ack()
-            self._account(result, len(msgs), commit_s, msgs[-1].metadata)
-            for env, recv in result.accepted:
-                self._observe(env, recv)
-            if nodes is not None:
-                nodes.update((env.cluster, env.node) for env, _ in result.accepted)
+            while batch:  # more than one commit when the batch holds more than fetch_max_records records
+                started = time.monotonic()
+                result = await self._commit(batch)
+                commit_s = time.monotonic() - started
+                done, msgs, batch = msgs[: result.taken], msgs[result.taken :], batch[result.taken :]
+                for m in done:  # only after the commit: a crash before this line redelivers, harmlessly
+                    await m.ack()
+                self._account(result, len(done), commit_s, done[-1].metadata)
+                for env, recv in result.accepted:
+                    self._observe(env, recv)
+                if nodes is not None:
+                    nodes.update((env.cluster, env.node) for env, _ in result.accepted)
 
     async def _commit(self, batch: list[Incoming]) -> BatchResult:
         """Commit ``batch``, waiting out memory that SQL queries hold: DuckDB has one memory pool for readers and the

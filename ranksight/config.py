@@ -381,6 +381,12 @@ class IngestSettings(Section):
         ge=1 << 20,
         description="bytes per fetched batch (raised to the server's max_payload if below)",
     )
+    fetch_max_records: int = Field(
+        200_000,
+        ge=1,
+        description="decoded records per commit: the rest of a fetched batch waits for the next commit, "
+        "unacknowledged (a message is never split: one alone may bring up to its 100,000 records)",
+    )
     max_ttl_s: float = Field(7 * 86400, gt=0, description="an envelope's ttl above this is dead-lettered")
     max_clock_ahead_s: float = Field(86400, gt=0, description="envelope ts at most this far after receipt")
     max_clock_behind_s: float = Field(

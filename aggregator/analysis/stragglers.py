@@ -630,13 +630,19 @@ class StragglerEngine:
                 continue  # intra-node comms cannot point at a node's network
             bw[key] = bus / t
             by_shape[(key[1], key[2], len(info.members), hosts)].append(bw[key])
+        # the upper quartile of each shape once, not once per comm of it (quadratic in a large job's comms)
+        upper = {
+            shape: statistics.quantiles(values, n=4)[2]
+            for shape, values in by_shape.items()
+            if len(values) >= 3
+        }
         ratios: dict[str, float] = {}  # comm -> slowness (reference bandwidth / its bandwidth)
         normal: dict[str, float] = {}  # comm -> reference transfer time (µs)
         for key, b in bw.items():
             comm, op, size = key
             info = self.comms[comm]
-            shape = by_shape[(op, size, len(info.members), len(info.hosts))]
-            refs = [statistics.quantiles(shape, n=4)[2]] if len(shape) >= 3 else []
+            shape = (op, size, len(info.members), len(info.hosts))
+            refs = [upper[shape]] if shape in upper else []
             best = self._best_bw.get(key)
             if best is not None:
                 refs.append(best)

@@ -26,6 +26,7 @@ window's summaries arrive together, in any order.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
@@ -140,7 +141,10 @@ class HangFinder:
             c.last[rec.rank] = (sn, proc)
         return c
 
-    def hangs(self, now_ns: int) -> list[Hang]:
+    def hangs(self, now_ns: int, read_until: Callable[[str], int | None] | None = None) -> list[Hang]:
+        """The stalled collectives now. ``read_until(node)``: the time up to which the node's agent has read its dump
+        files (its heartbeat says so; None: unknown); a rank whose agent has not read past the stall plus ``quiet_s``
+        is not judged: its silence may be its agent's (starved, frozen), not its own."""
         if self.sampled:
             return []  # a sample's coll_sn is only a lower bound: see the module docstring
         out = []
@@ -150,7 +154,10 @@ class HangFinder:
             lagging = tuple(
                 LaggingRank(rank, proc[0], proc[1], sn)
                 for rank, (sn, proc) in sorted(c.last.items())
-                if sn < c.top and self._silent_since_top(c, proc) and self._sends_nothing(proc, now_ns)
+                if sn < c.top
+                and self._silent_since_top(c, proc)
+                and self._sends_nothing(proc, now_ns)
+                and self._read_past(c, proc, read_until)
             )
             if lagging:
                 out.append(Hang(c.label, comm_id, op, c.top, lagging, (now_ns - c.advanced_ns) / 1e9))
@@ -162,6 +169,11 @@ class HangFinder:
             return self.proc_window_end_us.get(proc, 0) <= c.top_window_end_us
         # forgotten for its age: silent since long before
         return self.proc_dump_us.get(proc, 0) <= c.top_dump_us
+
+    def _read_past(self, c: _CommOp, proc: Proc, read_until: Callable[[str], int | None] | None) -> bool:
+        seen = self.proc_seen.get(proc)
+        until = read_until(seen[1]) if read_until is not None and seen is not None else None
+        return until is None or until >= c.top_dump_us * 1000 + self.quiet_ns
 
     def _sends_nothing(self, proc: Proc, now_ns: int) -> bool:
         """Whether no news of the process arrived for ``quiet_s``: a host reading its dump files behind keeps sending

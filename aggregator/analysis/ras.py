@@ -170,9 +170,7 @@ class CommHangRule:
             ran = [c for c in comms if c.op_total]
             # the same hang seen by Inspector silence, in this job's communicators: at once
             hashes = {comm_hash(h) for h in job.comms}
-            silent = [
-                h for h in state.stragglers.hangs(job.cluster, now_ns) if comm_hash(h.comm_id) in hashes
-            ]
+            silent = [h for h in state.hangs(job.cluster, now_ns) if comm_hash(h.comm_id) in hashes]
             if (
                 not stuck
                 and not silent

@@ -128,7 +128,7 @@ class CollectiveHangRule:
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for cluster in list(state.stragglers.hang_finders):
-            hangs = [h for h in state.stragglers.hangs(cluster, now_ns) if not _spoken_for(state, cluster, h)]
+            hangs = [h for h in state.hangs(cluster, now_ns) if not _spoken_for(state, cluster, h)]
             if not hangs:
                 continue
             rows = lagging_evidence(hangs)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ranksight.aggregator.analysis.hangs import Hang
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.state.app import AppTracker
 from ranksight.aggregator.state.devices import GpuTracker, NicTracker
@@ -79,6 +80,13 @@ class LiveState:
         self.last_seen_ns = without_nodes(self.last_seen_ns, nodes)
         for tracker in self.trackers:
             tracker.forget(nodes)
+
+    def hangs(self, cluster: str, now_ns: int) -> list[Hang]:
+        """The cluster's stalled collectives, judging only ranks whose agents' heartbeats say they have read their dump
+        files past the stall (:meth:`HangFinder.hangs`)."""
+        return self.stragglers.hangs(
+            cluster, now_ns, lambda node: self.nodes.collector_success_ns(cluster, node, "inspector")
+        )
 
     def tick(self, now_ns: int) -> None:
         self.now_ns = now_ns

@@ -62,6 +62,15 @@ class NodeTracker:
             jobs=to_builtins(beat.jobs),
         )
 
+    def collector_success_ns(self, cluster: str, node: str, collector: str) -> int | None:
+        """When the node's ``collector`` last succeeded, as its latest heartbeat says (None: not known)."""
+        state = self.nodes.get((cluster, node))
+        for health in state.collectors if state is not None else []:
+            if health.get("name") == collector:
+                value = health.get("last_success_ns")
+                return value if isinstance(value, int) else None
+        return None
+
     def tick(self, now_ns: int) -> None:
         for node in self.nodes.values():
             if now_ns < node.expires_ns:

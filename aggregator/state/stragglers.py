@@ -20,6 +20,7 @@ engine and the hang finder, and the raw records of a node that sent summaries wi
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import cast
@@ -123,9 +124,11 @@ class StragglerTracker:
         else:
             self._running = self._executor.submit(self._evaluate, batch, gone, now_ns)
 
-    def hangs(self, cluster: str, now_ns: int) -> list[Hang]:
+    def hangs(
+        self, cluster: str, now_ns: int, read_until: Callable[[str], int | None] | None = None
+    ) -> list[Hang]:
         finder = self.hang_finders.get(cluster)
-        return finder.hangs(now_ns) if finder else []
+        return finder.hangs(now_ns, read_until) if finder else []
 
     def forget(self, nodes: set[NodeKey]) -> None:
         """Drop the nodes' processes in the hang finders (Inspector records age out by time, findings with them)."""

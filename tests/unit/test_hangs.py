@@ -11,7 +11,12 @@ from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.jobs import CommState, JobState
 from ranksight.config import StragglerSettings
 from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records import (
+    CollectorHealth,
+    HeartbeatRecord,
+    InspectorRecord,
+    InspectorSummaryRecord,
+)
 from ranksight.simulate.inspector import Fault, JobSpec, simulate_timed, summarize
 from ranksight.simulate.scenarios import hang, healthy, truth
 from tests.previous_summaries import whole_windows
@@ -271,3 +276,38 @@ def test_a_host_reading_its_dumps_behind_is_not_a_hung_one() -> None:
     assert named == set()
     hung = HangFinder(3.0)  # the same lag does not hide a real hang
     assert replay(hung, records(HUNG)) == {(HUNG.hostname(2), HUNG.pid(2, 1))}
+
+
+def heartbeat(node: str, inspector_read_ns: int) -> Envelope:
+    beat = HeartbeatRecord(
+        hostname=node, version="t", pid=1, started_ns=0,
+        collectors=[CollectorHealth(name="inspector", state="ok", last_success_ns=inspector_read_ns)],
+    )  # fmt: skip
+    return Envelope.model_construct(type=event_type("heartbeat"), cluster="c", node=node, agent="a" + node, seq=1,
+                                    ts=0, ttl=30.0, records=[beat])  # fmt: skip
+
+
+def test_a_rank_is_judged_silent_only_once_its_agent_has_read_past_the_stall() -> None:
+    """The 32-node demo's last false hang: its one process stood still for 14 s, agents included, and on waking the
+    aggregator saw nothing advance. An agent's heartbeat says up to when it has read its dump files; until that is past
+    the stall plus hang_quiet_s, its ranks' silence may be the agent's own."""
+    recs = records(HUNG)
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(hang_quiet_s=3.0, evaluate_every_s=1.0))
+    last = feed(state, recs, 1_000 * NS)
+    stall_dump_ns = max(r.dump_ts_us for r in recs if r.op_kind == "coll") * 1000
+    hung_node = HUNG.hostname(2)
+    now = last + 10 * NS
+
+    def hang_alerts() -> list[str]:
+        state.tick(now)
+        return [
+            a.rule for a in AlertEngine().evaluate(default_rules(), state, now) if a.rule == "collective_hang"
+        ]
+
+    state.observe(heartbeat(hung_node, stall_dump_ns - 2 * NS), now)  # its agent stood still before the stall
+    assert hang_alerts() == []
+    state.observe(
+        heartbeat(hung_node, stall_dump_ns + 4 * NS), now + 1
+    )  # it read on, past the stall: nothing came
+    assert hang_alerts() == ["collective_hang"]

@@ -67,7 +67,10 @@ class InspectorCollector(StreamingCollector):
         while True:
             started = time.monotonic()
             chunks = await asyncio.to_thread(tailer.poll)
-            self.health.success(time.monotonic() - started)
+            if not any(chunk.more for chunk in chunks):
+                # read to the end of every file: the heartbeat's last success is then how far this agent has read,
+                # which the hang finder needs (a rank is silent only if its agent read past the stall and found nothing)
+                self.health.success(time.monotonic() - started)
             if tailer.skipped:  # reported, not fatal: the other files are read
                 self.health.last_error = "skipped, not regular files: " + ", ".join(
                     f"{Path(p).name} ({kind})" for p, kind in sorted(tailer.skipped.items())

@@ -34,6 +34,12 @@ class BoundedPull:
         self._sub = await self.nc.subscribe(self.inbox)
         return self
 
+    async def stop(self) -> None:
+        """Stop receiving (a reader that ends while the connection stays: the analysis lead's feed)."""
+        if self._sub is not None:
+            await self._sub.unsubscribe()
+            self._sub = None
+
     async def fetch(self, timeout: float) -> list[Msg]:
         """Up to ``batch`` messages of at most ``max_bytes`` together; [] when none came within ``timeout``."""
         msgs = await self._request(

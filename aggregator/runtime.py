@@ -30,6 +30,7 @@ from ranksight.aggregator.api.service import start_service
 from ranksight.aggregator.api.sql import SqlSandbox
 from ranksight.aggregator.history import retention_loop
 from ranksight.aggregator.http.server import HttpFace
+from ranksight.aggregator.lead import AnalysisLead
 from ranksight.aggregator.probes import ProbePlanner
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.raw_evidence import RawEvidence
@@ -111,12 +112,7 @@ class Aggregator:
         self.subjects = Subjects(settings.subject_prefix)
         self.version = ranksight_version()
         self.store = Store(settings.db_path(), self.subjects, settings.aggregator.ingest)
-        self.state = LiveState(
-            settings.aggregator.node_gone_after_s,
-            settings.aggregator.ingest.node_forget_after_s,
-            settings.aggregator.hardware,
-        )
-        self.state.stragglers.configure(settings.aggregator.stragglers, background=True)
+        self.state = self.new_state()
         self.rules = rules if rules is not None else default_rules(settings)
         self.engine = AlertEngine(settings=settings.aggregator.alerts)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
@@ -125,9 +121,16 @@ class Aggregator:
         self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
         self.nc: Client | None = None
+        self.lead: AnalysisLead | None = None  # sharded: this shard's candidacy for the analysis lead
         self.ready = asyncio.Event()
         self.started_ns = time.time_ns()
         self._stopping = False
+
+    def new_state(self) -> LiveState:
+        cfg = self.settings.aggregator
+        state = LiveState(cfg.node_gone_after_s, cfg.ingest.node_forget_after_s, cfg.hardware)
+        state.stragglers.configure(cfg.stragglers, background=True)
+        return state
 
     def status_meta(self) -> dict[str, Any]:
         return {
@@ -138,6 +141,7 @@ class Aggregator:
             "sequence": self.store.sequence_stats(),
             "alerts_firing": len(self.engine.active),
             "raw_evidence": self.raw_evidence.stats.__dict__,
+            "analysis_lead": self.lead.status() if self.lead is not None else None,
         }
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -153,6 +157,8 @@ class Aggregator:
             nc = self.nc = await connect(self.settings.nats, name="ranksight-aggregator")
             js = nc.jetstream()
             await ensure_stream(js, self.settings)
+            if self.settings.aggregator.shards.partitions:
+                self.lead = AnalysisLead(self, js)
             service = await start_service(nc, self)
             await self.http.start()
             tasks = [
@@ -178,6 +184,8 @@ class Aggregator:
                     name="alertmanager",
                 ),
             ]
+            if self.lead is not None:
+                tasks.append(asyncio.create_task(self.lead.run(), name="analysis-lead"))
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
             self.ready.set()
             try:
@@ -185,6 +193,8 @@ class Aggregator:
             finally:
                 self._stopping = True
                 await cancel_all(tasks[1:])  # no rule runs once stopping has begun
+                if self.lead is not None:
+                    await self.lead.stop()  # the next lead need not wait for the lease to expire
                 await self.raw_evidence.stop()
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks[:1])
@@ -317,11 +327,19 @@ class Aggregator:
 
     async def tick(self, now_ns: int) -> list[Alert]:
         self.state.tick(now_ns)
-        transitions = self.engine.evaluate(
-            self.rules, self.state, now_ns, ingest_behind_s=self.stats.behind_s(now_ns / 1e9)
-        )
+        if self.lead is None:
+            state, behind_s = self.state, self.stats.behind_s(now_ns / 1e9)
+        elif self.lead.ready():
+            state, behind_s = self.lead.analysis()
+            state.tick(now_ns)
+        else:  # sharded, and not the analysis lead (or its feed is still catching up): no rule runs here
+            self.http.events.tick(self.state, [])
+            return []
+        transitions = self.engine.evaluate(self.rules, state, now_ns, ingest_behind_s=behind_s)
+        if self.lead is not None:  # before anything is announced: a new lead must know what fired
+            await self.lead.save(now_ns)
         self.http.events.tick(self.state, transitions)
-        findings = self.state.stragglers.take_history()
+        findings = state.stragglers.take_history()
         if findings:
             try:
                 await self.store.call(self.store.append_rows, "straggler_finding_history", findings)

@@ -1,0 +1,227 @@
+"""Sharded aggregators: one analysis lead raises the cluster-wide alerts, and a lead failover re-fires nothing.
+
+Real parts: a nats-server, three ``ranksight aggregator`` processes (shards, each its own state dir), simulated agents
+publishing GPU facts on the real subjects, the lead SIGKILLed mid-stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import nats
+
+from ranksight.aggregator.alerts import AlertEngine, Condition
+from ranksight.aggregator.lead import LEAD_KEY, AlertBook
+from ranksight.aggregator.runtime import ensure_stream
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.config import AlertSettings, Settings
+from ranksight.natsconn import connect
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.codec import encode_event
+from ranksight.schemas.envelope import Envelope, event_type
+from ranksight.schemas.records import GpuRecord
+from ranksight.schemas.subjects import Subjects
+from tests.support import ranksight_cmd, settings_env, wait_for
+
+PARTITIONS = 4
+LEASE_TTL_S = 3.0
+NODES = [f"node{i}" for i in range(6)]
+
+
+def _sharded(settings: Settings) -> Settings:
+    shards = settings.aggregator.shards.model_copy(update={"partitions": PARTITIONS})
+    return settings.model_copy(
+        update={"aggregator": settings.aggregator.model_copy(update={"shards": shards})}
+    )
+
+
+class Agents:
+    """Simulated agents: every node reports GPU 0 each ``interval_s``; ``faulty`` nodes with uncorrectable ECC."""
+
+    def __init__(self, settings: Settings, faulty: set[str]) -> None:
+        self.settings, self.faulty = settings, faulty
+        self.subjects = Subjects(settings.subject_prefix)
+        self.incarnation = uuid.uuid4().hex[:16]
+        self.seq: Counter[str] = Counter()
+
+    async def run(self, interval_s: float = 0.3) -> None:
+        nc = await connect(self.settings.nats, "test-agents")
+        js = nc.jetstream()
+        try:
+            while True:
+                for node in NODES:
+                    await self._publish(js, node)
+                await asyncio.sleep(interval_s)
+        finally:
+            await nc.close()
+
+    async def _publish(self, js: nats.js.JetStreamContext, node: str) -> None:
+        self.seq[node] += 1
+        record = GpuRecord(index=0, name="sim", ecc_uncorrectable=3 if node in self.faulty else 0)
+        env = Envelope(type=event_type("gpu"), cluster=self.settings.cluster, node=node,
+                       agent=f"{self.incarnation}{node}", seq=self.seq[node], ts=time.time_ns(), ttl=5.0,
+                       records=[record])  # fmt: skip
+        with contextlib.suppress(nats.errors.Error):  # a publish lost in a test's teardown is harmless
+            await js.publish(self.subjects.event(self.settings.cluster, node, "gpu"), encode_event(env),
+                             headers={"Nats-Msg-Id": env.msg_id})  # fmt: skip
+
+
+def _start_shard(settings: Settings, tmp_path: Path, shard: str) -> subprocess.Popen[bytes]:
+    env = settings_env(settings)
+    env.update(
+        RANKSIGHT_STATE_DIR=str(tmp_path / shard),
+        RANKSIGHT_AGGREGATOR__SHARDS__PARTITIONS=str(PARTITIONS),
+        RANKSIGHT_AGGREGATOR__SHARDS__SHARD_ID=shard,
+        RANKSIGHT_AGGREGATOR__SHARDS__LEASE_TTL_S=str(LEASE_TTL_S),
+        RANKSIGHT_AGGREGATOR__TICK_S="0.2",
+        RANKSIGHT_AGGREGATOR__REPLAY_WINDOW_S="60",
+        # fire and resolve at once: the failover, not the hold-down, is under test
+        RANKSIGHT_AGGREGATOR__ALERTS__RULES=json.dumps({"gpu_ecc_uncorrectable": {"for_s": 0, "clear_s": 0}}),
+    )
+    (tmp_path / shard).mkdir(parents=True, exist_ok=True)
+    log = (tmp_path / f"{shard}.log").open("wb")
+    return subprocess.Popen(ranksight_cmd("aggregator"), env=env, stderr=log)
+
+
+async def _lead_holder(kv: nats.js.kv.KeyValue) -> str | None:
+    try:
+        entry = await kv.get(LEAD_KEY)
+    except nats.js.errors.KeyNotFoundError:
+        return None
+    return (entry.value or b"").decode() or None
+
+
+async def test_lead_failover_fires_each_alert_once(settings: Settings, tmp_path: Path) -> None:
+    settings = _sharded(settings)
+    subjects = Subjects(settings.subject_prefix)
+    nc = await connect(settings.nats, "test-observer")
+    js = nc.jetstream()
+    await ensure_stream(js, settings)
+    transitions: list[Alert] = []
+
+    async def on_alert(msg: nats.aio.msg.Msg) -> None:
+        transitions.append(Alert.model_validate_json(msg.data))
+
+    await nc.subscribe(subjects.alerts_filter(), cb=on_alert)
+    faulty = {"node0", "node1", "node2", "node3", "node4"}  # node5 turns faulty after the failover
+    agents = Agents(settings, faulty)
+    publishing = asyncio.create_task(agents.run())
+    shards = {name: _start_shard(settings, tmp_path, name) for name in ("s0", "s1", "s2")}
+
+    def fired(state: str, node: str) -> int:
+        return sum(
+            a.state == state and a.node == node and a.rule == "gpu_ecc_uncorrectable" for a in transitions
+        )
+
+    def logs() -> str:
+        return "\n".join(f"--- {n}\n{(tmp_path / f'{n}.log').read_text()[-3000:]}" for n in shards)
+
+    try:
+        try:
+            await wait_for(lambda: all(fired("firing", n) for n in faulty), timeout=90)
+        except AssertionError:
+            raise AssertionError(f"alerts did not fire: {transitions}\n{logs()}") from None
+        # the faulty nodes' events are stored in more than one partition: each was ingested by its own shard,
+        # and the one lead raised them all
+        info = await js.stream_info(
+            settings.aggregator.stream, subjects_filter=f"{settings.subject_prefix}.evp.>"
+        )
+        stored = info.state.subjects or {}
+        partitions = {subj.split(".")[3] for subj in stored if subjects.parse_event(subj).node in faulty}
+        assert len(partitions) > 1, partitions
+
+        kv = await js.key_value(settings.aggregator.shards.bucket)
+        lead = await _lead_holder(kv)
+        assert lead in shards
+        os.kill(shards[lead].pid, signal.SIGKILL)
+        shards[lead].wait(timeout=10)
+        killed_at = time.monotonic()
+
+        async def new_lead() -> str | None:
+            holder = await _lead_holder(kv)
+            return holder if holder not in (None, lead) else None
+
+        successor = await wait_for(new_lead, timeout=LEASE_TTL_S + 15, interval=0.1)
+        took_over_s = time.monotonic() - killed_at
+        assert took_over_s < LEASE_TTL_S + 10, took_over_s
+
+        # the successor evaluates: a fault that begins now fires, once
+        agents.faulty.add("node5")
+        try:
+            await wait_for(lambda: fired("firing", "node5"), timeout=30)
+        except AssertionError:
+            raise AssertionError(f"{successor} raised nothing: {transitions}\n{logs()}") from None
+        await asyncio.sleep(3 * LEASE_TTL_S)  # several of the successor's evaluations
+        for node in faulty:
+            assert (fired("firing", node), fired("resolved", node)) == (1, 0), (node, transitions)
+
+        # a resolved fault resolves once
+        agents.faulty.discard("node0")
+        await wait_for(lambda: fired("resolved", "node0"), timeout=30)
+        await asyncio.sleep(2)
+        assert (fired("firing", "node0"), fired("resolved", "node0")) == (1, 1), transitions
+    finally:
+        publishing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await publishing
+        for proc in shards.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in shards.values():
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        await nc.close()
+
+
+class Holds:
+    """A rule that sees the conditions it is given."""
+
+    def __init__(self, name: str, *conds: Condition) -> None:
+        self.name, self.conds = name, conds
+
+    def evaluate(self, state: LiveState, now_ns: int) -> list[Condition]:
+        return [c for c in self.conds if c.rule == self.name]
+
+
+async def test_alert_book_carries_firing_clearing_and_pending_over(settings: Settings) -> None:
+    """What a new lead loads is what the engine needs: the firing alert (not re-fired), since when an absent
+    condition has been clearing (it resolves on time, not a clear time later) and a pending hold-down (it fires on
+    time, not a hold-down later)."""
+    timing = AlertSettings.model_validate({"rules": {"gpu_ecc_uncorrectable": {"for_s": 0, "clear_s": 60},
+                                                     "gpu_throttled": {"for_s": 60, "clear_s": 0}}})  # fmt: skip
+    ecc1 = Condition("gpu_ecc_uncorrectable", "critical", "test", "ecc", node="n1", key="0")
+    ecc2 = Condition("gpu_ecc_uncorrectable", "critical", "test", "ecc", node="n2", key="0")
+    slow = Condition("gpu_throttled", "warning", "test", "slow", node="n3", key="0")
+
+    def rules(*conds: Condition) -> list[Holds]:
+        return [Holds("gpu_ecc_uncorrectable", *conds), Holds("gpu_throttled", *conds)]
+
+    nc = await connect(settings.nats, "test-alert-book")
+    try:
+        t0 = time.time_ns()
+        engine = AlertEngine(settings=timing)
+        book = AlertBook(nc.jetstream(), "test_alerts", 1024 * 1024, 1)
+        assert len(engine.evaluate(rules(ecc1, ecc2, slow), LiveState(), t0)) == 2  # ecc1, ecc2 fire
+        assert await book.save(engine, t0) == 3  # 2 firing, 1 pending
+        assert engine.evaluate(rules(ecc1, slow), LiveState(), t0 + NS) == []  # ecc2 clearing, slow pending
+        assert await book.save(engine, t0 + NS) == 1  # only ecc2 changed (clearing since t0)
+        assert await book.save(engine, t0 + NS) == 0  # nothing changed: nothing written
+
+        successor = AlertEngine(settings=timing)
+        await AlertBook(nc.jetstream(), "test_alerts", 1024 * 1024, 1).load(successor)
+        assert successor.active.keys() == {ecc1.fingerprint, ecc2.fingerprint}
+        changes = successor.evaluate(rules(ecc1, slow), LiveState(), t0 + 61 * NS)
+        assert sorted((a.node, a.state) for a in changes) == [("n2", "resolved"), ("n3", "firing")]
+    finally:
+        await nc.close()

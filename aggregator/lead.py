@@ -205,7 +205,13 @@ class LeadFeed:
 
     async def run(self) -> None:
         cfg = self.agg.settings.aggregator
-        await self._create()
+        while True:
+            try:
+                await self._create()
+                break
+            except NATS_ERRORS as exc:
+                log.warning("analysis lead: cannot create its consumer (%s); retrying", exc)
+                await asyncio.sleep(1.0)
         assert self.agg.nc is not None
         pull = await BoundedPull(self.agg.nc, self.stream, self.name, cfg.fetch_batch,
                                  cfg.ingest.fetch_max_bytes).start()  # fmt: skip
@@ -225,8 +231,8 @@ class LeadFeed:
                 meta = msgs[-1].metadata
                 self.pending = meta.num_pending or 0
                 self.lag_s = max(0.0, time.time() - meta.timestamp.timestamp()) if meta.timestamp else 0.0
-                if not self.pending:
-                    self.caught_up.set()
+                if not self.pending or self.lag_s <= cfg.alerts.max_ingest_behind_s:
+                    self.caught_up.set()  # at the stream's end, or near enough for the rules
                 await asyncio.sleep(0)  # a long replay must not starve the ticks and the lease
         finally:
             with contextlib.suppress(*NATS_ERRORS):
@@ -301,20 +307,29 @@ class AnalysisLead:
         watch = asyncio.create_task(self._watch_silences_and_drains(), name="lead-watch")
         try:
             while True:
-                try:
-                    held = await self.leases.hold(LEAD_KEY)
-                except NATS_ERRORS as exc:
-                    log.warning("analysis lead: lease round failed (%s)", exc)
-                    held = False
-                if held:
-                    self.renewed_at = time.monotonic()
-                    if not self.leading:
-                        await self._take_over()
-                elif self.leading:
-                    await self._step_down("the lead lease was not renewed")
+                await self.round()
                 await asyncio.sleep(self.interval_s)
         finally:
             await cancel_all([watch, *self._tasks])
+
+    async def round(self) -> None:
+        """Take or renew the lead; stop leading when that fails or the feed failed."""
+        try:
+            held = await self.leases.hold(LEAD_KEY)
+        except NATS_ERRORS as exc:
+            log.warning("analysis lead: lease round failed (%s)", exc)
+            held = False
+        if held:
+            self.renewed_at = time.monotonic()
+        if self.leading and not held:
+            await self._step_down("the lead lease was not renewed")
+        elif self.leading and self._tasks[0].done():
+            await self._step_down(f"its feed failed: {self._tasks[0].exception()!r}")
+        elif held and not self.leading:
+            try:
+                await self._take_over()
+            except NATS_ERRORS as exc:  # the lease stays held: the next round tries again
+                log.warning("analysis lead: taking over failed (%s); next round tries again", exc)
 
     async def _take_over(self) -> None:
         agg = self.agg

@@ -20,17 +20,19 @@ from pathlib import Path
 import nats
 
 from ranksight.aggregator.alerts import AlertEngine, Condition
-from ranksight.aggregator.lead import LEAD_KEY, AlertBook
+from ranksight.aggregator.api.client import query
+from ranksight.aggregator.lead import LEAD_KEY, AlertBook, drain_key
 from ranksight.aggregator.runtime import ensure_stream
 from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.timefmt import iso
 from ranksight.config import AlertSettings, Settings
 from ranksight.natsconn import connect
-from ranksight.schemas.alerts import Alert
+from ranksight.schemas.alerts import Alert, Matcher, Silence
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
-from tests.support import ranksight_cmd, settings_env, wait_for
+from tests.support import aggregator, ranksight_cmd, settings_env, wait_for
 
 PARTITIONS = 4
 LEASE_TTL_S = 3.0
@@ -225,3 +227,75 @@ async def test_alert_book_carries_firing_clearing_and_pending_over(settings: Set
         assert sorted((a.node, a.state) for a in changes) == [("n2", "resolved"), ("n3", "firing")]
     finally:
         await nc.close()
+
+
+async def test_a_lead_whose_renewal_is_refused_raises_nothing_more(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Another shard holds the lead now (this one's renewal is refused, as after a NATS partition): from that round
+    on this aggregator evaluates no rule, so a fault that begins then raises nothing here."""
+    settings = _sharded(settings)
+    shards = settings.aggregator.shards.model_copy(update={"lease_ttl_s": 1.5, "shard_id": "s0"})
+    settings = settings.model_copy(
+        update={"aggregator": settings.aggregator.model_copy(update={"shards": shards})}
+    )
+    nc = await connect(settings.nats, "test-observer")
+    js = nc.jetstream()
+    await ensure_stream(js, settings)
+    fired: list[Alert] = []
+
+    async def on_alert(msg: nats.aio.msg.Msg) -> None:
+        fired.append(Alert.model_validate_json(msg.data))
+
+    await nc.subscribe(Subjects(settings.subject_prefix).alerts_filter(), cb=on_alert)
+    agents = Agents(settings, {"node0"})
+    publishing = asyncio.create_task(agents.run(interval_s=0.2))
+    try:
+        async with aggregator(settings) as agg:
+            await wait_for(lambda: agg.lead is not None and agg.lead.ready(), timeout=20)
+            await wait_for(lambda: any(a.node == "node0" for a in fired), timeout=20)  # it leads, and raises
+            kv = await js.key_value(settings.aggregator.shards.bucket)
+
+            async def s1_holds_the_lead() -> None:
+                revision = await kv.put(LEAD_KEY, b"s1")
+                while True:
+                    await asyncio.sleep(0.3)
+                    revision = await kv.update(LEAD_KEY, b"s1", last=revision)
+
+            s1 = asyncio.create_task(s1_holds_the_lead())
+            await wait_for(lambda: not agg.lead.leading, timeout=2 * 1.5)
+            assert not agg.engine.active  # the alerts are the next lead's
+            agents.faulty.add("node1")
+            await asyncio.sleep(2.0)
+            assert not s1.done()
+            s1.cancel()
+            assert [a.node for a in fired] == ["node0"]
+    finally:
+        publishing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await publishing
+        await nc.close()
+
+
+async def test_silences_and_drains_reach_every_shard(settings: Settings) -> None:
+    """A drain or silence any shard's API receives goes to the KV bucket; every shard's engine, and its store (its
+    ``drains`` and ``silences`` answers), applies those of the others."""
+    settings = _sharded(settings)
+    async with aggregator(settings) as agg:
+        assert agg.lead is not None
+        await query(settings, "drain", {"nodes": ["here"], "reason": "api"})
+        kv = await agg.lead.book.kv()
+        assert (await kv.get(drain_key(settings.cluster, "here"))).value
+        other = AlertBook(agg.lead.js, settings.aggregator.shards.alerts_bucket, 1024 * 1024, 1)
+        await other.put_drains(settings.cluster, ["node.with dots"], True, "another shard")
+        now = time.time_ns()
+        silence = Silence(id=str(uuid.uuid4()), matchers=[Matcher.parse("node=x")], starts_at=iso(now) or "",
+                          ends_at=iso(now + 60 * NS) or "")  # fmt: skip
+        await other.put_silence(silence)
+        await wait_for(lambda: (settings.cluster, "node.with dots") in agg.engine.drained)
+        await wait_for(lambda: silence.id in agg.engine.silences)
+        drains = await query(settings, "drains")
+        assert {r["node"] for r in drains.rows} == {"here", "node.with dots"}
+        await other.put_drains(settings.cluster, ["node.with dots"], False, "")
+        await wait_for(lambda: (settings.cluster, "node.with dots") not in agg.engine.drained)
+        assert {r["node"] for r in (await query(settings, "drains")).rows} == {"here"}

@@ -287,10 +287,9 @@ class AnalysisLead:
         self.takeovers = 0
         self._tasks: list[asyncio.Task[None]] = []
 
-    def analysis(self) -> tuple[LiveState, float]:
-        """The cluster-wide state the rules read, and how far its feed is behind the stream (seconds)."""
-        assert self.state is not None and self.feed is not None, "ready() first"
-        return self.state, self.feed.behind_s()
+    def behind_s(self) -> float:
+        """How far the feed of the cluster-wide state is behind the stream (seconds)."""
+        return self.feed.behind_s() if self.feed is not None else 0.0
 
     def status(self) -> dict[str, Any]:
         feed = self.feed

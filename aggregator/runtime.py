@@ -132,6 +132,14 @@ class Aggregator:
         state.stragglers.configure(cfg.stragglers, background=True)
         return state
 
+    @property
+    def analysis_state(self) -> LiveState | None:
+        """The live state rules and cluster-wide analysis (stragglers, hangs, links, probe planning) read: this
+        aggregator's; sharded, the analysis lead's cluster-wide one, and None on a shard that does not lead now."""
+        if self.lead is None:
+            return self.state
+        return self.lead.state if self.lead.ready() else None
+
     def status_meta(self) -> dict[str, Any]:
         return {
             "cluster": self.settings.cluster,
@@ -327,14 +335,15 @@ class Aggregator:
 
     async def tick(self, now_ns: int) -> list[Alert]:
         self.state.tick(now_ns)
-        if self.lead is None:
-            state, behind_s = self.state, self.stats.behind_s(now_ns / 1e9)
-        elif self.lead.ready():
-            state, behind_s = self.lead.analysis()
-            state.tick(now_ns)
-        else:  # sharded, and not the analysis lead (or its feed is still catching up): no rule runs here
+        state = self.analysis_state
+        if state is None:  # sharded, not the analysis lead (or its feed still catching up): no rule runs here
             self.http.events.tick(self.state, [])
             return []
+        if self.lead is None:
+            behind_s = self.stats.behind_s(now_ns / 1e9)
+        else:
+            state.tick(now_ns)
+            behind_s = self.lead.behind_s()
         transitions = self.engine.evaluate(self.rules, state, now_ns, ingest_behind_s=behind_s)
         if self.lead is not None:  # before anything is announced: a new lead must know what fired
             await self.lead.save(now_ns)

@@ -254,6 +254,7 @@ async def test_a_lead_whose_renewal_is_refused_raises_nothing_more(
         async with aggregator(settings) as agg:
             await wait_for(lambda: agg.lead is not None and agg.lead.ready(), timeout=20)
             await wait_for(lambda: any(a.node == "node0" for a in fired), timeout=20)  # it leads, and raises
+            assert "records" in (await query(settings, "stragglers")).meta
             kv = await js.key_value(settings.aggregator.shards.bucket)
 
             async def s1_holds_the_lead() -> None:
@@ -265,6 +266,8 @@ async def test_a_lead_whose_renewal_is_refused_raises_nothing_more(
             s1 = asyncio.create_task(s1_holds_the_lead())
             await wait_for(lambda: not agg.lead.leading, timeout=2 * 1.5)
             assert not agg.engine.active  # the alerts are the next lead's
+            # cluster-wide analysis is answered by the lead alone (a query front unions the shards' answers)
+            assert (await query(settings, "stragglers")).meta == {"analysis_lead": False}
             agents.faulty.add("node1")
             await asyncio.sleep(2.0)
             assert not s1.done()

@@ -333,10 +333,10 @@ class AnalysisLead:
     async def _take_over(self) -> None:
         agg = self.agg
         engine = AlertEngine(settings=agg.settings.aggregator.alerts)
-        engine.drained, engine.silences = agg.engine.drained, agg.engine.silences  # kept by the watch
         await self.book.load(engine)
         self.state = agg.new_state()
         self.feed = LeadFeed(agg, self.js, self.state, self.shard_id)
+        engine.drained, engine.silences = agg.engine.drained, agg.engine.silences  # kept by the watch
         agg.engine = engine
         self.leading = True
         self.takeovers += 1
@@ -351,16 +351,16 @@ class AnalysisLead:
         """Stop leading now: no rule runs from here on; the engine left is empty (its alerts are the next lead's)."""
         self.leading = False
         log.warning("shard %s is no longer the analysis lead: %s", self.shard_id, why)
-        await cancel_all(self._tasks)
-        self._tasks = []
-        if self.state is not None:
-            self.state.stragglers.close()
-        self.state, self.feed = None, None
         old = self.agg.engine
         self.agg.engine = AlertEngine(settings=self.agg.settings.aggregator.alerts)
         self.agg.engine.drained, self.agg.engine.silences = old.drained, old.silences
+        state, self.state, self.feed = self.state, None, None
+        tasks, self._tasks = self._tasks, []
         if self.on_change:
             self.on_change(False)
+        await cancel_all(tasks)
+        if state is not None:
+            state.stragglers.close()
 
     async def stop(self) -> None:
         """At shutdown: stop leading and give the lease back, so the next lead need not wait for it to expire."""

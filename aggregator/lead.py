@@ -313,15 +313,18 @@ class AnalysisLead:
 
     async def round(self) -> None:
         """Take or renew the lead; stop leading when that fails or the feed failed."""
+        held: bool | None = None  # None: the bucket did not answer (a NATS server lost); ready() sees the age
         try:
             held = await self.leases.hold(LEAD_KEY)
         except NATS_ERRORS as exc:
             log.warning("analysis lead: lease round failed (%s)", exc)
-            held = False
         if held:
             self.renewed_at = time.monotonic()
-        if self.leading and not held:
-            await self._step_down("the lead lease was not renewed")
+        stale = time.monotonic() - self.renewed_at >= self.ttl_s
+        if self.leading and (held is False or stale):
+            await self._step_down(
+                "its renewal was refused" if held is False else "no renewal for a lease time"
+            )
         elif self.leading and self._tasks[0].done():
             await self._step_down(f"its feed failed: {self._tasks[0].exception()!r}")
         elif held and not self.leading:

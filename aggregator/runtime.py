@@ -2,7 +2,8 @@
 
 Ingest reads the event stream through a durable pull consumer in batches, commits each batch to DuckDB in one
 transaction (on the writer thread), and only then acknowledges it; a crash at any point redelivers what was not
-acknowledged, and the store's sequence marks make the redelivery harmless.
+acknowledged, and the store's sequence marks make the redelivery harmless. Sharded (``aggregator.shards.partitions``),
+the same loop runs once per partition this shard holds (:mod:`aggregator.shards`), on that partition's durable consumer.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import duckdb
@@ -34,6 +36,7 @@ from ranksight.aggregator.lead import AnalysisLead
 from ranksight.aggregator.probes import ProbePlanner
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.raw_evidence import RawEvidence
+from ranksight.aggregator.shards import NodeKey, ShardOwner
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import BatchResult, Incoming, Store, out_of_memory
 from ranksight.aio import cancel_all
@@ -124,7 +127,8 @@ class Aggregator:
         self.lead: AnalysisLead | None = None  # sharded: this shard's candidacy for the analysis lead
         self.ready = asyncio.Event()
         self.started_ns = time.time_ns()
-        self._stopping = False
+        self.shards: ShardOwner | None = None  # sharded: the partitions this aggregator holds
+        self._stopping = asyncio.Event()
 
     def new_state(self) -> LiveState:
         cfg = self.settings.aggregator
@@ -149,8 +153,18 @@ class Aggregator:
             "sequence": self.store.sequence_stats(),
             "alerts_firing": len(self.engine.active),
             "raw_evidence": self.raw_evidence.stats.__dict__,
-            "analysis_lead": self.lead.status() if self.lead is not None else None,
-        }
+        } | self._shard_meta()
+
+    def _shard_meta(self) -> dict[str, Any]:
+        if self.shards is None:
+            return {}
+        lead = self.lead.status() if self.lead is not None else None
+        return {"shard": {"id": self.shards.shard_id, "partitions": self.shards.ingesting,
+                          "members": self.shards.members, "analysis_lead": lead}}  # fmt: skip
+
+    def _lead_changed(self, leading: bool) -> None:
+        if self.shards is not None:
+            self.shards.lead = leading  # published in this shard's member key
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.store.call(self.store.open)
@@ -166,7 +180,7 @@ class Aggregator:
             js = nc.jetstream()
             await ensure_stream(js, self.settings)
             if self.settings.aggregator.shards.partitions:
-                self.lead = AnalysisLead(self, js)
+                self.lead = AnalysisLead(self, js, on_change=self._lead_changed)
             service = await start_service(nc, self)
             await self.http.start()
             tasks = [
@@ -199,7 +213,7 @@ class Aggregator:
             try:
                 await _until_stopped(stop, tasks)
             finally:
-                self._stopping = True
+                self._stopping.set()
                 await cancel_all(tasks[1:])  # no rule runs once stopping has begun
                 if self.lead is not None:
                     await self.lead.stop()  # the next lead need not wait for the lease to expire
@@ -250,8 +264,32 @@ class Aggregator:
 
     async def _ingest(self, js: JetStreamContext) -> None:
         cfg = self.settings.aggregator
+        if not cfg.shards.partitions:
+            await self._consume(js, cfg.durable, None, self._stopping, None)
+            return
+        self.shards = ShardOwner(js, self.settings, partial(self._consume_partition, js), self.state.forget)
+        await self.shards.run(self._stopping)
+
+    async def _consume_partition(
+        self, js: JetStreamContext, partition: int, stop: asyncio.Event, nodes: set[NodeKey]
+    ) -> None:
+        durable = f"{self.settings.aggregator.durable}-p{partition}"
+        await self._consume(js, durable, self.subjects.partition_filter(partition), stop, nodes)
+
+    async def _consume(
+        self,
+        js: JetStreamContext,
+        durable: str,
+        filter_subject: str | None,
+        stop: asyncio.Event,
+        nodes: set[NodeKey] | None,
+    ) -> None:
+        """Ingest from the durable consumer until ``stop`` (or the aggregator's stop): the batch in hand is committed
+        and acknowledged first. ``nodes`` collects the nodes seen (a partition's, forgotten when it goes)."""
+        cfg = self.settings.aggregator
         consumer = ConsumerConfig(
-            durable_name=cfg.durable,
+            durable_name=durable,
+            filter_subject=filter_subject,
             ack_policy=AckPolicy.EXPLICIT,
             deliver_policy=DeliverPolicy.ALL,
             ack_wait=cfg.ack_wait_s,
@@ -259,15 +297,15 @@ class Aggregator:
             max_deliver=-1,
         )
         try:
-            await js.consumer_info(cfg.stream, cfg.durable)
+            await js.consumer_info(cfg.stream, durable)
         except nats.js.errors.NotFoundError:
             await js.add_consumer(cfg.stream, consumer)
         assert self.nc is not None
         pull = await BoundedPull(
-            self.nc, cfg.stream, cfg.durable, cfg.fetch_batch, cfg.ingest.fetch_max_bytes
+            self.nc, cfg.stream, durable, cfg.fetch_batch, cfg.ingest.fetch_max_bytes
         ).start()
         # A flag, not only cancellation: on Python 3.11 asyncio.wait_for (inside nats-py) can swallow a cancel.
-        while not self._stopping:
+        while not (stop.is_set() or self._stopping.is_set()):
             try:
                 msgs = await pull.fetch(timeout=1.0)
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
@@ -289,6 +327,8 @@ class Aggregator:
             self._account(result, len(msgs), commit_s, msgs[-1].metadata)
             for env, recv in result.accepted:
                 self._observe(env, recv)
+            if nodes is not None:
+                nodes.update((env.cluster, env.node) for env, _ in result.accepted)
 
     async def _commit(self, batch: list[Incoming]) -> BatchResult:
         """Commit ``batch``, waiting out memory that SQL queries hold: DuckDB has one memory pool for readers and the
@@ -298,7 +338,7 @@ class Aggregator:
                 return await self.store.call(self.store.commit_batch, batch)
             except duckdb.Error as exc:
                 oom = out_of_memory(exc)
-                if oom is None or self._stopping:
+                if oom is None or self._stopping.is_set():
                     raise
                 log.warning("commit waits for memory held by SQL queries (aggregator.query.*memory_limit_bytes): %s",
                             str(oom).splitlines()[0])  # fmt: skip

@@ -798,7 +798,7 @@ class ShardSettings(Section):
     )
 
     def name(self) -> str:
-        """This shard's id: ``shard_id``, else the host name as a subject token."""
+        """This shard's id: ``shard_id``, else the host name made a subject token."""
         return self.shard_id or sanitize_token(socket.gethostname())
 
 

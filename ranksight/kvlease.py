@@ -42,18 +42,27 @@ class KvLeases:
     async def hold(self, key: str) -> bool:
         """True when this holder holds ``key`` now (renewed, or just taken because it was free)."""
         kv = await self.kv()
-        revision = self.revisions.pop(key, None)
+        revision = self.revisions.get(key)
         if revision is not None:
+            # A NATS error (a server lost, a timeout) propagates and keeps the revision: the next try renews it.
             try:
                 self.revisions[key] = await kv.update(key, self.holder.encode(), last=revision)
                 return True
             except nats.js.errors.KeyWrongLastSequenceError:
-                pass  # expired and taken by someone else, or we renewed too late
+                del self.revisions[key]  # expired and taken by someone else, or we renewed too late
         try:
             self.revisions[key] = await kv.create(key, self.holder.encode())
             return True
         except nats.js.errors.KeyWrongLastSequenceError:
-            return False
+            pass
+        # Held under this holder's name without a revision we know: a restart of this holder, or a renewal whose
+        # answer was lost. It is ours: renew it rather than wait for it to expire.
+        with contextlib.suppress(nats.js.errors.NotFoundError, nats.js.errors.KeyWrongLastSequenceError):
+            entry = await kv.get(key)
+            if entry.value == self.holder.encode() and entry.revision is not None:
+                self.revisions[key] = await kv.update(key, entry.value, last=entry.revision)
+                return True
+        return False
 
     async def release(self, key: str) -> None:
         """Give ``key`` up now (the next holder need not wait for it to expire); a no-op when not held."""

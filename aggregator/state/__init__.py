@@ -74,13 +74,17 @@ class LiveState:
             if env.kind in tracker.kinds:
                 tracker.observe(env, recv_ns)
 
+    def forget(self, nodes: set[NodeKey]) -> None:
+        """Drop every tracker's state of ``nodes`` (silent too long, or of a partition another shard ingests now)."""
+        self.last_seen_ns = without_nodes(self.last_seen_ns, nodes)
+        for tracker in self.trackers:
+            tracker.forget(nodes)
+
     def tick(self, now_ns: int) -> None:
         self.now_ns = now_ns
         horizon = now_ns - self.forget_after_ns
         forgotten = {key for key, seen in self.last_seen_ns.items() if seen < horizon}
         if forgotten:
-            self.last_seen_ns = without_nodes(self.last_seen_ns, forgotten)
-            for tracker in self.trackers:
-                tracker.forget(forgotten)
+            self.forget(forgotten)
         for tracker in self.trackers:
             tracker.tick(now_ns)

@@ -158,9 +158,9 @@ class Aggregator:
     def _shard_meta(self) -> dict[str, Any]:
         if self.shards is None:
             return {}
-        lead = self.lead.status() if self.lead is not None else None
         return {"shard": {"id": self.shards.shard_id, "partitions": self.shards.ingesting,
-                          "members": self.shards.members, "analysis_lead": lead}}  # fmt: skip
+                          "members": self.shards.members},
+                "analysis_lead": self.lead.status() if self.lead is not None else None}  # fmt: skip
 
     def _lead_changed(self, leading: bool) -> None:
         if self.shards is not None:

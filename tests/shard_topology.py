@@ -81,6 +81,7 @@ class ShardTopology:
     root: Path
     partitions: int
     lease_ttl_s: float
+    env_extra: dict[str, str] = field(default_factory=dict)  # more settings for every shard, as variables
     shards: dict[str, Shard] = field(default_factory=dict)
 
     async def create_stream(self) -> None:
@@ -103,6 +104,7 @@ class ShardTopology:
             RANKSIGHT_AGGREGATOR__SHARDS__SHARD_ID=shard_id,
             RANKSIGHT_AGGREGATOR__SHARDS__LEASE_TTL_S=str(self.lease_ttl_s),
         )
+        env.update(self.env_extra)
         return env
 
     def start(self, shard_id: str) -> Shard:

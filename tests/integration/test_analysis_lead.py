@@ -9,9 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import subprocess
 import time
 import uuid
 from collections import Counter
@@ -32,7 +29,8 @@ from ranksight.schemas.codec import encode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
-from tests.support import aggregator, ranksight_cmd, settings_env, wait_for
+from tests.shard_topology import ShardTopology
+from tests.support import aggregator, wait_for
 
 PARTITIONS = 4
 LEASE_TTL_S = 3.0
@@ -77,23 +75,6 @@ class Agents:
                              headers={"Nats-Msg-Id": env.msg_id})  # fmt: skip
 
 
-def _start_shard(settings: Settings, tmp_path: Path, shard: str) -> subprocess.Popen[bytes]:
-    env = settings_env(settings)
-    env.update(
-        RANKSIGHT_STATE_DIR=str(tmp_path / shard),
-        RANKSIGHT_AGGREGATOR__SHARDS__PARTITIONS=str(PARTITIONS),
-        RANKSIGHT_AGGREGATOR__SHARDS__SHARD_ID=shard,
-        RANKSIGHT_AGGREGATOR__SHARDS__LEASE_TTL_S=str(LEASE_TTL_S),
-        RANKSIGHT_AGGREGATOR__TICK_S="0.2",
-        RANKSIGHT_AGGREGATOR__REPLAY_WINDOW_S="60",
-        # fire and resolve at once: the failover, not the hold-down, is under test
-        RANKSIGHT_AGGREGATOR__ALERTS__RULES=json.dumps({"gpu_ecc_uncorrectable": {"for_s": 0, "clear_s": 0}}),
-    )
-    (tmp_path / shard).mkdir(parents=True, exist_ok=True)
-    log = (tmp_path / f"{shard}.log").open("wb")
-    return subprocess.Popen(ranksight_cmd("aggregator"), env=env, stderr=log)
-
-
 async def _lead_holder(kv: nats.js.kv.KeyValue) -> str | None:
     try:
         entry = await kv.get(LEAD_KEY)
@@ -117,21 +98,24 @@ async def test_lead_failover_fires_each_alert_once(settings: Settings, tmp_path:
     faulty = {"node0", "node1", "node2", "node3", "node4"}  # node5 turns faulty after the failover
     agents = Agents(settings, faulty)
     publishing = asyncio.create_task(agents.run())
-    shards = {name: _start_shard(settings, tmp_path, name) for name in ("s0", "s1", "s2")}
+    topology = ShardTopology(settings, tmp_path / "shards", PARTITIONS, LEASE_TTL_S, env_extra={
+        "RANKSIGHT_AGGREGATOR__TICK_S": "0.2",
+        "RANKSIGHT_AGGREGATOR__REPLAY_WINDOW_S": "60",
+        # fire and resolve at once: the failover, not the hold-down, is under test
+        "RANKSIGHT_AGGREGATOR__ALERTS__RULES": json.dumps({"gpu_ecc_uncorrectable": {"for_s": 0, "clear_s": 0}}),
+    })  # fmt: skip
+    shards = {name: topology.start(name) for name in ("s0", "s1", "s2")}
 
     def fired(state: str, node: str) -> int:
         return sum(
             a.state == state and a.node == node and a.rule == "gpu_ecc_uncorrectable" for a in transitions
         )
 
-    def logs() -> str:
-        return "\n".join(f"--- {n}\n{(tmp_path / f'{n}.log').read_text()[-3000:]}" for n in shards)
-
     try:
         try:
             await wait_for(lambda: all(fired("firing", n) for n in faulty), timeout=90)
         except AssertionError:
-            raise AssertionError(f"alerts did not fire: {transitions}\n{logs()}") from None
+            raise AssertionError(f"alerts did not fire: {transitions}\n{topology.logs()}") from None
         # the faulty nodes' events are stored in more than one partition: each was ingested by its own shard,
         # and the one lead raised them all
         info = await js.stream_info(
@@ -144,8 +128,7 @@ async def test_lead_failover_fires_each_alert_once(settings: Settings, tmp_path:
         kv = await js.key_value(settings.aggregator.shards.bucket)
         lead = await _lead_holder(kv)
         assert lead in shards
-        os.kill(shards[lead].pid, signal.SIGKILL)
-        shards[lead].wait(timeout=10)
+        shards[lead].kill()
         killed_at = time.monotonic()
 
         async def new_lead() -> str | None:
@@ -161,9 +144,9 @@ async def test_lead_failover_fires_each_alert_once(settings: Settings, tmp_path:
         try:
             await wait_for(lambda: fired("firing", "node5"), timeout=30)
         except AssertionError:
-            raise AssertionError(f"{successor} raised nothing: {transitions}\n{logs()}") from None
+            raise AssertionError(f"{successor} raised nothing: {transitions}\n{topology.logs()}") from None
         await asyncio.sleep(3 * LEASE_TTL_S)  # several of the successor's evaluations
-        for node in faulty:
+        for node in faulty | {"node5"}:
             assert (fired("firing", node), fired("resolved", node)) == (1, 0), (node, transitions)
 
         # a resolved fault resolves once
@@ -175,14 +158,7 @@ async def test_lead_failover_fires_each_alert_once(settings: Settings, tmp_path:
         publishing.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await publishing
-        for proc in shards.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in shards.values():
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        topology.stop()
         await nc.close()
 
 

@@ -42,7 +42,7 @@ from ranksight.aggregator.api.alerting import drain_known, silence_known
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.state import LiveState
 from ranksight.aio import cancel_all
-from ranksight.kvlease import KvLeases
+from ranksight.kvlease import KvLeases, key_value
 from ranksight.schemas.alerts import Alert, Silence
 from ranksight.schemas.codec import DecodeError, decode_event
 
@@ -76,12 +76,7 @@ class AlertBook:
 
     async def kv(self) -> KeyValue:
         if self._kv is None:
-            try:
-                self._kv = await self.js.key_value(self.bucket)
-            except nats.js.errors.BucketNotFoundError:
-                self._kv = await self.js.create_key_value(
-                    bucket=self.bucket, history=1, replicas=self.replicas, max_bytes=self.max_bytes
-                )
+            self._kv = await key_value(self.js, self.bucket, replicas=self.replicas, max_bytes=self.max_bytes)
         return self._kv
 
     @staticmethod

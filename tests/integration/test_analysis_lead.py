@@ -75,6 +75,19 @@ class Agents:
                              headers={"Nats-Msg-Id": env.msg_id})  # fmt: skip
 
 
+async def _observer(settings: Settings) -> tuple[nats.NATS, list[Alert]]:
+    """A connection that made the stream (agents publish before any shard runs) and the alerts it receives."""
+    nc = await connect(settings.nats, "test-observer")
+    await ensure_stream(nc.jetstream(), settings)
+    alerts: list[Alert] = []
+
+    async def on_alert(msg: nats.aio.msg.Msg) -> None:
+        alerts.append(Alert.model_validate_json(msg.data))
+
+    await nc.subscribe(Subjects(settings.subject_prefix).alerts_filter(), cb=on_alert)
+    return nc, alerts
+
+
 async def _lead_holder(kv: nats.js.kv.KeyValue) -> str | None:
     try:
         entry = await kv.get(LEAD_KEY)
@@ -86,15 +99,8 @@ async def _lead_holder(kv: nats.js.kv.KeyValue) -> str | None:
 async def test_lead_failover_fires_each_alert_once(settings: Settings, tmp_path: Path) -> None:
     settings = _sharded(settings)
     subjects = Subjects(settings.subject_prefix)
-    nc = await connect(settings.nats, "test-observer")
+    nc, transitions = await _observer(settings)
     js = nc.jetstream()
-    await ensure_stream(js, settings)
-    transitions: list[Alert] = []
-
-    async def on_alert(msg: nats.aio.msg.Msg) -> None:
-        transitions.append(Alert.model_validate_json(msg.data))
-
-    await nc.subscribe(subjects.alerts_filter(), cb=on_alert)
     faulty = {"node0", "node1", "node2", "node3", "node4"}  # node5 turns faulty after the failover
     agents = Agents(settings, faulty)
     publishing = asyncio.create_task(agents.run())
@@ -215,15 +221,8 @@ async def test_a_lead_whose_renewal_is_refused_raises_nothing_more(
     settings = settings.model_copy(
         update={"aggregator": settings.aggregator.model_copy(update={"shards": shards})}
     )
-    nc = await connect(settings.nats, "test-observer")
+    nc, fired = await _observer(settings)
     js = nc.jetstream()
-    await ensure_stream(js, settings)
-    fired: list[Alert] = []
-
-    async def on_alert(msg: nats.aio.msg.Msg) -> None:
-        fired.append(Alert.model_validate_json(msg.data))
-
-    await nc.subscribe(Subjects(settings.subject_prefix).alerts_filter(), cb=on_alert)
     agents = Agents(settings, {"node0"})
     publishing = asyncio.create_task(agents.run(interval_s=0.2))
     try:

@@ -42,7 +42,7 @@ from ranksight.aggregator.api.alerting import drain_known, silence_known
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.state import LiveState
 from ranksight.aio import cancel_all
-from ranksight.kvlease import KvLeases, key_value
+from ranksight.kvlease import NATS_ERRORS, KvLeases, key_value
 from ranksight.schemas.alerts import Alert, Silence
 from ranksight.schemas.codec import DecodeError, decode_event
 
@@ -52,8 +52,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 LEAD_KEY = "lead"
 FIRING, PENDING, SILENCE, DRAIN = "firing.", "pending.", "silence.", "drain."
-# KV and consumer calls fail for a moment while a NATS server is lost; the next round tries again.
-NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError)
 
 
 def drain_key(cluster: str, node: str) -> str:

@@ -7,6 +7,7 @@ partitions and the analysis lead. Light on purpose (the agent imports it): nats-
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from typing import Any
 
@@ -14,6 +15,9 @@ import nats.errors
 import nats.js.errors
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
+
+# KV calls fail for a moment while a NATS server is lost, or time out: a caller's next round tries again.
+NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError)
 
 
 async def key_value(js: JetStreamContext, bucket: str, **config: Any) -> KeyValue:

@@ -245,9 +245,11 @@ class Aggregator:
         for env, recv_ns in replayed:
             self._observe(env, recv_ns)
         self.state.tick(now)
-        self.engine = AlertEngine(
-            await self.store.call(self.store.active_alerts), self.settings.aggregator.alerts
-        )
+        # sharded, the firing alerts are the analysis lead's, kept in its KV bucket: what this shard's history says
+        # fired (when it led) is not announced again from here
+        sharded = self.settings.aggregator.shards.partitions > 0
+        active = [] if sharded else await self.store.call(self.store.active_alerts)
+        self.engine = AlertEngine(active, self.settings.aggregator.alerts)
         drained = await self.store.call(self.store.drained_nodes)
         self.engine.drained = {(d["cluster"], d["node"]) for d in drained}
         self.engine.silences = {s.id: s for s in await self.store.call(self.store.silences, now)}

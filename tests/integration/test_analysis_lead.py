@@ -21,8 +21,10 @@ from ranksight.aggregator.api.client import query
 from ranksight.aggregator.lead import LEAD_KEY, AlertBook, drain_key
 from ranksight.aggregator.runtime import ensure_stream
 from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import iso
 from ranksight.config import AlertSettings, Settings
+from ranksight.kvlease import key_value
 from ranksight.natsconn import connect
 from ranksight.schemas.alerts import Alert, Matcher, Silence
 from ranksight.schemas.codec import encode_event
@@ -277,3 +279,26 @@ async def test_silences_and_drains_reach_every_shard(settings: Settings) -> None
         await other.put_drains(settings.cluster, ["node.with dots"], False, "")
         await wait_for(lambda: (settings.cluster, "node.with dots") not in agg.engine.drained)
         assert {r["node"] for r in (await query(settings, "drains")).rows} == {"here"}
+
+
+async def test_a_shard_that_led_before_announces_nothing_from_its_history(settings: Settings) -> None:
+    """A shard restarted while another leads: the alerts its DuckDB says it raised when it led are not its own to
+    re-send (Alertmanager) or show as firing; the lead's bucket has the firing set."""
+    settings = _sharded(settings)
+    old = Alert(rule="gpu_ecc_uncorrectable", severity="critical", fingerprint="0123456789abcdef", state="firing",
+                cluster=settings.cluster, node="node0", summary="ecc", started_at=iso(time.time_ns()) or "",
+                updated_at=iso(time.time_ns()) or "")  # fmt: skip
+    store = Store(settings.db_path())
+    store.open()
+    store.write_alerts([old])
+    store.close_connection()
+    store.shutdown()
+    nc = await connect(settings.nats, "test-other-lead")
+    kv = await key_value(nc.jetstream(), settings.aggregator.shards.bucket, ttl=15.0)
+    await kv.put(LEAD_KEY, b"s1")  # s1 leads (for the lease time: longer than this test)
+    try:
+        async with aggregator(settings) as agg:
+            assert agg.lead is not None and not agg.lead.leading
+            assert not agg.engine.active
+    finally:
+        await nc.close()

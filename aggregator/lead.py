@@ -41,6 +41,7 @@ from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.api.alerting import drain_known, silence_known
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.timefmt import ns_of
 from ranksight.aio import cancel_all
 from ranksight.kvlease import NATS_ERRORS, KvLeases, key_value
 from ranksight.schemas.alerts import Alert, Silence
@@ -52,6 +53,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 LEAD_KEY = "lead"
 FIRING, PENDING, SILENCE, DRAIN = "firing.", "pending.", "silence.", "drain."
+PURGE_EVERY_ROUNDS = (
+    100  # the lead removes ended silences from the bucket every this many rounds (and at first)
+)
 
 
 def drain_key(cluster: str, node: str) -> str:
@@ -116,11 +120,11 @@ class AlertBook:
             changed += 1
         return changed
 
-    async def load(self, engine: AlertEngine) -> None:
-        """Fill ``engine`` with the firing and pending alerts the last lead left (a snapshot: one watch to its end)."""
+    async def snapshot(self, *prefixes: str) -> dict[str, bytes]:
+        """The keys under ``prefixes`` and their values now (one watch each, to its end)."""
         kv = await self.kv()
         entries: dict[str, bytes] = {}
-        for prefix in (FIRING, PENDING):
+        for prefix in prefixes:
             watcher = await kv.watch(prefix + ">", ignore_deletes=True)
             try:
                 while (entry := await watcher.updates(timeout=10)) is not None:
@@ -128,7 +132,23 @@ class AlertBook:
             finally:
                 with contextlib.suppress(*NATS_ERRORS):
                     await watcher.stop()
-        for key, value in entries.items():
+        return entries
+
+    async def purge_ended_silences(self, now_ns: int) -> int:
+        """Remove the silences that have ended (their history stays in the shards' DuckDB); how many."""
+        kv = await self.kv()
+        purged = 0
+        for key, value in (await self.snapshot(SILENCE)).items():
+            with contextlib.suppress(ValueError):
+                if ns_of(Silence.model_validate_json(value).ends_at) > now_ns:
+                    continue
+            await kv.purge(key)  # ended, or unreadable
+            purged += 1
+        return purged
+
+    async def load(self, engine: AlertEngine) -> None:
+        """Fill ``engine`` with the firing and pending alerts the last lead left."""
+        for key, value in (await self.snapshot(FIRING, PENDING)).items():
             try:
                 doc = json.loads(value)
                 if key.startswith(FIRING):
@@ -278,6 +298,7 @@ class AnalysisLead:
         self.state: LiveState | None = None  # cluster-wide live state, while leading
         self.feed: LeadFeed | None = None
         self.takeovers = 0
+        self.rounds = 0
         self._tasks: list[asyncio.Task[None]] = []
 
     def behind_s(self) -> float:
@@ -309,8 +330,11 @@ class AnalysisLead:
         held: bool | None = None  # None: the bucket did not answer (a NATS server lost); ready() sees the age
         try:
             held = await self.leases.hold(LEAD_KEY)
+            if held and self.rounds % PURGE_EVERY_ROUNDS == 0:
+                await self.book.purge_ended_silences(time.time_ns())
         except NATS_ERRORS as exc:
             log.warning("analysis lead: lease round failed (%s)", exc)
+        self.rounds += 1
         if held:
             self.renewed_at = time.monotonic()
         stale = time.monotonic() - self.renewed_at >= self.ttl_s

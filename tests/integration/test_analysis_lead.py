@@ -279,6 +279,11 @@ async def test_silences_and_drains_reach_every_shard(settings: Settings) -> None
         await other.put_drains(settings.cluster, ["node.with dots"], False, "")
         await wait_for(lambda: (settings.cluster, "node.with dots") not in agg.engine.drained)
         assert {r["node"] for r in (await query(settings, "drains")).rows} == {"here"}
+        # the lead keeps the bucket to what is in force: ended silences go
+        ended = silence.model_copy(update={"id": str(uuid.uuid4()), "ends_at": iso(now - NS) or ""})
+        await other.put_silence(ended)
+        assert await agg.lead.book.purge_ended_silences(time.time_ns()) == 1
+        assert set(await agg.lead.book.snapshot("silence.")) == {f"silence.{silence.id}"}
 
 
 async def test_a_shard_that_led_before_announces_nothing_from_its_history(settings: Settings) -> None:

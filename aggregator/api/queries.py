@@ -243,13 +243,18 @@ def _not_lead() -> ApiResponse:
     return ApiResponse.success([], meta={"analysis_lead": False})
 
 
+def _lead_meta(agg: Aggregator) -> dict[str, Any]:
+    """Sharded: this answer is the analysis lead's (a front joining the shards' answers sees whose meta it has)."""
+    return {} if agg.lead is None else {"analysis_lead": True}
+
+
 async def links(agg: Aggregator, p: ClusterParams) -> ApiResponse:
     """The link map: measured bandwidth, RTT and jitter between nodes."""
     state = agg.analysis_state
     if state is None:
         return _not_lead()
     rows, skipped = link_rows(state.links, p.cluster)
-    return ApiResponse.success(rows, meta={"skipped": skipped})
+    return ApiResponse.success(rows, meta={"skipped": skipped, **_lead_meta(agg)})
 
 
 async def stragglers(agg: Aggregator, p: ClusterParams) -> ApiResponse:
@@ -266,5 +271,5 @@ async def stragglers(agg: Aggregator, p: ClusterParams) -> ApiResponse:
                          "last_seen": iso(f.last_ts_us * 1000)})  # fmt: skip
     tracker = state.stragglers
     meta = {"records": tracker.records, "window_s": tracker.settings.window_s,
-            "evaluated": {c: iso(r.evaluated_ns) for c, r in tracker.clusters.items()}}  # fmt: skip
+            "evaluated": {c: iso(r.evaluated_ns) for c, r in tracker.clusters.items()}, **_lead_meta(agg)}  # fmt: skip
     return ApiResponse.success(rows, meta=meta)

@@ -186,7 +186,8 @@ class LeadFeed:
         self.agg, self.js, self.state = agg, js, state
         cfg = agg.settings.aggregator
         self.stream = cfg.stream
-        self.name = f"{cfg.durable}-lead-{shard_id}-{uuid.uuid4().hex[:8]}"
+        self.prefix = f"{cfg.durable}-lead-{shard_id}"
+        self.name = ""  # the consumer's, new at each creation
         kinds = sorted(state.kinds - {"inspector"})
         self.filters = [agg.subjects.stored_kind_filter(k, partitioned=True) for k in kinds]
         self.inactive_s = max(2 * cfg.shards.lease_ttl_s, 5.0)  # a dead lead's consumer goes by itself
@@ -196,6 +197,8 @@ class LeadFeed:
         self.skipped = 0
         self.lag_s = 0.0
         self.pending = 0
+        self.unanswered_since: float | None = None  # time.monotonic() since the consumer does not answer
+        self.recreated = 0  # consumers made again after a loss
 
     def behind_s(self) -> float:
         return self.lag_s if self.pending else 0.0
@@ -209,14 +212,35 @@ class LeadFeed:
             since = time.time() - cfg.replay_window_s
             start = {"deliver_policy": DeliverPolicy.BY_START_TIME,
                      "opt_start_time": datetime.datetime.fromtimestamp(since, datetime.UTC)}  # fmt: skip
-        with contextlib.suppress(nats.js.errors.NotFoundError):
-            await self.js.delete_consumer(self.stream, self.name)
+        if (
+            self.name
+        ):  # a lost server's consumer may come back with it: not to be read twice (else it expires)
+            with contextlib.suppress(*NATS_ERRORS):
+                await self.js.delete_consumer(self.stream, self.name)
+        name = f"{self.prefix}-{uuid.uuid4().hex[:8]}"
         await self.js.add_consumer(self.stream, ConsumerConfig(
-            name=self.name, filter_subjects=self.filters, ack_policy=AckPolicy.NONE,
+            name=name, filter_subjects=self.filters, ack_policy=AckPolicy.NONE,
             inactive_threshold=self.inactive_s, mem_storage=True, num_replicas=1, **start,
         ))  # fmt: skip
+        self.name = name
+        self.unanswered_since = None
 
     async def run(self) -> None:
+        """Read until cancelled; a consumer lost with its server is made again, resuming after the last message."""
+        try:
+            while True:
+                pull = await self._start()
+                try:
+                    await self._read(pull)
+                finally:
+                    with contextlib.suppress(*NATS_ERRORS):
+                        await pull.stop()
+                self.recreated += 1
+        finally:
+            with contextlib.suppress(*NATS_ERRORS):
+                await self.js.delete_consumer(self.stream, self.name)
+
+    async def _start(self) -> BoundedPull:
         cfg = self.agg.settings.aggregator
         while True:
             try:
@@ -226,43 +250,54 @@ class LeadFeed:
                 log.warning("analysis lead: cannot create its consumer (%s); retrying", exc)
                 await asyncio.sleep(1.0)
         assert self.agg.nc is not None
-        pull = await BoundedPull(self.agg.nc, self.stream, self.name, cfg.fetch_batch,
+        return await BoundedPull(self.agg.nc, self.stream, self.name, cfg.fetch_batch,
                                  cfg.ingest.fetch_max_bytes).start()  # fmt: skip
-        try:
-            while True:
-                try:
-                    msgs = await pull.fetch(timeout=1.0)
-                    if not msgs:
-                        await self._empty()
-                        continue
-                except NATS_ERRORS as exc:
-                    log.warning("analysis lead: fetch failed (%s); retrying", exc)
-                    await asyncio.sleep(0.5)
-                    continue
-                for msg in msgs:
-                    self._observe(msg.subject, msg.data, msg.metadata)
-                meta = msgs[-1].metadata
-                self.pending = meta.num_pending or 0
-                self.lag_s = max(0.0, time.time() - meta.timestamp.timestamp()) if meta.timestamp else 0.0
-                if not self.pending or self.lag_s <= cfg.alerts.max_ingest_behind_s:
-                    self.caught_up.set()  # at the stream's end, or near enough for the rules
-                await asyncio.sleep(0)  # a long replay must not starve the ticks and the lease
-        finally:
-            with contextlib.suppress(*NATS_ERRORS):
-                await pull.stop()
-                await self.js.delete_consumer(self.stream, self.name)
 
-    async def _empty(self) -> None:
-        """Nothing came: the feed is caught up, unless the consumer is gone (its server lost): then make it again."""
+    async def _read(self, pull: BoundedPull) -> None:
+        """Read into live state until the consumer is lost."""
+        cfg = self.agg.settings.aggregator
+        while True:
+            try:
+                msgs = await pull.fetch(timeout=1.0)
+                if not msgs:
+                    if await self._lost():
+                        return
+                    continue
+            except NATS_ERRORS as exc:
+                log.warning("analysis lead: fetch failed (%s); retrying", exc)
+                await asyncio.sleep(0.5)
+                continue
+            for msg in msgs:
+                self._observe(msg.subject, msg.data, msg.metadata)
+            meta = msgs[-1].metadata
+            self.pending = meta.num_pending or 0
+            self.lag_s = max(0.0, time.time() - meta.timestamp.timestamp()) if meta.timestamp else 0.0
+            if not self.pending or self.lag_s <= cfg.alerts.max_ingest_behind_s:
+                self.caught_up.set()  # at the stream's end, or near enough for the rules
+            await asyncio.sleep(0)  # a long replay must not starve the ticks and the lease
+
+    async def _lost(self) -> bool:
+        """Nothing came: the feed is caught up, unless the consumer is gone or has not answered for a lease time (its
+        server lost: the consumer is in memory, on one server); then True."""
         try:
             await self.js.consumer_info(self.stream, self.name)
         except nats.js.errors.NotFoundError:
-            log.warning("analysis lead: consumer %s gone; resuming after stream sequence %d", self.name,
-                        self.last_seq)  # fmt: skip
-            await self._create()
-            return
-        self.pending = 0
-        self.caught_up.set()
+            why = "is gone"
+        except NATS_ERRORS:
+            now = time.monotonic()
+            self.unanswered_since = self.unanswered_since or now
+            if now - self.unanswered_since < self.agg.settings.aggregator.shards.lease_ttl_s:
+                return False
+            why = "does not answer"
+        else:
+            self.unanswered_since = None
+            self.pending = 0
+            self.caught_up.set()
+            return False
+        log.warning(
+            "analysis lead: consumer %s %s; resuming after stream sequence %d", self.name, why, self.last_seq
+        )
+        return True
 
     def _observe(self, subject: str, data: bytes, meta: Any) -> None:
         self.last_seq = meta.sequence.stream
@@ -309,7 +344,7 @@ class AnalysisLead:
         feed = self.feed
         return {"shard_id": self.shard_id, "leading": self.leading, "ready": self.ready(),
                 "takeovers": self.takeovers, "feed_messages": feed.messages if feed else 0,
-                "feed_skipped": feed.skipped if feed else 0, "feed_behind_s": feed.behind_s() if feed else 0.0}  # fmt: skip
+                "feed_skipped": feed.skipped if feed else 0, "feed_recreated": feed.recreated if feed else 0, "feed_behind_s": feed.behind_s() if feed else 0.0}  # fmt: skip
 
     def ready(self) -> bool:
         """Whether this shard evaluates rules now: it leads, renewed within the lease time, and its feed caught up."""

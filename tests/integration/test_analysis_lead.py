@@ -232,6 +232,12 @@ async def test_a_lead_whose_renewal_is_refused_raises_nothing_more(
             await wait_for(lambda: agg.lead is not None and agg.lead.ready(), timeout=20)
             await wait_for(lambda: any(a.node == "node0" for a in fired), timeout=20)  # it leads, and raises
             assert (await query(settings, "stragglers")).meta["analysis_lead"] is True
+            # its consumer lost (as with the NATS server that held it): a new one goes on after the last message read
+            assert agg.lead.feed is not None
+            await js.delete_consumer(settings.aggregator.stream, agg.lead.feed.name)
+            await wait_for(lambda: agg.lead.feed.recreated == 1, timeout=10)
+            agents.faulty.add("node2")
+            await wait_for(lambda: any(a.node == "node2" for a in fired), timeout=10)
             kv = await js.key_value(settings.aggregator.shards.bucket)
 
             async def s1_holds_the_lead() -> None:
@@ -249,7 +255,7 @@ async def test_a_lead_whose_renewal_is_refused_raises_nothing_more(
             await asyncio.sleep(2.0)
             assert not s1.done()
             s1.cancel()
-            assert [a.node for a in fired] == ["node0"]
+            assert [a.node for a in fired] == ["node0", "node2"]
     finally:
         publishing.cancel()
         with contextlib.suppress(asyncio.CancelledError):

@@ -154,7 +154,14 @@ class InspectorSettings(CollectorSettings):
     summary_grace_s: float = Field(
         2.0,
         ge=0,
-        description="a window closes this long after its end; records later than that are counted as late",
+        description="a window closes this long after its end at the least; records later than that are counted as "
+        "late",
+    )
+    summary_max_grace_s: float = Field(
+        15.0,
+        ge=0,
+        description="the most a window waits after its end when the dump files are read late (a starved host or a "
+        "slow dump thread): the wait follows the delay records show on arrival, up to this",
     )
     summary_max_keys: int = Field(
         100_000,
@@ -170,7 +177,7 @@ class InspectorSettings(CollectorSettings):
 
     def summary_ttl(self) -> float:
         """A summary stays valid until the next window's should have come."""
-        return 2 * self.summary_window_s + self.summary_grace_s
+        return 2 * self.summary_window_s + max(self.summary_grace_s, self.summary_max_grace_s)
 
 
 class GpuSettings(CollectorSettings):

@@ -65,6 +65,30 @@ def test_a_record_later_than_the_grace_is_counted_not_summarized() -> None:
     assert s.late == {}
 
 
+def test_the_grace_follows_the_arrival_delay_of_a_starved_reader_up_to_its_bound() -> None:
+    """A host that reads its dumps 6 s behind: with a fixed 2 s grace every window's tail is late (and its processes
+    unjudged); the grace widens to the delay seen on arrival, so from then on nothing is late."""
+    base = RS.dump_ts_us - RS.dump_ts_us % W
+    delay = 6_000_000
+
+    def late_after(s: Summarizer) -> int:
+        for step in range(0, 8 * W, W // 10):  # records every 0.5 s, read `delay` later
+            now = base + step + delay
+            s.add(at(RS, base + step, step))
+            s.close(now)
+        return s.late_total
+
+    fixed, adaptive = late_after(Summarizer(grace_s=2)), late_after(Summarizer(grace_s=2, max_grace_s=15))
+    assert fixed > 40
+    assert adaptive == 0  # the first close already saw the delay
+    bounded = Summarizer(grace_s=2, max_grace_s=15)
+    bounded.add(at(RS, base, 1))
+    assert bounded.grace_at(base + 600 * 1_000_000) == 15_000_000  # an old backlog: never more than the bound
+    assert (
+        bounded.grace_at(base + 700 * 1_000_000) == 2_000_000
+    )  # and forgotten once arrivals are on time again
+
+
 def test_sizes_share_a_power_of_two_bucket_and_add_up_exactly() -> None:
     base = RS.dump_ts_us - RS.dump_ts_us % W
     s = Summarizer()

@@ -41,7 +41,7 @@ class InspectorCollector(StreamingCollector):
         self.cfg = settings
         self.tailer: Tailer | None = None
         self.summarizer = Summarizer(settings.summary_window_s, settings.summary_slice_s, settings.summary_grace_s,
-                                     settings.summary_max_keys)  # fmt: skip
+                                     settings.summary_max_keys, settings.summary_max_grace_s)  # fmt: skip
         self.sampler = RawSampler(settings.raw_rate_per_s)
         self._emit: Emit | None = None
         ctx.add_command("inspector", self._status)

@@ -2,20 +2,26 @@
 size bucket, process) out. The simulator feeds its jobs through this same code.
 
 Windows are aligned to multiples of ``window_s`` in dump time, so every node's windows line up. A window closes once
-the clock passes its end plus ``grace_s`` (the plugin's dump interval and the collector's polling make records arrive a
-little after their dump time); a record whose window has closed already is counted in ``late`` (per key, reported with
-the key's next summary, and in total) and summarized nowhere. What is kept per slice mirrors what the straggler engine
+the clock passes its end plus the grace (the plugin's dump interval and the collector's polling make records arrive a
+little after their dump time): ``grace_s``, or longer while records arrive later than that (a starved host, a slow dump
+thread), following the largest delay seen on arrival over the last ``DELAY_MEMORY_WINDOWS`` windows, up to
+``max_grace_s``; a fixed grace would drop most of a starved host's records as late and leave its processes unjudged.
+A record whose window has closed already is counted in ``late`` (per key, reported with the key's next summary, and in
+total) and summarized nowhere. What is kept per slice mirrors what the straggler engine
 folds raw records into (:mod:`aggregator.analysis.stragglers`), so it sees the same aggregates either way.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.schemas.records.inspector_summary import size_bucket
+
+DELAY_MEMORY_WINDOWS = 6  # how long a seen arrival delay keeps widening the grace
 
 # (comm_id, op_kind, op, size bucket, rank, hostname, pid)
 SummaryKey = tuple[str, str, str, int, int, str, int]
@@ -78,10 +84,13 @@ class Summarizer:
     are counted in ``overflow``."""
 
     def __init__(self, window_s: float = 5.0, slice_s: float = 0.5, grace_s: float = 2.0,
-                 max_keys: int = 100_000) -> None:  # fmt: skip
+                 max_keys: int = 100_000, max_grace_s: float | None = None) -> None:  # fmt: skip
         self.window_us = max(1, round(window_s * 1e6))
         self.slice_us = max(1, min(self.window_us, round(slice_s * 1e6)))
         self.grace_us = round(grace_s * 1e6)
+        self.max_grace_us = max(self.grace_us, round((grace_s if max_grace_s is None else max_grace_s) * 1e6))
+        self.oldest_added_us: int | None = None  # the earliest dump time added since the last close
+        self.delays: deque[tuple[int, int]] = deque()  # (close time, the largest arrival delay then), recent
         self.max_keys = max_keys
         self.windows: dict[int, dict[SummaryKey, _Acc]] = {}
         self.open_keys = 0
@@ -91,6 +100,8 @@ class Summarizer:
 
     def add(self, rec: InspectorRecord) -> None:
         self.records += 1
+        if self.oldest_added_us is None or rec.dump_ts_us < self.oldest_added_us:
+            self.oldest_added_us = rec.dump_ts_us
         start = rec.dump_ts_us - rec.dump_ts_us % self.window_us
         key = (
             rec.comm_id,
@@ -131,9 +142,19 @@ class Summarizer:
             stats = acc.slices[index] = _SliceStats(rec.sn, rec.dump_ts_us)
         stats.add(exec_us, rec.sn, rec.dump_ts_us)
 
+    def grace_at(self, now_us: int) -> int:
+        """The grace (µs) windows get now: ``grace_s``, widened to the largest recent arrival delay."""
+        if self.oldest_added_us is not None:
+            self.delays.append((now_us, now_us - self.oldest_added_us))
+            self.oldest_added_us = None
+        while self.delays and self.delays[0][0] < now_us - DELAY_MEMORY_WINDOWS * self.window_us:
+            self.delays.popleft()
+        recent = max((delay for _, delay in self.delays), default=0)
+        return min(self.max_grace_us, max(self.grace_us, recent))
+
     def close(self, now_us: int) -> list[InspectorSummaryRecord]:
-        """Summaries of the windows that ended at least ``grace_s`` before ``now_us``, oldest first."""
-        horizon = now_us - self.grace_us
+        """Summaries of the windows that ended at least the grace before ``now_us``, oldest first."""
+        horizon = now_us - self.grace_at(now_us)
         closing = sorted(start for start in self.windows if start + self.window_us <= horizon)
         out: list[InspectorSummaryRecord] = []
         for start in closing:

@@ -197,6 +197,7 @@ class LeadFeed:
         self.skipped = 0
         self.lag_s = 0.0
         self.pending = 0
+        self.replay_until = 0  # the stream's last sequence when the feed began: caught up once read that far
         self.unanswered_since: float | None = None  # time.monotonic() since the consumer does not answer
         self.recreated = 0  # consumers made again after a loss
 
@@ -244,6 +245,8 @@ class LeadFeed:
         cfg = self.agg.settings.aggregator
         while True:
             try:
+                if not self.replay_until:
+                    self.replay_until = (await self.js.stream_info(self.stream)).state.last_seq or 1
                 await self._create()
                 break
             except NATS_ERRORS as exc:
@@ -255,7 +258,6 @@ class LeadFeed:
 
     async def _read(self, pull: BoundedPull) -> None:
         """Read into live state until the consumer is lost."""
-        cfg = self.agg.settings.aggregator
         while True:
             try:
                 msgs = await pull.fetch(timeout=1.0)
@@ -272,8 +274,8 @@ class LeadFeed:
             meta = msgs[-1].metadata
             self.pending = meta.num_pending or 0
             self.lag_s = max(0.0, time.time() - meta.timestamp.timestamp()) if meta.timestamp else 0.0
-            if not self.pending or self.lag_s <= cfg.alerts.max_ingest_behind_s:
-                self.caught_up.set()  # at the stream's end, or near enough for the rules
+            if not self.pending or self.last_seq >= self.replay_until:
+                self.caught_up.set()  # read all that the stream held when the lead began: its state is whole
             await asyncio.sleep(0)  # a long replay must not starve the ticks and the lease
 
     async def _lost(self) -> bool:
@@ -363,6 +365,7 @@ class AnalysisLead:
     async def round(self) -> None:
         """Take or renew the lead; stop leading when that fails or the feed failed."""
         held: bool | None = None  # None: the bucket did not answer (a NATS server lost); ready() sees the age
+        asked_at = time.monotonic()  # the bucket's TTL runs from before its answer: count from the question
         try:
             held = await self.leases.hold(LEAD_KEY)
             if held and self.rounds % PURGE_EVERY_ROUNDS == 0:
@@ -371,7 +374,7 @@ class AnalysisLead:
             log.warning("analysis lead: lease round failed (%s)", exc)
         self.rounds += 1
         if held:
-            self.renewed_at = time.monotonic()
+            self.renewed_at = asked_at
         stale = time.monotonic() - self.renewed_at >= self.ttl_s
         if self.leading and (held is False or stale):
             await self._step_down(

@@ -18,11 +18,12 @@ import nats
 
 from ranksight.aggregator.alerts import AlertEngine, Condition
 from ranksight.aggregator.api.client import query
-from ranksight.aggregator.lead import LEAD_KEY, AlertBook, drain_key
-from ranksight.aggregator.runtime import ensure_stream
+from ranksight.aggregator.lead import LEAD_KEY, AlertBook, LeadFeed, drain_key
+from ranksight.aggregator.runtime import Aggregator, ensure_stream
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import iso
+from ranksight.aio import cancel_all
 from ranksight.config import AlertSettings, Settings
 from ranksight.kvlease import key_value
 from ranksight.natsconn import connect
@@ -63,13 +64,13 @@ class Agents:
         try:
             while not self.stop.is_set():
                 for node in NODES:
-                    await self._publish(js, node)
+                    await self.publish(js, node)
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self.stop.wait(), interval_s)
         finally:
             await nc.close()
 
-    async def _publish(self, js: nats.js.JetStreamContext, node: str) -> None:
+    async def publish(self, js: nats.js.JetStreamContext, node: str) -> None:
         self.seq[node] += 1
         record = GpuRecord(index=0, name="sim", ecc_uncorrectable=3 if node in self.faulty else 0)
         env = Envelope(type=event_type("gpu"), cluster=self.settings.cluster, node=node,
@@ -312,5 +313,32 @@ async def test_a_shard_that_led_before_announces_nothing_from_its_history(settin
         async with aggregator(settings) as agg:
             assert agg.lead is not None and not agg.lead.leading
             assert not agg.engine.active
+    finally:
+        await nc.close()
+
+
+async def test_the_feed_is_caught_up_once_it_read_what_the_stream_held(settings: Settings) -> None:
+    """The lead evaluates only once its state holds every message the stream had when it began to lead: a rule run on
+    half a replay would resolve the alerts of the nodes not read yet, and fire them again a batch later."""
+    settings = _sharded(settings).model_copy(update={"aggregator": _sharded(settings).aggregator.model_copy(
+        update={"fetch_batch": 10})})  # fmt: skip
+    nc, _ = await _observer(settings)
+    agents = Agents(settings, set())
+    try:
+        js = nc.jetstream()
+        for _ in range(20):
+            for node in NODES:
+                await agents.publish(js, node)
+        agg = Aggregator(settings)
+        agg.nc = nc
+        feed = LeadFeed(agg, js, agg.new_state(), "s0")
+        reading = asyncio.create_task(feed.run())
+        try:
+            await asyncio.wait_for(feed.caught_up.wait(), 20)
+            assert feed.messages >= 20 * len(NODES)
+        finally:
+            await cancel_all([reading])
+            feed.state.stragglers.close()
+            agg.state.stragglers.close()
     finally:
         await nc.close()

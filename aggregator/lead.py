@@ -279,10 +279,10 @@ class LeadFeed:
             await asyncio.sleep(0)  # a long replay must not starve the ticks and the lease
 
     async def _lost(self) -> bool:
-        """Nothing came: the feed is caught up, unless the consumer is gone or has not answered for a lease time (its
-        server lost: the consumer is in memory, on one server); then True."""
+        """Nothing came: the feed is caught up if the consumer has nothing pending; True when the consumer is gone or
+        has not answered for a lease time (its server lost: the consumer is in memory, on one server)."""
         try:
-            await self.js.consumer_info(self.stream, self.name)
+            info = await self.js.consumer_info(self.stream, self.name)
         except nats.js.errors.NotFoundError:
             why = "is gone"
         except NATS_ERRORS:
@@ -293,8 +293,10 @@ class LeadFeed:
             why = "does not answer"
         else:
             self.unanswered_since = None
-            self.pending = 0
-            self.caught_up.set()
+            # an empty fetch alone proves nothing (an earlier request's end arriving late ends it)
+            self.pending = info.num_pending or 0
+            if not self.pending:
+                self.caught_up.set()
             return False
         log.warning(
             "analysis lead: consumer %s %s; resuming after stream sequence %d", self.name, why, self.last_seq

@@ -8,6 +8,7 @@ request per timeout and a busy one is read in full batches.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 
@@ -35,10 +36,11 @@ class BoundedPull:
         return self
 
     async def stop(self) -> None:
-        """Stop receiving (a reader that ends while the connection stays: the analysis lead's feed)."""
+        """Unsubscribe the inbox (a sharded aggregator starts and stops one pull per partition it holds)."""
         if self._sub is not None:
-            await self._sub.unsubscribe()
-            self._sub = None
+            sub, self._sub = self._sub, None
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
 
     async def fetch(self, timeout: float) -> list[Msg]:
         """Up to ``batch`` messages of at most ``max_bytes`` together; [] when none came within ``timeout``."""

@@ -306,6 +306,12 @@ class Aggregator:
         pull = await BoundedPull(
             self.nc, cfg.stream, durable, cfg.fetch_batch, cfg.ingest.fetch_max_bytes
         ).start()
+        try:
+            await self._pull_until(pull, stop, nodes)
+        finally:
+            await pull.stop()
+
+    async def _pull_until(self, pull: BoundedPull, stop: asyncio.Event, nodes: set[NodeKey] | None) -> None:
         # A flag, not only cancellation: on Python 3.11 asyncio.wait_for (inside nats-py) can swallow a cancel.
         while not (stop.is_set() or self._stopping.is_set()):
             try:

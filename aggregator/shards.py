@@ -5,11 +5,12 @@ Every shard keeps ``member.<shard_id>`` fresh in the shards' KV bucket and renew
 function of the live members (:func:`assignment`), so every shard computes the same answer from the same members, and a
 member joining or leaving moves few partitions. Each round a shard:
 
-- renews what it holds; a renewal refused (someone else holds the key now) stops that partition's ingest at once;
+- renews what it holds; a renewal refused (someone else holds the key now), or none possible for a lease time (the
+  bucket lost with a NATS server), stops that partition's ingest at once;
 - releases what is no longer its own: that partition's ingest stops after the batch in hand is committed and
   acknowledged, then the lease is deleted, so the new owner takes it at its next round without waiting for expiry;
 - takes its own partitions that are free, and any partition left free longer than a lease time (its owner-to-be does
-  not take it).
+  not take it), which it then keeps while the members stay the same.
 
 Whoever holds ``partition.<p>`` consumes the durable consumer ``<aggregator.durable>-p<p>``, so a new owner resumes where
 the last owner's acknowledgements stopped.
@@ -87,6 +88,9 @@ class PartitionIngest:
     nodes: set[NodeKey] = field(default_factory=set)
     releasing: bool = False
     renewed_at: float = field(default_factory=time.monotonic)
+    # Taken though another member's share because it stayed free for a lease time: kept while these are the members
+    # (giving it back to a member that does not take it would only repeat that every lease time).
+    adopted_among: tuple[str, ...] = ()
 
 
 IngestFactory = Callable[[int, asyncio.Event, set[NodeKey]], Coroutine[Any, Any, None]]
@@ -146,18 +150,26 @@ class ShardOwner:
         self.members = sorted({k[len(MEMBER) :] for k in keys if k.startswith(MEMBER)} | {self.shard_id})
         mine = {p for p, m in assignment(self.partitions, self.members).items() if m == self.shard_id}
         await self._renew()
+        members = tuple(self.members)
+        for partition, part in list(self.held.items()):
+            if partition not in mine and not part.releasing and part.adopted_among != members:
+                self._begin_release(partition)
         await self._finish_releases()
-        for partition in [p for p, part in self.held.items() if p not in mine and not part.releasing]:
-            self._begin_release(partition)
         now = time.monotonic()
-        taken = {int(k[len(PARTITION) :]) for k in keys if k.startswith(PARTITION)}
+        taken = {
+            int(k[len(PARTITION) :])
+            for k in keys
+            if k.startswith(PARTITION) and k[len(PARTITION) :].isdigit()
+        }
         for partition in range(self.partitions):
             if partition in taken or partition in self.held:
                 self._free_since.pop(partition, None)
                 continue
             free_since = self._free_since.setdefault(partition, now)
-            if partition in mine or now - free_since >= self.ttl_s:
+            if partition in mine:
                 await self._take(partition)
+            elif now - free_since >= self.ttl_s:
+                await self._take(partition, adopted_among=members)
         await self._publish_member(kv)
 
     def _check_ingest(self) -> None:
@@ -207,8 +219,8 @@ class ShardOwner:
         self.forget(part.nodes)
 
     async def _finish_releases(self) -> None:
-        """Release the leases of partitions whose ingest has stopped (bounded by one round: a slow commit keeps the
-        lease renewed until the next)."""
+        """Release the leases of partitions whose ingest has stopped, waiting for that up to a round (a slow commit
+        keeps the lease renewed until a later round)."""
         stopping = {p: part for p, part in self.held.items() if part.releasing}
         if not stopping:
             return
@@ -225,12 +237,13 @@ class ShardOwner:
         part.releasing = True
         part.stop.set()
 
-    async def _take(self, partition: int) -> None:
+    async def _take(self, partition: int, adopted_among: tuple[str, ...] = ()) -> None:
         if not await self.leases.hold(partition_key(partition)):
             return
         stop = asyncio.Event()
         nodes: set[NodeKey] = set()
-        self.held[partition] = PartitionIngest(self._start(partition, stop, nodes), stop, nodes)
+        task = self._start(partition, stop, nodes)
+        self.held[partition] = PartitionIngest(task, stop, nodes, adopted_among=adopted_among)
         self._free_since.pop(partition, None)
         log.info("shard %s holds partition %d", self.shard_id, partition)
 

@@ -8,11 +8,13 @@ each one, so a record found twice, or nowhere, is exact.
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +27,9 @@ from ranksight.aggregator.runtime import ensure_stream
 from ranksight.aggregator.shards import MEMBER, PARTITION
 from ranksight.config import Settings
 from ranksight.natsconn import connect
+from ranksight.natsserver import NatsCluster, NatsServer
 from tests.loadgen import SyntheticAgent
-from tests.support import ranksight_cmd, settings_env
+from tests.support import ranksight_cmd, settings_env, wait_for
 
 RecordKey = tuple[str, int]  # agent incarnation, counter
 
@@ -90,7 +93,17 @@ class ShardTopology:
         aggregator = self.settings.aggregator.model_copy(update={"shards": shards})
         nc = await connect(self.settings.nats, "test-shard-stream")
         try:
-            await ensure_stream(nc.jetstream(), self.settings.model_copy(update={"aggregator": aggregator}))
+            for attempt in range(
+                3
+            ):  # creating a stream on 3 servers can outlast the API timeout on a loaded machine
+                try:
+                    await ensure_stream(
+                        nc.jetstream(), self.settings.model_copy(update={"aggregator": aggregator})
+                    )
+                    return
+                except nats.errors.TimeoutError:
+                    if attempt == 2:
+                        raise
         finally:
             await nc.close()
 
@@ -98,6 +111,8 @@ class ShardTopology:
         env = settings_env(self.settings)
         env.update(
             RANKSIGHT_STATE_DIR=str(self.root / shard_id),
+            RANKSIGHT_SUBJECT_PREFIX=self.settings.subject_prefix,
+            RANKSIGHT_AGGREGATOR__STREAM=self.settings.aggregator.stream,
             RANKSIGHT_NATS__JETSTREAM_REPLICAS=str(self.settings.nats.jetstream_replicas),
             RANKSIGHT_AGGREGATOR__ACK_WAIT_S=str(self.settings.aggregator.ack_wait_s),
             RANKSIGHT_AGGREGATOR__SHARDS__PARTITIONS=str(self.partitions),
@@ -169,14 +184,19 @@ class ShardTopology:
             and all(members[s] == held[s] for s in wanted)
         )
 
+    def durables(self) -> list[str]:
+        """The aggregators' durable consumers: one per partition (one in all when not sharded)."""
+        durable = self.settings.aggregator.durable
+        return [f"{durable}-p{p}" for p in range(self.partitions)] if self.partitions else [durable]
+
     async def drained(self) -> bool:
-        """Every partition's durable consumer has delivered and had acknowledged everything."""
+        """Every durable consumer has delivered and had acknowledged everything."""
         cfg = self.settings.aggregator
         nc = await connect(self.settings.nats, "test-shard-drained")
         try:
             js = nc.jetstream()
-            for partition in range(self.partitions):
-                info = await js.consumer_info(cfg.stream, f"{cfg.durable}-p{partition}")
+            for durable in self.durables():
+                info = await js.consumer_info(cfg.stream, durable)
                 if info.num_pending or info.num_ack_pending:
                     return False
             return True
@@ -248,3 +268,59 @@ def tally(published: Iterable[RecordKey], shards: Iterable[Shard]) -> Tally:
 def published(agents: Iterable[SyntheticAgent]) -> list[RecordKey]:
     """Every record the synthetic agents emitted (their counters run 0 .. sent - 1)."""
     return [(a.incarnation, i) for a in agents for i in range(a.sent)]
+
+
+async def bucket_leader(settings: Settings, cluster: NatsCluster) -> NatsServer:
+    """The server leading the shards' KV bucket (its stream)."""
+    nc = await connect(settings.nats, "test-bucket-leader")
+    try:
+        info = await nc.jetstream().stream_info(f"KV_{settings.aggregator.shards.bucket}")
+    finally:
+        await nc.close()
+    assert info.cluster is not None
+    return next(s for s in cluster.servers if s.cluster and s.cluster.name == info.cluster.leader)
+
+
+@dataclass
+class Failover:
+    takeover_s: float  # from the shard's SIGKILL until the survivors hold every partition
+    tally: Tally
+
+
+async def failover(
+    topology: ShardTopology,
+    cluster: NatsCluster,
+    agents: list[SyntheticAgent],
+    victim: str,
+    rounds: int,
+    chunk: int,
+) -> Failover:
+    """With every shard of ``topology`` settled, ``agents`` publish ``chunk`` records each every 0.1 s for ``rounds``;
+    2 s in, the server leading the shards' bucket is SIGKILLed (the hard case: the leases' stream elects a new leader
+    meanwhile), 1 s later the shard ``victim``. Waits for the takeover, for every record to be delivered and
+    acknowledged, then stops the live shards and counts where every record went."""
+    server = await bucket_leader(topology.settings, cluster)
+    assert server.process is not None
+
+    async def produce() -> None:
+        for _ in range(rounds):
+            for a in agents:
+                await a.emit(chunk)
+            await asyncio.sleep(0.1)
+
+    producer = asyncio.create_task(produce())
+    await asyncio.sleep(2)
+    server.process.send_signal(signal.SIGKILL)
+    server.process.wait(10)
+    await asyncio.sleep(1)
+    killed_at = time.monotonic()
+    topology.shards[victim].kill()
+    survivors = [shard.shard_id for shard in topology.live]
+    await wait_for(lambda: topology.settled(survivors), timeout=topology.lease_ttl_s + 30, interval=0.2)
+    takeover_s = time.monotonic() - killed_at
+    await producer
+    for a in agents:
+        assert await a.flush(60), "an agent could not deliver after the loss of one server"
+    await wait_for(topology.drained, timeout=60, interval=0.5)
+    topology.stop()
+    return Failover(takeover_s, tally(published(agents), topology.shards.values()))

@@ -37,6 +37,14 @@ class LaggingRank:
     coll_sn: int  # the last one it reported
 
 
+def comm_hash(comm_id: str) -> int | str:
+    """A communicator hash as a number: Inspector and RAS may print it with different leading zeros."""
+    try:
+        return int(comm_id, 16)
+    except ValueError:
+        return comm_id
+
+
 @dataclass(frozen=True)
 class Hang:
     """One stalled communicator collective whose lagging ranks went silent behind their peers."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ranksight.aggregator.alerts import Condition, Rule
-from ranksight.aggregator.analysis.hangs import lagging_evidence
+from ranksight.aggregator.analysis.hangs import comm_hash, lagging_evidence
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.jobs import JobState, process_key
 from ranksight.aggregator.timefmt import iso
@@ -168,9 +168,11 @@ class CommHangRule:
                 c for c in comms if c.lag_polls >= LAG_POLLS
             ]  # some ranks never entered what peers wait in
             ran = [c for c in comms if c.op_total]
-            silent = state.stragglers.hangs(
-                job.cluster, now_ns
-            )  # the same hang seen by Inspector silence: at once
+            # the same hang seen by Inspector silence, in this job's communicators: at once
+            hashes = {comm_hash(h) for h in job.comms}
+            silent = [
+                h for h in state.stragglers.hangs(job.cluster, now_ns) if comm_hash(h.comm_id) in hashes
+            ]
             if (
                 not stuck
                 and not silent

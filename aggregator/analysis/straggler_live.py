@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.analysis.gpu_probe import gpu_evidence
-from ranksight.aggregator.analysis.hangs import lagging_evidence
+from ranksight.aggregator.analysis.hangs import Hang, comm_hash, lagging_evidence
 from ranksight.aggregator.analysis.ras import node_of
 from ranksight.aggregator.analysis.stragglers import Finding
 from ranksight.aggregator.state import LiveState
@@ -78,19 +78,11 @@ def _link_notes(state: LiveState, cluster: str, hostname: str) -> list[str]:
             and v < 0.7 * typical]  # fmt: skip
 
 
-def _comm_hash(comm_id: str) -> int | str:
-    """A communicator hash as a number: Inspector and RAS may print it with different leading zeros."""
-    try:
-        return int(comm_id, 16)
-    except ValueError:
-        return comm_id
-
-
 def job_of(state: LiveState, cluster: str, comm_ids: list[str]) -> JobState | None:
     """The RAS-watched job whose communicators the finding's processes are in (the latest, if a hash recurs)."""
-    wanted = {_comm_hash(c) for c in comm_ids}
+    wanted = {comm_hash(c) for c in comm_ids}
     jobs = [job for job in state.jobs.jobs.values()
-            if job.cluster == cluster and any(_comm_hash(h) in wanted for h in job.comms)]  # fmt: skip
+            if job.cluster == cluster and any(comm_hash(h) in wanted for h in job.comms)]  # fmt: skip
     return max(jobs, key=lambda job: job.first_seen_ns, default=None)
 
 
@@ -127,21 +119,17 @@ class StragglerRule:
 
 class CollectiveHangRule:
     """One alert per cluster whose collectives stalled with ranks silent behind their peers (Inspector silence, ring
-    capture); it names them, their communicators, collectives and nodes. Where RAS watches a live job of the cluster,
-    its ``comm_hang`` is the one hang alert (it fires on this signal at once and carries these ranks as
-    ``inspector_lagging``), so this rule stays quiet: one incident per cause."""
+    capture); it names them, their communicators, collectives and nodes. A stall in the communicators of a job RAS
+    watches is not this rule's: while the job lives its ``comm_hang`` is the one hang alert (it fires on this signal
+    at once and carries these ranks as ``inspector_lagging``), and once it has ended its last collectives are its end,
+    not a hang: one incident per cause."""
 
     name = "collective_hang"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
-        ras_watched = {
-            job.cluster
-            for job in state.jobs.live()
-            if any(c.op_total is not None for c in job.comms.values())
-        }
         for cluster in list(state.stragglers.hang_finders):
-            hangs = state.stragglers.hangs(cluster, now_ns)
-            if not hangs or cluster in ras_watched:
+            hangs = [h for h in state.stragglers.hangs(cluster, now_ns) if not _spoken_for(state, cluster, h)]
+            if not hangs:
                 continue
             rows = lagging_evidence(hangs)
             procs = list(dict.fromkeys((str(r["hostname"]), int(str(r["pid"]))) for r in rows))
@@ -169,6 +157,16 @@ class CollectiveHangRule:
                     "stalled_s": round(first.stalled_s, 1),
                 },
             )
+
+
+def _spoken_for(state: LiveState, cluster: str, hang: Hang) -> bool:
+    """Whether RAS speaks for this stall: its job has ended, or is live with op counts (its ``comm_hang`` judges)."""
+    job = job_of(state, cluster, [hang.comm_id])
+    if job is None:
+        return False
+    return job.state == "ended" or (
+        job.state == "running" and any(c.op_total is not None for c in job.comms.values())
+    )
 
 
 def summary(f: Finding, notes: list[str]) -> str:

@@ -37,3 +37,25 @@ def test_one_holder_renewal_expiry_and_release(tmp_path: Path) -> None:
         asyncio.run(scenario())
     finally:
         server.stop()
+
+
+def test_a_restarted_holder_renews_its_own_lease_at_once(tmp_path: Path) -> None:
+    """A new incarnation of the same holder (a restarted shard keeps its shard_id) knows no revision of its lease: it
+    renews it rather than wait for it to expire, while another holder still cannot take it."""
+    server = NatsServer(tmp_path).start()
+
+    async def scenario() -> None:
+        nc = await nats.connect(server.url)
+        js = nc.jetstream()
+        before = KvLeases(js, "leases", ttl_s=30.0, holder="shard-a")
+        assert await before.hold("partition.0")
+        after = KvLeases(js, "leases", ttl_s=30.0, holder="shard-a")
+        assert await after.hold("partition.0")
+        assert not await KvLeases(js, "leases", ttl_s=30.0, holder="shard-b").hold("partition.0")
+        assert await after.hold("partition.0")  # and renews it from then on
+        await nc.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        server.stop()

@@ -1,23 +1,19 @@
 """Sharded ingest across failures: 3 NATS servers (stream and KV on all three), 3 ``ranksight aggregator`` shards with
-their own DuckDB files, 12 simulated agents publishing steadily; one NATS server and one shard are SIGKILLed
-mid-stream. Every record ends up in exactly one live shard or in the killed shard's file, none twice in any one file,
-and the killed shard's partitions are taken over within the lease time and a few seconds.
+their own DuckDB files, 12 simulated agents publishing steadily; the server leading the leases' bucket and one shard
+are SIGKILLed mid-stream. Every record ends up in exactly one live shard or in the killed shard's file, none twice in
+any one file, and the killed shard's partitions are taken over within the lease time and a few seconds.
 
 The one way a record can be in two files is counted apart and bounded: the killed shard committed it and died before
 its acknowledgement reached the stream, so the stream redelivered it to the partition's new owner."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import time
 from pathlib import Path
 
 from ranksight.config import Settings
-from ranksight.natsconn import connect
-from ranksight.natsserver import NatsCluster, NatsServer
+from ranksight.natsserver import NatsCluster
 from tests.loadgen import SyntheticAgent
-from tests.shard_topology import ShardTopology, published, tally
+from tests.shard_topology import ShardTopology, failover
 from tests.support import wait_for
 
 PARTITIONS = 6
@@ -25,16 +21,6 @@ LEASE_TTL_S = 10.0  # above a JetStream leader election on a loaded 2-core machi
 AGENTS = 12
 ROUNDS = 100  # every 0.1 s each agent publishes a batch: the stream goes on well past the takeover
 CHUNK = 20
-
-
-async def bucket_leader(settings: Settings, cluster: NatsCluster) -> NatsServer:
-    nc = await connect(settings.nats, "test-bucket-leader")
-    try:
-        info = await nc.jetstream().stream_info(f"KV_{settings.aggregator.shards.bucket}")
-    finally:
-        await nc.close()
-    assert info.cluster is not None and info.config.num_replicas == 3
-    return next(s for s in cluster.servers if s.cluster and s.cluster.name == info.cluster.leader)
 
 
 async def test_a_shard_and_a_nats_server_killed_mid_stream_lose_nothing(
@@ -52,31 +38,7 @@ async def test_a_shard_and_a_nats_server_killed_mid_stream_lose_nothing(
         agents = [
             await SyntheticAgent(settings, f"sim-{i}", records_per_batch=CHUNK).start() for i in range(AGENTS)
         ]
-        victim = topology.shards["shard-b"]
-        # the hard case: the server leading the leases' bucket (its stream re-elects a leader meanwhile)
-        server = await bucket_leader(settings, nats_cluster)
-        assert server.process is not None
-
-        async def produce() -> None:
-            for _ in range(ROUNDS):
-                for a in agents:
-                    await a.emit(CHUNK)
-                await asyncio.sleep(0.1)
-
-        producer = asyncio.create_task(produce())
-        await asyncio.sleep(2)
-        server.process.send_signal(signal.SIGKILL)
-        server.process.wait(10)
-        await asyncio.sleep(1)
-        killed_at = time.monotonic()
-        victim.kill()
-        survivors = [i for i in ids if i != victim.shard_id]
-        await wait_for(lambda: topology.settled(survivors), timeout=LEASE_TTL_S + 30, interval=0.2)
-        takeover_s = time.monotonic() - killed_at
-        await producer
-        for a in agents:
-            assert await a.flush(60), "an agent could not deliver after the loss of one server"
-        await wait_for(topology.drained, timeout=60, interval=0.5)
+        outcome = await failover(topology, nats_cluster, agents, "shard-b", ROUNDS, CHUNK)
     except BaseException:
         print(topology.logs())
         raise
@@ -84,12 +46,12 @@ async def test_a_shard_and_a_nats_server_killed_mid_stream_lose_nothing(
         for a in agents:
             await a.close()
         topology.stop()
-    result = tally(published(agents), topology.shards.values())
-    print(f"\n{result}; takeover {takeover_s:.1f} s (lease {LEASE_TTL_S:g} s)")
+    result = outcome.tally
+    print(f"\n{result}; takeover {outcome.takeover_s:.1f} s (lease {LEASE_TTL_S:g} s)")
     assert result.published == AGENTS * ROUNDS * CHUNK
     assert result.lost == 0 and result.stray == 0
     assert result.doubled_in_a_shard == dict.fromkeys(ids, 0)
     assert result.doubled_across_live == 0
     # what the new owner got again was committed in the killed shard's last moments: the acknowledgement window
     assert result.last_kill_commit_age_s <= settings.aggregator.ack_wait_s + 2
-    assert takeover_s <= LEASE_TTL_S + 8, "the killed shard's partitions were not taken over in time"
+    assert outcome.takeover_s <= LEASE_TTL_S + 8, "the killed shard's partitions were not taken over in time"

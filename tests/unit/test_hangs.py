@@ -178,19 +178,54 @@ def test_collective_hang_rule_fires_one_alert_naming_ranks_and_node_then_resolve
     assert resolved.state == "resolved" and resolved.fingerprint == alert.fingerprint
 
 
-def test_a_cluster_ras_watches_gets_comm_hang_only_with_the_inspector_ranks_in_it() -> None:
+def ras_job(state: LiveState, job_id: str, hashes: list[str], op_changed_ns: int, now: int) -> JobState:
+    """A RAS-watched job of cluster c whose communicators (op counts) are ``hashes``."""
+    job = JobState(cluster="c", job_id=job_id, endpoint="node000:28028", node="node000",
+                   first_seen_ns=op_changed_ns - 60 * NS, last_poll_ns=now, expires_ns=now + 60 * NS, polls=5,
+                   ranks=16)  # fmt: skip
+    for h in hashes:
+        job.comms[h] = CommState(hash=h, size=16, status="RUNNING", errors=[], missing_ranks=[],
+                                 rank_status={"RUNNING": 16}, op_total=1234, op_changed_ns=op_changed_ns)  # fmt: skip
+    state.jobs.jobs[("c", job_id)] = job
+    return job
+
+
+def hung_state() -> tuple[LiveState, int, list[str]]:
+    """Cluster c with HUNG's stall visible to the hang finder; the stalled communicators' hashes, as RAS prints them
+    (without the leading zeros Inspector may keep)."""
     state = LiveState()
     state.stragglers.configure(StragglerSettings(hang_quiet_s=3.0))
     last = feed(state, records(HUNG), 1_000 * NS)
     now = last + 5 * NS
-    job = JobState(cluster="c", job_id="j1", endpoint="node000:28028", node="node000", first_seen_ns=last - 60 * NS,
-                   last_poll_ns=now, expires_ns=now + 60 * NS, polls=5, ranks=16)  # fmt: skip
-    job.comms["0xabc"] = CommState(hash="0xabc", size=16, status="RUNNING", errors=[], missing_ranks=[],
-                                   rank_status={"RUNNING": 16}, op_total=1234, op_changed_ns=last)  # fmt: skip
-    state.jobs.jobs[("c", "j1")] = job
     state.tick(now)
+    hashes = sorted({hex(int(h.comm_id, 16)) for h in state.stragglers.hangs("c", now)})
+    assert hashes
+    return state, now, hashes
+
+
+def hang_rules(state: LiveState, now: int) -> list[tuple[str, str | None]]:
+    alerts = AlertEngine().evaluate(default_rules(), state, now)
+    return [(a.rule, a.job) for a in alerts if a.rule in ("comm_hang", "collective_hang")]
+
+
+def test_a_cluster_ras_watches_gets_comm_hang_only_with_the_inspector_ranks_in_it() -> None:
+    state, now, hashes = hung_state()
+    ras_job(state, "j1", hashes, op_changed_ns=now - 5 * NS, now=now)
     # the op counts last moved 5 s ago, far under hang_after_s: the Inspector signal fires the job's one alert now
     alerts = AlertEngine().evaluate(default_rules(), state, now)
     assert [a.rule for a in alerts if a.rule in ("comm_hang", "collective_hang")] == ["comm_hang"]
     [hang_alert] = [a for a in alerts if a.rule == "comm_hang"]
     assert {r["hostname"] for r in hang_alert.evidence["inspector_lagging"]} == {"node002"}
+
+
+def test_a_stall_in_another_jobs_communicators_is_not_this_jobs_hang() -> None:
+    """The 32-node demo: a stall seen in the previous run's communicators fired comm_hang for the next run."""
+    state, now, _ = hung_state()
+    ras_job(state, "next-run", ["0x1", "0x2"], op_changed_ns=now - 1 * NS, now=now)
+    assert hang_rules(state, now) == [("collective_hang", None)]  # the stall is in comms no RAS job holds
+
+
+def test_a_stall_in_an_ended_jobs_communicators_is_its_end_not_a_hang() -> None:
+    state, now, hashes = hung_state()
+    ras_job(state, "j1", hashes, op_changed_ns=now - 5 * NS, now=now).state = "ended"
+    assert hang_rules(state, now) == []

@@ -53,9 +53,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 LEAD_KEY = "lead"
 FIRING, PENDING, SILENCE, DRAIN = "firing.", "pending.", "silence.", "drain."
-PURGE_EVERY_ROUNDS = (
-    100  # the lead removes ended silences from the bucket every this many rounds (and at first)
-)
+PURGE_EVERY_ROUNDS = 100  # the lead removes ended silences from the bucket every this many lease rounds
+YIELD_EVERY_S = 0.02  # the feed lets the event loop run (leases, ingest, queries) at least this often
 
 
 def drain_key(cluster: str, node: str) -> str:
@@ -269,14 +268,18 @@ class LeadFeed:
                 log.warning("analysis lead: fetch failed (%s); retrying", exc)
                 await asyncio.sleep(0.5)
                 continue
+            yielded = time.monotonic()
             for msg in msgs:
                 self._observe(msg.subject, msg.data, msg.metadata)
+                if time.monotonic() - yielded > YIELD_EVERY_S:  # a replay must not starve this shard's leases
+                    await asyncio.sleep(0)
+                    yielded = time.monotonic()
             meta = msgs[-1].metadata
             self.pending = meta.num_pending or 0
             self.lag_s = max(0.0, time.time() - meta.timestamp.timestamp()) if meta.timestamp else 0.0
             if not self.pending or self.last_seq >= self.replay_until:
                 self.caught_up.set()  # read all that the stream held when the lead began: its state is whole
-            await asyncio.sleep(0)  # a long replay must not starve the ticks and the lease
+            await asyncio.sleep(0)
 
     async def _lost(self) -> bool:
         """Nothing came: the feed is caught up if the consumer has nothing pending; True when the consumer is gone or

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import nats.errors
 from nats.js import JetStreamContext
 
 from ranksight.agent.backoff import backoff_s
@@ -115,6 +116,18 @@ class Publisher:
             await asyncio.wait_for(future, self._ack_timeout)
         except asyncio.CancelledError:
             raise
+        except nats.errors.MaxPayloadError:
+            # one record over the server's max_payload (batches are split down to one record): it can never be
+            # sent, and retrying it would hold its source's place forever; said loudly, counted, and passed
+            self.stats.dropped += 1
+            log.error(
+                "dropped %s: %d bytes, over the NATS server's max_payload (one record alone; raise the server's "
+                "max_payload, e.g. deploy/nats/nats-server.conf)",
+                msg.subject,
+                len(msg.payload),
+            )
+            for callback in msg.on_ack:
+                callback()
         except Exception as exc:
             self.stats.retries += 1
             if msg.attempts == 1 or msg.attempts % 20 == 0:

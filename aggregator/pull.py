@@ -3,14 +3,16 @@
 A JetStream pull request (``$JS.API.CONSUMER.MSG.NEXT.<stream>.<durable>``) takes ``batch`` and ``max_bytes``; the
 server ends it with a status message (404 no messages, 408 expired, 409 limit reached). Each fetch first asks without
 waiting for what is there; when nothing is, it waits up to ``timeout`` for one message, so a quiet stream costs one
-request per timeout and a busy one is read in full batches.
+request per timeout and a busy one is read in full batches. Deliveries are collected by a subscription callback (not
+``next_msg``, which makes two tasks and a uuid4 per message: a fifth of the event loop's time at 4k messages/s); one
+that comes after its request ended is kept for the next fetch.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-import time
 
 import nats.errors
 from nats.aio.client import Client
@@ -30,9 +32,12 @@ class BoundedPull:
         self.max_bytes = max(max_bytes, 2 * nc.max_payload)
         self.inbox = nc.new_inbox()
         self._sub: Subscription | None = None
+        self._delivered: list[Msg] = []
+        self._wanted = 0
+        self._ended = asyncio.Event()
 
     async def start(self) -> BoundedPull:
-        self._sub = await self.nc.subscribe(self.inbox)
+        self._sub = await self.nc.subscribe(self.inbox, cb=self._on_msg)
         return self
 
     async def stop(self) -> None:
@@ -41,6 +46,15 @@ class BoundedPull:
             sub, self._sub = self._sub, None
             with contextlib.suppress(nats.errors.Error):
                 await sub.unsubscribe()
+
+    async def _on_msg(self, msg: Msg) -> None:
+        status = msg.headers.get(Header.STATUS) if msg.headers else None
+        if status is None:
+            self._delivered.append(msg)
+            if len(self._delivered) >= self._wanted:
+                self._ended.set()
+        elif status in _END:
+            self._ended.set()  # this request is over (or an earlier one's end came late: harmless, the next asks again)
 
     async def fetch(self, timeout: float) -> list[Msg]:
         """Up to ``batch`` messages of at most ``max_bytes`` together; [] when none came within ``timeout``."""
@@ -56,17 +70,11 @@ class BoundedPull:
 
     async def _request(self, request: dict[str, object], timeout: float) -> list[Msg]:
         assert self._sub is not None, "start() first"
-        await self.nc.publish(self.subject, json.dumps(request).encode(), reply=self.inbox)
-        deadline = time.monotonic() + timeout
-        msgs: list[Msg] = []
-        while len(msgs) < int(request["batch"]):  # type: ignore[call-overload]
-            try:
-                msg = await self._sub.next_msg(timeout=max(0.001, deadline - time.monotonic()))
-            except nats.errors.TimeoutError:
-                break
-            status = msg.headers.get(Header.STATUS) if msg.headers else None
-            if status is None:
-                msgs.append(msg)
-            elif status in _END:
-                break  # this request is over (or an earlier one's end arrived late: harmless, the next one asks again)
+        self._wanted = int(request["batch"])  # type: ignore[call-overload]
+        self._ended.clear()
+        if len(self._delivered) < self._wanted:  # else: enough came after an earlier request ended
+            await self.nc.publish(self.subject, json.dumps(request).encode(), reply=self.inbox)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._ended.wait(), timeout)
+        msgs, self._delivered = self._delivered[: self._wanted], self._delivered[self._wanted :]
         return msgs

@@ -28,9 +28,10 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
 from ranksight.aggregator.analysis.rules import default_rules
-from ranksight.aggregator.api.service import start_service
+from ranksight.aggregator.api.front import QueryFront
+from ranksight.aggregator.api.service import start_services
 from ranksight.aggregator.api.sql import SqlSandbox
-from ranksight.aggregator.history import retention_loop
+from ranksight.aggregator.history import retention_loop, shard_export_loop
 from ranksight.aggregator.http.server import HttpFace
 from ranksight.aggregator.lead import AnalysisLead
 from ranksight.aggregator.probes import ProbePlanner
@@ -119,6 +120,7 @@ class Aggregator:
         self.rules = rules if rules is not None else default_rules(settings)
         self.engine = AlertEngine(settings=settings.aggregator.alerts)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
+        self.front = QueryFront(self)
         self.stats = IngestStats()
         self.http = HttpFace(self)
         self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
@@ -181,7 +183,7 @@ class Aggregator:
             await ensure_stream(js, self.settings)
             if self.settings.aggregator.shards.partitions:
                 self.lead = AnalysisLead(self, js, on_change=self._lead_changed)
-            service = await start_service(nc, self)
+            services = await start_services(nc, self)
             await self.http.start()
             tasks = [
                 asyncio.create_task(self._ingest(js), name="ingest"),
@@ -208,6 +210,11 @@ class Aggregator:
             ]
             if self.lead is not None:
                 tasks.append(asyncio.create_task(self.lead.run(), name="analysis-lead"))
+            shards = self.settings.aggregator.shards
+            if shards.export_dir is not None:
+                export = shard_export_loop(self.sandbox, shards.export_dir, shards.name(),
+                                           shards.export_interval_s, self.settings.aggregator.retention_days)  # fmt: skip
+                tasks.append(asyncio.create_task(export, name="shard-export"))
             log.info("aggregator ready: db %s, stream %s", self.store.path, self.settings.aggregator.stream)
             self.ready.set()
             try:
@@ -220,8 +227,9 @@ class Aggregator:
                 await self.raw_evidence.stop()
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks[:1])
-                with contextlib.suppress(Exception):
-                    await service.stop()
+                for service in services:
+                    with contextlib.suppress(Exception):
+                        await service.stop()
                 await self.http.stop()
                 with contextlib.suppress(Exception):
                     await nc.flush(
@@ -327,16 +335,18 @@ class Aggregator:
                 time.time_ns() // 1000 * 1000
             )  # stored at microsecond precision: replay must agree exactly
             batch = [Incoming(m.subject, m.data, recv_ns, (m.headers or {}).get("Nats-Msg-Id")) for m in msgs]
-            started = time.monotonic()
-            result = await self._commit(batch)
-            commit_s = time.monotonic() - started
-            for m in msgs:  # only after the commit: a crash before this line redelivers, harmlessly
-                await m.ack()
-            self._account(result, len(msgs), commit_s, msgs[-1].metadata)
-            for env, recv in result.accepted:
-                self._observe(env, recv)
-            if nodes is not None:
-                nodes.update((env.cluster, env.node) for env, _ in result.accepted)
+            while batch:  # more than one commit when the batch holds more than fetch_max_records records
+                started = time.monotonic()
+                result = await self._commit(batch)
+                commit_s = time.monotonic() - started
+                done, msgs, batch = msgs[: result.taken], msgs[result.taken :], batch[result.taken :]
+                for m in done:  # only after the commit: a crash before this line redelivers, harmlessly
+                    await m.ack()
+                self._account(result, len(done), commit_s, done[-1].metadata)
+                for env, recv in result.accepted:
+                    self._observe(env, recv)
+                if nodes is not None:
+                    nodes.update((env.cluster, env.node) for env, _ in result.accepted)
 
     async def _commit(self, batch: list[Incoming]) -> BatchResult:
         """Commit ``batch``, waiting out memory that SQL queries hold: DuckDB has one memory pool for readers and the

@@ -34,7 +34,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from ranksight.config import Settings
-from ranksight.kvlease import KvLeases
+from ranksight.kvlease import KvLeases, live_entries
 
 log = logging.getLogger(__name__)
 NodeKey = tuple[str, str]  # cluster, node
@@ -146,7 +146,9 @@ class ShardOwner:
         self._check_ingest()
         kv = await self.leases.kv()
         await self._publish_member(kv)
-        keys = await asyncio.wait_for(_keys(kv), KEYS_TIMEOUT_S)
+        keys = list(
+            await asyncio.wait_for(live_entries(self.leases.js, kv, self.leases.bucket), KEYS_TIMEOUT_S)
+        )
         self.members = sorted({k[len(MEMBER) :] for k in keys if k.startswith(MEMBER)} | {self.shard_id})
         mine = {p for p, m in assignment(self.partitions, self.members).items() if m == self.shard_id}
         await self._renew()
@@ -262,10 +264,3 @@ class ShardOwner:
         for part in self.held.values():
             part.task.cancel()
         self.held.clear()
-
-
-async def _keys(kv: KeyValue) -> list[str]:
-    try:
-        return await kv.keys()
-    except nats.js.errors.NoKeysError:
-        return []

@@ -114,6 +114,8 @@ class BatchResult:
     dead_letters: int = 0
     new_gaps: int = 0
     conflicts: int = 0  # same incarnation and seq, different bytes (dead-lettered as seq_conflict)
+    new_nodes: int = 0  # nodes whose sequence state this batch starts
+    taken: int = 0  # messages of the batch handled (committed, skipped or dead-lettered): the rest wait (records bound)
 
 
 _ALERT_SCHEMA = pa.schema(
@@ -284,19 +286,30 @@ class Store:
 
     # -- ingest -------------------------------------------------------------------------------------------------
     def commit_batch(self, batch: list[Incoming]) -> BatchResult:
-        """Validate, de-duplicate and commit one fetched batch in one transaction; bad messages become dead letters."""
-        result = BatchResult()
+        """Validate, de-duplicate and commit a fetched batch in one transaction; bad messages become dead letters.
+
+        At most ``fetch_max_records`` decoded records are committed at once (a message is never split: one alone may
+        bring more): the messages from the one that would pass the bound on are left out, ``result.taken`` says how
+        many were handled, and the caller commits the rest next, unacknowledged until then."""
+        result = BatchResult(taken=len(batch))
         admitted: list[tuple[Envelope, Incoming]] = []
         dead: list[tuple[Any, ...]] = []
         changed: dict[NodeKey, dict[str, AgentSeq]] = {}
-        for msg in batch:
+        records = 0
+        for i, msg in enumerate(batch):
             try:
-                env = self._admit(msg, changed, result)
+                env = decode_event(msg.data)
+                admit(env, msg.subject, msg.recv_ns, self.subjects, self.limits)
+                if records and records + len(env.records) > self.limits.fetch_max_records:
+                    result.taken = i
+                    break
+                new = self._sequence(env, msg, changed, result)
             except DecodeError as exc:
                 dead.append(self._dead_letter(msg, exc.reason, str(exc)))
                 continue
-            if env is not None:
+            if new:
                 admitted.append((env, msg))
+                records += len(env.records)
         try:
             self._write(admitted, dead, changed)
         except Exception as exc:  # rows that passed validation and still fail: find them, commit the rest
@@ -323,23 +336,20 @@ class Store:
         result.accepted = [(env, msg.recv_ns) for env, msg in admitted]
         return result
 
-    def _admit(
-        self, msg: Incoming, changed: dict[NodeKey, dict[str, AgentSeq]], result: BatchResult
-    ) -> Envelope | None:
-        """The envelope of ``msg`` if it is new, None if it is a duplicate; :class:`DecodeError` if it is refused."""
+    def _sequence(
+        self, env: Envelope, msg: Incoming, changed: dict[NodeKey, dict[str, AgentSeq]], result: BatchResult
+    ) -> bool:
+        """Whether the admitted ``env`` is new (False: a duplicate); :class:`DecodeError` if it is refused."""
         limits = self.limits
-        env = decode_event(msg.data)
-        admit(env, msg.subject, msg.recv_ns, self.subjects, limits)
         key = (env.cluster, env.node)
         incarnations = changed.get(key)
         if incarnations is None:
-            if (
-                key not in self._seq
-                and len(self._seq) + sum(k not in self._seq for k in changed) >= limits.max_nodes
-            ):
-                raise DecodeError(
-                    "too_many_nodes", f"{limits.max_nodes} nodes are tracked already (max_nodes)"
-                )
+            if key not in self._seq:
+                if len(self._seq) + result.new_nodes >= limits.max_nodes:
+                    raise DecodeError(
+                        "too_many_nodes", f"{limits.max_nodes} nodes are tracked already (max_nodes)"
+                    )
+                result.new_nodes += 1
             incarnations = changed[key] = {}
         seq = incarnations.get(env.agent)
         # First change in this batch: work on a copy, so a failed commit leaves the marks untouched.
@@ -356,11 +366,11 @@ class Store:
                 raise DecodeError("seq_conflict", f"{env.msg_id} was committed before with different content")
             seq.duplicates += 1
             result.duplicates += 1
-            return None
+            return False
         seq.remember(env.seq, digest, limits.conflict_window)
         result.new_gaps += max(0, seq.gaps_open - gaps_before)
         seq.messages += 1
-        return env
+        return True
 
     def _dead_letter(self, msg: Incoming, reason: str, detail: str) -> tuple[Any, ...]:
         kept = msg.data[: self.limits.dead_letter_payload_bytes]

@@ -16,7 +16,8 @@ evaluation naming the culprit, and false hangs on every other run (healthy job e
 
 Every run is replayed twice through a fresh engine: fed the raw records at their dump time, and fed the
 ``inspector_summary`` records the agents would publish for them (through the agent's own summarizer, defaults of
-``agent.collectors.inspector``: 5 s windows, published 2 s after their end, which the time to alert includes).
+``agent.collectors.inspector``: 5 s windows published in parts every second, each node's agent at its own phase of
+that second; the wait for the next part is in the time to alert).
 
 The naive rule, measured on the same records: "the process with the lowest bus bandwidth is the straggler" (lowest
 median busbw relative to its comms' medians), one finding per run.
@@ -35,7 +36,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from ranksight.agent.collectors.inspector.parse import parse_line
-from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine
 from ranksight.aggregator.state.stragglers import params_of
@@ -139,7 +139,7 @@ def run_one(cls: str, capture: Capture, seed: int) -> tuple[str, dict[str, Score
 
 def replay(spec: JobSpec, records: list[InspectorRecord], step_us: list[int], feed: str) -> Score:
     """The live engine and hang finder fed ``raw`` records at their dump time or the agents' ``summary`` records when
-    they are published (their window's end plus the grace, defaults of ``agent.collectors.inspector``)."""
+    they are published (a part per node every ``summary_publish_s``, defaults of ``agent.collectors.inspector``)."""
     hung = [t for t in truth(spec) if t.kind == "hang"]
     truths = [t for t in truth(spec) if t.kind != "hang"]
     settings = StragglerSettings.model_validate({})
@@ -151,8 +151,8 @@ def replay(spec: JobSpec, records: list[InspectorRecord], step_us: list[int], fe
         arrivals = [(rec.dump_ts_us, rec) for rec in records]
     else:
         agent = InspectorSettings.model_validate({})
-        summarizer = Summarizer(agent.summary_window_s, agent.summary_slice_s, agent.summary_grace_s)
-        arrivals = sorted(summarize(records, summarizer), key=lambda x: x[0])
+        window_s, slice_s, publish_s = agent.summary_window_s, agent.summary_slice_s, agent.summary_publish_s
+        arrivals = list(summarize(records, window_s, slice_s, publish_s))
     next_eval = records[0].dump_ts_us + every_us
     onset = {t: step_us[t.onset_step] for t in truths + hung}
     alerted: dict[Truth, float] = {}

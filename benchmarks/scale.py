@@ -2,14 +2,24 @@
 
 For each ``--nodes`` size, a fresh nats-server and a real aggregator (``ranksight aggregator``, a child process) are
 started; ``--procs`` publisher processes (outside the measured aggregator) play N nodes that publish what a real
-agent publishes: per-window ``inspector_summary`` records at the window cadence and raw ``inspector`` records sampled
-to the agent's default ``raw_rate_per_s`` (both through the agent's own summarizer and sampler), 8 GPU records and a
-heartbeat every 5 s, a NIC record every 2 s. (RAS is left out: one status poll per job at a time, it adds little.)
+agent publishes at its defaults: ``inspector_summary`` parts every ``summary_publish_s`` (one envelope per part, the
+nodes' clocks spread over that period) and raw ``inspector`` records sampled to ``raw_rate_per_s`` every 0.25 s batch,
+both made by the agent's own summarizer and sampler; a GPU sample of 8 GPUs and a heartbeat every 5 s and a NIC sample
+of 8 ports every 2 s (``--nic``: ``ethtool``, AMD Pollara ports with 607 ``ethtool -S`` counters each, or ``sysfs``,
+mlx5 ports with 46 sysfs counters), each node's gauges in their own phase; and the job's RAS status every 10 s from its
+lease holder (node0000): the text status, with the JSON detail of every communicator (op counts advancing) every third
+poll, rendered by the demo's fake RAS server and parsed by the agent's parsers. RAS MONITOR events come only with job
+lifecycle changes: a running job has none.
+
+Publishing costs next to nothing, so a few processes play a thousand nodes: every envelope is encoded once by the real
+codec as a template, with placeholder names (same length as the real ones) and fixed-width seq and ts, and each send
+fills in the node's name, its block's communicator suffix, its next seq and the time (the Nats-Msg-Id header too).
 
 The Inspector records come from the job simulator (``ranksight.simulate.inspector``): a 4-node block of a dense job,
-simulated once healthy and once with GPU 2 of its node 1 running 1.6x slow from ``--onset`` seconds on. Block 0 of the
-cluster replays the faulted block, every other block the healthy one under its own host names and communicator ids,
-with dump times shifted to the wall clock (windows stay aligned to wall-clock boundaries, as on real nodes).
+simulated once healthy and once with GPU 2 of its node 1 running 1.6x slow from ``--onset`` seconds on, each node's
+records summarized and sampled once. Block 0 of the cluster replays the faulted block, every other block the healthy
+one under its own host names and communicator ids, with dump times shifted to the wall clock (windows stay aligned to
+wall-clock boundaries, as on real nodes).
 
 Per N it prints: the aggregator's CPU share and peak RSS over the window, consumer lag (p50 and max of the seconds the
 oldest message not yet delivered to the aggregator has waited, sampled every second), bytes/s and messages/s on the wire, and the time from
@@ -17,7 +27,8 @@ the straggler's onset to the ``straggler`` alert on the alert subject; against t
 aggregator <= 1 core and <= 1 GiB, alert <= 15 s). It also prints the agent-side summarizer's throughput (records/s per
 core), measured in the same run, as a baseline of what a node pays to summarize its own records.
 
-    python benchmarks/scale.py [--nodes 64,256,1024] [--seconds 40] [--onset 15] [--procs 2] [--env RANKSIGHT_X=V]
+    python benchmarks/scale.py [--nodes 64,256,1024] [--seconds 40] [--onset 15] [--procs 2] [--nic ethtool|sysfs]
+                               [--env RANKSIGHT_X=V]
 """
 
 from __future__ import annotations
@@ -30,6 +41,7 @@ import datetime
 import os
 import pickle
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -44,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import ranksight  # noqa: F401 - first: defers nats-py's WebSocket dependencies, as every ranksight process does
 from benchmarks.procmeter import MiB, Usage, measure
 
+ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = "bench"
 BLOCK = 4  # nodes per simulated block
 GPUS = 8
@@ -51,6 +64,7 @@ SLOW = (1, 2)  # node of block 0, GPU
 US = 1_000_000
 TARGETS = {"lag_s": 5.0, "cpu": 1.0, "rss": 1024 * MiB, "alert_s": 15.0}
 TICK_S = 0.25  # the agent's batch delay: raw records go out at this cadence
+KINDS = ("inspector_summary", "inspector", "gpu", "nic", "heartbeat", "ras")
 
 
 @dataclass
@@ -66,7 +80,6 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
     (µs, a window boundary) and the simulated collectives/s per rank."""
     from ranksight.agent.collectors.inspector.parse import parse_line
     from ranksight.agent.collectors.inspector.sampler import RawSampler
-    from ranksight.agent.collectors.inspector.summary import Summarizer
     from ranksight.config import InspectorSettings
     from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
 
@@ -91,10 +104,9 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
         for host in sorted(by_node):
             records = sorted(by_node[host], key=lambda r: r.dump_ts_us)
             count += len(records) if not slow else 0
-            summarizer = Summarizer(
-                cfg.summary_window_s, cfg.summary_slice_s, cfg.summary_grace_s, cfg.summary_max_keys
+            node = NodeTemplate(
+                summaries=summarize(records, cfg.summary_window_s, cfg.summary_slice_s, cfg.summary_publish_s)
             )
-            node = NodeTemplate(summaries=summarize(records, summarizer))
             sampler, tick, chunk = RawSampler(cfg.raw_rate_per_s), 0, []
             for rec in records:
                 if rec.dump_ts_us >= tick and chunk:
@@ -112,11 +124,11 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
 def summarizer_throughput() -> float:
     """Records/s per core of the agent's summarizer and raw sampler, on one node's parsed lines (``summarizer.py``)."""
     from benchmarks.summarizer import node_lines
-    from ranksight.agent.collectors.inspector.parse import parse_line
+    from ranksight.agent.collectors.inspector.parse import parse_op
     from ranksight.agent.collectors.inspector.sampler import RawSampler
     from ranksight.agent.collectors.inspector.summary import Summarizer
 
-    records = [parse_line(line) for line in node_lines(GPUS, 100.0, 20.0)]
+    records = [parse_op(line) for line in node_lines(GPUS, 100.0, 20.0)]  # what the collector folds
     summarizer, sampler = Summarizer(), RawSampler(10.0)
     started = time.process_time()
     for i in range(0, len(records), 40):
@@ -124,38 +136,67 @@ def summarizer_throughput() -> float:
         sampler.take(chunk, chunk[-1].dump_ts_us / US)
         for rec in chunk:
             summarizer.add(rec)
-        summarizer.close(chunk[-1].dump_ts_us)
-    summarizer.flush()
+        if i % 800 == 0:  # 800 records: about a second of the node, the parts' period
+            summarizer.take()
+    summarizer.take()
     return len(records) / (time.process_time() - started)
 
 
 # --- the publisher processes -------------------------------------------------------------------------------------
+#
+# A simulated node publishes pre-encoded envelopes: each template is encoded once by the real codec with placeholder
+# names and fixed-width sequence and time fields, and each send only fills those in (same lengths: the msgpack stays
+# valid), so a few processes play a thousand nodes.
+
+HOST_MARK = "node\x7f\x7f\x7f\x7f"  # the node's name and records' hostname: as long as node%04d
+COMM_MARK = "\x7f\x7e\x7f\x7e"  # appended to communicator ids: as long as the block's %04x
+SEQ_MARK, TS_MARK = 0x7F7F_7F7F_7F7F_7F01, 0x7F7F_7F7F_7F7F_7F02  # packed as uint64: any value fits later
+
+
+@dataclass
+class Template:
+    """One envelope through the real codec, with its name placeholders and where its seq and ts go."""
+
+    kind: str
+    data: bytes
+    seq_at: int
+    ts_at: int
+
+
+def pre_encode(kind: str, records: list[Any], ttl: float) -> Template:
+    from ranksight.schemas.codec import encode_event
+    from ranksight.schemas.envelope import Envelope, event_type
+
+    data = encode_event(Envelope.model_construct(type=event_type(kind), cluster=CLUSTER, node=HOST_MARK,
+                                                 agent=f"sim{HOST_MARK}", seq=SEQ_MARK, ts=TS_MARK, ttl=ttl,
+                                                 records=records))  # fmt: skip
+    at = [data.index(b"\xcf" + mark.to_bytes(8, "big")) + 1 for mark in (SEQ_MARK, TS_MARK)]
+    return Template(kind, data, *at)
 
 
 class SimulatedNode:
-    """One node's envelopes: its own incarnation and sequence, the one codec."""
+    """One node's envelopes: its own name, incarnation and sequence over the templates."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.incarnation = f"sim{name}"
+    def __init__(self, block: int, index: int) -> None:
+        from ranksight.schemas.subjects import Subjects
+
+        self.name = f"node{block * BLOCK + index:04d}"
+        self.names = (HOST_MARK.encode(), self.name.encode()), (COMM_MARK.encode(), f"{block:04x}".encode())
         self.seq = 0
+        subjects = Subjects("ranksight.v1")
+        self.subjects = {kind: subjects.event(CLUSTER, self.name, kind) for kind in KINDS}
 
-    def envelope(self, kind: str, records: list[Any], ttl: float) -> bytes:
-        from ranksight.schemas.codec import encode_event
-        from ranksight.schemas.envelope import Envelope, event_type
-
+    def message(self, template: Template) -> tuple[str, bytes, dict[str, str]]:
         self.seq += 1
-        return encode_event(Envelope.model_construct(type=event_type(kind), cluster=CLUSTER, node=self.name,
-                                                     agent=self.incarnation, seq=self.seq, ts=time.time_ns(),
-                                                     ttl=ttl, records=records))  # fmt: skip
+        data = bytearray(template.data.replace(*self.names[0]).replace(*self.names[1]))
+        struct.pack_into(">Q", data, template.seq_at, self.seq)
+        struct.pack_into(">Q", data, template.ts_at, time.time_ns())
+        return self.subjects[template.kind], bytes(data), {"Nats-Msg-Id": f"sim{self.name}:{self.seq}"}
 
 
-def _renamed(record: Any, block: int, shift_us: int, summary: bool) -> Any:
-    node = int(record.hostname.removeprefix("node"))
-    update: dict[str, Any] = {
-        "hostname": f"node{block * BLOCK + node:04d}",
-        "comm_id": f"{record.comm_id}{block:04x}",
-    }
+def _placed(record: Any, shift_us: int, summary: bool) -> Any:
+    """A template record under the placeholder names, its times moved to the wall clock."""
+    update: dict[str, Any] = {"hostname": HOST_MARK, "comm_id": record.comm_id + COMM_MARK}
     if summary:
         update |= {"window_start_us": record.window_start_us + shift_us,
                    "last_dump_ts_us": record.last_dump_ts_us + shift_us,
@@ -166,79 +207,146 @@ def _renamed(record: Any, block: int, shift_us: int, summary: bool) -> Any:
     return record.model_copy(update=update)
 
 
+def inspector_schedule(node: NodeTemplate, shift_us: int) -> list[tuple[int, Template]]:
+    """A template node's Inspector envelopes with the wall-clock µs each is due: the summaries a window closes in one
+    envelope (as the agent emits them), each raw batch in one."""
+    from ranksight.config import InspectorSettings
+
+    ttl = InspectorSettings.model_validate({}).summary_ttl()
+    by_time: dict[int, list[Any]] = defaultdict(list)
+    for at, rec in node.summaries:
+        by_time[at].append(_placed(rec, shift_us, True))
+    out = [(at + shift_us, pre_encode("inspector_summary", recs, ttl)) for at, recs in by_time.items()]
+    out += [(at + shift_us, pre_encode("inspector", [_placed(r, shift_us, False) for r in recs], ttl))
+            for at, recs in node.raw if recs]  # fmt: skip
+    return sorted(out, key=lambda item: item[0])
+
+
+def nic_batch(source: str) -> list[Any]:
+    """One NIC sample of a node with 8 ports: ``ethtool``, ``wire.py``'s batch (8 AMD Pollara ``ionic`` ports whose
+    sysfs has no counters: 607 ``ethtool -S`` counters each); ``sysfs``, the captured tree's ``mlx5_0`` port (46
+    ``counters``/``hw_counters``) read by the agent's sysfs reader, as 8 ports."""
+    from benchmarks.wire import nic
+    from ranksight.agent.collectors.nic.sysfs import read_nics
+
+    if source == "ethtool":
+        return nic()
+    [port] = [
+        r for r in read_nics(ROOT / "fixtures" / "metrics" / "sysfs" / "tree" / "sys") if r.name == "mlx5_0/1"
+    ]
+    return [port.model_copy(update={"name": f"mlx5_{i}/1", "tx_bps": 1e9 * i, "rx_bps": 2e9 * i, "interval_s": 2.0})
+            for i in range(8)]  # fmt: skip
+
+
+def gauge_templates(nic_source: str) -> list[tuple[float, Template]]:
+    """Per node: (interval s, envelope) of the GPU, NIC and heartbeat collectors at their defaults (``wire.py``'s
+    batches: an A100's ``nvidia-smi`` sample x 8, a heartbeat; :func:`nic_batch`)."""
+    from benchmarks.wire import gpu, heartbeat
+    from ranksight.config import CollectorsSettings
+
+    cfg = CollectorsSettings()
+    beat = [r.model_copy(update={"hostname": HOST_MARK}) for r in heartbeat()]
+    return [(cfg.gpu.interval_s, pre_encode("gpu", gpu(), cfg.gpu.ttl())),
+            (cfg.nic.interval_s, pre_encode("nic", nic_batch(nic_source), cfg.nic.ttl())),
+            (cfg.heartbeat.interval_s, pre_encode("heartbeat", beat, cfg.heartbeat.ttl()))]  # fmt: skip
+
+
+class RasJob:
+    """The job's RAS status as its lease holder publishes it (``agent.collectors.ras``): a text status every
+    ``interval_s``, with a JSON status's communicator detail merged in every ``detail_every`` polls. Rendered by the
+    demo's fake RAS server (``simulate.cluster``) for one block and parsed by the agent's parsers once; each block's
+    communicators under its own ids, op counts advancing with the job."""
+
+    def __init__(self, blocks: int) -> None:
+        import types
+
+        from ranksight.agent.collectors.ras.parse_json import parse_status_json
+        from ranksight.agent.collectors.ras.parse_text import parse_status_text
+        from ranksight.agent.collectors.ras.poll import merge_detail
+        from ranksight.config import CollectorsSettings
+        from ranksight.simulate.cluster import ras_status_json, ras_status_text
+        from ranksight.simulate.inspector import JobSpec, comms
+
+        self.cfg = CollectorsSettings().ras
+        spec = JobSpec(nodes=BLOCK, gpus_per_node=GPUS, pp=2)
+        phases = comms(spec)
+        job: Any = types.SimpleNamespace(
+            spec=spec, phases=phases, counts={c.comm_id: 1 for p in phases for c in p}
+        )
+        text = parse_status_text(ras_status_text(job, set()))
+        totals = {"nodes": BLOCK * blocks, "processes": BLOCK * GPUS * blocks, "gpus": BLOCK * GPUS * blocks}
+        self.text = text.model_copy(update=totals)
+        self.detail = merge_detail(text, parse_status_json(ras_status_json(job, set()))).model_copy(
+            update=totals
+        )
+        self.blocks = blocks
+        self.polls = 0
+
+    def template(self, steps: int) -> Template:
+        from ranksight.schemas.records import RasRecord
+
+        status = self.text
+        if self.polls % self.cfg.detail_every == 0:
+            communicators = [c.model_copy(update={"hash": f"{c.hash}{b:04x}",
+                                                  "secondary_hash": f"{c.hash}{b:04x}:0x{c.size or 0:x}",
+                                                  "op_counts": {op: n * steps for op, n in c.op_counts.items()}})
+                             for b in range(self.blocks) for c in self.detail.communicators]  # fmt: skip
+            status = self.detail.model_copy(update={"communicators": communicators})
+        self.polls += 1
+        record = RasRecord(job_id="bench-job", endpoint="localhost:28028", **dict(status))
+        return pre_encode("ras", [record], self.cfg.ttl())
+
+
 async def publisher(
-    url: str, template_file: Path, t0_us: int, first_block: int, last_block: int, stats: Path
-) -> None:
-    """Play blocks ``[first_block, last_block)`` in real time from ``t0_us`` until terminated."""
+    url: str, played: tuple[int, dict[bool, list[NodeTemplate]], float], t0_us: int, first_block: int,
+    last_block: int, blocks: int, nic_source: str, stats: Path,
+) -> None:  # fmt: skip
+    """Play blocks ``[first_block, last_block)`` of ``blocks`` in real time from ``t0_us`` until terminated."""
     import nats
 
-    from ranksight.schemas.records import GpuRecord, HeartbeatRecord, NicRecord
-    from ranksight.schemas.subjects import Subjects
-
-    base_us, templates, _ = played
+    base_us, templates, rate = played
     shift = t0_us - base_us
-    subjects = Subjects("ranksight.v1")
-    nc = await nats.connect(url, pending_size=256 << 20)
-    nodes = {
-        (b, i): SimulatedNode(f"node{b * BLOCK + i:04d}")
-        for b in range(first_block, last_block)
-        for i in range(BLOCK)
+    schedules = {
+        slow: [inspector_schedule(node, shift) for node in nodes] for slow, nodes in templates.items()
     }
-    gpu = [
-        GpuRecord(index=i, name="MI300X", utilization_pct=97.0, power_w=712.0, memory_used_bytes=150 << 30)
-        for i in range(GPUS)
-    ]
-    nic = [NicRecord(name="mlx5_0", kind="rdma", state="ACTIVE", speed_bps=4e11, tx_bps=2e10, rx_bps=2e10)]
-    cursors = {key: [0, 0] for key in nodes}  # next summary, next raw batch
-    sent_bytes = sent_msgs = 0
-    next_gpu = next_nic = time.time()
+    gauges = gauge_templates(nic_source)
+    ras = RasJob(blocks) if first_block == 0 else None
+    nc = await nats.connect(url, pending_size=256 << 20)
+    nodes = [SimulatedNode(b, i) for b in range(first_block, last_block) for i in range(BLOCK)]
+    cursors = [0] * len(nodes)
+    t0 = t0_us / US
+    # agents started at different moments: each node's gauges keep their own phase
+    next_gauge = [[t0 + (k * 0.618034 % 1.0) * interval for interval, _ in gauges] for k in range(len(nodes))]
+    next_ras = t0
+    sent_bytes = sent_msgs = ras_oversize = 0
     while True:
         now = time.time()
-        now_us = int(now * US) - shift  # template time
-        out: list[tuple[str, bytes]] = []
-        for (block, i), node in nodes.items():
-            template = templates[block == 0][i]
-            cur = cursors[block, i]
-            due = []
-            while cur[0] < len(template.summaries) and template.summaries[cur[0]][0] <= now_us:
-                due.append(_renamed(template.summaries[cur[0]][1], block, shift, True))
-                cur[0] += 1
-            if due:
-                out.append(
-                    (
-                        subjects.event(CLUSTER, node.name, "inspector_summary"),
-                        node.envelope("inspector_summary", due, 30.0),
-                    )
-                )
-            raw = []
-            while cur[1] < len(template.raw) and template.raw[cur[1]][0] <= now_us:
-                raw += [_renamed(r, block, shift, False) for r in template.raw[cur[1]][1]]
-                cur[1] += 1
-            if raw:
-                out.append(
-                    (subjects.event(CLUSTER, node.name, "inspector"), node.envelope("inspector", raw, 30.0))
-                )
-            if now >= next_gpu:
-                out.append((subjects.event(CLUSTER, node.name, "gpu"), node.envelope("gpu", gpu, 15.0)))
-                beat = HeartbeatRecord(hostname=node.name, version="bench", pid=1, started_ns=t0_us * 1000)
-                out.append(
-                    (
-                        subjects.event(CLUSTER, node.name, "heartbeat"),
-                        node.envelope("heartbeat", [beat], 15.0),
-                    )
-                )
-            if now >= next_nic:
-                out.append((subjects.event(CLUSTER, node.name, "nic"), node.envelope("nic", nic, 6.0)))
-        if now >= next_gpu:
-            next_gpu += 5.0
-        if now >= next_nic:
-            next_nic += 2.0
-        for subject, payload in out:
-            await nc.publish(subject, payload)
+        now_us = int(now * US)
+        out: list[tuple[str, bytes, dict[str, str]]] = []
+        for k, node in enumerate(nodes):
+            block, index = divmod(first_block * BLOCK + k, BLOCK)
+            schedule = schedules[block == 0][index]
+            while cursors[k] < len(schedule) and schedule[cursors[k]][0] <= now_us:
+                out.append(node.message(schedule[cursors[k]][1]))
+                cursors[k] += 1
+            due = next_gauge[k]
+            for g, (interval, template) in enumerate(gauges):
+                if now >= due[g]:
+                    out.append(node.message(template))
+                    due[g] += interval
+        if ras is not None and now >= next_ras:  # node0000 holds the job's poll lease
+            message = nodes[0].message(ras.template(int((now - t0) * rate) + 1))
+            if len(message[1]) <= nc.max_payload:
+                out.append(message)
+            else:  # one record over the server's max_payload: the agent's publish fails the same way
+                ras_oversize = max(ras_oversize, len(message[1]))
+            next_ras += ras.cfg.interval_s
+        for subject, payload, headers in out:
+            await nc.publish(subject, payload, headers=headers)
             sent_bytes += len(payload)
         sent_msgs += len(out)
         await nc.flush()
-        await asyncio.to_thread(stats.write_text, f"{sent_msgs} {sent_bytes}")
+        await asyncio.to_thread(stats.write_text, f"{sent_msgs} {sent_bytes} {ras_oversize}")
         await asyncio.sleep(max(0.0, TICK_S - (time.time() - now)))
 
 
@@ -254,6 +362,11 @@ class SizeResult:
     bytes_per_s: float
     msgs_per_s: float
     alert_s: float | None
+    ras_oversize: int  # bytes of a RAS status the job's lease holder could not publish (0: none)
+    cpu_us_per_msg: (
+        float  # the aggregator's CPU per message it committed in the window, whatever the machine's load
+    )
+    load: float  # the machine's 1-minute load average at the end of the window
 
 
 async def _lag_s(js: Any, stream: str, durable: str) -> float:
@@ -316,17 +429,18 @@ async def run_size(n: int, template_file: Path, args: argparse.Namespace) -> Siz
                         ) from None
                     await asyncio.sleep(0.5)
             window_us = 5 * US  # the default summary window: t0 on a boundary keeps the windows aligned
-            t0_us = (int((time.time() + 3) * US) // window_us + 1) * window_us
+            t0_us = (int((time.time() + 6) * US) // window_us + 1) * window_us
             per_proc = -(-blocks // args.procs)
             stats = []
             for first in range(0, blocks, per_proc):
                 stats.append(root / f"publisher{first}.txt")
                 command = [sys.executable, __file__, "--publisher", server.url, str(template_file), str(t0_us),
-                           str(first), str(min(blocks, first + per_proc)), str(stats[-1])]  # fmt: skip
+                           str(first), str(min(blocks, first + per_proc)), str(blocks), args.nic, str(stats[-1])]  # fmt: skip
                 children.append(_spawn(command, env, root / f"publisher{first}.log"))
             await asyncio.sleep(max(0.0, t0_us / US - time.time()) + args.warmup)
             lags: list[float] = []
             sent0 = _sent(stats)
+            acked0 = (await js.consumer_info(cfg.stream, cfg.durable)).ack_floor.stream_seq
             started = time.time()
             usage_task = asyncio.create_task(measure(aggregator.pid, args.seconds))
             while not usage_task.done():
@@ -335,6 +449,8 @@ async def run_size(n: int, template_file: Path, args: argparse.Namespace) -> Siz
             usage = await usage_task
             elapsed = time.time() - started
             sent1 = _sent(stats)
+            acked = (await js.consumer_info(cfg.stream, cfg.durable)).ack_floor.stream_seq - acked0
+            load = os.getloadavg()[0]
             onset = t0_us / US + args.onset
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(alerted.wait(), max(0.0, onset + 60 - time.time()))
@@ -347,7 +463,8 @@ async def run_size(n: int, template_file: Path, args: argparse.Namespace) -> Siz
             await nc.close()
             return SizeResult(n, usage, statistics.median(lags) if lags else 0.0, max(lags, default=0.0),
                               (sent1[1] - sent0[1]) / elapsed, (sent1[0] - sent0[0]) / elapsed,
-                              alerts[0] - onset if alerts else None)  # fmt: skip
+                              alerts[0] - onset if alerts else None, sent1[2],
+                              usage.cpu_share * elapsed / max(acked, 1) * US, load)  # fmt: skip
         finally:
             for child in children:
                 child.terminate()
@@ -364,13 +481,14 @@ def _spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Pop
         return subprocess.Popen(command, env=env, stderr=stderr)
 
 
-def _sent(stats: list[Path]) -> tuple[int, int]:
-    msgs = size = 0
+def _sent(stats: list[Path]) -> tuple[int, int, int]:
+    """Messages and bytes the publishers sent so far, and the largest RAS status they could not (over max_payload)."""
+    msgs = size = oversize = 0
     for path in stats:
         if path.exists() and path.read_text().strip():
-            m, b = path.read_text().split()
-            msgs, size = msgs + int(m), size + int(b)
-    return msgs, size
+            m, b, o = map(int, path.read_text().split())
+            msgs, size, oversize = msgs + m, size + b, max(oversize, o)
+    return msgs, size, oversize
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -387,13 +505,22 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.NamedTemporaryFile(prefix="ranksight-scale-", suffix=".pickle") as tmp:
         await asyncio.to_thread(Path(tmp.name).write_bytes, pickle.dumps((base_us, templates, rate)))
         print(
-            f"{'nodes':>6} {'agg CPU':>8} {'peak RSS':>9} {'lag p50':>8} {'lag max':>8} {'wire':>10} {'msgs/s':>7} {'alert':>8}"
+            f"{'nodes':>6} {'agg CPU':>8} {'peak RSS':>9} {'lag p50':>8} {'lag max':>8} {'wire':>10} {'msgs/s':>7} "
+            f"{'alert':>8} {'CPU/msg':>8} {'needs':>6} {'load':>5}"
         )
         for n in sizes:
             r = await run_size(n, Path(tmp.name), args)
             alert = f"{r.alert_s:.1f} s" if r.alert_s is not None else "none"
             print(f"{r.nodes:>6} {r.usage.cpu_share * 100:>7.0f}% {r.usage.peak_rss / MiB:>5.0f} MiB {r.lag_p50_s:>6.1f} s "
-                  f"{r.lag_max_s:>6.1f} s {r.bytes_per_s / 1e6:>6.2f} MB/s {r.msgs_per_s:>7.0f} {alert:>8}", flush=True)  # fmt: skip
+                  f"{r.lag_max_s:>6.1f} s {r.bytes_per_s / 1e6:>6.2f} MB/s {r.msgs_per_s:>7.0f} {alert:>8} "
+                  f"{r.cpu_us_per_msg:>5.0f} us {r.cpu_us_per_msg * r.msgs_per_s / US:>5.2f} {r.load:>5.1f}", flush=True)  # fmt: skip
+            if r.ras_oversize:
+                print(f"        the job's RAS detail status ({r.ras_oversize / MiB:.1f} MiB, one record) is over the "
+                      "server's max_payload: not published, as the agent's publish would fail", flush=True)  # fmt: skip
+    print(
+        "CPU/msg: the aggregator's CPU per message committed; needs: that times the messages/s offered, the cores it "
+        "needs to follow them; load: the machine's 1-minute load average (2 cores, shared)"
+    )
     print(f"targets at 1024 nodes: lag <= {TARGETS['lag_s']:g} s, aggregator <= {TARGETS['cpu']:g} core and "
           f"<= {TARGETS['rss'] / MiB:.0f} MiB, alert <= {TARGETS['alert_s']:g} s after onset")  # fmt: skip
 
@@ -409,11 +536,15 @@ if __name__ == "__main__":
     parser.add_argument("--procs", type=int, default=2, help="publisher processes")
     parser.add_argument("--env", action="append", default=[], metavar="RANKSIGHT_X=V",
                         help="a setting for the aggregator (repeatable), e.g. RANKSIGHT_AGGREGATOR__FETCH_BATCH=5000")  # fmt: skip
-    parser.add_argument("--publisher", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--nic", choices=("ethtool", "sysfs"), default="ethtool",
+                        help="each node's NIC sample: 8 ionic ports of ethtool counters, or 8 mlx5 sysfs ports")  # fmt: skip
+    parser.add_argument("--publisher", nargs=8, help=argparse.SUPPRESS)
     options = parser.parse_args()
     if options.publisher:
-        url, template, t0, first, last, stats_file = options.publisher
+        url, template, t0, first, last, blocks, nic_source, stats_file = options.publisher
         played = pickle.loads(Path(template).read_bytes())
-        asyncio.run(publisher(url, played, int(t0), int(first), int(last), Path(stats_file)))
+        asyncio.run(
+            publisher(url, played, int(t0), int(first), int(last), int(blocks), nic_source, Path(stats_file))
+        )
     else:
         asyncio.run(main(options))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.config import InspectorSettings
@@ -49,25 +49,29 @@ def main() -> None:
     offered = args.ranks * args.rate  # records/s the node writes
 
     started = time.process_time()
-    records = [parse_line(line) for line in lines]
+    records = [parse_op(line) for line in lines]  # the collector's parse: light operations
     parse_s = time.process_time() - started
 
     cfg = InspectorSettings.model_validate({})
     summarizer = Summarizer(
-        cfg.summary_window_s, cfg.summary_slice_s, cfg.summary_grace_s, cfg.summary_max_keys
+        cfg.summary_window_s, cfg.summary_slice_s, cfg.summary_publish_s, max_keys=cfg.summary_max_keys
     )
+    publish_us = round(cfg.summary_publish_s * 1e6)
     sampler = RawSampler(cfg.raw_rate_per_s)
     summaries = raw = 0
     batch = max(1, int(offered / 20))  # the collector's passes: about every 50 ms at this rate
     started = time.process_time()
+    due_us = records[0].dump_ts_us + publish_us
     for i in range(0, len(records), batch):
         chunk = records[i : i + batch]
         now_us = chunk[-1].dump_ts_us
         raw += len(sampler.take(chunk, now_us / 1e6))
         for rec in chunk:
             summarizer.add(rec)
-        summaries += len(summarizer.close(now_us))
-    summaries += len(summarizer.flush())
+        if now_us >= due_us:  # the collector publishes the parts read so far every summary_publish_s
+            summaries += len(summarizer.take())
+            due_us = now_us + publish_us
+    summaries += len(summarizer.take())
     fold_s = time.process_time() - started
 
     n = len(records)

@@ -9,10 +9,15 @@ records), the ratio compact/map, and encode and decode records/s of each form wi
 edge). Target: <= 110 bytes per raw Inspector
 record in the compact form.
 
+Then the ``inspector_summary`` traffic of one node (8 ranks of a simulated job) in the compact form: published in parts
+every ``--publish-s`` (the agent's default, 1 s) against once per 5 s window (what agents before parts sent; here
+parts every 5 s aligned to the windows, which are the same summaries): summaries/s, bytes/s and bytes per summarized
+record, and the ratio.
+
 Records come from the captured fixtures where there is one: Inspector lines from the job simulator (faithful to the
 plugin's v4.0 lines), GPU from ``nvidia-smi -q -x`` of an A100, NIC from ``ethtool -S`` of an ionic port.
 
-    python benchmarks/wire.py [--inspector-batch 100] [--repeats 5] [--seconds 0.2]
+    python benchmarks/wire.py [--inspector-batch 100] [--repeats 5] [--seconds 0.2] [--publish-s 1]
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from ranksight.agent.collectors.nic.tools import parse_ethtool_stats  # noqa: E4
 from ranksight.schemas.codec import decode_event, encode_event  # noqa: E402
 from ranksight.schemas.envelope import Envelope, WireFormat, event_type  # noqa: E402
 from ranksight.schemas.records import CollectorHealth, HeartbeatRecord, PublisherStats, Record  # noqa: E402
-from ranksight.simulate.inspector import JobSpec, simulate  # noqa: E402
+from ranksight.simulate.inspector import JobSpec, simulate, summarize  # noqa: E402
 
 TARGET_INSPECTOR_BYTES = 110
 FIXTURES = ROOT / "fixtures" / "metrics"
@@ -46,6 +51,21 @@ def inspector(n: int) -> list[Record]:
     records = [parse_line(line) for (host, _), proc in lines.items() if host == "node000" for line in proc]
     records.sort(key=lambda r: r.dump_ts_us)
     return list(records[:n])
+
+
+def summary_traffic(publish_s: float, window_s: float = 5.0) -> dict[str, float]:
+    """One node's ``inspector_summary`` envelopes (compact) for 60 s of a simulated job, one per publication."""
+    lines = simulate(JobSpec(nodes=4, gpus_per_node=8, steps=600))
+    records = sorted((parse_line(line) for (host, _), proc in lines.items() if host == "node000" for line in proc),
+                     key=lambda r: r.dump_ts_us)  # fmt: skip
+    published: dict[int, list[Record]] = {}
+    for at_us, summary in summarize(records, window_s, 0.5, publish_s):
+        published.setdefault(at_us, []).append(summary)
+    seconds = (records[-1].dump_ts_us - records[0].dump_ts_us) / 1e6
+    sent = sum(len(encode_event(_envelope("inspector_summary", batch))) for batch in published.values())
+    count = sum(len(batch) for batch in published.values())
+    return {"summaries_s": count / seconds, "bytes_s": sent / seconds, "per_record": sent / len(records),
+            "records_s": len(records) / seconds, "envelopes_s": len(published) / seconds}  # fmt: skip
 
 
 def gpu() -> list[Record]:
@@ -117,6 +137,7 @@ def main() -> None:
     parser.add_argument("--inspector-batch", type=int, default=100, help="raw Inspector records per envelope")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=0.2, help="length of one timed run")
+    parser.add_argument("--publish-s", type=float, default=1.0, help="inspector_summary parts' period")
     args = parser.parse_args()
     batches = {
         f"inspector x{args.inspector_batch}": ("inspector", inspector(args.inspector_batch)),
@@ -140,6 +161,17 @@ def main() -> None:
     verdict = "met" if raw <= TARGET_INSPECTOR_BYTES else "NOT met"
     print(f"raw Inspector record, compact, {args.inspector_batch} per envelope: {raw:.1f} B "
           f"(target <= {TARGET_INSPECTOR_BYTES} B: {verdict})")  # fmt: skip
+    traffic = {f"parts every {args.publish_s:g} s": summary_traffic(args.publish_s),
+               "once per 5 s window": summary_traffic(5.0)}  # fmt: skip
+    for label, t in traffic.items():
+        print(f"inspector_summary of one node ({t['records_s']:.0f} records/s), {label:20s}: "
+              f"{t['summaries_s']:5.1f} summaries/s in {t['envelopes_s']:.1f} envelopes/s, {t['bytes_s']:7,.0f} B/s "
+              f"({t['per_record']:.1f} B per record summarized)")  # fmt: skip
+    parts, whole = traffic.values()
+    print(
+        f"  parts / whole windows: {parts['bytes_s'] / whole['bytes_s']:.2f} x the bytes, "
+        f"{parts['summaries_s'] / whole['summaries_s']:.2f} x the summaries"
+    )
 
 
 if __name__ == "__main__":

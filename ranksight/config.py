@@ -151,17 +151,17 @@ class InspectorSettings(CollectorSettings):
         gt=0,
         description="resolution of a summary's per-slice aggregates (match aggregator.stragglers.slice_s)",
     )
+    summary_publish_s: float = Field(
+        1.0,
+        gt=0,
+        description="how often the records read since the last time are published, one inspector_summary part per "
+        "window and key (the parts of a window add up)",
+    )
     summary_grace_s: float = Field(
         2.0,
         ge=0,
-        description="a window closes this long after its end at the least; records later than that are counted as "
-        "late",
-    )
-    summary_max_grace_s: float = Field(
-        15.0,
-        ge=0,
-        description="the most a window waits after its end when the dump files are read late (a starved host or a "
-        "slow dump thread): the wait follows the delay records show on arrival, up to this",
+        description="unused since summaries are published in parts as records are read (summary_publish_s); "
+        "accepted so that older configuration files still load",
     )
     summary_max_keys: int = Field(
         100_000,
@@ -177,7 +177,7 @@ class InspectorSettings(CollectorSettings):
 
     def summary_ttl(self) -> float:
         """A summary stays valid until the next window's should have come."""
-        return 2 * self.summary_window_s + max(self.summary_grace_s, self.summary_max_grace_s)
+        return 2 * self.summary_window_s + self.summary_publish_s
 
 
 class GpuSettings(CollectorSettings):
@@ -380,6 +380,12 @@ class IngestSettings(Section):
         32 << 20,
         ge=1 << 20,
         description="bytes per fetched batch (raised to the server's max_payload if below)",
+    )
+    fetch_max_records: int = Field(
+        200_000,
+        ge=1,
+        description="decoded records per commit: the rest of a fetched batch waits for the next commit, "
+        "unacknowledged (a message is never split: one alone may bring up to its 100,000 records)",
     )
     max_ttl_s: float = Field(7 * 86400, gt=0, description="an envelope's ttl above this is dead-lettered")
     max_clock_ahead_s: float = Field(86400, gt=0, description="envelope ts at most this far after receipt")
@@ -788,6 +794,17 @@ class ShardSettings(Section):
         "ranksight_shards",
         pattern=r"^[A-Za-z0-9_-]+$",
         description="JetStream KV bucket of the partition leases, the analysis lead and the shard membership",
+    )
+    export_dir: Path | None = Field(
+        None,
+        description="a directory every shard can write and the query hosts can read (shared file system): each "
+        "shard exports its history there as Parquet, <dir>/<table>/shard=<id>/day=.../, for SQL across shards "
+        "(ranksight sql --shards); unset = no scheduled export",
+    )
+    export_interval_s: float = Field(
+        300.0,
+        gt=0,
+        description="how often each shard exports (SQL across shards is at most this much behind)",
     )
     query_deadline_s: float = Field(
         2.0,

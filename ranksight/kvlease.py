@@ -82,3 +82,21 @@ class KvLeases:
     async def release_all(self) -> None:
         for key in list(self.revisions):
             await self.release(key)
+
+
+async def live_entries(js: JetStreamContext, kv: KeyValue, bucket: str, prefix: str = "") -> dict[str, bytes]:
+    """The keys (under ``prefix``) present in ``bucket`` now, with their values: listed from the bucket's stream, not
+    with nats-py's KV watcher, which can signal "no more keys" before the keys it was already sent (seen under load);
+    deleted and expired keys are left out."""
+    head = f"$KV.{bucket}."
+    info = await js.stream_info(f"KV_{bucket}", subjects_filter=f"{head}{prefix}>")
+    keys = [subject.removeprefix(head) for subject in sorted(info.state.subjects or {})]
+    entries = await asyncio.gather(*(kv.get(key) for key in keys), return_exceptions=True)
+    found: dict[str, bytes] = {}
+    for key, entry in zip(keys, entries, strict=True):
+        if isinstance(entry, nats.js.errors.KeyNotFoundError):
+            continue  # deleted (a delete marker keeps the subject) or expired since it was listed
+        if isinstance(entry, BaseException):
+            raise entry
+        found[key] = entry.value or b""
+    return found

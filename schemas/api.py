@@ -2,6 +2,9 @@
 
 ``next`` is set on a page of an answer too large for one NATS message: ask the same endpoint with ``{"next": token}``
 for the following page (see ``aggregator/api/paging.py``); null on the last or only page.
+
+``partial`` is true when sharded aggregators answered for the whole cluster and some shard did not answer in time;
+``missing_shards`` names them (see ``aggregator/api/front.py``).
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ class ApiResponse(BaseModel):
     error: str | None = None
     meta: dict[str, Any] = {}
     next: str | None = None
+    partial: bool = False
+    missing_shards: list[str] = []
 
     @classmethod
     def success(

@@ -216,8 +216,8 @@ def decode_event(data: bytes) -> Envelope:
         raise DecodeError("bad_envelope", "Object missing required field `records`")
     else:
         records = _map_records(kind, wire.records)
-    return Envelope.model_construct(type=wire.type, cluster=wire.cluster, node=wire.node, agent=wire.agent,
-                                    seq=wire.seq, ts=wire.ts, ttl=wire.ttl, records=records)  # fmt: skip
+    return Envelope.decoded(type=wire.type, cluster=wire.cluster, node=wire.node, agent=wire.agent, seq=wire.seq,
+                            ts=wire.ts, ttl=wire.ttl, records=records)  # fmt: skip
 
 
 def _map_records(kind: str, raw: msgspec.Raw) -> list[Any]:

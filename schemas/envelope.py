@@ -41,6 +41,17 @@ class Envelope(BaseModel):
     ttl: float = Field(ge=0, description="seconds the facts stay valid after receipt")
     records: list[Any] = Field(max_length=MAX_RECORDS)
 
+    @classmethod
+    def decoded(cls, **values: Any) -> Envelope:
+        """An envelope of values the codec has validated already: what ``model_construct`` makes, without its work per
+        field (a third of the cost of decoding a small batch; ingest makes one per message)."""
+        env = cls.__new__(cls)
+        object.__setattr__(env, "__dict__", values)
+        object.__setattr__(env, "__pydantic_fields_set__", set(values))
+        object.__setattr__(env, "__pydantic_extra__", None)
+        object.__setattr__(env, "__pydantic_private__", None)
+        return env
+
     @property
     def kind(self) -> str:
         return self.type.removeprefix(TYPE_PREFIX)

@@ -7,6 +7,8 @@
                                                  (cluster, node), computed by NATS (the stream's subject transform)
     <prefix>.alert.<cluster>.<severity>.<rule>   aggregator -> anyone, JSON alerts
     <prefix>.api.<endpoint>                      aggregator query service (nats.micro), JSON
+    <prefix>.api.shard.<shard_id>.<endpoint>     the same endpoints, answered by one aggregator shard only (the query
+                                                 front asks each shard here)
     <prefix>.agent.<cluster>.<node>.<cmd>        per-agent service: status, probe
 
     _INBOX.<user>.<id>                           replies to a client logged in as NATS user <user> (one per node)
@@ -156,6 +158,13 @@ class Subjects:
 
     def api(self, endpoint: str) -> str:
         return f"{self.api_group()}.{sanitize_token(endpoint)}"
+
+    def shard_api_group(self, shard_id: str) -> str:
+        """One aggregator shard's own query service: its data alone, never gathered from the other shards."""
+        return f"{self.api_group()}.shard.{sanitize_token(shard_id)}"
+
+    def shard_api(self, shard_id: str, endpoint: str) -> str:
+        return f"{self.shard_api_group(shard_id)}.{sanitize_token(endpoint)}"
 
     def agent_group(self, cluster: str, node: str) -> str:
         return f"{self.prefix}.agent.{sanitize_token(cluster)}.{sanitize_token(node)}"

@@ -17,7 +17,6 @@ from typing import Any
 import nats
 
 from ranksight.agent.collectors.inspector.parse import parse_line
-from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.config import Settings
 from ranksight.schemas.codec import encode_event
@@ -102,9 +101,7 @@ async def publish_straggler_job(pub: Publisher) -> None:
         records = [parse_line(line) for line in lines]
         for start in range(0, len(records), 2000):
             await pub.send(host, "inspector", records[start : start + 2000], ttl=300.0)
-        summaries = [
-            summary for _, summary in summarize(records, Summarizer())
-        ]  # what the node's agent sends
+        summaries = [summary for _, summary in summarize(records)]  # what the node's agent sends
         for start in range(0, len(summaries), 2000):
             await pub.send(host, "inspector_summary", summaries[start : start + 2000], ttl=300.0)
     job_comms = [RasCommunicator(hash=f"0x{int(c.comm_id, 16):x}", size=len(c.members), status="RUNNING")

@@ -327,8 +327,12 @@ class StragglerEngine:
                 first, self._late_from = min(first, self._late_from), None
             if not final:  # online catch-up after a gap: the recent past is what alerts are about
                 first = max(first, last - 4 * self.horizon)
+            # online, processes left behind by complete_slice (reading their dumps far behind, or stopped) lack the
+            # records of the slices past their latest: not judged there (they would look idle, i.e. computing)
+            behind = {} if final else {p: ts // self.slice_us for p, ts in self.proc_last.items()
+                                       if ts // self.slice_us <= last}  # fmt: skip
             for index in range(first, last + 1):
-                self._judge(index)
+                self._judge(index, {p for p, reached in behind.items() if reached <= index})
                 self.evaluated = index
             keep = max(self.params.retain_slices, 2 * self._horizon_now)
             for old in [i for i in self.slices if i <= last - keep]:
@@ -361,7 +365,7 @@ class StragglerEngine:
         ops = len(self._ops)
         return Analysis(self.records, ops, self.capture_model, findings, bw_mismatches=self.bw_mismatches)
 
-    def _judge(self, index: int) -> None:
+    def _judge(self, index: int, behind: set[Proc]) -> None:
         # long steps stretch the horizon to ``min_window_steps`` steps: a few ops would give no stable share
         steps_per_slice = self._step_rate * self.slice_us
         horizon = self.horizon
@@ -377,7 +381,7 @@ class StragglerEngine:
             return
         # first seen: the slice whose evaluation first flagged it (its horizon reaches further back, into healthy time)
         start_us, end_us = index * self.slice_us, (index + 1) * self.slice_us
-        unjudged = self._unjudged(first, index)
+        unjudged = self._unjudged(first, index) | behind
         flagged = self._compute(window, unjudged) + self._communication(window, index)
         # an unjudged process keeps its standing until its records are complete again
         held = {key for host, pid in unjudged for key in ((host, pid, "compute"), (host, None, "compute"))}
@@ -561,7 +565,7 @@ class StragglerEngine:
                     found += parts
             if skipped:
                 note = (f"; {len(skipped)} process(es) not judged, their records incomplete (arrived at their agent "
-                        f"after the window closed): " + ", ".join(f"{h} pid {pid}" for h, pid in skipped[:4])
+                        f"after the window closed, or not in yet): " + ", ".join(f"{h} pid {pid}" for h, pid in skipped[:4])
                         + (" ..." if len(skipped) > 4 else ""))  # fmt: skip
                 for f in found:
                     f.evidence += note
@@ -626,13 +630,19 @@ class StragglerEngine:
                 continue  # intra-node comms cannot point at a node's network
             bw[key] = bus / t
             by_shape[(key[1], key[2], len(info.members), hosts)].append(bw[key])
+        # the upper quartile of each shape once, not once per comm of it (quadratic in a large job's comms)
+        upper = {
+            shape: statistics.quantiles(values, n=4)[2]
+            for shape, values in by_shape.items()
+            if len(values) >= 3
+        }
         ratios: dict[str, float] = {}  # comm -> slowness (reference bandwidth / its bandwidth)
         normal: dict[str, float] = {}  # comm -> reference transfer time (µs)
         for key, b in bw.items():
             comm, op, size = key
             info = self.comms[comm]
-            shape = by_shape[(op, size, len(info.members), len(info.hosts))]
-            refs = [statistics.quantiles(shape, n=4)[2]] if len(shape) >= 3 else []
+            shape = (op, size, len(info.members), len(info.hosts))
+            refs = [upper[shape]] if shape in upper else []
             best = self._best_bw.get(key)
             if best is not None:
                 refs.append(best)

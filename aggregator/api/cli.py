@@ -2,8 +2,8 @@
 (``node drain``, ``silence add``... for the grouped ones) with a flag per parameter of the endpoint's model.
 
 A query command asks the running aggregator's NATS service and prints rows as a table (default) or, with ``--json``,
-the one response shape ``{"ok", "rows", "truncated", "error", "meta", "next"}`` (plus the keys the command's JSON
-carried before, such as ``jobs``). Data goes to stdout, errors to stderr; exit 0 on success, 1 when the aggregator
+the one response shape ``{"ok", "rows", "truncated", "error", "meta", "next", "partial", "missing_shards"}`` (plus the
+keys the command's JSON carried before, such as ``jobs``). Data goes to stdout, errors to stderr; exit 0 on success, 1 when the aggregator
 refuses or fails the query (or does not answer), 2 on usage errors.
 """
 
@@ -35,7 +35,7 @@ from ranksight.cliutil import (
 from ranksight.schemas.api import ApiResponse
 
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-JSON_HELP = 'print {"ok", "rows", "truncated", "error", "meta", "next"}'
+JSON_HELP = 'print {"ok", "rows", "truncated", "error", "meta", "next", "partial", "missing_shards"}'
 
 
 def register(sub: SubParsers) -> None:
@@ -162,3 +162,6 @@ def print_rows(args: argparse.Namespace, response: ApiResponse, endpoint: Endpoi
         print(f"ranksight: {note}", file=sys.stderr)
     if response.truncated:
         print(f"ranksight: output truncated at {len(response.rows)} rows", file=sys.stderr)
+    if response.partial:
+        missing = ", ".join(response.missing_shards) or "unknown (the shard membership could not be read)"
+        print(f"ranksight: partial answer: shards that did not answer: {missing}", file=sys.stderr)

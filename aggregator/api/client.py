@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import nats.errors
+from nats.aio.client import Client
 
 from ranksight.aggregator.api.paging import NEXT
 from ranksight.config import Settings
@@ -33,14 +34,7 @@ async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None
     except NatsUnreachable as exc:
         raise ApiUnavailable(str(exc)) from None
     try:
-        subject = Subjects(settings.subject_prefix).api(endpoint)
-        msg = await nc.request(subject, json.dumps(params or {}).encode(), timeout=timeout)
-        response = ApiResponse.model_validate_json(msg.data)
-        rows = response.rows
-        while response.ok and response.next:
-            msg = await nc.request(subject, json.dumps({NEXT: response.next}).encode(), timeout=timeout)
-            response = ApiResponse.model_validate_json(msg.data)
-            rows.extend(response.rows)
+        return await request_pages(nc, Subjects(settings.subject_prefix).api(endpoint), params or {}, timeout)
     except nats.errors.NoRespondersError:
         raise ApiUnavailable(
             redact(f"no aggregator answers on {settings.nats.url} (is it running?)")
@@ -49,4 +43,15 @@ async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None
         raise ApiUnavailable(f"the aggregator did not answer within {timeout}s") from None
     finally:
         await nc.close()
+
+
+async def request_pages(nc: Client, subject: str, params: dict[str, Any], timeout: float) -> ApiResponse:
+    """Ask ``subject`` and every following page; the whole answer as one response (nats-py errors pass through)."""
+    msg = await nc.request(subject, json.dumps(params).encode(), timeout=timeout)
+    response = ApiResponse.model_validate_json(msg.data)
+    rows = response.rows
+    while response.ok and response.next:
+        msg = await nc.request(subject, json.dumps({NEXT: response.next}).encode(), timeout=timeout)
+        response = ApiResponse.model_validate_json(msg.data)
+        rows.extend(response.rows)
     return response if not response.ok else response.model_copy(update={"rows": rows})

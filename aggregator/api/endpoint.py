@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from ranksight.aggregator.api.merge import Merge
 from ranksight.errors import RefusedError, UsageError, api_status
 from ranksight.redact import redact
 from ranksight.schemas.api import ApiResponse
@@ -143,7 +144,9 @@ class Command:
 @dataclass(frozen=True)
 class Endpoint(Generic[P]):
     """One query endpoint. ``http``: also on the HTTP API (read-only endpoints; those that change state or write
-    files stay on NATS). ``sql_time``: it may take the whole SQL time limit, so clients wait that long."""
+    files stay on NATS). ``sql_time``: it may take the whole SQL time limit, so clients wait that long. ``merge``:
+    how sharded aggregators' answers are joined into one for the whole cluster (:mod:`aggregator.api.front`); None:
+    the aggregator asked answers from its own data alone."""
 
     name: str
     params: type[P]
@@ -151,6 +154,7 @@ class Endpoint(Generic[P]):
     command: Command
     http: bool = True
     sql_time: bool = False
+    merge: Merge[P] | None = None
 
     @property
     def summary(self) -> str:

@@ -27,6 +27,7 @@ from ranksight.aggregator.api.endpoint import (
 from ranksight.aggregator.api.follow import add_follow_flag, follow_if_asked
 from ranksight.aggregator.api.gpu_probes import gpu_probes
 from ranksight.aggregator.api.markers import MarkersParams, markers
+from ranksight.aggregator.api.merge import Merge
 from ranksight.schemas.api import ApiResponse
 
 NODE_COLUMNS = ["node", "cluster", "state", "health", "last_seen", "version", "clock_skew_s"]
@@ -59,6 +60,15 @@ COMMAND_GROUPS = {
     "silence": "maintenance windows: alerts matching a silence are not announced",
 }
 SINCE_AGO = Flag(type=ago, metavar="AGO", help="only what happened within AGO (e.g. 1h)")
+# How sharded aggregators' answers join (aggregator.api.merge). Not merged: sql (an aggregate or a LIMIT does not
+# union; SQL across shards reads their Parquet exports), series (a rank's lateness needs every rank of its
+# communicator, and a line can be split between two shards by a takeover), incidents (per-alert aggregates of one
+# shard's history), and the endpoints that write (export, drain, silence_add, silence_expire).
+BY_NODE: Merge[Any] = Merge(key=("cluster", "node"), order=("cluster", "node"), newest="last_seen")
+ALERTS = Merge[queries.AlertsParams](
+    key=lambda p: ("fingerprint",) if p.state == "firing" else ("fingerprint", "state", "updated_at"),
+    order=lambda p: ("-started_at",) if p.state == "firing" else ("-updated_at",),
+    newest="updated_at", limit="limit")  # fmt: skip
 
 
 def _user() -> str:
@@ -101,22 +111,25 @@ _ENDPOINTS: list[Endpoint[Any]] = [
     Endpoint("status", queries.StatusParams, queries.status, Command(
         "nodes and their state, from the running aggregator",
         ["node", "state", "health", "last_seen", "version", "clock_skew_s", "alerts"], table_rows=_status_table,
-        json_keys=lambda r: {"nodes": r.rows, "aggregator": r.meta})),
+        json_keys=lambda r: {"nodes": r.rows, "aggregator": r.meta}), merge=BY_NODE),
     Endpoint("nodes", queries.NodesParams, queries.nodes, Command(
         "nodes, their state and agent health", NODE_COLUMNS,
-        flags={"health": Flag(help="only nodes of this health (degraded: alive with firing alerts)")})),
+        flags={"health": Flag(help="only nodes of this health (degraded: alive with firing alerts)")}),
+        merge=BY_NODE),
     Endpoint("alerts", queries.AlertsParams, queries.alerts, Command(
         "firing alerts; --follow prints each alert as it fires or resolves", ALERT_COLUMNS,
         flags={"since": SINCE_AGO, "state": Flag(help="firing (default: now), or transitions from history: "
                                                       "resolved, all")},
-        extend=add_follow_flag, instead=follow_if_asked)),
+        extend=add_follow_flag, instead=follow_if_asked), merge=ALERTS),
     Endpoint("sql", queries.SqlParams, queries.sql, Command(
         "a read-only SQL query over the history", csv=True,
         flags={"sql": Flag(positional=True, metavar="SQL", type=_statement,
                            help='one SELECT statement, e.g. "SELECT * FROM node_timeline LIMIT 10"'),
                "max_rows": Flag(help="at most this many rows (capped by aggregator.query.sql_max_rows)"),
                "time_limit_s": Flag(names=("--time-limit",), metavar="S",
-                                    help="seconds (capped by aggregator.query.sql_time_limit_s)")}),
+                                    help="seconds (capped by aggregator.query.sql_time_limit_s)"),
+               "shards": Flag(help="over every shard's Parquet export (aggregator.shards.export_dir), not this "
+                                   "aggregator's database")}),
         sql_time=True),
     Endpoint("export", queries.ExportParams, queries.export, Command(
         "write history to Parquet, partitioned by day (on the aggregator's host)", ["table", "rows", "days", "path"],
@@ -127,30 +140,40 @@ _ENDPOINTS: list[Endpoint[Any]] = [
         http=False),
     Endpoint("jobs", ras_queries.JobParams, ras_queries.jobs, Command(
         "RCCL/NCCL jobs seen through RAS, from the running aggregator",
-        ["job", "state", "health", "endpoint", "ranks", "comms", "last_poll", "version"], json_keys=_rows_as("jobs"))),
+        ["job", "state", "health", "endpoint", "ranks", "comms", "last_poll", "version"], json_keys=_rows_as("jobs")),
+        merge=Merge(key=("cluster", "job"), order=("cluster", "first_seen"), newest="last_poll")),
     Endpoint("comms", ras_queries.JobParams, ras_queries.comms, Command(
         "communicators of the live jobs, from the running aggregator",
         ["job", "hash", "size", "status", "errors", "missing_ranks", "op_count", "stalled_polls"],
-        json_keys=_rows_as("comms"))),
+        json_keys=_rows_as("comms")), merge=Merge(key=("cluster", "job", "hash"), order=("cluster", "job", "hash"))),
     Endpoint("gpus", DeviceParams, queries.gpus, Command(
-        "live GPU state per node: utilization, memory, power, temperature, clocks, ECC", GPU_COLUMNS)),
+        "live GPU state per node: utilization, memory, power, temperature, clocks, ECC", GPU_COLUMNS),
+        merge=Merge(key=("cluster", "node", "index"), order=("cluster", "node", "index"), newest="last_seen")),
     Endpoint("nics", DeviceParams, queries.nics, Command(
-        "live NIC state per node: link, speed, rates, errors, flaps", NIC_COLUMNS)),
+        "live NIC state per node: link, speed, rates, errors, flaps", NIC_COLUMNS),
+        merge=Merge(key=("cluster", "node", "name"), order=("cluster", "node", "name"), newest="last_seen")),
     Endpoint("links", ClusterParams, queries.links, Command(
         "the link map: measured bandwidth, RTT and jitter between nodes", LINK_COLUMNS, notes=_skipped,
-        json_keys=lambda r: {"links": r.rows, "skipped": r.meta.get("skipped", [])})),
+        json_keys=lambda r: {"links": r.rows, "skipped": r.meta.get("skipped", [])}),
+        merge=Merge(key=("cluster", "src", "dst", "transport", "dst_addr"), order=("cluster", "src", "dst"),
+                    newest="measured")),
     Endpoint("gpu_probes", DeviceParams, gpu_probes, Command(
         "the latest GPU probe results, with underperforming GPUs marked",
-        ["node", "index", "name", "tflops_bf16", "tflops_fp16", "mem_bandwidth_bps", "underperforming", "measured"])),
+        ["node", "index", "name", "tflops_bf16", "tflops_fp16", "mem_bandwidth_bps", "underperforming", "measured"]),
+        merge=Merge(key=("cluster", "node", "index"), order=("cluster", "node", "index"), newest="measured",
+                    counts=("discarded_busy",))),
     Endpoint("markers", MarkersParams, markers, Command(
         "timeline markers posted by jobs, oldest first", ["time", "job", "rank", "node", "text"],
-        flags={"job": Flag(metavar="J", help="only this job id")}, json_keys=_rows_as("markers"))),
+        flags={"job": Flag(metavar="J", help="only this job id")}, json_keys=_rows_as("markers")),
+        merge=Merge(key=("cluster", "node", "pid", "time", "text"), order=("time", "node", "pid"), limit="limit")),
     Endpoint("stragglers", ClusterParams, queries.stragglers, Command(
         "current straggler findings, from the running aggregator", STRAGGLER_COLUMNS,
-        json_keys=_rows_as("stragglers"))),
+        json_keys=_rows_as("stragglers")),
+        merge=Merge(key=("cluster", "hostname", "pid", "kind", "comm", "rank"), order=("cluster", "-slowdown"),
+                    newest="last_seen", counts=("records",))),
     Endpoint("cluster_map", ClusterParams, views.cluster_map, Command(
         "every node's health (from its state and alerts) and its GPUs' health",
-        ["cluster", "node", "state", "health", "alerts"])),
+        ["cluster", "node", "state", "health", "alerts"]), merge=Merge(key=("cluster", "node"), order=("cluster", "node"))),
     Endpoint("series", views.SeriesParams, views.series, Command(
         "a metric over time from history, one line per GPU, port, rank or communicator",
         ["series", "points", "last"], table_rows=_series_table,
@@ -165,7 +188,8 @@ _ENDPOINTS: list[Endpoint[Any]] = [
                "reason": Flag(help="why (kept with the drain)")},
         notes=_drained), http=False),
     Endpoint("drains", alerting.DrainsParams, alerting.drains, Command(
-        "the nodes drained now", DRAIN_COLUMNS, path=("node", "drains"))),
+        "the nodes drained now", DRAIN_COLUMNS, path=("node", "drains")),
+        merge=Merge(key=("cluster", "node"), order=("cluster", "node"), newest="since")),
     Endpoint("silence_add", alerting.SilenceAddParams, alerting.silence_add, Command(
         "mute alerts matching every --matcher for --duration (or until --until)", SILENCE_COLUMNS,
         path=("silence", "add"), exclusive=("duration_s", "ends_at"),
@@ -179,7 +203,8 @@ _ENDPOINTS: list[Endpoint[Any]] = [
         http=False),
     Endpoint("silences", alerting.SilencesParams, alerting.silences, Command(
         "active and pending silences", SILENCE_COLUMNS, path=("silence", "list"),
-        flags={"state": Flag(names=("--all",), const="all", help="expired ones too")})),
+        flags={"state": Flag(names=("--all",), const="all", help="expired ones too")}),
+        merge=Merge(key=("id",), order=("-starts_at",))),
     Endpoint("silence_expire", alerting.SilenceExpireParams, alerting.silence_expire, Command(
         "end a silence now", SILENCE_COLUMNS, path=("silence", "expire"),
         flags={"id": Flag(positional=True, metavar="ID")}), http=False),

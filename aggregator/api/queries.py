@@ -19,7 +19,7 @@ from ranksight.aggregator.api.endpoint import (
 )
 from ranksight.aggregator.api.health import NodeHealth, Severity, alert_severity, gpu_health, node_health
 from ranksight.aggregator.api.sql import jsonable
-from ranksight.aggregator.history import export_parquet
+from ranksight.aggregator.history import export_parquet, exported_until
 from ranksight.aggregator.state.devices import DeviceState
 from ranksight.aggregator.state.links import link_rows
 from ranksight.aggregator.timefmt import iso, utc
@@ -157,6 +157,11 @@ class SqlParams(Params):
     sql: str = Field(min_length=1)
     max_rows: int | None = Field(None, ge=1, description="at most the aggregator's sql_max_rows")
     time_limit_s: float | None = Field(None, gt=0, description="at most the aggregator's sql_time_limit_s")
+    shards: bool = Field(
+        False,
+        description="over every shard's Parquet export (aggregator.shards.export_dir) instead of this aggregator's "
+        "database",
+    )
 
     @field_validator("sql")
     @classmethod
@@ -171,8 +176,19 @@ async def sql(agg: Aggregator, p: SqlParams) -> ApiResponse:
     cfg = agg.settings.aggregator.query
     max_rows = min(p.max_rows or cfg.sql_max_rows, cfg.sql_max_rows)
     limit_s = min(p.time_limit_s or cfg.sql_time_limit_s, cfg.sql_time_limit_s)
-    result = await agg.sandbox.query(p.sql, max_rows, limit_s)
-    meta = {"columns": result.columns, "elapsed_s": round(result.elapsed_s, 6), "max_rows": max_rows}
+    exports = agg.settings.aggregator.shards.export_dir if p.shards else None
+    if p.shards and exports is None:
+        raise RequestError(
+            "SQL across shards reads the shards' Parquet exports: set aggregator.shards.export_dir"
+        )
+    result = await agg.sandbox.query(p.sql, max_rows, limit_s, exports)
+    meta: dict[str, Any] = {
+        "columns": result.columns,
+        "elapsed_s": round(result.elapsed_s, 6),
+        "max_rows": max_rows,
+    }
+    if exports is not None:
+        meta["exported_until"] = await asyncio.to_thread(exported_until, exports)
     return ApiResponse.success(result.rows, truncated=result.truncated, meta=meta)
 
 

@@ -21,7 +21,7 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from ranksight.aggregator.api.endpoint import RequestError, answer
+from ranksight.aggregator.api.endpoint import Endpoint, RequestError, answer
 from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.aggregator.api.paging import NEXT, PageCache, PageExpired, RowTooLarge, split_pages
 from ranksight.aggregator.api.sql import SqlFailed
@@ -33,10 +33,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 SERVICE_NAME = "ranksight-aggregator"
+SHARD_SERVICE_NAME = "ranksight-shard"
 _HEADER_SLACK = 1024  # bytes of the reply's subject and headers within max_payload
 
 
-def _handler(agg: Aggregator, name: str, errors: Counter[str], pages: PageCache, max_bytes: int,
+Answer = Callable[[Endpoint[Any], dict[str, Any]], Awaitable[ApiResponse]]
+
+
+def _handler(agg: Aggregator, name: str, answer_with: Answer, errors: Counter[str], pages: PageCache, max_bytes: int,
              in_flight: set[asyncio.Task[None]]) -> Callable[[Request], Awaitable[None]]:  # fmt: skip
     endpoint = ENDPOINTS[name]
     cap = agg.settings.aggregator.query.max_requests_in_flight
@@ -60,7 +64,7 @@ def _handler(agg: Aggregator, name: str, errors: Counter[str], pages: PageCache,
             except PageExpired as exc:
                 raise RequestError(str(exc)) from None
         try:
-            return pages.first(split_pages(await endpoint.call(agg, params), max_bytes))
+            return pages.first(split_pages(await answer_with(endpoint, params), max_bytes))
         except RowTooLarge as exc:
             raise SqlFailed(str(exc)) from None
 
@@ -87,25 +91,37 @@ def _handler(agg: Aggregator, name: str, errors: Counter[str], pages: PageCache,
     return handle
 
 
-async def start_service(nc: Client, agg: Aggregator) -> Service:
-    # Answered errors are replies, not handler exceptions, so nats.micro's num_errors does not see them: each
-    # endpoint's STATS ``data`` carries its error replies by code instead.
-    errors: dict[str, Counter[str]] = {name: Counter() for name in ENDPOINTS}
-    service = await add_service(
-        nc,
-        name=SERVICE_NAME,
-        version=agg.version,
-        description="ranksight aggregator query API",
-        metadata={"cluster": agg.settings.cluster},
-        stats_handler=lambda stats: {"errors_by_code": dict(errors[stats.name])},
-    )
+async def start_services(nc: Client, agg: Aggregator) -> list[Service]:
+    """The shared service (any aggregator answers; for the whole cluster when sharded, through the query front) and
+    this aggregator's own (``ranksight-shard``, on ``<prefix>.api.shard.<shard_id>``: its data alone)."""
     cfg = agg.settings.aggregator.query
     pages = PageCache(cfg.page_cache_bytes, cfg.page_ttl_s)
     max_bytes = nc.max_payload - _HEADER_SLACK
     in_flight: set[asyncio.Task[None]] = set()
-    group = service.add_group(name=agg.subjects.api_group())
-    for name in ENDPOINTS:
-        await group.add_endpoint(
-            name=name, handler=_handler(agg, name, errors[name], pages, max_bytes, in_flight)
+    shard_id = agg.settings.aggregator.shards.name()
+
+    async def own_data(endpoint: Endpoint[Any], params: dict[str, Any]) -> ApiResponse:
+        return await endpoint.call(agg, params)
+
+    services = []
+    for name, group, answer_with, metadata in [
+        (SERVICE_NAME, agg.subjects.api_group(), agg.front.call, {}),
+        (SHARD_SERVICE_NAME, agg.subjects.shard_api_group(shard_id), own_data, {"shard_id": shard_id}),
+    ]:
+        # Answered errors are replies, not handler exceptions, so nats.micro's num_errors does not see them: each
+        # endpoint's STATS ``data`` carries its error replies by code instead.
+        errors: dict[str, Counter[str]] = {e: Counter() for e in ENDPOINTS}
+        service = await add_service(
+            nc,
+            name=name,
+            version=agg.version,
+            description="ranksight aggregator query API",
+            metadata={"cluster": agg.settings.cluster, **metadata},
+            stats_handler=lambda stats, errors=errors: {"errors_by_code": dict(errors[stats.name])},
         )
-    return service
+        endpoints = service.add_group(name=group)
+        for e in ENDPOINTS:
+            handler = _handler(agg, e, answer_with, errors[e], pages, max_bytes, in_flight)
+            await endpoints.add_endpoint(name=e, handler=handler)
+        services.append(service)
+    return services

@@ -33,11 +33,13 @@ import datetime
 import decimal
 import functools
 import json
+import logging
 import re
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import duckdb
@@ -47,6 +49,7 @@ from ranksight.config import QuerySettings
 from ranksight.errors import QueryFailed, RanksightError, RefusedError
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 # Table functions that only compute or read the catalog; everything else (read_*, glob, query, parquet_*...) is refused.
 ALLOWED_TABLE_FUNCTIONS = frozenset({
@@ -247,12 +250,15 @@ class SqlSandbox:
         self._executor = ThreadPoolExecutor(max_workers=self.readers, thread_name_prefix="duckdb-reader")
         self._cursors: asyncio.Queue[duckdb.DuckDBPyConnection] = asyncio.Queue()
         self._user_slots = asyncio.Semaphore(settings.sql_max_concurrent)
+        self._views: list[tuple[str, str]] = []  # the live database's views, rebuilt over the exports
+        self._exports_temp_dir = Path()
 
     async def open(self) -> None:
         """Bound DuckDB's memory, threads and temp space, lock the database down (on the writer thread) and open the
         reader cursors."""
         cfg = self.settings
         temp_dir = self.store.path.with_name(self.store.path.name + ".tmp")
+        self._exports_temp_dir = self.store.path.with_name(self.store.path.name + ".exports.tmp")
 
         def lock_down() -> list[duckdb.DuckDBPyConnection]:
             con = self.store.con
@@ -265,6 +271,7 @@ class SqlSandbox:
                 con.execute(f"SET {name} = '{value}'")
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
+            self._views = [(name, sql) for name, sql in con.execute(_VIEWS_SQL).fetchall()]
             return [self.store.reader() for _ in range(self.readers)]
 
         for cursor in await self.store.call(lock_down):
@@ -277,8 +284,15 @@ class SqlSandbox:
 
     async def run(self, fn: Callable[..., T], *args: Any, time_limit_s: float | None = None) -> T:
         """``fn(cursor, *args)`` on a reader thread with a pooled cursor; interrupted after ``time_limit_s``."""
-        loop = asyncio.get_running_loop()
         cursor = await self._cursors.get()
+        return await self._interruptible(cursor, self._cursors.put_nowait, fn, args, time_limit_s)
+
+    async def _interruptible(self, cursor: duckdb.DuckDBPyConnection,
+                             release: Callable[[duckdb.DuckDBPyConnection], None], fn: Callable[..., T],
+                             args: tuple[Any, ...], time_limit_s: float | None) -> T:  # fmt: skip
+        """``fn(cursor, *args)`` on a reader thread, interrupted after ``time_limit_s``; ``release(cursor)`` once it
+        has stopped."""
+        loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self._executor, fn, cursor, *args)
         try:
             return await asyncio.wait_for(asyncio.shield(future), time_limit_s)
@@ -288,12 +302,22 @@ class SqlSandbox:
             raise SqlFailed(f"query interrupted: over the time limit of {time_limit_s:g}s") from None
         finally:
             if future.done():
-                self._cursors.put_nowait(cursor)
-            else:  # cancelled from outside while running: stop it, and pool the cursor once it is free
+                release(cursor)
+            else:  # cancelled from outside while running: stop it, and release the cursor once it is free
                 cursor.interrupt()
-                future.add_done_callback(lambda _: self._cursors.put_nowait(cursor))
 
-    async def query(self, sql: str, max_rows: int, time_limit_s: float) -> SqlResult:
+                def stopped(done: asyncio.Future[T]) -> None:
+                    if not done.cancelled():
+                        done.exception()  # the interrupt asked for above: retrieved, so asyncio does not report it
+                    release(cursor)
+
+                future.add_done_callback(stopped)
+
+    async def query(
+        self, sql: str, max_rows: int, time_limit_s: float, exports: Path | None = None
+    ) -> SqlResult:
+        """Run a user query on the live database, or (``exports``) over the shards' Parquet exports in that
+        directory (:func:`open_exports`), within the same limits."""
         loop = asyncio.get_running_loop()
         started = loop.time()
         await loop.run_in_executor(self._executor, check_read_only, sql, self.settings.sql_max_generated)
@@ -305,10 +329,88 @@ class SqlSandbox:
                 "(aggregator.query.sql_max_concurrent); try again"
             ) from None
         try:
-            columns, rows, truncated = await self.run(_fetch, sql, max_rows, time_limit_s=time_limit_s)
+            if exports is None:
+                columns, rows, truncated = await self.run(_fetch, sql, max_rows, time_limit_s=time_limit_s)
+            else:
+                con = await loop.run_in_executor(self._executor, open_exports, exports, self.settings,
+                                                 self._exports_temp_dir, self._views)  # fmt: skip
+                columns, rows, truncated = await self._interruptible(
+                    con, duckdb.DuckDBPyConnection.close, _fetch, (sql, max_rows), time_limit_s
+                )
         finally:
             self._user_slots.release()
         return SqlResult(columns, rows, truncated, loop.time() - started)
+
+
+_VIEWS_SQL = (
+    "SELECT view_name, sql FROM duckdb_views() WHERE NOT internal AND schema_name = 'main' ORDER BY view_name"
+)
+_EXPORT_GLOB = "*/*/*.parquet"  # <table>/shard=<id>/day=<date>/<file>
+
+
+def open_exports(export_dir: Path, settings: QuerySettings, temp_dir: Path,
+                 views: list[tuple[str, str]]) -> duckdb.DuckDBPyConnection:  # fmt: skip
+    """An in-memory database over the shards' Parquet exports: each ``<table>`` folder of ``export_dir`` holding files
+    is a view of the same name over all of them (the Hive folders give the columns ``shard`` and ``day``; columns a
+    later migration added are null in older files), then the live database's views that can be built over them.
+    Locked down like the live database, except that ``export_dir`` alone can be read. A shard rewriting today's files
+    meanwhile makes a file vanish or look truncated: tried again a few times, then :class:`SqlFailed`."""
+    if not export_dir.is_dir():
+        raise SqlFailed(f"no shard has exported its history yet: {export_dir} is not a directory")
+    for attempt in range(_EXPORT_READ_ATTEMPTS):
+        con = duckdb.connect(config=ALLOCATOR_CONFIG)
+        try:
+            _views_over_exports(con, export_dir, settings, temp_dir, views)
+            return con
+        except (duckdb.IOException, duckdb.InvalidInputException) as exc:
+            con.close()
+            if attempt == _EXPORT_READ_ATTEMPTS - 1:
+                raise SqlFailed(f"the shards' exports cannot be read now (a shard is rewriting them; try again): "
+                                f"{_first_line(exc)}") from None  # fmt: skip
+        except BaseException:
+            con.close()
+            raise
+    raise AssertionError("unreachable")
+
+
+_EXPORT_READ_ATTEMPTS = 3
+
+
+def _views_over_exports(con: duckdb.DuckDBPyConnection, export_dir: Path, settings: QuerySettings, temp_dir: Path,
+                        views: list[tuple[str, str]]) -> None:  # fmt: skip
+    temp_dir.mkdir(mode=0o700, exist_ok=True)
+    con.execute(f"SET memory_limit = '{settings.sql_memory_limit_bytes}B'")
+    con.execute(f"SET threads = {settings.sql_threads}")
+    con.execute(f"SET temp_directory = {_quote(str(temp_dir))}")
+    con.execute(f"SET max_temp_directory_size = '{settings.sql_temp_max_bytes}B'")
+    con.execute(f"SET allowed_directories = [{_quote(str(export_dir.resolve()) + '/')}]")
+    con.execute("SET enable_external_access = false")
+    tables = [  # not the "_" folders: the exports' freshness marks and staging
+        d
+        for d in sorted(export_dir.iterdir())
+        if _IDENTIFIER.match(d.name) and not d.name.startswith("_") and any(d.glob(_EXPORT_GLOB))
+    ]
+    for table in tables:
+        files = _quote(str(table.resolve() / _EXPORT_GLOB))
+        con.execute(f'CREATE VIEW "{table.name}" AS SELECT * FROM read_parquet({files}, hive_partitioning = true, '
+                    "hive_types = {'shard': VARCHAR, 'day': DATE}, union_by_name = true)")  # fmt: skip
+    pending = [(name, sql) for name, sql in views if name not in {t.name for t in tables}]
+    while pending:  # a view over another view: build what can be built until nothing more can
+        left = []
+        for name, sql in pending:
+            try:
+                con.execute(sql)
+            except (duckdb.CatalogException, duckdb.BinderException) as exc:  # a table or column not exported
+                log.debug("view %s not built over the exports: %s", name, _first_line(exc))
+                left.append((name, sql))
+        if len(left) == len(pending):
+            break
+        pending = left
+    con.execute("SET lock_configuration = true")
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
 def _fetch(

@@ -68,7 +68,7 @@ class Series:
     ``line``; ``node`` is the column a node filter applies to; ``job`` says how a job filter applies (``app``: the
     ``job_id`` column; ``comms``: Inspector rows of the job's communicators; None: no job filter)."""
 
-    table: str
+    table: str  # a table, or a query over one in parentheses
     time_us: str
     value: str
     line: str
@@ -85,17 +85,19 @@ _NIC = "node || ' ' || name"
 # A rank's lateness in a communicator's collectives: how long after the first rank of its group it arrived. Every rank
 # leaves a collective together, so each rank's own kernel time holds its wait: the longest mean time of the window's
 # ranks minus its own is its lateness. From the agents' per-window summaries, which cover every record (raw records
-# are only a sample).
+# are only a sample); a window's parts (each agent's own, at its own times) are added up per rank first.
 _MEAN_EXEC = "exec_sum_us / timed"
 _LATENESS = (f"max({_MEAN_EXEC}) OVER (PARTITION BY comm_id, op, size_bucket, window_start_us) - {_MEAN_EXEC} "
              "AS lateness_us")  # fmt: skip
+_RANK_WINDOWS = ("(SELECT cluster, comm_id, op, op_kind, size_bucket, window_start_us, hostname, pid, rank, "
+                 "sum(exec_sum_us) AS exec_sum_us, sum(timed) AS timed FROM inspector_summary GROUP BY ALL)")  # fmt: skip
 
 SERIES: dict[str, Series] = {
     "step_time_s": Series("app", "client_ts // 1000", "avg(step_time_s)", "'rank ' || coalesce(rank::VARCHAR, node || ' pid ' || pid)",
                           "node", "s", "event = 'heartbeat' AND step_time_s IS NOT NULL", job="app"),
     "busbw_gbs": Series("inspector_summary", "window_start_us", "avg(busbw_gbs)", "coalesce(comm_name, comm_id)",
                         "hostname", "GB/s", "op_kind = 'coll' AND busbw_gbs IS NOT NULL", job="comms"),
-    "lateness_us": Series("inspector_summary", "window_start_us", "avg(lateness_us)", "hostname || ' pid ' || pid",
+    "lateness_us": Series(_RANK_WINDOWS, "window_start_us", "avg(lateness_us)", "hostname || ' pid ' || pid",
                           "hostname", "us", "op_kind = 'coll' AND timed > 0", job="comms", computed=_LATENESS),
     "gpu_utilization_pct": Series("gpu", _EPOCH_US, "avg(utilization_pct)", _GPU, "node", "%"),
     "gpu_clock_hz": Series("gpu", _EPOCH_US, "avg(sclk_hz)", _GPU, "node", "Hz"),

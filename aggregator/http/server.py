@@ -124,7 +124,7 @@ class HttpFace:
             started = time.monotonic()
             params: dict[str, Any] = {k: v for k, v in request.query.items() if k != TOKEN_PARAM}
 
-            response, status = await answer(name, lambda: endpoint.call(self.agg, params))
+            response, status = await answer(name, lambda: self.agg.front.call(endpoint, params))
             self.latency.labels(name).observe(time.monotonic() - started)
             return web.Response(
                 status=status, text=response.model_dump_json(), content_type="application/json"

@@ -317,14 +317,26 @@ def write_job(spec: JobSpec, directory: Path) -> list[Path]:
 
 
 def summarize(
-    records: list[InspectorRecord], summarizer: Summarizer
+    records: list[InspectorRecord], window_s: float = 5.0, slice_s: float = 0.5, publish_s: float = 1.0
 ) -> list[tuple[int, InspectorSummaryRecord]]:
-    """What a node's agent publishes for these records (in dump-time order): each summary with the time (µs) it is
-    published, its window's end plus the grace, as the agent's clock closes it. Through the agent's own summarizer."""
-    out: list[tuple[int, InspectorSummaryRecord]] = []
-    ready = summarizer.window_us + summarizer.grace_us  # from a window's start to its summaries' publication
+    """What the nodes' agents publish for these records (in dump-time order), through the agent's own summarizer: each
+    node's agent reads a record at its dump time and publishes the parts of what it read every ``publish_s``, the
+    nodes' clocks spread over that period. Each summary with the time (µs) it is published, in that order."""
+    by_host: dict[str, list[InspectorRecord]] = defaultdict(list)
     for rec in records:
-        out += [(x.window_start_us + ready, x) for x in summarizer.close(rec.dump_ts_us)]
-        summarizer.add(rec)
-    out += [(x.window_start_us + ready, x) for x in summarizer.flush()]
+        by_host[rec.hostname].append(rec)
+    publish_us = round(publish_s * 1e6)
+    out: list[tuple[int, InspectorSummaryRecord]] = []
+    for i, host in enumerate(sorted(by_host)):
+        summarizer, mine = Summarizer(window_s, slice_s, publish_s), by_host[host]
+        phase = i * publish_us // len(by_host)
+        first = mine[0].dump_ts_us
+        tick = first - (first - phase) % publish_us + publish_us  # the agent's first publication after it
+        for rec in mine:
+            while rec.dump_ts_us > tick:
+                out += [(tick, x) for x in summarizer.take()]
+                tick += publish_us
+            summarizer.add(rec)
+        out += [(tick, x) for x in summarizer.take()]
+    out.sort(key=lambda x: x[0])
     return out

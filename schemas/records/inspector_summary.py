@@ -8,11 +8,19 @@ summary carries what the straggler engine folds raw records into (:mod:`aggregat
 ``coll_sn`` span with the dump times that bound it. The engine fed summaries sees the same aggregates as fed the raw
 records, so it judges ranks of a communicator with the same accuracy without them.
 
-Versioned like every record (``ranksight.ev.v1.inspector_summary``); fields are only ever added. The per-slice lists
-are parallel: entry ``i`` of each describes slice ``slice_index[i]`` of the window.
+Agents publish a window in parts (``part_us``, their publication period): each part holds the records of the
+window the agent read within one period, so the engine and the hang finder get them about as soon as raw records; the
+parts of a window add up (counts, sums, minima, maxima, ``coll_sn`` spans, per-slice lists; the quantiles are each
+part's own). Agents before schema version 2 published each window once, ``summary_grace_s`` after its end, counting
+records read later than that in ``late`` (``part_us`` 0); the aggregator reads both.
+
+Versioned like every record (``ranksight.ev.v1.inspector_summary``, ``schema_version``); fields are only ever added.
+The per-slice lists are parallel: entry ``i`` of each describes slice ``slice_index[i]`` of the window.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 from ranksight.schemas.records.inspector import CaptureModel, InspectorOperation
 
@@ -23,6 +31,7 @@ def size_bucket(msg_size_bytes: int) -> int:
 
 
 class InspectorSummaryRecord(InspectorOperation):
+    schema_version: ClassVar[int] = 2  # 2: `part_us`
     window_start_us: int  # dump time (µs since the epoch) where the window starts: a multiple of window_us
     window_us: int
     slice_us: int  # the per-slice lists' resolution
@@ -43,7 +52,7 @@ class InspectorSummaryRecord(InspectorOperation):
     sn_first: int
     sn_last: int
     last_dump_ts_us: int  # the latest dump time among the window's records
-    late: int = 0  # records of this key that came after their window had closed, since the last summary
+    late: int = 0  # whole windows: records of this key that came after their window had closed, since its last summary
     slice_index: list[int] = []  # slice of the window (0 .. window_us / slice_us - 1)
     slice_count: list[int] = []
     slice_exec_sum_us: list[float] = []
@@ -52,3 +61,6 @@ class InspectorSummaryRecord(InspectorOperation):
     slice_sn_lo_ts_us: list[int] = []
     slice_sn_hi: list[int] = []
     slice_sn_hi_ts_us: list[int] = []
+    # one part of the window: the records its agent read within one publication period, this long (µs); 0: the whole
+    # window, published once it closed, as agents before schema version 2 did
+    part_us: int = 0

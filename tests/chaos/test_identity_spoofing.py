@@ -133,6 +133,7 @@ async def test_shipped_config_confines_each_role(
             own_event = subjects.event(CLUSTER, NODE, "heartbeat")
             raw_of_a_node = subjects.agent(CLUSTER, NODE, "inspector_raw")  # the job's data: the aggregator's
             for user, subject in [(node, spoof), (operator, own_event), (operator, subjects.api("export")),
+                                  (operator, subjects.shard_api("any-shard", "export")),
                                   (operator, raw_of_a_node)]:  # fmt: skip
                 error = await publish_violation(user, subject)
                 assert f'permissions violation for publish to "{subject}"' in error.lower()
@@ -140,4 +141,4 @@ async def test_shipped_config_confines_each_role(
             assert (CLUSTER, OTHER) not in agg.state.nodes.nodes and agg.stats.dead_letters == 0
     # the roles at work hit no permission they lack: the only violations are the spoofer's
     violations = [line for line in shipped.log_file.read_text().splitlines() if "Violation" in line]
-    assert len(violations) == 4 and all(':spoofer"' in line for line in violations), violations
+    assert len(violations) == 5 and all(':spoofer"' in line for line in violations), violations

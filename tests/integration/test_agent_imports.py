@@ -21,9 +21,11 @@ from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 from tests.support import wait_for
 
-# What only the aggregator, the query commands or deploy use: heavy, and never the agent's business.
+# What only the aggregator, the query commands or deploy use: heavy, and never the agent's business; and the XML parser,
+# which only the nvidia-smi XML source uses.
 NOT_FOR_THE_AGENT = ("duckdb", "pyarrow", "aiohttp", "multidict", "yarl", "asyncssh", "prometheus_client",
-                     "ranksight.aggregator", "ranksight.deploy", "ranksight.schemas.alerts", "ranksight.schemas.api")  # fmt: skip
+                     "ranksight.aggregator", "ranksight.deploy", "ranksight.schemas.alerts", "ranksight.schemas.api",
+                     "xml", "pyexpat")  # fmt: skip
 
 
 def _not_for_the_agent(module: str) -> bool:

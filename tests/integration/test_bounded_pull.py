@@ -11,6 +11,8 @@ from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.runtime import ensure_stream
 from ranksight.config import Settings
 from ranksight.schemas.subjects import Subjects
+from tests.loadgen import SyntheticAgent
+from tests.support import aggregator, consumer_drained, gpu_rows, wait_for
 
 
 async def test_fetch_stops_at_the_byte_bound_and_waits_when_quiet(settings: Settings) -> None:
@@ -41,3 +43,26 @@ async def test_fetch_stops_at_the_byte_bound_and_waits_when_quiet(settings: Sett
         assert 0.3 < time.monotonic() - started < 3
     finally:
         await nc.close()
+
+
+async def test_the_aggregator_commits_a_fetch_over_the_record_bound_in_parts(settings: Settings) -> None:
+    """A fetched batch holding more than ``fetch_max_records`` records: committed in several transactions, every
+    message acknowledged once committed, nothing lost or doubled (a real aggregator, agents and nats-server)."""
+    settings.aggregator.ingest.fetch_max_records = 100
+    nc = await nats.connect(settings.nats.url)
+    await ensure_stream(nc.jetstream(), settings)
+    await nc.close()
+    agents = [await SyntheticAgent(settings, f"sim-{i}", records_per_batch=40).start() for i in range(3)]
+    try:
+        for agent in agents:
+            for _ in range(10):
+                await agent.emit(40)
+            assert await agent.flush(30)
+        async with aggregator(settings) as agg:  # the stream holds it all: its first fetch is over the bound
+            await wait_for(lambda: consumer_drained(settings), timeout=60, interval=0.2)
+            assert agg.stats.messages == 30
+            assert agg.stats.batches >= 30 * 40 // 100
+    finally:
+        for agent in agents:
+            await agent.close()
+    assert gpu_rows(settings) == (1200, 1200)

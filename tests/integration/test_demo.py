@@ -55,6 +55,11 @@ def test_demo_raises_the_injected_faults_and_stops(settings: Settings, tmp_path:
     assert [(rule, node) for rule, node, _ in by_node] == [
         ("nic_errors_rising", "demo-node002"), ("straggler", "demo-node001")]  # fmt: skip
     assert [entity.split()[0] for _, _, entity in by_node] == ["nic", "pid"]
+    # the online engine ran on the agents' summaries, published in parts; raw records went out as a rate-limited sample
+    [(part_us, summarized)] = con.execute("SELECT min(part_us), sum(count) FROM inspector_summary").fetchall()
+    # seq 0: fetched on a finding, not published
+    [(raw,)] = con.execute("SELECT count(*) FROM inspector WHERE seq > 0").fetchall()
+    assert part_us == 1_000_000 and summarized > 10 * raw > 0, (part_us, summarized, raw)
     nodes = {n for (n,) in con.execute("SELECT DISTINCT node FROM heartbeat").fetchall()}
     assert nodes == {f"demo-node{i:03d}" for i in range(4)}
     assert con.execute("SELECT count(DISTINCT node) FROM gpu WHERE source = 'sysfs'").fetchone() == (4,)

@@ -51,7 +51,10 @@ async def test_endpoints_mirror_the_nats_service(settings: Settings) -> None:
             over_nats = await query(cfg, name, params)
             assert status == 200 and body["ok"], (name, body)
             assert body["rows"] == over_nats.rows, name
-            assert set(body) == {"ok", "rows", "truncated", "error", "meta", "next"} and body["next"] is None
+            assert (
+                set(body) == {"ok", "rows", "truncated", "error", "meta", "next", "partial", "missing_shards"}
+                and body["next"] is None
+            )
         _, _, nodes = await get(agg, "/api/nodes")
         assert [r["node"] for r in nodes["rows"]] == NODES
         _, _, jobs = await get(agg, "/api/jobs")

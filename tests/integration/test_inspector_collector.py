@@ -122,15 +122,15 @@ async def test_raw_records_are_rate_limited_fairly_and_summaries_count_every_rec
     total = sum(len(lines) for lines in procs.values())
     cfg = settings.agent.collectors.inspector.model_copy(update={
         "dump_dir": dump, "interval_s": 0.05, "raw_rate_per_s": 20.0, "summary_window_s": 1.0,
-        "summary_grace_s": 0.2,
-        "read_chunk_bytes": 4096})  # fmt: skip
+        "summary_publish_s": 0.2, "read_chunk_bytes": 4096})  # fmt: skip
     collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
     limited = settings.model_copy(
         update={"agent": settings.agent.model_copy(update={"collectors": collectors})}
     )
     async with aggregator(limited) as agg, agent(limited, only=["inspector"]) as rt:
         summed = (
-            "SELECT coalesce(sum(count), 0) AS n, count(DISTINCT comm_id) AS comms FROM inspector_summary"
+            "SELECT coalesce(sum(count), 0) AS n, count(DISTINCT comm_id) AS comms, count(*) AS rows "
+            "FROM inspector_summary"
         )
         await wait_for(
             lambda: next(agg.store.rows(summed))["n"] == total
@@ -143,10 +143,13 @@ async def test_raw_records_are_rate_limited_fairly_and_summaries_count_every_rec
         assert raw["comms"] == summaries["comms"]  # every communicator gets its share
         ttls = [r["ttl"] for r in agg.store.rows("SELECT DISTINCT ttl FROM inspector_summary")]
         assert ttls == [2 * 1.0 + 0.2]  # valid until the next window's summary should have come
+        parts = agg.store.rows("SELECT DISTINCT part_us FROM inspector_summary")
+        assert [r["part_us"] for r in parts] == [200_000]  # published in parts, as read
         assert rt.ctx is not None
         status = await rt.ctx.commands["inspector"]({})
         assert status["raw"]["published"] == raw["n"] and status["raw"]["kept_on_node"] == total - raw["n"]
         assert status["summaries"]["records"] == total and status["summaries"]["late"] == 0
+        assert status["summaries"]["parts"] == summaries["rows"]
         state = json.loads((limited.state_dir / "inspector-offsets.json").read_text())
         assert all(
             f["offset"] == (dump / Path(path).name).stat().st_size for path, f in state["files"].items()

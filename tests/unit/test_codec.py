@@ -27,6 +27,17 @@ def test_round_trip_typed_records() -> None:
     assert type(decoded.records[0]) is struct_for(HeartbeatRecord)
 
 
+def test_a_decoded_envelope_is_the_model_it_was_encoded_from() -> None:
+    """Built without ``model_construct``'s work per field, it is still the same pydantic model in every respect."""
+    env = _env("gpu", [GpuRecord(index=0)])
+    decoded = decode_event(encode_event(env))
+    plain = Envelope.model_construct(**{name: getattr(decoded, name) for name in Envelope.model_fields})
+    assert decoded == plain
+    assert decoded.model_fields_set == plain.model_fields_set == set(Envelope.model_fields)
+    assert decoded.model_dump(exclude={"records"}) == env.model_dump(exclude={"records"})
+    assert decoded.model_copy(update={"seq": 8}).msg_id == "a1:8" and decoded.msg_id == "a1:7"
+
+
 def test_unsupported_values_stay_null() -> None:
     decoded = decode_event(encode_event(_env("gpu", [GpuRecord(index=0, power_w=None)])))
     assert decoded.records[0].power_w is None

@@ -4,7 +4,6 @@ pause, both capture models) and the ``collective_hang`` rule through the live tr
 from __future__ import annotations
 
 from ranksight.agent.collectors.inspector.parse import parse_line
-from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.rules import default_rules
@@ -15,6 +14,7 @@ from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import Fault, JobSpec, simulate_timed, summarize
 from ranksight.simulate.scenarios import hang, healthy, truth
+from tests.previous_summaries import whole_windows
 
 HUNG = JobSpec(
     nodes=4, gpus_per_node=4, layout="moe", steps=100, faults=[Fault("hang", node=2, gpu=1, start_step=40)]
@@ -45,11 +45,12 @@ def replay(finder: HangFinder, recs: list[InspectorRecord], every_s: float = 1.0
     return named
 
 
-def replay_summaries(finder: HangFinder, spec: JobSpec) -> tuple[set[tuple[str, int]], int]:
-    """Feed the agents' summaries when they are published (a window's all at once, in reverse order: the hung
-    process's last ones arrive after its peers'), asking the finder every second; every process it named, and the
-    receipt time of the last summary (ns)."""
-    published = summarize(records(spec), Summarizer(window_s=5.0, grace_s=2.0))
+def replay_summaries(
+    finder: HangFinder, published: list[tuple[int, InspectorSummaryRecord]]
+) -> tuple[set[tuple[str, int]], int]:
+    """Feed the agents' summaries when they are published (those of one instant in reverse order: the hung process's
+    last ones arrive after its peers'), asking the finder every second; every process it named, and the receipt time
+    of the last summary (ns)."""
     by_time: dict[int, list[InspectorSummaryRecord]] = {}
     for at_us, summary in published:
         by_time.setdefault(at_us, []).append(summary)
@@ -68,13 +69,28 @@ def replay_summaries(finder: HangFinder, spec: JobSpec) -> tuple[set[tuple[str, 
     return named, last_ns
 
 
-def test_from_summaries_a_hang_is_named_and_a_healthy_run_or_end_never() -> None:
-    named, _ = replay_summaries(HangFinder(3.0), HUNG)
+def test_from_summary_parts_a_hang_is_named_about_as_soon_as_from_raw_records() -> None:
+    recs = records(HUNG)
+    published = summarize(recs, publish_s=1.0)
+    named, last_ns = replay_summaries(HangFinder(3.0), published)
+    assert named == {("node002", HUNG.pid(2, 1))}
+    assert replay_summaries(HangFinder(3.0), summarize(records(healthy("ring", 1))))[0] == set()
+    assert last_ns - recs[-1].dump_ts_us * 1000 <= NS  # the last records go out within a part's period
+    finder = HangFinder(3.0)
+    replay_summaries(finder, published)
+    # raw records: quiet_s after the last one; parts: at most two periods later (the wait for the part, the next one)
+    hangs = finder.hangs(recs[-1].dump_ts_us * 1000 + 5 * NS)
+    assert {(r.hostname, r.pid) for h in hangs for r in h.lagging} == {("node002", HUNG.pid(2, 1))}
+    assert min(h.stalled_s for h in hangs) >= 4.0  # quiet_s plus a period: the next part may come until then
+
+
+def test_from_an_older_agent_s_whole_windows_a_hang_is_named_and_a_healthy_run_or_end_never() -> None:
+    named, _ = replay_summaries(HangFinder(3.0), whole_windows(records(HUNG)))
     assert named == {("node002", HUNG.pid(2, 1))}
     # between two windows' summaries nothing advances for 5 s, more than quiet_s: no hang for it
-    assert replay_summaries(HangFinder(3.0), healthy("ring", 1))[0] == set()
+    assert replay_summaries(HangFinder(3.0), whole_windows(records(healthy("ring", 1))))[0] == set()
     finder = HangFinder(3.0)
-    _, last_ns = replay_summaries(finder, HUNG)
+    _, last_ns = replay_summaries(finder, whole_windows(records(HUNG)))
     assert (
         finder.hangs(last_ns + 7 * NS) == []
     )  # quiet for less than quiet_s plus one window: the next may come
@@ -137,9 +153,10 @@ def test_a_hung_collective_resolves_when_the_lagging_process_reports_again() -> 
     now = recs[-1].dump_ts_us * 1000 + 5 * NS
     [lagging] = {(r.hostname, r.pid) for h in finder.hangs(now) for r in h.lagging}
     alive = next(r for r in recs if (r.hostname, r.pid) == lagging)
-    finder.add(
-        alive, now, alive.hostname
-    )  # the process writes again (it was only slow to dump): it is not silent
+    finder.add(alive, now, alive.hostname)  # an old record delivered again says nothing new
+    assert finder.hangs(now + NS)
+    # the process writes again (it was only slow to dump): it is not silent
+    finder.add(alive.model_copy(update={"dump_ts_us": now // 1000}), now, alive.hostname)
     assert finder.hangs(now + NS) == []
 
 
@@ -229,3 +246,28 @@ def test_a_stall_in_an_ended_jobs_communicators_is_its_end_not_a_hang() -> None:
     state, now, hashes = hung_state()
     ras_job(state, "j1", hashes, op_changed_ns=now - 5 * NS, now=now).state = "ended"
     assert hang_rules(state, now) == []
+
+
+def test_a_host_reading_its_dumps_behind_is_not_a_hung_one() -> None:
+    """The 32-node demo on a starved machine: one node's agent read its dump files 20 s behind the others. Its ranks'
+    last coll_sn trailed their peers' in dump time while their records kept arriving; a silent rank is one that sends
+    nothing, not one whose news is old."""
+    spec = JobSpec(nodes=4, gpus_per_node=4, layout="moe", steps=60)
+    delay_ns = {spec.hostname(1): 20 * NS}
+    arrivals = sorted(
+        (
+            (rec.dump_ts_us * 1000 + delay_ns.get(rec.hostname, 0), i, rec)
+            for i, rec in enumerate(records(spec))
+        ),
+        key=lambda a: a[:2],
+    )
+    finder, named = HangFinder(3.0), set()
+    ask = arrivals[0][0]
+    for recv_ns, _, rec in arrivals:
+        while ask < recv_ns:
+            named |= {(r.hostname, r.pid) for h in finder.hangs(ask) for r in h.lagging}
+            ask += NS
+        finder.add(rec, recv_ns, rec.hostname)
+    assert named == set()
+    hung = HangFinder(3.0)  # the same lag does not hide a real hang
+    assert replay(hung, records(HUNG)) == {(HUNG.hostname(2), HUNG.pid(2, 1))}

@@ -257,3 +257,23 @@ def test_a_message_live_state_cannot_use_is_counted_not_fatal(tmp_path: Path) ->
         assert agg.stats.state_skipped == 1 and agg.status_meta()["ingest"]["state_skipped"] == 1
     finally:
         agg.store.shutdown()
+
+
+def test_a_batch_over_the_record_bound_commits_in_parts_and_loses_nothing(tmp_path: Path) -> None:
+    """A hostile fetch: many records in few bytes. Each commit holds at most ``fetch_max_records`` decoded records
+    (a message alone may bring more); the rest is left to the next commit with its sequence marks untouched."""
+    gpus = [{"index": i, "memory_used_bytes": i} for i in range(6)]
+    batch = [incoming(envelope(seq=seq, records=gpus)) for seq in range(1, 5)]
+    batch.insert(2, incoming(b"\xc1"))  # dead-lettered wherever it falls
+    batch.append(incoming(envelope(node="b", seq=1, records=gpus * 2), node="b"))  # 12: over the bound alone
+    for s in _store(tmp_path, IngestSettings(fetch_max_records=10)):
+        commits = []
+        while batch:
+            result = s.commit_batch(batch)
+            commits.append((result.taken, result.records))
+            batch = batch[result.taken :]
+        assert commits == [(1, 6), (2, 6), (1, 6), (1, 6), (1, 12)]
+        assert s.con.execute("SELECT node, seq, count(*) FROM gpu GROUP BY ALL ORDER BY ALL").fetchall() == [
+            ("a", 1, 6), ("a", 2, 6), ("a", 3, 6), ("a", 4, 6), ("b", 1, 12)]  # fmt: skip
+        assert dead_reasons(s) == {"not_msgpack": 1}
+        assert s.sequence_stats()["duplicates"] == s.sequence_stats()["gaps_open"] == 0

@@ -5,12 +5,18 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import BaseModel
 
 from ranksight.agent.collectors.inspector.parse import (
     InspectorParseError,
     bandwidths_gbs,
     parse_line,
+    parse_lines,
+    parse_op,
+    to_record,
 )
+from ranksight.schemas.records import InspectorRecord
+from ranksight.simulate.inspector import JobSpec, simulate
 from tests.conftest import FIXTURES
 
 DIR = FIXTURES / "inspector"
@@ -105,3 +111,54 @@ def test_wrong_type_in_optional_field_is_a_parse_error_not_a_crash() -> None:
     obj["coll_perf"]["coll_timing_source"] = 5
     with pytest.raises(InspectorParseError, match="timing_source"):
         parse_line(compact(obj))
+
+
+def test_operations_are_light_and_become_the_same_wire_records() -> None:
+    """The hot path builds no pydantic model; the record built from an operation is the one the model validates."""
+    lines = [compact(sample(name)) for name in (ALLREDUCE, RS_VERBOSE, RS_MULTINODE)]
+    lines += [x.encode() for xs in simulate(JobSpec(nodes=2, gpus_per_node=2, steps=3, capture="ring")).values()
+              for x in xs]  # fmt: skip
+    errors: list[InspectorParseError] = []
+    ops = list(parse_lines([*lines, b"", b"{"], errors.append))
+    assert len(ops) == len(lines) and len(errors) == 1
+    assert not any(isinstance(op, BaseModel) for op in ops)
+    for line, op in zip(lines, ops, strict=True):
+        record = to_record(op)
+        assert record == parse_line(line) == InspectorRecord.model_validate(record.model_dump())
+        assert record.model_dump() == {name: getattr(op, name) for name in InspectorRecord.model_fields}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("header", "comm_name", 3), "header.comm_name"),
+        (("metadata", "pid", True), "metadata.pid"),  # a JSON boolean is no integer
+        (
+            ("coll_perf", "coll_exec_time_us", "fast"),
+            "coll_perf.coll_exec_time_us: expected a number, got 'fast'",
+        ),
+        (("coll_perf", "coll_busbw_gbs", [1]), "coll_perf.coll_busbw_gbs"),
+        (("coll_perf", "coll_sn", None), "coll_perf.coll_sn"),
+    ],
+)
+def test_a_wrong_field_type_names_the_field(change: tuple[str, str, object], message: str) -> None:
+    obj = sample(RS_MULTINODE)
+    section, key, value = change
+    obj[section][key] = value
+    with pytest.raises(InspectorParseError, match=message):
+        parse_op(compact(obj))
+
+
+def test_a_null_comm_name_still_means_the_ring_model() -> None:
+    obj = sample(RS_MULTINODE)
+    obj["header"]["comm_name"] = None
+    op = parse_op(compact(obj))
+    assert (op.capture_model, op.comm_name) == ("ring", None)
+
+
+@pytest.mark.parametrize("where", ["top", "unknown field", "header"])
+def test_a_deep_nest_is_a_bad_line_not_a_crash(where: str) -> None:
+    nest = b"[" * 100_000 + b"]" * 100_000
+    lines = {"top": nest, "unknown field": b'{"x":' + nest + b"}", "header": b'{"header":' + nest + b"}"}
+    with pytest.raises(InspectorParseError, match="not JSON"):
+        parse_op(lines[where])

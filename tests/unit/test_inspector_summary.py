@@ -1,18 +1,20 @@
 """The agent's Inspector summarizer: records of the real fixtures (and of the simulator, which writes their format) in,
-``inspector_summary`` records out; windows aligned to wall-clock multiples, late records counted, sizes bucketed, both
-capture models; and the straggler engine sees the same aggregates from summaries as from the raw records."""
+``inspector_summary`` records out; windows aligned to wall-clock multiples, published in parts as read, sizes bucketed,
+both capture models; and the straggler engine sees the same aggregates from summaries as from the raw records."""
 
 from __future__ import annotations
 
 import json
+import tracemalloc
 from pathlib import Path
 
+import msgpack
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import InspectorOp, parse_line, parse_op
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.stragglers import StragglerEngine
-from ranksight.schemas.codec import decode_event, encode_event
+from ranksight.schemas.codec import DecodeError, decode_event, encode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
@@ -33,60 +35,39 @@ def at(rec: InspectorRecord, ts_us: int, sn: int, **changes: object) -> Inspecto
     return rec.model_copy(update={"dump_ts_us": ts_us, "sn": sn, **changes})
 
 
-def test_windows_align_to_wall_clock_multiples_and_close_after_the_grace() -> None:
+def test_windows_align_to_wall_clock_multiples_and_each_take_publishes_what_was_read_since_the_last() -> None:
     base = RS.dump_ts_us - RS.dump_ts_us % W  # the fixture's own window
-    s = Summarizer(window_s=5, slice_s=0.5, grace_s=2)
+    s = Summarizer(window_s=5, slice_s=0.5, publish_s=1)
+    assert s.take() == []
     s.add(at(RS, base + W - 1, 1))
     s.add(at(RS, base + W, 2))  # the next window, though a microsecond later
-    assert s.close(base + W + 1_999_999) == []  # the grace is not over
-    s.add(at(RS, base + W - 10, 3, exec_time_us=90.0))  # late but within the grace: its own window
-    [first] = s.close(base + W + 2_000_000)
+    first, second = s.take()  # no wait for a window to end: what was read goes out at the next take
     assert (first.window_start_us, first.window_us, first.slice_us) == (base, W, 500_000)
-    assert (first.count, first.timed, first.sn_first, first.sn_last) == (2, 2, 1, 3)
-    assert (first.exec_min_us, first.exec_max_us, first.exec_sum_us) == (90.0, 110.0, 200.0)
-    assert first.last_dump_ts_us == base + W - 1
-    assert first.slice_index == [9] and first.slice_count == [2]
-    assert (first.slice_sn_lo, first.slice_sn_hi) == ([1], [3])
-    assert (first.slice_sn_lo_ts_us, first.slice_sn_hi_ts_us) == ([base + W - 1], [base + W - 10])
-    [second] = s.close(base + 2 * W + 2_000_000)
+    assert first.part_us == 1_000_000
     assert (second.window_start_us, second.count, second.sn_first) == (base + W, 1, 2)
+    assert s.take() == [] and s.open_keys == 0
+    s.add(at(RS, base + W - 10, 3, exec_time_us=90.0))  # read after its window's first part: another part
+    [late] = s.take()
+    assert (late.window_start_us, late.count, late.sn_first, late.sn_last, late.late) == (base, 1, 3, 3, 0)
+    assert (late.exec_min_us, late.exec_max_us, late.exec_sum_us) == (90.0, 90.0, 90.0)
+    assert late.last_dump_ts_us == base + W - 10
+    assert late.slice_index == [9] and late.slice_count == [1]
+    assert (late.slice_sn_lo, late.slice_sn_hi, late.slice_sn_lo_ts_us) == ([3], [3], [base + W - 10])
+    assert (s.records, s.parts) == (3, 3)
 
 
-def test_a_record_later_than_the_grace_is_counted_not_summarized() -> None:
+def test_a_starved_reader_s_records_are_all_summarized_however_late_it_reads_them() -> None:
+    """A host that reads its dumps 6 s behind (or an old backlog): whole windows with a fixed grace counted every
+    window's tail late (and its processes went unjudged); parts carry whatever was read, none late."""
     base = RS.dump_ts_us - RS.dump_ts_us % W
-    s = Summarizer(grace_s=1)
-    s.add(at(RS, base + 100, 1))
-    assert len(s.close(base + W + 1_000_000)) == 1
-    s.add(at(RS, base + 200, 2))  # its window is gone
-    assert (s.late_total, s.windows) == (1, {})
-    s.add(at(RS, base + W + 5, 3))
-    [nxt] = s.close(base + 2 * W + 1_000_000)
-    assert (nxt.count, nxt.late) == (1, 1)  # reported with the key's next summary
-    assert s.late == {}
-
-
-def test_the_grace_follows_the_arrival_delay_of_a_starved_reader_up_to_its_bound() -> None:
-    """A host that reads its dumps 6 s behind: with a fixed 2 s grace every window's tail is late (and its processes
-    unjudged); the grace widens to the delay seen on arrival, so from then on nothing is late."""
-    base = RS.dump_ts_us - RS.dump_ts_us % W
-    delay = 6_000_000
-
-    def late_after(s: Summarizer) -> int:
-        for step in range(0, 8 * W, W // 10):  # records every 0.5 s, read `delay` later
-            now = base + step + delay
-            s.add(at(RS, base + step, step))
-            s.close(now)
-        return s.late_total
-
-    fixed, adaptive = late_after(Summarizer(grace_s=2)), late_after(Summarizer(grace_s=2, max_grace_s=15))
-    assert fixed > 40
-    assert adaptive == 0  # the first close already saw the delay
-    bounded = Summarizer(grace_s=2, max_grace_s=15)
-    bounded.add(at(RS, base, 1))
-    assert bounded.grace_at(base + 600 * 1_000_000) == 15_000_000  # an old backlog: never more than the bound
-    assert (
-        bounded.grace_at(base + 700 * 1_000_000) == 2_000_000
-    )  # and forgotten once arrivals are on time again
+    s, parts = Summarizer(), []
+    # records every 0.5 s, read however long after their dump (the summarizer has no clock), a take every second
+    for step in range(0, 8 * W, W // 10):
+        s.add(at(RS, base + step, step))
+        if step % 1_000_000 == 0:
+            parts += s.take()
+    parts += s.take()
+    assert sum(x.count for x in parts) == s.records == 80 and all(x.late == 0 for x in parts)
 
 
 def test_sizes_share_a_power_of_two_bucket_and_add_up_exactly() -> None:
@@ -95,7 +76,7 @@ def test_sizes_share_a_power_of_two_bucket_and_add_up_exactly() -> None:
     s.add(at(RS, base + 1, 1))  # 65536 bytes
     s.add(at(RS, base + 2, 2, msg_size_bytes=40_000))
     s.add(at(RS, base + 3, 3, msg_size_bytes=65_537))
-    out = sorted(s.close(base + 10 * W), key=lambda x: x.size_bucket)
+    out = sorted(s.take(), key=lambda x: x.size_bucket)
     assert [(x.size_bucket, x.count, x.bytes) for x in out] == [(65536, 2, 105_536), (131072, 1, 65_537)]
 
 
@@ -106,7 +87,7 @@ def test_statistics_of_the_fixtures_and_bandwidth_recomputed() -> None:
     for i, t in enumerate(times):
         s.add(at(AR, base + i * 1_000_000, 1407 + i, exec_time_us=t))
     s.add(at(AR, base + 4_500_000, 1411, exec_time_us=None))  # untimed: counted, not timed
-    [x] = s.close(base + 10 * W)
+    [x] = s.take()
     assert (x.count, x.timed, x.bytes) == (5, 4, 5 * AR.msg_size_bytes)
     assert (x.exec_p50_us, x.exec_p90_us, x.exec_p99_us) == (65000.0, 70000.0, 70000.0)
     assert x.busbw_gbs == pytest.approx(
@@ -127,7 +108,9 @@ def test_open_accumulators_are_bounded() -> None:
     s = Summarizer(max_keys=2)
     for rank in range(3):
         s.add(at(RS, base + 1, 1, rank=rank))
-    assert (s.overflow, len(s.close(base + 10 * W))) == (1, 2)
+    assert (s.overflow, len(s.take())) == (1, 2)
+    s.add(at(RS, base + 2, 2, rank=2))  # a take frees them
+    assert (s.overflow, len(s.take())) == (1, 1)
 
 
 @pytest.mark.parametrize("capture", ["ring", "sampled"])
@@ -138,8 +121,10 @@ def test_engine_sees_the_same_aggregates_from_summaries_as_from_raw_records(capt
         (parse_line(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us
     )
     raw = StragglerEngine().extend(records)
-    published = summarize(records, Summarizer())
+    published = summarize(records, publish_s=1.0)
     assert all(isinstance(x, InspectorSummaryRecord) for _, x in published)
+    windows = {x.window_start_us for _, x in published}
+    assert len(published) > 3 * len(windows)  # a window comes in several parts
     summed = StragglerEngine()
     for _, x in published:
         summed.add_summary(x)
@@ -156,5 +141,61 @@ def test_engine_sees_the_same_aggregates_from_summaries_as_from_raw_records(capt
     culprit = (spec.hostname(1), spec.pid(1, 1))
     assert [(f.hostname, f.pid) for f in raw.analyze().stragglers] == [culprit]
     assert [(f.hostname, f.pid) for f in summed.analyze().stragglers] == [culprit]
-    # a window's summaries are published once it ended and the grace passed, never before
-    assert all(ts == x.window_start_us + 7_000_000 for ts, x in published)
+    # a part is published within a second of its records' dump time, never before it
+    assert all(0 <= ts - x.last_dump_ts_us <= 1_000_000 for ts, x in published)
+    assert all(ts < x.window_start_us + W + 1_000_000 for ts, x in published)  # no wait for the window's end
+
+
+def test_parts_are_schema_version_2_and_an_older_agent_s_whole_windows_still_decode() -> None:
+    base = RS.dump_ts_us - RS.dump_ts_us % W
+    s = Summarizer()
+    s.add(at(RS, base + 1, 1))
+    s.add(at(RS, base + 2, 2, rank=1))
+    parts = s.take()
+    env = Envelope(type=event_type("inspector_summary"), cluster="c", node="n", agent="a", seq=1, ts=1, ttl=11.0,
+                   records=parts)  # fmt: skip
+    data = msgpack.unpackb(encode_event(env))
+    assert data["record_version"] == InspectorSummaryRecord.schema_version == 2
+    assert data["constants"]["part_us"] == 1_000_000  # one value per batch: a few bytes
+    # what an agent before parts sent: version 1, no part_us, the window once (and maybe late records)
+    data["record_version"] = 1
+    del data["constants"]["part_us"]
+    data["constants"]["late"] = 4
+    older = decode_event(msgpack.packb(data)).records
+    assert [(x.rank, x.part_us, x.late, x.count) for x in older] == [(31, 0, 4, 1), (1, 0, 4, 1)]
+    # and an aggregator of the previous version refuses this version's batches with a clear reason, no crash
+    data = msgpack.unpackb(encode_event(env))
+    data["record_version"] = 3
+    with pytest.raises(DecodeError) as info:
+        decode_event(msgpack.packb(data))
+    assert info.value.reason == "unsupported_version"
+
+
+def test_operations_and_wire_records_summarize_alike() -> None:
+    """The collector folds light operations, the simulator and the tests wire records: the summaries are the same."""
+    spec = JobSpec(nodes=2, gpus_per_node=2, steps=40, capture="ring", faults=[Fault("gpu", 1, 1, 1.5)])
+    timed, _ = run_job(spec)
+    lines = sorted((ts, x) for lines in timed.values() for ts, x in lines)
+    from_ops, from_records = Summarizer(), Summarizer()
+    for _, x in lines:
+        from_ops.add(parse_op(x))
+        from_records.add(parse_line(x))
+    ops, records = from_ops.take(), from_records.take()
+    assert len(ops) > 10 and [s.model_dump() for s in ops] == [s.model_dump() for s in records]
+
+
+def test_an_open_window_holds_its_exec_times_as_plain_doubles() -> None:
+    """A part holds a backlog pass's records until the next take: what each record leaves in it is bounded (no object
+    per value)."""
+    base = RS.dump_ts_us - RS.dump_ts_us % W
+    template, count = RS.model_dump(), 20_000
+    s = Summarizer()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for i in range(count):  # each operation is dropped once folded, as the collector drops a pass's
+        s.add(InspectorOp(**template | {"dump_ts_us": base + i, "sn": i, "exec_time_us": 100.0 + i}))
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert held / count < 16  # 8 bytes a double and the array's growth; a list of floats holds about 32
+    [summary] = s.take()
+    assert (summary.count, summary.exec_min_us, summary.exec_max_us) == (20_000, 100.0, 20_099.0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 
 from ranksight.agent.collectors.ras.jobid import derived_job_id, listener_pid, scheduler_job_id
@@ -215,6 +217,16 @@ def test_job_identity_from_proc(tmp_path: Path) -> None:
     assert pid == 4242 and scheduler_job_id(proc, pid) == "slurm-777"
     assert listener_pid(proc, 28029) is None
     assert derived_job_id(["0x2", "0x1"]) == derived_job_id(["0x1", "0x2", "0x1"]) != derived_job_id(["0x3"])
+
+
+def test_the_last_listener_is_looked_at_first_and_a_gone_one_is_searched_again(tmp_path: Path) -> None:
+    proc = fake_proc(tmp_path / "proc", 28028, {"SLURM_JOB_ID": "777"})
+    (proc / "9999" / "fd").mkdir(parents=True)  # a forked child holding the same listening socket
+    os.symlink("socket:[987654]", proc / "9999" / "fd" / "3")
+    assert listener_pid(proc, 28028, hint=9999) == 9999  # found without reading every process's descriptors
+    assert listener_pid(proc, 28028, hint=4242) == 4242
+    shutil.rmtree(proc / "9999")  # the process is gone: the search finds the one left
+    assert listener_pid(proc, 28028, hint=9999) == 4242
 
 
 def test_text_polls_between_json_polls_keep_the_unlisted_communicators() -> None:

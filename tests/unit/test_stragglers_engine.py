@@ -10,16 +10,15 @@ import pytest
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.agent.collectors.inspector.parse import parse_line
-from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.stragglers import (
     Analysis,
     StragglerEngine,
     StragglerParams,
     analyze_records,
 )
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate import scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job, summarize, write_job
+from tests.previous_summaries import whole_windows
 
 PARAMS = StragglerParams(window_s=2.0)
 MODELS = ["ring", "sampled"]
@@ -39,7 +38,7 @@ def run(tmp_path: Path, spec: JobSpec, feed: str = "raw") -> Analysis:
     else:
         engine = StragglerEngine(PARAMS)
         records = sorted(reader.records(), key=lambda r: r.dump_ts_us)
-        for _, summary in summarize(records, Summarizer(slice_s=PARAMS.slice_s)):
+        for _, summary in summarize(records, slice_s=PARAMS.slice_s):
             engine.add_summary(summary)
         result = engine.analyze()
     assert reader.bad_lines == 0 and result.bw_mismatches == 0
@@ -222,31 +221,12 @@ def test_long_steps_stretch_the_horizon_so_hiccups_stay_silent_and_a_straggler_i
     assert found([Fault("gpu", 1, 2, 1.2, start_step=10)]) == [("node001", JobSpec().pid(1, 2))]
 
 
-def _summaries_with_late_hosts(
-    records: list[InspectorRecord], late_us: dict[str, int]
-) -> list[InspectorSummaryRecord]:
-    """What each node's agent publishes when the records of the hosts in ``late_us`` reach it that much after their
-    dump time (a starved host): one summarizer per host, its clock the arrival time, so the last records of each
-    window arrive after the window closed and are counted ``late`` instead of summarized."""
-    by_host: dict[str, list[InspectorRecord]] = {}
-    for rec in records:
-        by_host.setdefault(rec.hostname, []).append(rec)
-    out: list[InspectorSummaryRecord] = []
-    for host, recs in by_host.items():
-        summarizer, delay = Summarizer(slice_s=PARAMS.slice_s), late_us.get(host, 0)
-        for rec in recs:
-            out += summarizer.close(rec.dump_ts_us + delay)
-            summarizer.add(rec)
-        out += summarizer.flush()
-    return sorted(out, key=lambda s: s.window_start_us + s.window_us)
-
-
 def test_healthy_ranks_whose_records_arrive_late_raise_nothing_and_a_true_straggler_is_still_found(
     tmp_path: Path,
 ) -> None:
-    """Issue 18: on a loaded host the agent reads the dump files behind; records past their window's grace are
-    missing from the summaries, so the host's ranks look idle (computing) at the end of every window: a false,
-    intermittent node-wide straggler. The engine judges only ranks whose ops it holds completely."""
+    """Issue 18: on a loaded host an older agent (whole windows) reads the dump files behind; records past their
+    window's grace are missing from the summaries, so the host's ranks look idle (computing) at the end of every
+    window: a false, intermittent node-wide straggler. The engine judges only ranks whose ops it holds completely."""
     # 3 s behind, beyond the 2 s grace: the last second of each window comes late
     late = {"node002": 3_000_000, "node005": 3_000_000}
     for faults, expected in [
@@ -256,7 +236,7 @@ def test_healthy_ranks_whose_records_arrive_late_raise_nothing_and_a_true_stragg
         spec = job(noise=0.05, seed=3, faults=faults)
         write_job(spec, tmp_path / f"dump{len(faults)}")
         records = sorted(DumpReader(tmp_path / f"dump{len(faults)}").records(), key=lambda r: r.dump_ts_us)
-        summaries = _summaries_with_late_hosts(records, late)
+        summaries = [x for _, x in whole_windows(records, slice_s=PARAMS.slice_s, read_after_us=late)]
         assert sum(s.late for s in summaries) > 100  # the starved hosts did lose records
         engine = StragglerEngine(PARAMS)
         for s in summaries:
@@ -265,3 +245,31 @@ def test_healthy_ranks_whose_records_arrive_late_raise_nothing_and_a_true_stragg
         assert {(f.hostname, f.pid) for f in found} == expected
         # the straggler's evidence says whose records were incomplete and so not judged
         assert all("not judged" in f.evidence and "node002 pid" in f.evidence for f in found)
+
+
+def test_parts_from_a_host_reading_behind_raise_nothing_online_and_a_true_straggler_is_still_found(
+    tmp_path: Path,
+) -> None:
+    """Issue 18 with this version's agents: parts are never late. A host whose agent reads its dump files behind sends
+    complete parts later: the online engine waits for its processes' records as it would for raw ones, and when they
+    are further behind than it waits (twice the horizon: 9 and 20 s here), it does not judge them where their records
+    are not in yet (they would look idle, i.e. computing) and judges those slices again once they are."""
+    behind_us = {"node002": 20_000_000, "node005": 9_000_000}
+    for faults, expected in [
+        ([], set()),
+        ([Fault("gpu", node=6, gpu=1, factor=1.5)], {("node006", JobSpec().pid(6, 1))}),
+    ]:
+        spec = job(noise=0.05, seed=3, faults=faults)
+        write_job(spec, tmp_path / f"dump{len(faults)}")
+        records = sorted(DumpReader(tmp_path / f"dump{len(faults)}").records(), key=lambda r: r.dump_ts_us)
+        arrivals = sorted(
+            ((at + behind_us.get(x.hostname, 0), x) for at, x in summarize(records, slice_s=PARAMS.slice_s)),
+            key=lambda a: a[0],
+        )
+        engine, next_eval = StragglerEngine(PARAMS), arrivals[0][0] + 1_000_000
+        for at, x in arrivals:  # evaluated every second as they arrive, as the aggregator does
+            while at >= next_eval:
+                engine.evaluate()
+                next_eval += 1_000_000
+            engine.add_summary(x)
+        assert {(f.hostname, f.pid) for f in engine.analyze().stragglers} == expected

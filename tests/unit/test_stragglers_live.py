@@ -4,7 +4,6 @@ the job's records age out; GPU samples corroborate."""
 from __future__ import annotations
 
 from ranksight.agent.collectors.inspector.parse import parse_line
-from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
@@ -142,7 +141,7 @@ def test_summaries_feed_the_engine_and_a_summarizing_node_s_raw_samples_do_not()
         if host == "node000":  # an older agent: every record raw
             state.observe(envelope("inspector", host, seq, recs), t0)
             continue
-        summaries = [x for _, x in summarize(sorted(recs, key=lambda r: r.dump_ts_us), Summarizer())]
+        summaries = [x for _, x in summarize(sorted(recs, key=lambda r: r.dump_ts_us))]
         state.observe(envelope("inspector_summary", host, seq, summaries), t0)
         state.observe(envelope("inspector", host, seq + 100, recs[:50]), t0)  # its rate-limited raw share
     state.tick(t0)

@@ -27,6 +27,7 @@ def test_alert_agent_api_subjects_and_custom_prefix() -> None:
     assert s.alert("c", "critical", "rank_missing") == "acme.rs.v1.alert.c.critical.rank_missing"
     assert s.parse_alert("acme.rs.v1.alert.c.critical.rank_missing").rule == "rank_missing"
     assert s.api("status") == "acme.rs.v1.api.status"
+    assert s.shard_api("host.1", "status") == "acme.rs.v1.api.shard.host_1.status"  # one shard's own answer
     assert s.agent("c", "n*1", "probe") == "acme.rs.v1.agent.c.n_1.probe"
     assert s.events_filter() == "acme.rs.v1.ev.>"
 

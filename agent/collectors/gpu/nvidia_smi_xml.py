@@ -9,7 +9,7 @@ MIG instances repeat ``fb_memory_usage`` deeper in the tree, so only the GPU's d
 
 from __future__ import annotations
 
-import xml.etree.ElementTree as ET
+from typing import TYPE_CHECKING
 
 from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
 from ranksight.agent.collectors.gpu.nvidia_smi import THROTTLE_BITS
@@ -18,6 +18,9 @@ from ranksight.schemas.records import GpuRecord
 
 MIB, MHZ = 1024.0**2, 1e6  # "81920 MiB", "1275 MHz" (the units the report uses)
 _SLOWDOWNS = set(THROTTLE_BITS.values())
+
+if TYPE_CHECKING:
+    import xml.etree.ElementTree as ET
 
 
 def _text(gpu: ET.Element, *paths: str) -> str | None:
@@ -62,6 +65,9 @@ def _throttle(gpu: ET.Element) -> tuple[bool | None, list[str]]:
 
 
 def parse_nvidia_smi_xml(data: bytes) -> list[GpuRecord]:
+    # imported here: the XML parser is half a MiB of every agent's memory, and only this source uses it
+    import xml.etree.ElementTree as ET
+
     try:
         root = ET.fromstring(data)
     except ET.ParseError as exc:

@@ -3,9 +3,9 @@
 of the raw records (:mod:`agent.collectors.inspector.sampler`), durably. The dump files keep every record on the node.
 
 Offsets are checkpointed in ``<state_dir>/inspector-offsets.json`` only after the stream acknowledged a chunk's raw
-share (``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3). Summaries of
-open windows live in memory: at shutdown they are published as they are (a partial summary adds up with the rest of its
-window, read again after the restart, in the engine).
+share (``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3). Summaries are
+published in parts every ``summary_publish_s`` (the records read since the last part); the one being built lives in
+memory and is published at shutdown, and a crash loses it (the records stay in the dump files).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.inspector.parse import to_record
 from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.agent.collectors.inspector.summary import Summarizer
@@ -40,8 +41,8 @@ class InspectorCollector(StreamingCollector):
         super().__init__(ctx, settings)
         self.cfg = settings
         self.tailer: Tailer | None = None
-        self.summarizer = Summarizer(settings.summary_window_s, settings.summary_slice_s, settings.summary_grace_s,
-                                     settings.summary_max_keys, settings.summary_max_grace_s)  # fmt: skip
+        self.summarizer = Summarizer(settings.summary_window_s, settings.summary_slice_s, settings.summary_publish_s,
+                                     max_keys=settings.summary_max_keys)  # fmt: skip
         self.sampler = RawSampler(settings.raw_rate_per_s)
         self._emit: Emit | None = None
         ctx.add_command("inspector", self._status)
@@ -62,6 +63,7 @@ class InspectorCollector(StreamingCollector):
         tailer = self.tailer = Tailer(directory, state_file, self.cfg.read_chunk_bytes)
         await asyncio.to_thread(tailer.load)
         warned: set[str] = set()
+        parts_due = time.monotonic() + self.cfg.summary_publish_s
         while True:
             started = time.monotonic()
             chunks = await asyncio.to_thread(tailer.poll)
@@ -79,9 +81,13 @@ class InspectorCollector(StreamingCollector):
                 if chunk.first_error and chunk.path not in warned:
                     warned.add(chunk.path)  # once per file: no per-interval log spam
                     log.warning("inspector: bad line(s) in %s: %s", chunk.path, chunk.first_error)
-                await emit([rec for rec in chunk.records if id(rec) in raw], self._on_ack(tailer, chunk))
-            if not any(chunk.more for chunk in chunks):  # a backlog's old windows stay open until it is read
-                await self._publish_summaries(emit, self.summarizer.close(time.time_ns() // 1000))
+                # the wire's typed record is built only for the few operations published raw
+                await emit(
+                    [to_record(op) for op in chunk.records if id(op) in raw], self._on_ack(tailer, chunk)
+                )
+            if time.monotonic() >= parts_due:
+                parts_due = time.monotonic() + self.cfg.summary_publish_s
+                await self._publish_summaries(emit, self.summarizer.take())
             if tailer.dirty:
                 await asyncio.to_thread(tailer.save)
             if not chunks:
@@ -97,7 +103,7 @@ class InspectorCollector(StreamingCollector):
 
     async def close(self) -> None:
         if self._emit is not None:
-            await self._publish_summaries(self._emit, self.summarizer.flush())
+            await self._publish_summaries(self._emit, self.summarizer.take())
         if self.tailer is not None and self.tailer.dirty:
             await asyncio.to_thread(self.tailer.save)
 
@@ -108,8 +114,9 @@ class InspectorCollector(StreamingCollector):
             else {"directory": str(self._dump_dir()), "files": {}, "bad_lines": 0}
         )
         s = self.summarizer
-        status["summaries"] = {"records": s.records, "open": s.open_keys, "late": s.late_total,
-                               "overflow": s.overflow}  # fmt: skip
+        # late: records read after their window's summary was published; parts never leave one out (kept: the shape)
+        status["summaries"] = {"records": s.records, "open": s.open_keys, "late": 0, "overflow": s.overflow,
+                               "parts": s.parts}  # fmt: skip
         status["raw"] = {"rate_per_s": self.sampler.rate, "published": self.sampler.kept,
                          "kept_on_node": self.sampler.skipped}  # fmt: skip
         return status

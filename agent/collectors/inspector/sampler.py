@@ -11,8 +11,11 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Sequence
+from typing import TypeVar
 
-from ranksight.schemas.records import InspectorRecord
+from ranksight.agent.collectors.inspector.parse import InspectorOp
+
+Op = TypeVar("Op", bound=InspectorOp)  # an operation or its wire record: the sampler reads ``comm_id``
 
 MAX_TRACKED_COMMS = 65_536  # served counts kept at most (then they start again level)
 
@@ -26,7 +29,7 @@ class RawSampler:
         self.served: dict[str, int] = {}  # raw records published per communicator
         self.kept = self.skipped = 0
 
-    def take(self, records: Sequence[InspectorRecord], now_s: float) -> list[InspectorRecord]:
+    def take(self, records: Sequence[Op], now_s: float) -> list[Op]:
         """The records of this batch to publish raw (``now_s``: a monotonic clock), in their order."""
         if self.last_s is not None:
             self.tokens = min(self.capacity, self.tokens + (now_s - self.last_s) * self.rate)

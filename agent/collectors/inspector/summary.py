@@ -1,27 +1,24 @@
-"""Agent-side Inspector summaries (pure): records in, one ``inspector_summary`` per closed window and (comm, collective,
-size bucket, process) out. The simulator feeds its jobs through this same code.
+"""Agent-side Inspector summaries (pure): records in, ``inspector_summary`` records per window and (comm, collective,
+size bucket, process) out, published in parts as the records are read. The simulator feeds its jobs through this same
+code.
 
-Windows are aligned to multiples of ``window_s`` in dump time, so every node's windows line up. A window closes once
-the clock passes its end plus the grace (the plugin's dump interval and the collector's polling make records arrive a
-little after their dump time): ``grace_s``, or longer while records arrive later than that (a starved host, a slow dump
-thread), following the largest delay seen on arrival over the last ``DELAY_MEMORY_WINDOWS`` windows, up to
-``max_grace_s``; a fixed grace would drop most of a starved host's records as late and leave its processes unjudged.
-A record whose window has closed already is counted in ``late`` (per key, reported with the key's next summary, and in
-total) and summarized nowhere. What is kept per slice mirrors what the straggler engine
-folds raw records into (:mod:`aggregator.analysis.stragglers`), so it sees the same aggregates either way.
+Windows are aligned to multiples of ``window_s`` in dump time, so every node's windows line up. Each :meth:`take`
+(the collector calls it every ``summary_publish_s``) returns one part per (window, key) holding the records added since
+the previous take; the parts of a window add up (the engine sums them). Waiting for a window to close would hold every
+record back by the window plus a grace for records read after their dump time; parts carry each record about as soon as
+a raw record would, and none is ever late. What is kept per slice mirrors what the straggler engine folds raw records
+into (:mod:`aggregator.analysis.stragglers`), so it sees the same aggregates either way.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
+from array import array
 from dataclasses import dataclass, field
 
-from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.agent.collectors.inspector.parse import InspectorOp, bandwidths_gbs
+from ranksight.schemas.records import InspectorSummaryRecord
 from ranksight.schemas.records.inspector_summary import size_bucket
-
-DELAY_MEMORY_WINDOWS = 6  # how long a seen arrival delay keeps widening the grace
 
 # (comm_id, op_kind, op, size bucket, rank, hostname, pid)
 SummaryKey = tuple[str, str, str, int, int, str, int]
@@ -62,11 +59,12 @@ class _SliceStats:
 
 @dataclass
 class _Acc:
-    first: InspectorRecord  # comm name, sizes of the comm, capture model
+    first: InspectorOp  # comm name, sizes of the comm, capture model
     count: int = 0
     bytes: int = 0
     timed_bytes: int = 0
-    exec_times: list[float] = field(default_factory=list)
+    # plain doubles, 8 bytes each (a list holds a 24-byte float object per value)
+    exec_times: array[float] = field(default_factory=lambda: array("d"))
     bw_mismatches: int = 0
     sn_first: int = 0
     sn_last: int = 0
@@ -79,29 +77,23 @@ def _quantile(ordered: list[float], q: float) -> float:
 
 
 class Summarizer:
-    """Feed records with :meth:`add`; :meth:`close` returns the summaries of every window the clock has passed (plus
-    grace). Holds no clock and does no I/O. At most ``max_keys`` (window, key) accumulators are open; records beyond
-    are counted in ``overflow``."""
+    """Feed records with :meth:`add`; :meth:`take` (every ``publish_s``) returns the parts of what was added since the
+    last take. Holds no clock and does no I/O. At most ``max_keys`` (window, key) accumulators are open between two
+    takes; records beyond are counted in ``overflow``."""
 
-    def __init__(self, window_s: float = 5.0, slice_s: float = 0.5, grace_s: float = 2.0,
-                 max_keys: int = 100_000, max_grace_s: float | None = None) -> None:  # fmt: skip
+    def __init__(self, window_s: float = 5.0, slice_s: float = 0.5, publish_s: float = 1.0, *,
+                 max_keys: int = 100_000) -> None:  # fmt: skip
         self.window_us = max(1, round(window_s * 1e6))
+        self.part_us = max(1, round(publish_s * 1e6))  # told in every part: how long the next may take
         self.slice_us = max(1, min(self.window_us, round(slice_s * 1e6)))
-        self.grace_us = round(grace_s * 1e6)
-        self.max_grace_us = max(self.grace_us, round((grace_s if max_grace_s is None else max_grace_s) * 1e6))
-        self.oldest_added_us: int | None = None  # the earliest dump time added since the last close
-        self.delays: deque[tuple[int, int]] = deque()  # (close time, the largest arrival delay then), recent
         self.max_keys = max_keys
         self.windows: dict[int, dict[SummaryKey, _Acc]] = {}
         self.open_keys = 0
-        self.closed_before = 0  # windows starting before this are closed
-        self.late: dict[SummaryKey, int] = {}
-        self.late_total = self.overflow = self.records = 0
+        self.overflow = self.records = self.parts = 0
 
-    def add(self, rec: InspectorRecord) -> None:
+    def add(self, rec: InspectorOp) -> None:
+        """Fold one operation (an :data:`InspectorOp`, or its wire record: the same fields)."""
         self.records += 1
-        if self.oldest_added_us is None or rec.dump_ts_us < self.oldest_added_us:
-            self.oldest_added_us = rec.dump_ts_us
         start = rec.dump_ts_us - rec.dump_ts_us % self.window_us
         key = (
             rec.comm_id,
@@ -112,10 +104,6 @@ class Summarizer:
             rec.hostname,
             rec.pid,
         )
-        if start < self.closed_before:
-            self.late[key] = self.late.get(key, 0) + 1
-            self.late_total += 1
-            return
         window = self.windows.get(start)
         if window is None:
             window = self.windows[start] = {}
@@ -142,36 +130,14 @@ class Summarizer:
             stats = acc.slices[index] = _SliceStats(rec.sn, rec.dump_ts_us)
         stats.add(exec_us, rec.sn, rec.dump_ts_us)
 
-    def grace_at(self, now_us: int) -> int:
-        """The grace (µs) windows get now: ``grace_s``, widened to the largest recent arrival delay."""
-        if self.oldest_added_us is not None:
-            self.delays.append((now_us, now_us - self.oldest_added_us))
-            self.oldest_added_us = None
-        while self.delays and self.delays[0][0] < now_us - DELAY_MEMORY_WINDOWS * self.window_us:
-            self.delays.popleft()
-        recent = max((delay for _, delay in self.delays), default=0)
-        return min(self.max_grace_us, max(self.grace_us, recent))
-
-    def close(self, now_us: int) -> list[InspectorSummaryRecord]:
-        """Summaries of the windows that ended at least the grace before ``now_us``, oldest first."""
-        horizon = now_us - self.grace_at(now_us)
-        closing = sorted(start for start in self.windows if start + self.window_us <= horizon)
-        out: list[InspectorSummaryRecord] = []
-        for start in closing:
-            window = self.windows.pop(start)
-            self.open_keys -= len(window)
-            out += [self._summary(start, key, acc) for key, acc in window.items()]
-        # a window closes when its end is at or before the horizon: exactly those starting before this multiple
-        self.closed_before = max(self.closed_before, horizon - horizon % self.window_us)
-        return out
-
-    def flush(self) -> list[InspectorSummaryRecord]:
-        """Every open window's summary now (at shutdown: a partial window beats none)."""
+    def take(self) -> list[InspectorSummaryRecord]:
+        """One part per (window, key) of the records added since the last take, oldest window first."""
         out: list[InspectorSummaryRecord] = []
         for start in sorted(self.windows):
-            window = self.windows.pop(start)
-            out += [self._summary(start, key, acc) for key, acc in window.items()]
+            out += [self._summary(start, key, acc) for key, acc in self.windows[start].items()]
+        self.windows.clear()
         self.open_keys = 0
+        self.parts += len(out)
         return out
 
     def _summary(self, start: int, key: SummaryKey, acc: _Acc) -> InspectorSummaryRecord:
@@ -212,7 +178,7 @@ class Summarizer:
             sn_first=acc.sn_first,
             sn_last=acc.sn_last,
             last_dump_ts_us=acc.last_dump_ts_us,
-            late=self.late.pop(key, 0),
+            part_us=self.part_us,
             slice_index=[i for i, _ in slices],
             slice_count=[s.count for _, s in slices],
             slice_exec_sum_us=[s.total for _, s in slices],

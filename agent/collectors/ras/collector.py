@@ -58,6 +58,7 @@ class RasCollector(StreamingCollector):
         self.poll_lock = asyncio.Lock()  # never two polls at once against this node's endpoint
         self.job_id: str | None = None
         self.endpoint_id: str | None = None  # the node-local fallback id, until a job-wide one is known
+        self.listener: int | None = None  # the pid last found holding the RAS port
         self.last_status: RasStatus | None = None
         self.polls = 0
         ctx.add_command("ras_status", self._status_command)
@@ -65,7 +66,7 @@ class RasCollector(StreamingCollector):
     def _identify(self, status: RasStatus | None = None) -> str:
         """Scheduler id when readable; else from the communicators (a status that lists them all: JSON detail); else
         from this node's endpoint."""
-        pid = listener_pid(self.cfg.proc_root, self.client.port)
+        pid = self.listener = listener_pid(self.cfg.proc_root, self.client.port, self.listener)
         job = scheduler_job_id(self.cfg.proc_root, pid) if pid is not None else None
         if job is None and status is not None and status.all_communicators:  # a partial list: another id
             job = derived_job_id(c.hash for c in status.communicators)

@@ -31,20 +31,26 @@ def listening_inodes(proc: Path, port: int) -> set[str]:
     return inodes
 
 
-def listener_pid(proc: Path, port: int) -> int | None:
+def listener_pid(proc: Path, port: int, hint: int | None = None) -> int | None:
+    """The process listening on ``port``. ``hint`` (the one found last time) is looked at first: while a job keeps its
+    RAS port, a poll reads that process's descriptors only, not those of every process on the node."""
     inodes = {f"socket:[{i}]" for i in listening_inodes(proc, port)}
     if not inodes:
         return None
+    if hint is not None and _holds(proc / str(hint), inodes):
+        return hint
     for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            for fd in (entry / "fd").iterdir():
-                if os.readlink(fd) in inodes:
-                    return int(entry.name)
-        except OSError:
-            continue
+        if entry.name.isdigit() and _holds(entry, inodes):
+            return int(entry.name)
     return None
+
+
+def _holds(process: Path, inodes: set[str]) -> bool:
+    """Whether one of the process's descriptors is one of the sockets (False once it is gone or unreadable)."""
+    try:
+        return any(os.readlink(fd) in inodes for fd in (process / "fd").iterdir())
+    except OSError:
+        return False
 
 
 def scheduler_job_id(proc: Path, pid: int) -> str | None:

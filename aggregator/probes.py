@@ -177,8 +177,11 @@ class ProbePlanner:
             await asyncio.sleep(self.settings.round_pause_s)
             if agg.nc is None:
                 continue
+            state = agg.analysis_state
+            if state is None:
+                continue  # sharded: the analysis lead plans for every node
             now = time.time_ns()
-            probes = self.plan(agg.state.links, now)
+            probes = self.plan(state.links, now)
             if not probes:
                 continue
             for p in probes:

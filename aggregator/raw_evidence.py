@@ -138,7 +138,8 @@ class RawEvidence:
         for alert in transitions:
             if alert.state != "firing" or alert.rule not in cfg.rules:
                 continue
-            ask = plan(alert, agg.state.stragglers.hang_finders.get(alert.cluster), cfg)
+            state = agg.analysis_state or agg.state
+            ask = plan(alert, state.stragglers.hang_finders.get(alert.cluster), cfg)
             if len(self._tasks) >= cfg.max_pending_findings:
                 self.stats.not_asked += 1
                 why = f"not asked: {cfg.max_pending_findings} findings were waiting for records (max_pending_findings)"

@@ -33,6 +33,7 @@ from ranksight.aggregator.api.service import start_services
 from ranksight.aggregator.api.sql import SqlSandbox
 from ranksight.aggregator.history import retention_loop, shard_export_loop
 from ranksight.aggregator.http.server import HttpFace
+from ranksight.aggregator.lead import AnalysisLead
 from ranksight.aggregator.probes import ProbePlanner
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.raw_evidence import RawEvidence
@@ -115,12 +116,7 @@ class Aggregator:
         self.subjects = Subjects(settings.subject_prefix)
         self.version = ranksight_version()
         self.store = Store(settings.db_path(), self.subjects, settings.aggregator.ingest)
-        self.state = LiveState(
-            settings.aggregator.node_gone_after_s,
-            settings.aggregator.ingest.node_forget_after_s,
-            settings.aggregator.hardware,
-        )
-        self.state.stragglers.configure(settings.aggregator.stragglers, background=True)
+        self.state = self.new_state()
         self.rules = rules if rules is not None else default_rules(settings)
         self.engine = AlertEngine(settings=settings.aggregator.alerts)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
@@ -130,10 +126,25 @@ class Aggregator:
         self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
         self.nc: Client | None = None
+        self.lead: AnalysisLead | None = None  # sharded: this shard's candidacy for the analysis lead
         self.ready = asyncio.Event()
         self.started_ns = time.time_ns()
         self.shards: ShardOwner | None = None  # sharded: the partitions this aggregator holds
         self._stopping = asyncio.Event()
+
+    def new_state(self) -> LiveState:
+        cfg = self.settings.aggregator
+        state = LiveState(cfg.node_gone_after_s, cfg.ingest.node_forget_after_s, cfg.hardware)
+        state.stragglers.configure(cfg.stragglers, background=True)
+        return state
+
+    @property
+    def analysis_state(self) -> LiveState | None:
+        """The live state rules and cluster-wide analysis (stragglers, hangs, links, probe planning) read: this
+        aggregator's; sharded, the analysis lead's cluster-wide one, and None on a shard that does not lead now."""
+        if self.lead is None:
+            return self.state
+        return self.lead.state if self.lead.ready() else None
 
     def status_meta(self) -> dict[str, Any]:
         return {
@@ -150,7 +161,12 @@ class Aggregator:
         if self.shards is None:
             return {}
         return {"shard": {"id": self.shards.shard_id, "partitions": self.shards.ingesting,
-                          "members": self.shards.members}}  # fmt: skip
+                          "members": self.shards.members},
+                "analysis_lead": self.lead.status() if self.lead is not None else None}  # fmt: skip
+
+    def _lead_changed(self, leading: bool) -> None:
+        if self.shards is not None:
+            self.shards.lead = leading  # published in this shard's member key
 
     async def run(self, stop: asyncio.Event) -> None:
         await self.store.call(self.store.open)
@@ -165,6 +181,8 @@ class Aggregator:
             nc = self.nc = await connect(self.settings.nats, name="ranksight-aggregator")
             js = nc.jetstream()
             await ensure_stream(js, self.settings)
+            if self.settings.aggregator.shards.partitions:
+                self.lead = AnalysisLead(self, js, on_change=self._lead_changed)
             services = await start_services(nc, self)
             await self.http.start()
             tasks = [
@@ -190,6 +208,8 @@ class Aggregator:
                     name="alertmanager",
                 ),
             ]
+            if self.lead is not None:
+                tasks.append(asyncio.create_task(self.lead.run(), name="analysis-lead"))
             shards = self.settings.aggregator.shards
             if shards.export_dir is not None:
                 export = shard_export_loop(self.sandbox, shards.export_dir, shards.name(),
@@ -202,6 +222,8 @@ class Aggregator:
             finally:
                 self._stopping.set()
                 await cancel_all(tasks[1:])  # no rule runs once stopping has begun
+                if self.lead is not None:
+                    await self.lead.stop()  # the next lead need not wait for the lease to expire
                 await self.raw_evidence.stop()
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks[:1])
@@ -231,9 +253,11 @@ class Aggregator:
         for env, recv_ns in replayed:
             self._observe(env, recv_ns)
         self.state.tick(now)
-        self.engine = AlertEngine(
-            await self.store.call(self.store.active_alerts), self.settings.aggregator.alerts
-        )
+        # sharded, the firing alerts are the analysis lead's, kept in its KV bucket: what this shard's history says
+        # fired (when it led) is not announced again from here
+        sharded = self.settings.aggregator.shards.partitions > 0
+        active = [] if sharded else await self.store.call(self.store.active_alerts)
+        self.engine = AlertEngine(active, self.settings.aggregator.alerts)
         drained = await self.store.call(self.store.drained_nodes)
         self.engine.drained = {(d["cluster"], d["node"]) for d in drained}
         self.engine.silences = {s.id: s for s in await self.store.call(self.store.silences, now)}
@@ -369,11 +393,20 @@ class Aggregator:
 
     async def tick(self, now_ns: int) -> list[Alert]:
         self.state.tick(now_ns)
-        transitions = self.engine.evaluate(
-            self.rules, self.state, now_ns, ingest_behind_s=self.stats.behind_s(now_ns / 1e9)
-        )
+        state = self.analysis_state
+        if state is None:  # sharded, not the analysis lead (or its feed still catching up): no rule runs here
+            self.http.events.tick(self.state, [])
+            return []
+        if self.lead is None:
+            behind_s = self.stats.behind_s(now_ns / 1e9)
+        else:
+            state.tick(now_ns)
+            behind_s = self.lead.behind_s()
+        transitions = self.engine.evaluate(self.rules, state, now_ns, ingest_behind_s=behind_s)
+        if self.lead is not None:  # before anything is announced: a new lead must know what fired
+            await self.lead.save(now_ns)
         self.http.events.tick(self.state, transitions)
-        findings = self.state.stragglers.take_history()
+        findings = state.stragglers.take_history()
         if findings:
             try:
                 await self.store.call(self.store.append_rows, "straggler_finding_history", findings)

@@ -29,14 +29,20 @@ import json
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ranksight  # noqa: F401 - first: defers nats-py's WebSocket dependencies, as every ranksight process does
+from benchmarks.alert_continuity import AlertContinuity
+from ranksight.aggregator.lead import LEAD_KEY
 from ranksight.config import Settings, load_settings
+from ranksight.kvlease import NATS_ERRORS
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsCluster
+from ranksight.schemas.records import GpuRecord
+from ranksight.schemas.subjects import Subjects
 from tests.loadgen import SyntheticAgent
 from tests.shard_topology import ShardTopology, failover
 from tests.support import wait_for
@@ -113,25 +119,81 @@ async def capacity(topology: ShardTopology, shard_ids: list[str], args: argparse
     return sum(a.sent for a in agents) / (time.monotonic() - started)
 
 
-async def failover_figures(topology: ShardTopology, cluster: NatsCluster, args: argparse.Namespace) -> None:
-    """Phase 3 on the running, settled shards of ``topology``: prints one figure a line."""
-    agents = [await SyntheticAgent(topology.settings, f"live-{i}", records_per_batch=FAILOVER_CHUNK).start()
-              for i in range(args.agents)]  # fmt: skip
+class FaultyAgent(SyntheticAgent):
+    """A node whose every GPU reports uncorrectable ECC errors: a steady fault (one ``gpu_ecc_uncorrectable`` alert
+    per GPU), whose alerts must fire once and stay firing across the failover."""
+
+    def make_records(self, n: int) -> list[GpuRecord]:
+        return [r.model_copy(update={"ecc_uncorrectable": 2}) for r in super().make_records(n)]
+
+
+async def lead_holder(settings: Settings) -> str | None:
+    """The shard holding the analysis lead now (the shards' KV bucket)."""
+    nc = await connect(settings.nats, "bench-lead")
     try:
-        outcome = await failover(topology, cluster, agents, "shard-b", args.failover_rounds, FAILOVER_CHUNK)
+        kv = await nc.jetstream().key_value(settings.aggregator.shards.bucket)
+        return (await kv.get(LEAD_KEY)).value.decode() or None  # type: ignore[union-attr]
+    except NATS_ERRORS:
+        return None
     finally:
-        for a in agents:
+        await nc.close()
+
+
+async def failover_figures(topology: ShardTopology, cluster: NatsCluster, args: argparse.Namespace) -> None:
+    """Phase 3 on the running, settled shards of ``topology``: prints one figure a line. The shard killed is the
+    analysis lead, so the alert continuity of an injected fault (a node's GPUs with uncorrectable ECC errors,
+    raised before the kill) is measured across a lead failover; a second fault injected after the takeover shows that
+    the new lead evaluates."""
+    settings = topology.settings
+    agents = [await SyntheticAgent(settings, f"live-{i}", records_per_batch=FAILOVER_CHUNK).start()
+              for i in range(args.agents)]  # fmt: skip
+    faulty = await FaultyAgent(settings, "faulty", records_per_batch=FAILOVER_CHUNK).start()
+    late = await FaultyAgent(settings, "faulty-late", records_per_batch=FAILOVER_CHUNK).start()
+    nc = await connect(settings.nats, "bench-alerts")
+    continuity = AlertContinuity("gpu_ecc_uncorrectable", node="faulty")
+    successor = AlertContinuity("gpu_ecc_uncorrectable", node="faulty-late")
+    subjects = Subjects(settings.subject_prefix)
+    await continuity.follow(nc, subjects)
+    await successor.follow(nc, subjects)
+
+    async def fault_until(done: Callable[[], bool], timeout: float, *with_fault: SyntheticAgent) -> None:
+        deadline = time.monotonic() + timeout
+        while not done() and time.monotonic() < deadline:
+            for a in with_fault:
+                await a.emit(8)
+            await asyncio.sleep(0.5)
+
+    took_over: list[float] = []
+
+    async def new_lead_evaluates() -> None:
+        """After the takeover: the late fault fires (the successor evaluates), then both go on a while."""
+        took_over.append(time.monotonic())
+        await fault_until(lambda: successor.fired_at is not None, 120, faulty, late)
+        settle = time.monotonic() + args.lease_ttl  # three of the new lead's lease rounds
+        await fault_until(lambda: time.monotonic() > settle, 60, faulty, late)
+
+    try:
+        await fault_until(lambda: continuity.fired_at is not None, 120, faulty)
+        victim = await lead_holder(settings) or "shard-b"
+        outcome = await failover(topology, cluster, [*agents, faulty], victim, args.failover_rounds, FAILOVER_CHUNK,
+                                 after_takeover=new_lead_evaluates)  # fmt: skip
+    finally:
+        for a in [*agents, faulty, late]:
             await a.close()
+        await nc.close()
     t = outcome.tally
     sent = sum(a.sent for a in agents)
     print(f"failover: {sent} records published steadily by {args.agents} agents; the bucket's leader server and "
-          f"shard-b SIGKILLed")  # fmt: skip
+          f"{victim} (the analysis lead) SIGKILLed")  # fmt: skip
     print(f"  records lost                      {t.lost}")
     print(f"  doubled within a shard            {sum(t.doubled_in_a_shard.values())}  {t.doubled_in_a_shard}")
     print(f"  in two live shards                {t.doubled_across_live}")
     print(f"  redelivered to the new owner      {t.redelivered_after_kill}  (committed by the killed shard, not "
           f"acknowledged before the kill; within its last {t.last_kill_commit_age_s:.2f} s)")  # fmt: skip
     print(f"  time to take over                 {outcome.takeover_s:.1f} s  (lease {args.lease_ttl:g} s)")
+    print(f"  {continuity.report(killed_at=took_over[0] - outcome.takeover_s)}")
+    late_fired = "yes" if successor.fired_at is not None else "NO"
+    print(f"  the new lead raises a fault injected after the takeover: {late_fired}")
 
 
 async def main(args: argparse.Namespace) -> None:

@@ -811,6 +811,15 @@ class ShardSettings(Section):
         gt=0,
         description="the query front waits this long for every shard; later answers make a partial result",
     )
+    alerts_bucket: str = Field(
+        "ranksight_alerts",
+        pattern=r"^[A-Za-z0-9_-]+$",
+        description="JetStream KV bucket (no TTL) of the analysis lead's alert state: firing and pending alerts, "
+        "silences, drains; a new lead loads it before its first evaluation, so a failover re-fires nothing",
+    )
+    alerts_bucket_max_bytes: int = Field(
+        256 * 1024**2, gt=0, description="size limit of the alert state bucket"
+    )
 
     def name(self) -> str:
         """This shard's id: ``shard_id``, else the host name made a subject token."""

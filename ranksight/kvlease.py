@@ -9,11 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Any
 
 import nats.errors
 import nats.js.errors
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
+
+# KV calls fail for a moment while a NATS server is lost, or time out: a caller's next round tries again.
+NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError)
+
+
+async def key_value(js: JetStreamContext, bucket: str, **config: Any) -> KeyValue:
+    """The KV bucket ``bucket``, created with ``config`` (and history 1) when it does not exist yet."""
+    try:
+        return await js.key_value(bucket)
+    except nats.js.errors.BucketNotFoundError:
+        return await js.create_key_value(bucket=bucket, history=1, **config)
 
 
 class KvLeases:
@@ -29,12 +41,7 @@ class KvLeases:
     async def kv(self) -> KeyValue:
         """The bucket, created (TTL = the lease time) when it does not exist yet."""
         if self._kv is None:
-            try:
-                self._kv = await self.js.key_value(self.bucket)
-            except nats.js.errors.BucketNotFoundError:
-                self._kv = await self.js.create_key_value(
-                    bucket=self.bucket, ttl=self.ttl_s, history=1, replicas=self.replicas
-                )
+            self._kv = await key_value(self.js, self.bucket, ttl=self.ttl_s, replicas=self.replicas)
         return self._kv
 
     def holds(self, key: str) -> bool:

@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -84,6 +84,7 @@ class ShardTopology:
     root: Path
     partitions: int
     lease_ttl_s: float
+    env_extra: dict[str, str] = field(default_factory=dict)  # more settings for every shard, as variables
     shards: dict[str, Shard] = field(default_factory=dict)
 
     async def create_stream(self) -> None:
@@ -118,6 +119,7 @@ class ShardTopology:
             RANKSIGHT_AGGREGATOR__SHARDS__SHARD_ID=shard_id,
             RANKSIGHT_AGGREGATOR__SHARDS__LEASE_TTL_S=str(self.lease_ttl_s),
         )
+        env.update(self.env_extra)
         return env
 
     def start(self, shard_id: str) -> Shard:
@@ -292,11 +294,13 @@ async def failover(
     victim: str,
     rounds: int,
     chunk: int,
+    after_takeover: Callable[[], Awaitable[None]] | None = None,
 ) -> Failover:
     """With every shard of ``topology`` settled, ``agents`` publish ``chunk`` records each every 0.1 s for ``rounds``;
     2 s in, the server leading the shards' bucket is SIGKILLed (the hard case: the leases' stream elects a new leader
     meanwhile), 1 s later the shard ``victim``. Waits for the takeover, for every record to be delivered and
-    acknowledged, then stops the live shards and counts where every record went."""
+    acknowledged, then stops the live shards and counts where every record went. ``after_takeover`` (optional) runs
+    once the survivors hold every partition, the agents still publishing (a benchmark's further figures)."""
     server = await bucket_leader(topology.settings, cluster)
     assert server.process is not None
 
@@ -316,6 +320,8 @@ async def failover(
     survivors = [shard.shard_id for shard in topology.live]
     await wait_for(lambda: topology.settled(survivors), timeout=topology.lease_ttl_s + 30, interval=0.2)
     takeover_s = time.monotonic() - killed_at
+    if after_takeover is not None:
+        await after_takeover()
     await producer
     for a in agents:
         assert await a.flush(60), "an agent could not deliver after the loss of one server"

@@ -39,7 +39,18 @@ async def drain(agg: Aggregator, p: DrainParams) -> ApiResponse:
     await agg.store.call(agg.store.set_drained, cluster, p.nodes, not p.undrain, p.reason)
     keys = {(cluster, n) for n in p.nodes}
     agg.engine.drained = agg.engine.drained - keys if p.undrain else agg.engine.drained | keys
+    if agg.lead is not None:  # sharded: every shard, so whichever leads, applies it from the KV bucket
+        await agg.lead.book.put_drains(cluster, p.nodes, not p.undrain, p.reason)
     return await drains(agg, DrainsParams())
+
+
+async def drain_known(agg: Aggregator, cluster: str, node: str, drained: bool, reason: str) -> None:
+    """A drain another shard received (sharded aggregators): stored and applied here too, when it is news."""
+    if ((cluster, node) in agg.engine.drained) == drained:
+        return
+    await agg.store.call(agg.store.set_drained, cluster, [node], drained, reason)
+    key = {(cluster, node)}
+    agg.engine.drained = agg.engine.drained | key if drained else agg.engine.drained - key
 
 
 class DrainsParams(Params):
@@ -85,10 +96,25 @@ async def silence_add(agg: Aggregator, p: SilenceAddParams) -> ApiResponse:
         raise RequestError(f"too many silences: {limit} active or pending (aggregator.alerts.max_silences)")
     silence = Silence(id=str(uuid.uuid4()), matchers=matchers, starts_at=iso(starts) or "", ends_at=iso(ends) or "",
                       created_by=p.created_by, comment=p.comment)  # fmt: skip
-    await agg.store.call(agg.store.save_silence, silence)
+    await _save_silence(agg, silence)
     agg.engine.silences[silence.id] = silence
     agg.alertmanager.silence_changed(silence)
     return ApiResponse.success([silence_row(silence, now)])
+
+
+async def _save_silence(agg: Aggregator, silence: Silence) -> None:
+    await agg.store.call(agg.store.save_silence, silence)
+    if agg.lead is not None:  # sharded: every shard, so whichever leads, applies it from the KV bucket
+        await agg.lead.book.put_silence(silence)
+
+
+async def silence_known(agg: Aggregator, silence: Silence) -> None:
+    """A silence another shard received or expired (sharded aggregators): stored and applied here too."""
+    await agg.store.call(agg.store.save_silence, silence)
+    if ns_of(silence.ends_at) <= time.time_ns():
+        agg.engine.silences.pop(silence.id, None)
+    else:
+        agg.engine.silences[silence.id] = silence
 
 
 class SilenceExpireParams(Params):
@@ -104,7 +130,7 @@ async def silence_expire(agg: Aggregator, p: SilenceExpireParams) -> ApiResponse
     expired = silence.model_copy(
         update={"ends_at": iso(now), "starts_at": iso(min(now, ns_of(silence.starts_at)))}
     )
-    await agg.store.call(agg.store.save_silence, expired)
+    await _save_silence(agg, expired)
     del agg.engine.silences[p.id]
     agg.alertmanager.silence_changed(expired)
     return ApiResponse.success([silence_row(expired, now)])

@@ -254,22 +254,38 @@ async def nics(agg: Aggregator, p: DeviceParams) -> ApiResponse:
     return ApiResponse.success(_device_rows(agg, "nic", p))
 
 
+def _not_lead() -> ApiResponse:
+    """Sharded, on a shard that does not lead: the analysis lead answers for the whole cluster."""
+    return ApiResponse.success([], meta={"analysis_lead": False})
+
+
+def _lead_meta(agg: Aggregator) -> dict[str, Any]:
+    """Sharded: this answer is the analysis lead's (a front joining the shards' answers sees whose meta it has)."""
+    return {} if agg.lead is None else {"analysis_lead": True}
+
+
 async def links(agg: Aggregator, p: ClusterParams) -> ApiResponse:
     """The link map: measured bandwidth, RTT and jitter between nodes."""
-    rows, skipped = link_rows(agg.state.links, p.cluster)
-    return ApiResponse.success(rows, meta={"skipped": skipped})
+    state = agg.analysis_state
+    if state is None:
+        return _not_lead()
+    rows, skipped = link_rows(state.links, p.cluster)
+    return ApiResponse.success(rows, meta={"skipped": skipped, **_lead_meta(agg)})
 
 
 async def stragglers(agg: Aggregator, p: ClusterParams) -> ApiResponse:
     """Current straggler findings of the online engine (confirmed by evidence over a sliding ``aggregator.stragglers.window_s``)."""
+    state = agg.analysis_state
+    if state is None:
+        return _not_lead()
     rows = []
-    for cluster, result in sorted(agg.state.stragglers.clusters.items()):
+    for cluster, result in sorted(state.stragglers.clusters.items()):
         if p.cluster and cluster != p.cluster:
             continue
         for f in result.findings:
             rows.append({"cluster": cluster, **f.as_dict(), "first_seen": iso(f.first_ts_us * 1000),
                          "last_seen": iso(f.last_ts_us * 1000)})  # fmt: skip
-    tracker = agg.state.stragglers
+    tracker = state.stragglers
     meta = {"records": tracker.records, "window_s": tracker.settings.window_s,
-            "evaluated": {c: iso(r.evaluated_ns) for c, r in tracker.clusters.items()}}  # fmt: skip
+            "evaluated": {c: iso(r.evaluated_ns) for c, r in tracker.clusters.items()}, **_lead_meta(agg)}  # fmt: skip
     return ApiResponse.success(rows, meta=meta)

@@ -74,6 +74,12 @@ class StragglerTracker:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stragglers")
         self.params = params_of(settings)
 
+    def close(self) -> None:
+        """Let the worker thread go (a live state dropped while the aggregator runs: a lead that stepped down)."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
+
     @property
     def records(self) -> int:
         """Records folded into the engines so far (the ones still queued are not counted)."""

@@ -28,13 +28,11 @@ from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-import nats.errors
-import nats.js.errors
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from ranksight.config import Settings
-from ranksight.kvlease import KvLeases, live_entries
+from ranksight.kvlease import NATS_ERRORS, KvLeases, live_entries
 
 log = logging.getLogger(__name__)
 NodeKey = tuple[str, str]  # cluster, node
@@ -43,7 +41,6 @@ PARTITION = "partition."
 # A round reading or writing the bucket can fail while a NATS server is lost; the next round tries again.
 KEYS_TIMEOUT_S = 5.0
 SHUTDOWN_WAIT_S = 3.0  # the aggregator gives ingest 5 s to stop: leave time to release the leases
-_NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError)
 
 
 def _score(member: str, partition: int) -> int:
@@ -134,7 +131,7 @@ class ShardOwner:
             while not stop.is_set():
                 try:
                     await self.round()
-                except _NATS_ERRORS as exc:
+                except NATS_ERRORS as exc:
                     log.warning("shard round failed (%s); next round in %.1f s", exc, self.interval_s)
                     self._drop_expired()
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -181,7 +178,7 @@ class ShardOwner:
             if not part.task.done() or part.task.cancelled():
                 continue
             exc = part.task.exception()
-            if isinstance(exc, _NATS_ERRORS):
+            if isinstance(exc, NATS_ERRORS):
                 if not part.releasing:  # (a partition being released is released, its ingest over anyway)
                     log.warning("ingest of partition %d stopped (%s); starting it again", partition, exc)
                     part.task = self._start(partition, part.stop, part.nodes)
@@ -255,7 +252,7 @@ class ShardOwner:
         tasks = [part.task for part in self.held.values()]
         if tasks:
             await asyncio.wait(tasks, timeout=SHUTDOWN_WAIT_S)
-        with contextlib.suppress(*_NATS_ERRORS):
+        with contextlib.suppress(*NATS_ERRORS):
             for partition, part in list(self.held.items()):
                 if part.task.done():
                     await self.leases.release(partition_key(partition))

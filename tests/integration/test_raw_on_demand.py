@@ -158,12 +158,14 @@ async def test_an_agent_that_is_down_leaves_the_evidence_incomplete_and_nothing_
                                dump_b: {spec.hostname(2), spec.hostname(3)}}, keep=0.05)  # fmt: skip
     cfg = node_settings(settings, "node-a", dump_a, retries=1, retry_delay_s=0.1, request_timeout_s=1.0)
     cfg_b = with_state(node_settings(settings, "node-b", dump_b), dump_b)
-    async with aggregator(cfg) as agg:
+    async with aggregator(cfg) as agg, agent(with_state(cfg, dump_a), only=["inspector"]):
+        await wait_for(lambda: agg.stats.messages, timeout=20)
+        await settled(agg)  # node-a's tail is in: every stalled communicator completes with node-b's
+        before = agg.stats.messages
         async with agent(cfg_b, only=["inspector"]):  # node-b publishes its tail, then goes down
-            await wait_for(lambda: agg.stats.messages, timeout=20)
-            await settled(agg)
-        async with agent(with_state(cfg, dump_a), only=["inspector"]):
-            evidence = await wait_for(lambda: raw_evidence_of(agg, "collective_hang"), timeout=40)
+            await wait_for(lambda: agg.stats.messages > before, timeout=20)
+            await settled(agg, quiet_s=0.5)  # well within hang_quiet_s: down before the finding asks it
+        evidence = await wait_for(lambda: raw_evidence_of(agg, "collective_hang"), timeout=40)
         assert evidence["raw_complete"] is False
         [missing] = evidence["raw_missing"]
         assert missing["node"] == "node-b" and "no agent answers" in missing["reason"]

@@ -13,6 +13,7 @@ from typing import Any
 
 import duckdb
 import nats.errors
+import nats.js.errors
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
@@ -75,6 +76,8 @@ async def consumer_drained(settings: Settings) -> bool:
         return info.num_pending == 0 and info.num_ack_pending == 0
     except nats.errors.TimeoutError:
         return False  # a JetStream cluster electing the consumer's new leader answers nothing for a moment
+    except nats.js.errors.NotFoundError:
+        return False  # the aggregator's ingest task has not created its consumer yet
     finally:
         await nc.close()
 

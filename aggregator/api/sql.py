@@ -44,6 +44,7 @@ from typing import Any, TypeVar
 
 import duckdb
 
+from ranksight.aggregator.history import history_tables
 from ranksight.aggregator.store import Store
 from ranksight.config import QuerySettings
 from ranksight.errors import QueryFailed, RanksightError, RefusedError
@@ -250,7 +251,9 @@ class SqlSandbox:
         self._executor = ThreadPoolExecutor(max_workers=self.readers, thread_name_prefix="duckdb-reader")
         self._cursors: asyncio.Queue[duckdb.DuckDBPyConnection] = asyncio.Queue()
         self._user_slots = asyncio.Semaphore(settings.sql_max_concurrent)
-        self._views: list[tuple[str, str]] = []  # the live database's views, rebuilt over the exports
+        # the live database's history tables (empty where no shard has exported one yet) and views, rebuilt over the
+        # exports
+        self._export_schema: list[tuple[str, str]] = []
         self._exports_temp_dir = Path()
 
     async def open(self) -> None:
@@ -271,7 +274,7 @@ class SqlSandbox:
                 con.execute(f"SET {name} = '{value}'")
             con.execute("SET enable_external_access = false")
             con.execute("SET lock_configuration = true")
-            self._views = [(name, sql) for name, sql in con.execute(_VIEWS_SQL).fetchall()]
+            self._export_schema = [*_empty_history_tables(con), *con.execute(_VIEWS_SQL).fetchall()]
             return [self.store.reader() for _ in range(self.readers)]
 
         for cursor in await self.store.call(lock_down):
@@ -333,7 +336,7 @@ class SqlSandbox:
                 columns, rows, truncated = await self.run(_fetch, sql, max_rows, time_limit_s=time_limit_s)
             else:
                 con = await loop.run_in_executor(self._executor, open_exports, exports, self.settings,
-                                                 self._exports_temp_dir, self._views)  # fmt: skip
+                                                 self._exports_temp_dir, self._export_schema)  # fmt: skip
                 columns, rows, truncated = await self._interruptible(
                     con, duckdb.DuckDBPyConnection.close, _fetch, (sql, max_rows), time_limit_s
                 )
@@ -348,11 +351,27 @@ _VIEWS_SQL = (
 _EXPORT_GLOB = "*/*/*.parquet"  # <table>/shard=<id>/day=<date>/<file>
 
 
+def _empty_history_tables(con: duckdb.DuckDBPyConnection) -> list[tuple[str, str]]:
+    """(table, DDL) creating each history table empty, with the exports' Hive columns: a query over the exports
+    before any shard has exported that table finds no rows rather than no table."""
+    tables = []
+    for table, _ in history_tables(con):
+        columns = con.execute(
+            "SELECT column_name, data_type FROM duckdb_columns() WHERE schema_name = 'main' AND table_name = ? "
+            "ORDER BY column_index",
+            [table],
+        ).fetchall()
+        defs = ", ".join(f'"{name}" {kind}' for name, kind in columns)
+        tables.append((table, f'CREATE TABLE "{table}" ({defs}, shard VARCHAR, day DATE)'))
+    return tables
+
+
 def open_exports(export_dir: Path, settings: QuerySettings, temp_dir: Path,
-                 views: list[tuple[str, str]]) -> duckdb.DuckDBPyConnection:  # fmt: skip
+                 schema: list[tuple[str, str]]) -> duckdb.DuckDBPyConnection:  # fmt: skip
     """An in-memory database over the shards' Parquet exports: each ``<table>`` folder of ``export_dir`` holding files
     is a view of the same name over all of them (the Hive folders give the columns ``shard`` and ``day``; columns a
-    later migration added are null in older files), then the live database's views that can be built over them.
+    later migration added are null in older files), then what of ``schema`` (name, DDL: the live database's tables,
+    created empty, and views) is not exported and can be built over them.
     Locked down like the live database, except that ``export_dir`` alone can be read. A shard rewriting today's files
     meanwhile makes a file vanish or look truncated: tried again a few times, then :class:`SqlFailed`."""
     if not export_dir.is_dir():
@@ -360,7 +379,7 @@ def open_exports(export_dir: Path, settings: QuerySettings, temp_dir: Path,
     for attempt in range(_EXPORT_READ_ATTEMPTS):
         con = duckdb.connect(config=ALLOCATOR_CONFIG)
         try:
-            _views_over_exports(con, export_dir, settings, temp_dir, views)
+            _views_over_exports(con, export_dir, settings, temp_dir, schema)
             return con
         except (duckdb.IOException, duckdb.InvalidInputException) as exc:
             con.close()
@@ -377,7 +396,7 @@ _EXPORT_READ_ATTEMPTS = 3
 
 
 def _views_over_exports(con: duckdb.DuckDBPyConnection, export_dir: Path, settings: QuerySettings, temp_dir: Path,
-                        views: list[tuple[str, str]]) -> None:  # fmt: skip
+                        schema: list[tuple[str, str]]) -> None:  # fmt: skip
     temp_dir.mkdir(mode=0o700, exist_ok=True)
     con.execute(f"SET memory_limit = '{settings.sql_memory_limit_bytes}B'")
     con.execute(f"SET threads = {settings.sql_threads}")
@@ -394,7 +413,7 @@ def _views_over_exports(con: duckdb.DuckDBPyConnection, export_dir: Path, settin
         files = _quote(str(table.resolve() / _EXPORT_GLOB))
         con.execute(f'CREATE VIEW "{table.name}" AS SELECT * FROM read_parquet({files}, hive_partitioning = true, '
                     "hive_types = {'shard': VARCHAR, 'day': DATE}, union_by_name = true)")  # fmt: skip
-    pending = [(name, sql) for name, sql in views if name not in {t.name for t in tables}]
+    pending = [(name, sql) for name, sql in schema if name not in {t.name for t in tables}]
     while pending:  # a view over another view: build what can be built until nothing more can
         left = []
         for name, sql in pending:

@@ -59,6 +59,10 @@ async def test_sql_runs_over_the_union_of_the_shards_exports(tmp_path: Path, set
             "b",
             "c",
         }  # each shard's nodes are its own partition's
+        # a table no shard has exported yet (no GPU records here) has no rows, with the live table's columns
+        assert await across(
+            "SELECT count(*) AS n, count(DISTINCT shard) AS shards FROM gpu WHERE utilization_pct > 0"
+        ) == [{"n": 0, "shards": 0}]
         # the documented views are rebuilt over the exports, across shards
         assert await across("SELECT count(DISTINCT node) AS n FROM node_timeline") == [{"n": len(NODES)}]
 

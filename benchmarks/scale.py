@@ -177,13 +177,13 @@ def pre_encode(kind: str, records: list[Any], ttl: float) -> Template:
 class SimulatedNode:
     """One node's envelopes: its own name, incarnation and sequence over the templates."""
 
-    def __init__(self, block: int, index: int) -> None:
+    def __init__(self, block: int, index: int, prefix: str = "ranksight.v1") -> None:
         from ranksight.schemas.subjects import Subjects
 
         self.name = f"node{block * BLOCK + index:04d}"
         self.names = (HOST_MARK.encode(), self.name.encode()), (COMM_MARK.encode(), f"{block:04x}".encode())
         self.seq = 0
-        subjects = Subjects("ranksight.v1")
+        subjects = Subjects(prefix)
         self.subjects = {kind: subjects.event(CLUSTER, self.name, kind) for kind in KINDS}
 
     def message(self, template: Template) -> tuple[str, bytes, dict[str, str]]:

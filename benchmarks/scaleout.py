@@ -11,8 +11,9 @@ One 3-server NATS cluster (stream and KV at replicas 3) serves every phase of on
 3. **Failover**, on those running shards: the agents publish steadily; the server leading the shards' KV bucket is
    SIGKILLed, then one shard; prints records lost, doubled within a shard, in two live shards, redelivered to the
    killed shard's partitions' new owner (committed, not acknowledged before the kill: counted apart), and the time to
-   take over. Further figures of the same failover (e.g. alert continuity) belong in :func:`failover_figures`, which
-   gets the running topology.
+   take over; and alert continuity across that failover (the shard killed is the analysis lead): a node whose GPUs
+   report uncorrectable ECC errors, and a straggling job (GPU 2 of node0001 1.6x slow, published as its agents'
+   summary parts): each alert fires once and stays firing; a fault injected after the takeover fires too.
 
 Every aggregator is a real process (as deployed); the agents are in this process (tests/loadgen.py: the real batcher
 and publisher). On a 2-core machine the 3 NATS servers, the shards and the agents share the cores, so the capacity
@@ -32,12 +33,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from nats.aio.client import Client
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ranksight  # noqa: F401 - first: defers nats-py's WebSocket dependencies, as every ranksight process does
 from benchmarks.alert_continuity import AlertContinuity
+from benchmarks.scale import SLOW, SimulatedNode, build_templates, inspector_schedule
 from ranksight.aggregator.lead import LEAD_KEY
-from ranksight.config import Settings, load_settings
+from ranksight.config import InspectorSettings, Settings, load_settings
 from ranksight.kvlease import NATS_ERRORS
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsCluster
@@ -127,6 +131,37 @@ class FaultyAgent(SyntheticAgent):
         return [r.model_copy(update={"ecc_uncorrectable": 2}) for r in super().make_records(n)]
 
 
+class StragglerFeed:
+    """A 4-node x 8-GPU job whose GPU 2 of node0001 is 1.6x slow throughout, published in real time as its agents
+    would (summary parts, sampled raw records: scale.py's templates, built through the agents' own summarizer and
+    sampler): its ``straggler`` alert must fire once and stay firing across the lead's failover."""
+
+    node = f"node{SLOW[0]:04d}"
+
+    def __init__(self, prefix: str, seconds: float) -> None:
+        start_us, templates, _ = build_templates(seconds, 0.0)
+        window_us = int(InspectorSettings().summary_window_s * 1e6)
+        now_us = time.time_ns() // 1000
+        shift = (
+            now_us - now_us % window_us + window_us - start_us
+        )  # the job starts at the next window boundary
+        self.schedule = sorted(
+            ((due, i, node, template)
+             for i, (node, template_node) in enumerate(
+                 (SimulatedNode(0, i, prefix), t) for i, t in enumerate(templates[True]))
+             for due, template in inspector_schedule(template_node, shift)),
+            key=lambda item: item[:2],
+        )  # fmt: skip
+
+    async def run(self, nc: Client) -> None:
+        for due_us, _, node, template in self.schedule:
+            wait_s = due_us / 1e6 - time.time()
+            if wait_s > 0:
+                await asyncio.sleep(wait_s)
+            subject, data, headers = node.message(template)
+            await nc.publish(subject, data, headers=headers)
+
+
 async def lead_holder(settings: Settings) -> str | None:
     """The shard holding the analysis lead now (the shards' KV bucket)."""
     nc = await connect(settings.nats, "bench-lead")
@@ -152,9 +187,11 @@ async def failover_figures(topology: ShardTopology, cluster: NatsCluster, args: 
     nc = await connect(settings.nats, "bench-alerts")
     continuity = AlertContinuity("gpu_ecc_uncorrectable", node="faulty")
     successor = AlertContinuity("gpu_ecc_uncorrectable", node="faulty-late")
+    straggling = AlertContinuity("straggler", node=StragglerFeed.node)
     subjects = Subjects(settings.subject_prefix)
-    await continuity.follow(nc, subjects)
-    await successor.follow(nc, subjects)
+    for follower in (continuity, successor, straggling):
+        await follower.follow(nc, subjects)
+    feed = asyncio.create_task(StragglerFeed(settings.subject_prefix, args.straggler_s).run(nc))
 
     async def fault_until(done: Callable[[], bool], timeout: float, *with_fault: SyntheticAgent) -> None:
         deadline = time.monotonic() + timeout
@@ -173,11 +210,13 @@ async def failover_figures(topology: ShardTopology, cluster: NatsCluster, args: 
         await fault_until(lambda: time.monotonic() > settle, 60, faulty, late)
 
     try:
-        await fault_until(lambda: continuity.fired_at is not None, 120, faulty)
+        await fault_until(lambda: None not in (continuity.fired_at, straggling.fired_at), 120, faulty)
         victim = await lead_holder(settings) or "shard-b"
         outcome = await failover(topology, cluster, [*agents, faulty], victim, args.failover_rounds, FAILOVER_CHUNK,
                                  after_takeover=new_lead_evaluates)  # fmt: skip
     finally:
+        feed.cancel()
+        await asyncio.gather(feed, return_exceptions=True)
         for a in [*agents, faulty, late]:
             await a.close()
         await nc.close()
@@ -192,6 +231,7 @@ async def failover_figures(topology: ShardTopology, cluster: NatsCluster, args: 
           f"acknowledged before the kill; within its last {t.last_kill_commit_age_s:.2f} s)")  # fmt: skip
     print(f"  time to take over                 {outcome.takeover_s:.1f} s  (lease {args.lease_ttl:g} s)")
     print(f"  {continuity.report(killed_at=took_over[0] - outcome.takeover_s)}")
+    print(f"  {straggling.report(killed_at=took_over[0] - outcome.takeover_s)}")
     late_fired = "yes" if successor.fired_at is not None else "NO"
     print(f"  the new lead raises a fault injected after the takeover: {late_fired}")
 
@@ -228,4 +268,10 @@ if __name__ == "__main__":
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--lease-ttl", type=float, default=10.0, help="aggregator.shards.lease_ttl_s")
     parser.add_argument("--failover-rounds", type=int, default=100, help="publish rounds (0.1 s apart)")
+    parser.add_argument(
+        "--straggler-s",
+        type=float,
+        default=240.0,
+        help="seconds of the straggling job published (it must outlast the failover phase)",
+    )
     asyncio.run(main(parser.parse_args()))

@@ -382,9 +382,10 @@ class StragglerEngine:
         # first seen: the slice whose evaluation first flagged it (its horizon reaches further back, into healthy time)
         start_us, end_us = index * self.slice_us, (index + 1) * self.slice_us
         unjudged = self._unjudged(first, index) | behind
-        flagged = self._compute(window, unjudged) + self._communication(window, index)
-        # an unjudged process keeps its standing until its records are complete again
-        held = {key for host, pid in unjudged for key in ((host, pid, "compute"), (host, None, "compute"))}
+        flagged = self._compute(window, unjudged) + self._communication(window, unjudged)
+        # an unjudged process (and its node's network) keeps its standing until its records are complete again
+        held = {key for host, pid in unjudged
+                for key in ((host, pid, "compute"), (host, None, "compute"), (host, None, "communication"))}  # fmt: skip
         seen = set()
         for f in flagged:
             f.first_ts_us, f.last_ts_us = start_us, end_us
@@ -611,12 +612,21 @@ class StragglerEngine:
                        comm_ids=sorted({cid for f in parts for cid in f.comm_ids}))  # fmt: skip
 
     # -- communication --------------------------------------------------------------------------------------------
-    def _communication(self, window: list[_Slice], index: int) -> list[Finding]:
-        """Cross-node comms slower than their shape or their own best; localized to the nodes they share."""
+    def _communication(self, window: list[_Slice], unjudged: set[Proc]) -> list[Finding]:
+        """Cross-node comms slower than their shape or their own best; localized to the nodes they share. A comm with
+        an unjudged member is left out: its transfer time is its last arriver's, whose records may be the ones not in
+        (the others' times then include their wait for it)."""
         p = self.params
+        partial: dict[str, bool] = {}
         low: dict[tuple[str, str, int], float] = {}
         for sl in window:
             for (comm, op, size, _rank), agg in sl.aggs.items():
+                left_out = partial.get(comm)
+                if left_out is None:
+                    members = self.comms[comm].members.values()
+                    left_out = partial[comm] = bool(unjudged) and any(m in unjudged for m in members)
+                if left_out:
+                    continue
                 key = (comm, op, size)
                 if agg.low < low.get(key, math.inf):
                     low[key] = agg.low

@@ -176,7 +176,8 @@ class _Candidate:
 class _ProcShare:
     share: float
     ops: int
-    slices: list[float]  # compute share per slice of the horizon
+    # compute share per slice of the horizon, from the process's first record (aligned at the horizon's end)
+    slices: list[float]
     step_rate: float  # steps per µs: the rate of its most frequent collective
 
 
@@ -198,6 +199,9 @@ class StragglerEngine:
         self.comms: dict[str, _Comm] = {}
         self.slices: dict[int, _Slice] = {}
         self.proc_last: dict[Proc, int] = {}  # latest dump time of each process (µs)
+        # the first slice holding each process's records: before it the process did not exist (a job that started
+        # within the horizon), which is not time spent computing
+        self.proc_first: dict[Proc, int] = {}
         self.evaluated: int | None = None  # last slice judged
         self.candidates: dict[tuple[str, int | None, Kind], _Candidate] = {}
         self.history: list[Finding] = []  # confirmed findings that resolved
@@ -215,9 +219,11 @@ class StragglerEngine:
         comm = self._member(rec.comm_id, rec.comm_name, rec.rank, (rec.hostname, rec.pid), rec.dump_ts_us)
         if rec.exec_time_us is None or rec.exec_time_us <= 0:
             return
-        sl = self._slice(rec.dump_ts_us // self.slice_us)
+        index = rec.dump_ts_us // self.slice_us
+        sl = self._slice(index)
         if sl is None:
             return
+        self._first_seen((rec.hostname, rec.pid), index)
         p2p = rec.op_kind == "p2p"
         self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
         self._fold(sl, comm, rec.comm_id, rec.op, p2p, rec.msg_size_bytes, rec.rank, rec.n_ranks,
@@ -240,8 +246,10 @@ class StragglerEngine:
         slices = zip(s.slice_index, s.slice_count, s.slice_exec_sum_us, s.slice_exec_min_us, s.slice_sn_lo,
                      s.slice_sn_lo_ts_us, s.slice_sn_hi, s.slice_sn_hi_ts_us, strict=False)  # fmt: skip
         for index, n, total, low, lo, lo_ts, hi, hi_ts in slices:
-            sl = self._slice((s.window_start_us + index * s.slice_us) // self.slice_us)
+            at = (s.window_start_us + index * s.slice_us) // self.slice_us
+            sl = self._slice(at)
             if sl is not None and n > 0:
+                self._first_seen((s.hostname, s.pid), at)
                 self._fold(sl, comm, s.comm_id, s.op, s.op_kind == "p2p", size, s.rank, s.n_ranks,
                            (n, total, low), (lo, lo_ts, hi, hi_ts))  # fmt: skip
 
@@ -261,6 +269,10 @@ class StragglerEngine:
         if dump_ts_us > self.proc_last.get(proc, 0):
             self.proc_last[proc] = dump_ts_us
         return comm
+
+    def _first_seen(self, proc: Proc, index: int) -> None:
+        if index < self.proc_first.get(proc, index + 1):
+            self.proc_first[proc] = index
 
     def _slice(self, index: int) -> _Slice | None:
         """The slice at ``index``; None when it is far older than what is judged now (nothing to add to)."""
@@ -337,6 +349,10 @@ class StragglerEngine:
             keep = max(self.params.retain_slices, 2 * self._horizon_now)
             for old in [i for i in self.slices if i <= last - keep]:
                 del self.slices[old]
+            # processes with nothing in the kept slices (an ended job's): forgotten, or every restart adds to them
+            for proc in [p for p, ts in self.proc_last.items() if ts // self.slice_us <= last - keep]:
+                del self.proc_last[proc]
+                self.proc_first.pop(proc, None)
             for proc, spans in list(self._incomplete.items()):
                 if not (kept := [span for span in spans if span[1] > last - keep]):
                     del self._incomplete[proc]
@@ -382,7 +398,7 @@ class StragglerEngine:
         # first seen: the slice whose evaluation first flagged it (its horizon reaches further back, into healthy time)
         start_us, end_us = index * self.slice_us, (index + 1) * self.slice_us
         unjudged = self._unjudged(first, index) | behind
-        flagged = self._compute(window, unjudged) + self._communication(window, unjudged)
+        flagged = self._compute(window, first, unjudged) + self._communication(window, unjudged)
         # an unjudged process (and its node's network) keeps its standing until its records are complete again
         held = {key for host, pid in unjudged
                 for key in ((host, pid, "compute"), (host, None, "compute"), (host, None, "communication"))}  # fmt: skip
@@ -419,9 +435,19 @@ class StragglerEngine:
         }
 
     # -- compute --------------------------------------------------------------------------------------------------
-    def _shares(self, window: list[_Slice]) -> dict[Proc, _ProcShare]:
-        """Each process's share of the horizon spent outside collectives, overall and per slice."""
+    def _shares(self, window: list[_Slice], first: int) -> dict[Proc, _ProcShare]:
+        """Each process's share of the horizon (``window``, from slice ``first``) spent outside collectives, overall
+        and per slice, counted from its first record where that lies within the horizon."""
         p = self.params
+        slice_us = p.slice_s * 1e6
+        starts: dict[Proc, int] = {}  # a process's first slice in the window
+
+        def start_of(proc: Proc) -> int:
+            got = starts.get(proc)
+            if got is None:
+                got = starts[proc] = min(max(0, self.proc_first.get(proc, first) - first), len(window) - 1)
+            return got
+
         spans: dict[SpanKey, list[float]] = {}  # sn lo, its ts, sn hi, its ts
         for sl in window:
             for key, s in sl.spans.items():
@@ -433,13 +459,13 @@ class StragglerEngine:
                         got[0], got[1] = s.lo, s.lo_ts
                     if s.hi > got[2]:
                         got[2], got[3] = s.hi, s.hi_ts
-        duration = len(window) * p.slice_s * 1e6
         sampled = self.sampled > self.ring
         rates: dict[SpanKey, float] = {}  # ops per µs
         comm_rates: dict[tuple[str, str], list[float]] = defaultdict(list)
         for key, (lo, lo_ts, hi, hi_ts) in spans.items():
             if not sampled:
-                rates[key] = (hi - lo + 1) / duration  # every op is there
+                proc = self.comms[key[0]].members[key[2]]
+                rates[key] = (hi - lo + 1) / ((len(window) - start_of(proc)) * slice_us)  # every op is there
             elif hi_ts > lo_ts and hi > lo:
                 comm_rates[key[:2]].append((hi - lo) / (hi_ts - lo_ts))
         # sampled: each rank's rate is off by up to one op over the horizon, differently per rank: average them
@@ -469,19 +495,18 @@ class StragglerEngine:
                     per_slice[proc][i] += agg.total / agg.n * span_rate * (p.slice_s * 1e6)
                 else:
                     per_slice[proc][i] += agg.total
+        lived = {proc: (len(window) - start_of(proc)) * slice_us for proc in per_slice}
         for (comm, op, _size, rank), (n, total) in totals.items():
             proc = self.comms[comm].members[rank]
             rate = rate_of(comm, op, rank)
-            busy[proc] += total / n * rate * duration if sampled else total
+            busy[proc] += total / n * rate * lived[proc] if sampled else total
             ops[proc] += int(n)
             step_rate[proc] = max(step_rate[proc], rate)
-        slice_us = p.slice_s * 1e6
         return {
-            proc: _ProcShare(
-                1 - b / duration, ops[proc], [1 - x / slice_us for x in per_slice[proc]], step_rate[proc]
-            )
+            proc: _ProcShare(1 - b / lived[proc], ops[proc],
+                             [1 - x / slice_us for x in per_slice[proc][start_of(proc):]], step_rate[proc])
             for proc, b in busy.items()
-        }
+        }  # fmt: skip
 
     def _jobs(self, procs: Iterable[Proc]) -> list[list[Proc]]:
         """Processes grouped into jobs: connected through shared communicators."""
@@ -502,9 +527,9 @@ class StragglerEngine:
             groups[find(proc)].append(proc)
         return list(groups.values())
 
-    def _compute(self, window: list[_Slice], unjudged: set[Proc]) -> list[Finding]:
+    def _compute(self, window: list[_Slice], first: int, unjudged: set[Proc]) -> list[Finding]:
         p = self.params
-        shares = self._shares(window)
+        shares = self._shares(window, first)
         out: list[Finding] = []
         rates = [ps.step_rate for ps in shares.values() if ps.step_rate > 0]
         self._step_rate = statistics.median(rates) if rates else 0.0
@@ -512,14 +537,22 @@ class StragglerEngine:
             return out  # too few steps yet for a stable share (start of a job, or a horizon still stretching)
         # slices judged one by one must hold a few steps each: with long steps, consecutive slices are pooled
         pool = max(1, math.ceil(p.min_steps / max(self._step_rate * self.slice_us, 1e-9))) if rates else 1
-        for ps in shares.values():
-            ps.slices = [statistics.fmean(ps.slices[i : i + pool]) for i in range(0, len(ps.slices), pool)]
         for everyone in self._jobs(shares):
             # a process missing records is neither judged nor part of its peers' yardstick
             job = [proc for proc in everyone if proc not in unjudged]
             skipped = sorted(set(everyone) - set(job))
             if len(job) < p.min_group:
                 continue
+            # the slices since the job's last process began (all of them, for a job older than the horizon), pooled
+            # from the end so every process's pools cover the same time
+            lived = min(len(shares[proc].slices) for proc in job)
+            if lived * self.slice_us * self._step_rate < p.min_window_steps:
+                continue  # a job that began within the horizon: too few steps of it yet
+            for proc in job:
+                ps = shares[proc]
+                tail = ps.slices[len(ps.slices) - lived :]
+                pools = [tail[max(0, end - pool) : end] for end in range(lived, 0, -pool)]
+                ps.slices = [statistics.fmean(chunk) for chunk in reversed(pools)]
             med, spread = _robust([shares[proc].share for proc in job], p.spread_floor * max(
                 statistics.median(shares[proc].share for proc in job), 0.05))  # fmt: skip
             if med <= 0.05:

@@ -135,8 +135,6 @@ class JobTracker:
         job = self.jobs.get(key)
         if job is not None and job.last_poll_ns is not None and job.last_poll_ns > recv_ns:
             return  # an older poll never replaces a newer one
-        if job is not None and job.state == "ended" and job.ended_ns is not None and env.ts <= job.ended_ns:
-            return  # polled before the end, arriving with the close events: the ended cycle's, not a new one's
         if job is None or job.state == "ended":  # a new job, or a new cycle under the same id
             job = self.jobs[key] = JobState(
                 env.cluster, key[1], rec.endpoint, env.node, first_seen_ns=recv_ns

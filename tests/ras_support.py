@@ -27,7 +27,7 @@ def fake_proc(root: Path, port: int, environ: dict[str, str], pid: int = 4242, i
 
 
 def envelope(
-    kind: str, records: list[Record], node: str = "node-a", seq: int = 1, ttl: float = 30.0
+    kind: str, records: list[Record], node: str = "node-a", seq: int = 1, ttl: float = 30.0, ts: int = 0
 ) -> Envelope:
-    return Envelope(type=event_type(kind), cluster="test", node=node, agent="agent-1", seq=seq, ts=0, ttl=ttl,
+    return Envelope(type=event_type(kind), cluster="test", node=node, agent="agent-1", seq=seq, ts=ts, ttl=ttl,
                     records=records)  # fmt: skip

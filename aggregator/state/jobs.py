@@ -78,6 +78,8 @@ class JobState:
     last_poll_ns: int | None = None
     expires_ns: int = 0
     ended_ns: int | None = None
+    # the close event's agent timestamp (survives replay, unlike receipt time): polls taken before it are this cycle's
+    ended_agent_ns: int | None = None
     normal_end: bool | None = None
     polls: int = 0
     ranks: int | None = None
@@ -135,6 +137,13 @@ class JobTracker:
         job = self.jobs.get(key)
         if job is not None and job.last_poll_ns is not None and job.last_poll_ns > recv_ns:
             return  # an older poll never replaces a newer one
+        if (
+            job is not None
+            and job.state == "ended"
+            and job.ended_agent_ns is not None
+            and env.ts <= job.ended_agent_ns
+        ):
+            return  # polled before the end, arriving after the close: the ended cycle's, not a new one's
         if job is None or job.state == "ended":  # a new job, or a new cycle under the same id
             job = self.jobs[key] = JobState(
                 env.cluster, key[1], rec.endpoint, env.node, first_seen_ns=recv_ns
@@ -172,7 +181,7 @@ class JobTracker:
         job.events.append(rec)
         if rec.event == ENDPOINT_CLOSED:
             if job.state != "ended":
-                job.state, job.ended_ns = "ended", recv_ns
+                job.state, job.ended_ns, job.ended_agent_ns = "ended", recv_ns, env.ts
                 job.normal_end = job.health in ("ok", "warning") and job.failure_events == 0
         elif any(word in rec.event.upper() for word in FAILURE_EVENT_WORDS):
             job.failure_events += 1

@@ -38,10 +38,11 @@ class Harness:
         )
         self.fired: list[str] = []
 
-    def feed(self, kind: str, rec: object) -> list[tuple[str, str]]:
+    def feed(self, kind: str, rec: object, polled_ago_s: float = 0.0) -> list[tuple[str, str]]:
         self.now += 10 * NS
         self.seq += 1
-        self.state.observe(envelope(kind, [rec], seq=self.seq), self.now)  # type: ignore[list-item]
+        env = envelope(kind, [rec], seq=self.seq, ts=self.now - int(polled_ago_s * NS))  # type: ignore[list-item]
+        self.state.observe(env, self.now)
         self.state.tick(self.now)
         transitions = self.engine.evaluate(self.rules, self.state, self.now)
         return [(a.rule, a.state) for a in transitions]
@@ -199,6 +200,20 @@ def test_peer_dead_then_close_is_not_a_normal_end_and_new_cycle_is_separate() ->
     h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json")))  # same id, new cycle
     job = h.state.jobs.jobs[("test", "slurm-1")]
     assert (job.state, job.polls, job.failure_events) == ("running", 1, 0)
+
+
+def test_a_poll_taken_before_the_close_and_arriving_after_it_is_not_a_new_cycle() -> None:
+    """The 32-node demo: one node's last poll (taken before its endpoint closed) was processed after another node's
+    ENDPOINT_CLOSED. As a new cycle of the job it listed only the flagged communicators, so the ended job's straggler,
+    no longer matched to any job, fired again without one."""
+    h = Harness()
+    h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json")))
+    h.feed("ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"))
+    late = h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json")), polled_ago_s=11)
+    job = h.state.jobs.jobs[("test", "slurm-1")]
+    assert job.state == "ended" and late == []
+    h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json")))  # polled after: a new cycle
+    assert h.state.jobs.jobs[("test", "slurm-1")].state == "running"
 
 
 def test_replayed_history_refires_nothing() -> None:

@@ -157,6 +157,13 @@ class _Agg:
 class _Slice:
     aggs: dict[AggKey, _Agg] = field(default_factory=dict)
     spans: dict[SpanKey, SnSpan] = field(default_factory=dict)
+    version: int = 0  # bumped by every fold: a digest of an older version is stale
+    # per process (ops, exec time sum) over its aggregates, and the (slice, members) versions it was made at
+    proc_sums: dict[Proc, list[float]] = field(default_factory=dict)
+    sums_of: tuple[int, int] = (-1, -1)
+    # per (comm, coll, size): the shortest exec time of any rank, and the slice version it was made at
+    lows: dict[tuple[str, str, int], float] = field(default_factory=dict)
+    lows_of: int = -1
 
 
 @dataclass
@@ -179,6 +186,18 @@ class _ProcShare:
     # compute share per slice of the horizon, from the process's first record (aligned at the horizon's end)
     slices: list[float]
     step_rate: float  # steps per µs: the rate of its most frequent collective
+
+
+def _lows(sl: _Slice) -> dict[tuple[str, str, int], float]:
+    """The slice's shortest exec time per (comm, coll, size), over its ranks (made again once the slice changed)."""
+    if sl.lows_of != sl.version:
+        lows: dict[tuple[str, str, int], float] = {}
+        for (comm, op, size, _rank), agg in sl.aggs.items():
+            key = (comm, op, size)
+            if agg.low < lows.get(key, math.inf):
+                lows[key] = agg.low
+        sl.lows, sl.lows_of = lows, sl.version
+    return sl.lows
 
 
 def _robust(values: list[float], floor: float) -> tuple[float, float]:
@@ -212,6 +231,8 @@ class StragglerEngine:
         self._late_from: int | None = None  # earliest judged slice that received records since
         # slices (first, last) of each process that miss records its agent got after their window had closed
         self._incomplete: dict[Proc, list[tuple[int, int]]] = defaultdict(list)
+        # bumped when a rank of a comm gets another process (slice digests go stale)
+        self._members_version = 0
 
     # -- input ----------------------------------------------------------------------------------------------------
     def add(self, rec: InspectorRecord) -> None:
@@ -265,7 +286,9 @@ class StragglerEngine:
         comm = self.comms.get(comm_id)
         if comm is None:
             comm = self.comms[comm_id] = _Comm(name or comm_id)
-        comm.members[rank] = proc
+        if comm.members.get(rank) != proc:
+            comm.members[rank] = proc
+            self._members_version += 1
         if dump_ts_us > self.proc_last.get(proc, 0):
             self.proc_last[proc] = dump_ts_us
         return comm
@@ -291,6 +314,7 @@ class StragglerEngine:
     def _fold(sl: _Slice, comm: _Comm, comm_id: str, op: str, p2p: bool, size: int, rank: int, n_ranks: int,
               times: tuple[int, float, float], span: tuple[int, int, int, int]) -> None:  # fmt: skip
         """Add ``times`` (count, sum, minimum of exec times) and the ``coll_sn`` span ``(lo, its ts, hi, its ts)``."""
+        sl.version += 1
         span_key = (comm_id, op, rank)  # each rank's own samples: one dump-thread phase
         lo, lo_ts, hi, hi_ts = span
         got = sl.spans.get(span_key)
@@ -474,39 +498,60 @@ class StragglerEngine:
         ops: dict[Proc, int] = defaultdict(int)
         step_rate: dict[Proc, float] = defaultdict(float)
         per_slice: dict[Proc, list[float]] = defaultdict(lambda: [0.0] * len(window))
-        totals: dict[AggKey, list[float]] = {}
-
-        def rate_of(comm: str, op: str, rank: int) -> float:
-            return mean_rate.get((comm, op), 0.0) if sampled else rates.get((comm, op, rank), 0.0)
-
-        for i, sl in enumerate(window):
-            for agg_key, agg in sl.aggs.items():
-                acc = totals.get(agg_key)
-                if acc is None:
-                    totals[agg_key] = [agg.n, agg.total]
-                else:
-                    acc[0] += agg.n
-                    acc[1] += agg.total
-                comm, op, _size, rank = agg_key
+        if not sampled:
+            # ring: every op is there, so a process's time in collectives is the sum of its exec times, per slice
+            # from the slice's digest (made once per slice, not once per horizon holding it)
+            for i, sl in enumerate(window):
+                for proc, (n, total) in self._proc_sums(sl).items():
+                    per_slice[proc][i] = total
+                    busy[proc] += total
+                    ops[proc] += int(n)
+            for (comm, _op, rank), rate in rates.items():
                 proc = self.comms[comm].members[rank]
-                span_rate = rate_of(comm, op, rank)
-                # per slice: ring counts its own ops, sampled uses the horizon's rate
-                if sampled:
-                    per_slice[proc][i] += agg.total / agg.n * span_rate * (p.slice_s * 1e6)
-                else:
-                    per_slice[proc][i] += agg.total
+                step_rate[proc] = max(step_rate[proc], rate)
+        else:
+            # sampled: each (comm, coll, size, rank)'s mean exec time over the horizon, times its comm's op rate
+            totals: dict[AggKey, list[float]] = {}
+            for i, sl in enumerate(window):
+                for agg_key, agg in sl.aggs.items():
+                    acc = totals.get(agg_key)
+                    if acc is None:
+                        totals[agg_key] = [agg.n, agg.total]
+                    else:
+                        acc[0] += agg.n
+                        acc[1] += agg.total
+                    comm, op, _size, rank = agg_key
+                    proc = self.comms[comm].members[rank]
+                    per_slice[proc][i] += agg.total / agg.n * mean_rate.get((comm, op), 0.0) * slice_us
         lived = {proc: (len(window) - start_of(proc)) * slice_us for proc in per_slice}
-        for (comm, op, _size, rank), (n, total) in totals.items():
-            proc = self.comms[comm].members[rank]
-            rate = rate_of(comm, op, rank)
-            busy[proc] += total / n * rate * lived[proc] if sampled else total
-            ops[proc] += int(n)
-            step_rate[proc] = max(step_rate[proc], rate)
+        if sampled:
+            for (comm, op, _size, rank), (n, total) in totals.items():
+                proc = self.comms[comm].members[rank]
+                rate = mean_rate.get((comm, op), 0.0)
+                busy[proc] += total / n * rate * lived[proc]
+                ops[proc] += int(n)
+                step_rate[proc] = max(step_rate[proc], rate)
         return {
             proc: _ProcShare(1 - b / lived[proc], ops[proc],
                              [1 - x / slice_us for x in per_slice[proc][start_of(proc):]], step_rate[proc])
             for proc, b in busy.items()
         }  # fmt: skip
+
+    def _proc_sums(self, sl: _Slice) -> dict[Proc, list[float]]:
+        """Per process of the slice: its ops and the sum of their exec times (made again once the slice or a comm's
+        members changed)."""
+        if sl.sums_of != (sl.version, self._members_version):
+            sums: dict[Proc, list[float]] = {}
+            for (comm, _op, _size, rank), agg in sl.aggs.items():
+                proc = self.comms[comm].members[rank]
+                got = sums.get(proc)
+                if got is None:
+                    sums[proc] = [agg.n, agg.total]
+                else:
+                    got[0] += agg.n
+                    got[1] += agg.total
+            sl.proc_sums, sl.sums_of = sums, (sl.version, self._members_version)
+        return sl.proc_sums
 
     def _jobs(self, procs: Iterable[Proc]) -> list[list[Proc]]:
         """Processes grouped into jobs: connected through shared communicators."""
@@ -653,16 +698,14 @@ class StragglerEngine:
         partial: dict[str, bool] = {}
         low: dict[tuple[str, str, int], float] = {}
         for sl in window:
-            for (comm, op, size, _rank), agg in sl.aggs.items():
+            for key, t in _lows(sl).items():
+                comm = key[0]
                 left_out = partial.get(comm)
                 if left_out is None:
                     members = self.comms[comm].members.values()
                     left_out = partial[comm] = bool(unjudged) and any(m in unjudged for m in members)
-                if left_out:
-                    continue
-                key = (comm, op, size)
-                if agg.low < low.get(key, math.inf):
-                    low[key] = agg.low
+                if not left_out and t < low.get(key, math.inf):
+                    low[key] = t
         bw: dict[tuple[str, str, int], float] = {}
         by_shape: dict[tuple[str, int, int, int], list[float]] = defaultdict(list)
         for key, t in low.items():

@@ -1,6 +1,7 @@
 """Turns collector output into envelopes: many records per message (batching is what makes the bus fast).
 
-A kind's buffer is flushed when it holds ``max_records`` or has waited ``max_delay_s``. Each flush assigns the next
+A kind's buffer is flushed when it holds ``max_records`` or has waited ``max_delay_s`` (or the delay its records
+came with: raw Inspector samples wait for the summaries' cadence, evidence that needs no hurry). Each flush assigns the next
 sequence number of this agent incarnation; an encoded batch larger than ``max_bytes`` is split in halves until it fits.
 Batches are encoded in ``wire_format`` (compact columns by default; ``map`` for aggregators older than that form).
 """
@@ -23,6 +24,7 @@ from ranksight.schemas.subjects import Subjects
 class _Buffer:
     ttl: float
     durable: bool
+    max_delay: float
     records: list[Record] = field(default_factory=list)
     on_ack: list[Callable[[], None]] = field(default_factory=list)
     since: float = 0.0
@@ -57,19 +59,22 @@ class Batcher:
         ttl: float,
         durable: bool,
         on_ack: Callable[[], None] | None = None,
+        max_delay_s: float | None = None,
     ) -> None:
-        """Queue records; ``on_ack`` runs once every one of them is acknowledged by the stream."""
+        """Queue records; ``on_ack`` runs once every one of them is acknowledged by the stream; ``max_delay_s``
+        overrides how long the kind's buffer may wait."""
         if not records:
             if on_ack:
                 on_ack()
             return
         buf = self._buffers.get(kind)
         if buf is None:
-            buf = self._buffers[kind] = _Buffer(ttl=ttl, durable=durable)
+            buf = self._buffers[kind] = _Buffer(ttl=ttl, durable=durable, max_delay=self._max_delay)
         if not buf.records:
             buf.since = time.monotonic()
         buf.records.extend(records)
         buf.ttl = ttl
+        buf.max_delay = self._max_delay if max_delay_s is None else max_delay_s
         if on_ack:
             buf.on_ack.append(on_ack)
         if len(buf.records) >= self._max_records:
@@ -79,10 +84,13 @@ class Batcher:
         """Flush buffers that waited long enough; runs until cancelled."""
         while True:
             await asyncio.sleep(self._max_delay / 2)
-            now = time.monotonic()
-            for kind, buf in list(self._buffers.items()):
-                if buf.records and now - buf.since >= self._max_delay:
-                    await self._flush_kind(kind)
+            await self.flush_due(time.monotonic())
+
+    async def flush_due(self, now: float) -> None:
+        """Flush the buffers that have waited their delay at ``now`` (``time.monotonic()``)."""
+        for kind, buf in list(self._buffers.items()):
+            if buf.records and now - buf.since >= buf.max_delay:
+                await self._flush_kind(kind)
 
     async def flush(self) -> None:
         for kind in list(self._buffers):

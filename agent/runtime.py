@@ -135,9 +135,9 @@ class AgentRuntime:
         assert ctx is not None
 
         async def emit(records: Sequence[Record], on_ack: Callable[[], None] | None = None, kind: str | None = None,
-                       ttl: float | None = None) -> None:  # fmt: skip
+                       ttl: float | None = None, max_delay_s: float | None = None) -> None:  # fmt: skip
             await ctx.batcher.add(
-                kind or collector.kind, records, ttl or collector.ttl, collector.durable, on_ack
+                kind or collector.kind, records, ttl or collector.ttl, collector.durable, on_ack, max_delay_s
             )
 
         if isinstance(collector, StreamingCollector):

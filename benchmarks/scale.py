@@ -3,7 +3,7 @@
 For each ``--nodes`` size, a fresh nats-server and a real aggregator (``ranksight aggregator``, a child process) are
 started; ``--procs`` publisher processes (outside the measured aggregator) play N nodes that publish what a real
 agent publishes at its defaults: ``inspector_summary`` parts every ``summary_publish_s`` (one envelope per part, the
-nodes' clocks spread over that period) and raw ``inspector`` records sampled to ``raw_rate_per_s`` every 0.25 s batch,
+nodes' clocks spread over that period) and raw ``inspector`` records sampled to ``raw_rate_per_s``, batched at the parts' cadence as the agent does,
 both made by the agent's own summarizer and sampler; a GPU sample of 8 GPUs and a heartbeat every 5 s and a NIC sample
 of 8 ports every 2 s (``--nic``: ``ethtool``, AMD Pollara ports with 607 ``ethtool -S`` counters each, or ``sysfs``,
 mlx5 ports with 46 sysfs counters), each node's gauges in their own phase; and the job's RAS status every 10 s from its
@@ -63,7 +63,7 @@ GPUS = 8
 SLOW = (1, 2)  # node of block 0, GPU
 US = 1_000_000
 TARGETS = {"lag_s": 5.0, "cpu": 1.0, "rss": 1024 * MiB, "alert_s": 15.0}
-TICK_S = 0.25  # the agent's batch delay: raw records go out at this cadence
+TICK_S = 0.25  # the publishers' loop: each node's messages go out within this of their time
 KINDS = ("inspector_summary", "inspector", "gpu", "nic", "heartbeat", "ras")
 
 
@@ -113,7 +113,9 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
                     node.raw.append((tick, sampler.take(chunk, tick / US)))
                     chunk = []
                 if rec.dump_ts_us >= tick:
-                    tick = rec.dump_ts_us + int(TICK_S * US)
+                    tick = rec.dump_ts_us + int(
+                        cfg.summary_publish_s * US
+                    )  # raw samples wait for the parts' cadence
                 chunk.append(rec)
             nodes.append(node)
         templates[slow] = nodes

@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 class Emit(Protocol):
     """What a streaming collector publishes through: ``on_ack`` runs once the stream has acknowledged the records;
-    ``kind`` and ``ttl`` default to the collector's (a collector may publish a second kind, e.g. summaries)."""
+    ``kind`` and ``ttl`` default to the collector's (a collector may publish a second kind, e.g. summaries);
+    ``max_delay_s`` is how long the records may wait to be batched (default: the agent's ``batch_max_delay_s``)."""
 
     def __call__(
         self,
@@ -34,6 +35,7 @@ class Emit(Protocol):
         on_ack: Callable[[], None] | None = None,
         kind: str | None = None,
         ttl: float | None = None,
+        max_delay_s: float | None = None,
     ) -> Awaitable[None]: ...
 
 

@@ -5,7 +5,9 @@ of the raw records (:mod:`agent.collectors.inspector.sampler`), durably. The dum
 Offsets are checkpointed in ``<state_dir>/inspector-offsets.json`` only after the stream acknowledged a chunk's raw
 share (``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3). Summaries are
 published in parts every ``summary_publish_s`` (the records read since the last part); the one being built lives in
-memory and is published at shutdown, and a crash loses it (the records stay in the dump files).
+memory and is published at shutdown, and a crash loses it (the records stay in the dump files). The raw share waits
+as long to be batched: it is evidence, not news, and one message a second instead of four per node is what an
+aggregator of a thousand nodes saves most on.
 """
 
 from __future__ import annotations
@@ -85,9 +87,8 @@ class InspectorCollector(StreamingCollector):
                     warned.add(chunk.path)  # once per file: no per-interval log spam
                     log.warning("inspector: bad line(s) in %s: %s", chunk.path, chunk.first_error)
                 # the wire's typed record is built only for the few operations published raw
-                await emit(
-                    [to_record(op) for op in chunk.records if id(op) in raw], self._on_ack(tailer, chunk)
-                )
+                await emit([to_record(op) for op in chunk.records if id(op) in raw], self._on_ack(tailer, chunk),
+                           max_delay_s=self.cfg.summary_publish_s)  # fmt: skip
             if time.monotonic() >= parts_due:
                 parts_due = time.monotonic() + self.cfg.summary_publish_s
                 await self._publish_summaries(emit, self.summarizer.take())

@@ -200,6 +200,11 @@ def _lows(sl: _Slice) -> dict[tuple[str, str, int], float]:
     return sl.lows
 
 
+def _drop_digests(sl: _Slice) -> None:
+    if sl.lows_of >= 0 or sl.sums_of[0] >= 0:
+        sl.proc_sums, sl.sums_of, sl.lows, sl.lows_of = {}, (-1, -1), {}, -1
+
+
 def _robust(values: list[float], floor: float) -> tuple[float, float]:
     med, mad = median_mad(values)
     return med, max(MAD_TO_SIGMA * mad, floor)
@@ -373,6 +378,10 @@ class StragglerEngine:
             keep = max(self.params.retain_slices, 2 * self._horizon_now)
             for old in [i for i in self.slices if i <= last - keep]:
                 del self.slices[old]
+            # digests serve only the horizon (late records make them again)
+            for index, sl in self.slices.items():
+                if index <= last - self._horizon_now:
+                    _drop_digests(sl)
             # processes with nothing in the kept slices (an ended job's): forgotten, or every restart adds to them
             for proc in [p for p, ts in self.proc_last.items() if ts // self.slice_us <= last - keep]:
                 del self.proc_last[proc]

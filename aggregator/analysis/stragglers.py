@@ -35,12 +35,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+import msgspec
+
 from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
 from ranksight.agent.collectors.inspector.summary import SnSpan
 from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 Kind = Literal["compute", "communication"]
+CATCH_UP_HORIZONS = 4  # online, after a gap or late records, judgements go back at most this many horizons
 Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a process is not
 AggKey = tuple[str, str, int, int]  # (comm, coll, size, rank)
 SpanKey = tuple[str, str, int]  # (comm, coll, rank): coll_sn counts per collective type (p2p_sn per process)
@@ -64,7 +67,6 @@ class StragglerParams:
     min_window_steps: float = 60.0  # steps the horizon must hold (long steps stretch it beyond window_s)
     comm_slow_ratio: float = 1.3
     node_share: float = 0.5  # share of a host's processes flagged before the host itself is reported
-    retain_slices: int = 120  # slices kept for history (own-best bandwidth of each comm)
 
 
 @dataclass
@@ -139,13 +141,13 @@ class _Comm:
         return {host for host, _ in self.members.values()}
 
 
-class _Agg:
-    """Exec times of one (comm, coll, size, rank) in one slice."""
+class _Agg(msgspec.Struct, gc=False):
+    """Exec times of one (comm, coll, size, rank) in one slice (millions at a thousand nodes: a struct the cyclic GC
+    never scans, as it holds only numbers)."""
 
-    __slots__ = ("low", "n", "total")
-
-    def __init__(self) -> None:
-        self.n, self.total, self.low = 0, 0.0, math.inf
+    n: int = 0
+    total: float = 0.0
+    low: float = math.inf
 
     def merge(self, n: int, total: float, low: float) -> None:
         self.n += n
@@ -304,9 +306,7 @@ class StragglerEngine:
 
     def _slice(self, index: int) -> _Slice | None:
         """The slice at ``index``; None when it is far older than what is judged now (nothing to add to)."""
-        if self.evaluated is not None and index <= self.evaluated - max(
-            self.params.retain_slices, 2 * self._horizon_now
-        ):
+        if self.evaluated is not None and index <= self.evaluated - self._reach():
             return None
         if self.evaluated is not None and index <= self.evaluated:  # a process catching up: judge it again
             self._late_from = index if self._late_from is None else min(self._late_from, index)
@@ -324,7 +324,7 @@ class StragglerEngine:
         lo, lo_ts, hi, hi_ts = span
         got = sl.spans.get(span_key)
         if got is None:
-            got = sl.spans[span_key] = SnSpan(lo, lo_ts)
+            got = sl.spans[span_key] = SnSpan.at(lo, lo_ts)
         else:
             got.add(lo, lo_ts)
         got.add(hi, hi_ts)
@@ -367,7 +367,7 @@ class StragglerEngine:
             if self._late_from is not None:
                 first, self._late_from = min(first, self._late_from), None
             if not final:  # online catch-up after a gap: the recent past is what alerts are about
-                first = max(first, last - 4 * self.horizon)
+                first = max(first, last - CATCH_UP_HORIZONS * self.horizon)
             # online, processes left behind by complete_slice (reading their dumps far behind, or stopped) lack the
             # records of the slices past their latest: not judged there (they would look idle, i.e. computing)
             behind = {} if final else {p: ts // self.slice_us for p, ts in self.proc_last.items()
@@ -375,7 +375,7 @@ class StragglerEngine:
             for index in range(first, last + 1):
                 self._judge(index, {p for p, reached in behind.items() if reached <= index})
                 self.evaluated = index
-            keep = max(self.params.retain_slices, 2 * self._horizon_now)
+            keep = self._reach()
             for old in [i for i in self.slices if i <= last - keep]:
                 del self.slices[old]
             # digests serve only the horizon (late records make them again)
@@ -392,6 +392,12 @@ class StragglerEngine:
                 else:
                     self._incomplete[proc] = kept
         return self.active()
+
+    def _reach(self) -> int:
+        """How far behind the last judged slice a slice can still be read: online catch-up judges again at most
+        ``CATCH_UP_HORIZONS`` horizons back, each judgement reading one (stretched) horizon. Older slices are dropped
+        (at 1024 nodes x 8 GPUs a slice holds tens of MB of aggregates) and records for them ignored."""
+        return CATCH_UP_HORIZONS * self.horizon + self._horizon_now
 
     def active(self) -> list[Finding]:
         return _ranked([c.finding for c in self.candidates.values() if c.confirmed])

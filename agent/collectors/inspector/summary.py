@@ -16,6 +16,8 @@ import math
 from array import array
 from dataclasses import dataclass, field
 
+import msgspec
+
 from ranksight.agent.collectors.inspector.parse import InspectorOp, bandwidths_gbs
 from ranksight.schemas.records import InspectorSummaryRecord
 from ranksight.schemas.records.inspector_summary import size_bucket
@@ -24,15 +26,19 @@ from ranksight.schemas.records.inspector_summary import size_bucket
 SummaryKey = tuple[str, str, str, int, int, str, int]
 
 
-class SnSpan:
+class SnSpan(msgspec.Struct, gc=False):
     """``coll_sn`` range of one (comm, coll, rank) in one slice, with the dump times that bound it (the straggler
-    engine keeps the same per slice)."""
+    engine keeps the same per slice, millions of them at a thousand nodes: a struct the cyclic GC never scans, as it
+    holds only numbers)."""
 
-    __slots__ = ("hi", "hi_ts", "lo", "lo_ts")
+    lo: int
+    lo_ts: int
+    hi: int
+    hi_ts: int
 
-    def __init__(self, sn: int, ts: int) -> None:
-        self.lo = self.hi = sn
-        self.lo_ts = self.hi_ts = ts
+    @classmethod
+    def at(cls, sn: int, ts: int) -> SnSpan:
+        return cls(sn, ts, sn, ts)
 
     def add(self, sn: int, ts: int) -> None:
         if sn < self.lo or (sn == self.lo and ts < self.lo_ts):
@@ -48,7 +54,7 @@ class _SliceStats:
 
     def __init__(self, sn: int, ts: int) -> None:
         self.count, self.total, self.low = 0, 0.0, math.inf
-        self.span = SnSpan(sn, ts)
+        self.span = SnSpan.at(sn, ts)
 
     def add(self, exec_us: float, sn: int, ts: int) -> None:
         self.count += 1

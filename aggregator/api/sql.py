@@ -94,6 +94,10 @@ class SqlFailed(SqlError, QueryFailed):
     """An allowed query failed in DuckDB (syntax, unknown column, over the time limit...)."""
 
 
+class _FileVanished(SqlFailed):
+    """DuckDB could not read a file the query was planned over (over the exports: a shard rewrote it meanwhile)."""
+
+
 @dataclass
 class SqlResult:
     columns: list[str]
@@ -335,14 +339,30 @@ class SqlSandbox:
             if exports is None:
                 columns, rows, truncated = await self.run(_fetch, sql, max_rows, time_limit_s=time_limit_s)
             else:
-                con = await loop.run_in_executor(self._executor, open_exports, exports, self.settings,
-                                                 self._exports_temp_dir, self._export_schema)  # fmt: skip
-                columns, rows, truncated = await self._interruptible(
-                    con, duckdb.DuckDBPyConnection.close, _fetch, (sql, max_rows), time_limit_s
+                columns, rows, truncated = await self._over_exports(
+                    exports, sql, max_rows, started + time_limit_s
                 )
         finally:
             self._user_slots.release()
         return SqlResult(columns, rows, truncated, loop.time() - started)
+
+    async def _over_exports(
+        self, exports: Path, sql: str, max_rows: int, deadline: float
+    ) -> tuple[list[str], list[dict[str, Any]], bool]:
+        """The query over the exports; a file a shard replaced between planning and reading is read again from a fresh
+        view of the folder, a few times within the time limit."""
+        loop = asyncio.get_running_loop()
+        for attempt in range(_EXPORT_READ_ATTEMPTS):
+            con = await loop.run_in_executor(self._executor, open_exports, exports, self.settings,
+                                             self._exports_temp_dir, self._export_schema)  # fmt: skip
+            try:
+                return await self._interruptible(con, duckdb.DuckDBPyConnection.close, _fetch, (sql, max_rows),
+                                                 max(deadline - loop.time(), 0.001))  # fmt: skip
+            except _FileVanished as exc:
+                if attempt == _EXPORT_READ_ATTEMPTS - 1:
+                    raise SqlFailed(f"the shards' exports cannot be read now (a shard is rewriting them; try "
+                                    f"again): {exc}") from None  # fmt: skip
+        raise AssertionError("unreachable")
 
 
 _VIEWS_SQL = (
@@ -443,6 +463,8 @@ def _fetch(
         raise SqlFailed(
             f"out of memory (aggregator.query.sql_memory_limit_bytes): {_first_line(exc)}"
         ) from None
+    except duckdb.IOException as exc:
+        raise _FileVanished(str(exc).strip()) from None
     except duckdb.Error as exc:
         raise SqlFailed(str(exc).strip()) from None
     finally:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import datetime
 import decimal
+from pathlib import Path
+from typing import Any
 
+import duckdb
 import pytest
 
+from ranksight.aggregator.api import sql as sql_module
 from ranksight.aggregator.api.endpoint import Params, RequestError, parse_params
 from ranksight.aggregator.api.queries import SqlParams
-from ranksight.aggregator.api.sql import SqlFailed, SqlRefused, check_read_only, jsonable
+from ranksight.aggregator.api.sql import SqlFailed, SqlRefused, SqlSandbox, check_read_only, jsonable
+from ranksight.config import QuerySettings
 
 REFUSED = {
     "read_text": "SELECT * FROM read_text('/etc/passwd')",
@@ -124,3 +129,32 @@ def test_request_validation_messages() -> None:
     with pytest.raises(RequestError, match="sql: Value error, must not be blank"):
         parse_params(SqlParams, {"sql": "   "})
     assert isinstance(parse_params(SqlParams, {"sql": "select 1"}), Params)
+
+
+async def test_a_query_over_exports_reads_again_a_file_a_shard_replaced_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard rewrites today's export (a new file, the old one removed) between DuckDB listing the folder and opening
+    the file (CI saw "Cannot open file ... No such file"): the query runs again over the folder as it is now. The race
+    itself is a matter of microseconds, so the first read fails here the way DuckDB fails it."""
+    day = tmp_path / "exports" / "heartbeat" / "shard=a" / "day=2026-11-23"
+    day.mkdir(parents=True)
+    duckdb.execute(f"COPY (SELECT 'n1' AS node) TO '{day / 'old.parquet'}' (FORMAT parquet)")
+    real_fetch, failures = sql_module._fetch, []
+
+    def vanish_once(cursor: duckdb.DuckDBPyConnection, sql: str, max_rows: int) -> Any:
+        if not failures:  # DuckDB's own IO Error for a file that is not there
+            failures.append(1)
+            sql = f"SELECT * FROM read_parquet('{day / 'gone.parquet'}')"
+        return real_fetch(cursor, sql, max_rows)
+
+    monkeypatch.setattr(sql_module, "_fetch", vanish_once)
+    sandbox = SqlSandbox(None, QuerySettings())  # type: ignore[arg-type]  # the live database is not used here
+    sandbox._exports_temp_dir = tmp_path / "tmp"
+    try:
+        result = await sandbox.query(
+            "SELECT count(*) AS n FROM heartbeat", 10, 10.0, exports=tmp_path / "exports"
+        )
+    finally:
+        await sandbox.close()
+    assert failures and result.rows == [{"n": 1}]

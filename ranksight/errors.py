@@ -14,6 +14,7 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     │   └── TargetRefused           ranksight.agent.probe.targets: a probe command this agent will not run
     ├── QueryFailed                 an allowed query that failed: exit 1, API 422
     │   └── SqlFailed               ranksight.aggregator.api.sql: DuckDB failed it (syntax, unknown column, time limit; a SqlError)
+    │       └── _FileVanished       ranksight.aggregator.api.sql: a file it was planned over could not be read (exports: tried again)
     ├── NoEndpoint                  nothing answers at the address asked: exit 3
     │   ├── RasRefused              ranksight.agent.collectors.ras.errors: no listener on any address of the endpoint (RasClientError)
     │   └── RasTimeout              ranksight.agent.collectors.ras.errors: connect or reply deadline passed (RasClientError)

@@ -15,6 +15,9 @@ from ranksight.config import Settings
 from tests.support import agent, aggregator, ranksight_cmd, run_cli_async, settings_env, wait_for
 
 FAST = ProbeBudget(echo_count=20, bytes=8 * 1024**2, seconds=0.2)
+# Bound by time, not bytes: each phase spans many of the hog's 20 ms cycles (a phase of one or two cycles, as 8 MiB
+# on a fast loopback is, measures the stall share too coarsely to judge)
+TIMED = ProbeBudget(echo_count=20, bytes=1024**3, seconds=0.3)
 
 
 async def test_probe_measures_rtt_jitter_and_both_directions() -> None:
@@ -41,10 +44,10 @@ async def test_a_probe_on_a_busy_host_says_so_beside_its_rates() -> None:
             await asyncio.sleep(0.005)
 
     try:
-        quiet = await run_probe("127.0.0.1", server.port, FAST)
+        quiet = await run_probe("127.0.0.1", server.port, TIMED)
         hogging = asyncio.create_task(hog())
         try:
-            busy = await run_probe("127.0.0.1", server.port, FAST)
+            busy = await run_probe("127.0.0.1", server.port, TIMED)
         finally:
             hogging.cancel()
     finally:

@@ -50,6 +50,8 @@ from ranksight.version import ranksight_version
 
 log = logging.getLogger(__name__)
 OOM_RETRY_S = 0.5
+# while ingest waits for the straggler engine: how often it also checks for a stop
+ANALYSIS_WAIT_CHECK_S = 0.5
 
 
 @dataclass
@@ -66,6 +68,7 @@ class IngestStats:
     last_commit_s: float = 0.0
     lag_s: float = 0.0
     pending: int = 0  # messages the stream held beyond the last batch, when it was fetched
+    analysis_wait_s: float = 0.0  # time fetching waited for the straggler engine to take its queue
     last_batch_at: float = 0.0  # time.time() of the last commit
 
     def behind_s(self, now: float) -> float:
@@ -155,6 +158,10 @@ class Aggregator:
             "sequence": self.store.sequence_stats(),
             "alerts_firing": len(self.engine.active),
             "raw_evidence": self.raw_evidence.stats.__dict__,
+            "stragglers": {
+                "queued": len(self.state.stragglers.pending),
+                "dropped": self.state.stragglers.dropped,
+            },
         } | self._shard_meta()
 
     def _shard_meta(self) -> dict[str, Any]:
@@ -322,6 +329,7 @@ class Aggregator:
     async def _pull_until(self, pull: BoundedPull, stop: asyncio.Event, nodes: set[NodeKey] | None) -> None:
         # A flag, not only cancellation: on Python 3.11 asyncio.wait_for (inside nats-py) can swallow a cancel.
         while not (stop.is_set() or self._stopping.is_set()):
+            await self._wait_for_analysis(stop)
             try:
                 msgs = await pull.fetch(timeout=1.0)
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
@@ -347,6 +355,19 @@ class Aggregator:
                     self._observe(env, recv)
                 if nodes is not None:
                     nodes.update((env.cluster, env.node) for env, _ in result.accepted)
+
+    async def _wait_for_analysis(self, stop: asyncio.Event) -> None:
+        """Fetch nothing while the straggler engine's queue is at ``ingest_waits_at_records``: the stream keeps the
+        backlog (within its limits), the aggregator's memory stays bounded, and the engine sees every record."""
+        tracker = self.state.stragglers
+        if not tracker.backlogged:
+            return
+        started = time.monotonic()
+        while tracker.backlogged and not (stop.is_set() or self._stopping.is_set()):
+            tracker.taken.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(tracker.taken.wait(), ANALYSIS_WAIT_CHECK_S)
+        self.stats.analysis_wait_s += time.monotonic() - started
 
     async def _commit(self, batch: list[Incoming]) -> BatchResult:
         """Commit ``batch``, waiting out memory that SQL queries hold: DuckDB has one memory pool for readers and the

@@ -562,6 +562,12 @@ class StragglerSettings(Section):
     max_records: int = Field(
         2_000_000, ge=1000, description="records queued for the engine at most (beyond: dropped and counted)"
     )
+    ingest_waits_at_records: int = Field(
+        200_000,
+        ge=1,
+        description="records queued for the engine at which ingest stops fetching until the engine has taken them: "
+        "an engine slower than the input makes the stream hold the backlog, not the aggregator's memory",
+    )
     hang_quiet_s: float = Field(
         4.0,
         gt=0,

@@ -19,6 +19,7 @@ engine and the hang finder, and the raw records of a node that sent summaries wi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -57,6 +58,8 @@ class StragglerTracker:
         self.pending: list[tuple[str, InspectorRecord | InspectorSummaryRecord]] = []
         self.summarizing: dict[NodeKey, int] = {}  # nodes that send summaries: receipt time of the latest
         self.dropped = 0  # records dropped because the queue was full (the worker fell behind)
+        # set when a tick hands the queue to the engine (a waiting ingest goes on)
+        self.taken = asyncio.Event()
         self.engines: dict[str, StragglerEngine] = {}  # touched only by the evaluation (worker thread)
         self.last_recv_ns: dict[str, int] = {}
         self.hang_finders: dict[str, HangFinder] = {}  # fed on the event loop: O(1) per record
@@ -81,6 +84,11 @@ class StragglerTracker:
             self._executor = None
 
     @property
+    def backlogged(self) -> bool:
+        """The engine has more records queued than ingest should add to (``ingest_waits_at_records``)."""
+        return len(self.pending) >= self.settings.ingest_waits_at_records
+
+    @property
     def records(self) -> int:
         """Records folded into the engines so far (the ones still queued are not counted)."""
         return sum(engine.records for engine in self.engines.values())
@@ -93,6 +101,9 @@ class StragglerTracker:
             return  # a sample of what the node's summaries carry
         room = self.settings.max_records - len(self.pending)
         if room < len(env.records):
+            if not self.dropped:
+                log.warning("straggler engine queue full (aggregator.stragglers.max_records = %d): records dropped, "
+                            "counted in the status's stragglers.dropped", self.settings.max_records)  # fmt: skip
             self.dropped += len(env.records) - max(room, 0)
         self.pending.extend((env.cluster, rec) for rec in env.records[: max(room, 0)])
         self.last_recv_ns[env.cluster] = recv_ns
@@ -122,6 +133,7 @@ class StragglerTracker:
         for cluster in gone:
             del self.last_recv_ns[cluster]
         batch, self.pending = self.pending, []
+        self.taken.set()
         # The first run (the replay at start) is inline: a rule evaluated before it would see no findings and
         # resolve alerts that are still true, then fire them again.
         first, self._evaluated_once = not self._evaluated_once, True

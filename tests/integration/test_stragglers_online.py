@@ -81,6 +81,27 @@ async def test_straggler_alert_endpoint_and_cli(settings: Settings, tmp_path: Pa
     assert history == [("node001", spec.pid(1, 2), "compute")]  # every evaluation's findings, stored
 
 
+async def test_ingest_waits_for_a_busy_engine_instead_of_queueing_without_bound(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """With the engine's queue at its mark after every batch, ingest pauses until a tick hands the queue to the
+    engine: every record still reaches it (nothing dropped) and the straggler is found as without the pauses."""
+    spec = STRAGGLER
+    spec.start_us = time.time_ns() // 1000 - 20_000_000
+    write_job(spec, tmp_path / "dump")
+    cfg = online_settings(settings, tmp_path / "dump")
+    stragglers = cfg.aggregator.stragglers.model_copy(update={"ingest_waits_at_records": 1})
+    cfg = cfg.model_copy(update={"aggregator": cfg.aggregator.model_copy(update={"stragglers": stragglers})})
+    async with aggregator(cfg) as agg, agent(cfg, only=["inspector"]):
+        alert = await wait_for(
+            lambda: next((a for a in agg.engine.active.values() if a.rule == "straggler"), None), timeout=20
+        )
+        assert (alert.node, alert.evidence["pid"]) == ("node001", spec.pid(1, 2))
+        meta = agg.status_meta()
+        assert meta["ingest"]["analysis_wait_s"] > 0
+        assert meta["stragglers"]["dropped"] == 0 and agg.state.stragglers.records > 0
+
+
 def test_analyze_inspector_cli_json(tmp_path: Path) -> None:
     files = write_job(JobSpec(nodes=4, gpus_per_node=4, capture="sampled",
                               faults=[Fault("nic", node=2, factor=3.0)]), tmp_path / "d")  # fmt: skip

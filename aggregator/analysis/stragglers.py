@@ -135,6 +135,10 @@ class _Comm:
     label: str  # comm_name when the plugin gives one, else the hash id
     op_bytes: dict[tuple[str, int], float] = field(default_factory=dict)  # (coll, size) -> bus bytes per rank
     members: dict[int, Proc] = field(default_factory=dict)
+    last_slice: int = -1  # the newest slice holding its records (none left in the kept slices: forgotten)
+    # (coll, size, rank) -> the slices' keys of it, made once: every slice holding it shares these tuples and their
+    # strings (about 40 % of a slice's memory when each record's decoded strings were kept instead)
+    keys: dict[tuple[str, int, int], tuple[AggKey, SpanKey]] = field(default_factory=dict)
 
     @property
     def hosts(self) -> set[str]:
@@ -254,7 +258,7 @@ class StragglerEngine:
         self._first_seen((rec.hostname, rec.pid), index)
         p2p = rec.op_kind == "p2p"
         self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
-        self._fold(sl, comm, rec.comm_id, rec.op, p2p, rec.msg_size_bytes, rec.rank, rec.n_ranks,
+        self._fold(sl, index, comm, rec.comm_id, rec.op, p2p, rec.msg_size_bytes, rec.rank, rec.n_ranks,
                    (1, rec.exec_time_us, rec.exec_time_us), (rec.sn, rec.dump_ts_us, rec.sn, rec.dump_ts_us))  # fmt: skip
 
     def add_summary(self, s: InspectorSummaryRecord) -> None:
@@ -278,7 +282,7 @@ class StragglerEngine:
             sl = self._slice(at)
             if sl is not None and n > 0:
                 self._first_seen((s.hostname, s.pid), at)
-                self._fold(sl, comm, s.comm_id, s.op, s.op_kind == "p2p", size, s.rank, s.n_ranks,
+                self._fold(sl, at, comm, s.comm_id, s.op, s.op_kind == "p2p", size, s.rank, s.n_ranks,
                            (n, total, low), (lo, lo_ts, hi, hi_ts))  # fmt: skip
 
     def _count(self, capture_model: str, records: int, bw_mismatches: int) -> None:
@@ -316,11 +320,17 @@ class StragglerEngine:
         return sl
 
     @staticmethod
-    def _fold(sl: _Slice, comm: _Comm, comm_id: str, op: str, p2p: bool, size: int, rank: int, n_ranks: int,
-              times: tuple[int, float, float], span: tuple[int, int, int, int]) -> None:  # fmt: skip
+    def _fold(sl: _Slice, index: int, comm: _Comm, comm_id: str, op: str, p2p: bool, size: int, rank: int,
+              n_ranks: int, times: tuple[int, float, float], span: tuple[int, int, int, int]) -> None:  # fmt: skip
         """Add ``times`` (count, sum, minimum of exec times) and the ``coll_sn`` span ``(lo, its ts, hi, its ts)``."""
         sl.version += 1
-        span_key = (comm_id, op, rank)  # each rank's own samples: one dump-thread phase
+        if index > comm.last_slice:
+            comm.last_slice = index
+        keys = comm.keys.get((op, size, rank))
+        if keys is None:
+            # span: each rank's own samples (one dump-thread phase)
+            keys = comm.keys[(op, size, rank)] = ((comm_id, op, size, rank), (comm_id, op, rank))
+        key, span_key = keys
         lo, lo_ts, hi, hi_ts = span
         got = sl.spans.get(span_key)
         if got is None:
@@ -328,7 +338,6 @@ class StragglerEngine:
         else:
             got.add(lo, lo_ts)
         got.add(hi, hi_ts)
-        key = (comm_id, op, size, rank)
         agg = sl.aggs.get(key)
         if agg is None:
             agg = sl.aggs[key] = _Agg()
@@ -382,6 +391,11 @@ class StragglerEngine:
             for index, sl in self.slices.items():
                 if index <= last - self._horizon_now:
                     _drop_digests(sl)
+            # comms with nothing in the kept slices (an ended job's): forgotten with their keys and best bandwidths
+            gone = {cid for cid, comm in self.comms.items() if comm.last_slice <= last - keep}
+            if gone:
+                self.comms = {cid: comm for cid, comm in self.comms.items() if cid not in gone}
+                self._best_bw = {key: bw for key, bw in self._best_bw.items() if key[0] not in gone}
             # processes with nothing in the kept slices (an ended job's): forgotten, or every restart adds to them
             for proc in [p for p, ts in self.proc_last.items() if ts // self.slice_us <= last - keep]:
                 del self.proc_last[proc]

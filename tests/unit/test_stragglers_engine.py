@@ -349,3 +349,35 @@ def test_slice_digests_follow_records_folded_after_them(tmp_path: Path, capture:
         == [vars(f) for f in plain.analyze().stragglers]
         != []
     )
+
+
+def test_an_ended_jobs_comms_are_forgotten_and_slices_share_their_keys(tmp_path: Path) -> None:
+    """Online, a comm with nothing left in the kept slices (its job ended) is dropped with its keys and best
+    bandwidths, or every job an aggregator ever followed would stay in memory; and every slice holding a (comm, coll,
+    size, rank) holds the same key tuple, not one of its own (a large job's slices are mostly keys)."""
+    runs = [
+        job(seed=4),
+        job(seed=5, run_tag="run2", pid_base=50000, start_us=JobSpec().start_us + 60_000_000),
+    ]
+    records = []
+    for i, spec in enumerate(runs):
+        write_job(spec, tmp_path / f"run{i}")
+        records += DumpReader(tmp_path / f"run{i}").records()
+    records.sort(key=lambda r: r.dump_ts_us)
+    engine, next_eval, ids_seen = StragglerEngine(PARAMS), records[0].dump_ts_us + 500_000, set()
+    for rec in records:
+        while rec.dump_ts_us >= next_eval:
+            engine.evaluate()
+            ids_seen |= set(engine.comms)
+            next_eval += 500_000
+        engine.add(rec)
+    engine.evaluate()
+    first, second = ({c.comm_id for phase in comms(spec) for c in phase} for spec in runs)
+    assert first <= ids_seen  # followed while the first job ran
+    assert set(engine.comms) == second and {key[0] for key in engine._best_bw} <= second
+    kept = [engine.slices[i] for i in sorted(engine.slices)[-2:]]
+    shared = set(kept[0].aggs) & set(kept[1].aggs)
+    assert shared and all(
+        next(k for k in kept[0].aggs if k == key) is next(k for k in kept[1].aggs if k == key)
+        for key in shared
+    )

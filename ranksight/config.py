@@ -551,6 +551,13 @@ class StragglerSettings(Section):
         gt=0,
         description="summed robust z-score that confirms a finding (a strong one confirms at once)",
     )
+    catch_up_windows: int = Field(
+        4,
+        ge=1,
+        description="records that arrive late (an agent reading its dumps behind, an aggregator catching up) are "
+        "judged up to this many windows back; the engine keeps their slices, so memory grows with it (at 1024 nodes "
+        "x 8 GPUs in benchmarks/scale.py about 8 MB per 0.5 s slice)",
+    )
     retain_windows: int = Field(
         6,
         ge=2,

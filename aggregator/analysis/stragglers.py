@@ -43,7 +43,6 @@ from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 Kind = Literal["compute", "communication"]
-CATCH_UP_HORIZONS = 4  # online, after a gap or late records, judgements go back at most this many horizons
 Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a process is not
 AggKey = tuple[str, str, int, int]  # (comm, coll, size, rank)
 SpanKey = tuple[str, str, int]  # (comm, coll, rank): coll_sn counts per collective type (p2p_sn per process)
@@ -54,6 +53,7 @@ class StragglerParams:
     window_s: float = 6.0  # sliding evaluation horizon
     slice_s: float = 0.5  # the hop: a new evaluation per completed slice
     confirm_windows: int = 3  # most consecutive flagged evaluations a weak finding needs
+    catch_up_windows: int = 4  # online, late records and gaps are judged again this many horizons back
     evidence_z: float = 12.0  # summed robust z that confirms a finding
     z_threshold: float = 4.0
     min_excess: float = 0.05  # compute share above the job's median (as a ratio) to flag a process
@@ -376,7 +376,7 @@ class StragglerEngine:
             if self._late_from is not None:
                 first, self._late_from = min(first, self._late_from), None
             if not final:  # online catch-up after a gap: the recent past is what alerts are about
-                first = max(first, last - CATCH_UP_HORIZONS * self.horizon)
+                first = max(first, last - self.params.catch_up_windows * self.horizon)
             # online, processes left behind by complete_slice (reading their dumps far behind, or stopped) lack the
             # records of the slices past their latest: not judged there (they would look idle, i.e. computing)
             behind = {} if final else {p: ts // self.slice_us for p, ts in self.proc_last.items()
@@ -409,9 +409,9 @@ class StragglerEngine:
 
     def _reach(self) -> int:
         """How far behind the last judged slice a slice can still be read: online catch-up judges again at most
-        ``CATCH_UP_HORIZONS`` horizons back, each judgement reading one (stretched) horizon. Older slices are dropped
-        (at 1024 nodes x 8 GPUs a slice holds tens of MB of aggregates) and records for them ignored."""
-        return CATCH_UP_HORIZONS * self.horizon + self._horizon_now
+        ``catch_up_windows`` horizons back, each judgement reading one (stretched) horizon. Older slices are dropped
+        (at 1024 nodes x 8 GPUs a slice holds several MB of aggregates) and records for them ignored."""
+        return self.params.catch_up_windows * self.horizon + self._horizon_now
 
     def active(self) -> list[Finding]:
         return _ranked([c.finding for c in self.candidates.values() if c.confirmed])

@@ -47,7 +47,8 @@ class ClusterFindings:
 
 def params_of(settings: StragglerSettings) -> StragglerParams:
     return StragglerParams(window_s=settings.window_s, slice_s=settings.slice_s,
-                           confirm_windows=settings.confirm_windows, evidence_z=settings.evidence_z)  # fmt: skip
+                           confirm_windows=settings.confirm_windows, evidence_z=settings.evidence_z,
+                           catch_up_windows=settings.catch_up_windows)  # fmt: skip
 
 
 class StragglerTracker:

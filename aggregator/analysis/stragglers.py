@@ -136,9 +136,10 @@ class _Comm:
     op_bytes: dict[tuple[str, int], float] = field(default_factory=dict)  # (coll, size) -> bus bytes per rank
     members: dict[int, Proc] = field(default_factory=dict)
     last_slice: int = -1  # the newest slice holding its records (none left in the kept slices: forgotten)
-    # (coll, size, rank) -> the slices' keys of it, made once: every slice holding it shares these tuples and their
-    # strings (about 40 % of a slice's memory when each record's decoded strings were kept instead)
-    keys: dict[tuple[str, int, int], tuple[AggKey, SpanKey]] = field(default_factory=dict)
+    # (coll, size, rank) -> the slices' keys of it and the newest slice holding them: every slice shares these tuples
+    # and their strings (about 40 % of a slice's memory when each record's decoded strings were kept instead); an
+    # entry goes with its newest slice (sizes averaged per window can make new keys all the time)
+    keys: dict[tuple[str, int, int], tuple[AggKey, SpanKey, int]] = field(default_factory=dict)
 
     @property
     def hosts(self) -> set[str]:
@@ -326,11 +327,14 @@ class StragglerEngine:
         sl.version += 1
         if index > comm.last_slice:
             comm.last_slice = index
-        keys = comm.keys.get((op, size, rank))
+        lookup = (op, size, rank)
+        keys = comm.keys.get(lookup)
         if keys is None:
             # span: each rank's own samples (one dump-thread phase)
-            keys = comm.keys[(op, size, rank)] = ((comm_id, op, size, rank), (comm_id, op, rank))
-        key, span_key = keys
+            keys = comm.keys[lookup] = ((comm_id, op, size, rank), (comm_id, op, rank), index)
+        elif index > keys[2]:
+            keys = comm.keys[lookup] = (keys[0], keys[1], index)
+        key, span_key, _ = keys
         lo, lo_ts, hi, hi_ts = span
         got = sl.spans.get(span_key)
         if got is None:
@@ -386,7 +390,7 @@ class StragglerEngine:
                 self.evaluated = index
             keep = self._reach()
             for old in [i for i in self.slices if i <= last - keep]:
-                del self.slices[old]
+                self._forget_keys(self.slices.pop(old), old)
             # digests serve only the horizon (late records make them again)
             for index, sl in self.slices.items():
                 if index <= last - self._horizon_now:
@@ -406,6 +410,17 @@ class StragglerEngine:
                 else:
                     self._incomplete[proc] = kept
         return self.active()
+
+    def _forget_keys(self, sl: _Slice, index: int) -> None:
+        """Drop the comms' shared keys whose newest slice was ``sl`` (slice ``index``, dropped)."""
+        for comm_id, op, size, rank in sl.aggs:
+            comm = self.comms.get(comm_id)
+            if comm is None:
+                continue
+            lookup = (op, size, rank)
+            cached = comm.keys.get(lookup)
+            if cached is not None and cached[2] <= index:
+                del comm.keys[lookup]
 
     def _reach(self) -> int:
         """How far behind the last judged slice a slice can still be read: online catch-up judges again at most

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
@@ -364,7 +365,13 @@ def test_an_ended_jobs_comms_are_forgotten_and_slices_share_their_keys(tmp_path:
         write_job(spec, tmp_path / f"run{i}")
         records += DumpReader(tmp_path / f"run{i}").records()
     records.sort(key=lambda r: r.dump_ts_us)
-    engine, next_eval, ids_seen = StragglerEngine(PARAMS), records[0].dump_ts_us + 500_000, set()
+    # one collective of an odd size early in the second job: a key its comm never uses again
+    odd = next(i for i, r in enumerate(records) if r.dump_ts_us > runs[1].start_us + 2_000_000)
+    records[odd] = msgspec.structs.replace(records[odd], msg_size_bytes=12345)
+    params = StragglerParams(
+        window_s=PARAMS.window_s, catch_up_windows=1
+    )  # a short reach: slices drop mid-job
+    engine, next_eval, ids_seen = StragglerEngine(params), records[0].dump_ts_us + 500_000, set()
     for rec in records:
         while rec.dump_ts_us >= next_eval:
             engine.evaluate()
@@ -375,6 +382,11 @@ def test_an_ended_jobs_comms_are_forgotten_and_slices_share_their_keys(tmp_path:
     first, second = ({c.comm_id for phase in comms(spec) for c in phase} for spec in runs)
     assert first <= ids_seen  # followed while the first job ran
     assert set(engine.comms) == second and {key[0] for key in engine._best_bw} <= second
+    # the shared keys are those the kept slices hold, no more (slices of the second job were dropped meanwhile)
+    cached = {keys[0] for comm in engine.comms.values() for keys in comm.keys.values()}
+    assert min(engine.slices) > runs[1].start_us // engine.slice_us
+    assert cached == {key for sl in engine.slices.values() for key in sl.aggs}
+    assert all(key[2] != 12345 for key in cached)
     kept = [engine.slices[i] for i in sorted(engine.slices)[-2:]]
     shared = set(kept[0].aggs) & set(kept[1].aggs)
     assert shared and all(

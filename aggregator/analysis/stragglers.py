@@ -31,9 +31,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from itertools import zip_longest
+from typing import Any, Generic, Literal, TypeVar
 
 import msgspec
 
@@ -46,6 +47,8 @@ Kind = Literal["compute", "communication"]
 Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a process is not
 AggKey = tuple[str, str, int, int]  # (comm, coll, size, rank)
 SpanKey = tuple[str, str, int]  # (comm, coll, rank): coll_sn counts per collective type (p2p_sn per process)
+K = TypeVar("K")
+NO_SN = 2**63  # no coll_sn of a key in a slice: above every low end, and -1 below every high end
 
 
 @dataclass(frozen=True)
@@ -140,10 +143,46 @@ class _Comm:
     # and their strings (about 40 % of a slice's memory when each record's decoded strings were kept instead); an
     # entry goes with its newest slice (sizes averaged per window can make new keys all the time)
     keys: dict[tuple[str, int, int], tuple[AggKey, SpanKey, int]] = field(default_factory=dict)
+    _hosts: set[str] | None = None  # made again once its members changed
 
     @property
     def hosts(self) -> set[str]:
-        return {host for host, _ in self.members.values()}
+        if self._hosts is None:
+            self._hosts = {host for host, _ in self.members.values()}
+        return self._hosts
+
+    def join(self, rank: int, proc: Proc) -> None:
+        self.members[rank] = proc
+        self._hosts = None
+
+
+class _Index(Generic[K]):
+    """Keys numbered in order of first use: a slice's digest is a list by number, and a horizon's digests combine
+    per number at C speed (``map(min, zip_longest(*lists))``) instead of a dict operation per key and slice.
+    ``reset`` renumbers (the digests made before carry the old ``version`` and are made again)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[K, int] = {}
+        self.keys: list[K] = []
+        self.version = 0
+
+    def number(self, key: K) -> int:
+        got = self.ids.get(key)
+        if got is None:
+            got = self.ids[key] = len(self.keys)
+            self.keys.append(key)
+        return got
+
+    def reset(self) -> None:
+        self.ids, self.keys = {}, []
+        self.version += 1
+
+
+def _at(values: list[Any], i: int, fill: Any) -> list[Any]:
+    """``values`` long enough to hold index ``i`` (a key numbered after the list was made)."""
+    if i >= len(values):
+        values += [fill] * (i + 1 - len(values))
+    return values
 
 
 class _Agg(msgspec.Struct, gc=False):
@@ -165,12 +204,15 @@ class _Slice:
     aggs: dict[AggKey, _Agg] = field(default_factory=dict)
     spans: dict[SpanKey, SnSpan] = field(default_factory=dict)
     version: int = 0  # bumped by every fold: a digest of an older version is stale
-    # per process (ops, exec time sum) over its aggregates, and the (slice, members) versions it was made at
-    proc_sums: dict[Proc, list[float]] = field(default_factory=dict)
-    sums_of: tuple[int, int] = (-1, -1)
-    # per (comm, coll, size): the shortest exec time of any rank, and the slice version it was made at
-    lows: dict[tuple[str, str, int], float] = field(default_factory=dict)
-    lows_of: int = -1
+    # digests by the engine's numbering (:class:`_Index`), each with the versions it was made at (slice, members,
+    # numbering): per process its ops and exec time sum; per (comm, coll, rank) its coll_sn low and high ends (ring);
+    # per (comm, coll, size) the shortest exec time of any rank (inf: none)
+    proc_sums: tuple[list[int], list[float]] = field(default_factory=lambda: ([], []))
+    sums_of: tuple[int, int, int] = (-1, -1, -1)
+    sn_ends: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
+    ends_of: tuple[int, int] = (-1, -1)
+    lows: list[float] = field(default_factory=list)
+    lows_of: tuple[int, int] = (-1, -1)
 
 
 @dataclass
@@ -190,26 +232,17 @@ class _Candidate:
 class _ProcShare:
     share: float
     ops: int
-    # compute share per slice of the horizon, from the process's first record (aligned at the horizon's end)
-    slices: list[float]
+    lived: int  # slices of the horizon from the process's first record
     step_rate: float  # steps per µs: the rate of its most frequent collective
-
-
-def _lows(sl: _Slice) -> dict[tuple[str, str, int], float]:
-    """The slice's shortest exec time per (comm, coll, size), over its ranks (made again once the slice changed)."""
-    if sl.lows_of != sl.version:
-        lows: dict[tuple[str, str, int], float] = {}
-        for (comm, op, size, _rank), agg in sl.aggs.items():
-            key = (comm, op, size)
-            if agg.low < lows.get(key, math.inf):
-                lows[key] = agg.low
-        sl.lows, sl.lows_of = lows, sl.version
-    return sl.lows
+    # compute share per slice of those ``lived`` slices (aligned at the horizon's end): made only for a job where a
+    # process stands out overall (most evaluations of a healthy job need none)
+    slices: list[float] = field(default_factory=list)
 
 
 def _drop_digests(sl: _Slice) -> None:
-    if sl.lows_of >= 0 or sl.sums_of[0] >= 0:
-        sl.proc_sums, sl.sums_of, sl.lows, sl.lows_of = {}, (-1, -1), {}, -1
+    if sl.lows_of[0] >= 0 or sl.sums_of[0] >= 0 or sl.ends_of[0] >= 0:
+        sl.proc_sums, sl.sums_of, sl.lows, sl.lows_of = ([], []), (-1, -1, -1), [], (-1, -1)
+        sl.sn_ends, sl.ends_of = ([], []), (-1, -1)
 
 
 def _robust(values: list[float], floor: float) -> tuple[float, float]:
@@ -243,8 +276,15 @@ class StragglerEngine:
         self._late_from: int | None = None  # earliest judged slice that received records since
         # slices (first, last) of each process that miss records its agent got after their window had closed
         self._incomplete: dict[Proc, list[tuple[int, int]]] = defaultdict(list)
-        # bumped when a rank of a comm gets another process (slice digests go stale)
+        # bumped when a rank of a comm gets another process or a comm is forgotten (slice digests go stale)
         self._members_version = 0
+        self._jobs_of: tuple[tuple[int, tuple[Proc, ...]], list[list[Proc]]] | None = None
+        # numberings of the slices' digests: renumbered when processes or comms are forgotten, or one holds far
+        # more keys than the last horizon (sizes come and go)
+        self._proc_index: _Index[Proc] = _Index()
+        self._span_index: _Index[SpanKey] = _Index()
+        self._low_index: _Index[tuple[str, str, int]] = _Index()
+        self._live_keys = (0, 0)  # span and low keys in the last judged horizon
 
     # -- input ----------------------------------------------------------------------------------------------------
     def add(self, rec: InspectorRecord) -> None:
@@ -299,7 +339,7 @@ class StragglerEngine:
         if comm is None:
             comm = self.comms[comm_id] = _Comm(name or comm_id)
         if comm.members.get(rank) != proc:
-            comm.members[rank] = proc
+            comm.join(rank, proc)
             self._members_version += 1
         if dump_ts_us > self.proc_last.get(proc, 0):
             self.proc_last[proc] = dump_ts_us
@@ -397,13 +437,20 @@ class StragglerEngine:
                     _drop_digests(sl)
             # comms with nothing in the kept slices (an ended job's): forgotten with their keys and best bandwidths
             gone = {cid for cid, comm in self.comms.items() if comm.last_slice <= last - keep}
+            for numbering, live in zip((self._span_index, self._low_index), self._live_keys, strict=True):
+                if gone or len(numbering.keys) > 4 * live + 1024:
+                    numbering.reset()
             if gone:
+                self._members_version += 1
                 self.comms = {cid: comm for cid, comm in self.comms.items() if cid not in gone}
                 self._best_bw = {key: bw for key, bw in self._best_bw.items() if key[0] not in gone}
             # processes with nothing in the kept slices (an ended job's): forgotten, or every restart adds to them
-            for proc in [p for p, ts in self.proc_last.items() if ts // self.slice_us <= last - keep]:
+            ended = [p for p, ts in self.proc_last.items() if ts // self.slice_us <= last - keep]
+            for proc in ended:
                 del self.proc_last[proc]
                 self.proc_first.pop(proc, None)
+            if ended:
+                self._proc_index.reset()
             for proc, spans in list(self._incomplete.items()):
                 if not (kept := [span for span in spans if span[1] > last - keep]):
                     del self._incomplete[proc]
@@ -503,9 +550,11 @@ class StragglerEngine:
         }
 
     # -- compute --------------------------------------------------------------------------------------------------
-    def _shares(self, window: list[_Slice], first: int) -> dict[Proc, _ProcShare]:
-        """Each process's share of the horizon (``window``, from slice ``first``) spent outside collectives, overall
-        and per slice, counted from its first record where that lies within the horizon."""
+    def _shares(
+        self, window: list[_Slice], first: int
+    ) -> tuple[dict[Proc, _ProcShare], Callable[[Proc], list[float]]]:
+        """Each process's share of the horizon (``window``, from slice ``first``) spent outside collectives, overall,
+        and the function giving it per slice, counted from its first record where that lies within the horizon."""
         p = self.params
         slice_us = p.slice_s * 1e6
         starts: dict[Proc, int] = {}  # a process's first slice in the window
@@ -516,26 +565,37 @@ class StragglerEngine:
                 got = starts[proc] = min(max(0, self.proc_first.get(proc, first) - first), len(window) - 1)
             return got
 
-        spans: dict[SpanKey, list[float]] = {}  # sn lo, its ts, sn hi, its ts
-        for sl in window:
-            for key, s in sl.spans.items():
-                got = spans.get(key)
-                if got is None:
-                    spans[key] = [s.lo, s.lo_ts, s.hi, s.hi_ts]
-                else:
-                    if s.lo < got[0]:
-                        got[0], got[1] = s.lo, s.lo_ts
-                    if s.hi > got[2]:
-                        got[2], got[3] = s.hi, s.hi_ts
         sampled = self.sampled > self.ring
-        rates: dict[SpanKey, float] = {}  # ops per µs
+        comms = self.comms
+        # ring: every op is there; a process's step rate is its most frequent (comm, coll)'s, and all its keys
+        # share the same time, so the most ops of any one key gives it
+        most_ops: dict[Proc, int] = {}
         comm_rates: dict[tuple[str, str], list[float]] = defaultdict(list)
-        for key, (lo, lo_ts, hi, hi_ts) in spans.items():
-            if not sampled:
-                proc = self.comms[key[0]].members[key[2]]
-                rates[key] = (hi - lo + 1) / ((len(window) - start_of(proc)) * slice_us)  # every op is there
-            elif hi_ts > lo_ts and hi > lo:
-                comm_rates[key[:2]].append((hi - lo) / (hi_ts - lo_ts))
+        if not sampled:
+            ends = [self._sn_ends(sl) for sl in window]
+            los = map(min, zip_longest(*(lo for lo, _ in ends), fillvalue=NO_SN))
+            his = map(max, zip_longest(*(hi for _, hi in ends), fillvalue=-1))
+            live = 0
+            for (comm, _op, rank), lo, hi in zip(self._span_index.keys, los, his, strict=False):
+                if hi >= 0:  # in the horizon
+                    live += 1
+                    proc = comms[comm].members[rank]
+                    if hi - lo + 1 > most_ops.get(proc, 0):
+                        most_ops[proc] = hi - lo + 1
+            self._live_keys = (live, self._live_keys[1])
+        else:
+            # sampled: the rate between each key's first and last sample of the horizon (a rank's coll_sn grows
+            # with its dump time: its oldest slice's low end, its newest slice's high end; two dict merges)
+            oldest: dict[SpanKey, SnSpan] = {}
+            for sl in reversed(window):
+                oldest.update(sl.spans)
+            newest: dict[SpanKey, SnSpan] = {}
+            for sl in window:
+                newest.update(sl.spans)
+            for key, last in newest.items():
+                first_span = oldest[key]
+                if last.hi_ts > first_span.lo_ts and last.hi > first_span.lo:
+                    comm_rates[key[:2]].append((last.hi - first_span.lo) / (last.hi_ts - first_span.lo_ts))
         # sampled: each rank's rate is off by up to one op over the horizon, differently per rank: average them
         mean_rate = {key: statistics.fmean(v) for key, v in comm_rates.items()}
         busy: dict[Proc, float] = defaultdict(float)
@@ -545,14 +605,16 @@ class StragglerEngine:
         if not sampled:
             # ring: every op is there, so a process's time in collectives is the sum of its exec times, per slice
             # from the slice's digest (made once per slice, not once per horizon holding it)
-            for i, sl in enumerate(window):
-                for proc, (n, total) in self._proc_sums(sl).items():
-                    per_slice[proc][i] = total
-                    busy[proc] += total
-                    ops[proc] += int(n)
-            for (comm, _op, rank), rate in rates.items():
-                proc = self.comms[comm].members[rank]
-                step_rate[proc] = max(step_rate[proc], rate)
+            # summed per process index across the slices in one pass at C speed (each column in slice order)
+            digests = [self._proc_sums(sl) for sl in window]
+            op_sums = map(sum, zip_longest(*(ops_of for ops_of, _ in digests), fillvalue=0))
+            time_sums = map(sum, zip_longest(*(times for _, times in digests), fillvalue=0.0))
+            # (the numbering may hold processes numbered after these digests were made: zip stops at the digests)
+            for proc, done, spent in zip(self._proc_index.keys, op_sums, time_sums, strict=False):
+                if done:
+                    busy[proc], ops[proc] = spent, done
+            for proc, count in most_ops.items():
+                step_rate[proc] = count / ((len(window) - start_of(proc)) * slice_us)
         else:
             # sampled: each (comm, coll, size, rank)'s mean exec time over the horizon, times its comm's op rate
             totals: dict[AggKey, list[float]] = {}
@@ -567,7 +629,7 @@ class StragglerEngine:
                     comm, op, _size, rank = agg_key
                     proc = self.comms[comm].members[rank]
                     per_slice[proc][i] += agg.total / agg.n * mean_rate.get((comm, op), 0.0) * slice_us
-        lived = {proc: (len(window) - start_of(proc)) * slice_us for proc in per_slice}
+        lived = {proc: (len(window) - start_of(proc)) * slice_us for proc in (per_slice if sampled else busy)}
         if sampled:
             for (comm, op, _size, rank), (n, total) in totals.items():
                 proc = self.comms[comm].members[rank]
@@ -575,30 +637,63 @@ class StragglerEngine:
                 busy[proc] += total / n * rate * lived[proc]
                 ops[proc] += int(n)
                 step_rate[proc] = max(step_rate[proc], rate)
-        return {
-            proc: _ProcShare(1 - b / lived[proc], ops[proc],
-                             [1 - x / slice_us for x in per_slice[proc][start_of(proc):]], step_rate[proc])
-            for proc, b in busy.items()
-        }  # fmt: skip
+        shares = {proc: _ProcShare(1 - b / lived[proc], ops[proc], len(window) - start_of(proc), step_rate[proc])
+                  for proc, b in busy.items()}  # fmt: skip
 
-    def _proc_sums(self, sl: _Slice) -> dict[Proc, list[float]]:
-        """Per process of the slice: its ops and the sum of their exec times (made again once the slice or a comm's
-        members changed)."""
-        if sl.sums_of != (sl.version, self._members_version):
-            sums: dict[Proc, list[float]] = {}
+        def slices_of(proc: Proc) -> list[float]:
+            start = start_of(proc)
+            if sampled:
+                return [1 - x / slice_us for x in per_slice[proc][start:]]
+            i = self._proc_index.ids[proc]
+            return [1 - (times[i] if i < len(times) else 0.0) / slice_us for _, times in digests[start:]]
+
+        return shares, slices_of
+
+    def _lows(self, sl: _Slice) -> list[float]:
+        """The slice's shortest exec time per (comm, coll, size) number, over its ranks."""
+        index = self._low_index
+        if sl.lows_of != (sl.version, index.version):
+            lows = [math.inf] * len(index.keys)
+            for (comm, op, size, _rank), agg in sl.aggs.items():
+                i = index.number((comm, op, size))
+                if agg.low < _at(lows, i, math.inf)[i]:
+                    lows[i] = agg.low
+            sl.lows, sl.lows_of = lows, (sl.version, index.version)
+        return sl.lows
+
+    def _sn_ends(self, sl: _Slice) -> tuple[list[int], list[int]]:
+        """The slice's coll_sn low and high ends per (comm, coll, rank) number (``NO_SN`` and -1: none)."""
+        index = self._span_index
+        if sl.ends_of != (sl.version, index.version):
+            los, his = [NO_SN] * len(index.keys), [-1] * len(index.keys)
+            for key, span in sl.spans.items():
+                i = index.number(key)
+                _at(los, i, NO_SN)[i], _at(his, i, -1)[i] = span.lo, span.hi
+            sl.sn_ends, sl.ends_of = (los, his), (sl.version, index.version)
+        return sl.sn_ends
+
+    def _proc_sums(self, sl: _Slice) -> tuple[list[int], list[float]]:
+        """The slice's ops and exec time sum per process number (made again once the slice, a comm's members or
+        the numbering changed)."""
+        index = self._proc_index
+        if sl.sums_of != (sl.version, self._members_version, index.version):
+            ops, times = [0] * len(index.keys), [0.0] * len(index.keys)
             for (comm, _op, _size, rank), agg in sl.aggs.items():
-                proc = self.comms[comm].members[rank]
-                got = sums.get(proc)
-                if got is None:
-                    sums[proc] = [agg.n, agg.total]
-                else:
-                    got[0] += agg.n
-                    got[1] += agg.total
-            sl.proc_sums, sl.sums_of = sums, (sl.version, self._members_version)
+                i = index.number(self.comms[comm].members[rank])
+                _at(ops, i, 0)[i] += agg.n
+                _at(times, i, 0.0)[i] += agg.total
+            sl.proc_sums, sl.sums_of = (ops, times), (sl.version, self._members_version, index.version)
         return sl.proc_sums
 
     def _jobs(self, procs: Iterable[Proc]) -> list[list[Proc]]:
-        """Processes grouped into jobs: connected through shared communicators."""
+        """Processes grouped into jobs: connected through shared communicators (made again once the processes or
+        the comms' members changed: a walk over every comm's members, each slice at a thousand nodes)."""
+        key = (self._members_version, tuple(procs))
+        if self._jobs_of is None or self._jobs_of[0] != key:
+            self._jobs_of = (key, self._group(key[1]))
+        return self._jobs_of[1]
+
+    def _group(self, procs: Iterable[Proc]) -> list[list[Proc]]:
         parent: dict[Proc, Proc] = {proc: proc for proc in procs}
 
         def find(x: Proc) -> Proc:
@@ -618,7 +713,7 @@ class StragglerEngine:
 
     def _compute(self, window: list[_Slice], first: int, unjudged: set[Proc]) -> list[Finding]:
         p = self.params
-        shares = self._shares(window, first)
+        shares, slices_of = self._shares(window, first)
         out: list[Finding] = []
         rates = [ps.step_rate for ps in shares.values() if ps.step_rate > 0]
         self._step_rate = statistics.median(rates) if rates else 0.0
@@ -634,18 +729,24 @@ class StragglerEngine:
                 continue
             # the slices since the job's last process began (all of them, for a job older than the horizon), pooled
             # from the end so every process's pools cover the same time
-            lived = min(len(shares[proc].slices) for proc in job)
+            lived = min(shares[proc].lived for proc in job)
             if lived * self.slice_us * self._step_rate < p.min_window_steps:
                 continue  # a job that began within the horizon: too few steps of it yet
-            for proc in job:
-                ps = shares[proc]
-                tail = ps.slices[len(ps.slices) - lived :]
-                pools = [tail[max(0, end - pool) : end] for end in range(lived, 0, -pool)]
-                ps.slices = [statistics.fmean(chunk) for chunk in reversed(pools)]
             med, spread = _robust([shares[proc].share for proc in job], p.spread_floor * max(
                 statistics.median(shares[proc].share for proc in job), 0.05))  # fmt: skip
             if med <= 0.05:
                 continue  # collectives fill the whole time (overlapped or mis-timed): no compute to compare
+            suspects = [proc for proc in job if not (
+                shares[proc].ops < p.min_ops or shares[proc].share / med < 1 + p.min_excess
+                or (shares[proc].share - med) / spread < p.z_threshold / 2)]  # fmt: skip
+            if not suspects:
+                continue
+            for proc in job:
+                tail = slices_of(proc)[-lived:]
+                if pool > 1:
+                    pools = [tail[max(0, end - pool) : end] for end in range(lived, 0, -pool)]
+                    tail = [statistics.fmean(chunk) for chunk in reversed(pools)]
+                shares[proc].slices = tail
             # each slice against the same slice of the peers: their waits during a burst lower their share then
             slice_meds = [max(statistics.median(shares[proc].slices[i] for proc in job), 1e-9)
                           for i in range(len(shares[job[0]].slices))]  # fmt: skip
@@ -653,11 +754,9 @@ class StragglerEngine:
             # finding on its host (its processes cross the bar one by one while the node slows down)
             strict: dict[str, list[Finding]] = defaultdict(list)
             leaning: dict[str, list[Finding]] = defaultdict(list)
-            for proc in job:
+            for proc in suspects:
                 ps = shares[proc]
                 factor, z, cost = ps.share / med, (ps.share - med) / spread, ps.share - med
-                if ps.ops < p.min_ops or factor < 1 + p.min_excess or z < p.z_threshold / 2:
-                    continue
                 per_slice = [x / m for x, m in zip(ps.slices, slice_meds, strict=True)]
                 # a one-step hiccup is not a straggler: the excess must span several slices and several steps
                 hot = sum(x >= 1 + p.min_excess for x in per_slice)
@@ -739,17 +838,16 @@ class StragglerEngine:
         an unjudged member is left out: its transfer time is its last arriver's, whose records may be the ones not in
         (the others' times then include their wait for it)."""
         p = self.params
-        partial: dict[str, bool] = {}
-        low: dict[tuple[str, str, int], float] = {}
-        for sl in window:
-            for key, t in _lows(sl).items():
-                comm = key[0]
-                left_out = partial.get(comm)
-                if left_out is None:
-                    members = self.comms[comm].members.values()
-                    left_out = partial[comm] = bool(unjudged) and any(m in unjudged for m in members)
-                if not left_out and t < low.get(key, math.inf):
-                    low[key] = t
+        # each key's shortest time over the horizon, the slices' lists compared per index at C speed
+        lows = [self._lows(sl) for sl in window]
+        shortest = map(min, zip_longest(*lows, fillvalue=math.inf))
+        low = {key: t for key, t in zip(self._low_index.keys, shortest, strict=False) if t < math.inf}
+        self._live_keys = (self._live_keys[0], len(low))
+        if unjudged:
+            partial: dict[str, bool] = {}
+            for comm in {key[0] for key in low}:
+                partial[comm] = any(m in unjudged for m in self.comms[comm].members.values())
+            low = {key: t for key, t in low.items() if not partial[key[0]]}
         bw: dict[tuple[str, str, int], float] = {}
         by_shape: dict[tuple[str, int, int, int], list[float]] = defaultdict(list)
         for key, t in low.items():

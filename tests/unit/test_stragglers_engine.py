@@ -15,7 +15,6 @@ from ranksight.aggregator.analysis.stragglers import (
     Analysis,
     StragglerEngine,
     StragglerParams,
-    _lows,
     analyze_records,
 )
 from ranksight.simulate import scenarios
@@ -332,9 +331,9 @@ def test_a_restarted_jobs_straggler_is_steady_from_its_first_finding(tmp_path: P
 
 @pytest.mark.parametrize("capture", MODELS)
 def test_slice_digests_follow_records_folded_after_them(tmp_path: Path, capture: str) -> None:
-    """Evaluations read each slice through a digest made once (per-process sums, per-comm shortest times). Records
-    folded into a slice after its digest was made (a part arriving late) must be in the judgement: digests forced
-    every 50 records give the same analysis as none."""
+    """Evaluations read each slice through digests made once (per-process sums, coll_sn ends, per-comm shortest
+    times). Records folded into a slice after its digests were made (a part arriving late) must be in the judgement:
+    digests forced every 50 records give the same analysis as none."""
     spec = job(capture=capture, faults=[Fault("gpu", node=3, gpu=1, factor=1.4)], steps=120)
     write_job(spec, tmp_path / "dump")
     records = sorted(DumpReader(tmp_path / "dump").records(), key=lambda r: r.dump_ts_us)
@@ -344,7 +343,7 @@ def test_slice_digests_follow_records_folded_after_them(tmp_path: Path, capture:
         digested.add(rec)
         if i % 50 == 0:
             for sl in digested.slices.values():
-                digested._proc_sums(sl), _lows(sl)
+                digested._proc_sums(sl), digested._sn_ends(sl), digested._lows(sl)
     assert (
         [vars(f) for f in digested.analyze().stragglers]
         == [vars(f) for f in plain.analyze().stragglers]

@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import math
 import statistics
+from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import zip_longest
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 import msgspec
 
@@ -143,6 +144,8 @@ class _Comm:
     # and their strings (about 40 % of a slice's memory when each record's decoded strings were kept instead); an
     # entry goes with its newest slice (sizes averaged per window can make new keys all the time)
     keys: dict[tuple[str, int, int], tuple[AggKey, SpanKey, int]] = field(default_factory=dict)
+    # (coll, size) -> its ranks' entries in keys: the last one gone, the size's bus bytes and best bandwidth go too
+    size_keys: dict[tuple[str, int], int] = field(default_factory=dict)
     _hosts: set[str] | None = None  # made again once its members changed
 
     @property
@@ -178,11 +181,12 @@ class _Index(Generic[K]):
         self.version += 1
 
 
-def _at(values: list[Any], i: int, fill: Any) -> list[Any]:
-    """``values`` long enough to hold index ``i`` (a key numbered after the list was made)."""
-    if i >= len(values):
-        values += [fill] * (i + 1 - len(values))
-    return values
+def _by_number(values: dict[int, Any], size: int, fill: Any) -> list[Any]:
+    """``values`` as a list by number, ``fill`` where there is none."""
+    out = [fill] * size
+    for i, value in values.items():
+        out[i] = value
+    return out
 
 
 class _Agg(msgspec.Struct, gc=False):
@@ -199,10 +203,22 @@ class _Agg(msgspec.Struct, gc=False):
         self.low = min(self.low, low)
 
 
+class _Packed(NamedTuple):
+    """A slice's aggregates and spans as typed arrays beside their (shared) keys: about a fifth of the memory of the
+    dicts of structs, for the slices kept only for catch-up (most of them at a thousand nodes)."""
+
+    agg_keys: list[AggKey]
+    agg_values: tuple[array[int], array[float], array[float]]  # count, sum and minimum of exec times
+    span_keys: list[SpanKey]
+    span_values: tuple[array[int], array[int], array[int], array[int]]  # lo, lo_ts, hi, hi_ts
+
+
 @dataclass
 class _Slice:
-    aggs: dict[AggKey, _Agg] = field(default_factory=dict)
-    spans: dict[SpanKey, SnSpan] = field(default_factory=dict)
+    _aggs: dict[AggKey, _Agg] = field(default_factory=dict)
+    _spans: dict[SpanKey, SnSpan] = field(default_factory=dict)
+    # past the horizon: arrays until a late record or a judgement reads it again
+    packed: _Packed | None = None
     version: int = 0  # bumped by every fold: a digest of an older version is stale
     # digests by the engine's numbering (:class:`_Index`), each with the versions it was made at (slice, members,
     # numbering): per process its ops and exec time sum; per (comm, coll, rank) its coll_sn low and high ends (ring);
@@ -213,6 +229,38 @@ class _Slice:
     ends_of: tuple[int, int] = (-1, -1)
     lows: list[float] = field(default_factory=list)
     lows_of: tuple[int, int] = (-1, -1)
+
+    @property
+    def aggs(self) -> dict[AggKey, _Agg]:
+        if self.packed is not None:
+            self.unpack()
+        return self._aggs
+
+    @property
+    def spans(self) -> dict[SpanKey, SnSpan]:
+        if self.packed is not None:
+            self.unpack()
+        return self._spans
+
+    def agg_keys(self) -> Iterable[AggKey]:
+        return self.packed.agg_keys if self.packed is not None else self._aggs.keys()
+
+    def pack(self) -> None:
+        if self.packed is None:
+            aggs, spans = self._aggs.values(), self._spans.values()
+            self.packed = _Packed(
+                list(self._aggs), (array("q", [a.n for a in aggs]), array("d", [a.total for a in aggs]),
+                                   array("d", [a.low for a in aggs])),
+                list(self._spans), (array("q", [x.lo for x in spans]), array("q", [x.lo_ts for x in spans]),
+                                    array("q", [x.hi for x in spans]), array("q", [x.hi_ts for x in spans])),
+            )  # fmt: skip
+            self._aggs, self._spans = {}, {}
+
+    def unpack(self) -> None:
+        packed, self.packed = self.packed, None
+        if packed is not None:
+            self._aggs = dict(zip(packed.agg_keys, map(_Agg, *packed.agg_values), strict=True))
+            self._spans = dict(zip(packed.span_keys, map(SnSpan, *packed.span_values), strict=True))
 
 
 @dataclass
@@ -358,6 +406,8 @@ class StragglerEngine:
         sl = self.slices.get(index)
         if sl is None:
             sl = self.slices[index] = _Slice()
+        elif sl.packed is not None:
+            sl.unpack()
         return sl
 
     @staticmethod
@@ -372,19 +422,21 @@ class StragglerEngine:
         if keys is None:
             # span: each rank's own samples (one dump-thread phase)
             keys = comm.keys[lookup] = ((comm_id, op, size, rank), (comm_id, op, rank), index)
+            comm.size_keys[(op, size)] = comm.size_keys.get((op, size), 0) + 1
         elif index > keys[2]:
             keys = comm.keys[lookup] = (keys[0], keys[1], index)
         key, span_key, _ = keys
         lo, lo_ts, hi, hi_ts = span
-        got = sl.spans.get(span_key)
+        spans, aggs = sl._spans, sl._aggs  # unpacked by _slice
+        got = spans.get(span_key)
         if got is None:
-            got = sl.spans[span_key] = SnSpan.at(lo, lo_ts)
+            got = spans[span_key] = SnSpan.at(lo, lo_ts)
         else:
             got.add(lo, lo_ts)
         got.add(hi, hi_ts)
-        agg = sl.aggs.get(key)
+        agg = aggs.get(key)
         if agg is None:
-            agg = sl.aggs[key] = _Agg()
+            agg = aggs[key] = _Agg()
             if not p2p and (op, size) not in comm.op_bytes:
                 one_second = bandwidths_gbs(op, n_ranks, size, 1e6)
                 comm.op_bytes[(op, size)] = one_second[1] * 1e9 if one_second else 0.0
@@ -431,10 +483,11 @@ class StragglerEngine:
             keep = self._reach()
             for old in [i for i in self.slices if i <= last - keep]:
                 self._forget_keys(self.slices.pop(old), old)
-            # digests serve only the horizon (late records make them again)
+            # digests serve only the horizon (late records make them again), and slices past it are packed
             for index, sl in self.slices.items():
                 if index <= last - self._horizon_now:
                     _drop_digests(sl)
+                    sl.pack()
             # comms with nothing in the kept slices (an ended job's): forgotten with their keys and best bandwidths
             gone = {cid for cid, comm in self.comms.items() if comm.last_slice <= last - keep}
             for numbering, live in zip((self._span_index, self._low_index), self._live_keys, strict=True):
@@ -460,7 +513,7 @@ class StragglerEngine:
 
     def _forget_keys(self, sl: _Slice, index: int) -> None:
         """Drop the comms' shared keys whose newest slice was ``sl`` (slice ``index``, dropped)."""
-        for comm_id, op, size, rank in sl.aggs:
+        for comm_id, op, size, rank in sl.agg_keys():
             comm = self.comms.get(comm_id)
             if comm is None:
                 continue
@@ -468,6 +521,12 @@ class StragglerEngine:
             cached = comm.keys.get(lookup)
             if cached is not None and cached[2] <= index:
                 del comm.keys[lookup]
+                # the size's last rank gone: its bus bytes and best bandwidth go too
+                left = comm.size_keys[(op, size)] = comm.size_keys[(op, size)] - 1
+                if not left:
+                    del comm.size_keys[(op, size)]
+                    comm.op_bytes.pop((op, size), None)
+                    self._best_bw.pop((comm_id, op, size), None)
 
     def _reach(self) -> int:
         """How far behind the last judged slice a slice can still be read: online catch-up judges again at most
@@ -653,22 +712,30 @@ class StragglerEngine:
         """The slice's shortest exec time per (comm, coll, size) number, over its ranks."""
         index = self._low_index
         if sl.lows_of != (sl.version, index.version):
-            lows = [math.inf] * len(index.keys)
+            lows: dict[int, float] = {}
+            ids, number = index.ids, index.number
             for (comm, op, size, _rank), agg in sl.aggs.items():
-                i = index.number((comm, op, size))
-                if agg.low < _at(lows, i, math.inf)[i]:
+                key = (comm, op, size)
+                i = ids.get(key)
+                if i is None:
+                    i = number(key)
+                if agg.low < lows.get(i, math.inf):
                     lows[i] = agg.low
-            sl.lows, sl.lows_of = lows, (sl.version, index.version)
+            sl.lows, sl.lows_of = _by_number(lows, len(index.keys), math.inf), (sl.version, index.version)
         return sl.lows
 
     def _sn_ends(self, sl: _Slice) -> tuple[list[int], list[int]]:
         """The slice's coll_sn low and high ends per (comm, coll, rank) number (``NO_SN`` and -1: none)."""
         index = self._span_index
         if sl.ends_of != (sl.version, index.version):
+            ids, number = index.ids, index.number
+            try:
+                numbers = [ids[key] for key in sl.spans]
+            except KeyError:  # keys not numbered yet
+                numbers = [number(key) for key in sl.spans]
             los, his = [NO_SN] * len(index.keys), [-1] * len(index.keys)
-            for key, span in sl.spans.items():
-                i = index.number(key)
-                _at(los, i, NO_SN)[i], _at(his, i, -1)[i] = span.lo, span.hi
+            for i, span in zip(numbers, sl.spans.values(), strict=True):
+                los[i], his[i] = span.lo, span.hi
             sl.sn_ends, sl.ends_of = (los, his), (sl.version, index.version)
         return sl.sn_ends
 
@@ -677,11 +744,22 @@ class StragglerEngine:
         the numbering changed)."""
         index = self._proc_index
         if sl.sums_of != (sl.version, self._members_version, index.version):
-            ops, times = [0] * len(index.keys), [0.0] * len(index.keys)
+            sums: dict[int, list[float]] = {}
+            ids, number, comms = index.ids, index.number, self.comms
             for (comm, _op, _size, rank), agg in sl.aggs.items():
-                i = index.number(self.comms[comm].members[rank])
-                _at(ops, i, 0)[i] += agg.n
-                _at(times, i, 0.0)[i] += agg.total
+                proc = comms[comm].members[rank]
+                i = ids.get(proc)
+                if i is None:
+                    i = number(proc)
+                got = sums.get(i)
+                if got is None:
+                    sums[i] = [agg.n, agg.total]
+                else:
+                    got[0] += agg.n
+                    got[1] += agg.total
+            size = len(index.keys)
+            ops = _by_number({i: int(n) for i, (n, _) in sums.items()}, size, 0)
+            times = _by_number({i: total for i, (_, total) in sums.items()}, size, 0.0)
             sl.proc_sums, sl.sums_of = (ops, times), (sl.version, self._members_version, index.version)
         return sl.proc_sums
 

@@ -353,8 +353,9 @@ def test_slice_digests_follow_records_folded_after_them(tmp_path: Path, capture:
 
 def test_an_ended_jobs_comms_are_forgotten_and_slices_share_their_keys(tmp_path: Path) -> None:
     """Online, a comm with nothing left in the kept slices (its job ended) is dropped with its keys and best
-    bandwidths, or every job an aggregator ever followed would stay in memory; and every slice holding a (comm, coll,
-    size, rank) holds the same key tuple, not one of its own (a large job's slices are mostly keys)."""
+    bandwidths, or every job an aggregator ever followed would stay in memory, and so is a size no kept slice holds;
+    and every slice holding a (comm, coll, size, rank) holds the same key tuple, not one of its own (a large job's
+    slices are mostly keys)."""
     runs = [
         job(seed=4),
         job(seed=5, run_tag="run2", pid_base=50000, start_us=JobSpec().start_us + 60_000_000),
@@ -386,6 +387,9 @@ def test_an_ended_jobs_comms_are_forgotten_and_slices_share_their_keys(tmp_path:
     assert min(engine.slices) > runs[1].start_us // engine.slice_us
     assert cached == {key for sl in engine.slices.values() for key in sl.aggs}
     assert all(key[2] != 12345 for key in cached)
+    # and so are the sizes' bus bytes and best bandwidths
+    assert all(size != 12345 for comm in engine.comms.values() for _op, size in comm.op_bytes)
+    assert all(key[2] != 12345 for key in engine._best_bw)
     kept = [engine.slices[i] for i in sorted(engine.slices)[-2:]]
     shared = set(kept[0].aggs) & set(kept[1].aggs)
     assert shared and all(

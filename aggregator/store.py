@@ -184,6 +184,7 @@ class Store:
     def open(self) -> None:
         self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
         self._con = duckdb.connect(str(self.path))
+        self._con.execute(f"SET checkpoint_threshold = '{self.limits.checkpoint_wal_mib}MiB'")
         private_files(
             self.path, self.path.with_name(self.path.name + ".wal")
         )  # a file from before 0600 files

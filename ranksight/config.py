@@ -415,6 +415,13 @@ class IngestSettings(Section):
         gt=0,
         description="nodes silent this long leave live state and sequence state (history keeps them)",
     )
+    checkpoint_wal_mib: int = Field(
+        64,
+        ge=1,
+        le=4096,
+        description="write-ahead log size that makes a commit checkpoint into the database file (DuckDB's own "
+        "default, 16, rewrote each table's newest row group about every second at 1024 nodes)",
+    )
     dead_letter_payload_bytes: int = Field(4096, ge=0, description="payload bytes kept per dead letter")
     dead_letter_retention_days: float = Field(7, gt=0, description="dead letters older than this are deleted")
 
@@ -586,6 +593,15 @@ class StragglerSettings(Section):
         gt=0,
         description="a hang silent this long is taken as a job that ended or was killed: it resolves",
     )
+
+    @model_validator(mode="after")
+    def _ingest_waits_before_dropping(self) -> StragglerSettings:
+        if self.ingest_waits_at_records >= self.max_records:
+            raise ValueError(
+                "ingest_waits_at_records must be below max_records: a full queue drops records (processes "
+                "then look idle) before ingest would wait for the engine"
+            )
+        return self
 
 
 class RawEvidenceSettings(Section):

@@ -92,3 +92,12 @@ def test_nats_flag_wins_over_environment(argv: list[str], monkeypatch: pytest.Mo
     monkeypatch.setenv("RANKSIGHT_NATS__USER", "env-user")
     s = settings_from_args(build_parser().parse_args(argv))
     assert (s.nats.url, s.nats.user) == ("nats://flag:1", "env-user")
+
+
+def test_ingest_waits_for_the_straggler_engine_before_its_queue_drops_records(tmp_path: Path) -> None:
+    f = tmp_path / "c.toml"
+    f.write_text("[aggregator.stragglers]\nmax_records = 100000\ningest_waits_at_records = 100000\n")
+    with pytest.raises(ConfigError, match="ingest_waits_at_records must be below max_records"):
+        load_settings(f)
+    f.write_text("[aggregator.stragglers]\nmax_records = 100000\ningest_waits_at_records = 99999\n")
+    assert load_settings(f).aggregator.stragglers.ingest_waits_at_records == 99_999

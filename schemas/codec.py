@@ -8,8 +8,13 @@ not a map, unknown ``type``, missing or mistyped fields, integers or floats the 
 (:data:`schemas.structs.STORED_BOUNDS`), too many records, or none where the kind needs one (``Record.min_records``), a
 compact batch whose columns do not line up (``bad_envelope``) or written by a newer record model
 (``unsupported_version``). It decodes with msgspec into the models' frozen twins (:mod:`schemas.structs`), in two
-steps: the envelope with map-form records left as raw bytes, then the records with the decoder of their kind; compact
-columns are zipped into one dict per record and converted into the same twins with the same checks.
+steps: the envelope with map-form records left as raw bytes, then the records with the decoder of their kind. A compact
+batch's columns and constants are left as raw bytes too. Where the kind's twin holds no sub-record (the Inspector kinds,
+most of the traffic: :func:`_raw_layout`), its records are laid out again as msgpack maps, one per record with the keys
+in the twin's field order, and decoded like map-form records, without a dict per record; other batches are decoded,
+zipped into one dict per record and converted into the same twins. Anything wrong sends the envelope to the checked path
+(:func:`_decode_checked`: the envelope's values decoded first, then the dicts), which says why: both paths give any
+envelope the same records, of the same classes, or the same refusal.
 """
 
 from __future__ import annotations
@@ -18,10 +23,11 @@ import operator
 from collections.abc import Sequence
 from functools import cache
 from itertools import repeat
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple, get_args, get_origin
 
 import msgpack
 import msgspec
+import msgspec.inspect as mi
 from pydantic import BaseModel
 
 from ranksight.errors import ParseError
@@ -124,18 +130,43 @@ def _compact(kind: str, records: Sequence[Any]) -> dict[str, Any]:
 # The envelope's fields with their constraints; map-form records stay raw bytes until the kind is known; the compact
 # form's keys are all optional here and checked once the form is known.
 _COMPACT_KEYS = tuple(CompactRecords.model_fields)
-_EnvelopeWire = msgspec.defstruct(
-    "EnvelopeWire",
-    [(name, field_type(info)) for name, info in Envelope.model_fields.items() if name != "records"]
-    + [("records", msgspec.Raw, msgspec.Raw())]  # empty: absent
-    + [
-        (name, field_type(info) | msgspec.UnsetType, msgspec.UNSET)
-        for name, info in CompactRecords.model_fields.items()
-    ],
-    gc=False,
+
+
+def _raw(annotation: Any, raw: tuple[Any, ...]) -> Any:
+    """``annotation`` with each part of it found in ``raw`` left as raw bytes (:class:`msgspec.Raw`)."""
+    if annotation in raw:
+        return msgspec.Raw
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return Annotated[_raw(args[0], raw), *annotation.__metadata__]
+    if origin is list:
+        return list[_raw(args[0], raw)]  # type: ignore[misc]
+    if origin is dict:
+        return dict[args[0], _raw(args[1], raw)]  # type: ignore[misc,valid-type]
+    return annotation
+
+
+def _envelope_wire(name: str, raw: tuple[Any, ...]) -> Any:
+    return msgspec.defstruct(
+        name,
+        [(name, field_type(info)) for name, info in Envelope.model_fields.items() if name != "records"]
+        + [("records", msgspec.Raw, msgspec.Raw())]  # empty: absent
+        + [
+            (name, _raw(field_type(info), raw) | msgspec.UnsetType, msgspec.UNSET)
+            for name, info in CompactRecords.model_fields.items()
+        ],
+        module=__name__,
+        gc=False,
+    )
+
+
+# Any: the fields are typed by the model, which mypy cannot see through defstruct. The checked decoder decodes every
+# value of a compact batch; the fast one leaves each column, and each constant, as raw bytes (a view of the envelope).
+_ENVELOPE_DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(_envelope_wire("EnvelopeWire", ()))
+_RAW_ENVELOPE_DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
+    _envelope_wire("RawEnvelopeWire", (list[Any], Any))
 )
-# Any: the fields are typed by the model, which mypy cannot see through defstruct.
-_ENVELOPE_DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(_EnvelopeWire)
+_ENCODER = msgspec.msgpack.Encoder()
 
 
 @cache
@@ -154,8 +185,85 @@ def _records_type(kind: str) -> Any:
     return list[struct_for(RECORD_MODELS[kind])]  # type: ignore[misc]
 
 
-def _columns_records(kind: str, wire: Any, size: int) -> list[Any]:
-    """The twins of a compact batch (:class:`~schemas.envelope.CompactRecords`), validated like map-form records."""
+_SCALARS_INFO = (mi.NoneType, mi.BoolType, mi.IntType, mi.FloatType, mi.StrType, mi.LiteralType)
+
+
+def _scalar(info: mi.Type) -> bool:
+    if isinstance(info, mi.UnionType):
+        return all(map(_scalar, info.types))
+    return isinstance(info, _SCALARS_INFO)
+
+
+def _decodes_whole(info: mi.Type) -> bool:
+    """Whether decoding into this type reads the whole of a value, as decoding it untyped does: a sub-record (a struct)
+    skips the keys it does not know, whose bytes the checked path decodes (and may refuse: not UTF-8, a bad timestamp,
+    too deep)."""
+    if isinstance(info, mi.UnionType):
+        return all(map(_decodes_whole, info.types))
+    if isinstance(info, mi.ListType):
+        return _decodes_whole(info.item_type)
+    if isinstance(info, mi.DictType):
+        return _decodes_whole(info.key_type) and _decodes_whole(info.value_type)
+    return isinstance(info, (*_SCALARS_INFO, mi.AnyType))
+
+
+_VALUE = msgspec.msgpack.Decoder()
+_COLUMN_VALUES = msgspec.msgpack.Decoder(list[Any])
+_COLUMN_RAW = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
+
+class _RawLayout(NamedTuple):
+    """How the fast path lays out a kind's compact batch again as map-form records."""
+
+    # a struct of one record's values, the twin's fields in its order: it encodes as the record's map
+    row: Any
+    # per field, the decoder of its column
+    columns: dict[str, msgspec.msgpack.Decoder[list[Any]]]
+    # of a list of such maps, into twins
+    records: msgspec.msgpack.Decoder[list[Any]]
+
+
+@cache
+def _raw_layout(kind: str) -> _RawLayout | None:
+    """The fast path's layout of a kind whose twin decodes whole values only; None for the other kinds. A column of
+    scalars is decoded into Python values (small ones are shared, cheaper than raw views), any other left raw."""
+    twin = struct_for(RECORD_MODELS[kind])
+    fields = mi.type_info(twin).fields  # type: ignore[attr-defined]
+    if not all(_decodes_whole(field.type) for field in fields):
+        return None
+    # UNSET: a field the batch lacks, left out of the map (the twin's default); decoding never yields it
+    row = msgspec.defstruct(
+        f"{twin.__name__}Row",
+        [(field.encode_name, Any, msgspec.UNSET) for field in fields],
+        module=__name__,
+        gc=False,
+    )
+    columns = {field.name: _COLUMN_VALUES if _scalar(field.type) else _COLUMN_RAW for field in fields}
+    return _RawLayout(row, columns, msgspec.msgpack.Decoder(list[twin]))  # type: ignore[valid-type]
+
+
+# How the encoder starts an envelope of a kind without a layout (a map of at most 15 keys, ``type`` first): one that
+# does goes to the checked path at once, as raw values would only add work there. A shortcut only: either path gets the
+# same records, or the same refusal, from any envelope.
+_CHECKED_TYPES = tuple(
+    msgpack.packb({"type": f"{TYPE_PREFIX}{kind}"})[1:]
+    for kind in sorted(RECORD_MODELS)
+    if _raw_layout(kind) is None
+)
+
+
+# A constant is written into each record of the fast path's maps; beyond this many times the envelope's bytes, a batch
+# is converted from dicts (which refer to one decoded value from every record).
+_MAX_CONSTANT_SPREAD = 16
+
+
+@cache
+def _known(kind: str) -> frozenset[str]:
+    return frozenset(_layout(kind)[0])
+
+
+def _check_compact(kind: str, wire: Any, fields: list[str], columns: list[Any], size: int) -> None:
+    """Refuse a compact batch (:class:`~schemas.envelope.CompactRecords`) whose keys are wrong: before its records."""
     model = RECORD_MODELS[kind]
     for key in ("record_version", "count"):
         if getattr(wire, key) is msgspec.UNSET:
@@ -166,7 +274,6 @@ def _columns_records(kind: str, wire: Any, size: int) -> list[Any]:
             f"{kind} records of schema version {wire.record_version}; this version reads up to {model.schema_version}",
         )
     count, constants = wire.count, wire.constants or {}
-    fields, columns = wire.fields or [], wire.columns or []
     if len(columns) != len(fields):
         raise DecodeError("bad_envelope", f"{len(columns)} columns for {len(fields)} fields")
     for name, column in zip(fields, columns, strict=True):
@@ -175,7 +282,7 @@ def _columns_records(kind: str, wire: Any, size: int) -> list[Any]:
     names = [*fields, *constants]
     if len(set(names)) != len(names):
         raise DecodeError("bad_envelope", "a field is named twice in fields and constants")
-    known = _layout(kind)[0]
+    known = _known(kind)
     unknown = [name for name in names if name not in known]
     if unknown:
         raise DecodeError(
@@ -187,6 +294,20 @@ def _columns_records(kind: str, wire: Any, size: int) -> list[Any]:
         )
     if count < model.min_records:
         raise DecodeError("bad_envelope", f"records: {kind} needs at least {model.min_records} record")
+
+
+def _columns_records(kind: str, wire: Any, size: int) -> list[Any]:
+    """The twins of a compact batch, validated like map-form records: the checked path, which says what is wrong."""
+    fields, columns, constants = wire.fields or [], wire.columns or [], wire.constants or {}
+    _check_compact(kind, wire, fields, columns, size)
+    return _rows_records(kind, wire.count, fields, columns, constants)
+
+
+def _rows_records(
+    kind: str, count: int, fields: list[str], columns: list[Any], constants: dict[str, Any]
+) -> list[Any]:
+    """The twins of a compact batch's decoded values: one dict per record, converted."""
+    names = [*fields, *constants]
     values = zip(*columns, *(repeat(value, count) for value in constants.values()), strict=True)
     rows = list(map(dict, map(zip, repeat(names), values))) if names else [{} for _ in range(count)]
     try:
@@ -195,7 +316,58 @@ def _columns_records(kind: str, wire: Any, size: int) -> list[Any]:
         raise DecodeError("bad_record", str(exc).replace(_AT, " - at `records")) from None
 
 
+def _raw_columns_records(kind: str, wire: Any, size: int) -> list[Any]:
+    """The twins of a compact batch left raw by the envelope's fast decoder. Where the kind has a layout, its records
+    laid out again as msgpack maps (in C-level passes) and decoded like map-form ones; else, or for a batch with no
+    records (whose constants would go unread) or with wide constants, its values decoded and converted as by the
+    checked path. Raises on anything wrong, not necessarily what the checked path says."""
+    layout = _raw_layout(kind)
+    fields, raw, constants = wire.fields or [], wire.columns or [], wire.constants or {}
+    count = wire.count
+    if layout is None or not count or count * sum(map(len, constants.values())) > _MAX_CONSTANT_SPREAD * size:
+        columns = [_COLUMN_VALUES.decode(column) for column in raw]
+        _check_compact(kind, wire, fields, columns, size)
+        values = {name: _VALUE.decode(value) for name, value in constants.items()}
+        return _rows_records(kind, count, fields, columns, values)
+    columns = [layout.columns[name].decode(column) for name, column in zip(fields, raw, strict=True)]
+    _check_compact(kind, wire, fields, columns, size)
+    by_name: dict[str, Any] = dict(zip(fields, columns, strict=True))
+    by_name.update((name, repeat(value, count)) for name, value in constants.items())
+    row = [by_name[name] if name in by_name else repeat(msgspec.UNSET, count) for name in layout.columns]
+    return layout.records.decode(_ENCODER.encode(list(map(layout.row, *row))))
+
+
+def _kind(wire: Any) -> str:
+    kind: str = wire.type.removeprefix(TYPE_PREFIX)
+    if not wire.type.startswith(TYPE_PREFIX) or kind not in RECORD_MODELS:
+        raise DecodeError("unknown_type", f"unknown event type {wire.type!r}")
+    return kind
+
+
+def _compact_form(wire: Any) -> bool:
+    return any(getattr(wire, key) is not msgspec.UNSET for key in _COMPACT_KEYS)
+
+
 def decode_event(data: bytes) -> Envelope:
+    if isinstance(data, (bytes, bytearray)) and data.startswith(_CHECKED_TYPES, 1):
+        return _decode_checked(data)
+    try:
+        wire = _RAW_ENVELOPE_DECODER.decode(data)
+    except Exception:
+        return _decode_checked(data)  # which says why
+    if not _compact_form(wire):  # then read as by the checked decoder
+        return _decoded(wire, _map_form(_kind(wire), wire))
+    try:
+        if wire.records:
+            raise DecodeError("bad_envelope", "both records and compact records")
+        return _decoded(wire, _raw_columns_records(_kind(wire), wire, len(data)))
+    except Exception:
+        return _decode_checked(data)  # which says why
+
+
+def _decode_checked(data: bytes) -> Envelope:
+    """:func:`decode_event` with every value of a compact batch decoded before its records: what says why an envelope
+    is refused."""
     try:
         wire = _ENVELOPE_DECODER.decode(data)
     except msgspec.ValidationError as exc:
@@ -205,17 +377,21 @@ def decode_event(data: bytes) -> Envelope:
         raise DecodeError("bad_envelope", message.replace(_AT + ".", " - at `")) from None
     except Exception as exc:  # malformed bytes (msgspec.DecodeError), or nesting too deep
         raise DecodeError("not_msgpack", f"{type(exc).__name__}: {exc}") from None
-    kind = wire.type.removeprefix(TYPE_PREFIX)
-    if not wire.type.startswith(TYPE_PREFIX) or kind not in RECORD_MODELS:
-        raise DecodeError("unknown_type", f"unknown event type {wire.type!r}")
-    if any(getattr(wire, key) is not msgspec.UNSET for key in _COMPACT_KEYS):
+    kind = _kind(wire)
+    if _compact_form(wire):
         if wire.records:
             raise DecodeError("bad_envelope", "both records and compact records")
-        records = _columns_records(kind, wire, len(data))
-    elif not wire.records:
+        return _decoded(wire, _columns_records(kind, wire, len(data)))
+    return _decoded(wire, _map_form(kind, wire))
+
+
+def _map_form(kind: str, wire: Any) -> list[Any]:
+    if not wire.records:
         raise DecodeError("bad_envelope", "Object missing required field `records`")
-    else:
-        records = _map_records(kind, wire.records)
+    return _map_records(kind, wire.records)
+
+
+def _decoded(wire: Any, records: list[Any]) -> Envelope:
     return Envelope.decoded(type=wire.type, cluster=wire.cluster, node=wire.node, agent=wire.agent, seq=wire.seq,
                             ts=wire.ts, ttl=wire.ttl, records=records)  # fmt: skip
 

@@ -255,6 +255,11 @@ _CHECKED_TYPES = tuple(
 # A constant is written into each record of the fast path's maps; beyond this many times the envelope's bytes, a batch
 # is converted from dicts (which refer to one decoded value from every record).
 _MAX_CONSTANT_SPREAD = 16
+# Each record gets a value of its own from a constant (a list constant: a new list per record), so what a batch's
+# constants come to once repeated is bounded like its columns are by the envelope: an agent's constants (names, ids)
+# stay far below; a hostile list constant over 100,000 records would otherwise take gigabytes from a 2 MB message.
+_MAX_CONSTANT_BYTES_PER_BYTE = 4
+_MAX_CONSTANT_BYTES_FLOOR = 1 << 20
 
 
 @cache
@@ -294,6 +299,16 @@ def _check_compact(kind: str, wire: Any, fields: list[str], columns: list[Any], 
         )
     if count < model.min_records:
         raise DecodeError("bad_envelope", f"records: {kind} needs at least {model.min_records} record")
+    spread = count * sum(
+        len(value) if isinstance(value, msgspec.Raw) else len(_ENCODER.encode(value))
+        for value in constants.values()
+    )
+    if spread > _MAX_CONSTANT_BYTES_PER_BYTE * size + _MAX_CONSTANT_BYTES_FLOOR:
+        raise DecodeError(
+            "bad_envelope",
+            f"constants of {count} records come to {spread} bytes repeated, over {_MAX_CONSTANT_BYTES_PER_BYTE} x the "
+            f"envelope's {size} bytes + {_MAX_CONSTANT_BYTES_FLOOR}",
+        )
 
 
 def _columns_records(kind: str, wire: Any, size: int) -> list[Any]:

@@ -102,7 +102,7 @@ def test_other_batches_are_converted_from_dicts_without_decoding_twice(
     sub-records whose ``type`` is not where the encoder writes it: their values are decoded from the envelope's raw
     bytes and converted from one dict per record, as by the checked path."""
     wide = msgpack.unpackb(encode_event(_env("inspector_summary", _summaries(40))))
-    wide.setdefault("constants", {})["slice_index"] = list(range(20_000))
+    wide.setdefault("constants", {})["slice_index"] = list(range(8_000))
     if "slice_index" in wide["fields"]:
         at = wide["fields"].index("slice_index")
         del wide["fields"][at], wide["columns"][at]
@@ -121,7 +121,19 @@ def test_other_batches_are_converted_from_dicts_without_decoding_twice(
     monkeypatch.setattr(codec, "_decode_checked", lambda data: pytest.fail("decoded twice"))
     assert [_outcome(decode_event, payload) for payload in payloads] == expected
     assert converted == ["inspector_summary", "inspector", "gpu"]
-    assert all(r.slice_index == list(range(20_000)) for r in decode_event(payloads[0]).records)
+    assert all(r.slice_index == list(range(8_000)) for r in decode_event(payloads[0]).records)
+
+
+def test_constants_repeated_past_their_bound_are_refused_on_both_paths() -> None:
+    """A list constant is a new list in every record: 100,000 records of one 1 MB constant would be 100 GB decoded.
+    Refused before any record is made, by both paths, with the same reason."""
+    data = msgpack.unpackb(encode_event(_env("inspector_summary", _summaries(40))))
+    kept = [(f, c) for f, c in zip(data["fields"], data["columns"], strict=True) if f != "slice_index"]
+    data["fields"], data["columns"] = [f for f, _ in kept], [c for _, c in kept]
+    data.setdefault("constants", {})["slice_index"] = list(range(300_000))
+    payload = msgpack.packb(data)
+    outcome = _same(payload)
+    assert outcome[:2] == ("refused", "bad_envelope") and "constants of 40 records" in outcome[2], outcome
 
 
 def test_an_unknown_key_of_a_sub_record_is_decoded_as_by_the_checked_path() -> None:

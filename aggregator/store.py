@@ -139,6 +139,8 @@ _SEQ_COLUMNS = ("agent", "cluster", "node", "high_seq", "messages", "duplicates"
                 "last_recv", "seq_jumps")  # fmt: skip
 
 
+_GAP_TYPES = {"cluster": pa.string(), "node": pa.string(), "agent": pa.string(), "seq_lo": pa.int64(),
+              "seq_hi": pa.int64()}  # fmt: skip
 _DEAD_COLUMNS = ("recv_ts", "subject", "reason", "detail", "msg_id", "size", "payload")
 # one inspector row ``i`` and one of a batch ``b`` are the same record (its identity; NULL peers are equal)
 _SAME_RECORD = " AND ".join(f"i.{c} IS NOT DISTINCT FROM b.{c}" for c in INSPECTOR_IDENTITY)
@@ -473,16 +475,29 @@ class Store:
             con.execute("INSERT OR REPLACE INTO agent_seq BY NAME SELECT * FROM seq_batch")
         finally:
             con.unregister("seq_batch")
+        # Gaps rewritten only where they changed, all in two columnar statements: a node with a gap that stays open
+        # (a message lost for good) would otherwise cost a delete and an insert in every commit that touches it.
+        moved = []
         for s in changed:
             stored = self._seq.get((s.cluster, s.node), {}).get(s.agent)
-            if not s.gaps and not (stored and stored.gaps):
-                continue
-            key = [s.cluster, s.node, s.agent]
-            con.execute("DELETE FROM agent_seq_gaps WHERE cluster = ? AND node = ? AND agent = ?", key)
-            if s.gaps:
-                con.executemany(
-                    "INSERT INTO agent_seq_gaps VALUES (?, ?, ?, ?, ?)", [(*key, lo, hi) for lo, hi in s.gaps]
-                )
+            if s.gaps != (stored.gaps if stored else []):
+                moved.append(s)
+        if not moved:
+            return
+        keys = pa.table({"cluster": [s.cluster for s in moved], "node": [s.node for s in moved],
+                         "agent": [s.agent for s in moved]})  # fmt: skip
+        gaps = [(s.cluster, s.node, s.agent, lo, hi) for s in moved for lo, hi in s.gaps]
+        columns = list(zip(*gaps, strict=True)) if gaps else [()] * len(_GAP_TYPES)
+        con.register("gap_keys", keys)
+        con.register("gap_rows", pa.table({name: pa.array(column, type=kind) for (name, kind), column
+                                           in zip(_GAP_TYPES.items(), columns, strict=True)}))  # fmt: skip
+        try:
+            con.execute("DELETE FROM agent_seq_gaps g USING gap_keys k "
+                        "WHERE g.cluster = k.cluster AND g.node = k.node AND g.agent = k.agent")  # fmt: skip
+            con.execute("INSERT INTO agent_seq_gaps BY NAME SELECT * FROM gap_rows")
+        finally:
+            con.unregister("gap_keys")
+            con.unregister("gap_rows")
 
     def sequence_stats(self) -> dict[str, int]:
         incarnations = [s for inc in self._seq.values() for s in inc.values()]

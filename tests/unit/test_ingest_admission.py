@@ -277,3 +277,31 @@ def test_a_batch_over_the_record_bound_commits_in_parts_and_loses_nothing(tmp_pa
             ("a", 1, 6), ("a", 2, 6), ("a", 3, 6), ("a", 4, 6), ("b", 1, 12)]  # fmt: skip
         assert dead_reasons(s) == {"not_msgpack": 1}
         assert s.sequence_stats()["duplicates"] == s.sequence_stats()["gaps_open"] == 0
+
+
+def test_gaps_are_stored_as_they_change_and_read_back(tmp_path: Path) -> None:
+    """Gaps are written in one pass over the commit's changed incarnations, only where they moved; a restart reads
+    what the last commit left (gaps opened, narrowed, closed; other nodes' untouched)."""
+
+    def stored(s: Store) -> list[tuple[Any, ...]]:
+        return s.con.execute("SELECT node, agent, seq_lo, seq_hi FROM agent_seq_gaps ORDER BY ALL").fetchall()
+
+    path = tmp_path / "db.duckdb"
+    s = Store(path, SUBJECTS)
+    s.open()
+    s.commit_batch([incoming(envelope(seq=n), "a") for n in (1, 3, 7)]
+                   + [incoming(envelope("b", seq=n), "b") for n in (1, 4)])  # fmt: skip
+    assert stored(s) == [("a", "a-inc", 2, 2), ("a", "a-inc", 4, 6), ("b", "b-inc", 2, 3)]
+    s.commit_batch([incoming(envelope(seq=n), "a") for n in (2, 5, 8)])  # one closed, one split, b untouched
+    assert stored(s) == [("a", "a-inc", 4, 4), ("a", "a-inc", 6, 6), ("b", "b-inc", 2, 3)]
+    s.commit_batch([incoming(envelope("b", seq=n), "b") for n in (2, 3)])
+    s.close_connection()
+    s.shutdown()
+    again = Store(path, SUBJECTS)
+    again.open()
+    try:
+        assert stored(again) == [("a", "a-inc", 4, 4), ("a", "a-inc", 6, 6)]
+        assert again.sequence_stats()["gaps_open"] == 2
+    finally:
+        again.close_connection()
+        again.shutdown()

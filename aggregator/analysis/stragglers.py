@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from array import array
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -189,9 +188,9 @@ def _by_number(values: dict[int, Any], size: int, fill: Any) -> list[Any]:
     return out
 
 
-class _Agg(msgspec.Struct, gc=False):
+class _Agg(msgspec.Struct, gc=False, array_like=True):
     """Exec times of one (comm, coll, size, rank) in one slice (millions at a thousand nodes: a struct the cyclic GC
-    never scans, as it holds only numbers)."""
+    never scans, as it holds only numbers; packed as a msgpack array)."""
 
     n: int = 0
     total: float = 0.0
@@ -204,13 +203,19 @@ class _Agg(msgspec.Struct, gc=False):
 
 
 class _Packed(NamedTuple):
-    """A slice's aggregates and spans as typed arrays beside their (shared) keys: about a fifth of the memory of the
-    dicts of structs, for the slices kept only for catch-up (most of them at a thousand nodes)."""
+    """A slice's aggregates and spans as msgpack arrays (encoded and decoded in C) beside their (shared) keys: about a
+    fifth of the memory of the dicts of structs, for the slices kept only for catch-up (most of them at a thousand
+    nodes)."""
 
     agg_keys: list[AggKey]
-    agg_values: tuple[array[int], array[float], array[float]]  # count, sum and minimum of exec times
+    aggs: bytes
     span_keys: list[SpanKey]
-    span_values: tuple[array[int], array[int], array[int], array[int]]  # lo, lo_ts, hi, hi_ts
+    spans: bytes
+
+
+_PACK = msgspec.msgpack.Encoder()
+_UNPACK_AGGS = msgspec.msgpack.Decoder(list[_Agg])
+_UNPACK_SPANS = msgspec.msgpack.Decoder(list[SnSpan])
 
 
 @dataclass
@@ -247,20 +252,15 @@ class _Slice:
 
     def pack(self) -> None:
         if self.packed is None:
-            aggs, spans = self._aggs.values(), self._spans.values()
-            self.packed = _Packed(
-                list(self._aggs), (array("q", [a.n for a in aggs]), array("d", [a.total for a in aggs]),
-                                   array("d", [a.low for a in aggs])),
-                list(self._spans), (array("q", [x.lo for x in spans]), array("q", [x.lo_ts for x in spans]),
-                                    array("q", [x.hi for x in spans]), array("q", [x.hi_ts for x in spans])),
-            )  # fmt: skip
+            self.packed = _Packed(list(self._aggs), _PACK.encode(list(self._aggs.values())),
+                                  list(self._spans), _PACK.encode(list(self._spans.values())))  # fmt: skip
             self._aggs, self._spans = {}, {}
 
     def unpack(self) -> None:
         packed, self.packed = self.packed, None
         if packed is not None:
-            self._aggs = dict(zip(packed.agg_keys, map(_Agg, *packed.agg_values), strict=True))
-            self._spans = dict(zip(packed.span_keys, map(SnSpan, *packed.span_values), strict=True))
+            self._aggs = dict(zip(packed.agg_keys, _UNPACK_AGGS.decode(packed.aggs), strict=True))
+            self._spans = dict(zip(packed.span_keys, _UNPACK_SPANS.decode(packed.spans), strict=True))
 
 
 @dataclass
@@ -366,13 +366,16 @@ class StragglerEngine:
         size = s.bytes // s.count if s.count else s.size_bucket  # the exact size when the bucket holds one
         slices = zip(s.slice_index, s.slice_count, s.slice_exec_sum_us, s.slice_exec_min_us, s.slice_sn_lo,
                      s.slice_sn_lo_ts_us, s.slice_sn_hi, s.slice_sn_hi_ts_us, strict=False)  # fmt: skip
+        proc, p2p, earliest = (s.hostname, s.pid), s.op_kind == "p2p", None
         for index, n, total, low, lo, lo_ts, hi, hi_ts in slices:
             at = (s.window_start_us + index * s.slice_us) // self.slice_us
             sl = self._slice(at)
             if sl is not None and n > 0:
-                self._first_seen((s.hostname, s.pid), at)
-                self._fold(sl, at, comm, s.comm_id, s.op, s.op_kind == "p2p", size, s.rank, s.n_ranks,
+                earliest = at if earliest is None else min(earliest, at)
+                self._fold(sl, at, comm, s.comm_id, s.op, p2p, size, s.rank, s.n_ranks,
                            (n, total, low), (lo, lo_ts, hi, hi_ts))  # fmt: skip
+        if earliest is not None:
+            self._first_seen(proc, earliest)
 
     def _count(self, capture_model: str, records: int, bw_mismatches: int) -> None:
         self.records += records

@@ -15,6 +15,7 @@ from ranksight.aggregator.analysis.stragglers import (
     Analysis,
     StragglerEngine,
     StragglerParams,
+    _Slice,
     analyze_records,
 )
 from ranksight.simulate import scenarios
@@ -396,3 +397,38 @@ def test_an_ended_jobs_comms_are_forgotten_and_slices_share_their_keys(tmp_path:
         next(k for k in kept[0].aggs if k == key) is next(k for k in kept[1].aggs if k == key)
         for key in shared
     )
+
+
+@pytest.mark.parametrize("capture", MODELS)
+def test_slices_packed_past_the_horizon_judge_as_unpacked_ones(
+    tmp_path: Path, capture: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Online, slices past the horizon are packed (most of the engine's memory at a thousand nodes) and unpacked when
+    a late record lands in one or a catch-up judgement reads it: one node's records arriving 6 s late give the same
+    findings at every evaluation as an engine that never packs."""
+    spec = job(capture=capture, faults=[Fault("gpu", node=3, gpu=1, factor=1.4)], steps=150)
+    write_job(spec, tmp_path / "dump")
+    records = sorted(DumpReader(tmp_path / "dump").records(), key=lambda r: r.dump_ts_us)
+    arrivals = sorted(((r.dump_ts_us + (6_000_000 if r.hostname == "node005" else 0), r) for r in records),
+                      key=lambda a: a[0])  # fmt: skip
+
+    def online(engine: StragglerEngine) -> tuple[list[list[tuple[object, ...]]], int]:
+        seen, packed, next_eval = [], 0, arrivals[0][0] + 500_000
+        for at, rec in arrivals:
+            while at >= next_eval:
+                seen.append([(f.key, round(f.slowdown, 9), round(f.z, 9)) for f in engine.evaluate()])
+                packed = max(packed, sum(sl.packed is not None for sl in engine.slices.values()))
+                next_eval += 500_000
+            engine.add(rec)
+        return seen, packed
+
+    unpacked = []
+    unpack = _Slice.unpack
+    monkeypatch.setattr(
+        _Slice, "unpack", lambda self: unpacked.append(self.packed is not None) or unpack(self)
+    )
+    packing, packed = online(StragglerEngine(PARAMS))
+    monkeypatch.setattr(_Slice, "pack", lambda self: None)
+    plain, never = online(StragglerEngine(PARAMS))
+    assert packed > 0 and any(unpacked) and never == 0
+    assert packing == plain and any(packing)

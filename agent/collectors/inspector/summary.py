@@ -26,10 +26,10 @@ from ranksight.schemas.records.inspector_summary import size_bucket
 SummaryKey = tuple[str, str, str, int, int, str, int]
 
 
-class SnSpan(msgspec.Struct, gc=False):
+class SnSpan(msgspec.Struct, gc=False, array_like=True):
     """``coll_sn`` range of one (comm, coll, rank) in one slice, with the dump times that bound it (the straggler
     engine keeps the same per slice, millions of them at a thousand nodes: a struct the cyclic GC never scans, as it
-    holds only numbers)."""
+    holds only numbers; it packs the older ones as msgpack arrays)."""
 
     lo: int
     lo_ts: int

@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import zip_longest
-from typing import Any, Generic, Literal, NamedTuple, TypeVar
+from typing import Generic, Literal, NamedTuple, TypeVar
 
 import msgspec
 
@@ -160,8 +160,9 @@ class _Comm:
 
 class _Index(Generic[K]):
     """Keys numbered in order of first use: a slice's digest is a list by number, and a horizon's digests combine
-    per number at C speed (``map(min, zip_longest(*lists))``) instead of a dict operation per key and slice.
-    ``reset`` renumbers (the digests made before carry the old ``version`` and are made again)."""
+    per number at C speed (``map(min, zip_longest(*lists))``) instead of a dict operation per key and slice. A new key
+    takes the next number, so a digest made with ``len(keys)`` entries grows by one append per key numbered while it
+    is made. ``reset`` renumbers (the digests made before carry the old ``version`` and are made again)."""
 
     def __init__(self) -> None:
         self.ids: dict[K, int] = {}
@@ -180,14 +181,6 @@ class _Index(Generic[K]):
         self.version += 1
 
 
-def _by_number(values: dict[int, Any], size: int, fill: Any) -> list[Any]:
-    """``values`` as a list by number, ``fill`` where there is none."""
-    out = [fill] * size
-    for i, value in values.items():
-        out[i] = value
-    return out
-
-
 class _Agg(msgspec.Struct, gc=False, array_like=True):
     """Exec times of one (comm, coll, size, rank) in one slice (millions at a thousand nodes: a struct the cyclic GC
     never scans, as it holds only numbers; packed as a msgpack array)."""
@@ -203,9 +196,9 @@ class _Agg(msgspec.Struct, gc=False, array_like=True):
 
 
 class _Packed(NamedTuple):
-    """A slice's aggregates and spans as msgpack arrays (encoded and decoded in C) beside their (shared) keys: about a
-    fifth of the memory of the dicts of structs, for the slices kept only for catch-up (most of them at a thousand
-    nodes)."""
+    """A slice's aggregates and spans as msgpack arrays (encoded and decoded in C) beside their (shared) keys, for the
+    slices kept only for catch-up (most of them at a thousand nodes): about half a slice's memory as dicts of
+    structs."""
 
     agg_keys: list[AggKey]
     aggs: bytes
@@ -332,7 +325,7 @@ class StragglerEngine:
         self._proc_index: _Index[Proc] = _Index()
         self._span_index: _Index[SpanKey] = _Index()
         self._low_index: _Index[tuple[str, str, int]] = _Index()
-        self._live_keys = (0, 0)  # span and low keys in the last judged horizon
+        self._live_spans = self._live_lows = 0  # keys of each numbering in the last judged horizon
 
     # -- input ----------------------------------------------------------------------------------------------------
     def add(self, rec: InspectorRecord) -> None:
@@ -493,7 +486,7 @@ class StragglerEngine:
                     sl.pack()
             # comms with nothing in the kept slices (an ended job's): forgotten with their keys and best bandwidths
             gone = {cid for cid, comm in self.comms.items() if comm.last_slice <= last - keep}
-            for numbering, live in zip((self._span_index, self._low_index), self._live_keys, strict=True):
+            for numbering, live in ((self._span_index, self._live_spans), (self._low_index, self._live_lows)):
                 if gone or len(numbering.keys) > 4 * live + 1024:
                     numbering.reset()
             if gone:
@@ -644,7 +637,7 @@ class StragglerEngine:
                     proc = comms[comm].members[rank]
                     if hi - lo + 1 > most_ops.get(proc, 0):
                         most_ops[proc] = hi - lo + 1
-            self._live_keys = (live, self._live_keys[1])
+            self._live_spans = live
         else:
             # sampled: the rate between each key's first and last sample of the horizon (a rank's coll_sn grows
             # with its dump time: its oldest slice's low end, its newest slice's high end; two dict merges)
@@ -715,29 +708,29 @@ class StragglerEngine:
         """The slice's shortest exec time per (comm, coll, size) number, over its ranks."""
         index = self._low_index
         if sl.lows_of != (sl.version, index.version):
-            lows: dict[int, float] = {}
-            ids, number = index.ids, index.number
+            ids, lows = index.ids, [math.inf] * len(index.keys)
             for (comm, op, size, _rank), agg in sl.aggs.items():
                 key = (comm, op, size)
                 i = ids.get(key)
                 if i is None:
-                    i = number(key)
-                if agg.low < lows.get(i, math.inf):
+                    i = index.number(key)
+                    lows.append(math.inf)
+                if agg.low < lows[i]:
                     lows[i] = agg.low
-            sl.lows, sl.lows_of = _by_number(lows, len(index.keys), math.inf), (sl.version, index.version)
+            sl.lows, sl.lows_of = lows, (sl.version, index.version)
         return sl.lows
 
     def _sn_ends(self, sl: _Slice) -> tuple[list[int], list[int]]:
         """The slice's coll_sn low and high ends per (comm, coll, rank) number (``NO_SN`` and -1: none)."""
         index = self._span_index
         if sl.ends_of != (sl.version, index.version):
-            ids, number = index.ids, index.number
-            try:
-                numbers = [ids[key] for key in sl.spans]
-            except KeyError:  # keys not numbered yet
-                numbers = [number(key) for key in sl.spans]
-            los, his = [NO_SN] * len(index.keys), [-1] * len(index.keys)
-            for i, span in zip(numbers, sl.spans.values(), strict=True):
+            ids, los, his = index.ids, [NO_SN] * len(index.keys), [-1] * len(index.keys)
+            for key, span in sl.spans.items():
+                i = ids.get(key)
+                if i is None:
+                    i = index.number(key)
+                    los.append(NO_SN)
+                    his.append(-1)
                 los[i], his[i] = span.lo, span.hi
             sl.sn_ends, sl.ends_of = (los, his), (sl.version, index.version)
         return sl.sn_ends
@@ -747,22 +740,17 @@ class StragglerEngine:
         the numbering changed)."""
         index = self._proc_index
         if sl.sums_of != (sl.version, self._members_version, index.version):
-            sums: dict[int, list[float]] = {}
-            ids, number, comms = index.ids, index.number, self.comms
+            ids, comms = index.ids, self.comms
+            ops, times = [0] * len(index.keys), [0.0] * len(index.keys)
             for (comm, _op, _size, rank), agg in sl.aggs.items():
                 proc = comms[comm].members[rank]
                 i = ids.get(proc)
                 if i is None:
-                    i = number(proc)
-                got = sums.get(i)
-                if got is None:
-                    sums[i] = [agg.n, agg.total]
-                else:
-                    got[0] += agg.n
-                    got[1] += agg.total
-            size = len(index.keys)
-            ops = _by_number({i: int(n) for i, (n, _) in sums.items()}, size, 0)
-            times = _by_number({i: total for i, (_, total) in sums.items()}, size, 0.0)
+                    i = index.number(proc)
+                    ops.append(0)
+                    times.append(0.0)
+                ops[i] += agg.n
+                times[i] += agg.total
             sl.proc_sums, sl.sums_of = (ops, times), (sl.version, self._members_version, index.version)
         return sl.proc_sums
 
@@ -923,7 +911,7 @@ class StragglerEngine:
         lows = [self._lows(sl) for sl in window]
         shortest = map(min, zip_longest(*lows, fillvalue=math.inf))
         low = {key: t for key, t in zip(self._low_index.keys, shortest, strict=False) if t < math.inf}
-        self._live_keys = (self._live_keys[0], len(low))
+        self._live_lows = len(low)
         if unjudged:
             partial: dict[str, bool] = {}
             for comm in {key[0] for key in low}:

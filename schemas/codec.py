@@ -262,6 +262,14 @@ _MAX_CONSTANT_BYTES_PER_BYTE = 4
 _MAX_CONSTANT_BYTES_FLOOR = 1 << 20
 
 
+def _repeated_bytes(count: int, constants: dict[str, Any]) -> int:
+    """What a batch's constants (raw, or decoded) come to once written into each of its ``count`` records."""
+    return count * sum(
+        len(value) if isinstance(value, msgspec.Raw) else len(_ENCODER.encode(value))
+        for value in constants.values()
+    )
+
+
 @cache
 def _known(kind: str) -> frozenset[str]:
     return frozenset(_layout(kind)[0])
@@ -299,10 +307,7 @@ def _check_compact(kind: str, wire: Any, fields: list[str], columns: list[Any], 
         )
     if count < model.min_records:
         raise DecodeError("bad_envelope", f"records: {kind} needs at least {model.min_records} record")
-    spread = count * sum(
-        len(value) if isinstance(value, msgspec.Raw) else len(_ENCODER.encode(value))
-        for value in constants.values()
-    )
+    spread = _repeated_bytes(count, constants)
     if spread > _MAX_CONSTANT_BYTES_PER_BYTE * size + _MAX_CONSTANT_BYTES_FLOOR:
         raise DecodeError(
             "bad_envelope",
@@ -339,7 +344,7 @@ def _raw_columns_records(kind: str, wire: Any, size: int) -> list[Any]:
     layout = _raw_layout(kind)
     fields, raw, constants = wire.fields or [], wire.columns or [], wire.constants or {}
     count = wire.count
-    if layout is None or not count or count * sum(map(len, constants.values())) > _MAX_CONSTANT_SPREAD * size:
+    if layout is None or not count or _repeated_bytes(count, constants) > _MAX_CONSTANT_SPREAD * size:
         columns = [_COLUMN_VALUES.decode(column) for column in raw]
         _check_compact(kind, wire, fields, columns, size)
         values = {name: _VALUE.decode(value) for name, value in constants.items()}

@@ -6,7 +6,8 @@ agent publishes at its defaults: ``inspector_summary`` parts every ``summary_pub
 nodes' clocks spread over that period) and raw ``inspector`` records sampled to ``raw_rate_per_s``, batched at the parts' cadence as the agent does,
 both made by the agent's own summarizer and sampler; a GPU sample of 8 GPUs and a heartbeat every 5 s and a NIC sample
 of 8 ports every 2 s (``--nic``: ``ethtool``, AMD Pollara ports with 607 ``ethtool -S`` counters each, or ``sysfs``,
-mlx5 ports with 46 sysfs counters), each node's gauges in their own phase; and the job's RAS status every 10 s from its
+mlx5 ports with 46 sysfs counters; every counter with each ``counters_full_every_s``, the changed ones in between, as
+the agent thins them), each node's gauges in their own phase; and the job's RAS status every 10 s from its
 lease holder (node0000): the text status, with the JSON detail of every communicator (op counts advancing) every third
 poll, rendered by the demo's fake RAS server and parsed by the agent's parsers. RAS MONITOR events come only with job
 lifecycle changes: a running job has none.
@@ -240,17 +241,32 @@ def nic_batch(source: str) -> list[Any]:
             for i in range(8)]  # fmt: skip
 
 
-def gauge_templates(nic_source: str) -> list[tuple[float, Template]]:
-    """Per node: (interval s, envelope) of the GPU, NIC and heartbeat collectors at their defaults (``wire.py``'s
-    batches: an A100's ``nvidia-smi`` sample x 8, a heartbeat; :func:`nic_batch`)."""
+def nic_cycle(nic_source: str, interval_s: float, full_every_s: float) -> list[list[Any]]:
+    """A node's NIC records over one cycle of the agent's counter thinning (``ChangedCounters``): the first sample
+    carries every counter, the next ones until ``full_every_s`` only those that changed. Traffic moves every counter
+    that is not zero in the capture (pessimistic: error counters seldom move); zero ones stay still."""
+    from ranksight.agent.collectors.nic.rates import ChangedCounters
+
+    ports, changes, cycle = nic_batch(nic_source), ChangedCounters(full_every_s), []
+    for step in range(max(1, round(full_every_s / interval_s))):
+        moved = [p.model_copy(update={"counters": {k: v + step * 1009 if v else v for k, v in p.counters.items()}})
+                 for p in ports]  # fmt: skip
+        cycle.append(changes.thin(moved, at_s=step * interval_s))
+    return cycle
+
+
+def gauge_templates(nic_source: str) -> list[tuple[float, list[Template]]]:
+    """Per node: (interval s, the envelopes sent in turn) of the GPU, NIC and heartbeat collectors at their defaults
+    (``wire.py``'s batches: an A100's ``nvidia-smi`` sample x 8, a heartbeat; :func:`nic_cycle`)."""
     from benchmarks.wire import gpu, heartbeat
     from ranksight.config import CollectorsSettings
 
     cfg = CollectorsSettings()
     beat = [r.model_copy(update={"hostname": HOST_MARK}) for r in heartbeat()]
-    return [(cfg.gpu.interval_s, pre_encode("gpu", gpu(), cfg.gpu.ttl())),
-            (cfg.nic.interval_s, pre_encode("nic", nic_batch(nic_source), cfg.nic.ttl())),
-            (cfg.heartbeat.interval_s, pre_encode("heartbeat", beat, cfg.heartbeat.ttl()))]  # fmt: skip
+    nics = nic_cycle(nic_source, cfg.nic.interval_s, cfg.nic.counters_full_every_s)
+    return [(cfg.gpu.interval_s, [pre_encode("gpu", gpu(), cfg.gpu.ttl())]),
+            (cfg.nic.interval_s, [pre_encode("nic", records, cfg.nic.ttl()) for records in nics]),
+            (cfg.heartbeat.interval_s, [pre_encode("heartbeat", beat, cfg.heartbeat.ttl())])]  # fmt: skip
 
 
 class RasJob:
@@ -319,6 +335,8 @@ async def publisher(
     t0 = t0_us / US
     # agents started at different moments: each node's gauges keep their own phase
     next_gauge = [[t0 + (k * 0.618034 % 1.0) * interval for interval, _ in gauges] for k in range(len(nodes))]
+    # which of a gauge's envelopes each node sends next (each node at its own point of the NIC cycle)
+    turns = [[k for _ in gauges] for k in range(len(nodes))]
     next_ras = t0
     sent_bytes = sent_msgs = ras_oversize = 0
     while True:
@@ -332,9 +350,10 @@ async def publisher(
                 out.append(node.message(schedule[cursors[k]][1]))
                 cursors[k] += 1
             due = next_gauge[k]
-            for g, (interval, template) in enumerate(gauges):
+            for g, (interval, templates) in enumerate(gauges):
                 if now >= due[g]:
-                    out.append(node.message(template))
+                    out.append(node.message(templates[turns[k][g] % len(templates)]))
+                    turns[k][g] += 1
                     due[g] += interval
         if ras is not None and now >= next_ras:  # node0000 holds the job's poll lease
             message = nodes[0].message(ras.template(int((now - t0) * rate) + 1))

@@ -214,6 +214,12 @@ class NicSettings(CollectorSettings):
         description="read `rdma statistic -j` / `ethtool -S` for ports and netdevs whose sysfs has no counters",
     )
     command_timeout_s: float = Field(5.0, gt=0, description="limit for one rdma/ethtool run")
+    counters_full_every_s: float = Field(
+        60.0,
+        ge=0,
+        description="a port's record carries every counter at most this often, in between only those that changed "
+        "(0: every record carries every counter)",
+    )
 
 
 class ProbeSettings(CollectorSettings):

@@ -2,11 +2,16 @@
 
 Rates are null on the first sample of a device and on an interval where a counter was reset. ``link_flaps`` counts link
 transitions seen during the interval (state changes, ``carrier_changes`` or ``link_downed`` increments).
+
+``counters`` holds every counter of the port when ``counters_full`` (the first sample of a port, then at most every
+``agent.collectors.nic.counters_full_every_s``), else only those whose value changed since the port's previous record:
+an AMD Pollara port has about 600 ``ethtool -S`` counters, most of them zero and still. A counter's value at a time is
+its latest value in the port's records up to then.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
@@ -14,6 +19,8 @@ from ranksight.schemas.records.base import Record
 
 
 class NicRecord(Record):
+    schema_version: ClassVar[int] = 2  # 2: `counters_full`
+
     name: str
     kind: Literal["rdma", "netdev"]
     state: str | None = None
@@ -32,3 +39,7 @@ class NicRecord(Record):
     link_flaps: int = 0
     counter_resets: int = 0
     counters: dict[str, int] = Field(default_factory=dict)
+    counters_full: bool = Field(
+        True,
+        description="`counters` holds every counter (else only those changed since the port's previous record)",
+    )

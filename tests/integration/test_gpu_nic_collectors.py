@@ -136,6 +136,8 @@ async def test_nic_end_to_end_link_down_alert_and_history(settings: Settings, tm
         await wait_for(
             lambda: (dev := nics.get(("test", "node-a", "mlx5_0/1"))) and dev.record.tx_bps is not None
         )
+        write_tree(root, {f"{port}/counters/port_xmit_data": 5000})
+        await wait_for(lambda: nics[("test", "node-a", "mlx5_0/1")].record.tx_bps)
         write_tree(root, {f"{port}/state": "1: DOWN"})
         await wait_for(lambda: any(a.rule == "nic_link_down" for a in agg.engine.active.values()))
         response = await query(settings, "nics")
@@ -150,6 +152,14 @@ async def test_nic_end_to_end_link_down_alert_and_history(settings: Settings, tm
     con = duckdb.connect(str(settings.db_path()), read_only=True)
     states = {s for (s,) in con.execute("SELECT state FROM nic WHERE name = 'mlx5_0/1'").fetchall()}
     assert states == {"ACTIVE", "DOWN"}
+    rows = [(full, json.loads(counters)) for full, counters in
+            con.execute("SELECT counters_full, counters FROM nic WHERE name = 'mlx5_0/1' ORDER BY seq").fetchall()]  # fmt: skip
+    # the first record carries every counter, the later ones (within counters_full_every_s) only the changed one
+    assert rows[0] == (True, {"port_xmit_data": 1000, "port_rcv_data": 1000})
+    assert {(full, str(counters)) for full, counters in rows[1:]} == {
+        (False, "{}"),
+        (False, "{'port_xmit_data': 5000}"),
+    }
     assert (
         con.execute("SELECT count(*) FROM alerts WHERE rule = 'nic_link_down'").fetchone()[0] == 2
     )  # fired, resolved

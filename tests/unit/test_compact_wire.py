@@ -17,7 +17,7 @@ from ranksight.agent.collectors.inspector.parse import parse_line
 from ranksight.config import load_settings
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
 from ranksight.schemas.envelope import MAX_RECORDS, Envelope, event_type
-from ranksight.schemas.records import RECORD_MODELS, GpuRecord, HeartbeatRecord, InspectorRecord
+from ranksight.schemas.records import RECORD_MODELS, GpuRecord, HeartbeatRecord, InspectorRecord, NicRecord
 from ranksight.schemas.structs import to_builtins
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests import previous_codec
@@ -202,6 +202,21 @@ def test_columns_fill_defaults_and_constants() -> None:
     assert [(r.index, r.power_w, r.links) for r in decode_event(payload).records] == [
         (4, None, []),
         (5, None, []),
+    ]
+
+
+def test_a_nic_batch_of_version_1_reads_as_every_counter() -> None:
+    """Agents before `counters_full` (NIC records of version 1) sent every counter in every record."""
+    port = NicRecord(name="enp1s0", kind="netdev", counters={"rx_crc_errors": 3})
+    data = msgpack.unpackb(encode_event(_env("nic", [port, port.model_copy(update={"name": "enp2s0"})])))
+    assert (
+        data["record_version"] == NicRecord.schema_version == 2 and "counters_full" not in data["constants"]
+    )
+    data["record_version"] = 1
+    records = decode_event(msgpack.packb(data)).records
+    assert [(r.name, r.counters, r.counters_full) for r in records] == [
+        ("enp1s0", {"rx_crc_errors": 3}, True),
+        ("enp2s0", {"rx_crc_errors": 3}, True),
     ]
 
 

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 
-from ranksight.agent.collectors.nic.rates import RateTracker, counter_delta
+from ranksight.agent.collectors.nic.rates import ChangedCounters, RateTracker, counter_delta
 from ranksight.agent.collectors.nic.sysfs import read_nics
+from ranksight.agent.collectors.nic.tools import parse_ethtool_stats
+from ranksight.schemas.records import NicRecord
 from tests.gpu_nic_support import SYSFS_TREE, write_tree
+
+IONIC = Path(__file__).resolve().parents[2] / "fixtures/metrics/nic/ionic/dme_ethtool_S_enp132s0.txt"
 
 PORT = "class/infiniband/mlx5_0/ports/1"
 
@@ -96,3 +101,57 @@ def test_virtual_netdevs_and_loopback_skipped(tmp_path: Path) -> None:
     (tmp_path / "class/net/veth0").symlink_to(tmp_path / "devices/virtual/net/veth0")
     assert read_nics(tmp_path) == []
     assert [n.name for n in read_nics(tmp_path, netdevs=["veth0"])] == ["veth0"]
+
+
+def _ionic(name: str = "enp132s0") -> NicRecord:
+    return parse_ethtool_stats(IONIC.read_bytes(), name)
+
+
+def test_changed_counters_between_full_records() -> None:
+    port = _ionic()
+    assert len(port.counters) == 607
+    changes = ChangedCounters(full_every_s=60.0)
+    (first,) = changes.thin([port], at_s=0.0)
+    assert first.counters_full and first.counters == port.counters
+    moved = port.model_copy(update={"counters": {**port.counters, "frames_rx_ok": port.counters["frames_rx_ok"] + 9,
+                                                 "rx_crc_errors": 5}})  # fmt: skip
+    (second,) = changes.thin([moved], at_s=2.0)
+    assert not second.counters_full
+    assert second.counters == {"frames_rx_ok": port.counters["frames_rx_ok"] + 9, "rx_crc_errors": 5}
+    assert second.model_copy(update={"counters": {}}) == moved.model_copy(
+        update={"counters": {}, "counters_full": False}
+    )
+    (still,) = changes.thin([moved], at_s=4.0)
+    assert still.counters == {} and not still.counters_full
+    (due,) = changes.thin([moved], at_s=60.0)  # 60 s after the last full record
+    assert due.counters_full and due.counters == moved.counters
+    fewer = moved.model_copy(
+        update={"counters": {k: v for k, v in moved.counters.items() if k != "rx_crc_errors"}}
+    )
+    (gone,) = changes.thin([fewer], at_s=62.0)  # a vanished counter: only a full map says so
+    assert gone.counters_full and gone.counters == fewer.counters
+    assert changes.thin([], at_s=64.0) == []  # the port vanished: its return starts with every counter
+    (back,) = changes.thin([fewer], at_s=66.0)
+    assert back.counters_full
+
+
+def test_changed_counters_every_record_full_at_zero() -> None:
+    changes, port = ChangedCounters(full_every_s=0.0), _ionic()
+    assert all(changes.thin([port], at_s=t)[0].counters_full for t in (0.0, 0.0, 2.0))
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_changed_counters_latest_values_are_each_sample(seed: int) -> None:
+    """What history reads (each counter's latest value, per port) equals every sample the agent read."""
+    rng = random.Random(seed)
+    ports = [_ionic(f"enp{i}s0") for i in range(3)]
+    changes = ChangedCounters(full_every_s=10.0)
+    latest: dict[str, dict[str, int]] = {p.name: {} for p in ports}
+    for step in range(40):
+        ports = [p.model_copy(update={"counters": {k: v + rng.choice((0, 0, 0, 1, 1000)) for k, v in p.counters.items()}})
+                 for p in ports]  # fmt: skip
+        for record in changes.thin(ports, at_s=step * 2.0):
+            if record.counters_full:
+                latest[record.name] = {}
+            latest[record.name].update(record.counters)
+        assert latest == {p.name: p.counters for p in ports}

@@ -107,3 +107,36 @@ class RateTracker:
             "link_flaps": max(flaps_counted, state_changed),
             "counter_resets": sum(1 for d in deltas.values() if d is None),
         }
+
+
+@dataclass
+class _Published:
+    full_at_s: float
+    counters: dict[str, int]
+
+
+class ChangedCounters:
+    """Keeps what each port's last record said; :meth:`thin` leaves in a record only the counters that changed since,
+    except on a port's first record and then at most every ``full_every_s`` (0: always), or when a counter vanished
+    (which a map of changes cannot say): those carry every counter (``counters_full``)."""
+
+    def __init__(self, full_every_s: float) -> None:
+        self.full_every_s = full_every_s
+        self._published: dict[str, _Published] = {}
+
+    def thin(self, records: list[NicRecord], at_s: float) -> list[NicRecord]:
+        out = []
+        for record in records:
+            published = self._published.get(record.name)
+            if (published is None or at_s - published.full_at_s >= self.full_every_s
+                    or not published.counters.keys() <= record.counters.keys()):  # fmt: skip
+                self._published[record.name] = _Published(at_s, dict(record.counters))
+                out.append(record)
+                continue
+            last = published.counters
+            changed = {key: value for key, value in record.counters.items() if last.get(key) != value}
+            last.update(changed)
+            out.append(record.model_copy(update={"counters": changed, "counters_full": False}))
+        for name in set(self._published) - {r.name for r in records}:
+            del self._published[name]  # vanished: its return is a first record again
+        return out

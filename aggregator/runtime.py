@@ -328,8 +328,11 @@ class Aggregator:
 
     async def _pull_until(self, pull: BoundedPull, stop: asyncio.Event, nodes: set[NodeKey] | None) -> None:
         # A flag, not only cancellation: on Python 3.11 asyncio.wait_for (inside nats-py) can swallow a cancel.
+        pace_s = self.settings.aggregator.ingest.commit_every_s
+        next_fetch = 0.0
         while not (stop.is_set() or self._stopping.is_set()):
             await self._wait_for_analysis(stop)
+            await self._until(next_fetch, stop)
             try:
                 msgs = await pull.fetch(timeout=1.0)
             except (nats.errors.ConnectionClosedError, nats.errors.ConnectionReconnectingError,
@@ -339,6 +342,8 @@ class Aggregator:
                 continue
             if not msgs:
                 continue
+            # caught up: the next commit gathers what comes until then (a full fetch means a backlog: at once)
+            next_fetch = time.monotonic() + pace_s if len(msgs) < pull.batch else 0.0
             recv_ns = (
                 time.time_ns() // 1000 * 1000
             )  # stored at microsecond precision: replay must agree exactly
@@ -355,6 +360,18 @@ class Aggregator:
                     self._observe(env, recv)
                 if nodes is not None:
                     nodes.update((env.cluster, env.node) for env, _ in result.accepted)
+
+    async def _until(self, monotonic_s: float, stop: asyncio.Event) -> None:
+        """Wait until ``monotonic_s``, or the stop of this ingest or of the aggregator."""
+        remaining = monotonic_s - time.monotonic()
+        if remaining <= 0:
+            return
+        stops = [asyncio.ensure_future(event.wait()) for event in (stop, self._stopping)]
+        try:
+            await asyncio.wait(stops, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in stops:
+                waiter.cancel()
 
     async def _wait_for_analysis(self, stop: asyncio.Event) -> None:
         """Fetch nothing while the straggler engine's queue is at ``ingest_waits_at_records``: the stream keeps the

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import nats
+import pytest
 from nats.js.api import AckPolicy, ConsumerConfig
 
 from ranksight.aggregator.pull import BoundedPull
@@ -66,3 +68,25 @@ async def test_the_aggregator_commits_a_fetch_over_the_record_bound_in_parts(set
         for agent in agents:
             await agent.close()
     assert gpu_rows(settings) == (1200, 1200)
+
+
+@pytest.mark.parametrize(("every_s", "batches"), [(0.5, range(1, 10)), (0.0, range(20, 61))])
+async def test_a_caught_up_aggregator_commits_at_most_every_commit_every_s(
+    settings: Settings, every_s: float, batches: range
+) -> None:
+    """Messages trickling in (one every 50 ms for 3 s) are gathered into a commit at most every ``commit_every_s``;
+    at 0 each is committed as it comes. Nothing is lost either way."""
+    settings.aggregator.ingest.commit_every_s = every_s
+    agent = await SyntheticAgent(settings, "sim-0", records_per_batch=4).start()
+    try:
+        async with aggregator(settings) as agg:
+            for _ in range(60):
+                await agent.emit(4)
+                await agent.batcher.flush()  # type: ignore[union-attr]
+                await asyncio.sleep(0.05)
+            assert await agent.flush(30)
+            await wait_for(lambda: agg.stats.messages == 60, timeout=30, interval=0.1)
+            assert agg.stats.batches in batches
+    finally:
+        await agent.close()
+    assert gpu_rows(settings) == (240, 240)

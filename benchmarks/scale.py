@@ -367,8 +367,15 @@ async def publisher(
             sent_bytes += len(payload)
         sent_msgs += len(out)
         await nc.flush()
-        await asyncio.to_thread(stats.write_text, f"{sent_msgs} {sent_bytes} {ras_oversize}")
+        await asyncio.to_thread(_write_stats, stats, f"{sent_msgs} {sent_bytes} {ras_oversize}")
         await asyncio.sleep(max(0.0, TICK_S - (time.time() - now)))
+
+
+def _write_stats(path: Path, text: str) -> None:
+    """Replace the stats file at once: the measuring side reading it half-written counted a publisher as 0."""
+    partial = path.with_suffix(".partial")
+    partial.write_text(text)
+    partial.replace(path)
 
 
 # --- the measuring side ------------------------------------------------------------------------------------------

@@ -134,6 +134,13 @@ def to_builtins(obj: Any) -> Any:
     return msgspec.to_builtins(obj, enc_hook=_model_builtins)
 
 
+def replace(record: Any, **changes: Any) -> Any:
+    """A copy of a record (twin or model) with ``changes``."""
+    if isinstance(record, msgspec.Struct):
+        return msgspec.structs.replace(record, **changes)
+    return record.model_copy(update=changes)
+
+
 def to_json(obj: Any) -> str:
     """JSON text of a record or a list of them (twins and models alike), as stored in JSON columns."""
     return msgspec.json.encode(obj, enc_hook=_model_builtins).decode()

@@ -19,6 +19,7 @@ from ranksight.aggregator.timefmt import NS
 from ranksight.config import HardwareAlertSettings
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord, NicRecord
+from ranksight.schemas.structs import replace
 
 DeviceStateName = Literal["alive", "stale", "vanished"]
 R = TypeVar("R", GpuRecord, NicRecord)
@@ -75,6 +76,10 @@ class _DeviceTracker(Generic[R]):
     def _rate(self, record: R) -> float | None:
         return None
 
+    def _current(self, previous: R | None, record: R) -> R:
+        """The device's state after ``record``, given the record it had (None: none)."""
+        return record
+
     def observe(self, env: Envelope, recv_ns: int) -> None:
         # A batch often holds several samples of each device, all received at once: fold them to the last sample
         # per device (what the device's state is now), keeping what the earlier ones say about flaps and
@@ -85,7 +90,7 @@ class _DeviceTracker(Generic[R]):
         rates: dict[str, list[float]] = {}
         for record in env.records:
             name = self._key(record)
-            last[name] = record
+            last[name] = self._current(last.get(name), record)
             if (rate := self._rate(record)) is not None:
                 rates.setdefault(name, []).append(rate)
             if not self._sustained(record):
@@ -103,7 +108,8 @@ class _DeviceTracker(Generic[R]):
             elif state.last_seen_ns > recv_ns:
                 continue  # an older fact never replaces a newer one
             else:  # updated in place: nothing keeps a device's state across a tick
-                state.record, state.state = record, "alive"
+                record = state.record = self._current(state.record, record)
+                state.state = "alive"
                 state.last_seen_ns, state.expires_ns = recv_ns, expires_ns
             if not self._sustained(record):
                 state.since_ns = None
@@ -165,3 +171,11 @@ class NicTracker(_DeviceTracker[NicRecord]):
 
     def _rate(self, record: NicRecord) -> float | None:
         return record.errors_per_s
+
+    def _current(self, previous: NicRecord | None, record: NicRecord) -> NicRecord:
+        """A record of changed counters only adds them to the port's counters so far (whose completeness it keeps):
+        the live port shows every counter's latest value."""
+        if record.counters_full or previous is None:
+            return record
+        counters = {**previous.counters, **record.counters}
+        return replace(record, counters=counters, counters_full=previous.counters_full)  # type: ignore[no-any-return]

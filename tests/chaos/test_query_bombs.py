@@ -128,6 +128,9 @@ async def test_ingest_waits_out_a_full_memory_pool(
     cfg = small_limits(settings)
     q = cfg.aggregator.query.model_copy(update={"sql_temp_max_bytes": 0})  # nothing spills: memory stays held
     cfg = cfg.model_copy(update={"aggregator": cfg.aggregator.model_copy(update={"query": q})})
+    # a commit per heartbeat as it comes: these ask the pool for a new block while the sort holds it (paced commits
+    # of a few heartbeats each found room in the blocks they had)
+    cfg.aggregator.ingest.commit_every_s = 0
     async with aggregator(cfg) as agg, agent(cfg, only=["heartbeat"]):
         await wait_for(lambda: agg.stats.records > 0)
         hog = agg.store.reader()

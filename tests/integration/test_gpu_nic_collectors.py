@@ -137,7 +137,8 @@ async def test_nic_end_to_end_link_down_alert_and_history(settings: Settings, tm
             lambda: (dev := nics.get(("test", "node-a", "mlx5_0/1"))) and dev.record.tx_bps is not None
         )
         write_tree(root, {f"{port}/counters/port_xmit_data": 5000})
-        await wait_for(lambda: nics[("test", "node-a", "mlx5_0/1")].record.tx_bps)
+        # live: every counter's latest value, though records after the first carry only the changed ones
+        await wait_for(lambda: nics[("test", "node-a", "mlx5_0/1")].record.counters["port_xmit_data"] == 5000)
         write_tree(root, {f"{port}/state": "1: DOWN"})
         await wait_for(lambda: any(a.rule == "nic_link_down" for a in agg.engine.active.values()))
         response = await query(settings, "nics")
@@ -147,6 +148,9 @@ async def test_nic_end_to_end_link_down_alert_and_history(settings: Settings, tm
             and response.rows[0]["freshness"] == "alive"
         )
         assert response.rows[0]["state"] == "DOWN"
+        # the live port holds every counter though its later records carried only the changed one
+        assert response.rows[0]["counters"] == {"port_xmit_data": 5000, "port_rcv_data": 1000}
+        assert response.rows[0]["counters_full"] is True
         write_tree(root, {f"{port}/state": "4: ACTIVE"})
         await wait_for(lambda: not any(a.rule == "nic_link_down" for a in agg.engine.active.values()))
     con = duckdb.connect(str(settings.db_path()), read_only=True)

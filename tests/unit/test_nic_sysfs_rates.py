@@ -10,6 +10,9 @@ import pytest
 from ranksight.agent.collectors.nic.rates import ChangedCounters, RateTracker, counter_delta
 from ranksight.agent.collectors.nic.sysfs import read_nics
 from ranksight.agent.collectors.nic.tools import parse_ethtool_stats
+from ranksight.aggregator.state.devices import NicTracker
+from ranksight.schemas.codec import decode_event, encode_event
+from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import NicRecord
 from tests.gpu_nic_support import SYSFS_TREE, write_tree
 
@@ -155,3 +158,31 @@ def test_changed_counters_latest_values_are_each_sample(seed: int) -> None:
                 latest[record.name] = {}
             latest[record.name].update(record.counters)
         assert latest == {p.name: p.counters for p in ports}
+
+
+def _moved(port: NicRecord, **deltas: int) -> NicRecord:
+    return port.model_copy(
+        update={"counters": {**port.counters, **{k: port.counters[k] + d for k, d in deltas.items()}}}
+    )
+
+
+def test_the_live_port_shows_every_counters_latest_value() -> None:
+    """The aggregator's live port (what ``nics`` answers) adds each record of changed counters to the port's
+    counters so far; several samples of a port in one envelope all count."""
+    changes, tracker, port = ChangedCounters(full_every_s=60.0), NicTracker(), _ionic()
+    samples = [[port], [_moved(port, frames_rx_ok=5)], [_moved(port, frames_rx_ok=9), _moved(port, frames_rx_ok=9,
+               octets_rx_ok=100)], [_moved(port, frames_rx_ok=9, octets_rx_ok=100)]]  # fmt: skip
+    for seq, batch in enumerate(samples, start=1):
+        records = [changes.thin([sample], at_s=seq * 2.0)[0] for sample in batch]
+        assert seq == 1 or not any(r.counters_full for r in records)
+        env = Envelope(type=event_type("nic"), cluster="c", node="n", agent="a", seq=seq, ts=seq, ttl=6.0,
+                       records=records)  # fmt: skip
+        tracker.observe(decode_event(encode_event(env)), recv_ns=seq * 10**9)
+        live = tracker.devices[("c", "n", "enp132s0")].record
+        assert live.counters == batch[-1].counters and live.counters_full
+    fresh = NicTracker()  # an aggregator that has not seen the port's full record (yet) says so
+    changed = port.model_copy(update={"counters": {"frames_rx_ok": 1}, "counters_full": False})
+    fresh.observe(Envelope(type=event_type("nic"), cluster="c", node="n", agent="a", seq=1, ts=1, ttl=6.0,
+                           records=[changed]), recv_ns=1)  # fmt: skip
+    live = fresh.devices[("c", "n", "enp132s0")].record
+    assert (live.counters, live.counters_full) == ({"frames_rx_ok": 1}, False)

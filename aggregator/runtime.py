@@ -342,8 +342,10 @@ class Aggregator:
                 continue
             if not msgs:
                 continue
-            # caught up: the next commit gathers what comes until then (a full fetch means a backlog: at once)
-            next_fetch = time.monotonic() + pace_s if len(msgs) < pull.batch else 0.0
+            # caught up (nothing waits behind this fetch): the next commit gathers what comes until then; a backlog,
+            # whatever bounded the fetch (messages, bytes), is read on at once
+            caught_up = not msgs[-1].metadata.num_pending
+            next_fetch = time.monotonic() + pace_s if caught_up else 0.0
             recv_ns = (
                 time.time_ns() // 1000 * 1000
             )  # stored at microsecond precision: replay must agree exactly

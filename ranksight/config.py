@@ -432,7 +432,7 @@ class IngestSettings(Section):
         0.5,
         ge=0,
         le=5,
-        description="while ingest is caught up (a fetch brings less than fetch_batch), it commits at most this "
+        description="while ingest is caught up (nothing waits in the stream behind a fetch), it commits at most this "
         "often: much of a commit's cost does not grow with its size (at 256 nodes, committing each fetch as it "
         "came took 1.3 x the writer's CPU); a message waits up to this long more before it is live (0: at once)",
     )

@@ -90,3 +90,27 @@ async def test_a_caught_up_aggregator_commits_at_most_every_commit_every_s(
     finally:
         await agent.close()
     assert gpu_rows(settings) == (240, 240)
+
+
+async def test_a_backlog_is_read_on_without_pacing_whatever_bounds_the_fetch(settings: Settings) -> None:
+    """Fetches cut short by the byte bound while messages wait behind them are committed one after the other, not
+    every ``commit_every_s`` (the messages: 600 kB that are not msgpack, dead-lettered; what counts is the fetching)."""
+    settings.aggregator.ingest.commit_every_s = 3.0
+    settings.aggregator.ingest.fetch_max_bytes = (
+        1 << 20
+    )  # raised to 2 x max_payload (1 MB): 3 of these a fetch
+    nc = await nats.connect(settings.nats.url)
+    try:
+        js = nc.jetstream()
+        await ensure_stream(js, settings)
+        subject = Subjects(settings.subject_prefix).event("test", "n", "gpu")
+        for i in range(12):
+            await js.publish(subject, bytes([i]) * 600_000)
+    finally:
+        await nc.close()
+    async with aggregator(settings) as agg:
+        started = time.monotonic()
+        await wait_for(lambda: agg.stats.messages == 12, timeout=30, interval=0.1)
+        assert agg.stats.batches >= 4  # the byte bound cut the backlog into several fetches
+        assert time.monotonic() - started < 6  # paced, four fetches would take 9 s at least
+        assert agg.stats.dead_letters == 12

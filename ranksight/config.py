@@ -655,7 +655,7 @@ class RawEvidenceSettings(Section):
 
 
 class HardwareAlertSettings(Section):
-    """Thresholds of the GPU and NIC alerts (``aggregator.hardware``)."""
+    """Thresholds of the GPU and NIC alerts, and the live NIC state's bound (``aggregator.hardware``)."""
 
     gpu_throttled_for_s: float = Field(30.0, gt=0, description="a GPU must stay throttled this long to alert")
     gpu_edge_c: float = Field(90.0, gt=0, description="edge (NVIDIA: GPU core) temperature that alerts")
@@ -669,6 +669,12 @@ class HardwareAlertSettings(Section):
     )
     nic_congestion_per_s: float = Field(1000.0, gt=0, description="CNP/ECN rate that alerts when sustained")
     nic_congestion_for_s: float = Field(30.0, gt=0, description="how long congestion must last to alert")
+    nic_max_counters: int = Field(
+        4096,
+        ge=1,
+        description="counters a live port keeps at most from records of changed counters added up (an ionic port "
+        "has about 600); a record that would pass it stands alone, its counters marked incomplete",
+    )
 
 
 class RasAlertSettings(Section):

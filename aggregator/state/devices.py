@@ -159,6 +159,7 @@ class NicTracker(_DeviceTracker[NicRecord]):
             int(s.nic_flap_window_s * NS),
             int(s.nic_errors_window_s * NS),
         )
+        self.max_counters = s.nic_max_counters
 
     def _key(self, record: NicRecord) -> str:
         return record.name
@@ -174,8 +175,11 @@ class NicTracker(_DeviceTracker[NicRecord]):
 
     def _current(self, previous: NicRecord | None, record: NicRecord) -> NicRecord:
         """A record of changed counters only adds them to the port's counters so far (whose completeness it keeps):
-        the live port shows every counter's latest value."""
+        the live port shows every counter's latest value. Bounded: a peer sending new names in every record of
+        changes would otherwise grow the port's counters without end."""
         if record.counters_full or previous is None:
             return record
         counters = {**previous.counters, **record.counters}
+        if len(counters) > self.max_counters:
+            return record
         return replace(record, counters=counters, counters_full=previous.counters_full)  # type: ignore[no-any-return]

@@ -11,6 +11,7 @@ from ranksight.agent.collectors.nic.rates import ChangedCounters, RateTracker, c
 from ranksight.agent.collectors.nic.sysfs import read_nics
 from ranksight.agent.collectors.nic.tools import parse_ethtool_stats
 from ranksight.aggregator.state.devices import NicTracker
+from ranksight.config import HardwareAlertSettings
 from ranksight.schemas.codec import decode_event, encode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import NicRecord
@@ -186,3 +187,21 @@ def test_the_live_port_shows_every_counters_latest_value() -> None:
                            records=[changed]), recv_ns=1)  # fmt: skip
     live = fresh.devices[("c", "n", "enp132s0")].record
     assert (live.counters, live.counters_full) == ({"frames_rx_ok": 1}, False)
+
+
+def test_a_peer_naming_new_counters_in_every_record_is_bounded() -> None:
+    """Records of changed counters, each with 1000 names never seen before: the live port keeps at most
+    ``nic_max_counters`` of them, the record that would pass it standing alone (incomplete)."""
+    tracker = NicTracker(HardwareAlertSettings(nic_max_counters=2500))
+    port = NicRecord(name="eth9", kind="netdev", counters={"rx_bytes": 1})
+    sizes = []
+    for seq in range(1, 6):
+        record = port if seq == 1 else port.model_copy(
+            update={"counters": {f"c{seq}_{i}": i for i in range(1000)}, "counters_full": False})  # fmt: skip
+        tracker.observe(Envelope(type=event_type("nic"), cluster="c", node="n", agent="a", seq=seq, ts=seq, ttl=6.0,
+                                 records=[record]), recv_ns=seq)  # fmt: skip
+        live = tracker.devices[("c", "n", "eth9")].record
+        assert len(live.counters) <= 2500
+        sizes.append((len(live.counters), live.counters_full))
+    # 2 and 3 add up (2001 counters), 4 would pass 2500 and stands alone, 5 adds to it: incomplete from 4 on
+    assert sizes == [(1, True), (1001, True), (2001, True), (1000, False), (2000, False)]

@@ -255,6 +255,12 @@ def nic_cycle(nic_source: str, interval_s: float, full_every_s: float) -> list[l
     return cycle
 
 
+def gauge_phase_s(k: int, interval_s: float) -> float:
+    """When node ``k`` first sends a gauge of ``interval_s``, seconds after the start: agents started at different
+    moments, so each node's gauges keep their own phase (spread by the golden ratio)."""
+    return (k * 0.618034 % 1.0) * interval_s
+
+
 def gauge_templates(nic_source: str) -> list[tuple[float, list[Template]]]:
     """Per node: (interval s, the envelopes sent in turn) of the GPU, NIC and heartbeat collectors at their defaults
     (``wire.py``'s batches: an A100's ``nvidia-smi`` sample x 8, a heartbeat; :func:`nic_cycle`)."""
@@ -333,8 +339,7 @@ async def publisher(
     nodes = [SimulatedNode(b, i) for b in range(first_block, last_block) for i in range(BLOCK)]
     cursors = [0] * len(nodes)
     t0 = t0_us / US
-    # agents started at different moments: each node's gauges keep their own phase
-    next_gauge = [[t0 + (k * 0.618034 % 1.0) * interval for interval, _ in gauges] for k in range(len(nodes))]
+    next_gauge = [[t0 + gauge_phase_s(k, interval) for interval, _ in gauges] for k in range(len(nodes))]
     # which of a gauge's envelopes each node sends next (each node at its own point of the NIC cycle)
     turns = [[k for _ in gauges] for k in range(len(nodes))]
     next_ras = t0

@@ -45,7 +45,7 @@ def traffic(nodes: int, seconds: float) -> list[tuple[int, str, str, bytes]]:
                 subject, data, _ = node.message(template)
                 out.append((at, template.kind, subject, data))
         for interval, cycle in gauges:
-            at, turn = start_us + (k * 0.618034 % 1.0) * interval * US, k
+            at, turn = start_us + scale.gauge_phase_s(k, interval) * US, k
             while at < start_us + seconds * US:
                 template = cycle[turn % len(cycle)]
                 subject, data, _ = node.message(template)

@@ -36,7 +36,7 @@ from ranksight.config import CollectorSettings, Settings
 from ranksight.natsconn import connect, disconnect
 from ranksight.schemas.records import CollectorHealth, PublisherStats, Record
 from ranksight.schemas.subjects import Subjects, require_token
-from ranksight.version import ranksight_version
+from ranksight.version import ranksight_version, service_version
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ class AgentRuntime:
         service = await add_service(
             ctx.nc,
             name="ranksight-agent",
-            version=ctx.version,
+            version=service_version(ctx.version),
             description="ranksight node agent",
             metadata={"cluster": ctx.cluster, "node": ctx.node, "incarnation": ctx.incarnation},
         )

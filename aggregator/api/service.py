@@ -26,6 +26,7 @@ from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.aggregator.api.paging import NEXT, PageCache, PageExpired, RowTooLarge, split_pages
 from ranksight.aggregator.api.sql import SqlFailed
 from ranksight.schemas.api import ApiResponse
+from ranksight.version import service_version
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
@@ -114,7 +115,7 @@ async def start_services(nc: Client, agg: Aggregator) -> list[Service]:
         service = await add_service(
             nc,
             name=name,
-            version=agg.version,
+            version=service_version(agg.version),
             description="ranksight aggregator query API",
             metadata={"cluster": agg.settings.cluster, **metadata},
             stats_handler=lambda stats, errors=errors: {"errors_by_code": dict(errors[stats.name])},

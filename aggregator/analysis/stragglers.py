@@ -671,22 +671,33 @@ class StragglerEngine:
             for proc, count in most_ops.items():
                 step_rate[proc] = count / ((len(window) - start_of(proc)) * slice_us)
         else:
-            # sampled: each (comm, coll, size, rank)'s mean exec time over the horizon, times its comm's op rate
-            totals: dict[AggKey, list[float]] = {}
+            # sampled: coll_sn counts a (comm, coll)'s ops of every size, so the time a rank spends in a collective is
+            # that op rate times the mean exec time of its samples of all sizes (each size's mean times the rate of
+            # all of them would count every size as if it alone ran at that rate)
+            totals: dict[SpanKey, list[float]] = {}
             for i, sl in enumerate(window):
-                for agg_key, agg in sl.aggs.items():
-                    acc = totals.get(agg_key)
+                in_slice: dict[SpanKey, list[float]] = {}
+                for (comm, op, _size, rank), agg in sl.aggs.items():
+                    key = (comm, op, rank)
+                    acc = in_slice.get(key)
                     if acc is None:
-                        totals[agg_key] = [agg.n, agg.total]
+                        in_slice[key] = [agg.n, agg.total]
                     else:
                         acc[0] += agg.n
                         acc[1] += agg.total
-                    comm, op, _size, rank = agg_key
+                for key, (n, total) in in_slice.items():
+                    acc = totals.get(key)
+                    if acc is None:
+                        totals[key] = [n, total]
+                    else:
+                        acc[0] += n
+                        acc[1] += total
+                    comm, op, rank = key
                     proc = self.comms[comm].members[rank]
-                    per_slice[proc][i] += agg.total / agg.n * mean_rate.get((comm, op), 0.0) * slice_us
+                    per_slice[proc][i] += total / n * mean_rate.get((comm, op), 0.0) * slice_us
         lived = {proc: (len(window) - start_of(proc)) * slice_us for proc in (per_slice if sampled else busy)}
         if sampled:
-            for (comm, op, _size, rank), (n, total) in totals.items():
+            for (comm, op, rank), (n, total) in totals.items():
                 proc = self.comms[comm].members[rank]
                 rate = mean_rate.get((comm, op), 0.0)
                 busy[proc] += total / n * rate * lived[proc]

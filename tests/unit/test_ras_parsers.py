@@ -223,3 +223,38 @@ def test_fuzz_truncation_and_noise_raise_only_parse_error(name: str, cut: float,
         except RasParseError:
             continue
         json.dumps(result if isinstance(result, dict) else [], default=str)
+
+
+def test_text_mismatch_names_the_ranks_behind_in_every_layout_the_server_prints() -> None:
+    # the layouts of upstream's client_support.cc: a group line with its outlier ranks listed, one outlier on its own
+    # line, "not launched any operations", a rank whose process is unknown, and a status mismatch (no counts)
+    text = b"""NCCL version 2.28.9 compiled with CUDA 13.0
+
+Warnings
+========
+
+#0-0 (aaaa000000000001) MISMATCH
+  Communicator ranks have different status
+  6 ranks have status RUNNING
+  2 ranks have status INIT
+  Rank 5 -- GPU 5 managed by process 105 on node 10.0.0.2
+
+  Communicator ranks have different AllReduce operation counts
+  5 ranks have launched up to operation 40
+  2 ranks have launched up to operation 39
+  Rank 1 -- GPU 1 managed by process 101 on node 10.0.0.1
+  Rank 3 -- GPU 3 managed by process 103 on node 10.0.0.1
+  Rank 6 has not launched any operations -- GPU 6 managed by process 106 on node 10.0.0.2
+
+  Communicator ranks have different Broadcast operation counts
+  7 ranks have launched up to operation 3
+  Rank 7 has launched up to operation 2 -- [process information not found]
+
+"""
+    [comm] = parse_status_text(text).communicators
+    behind = sorted((r.collective, r.rank, r.count, r.peers_count, r.host, r.pid) for r in comm.lagging_ranks)
+    assert behind == [
+        ("AllReduce", 1, 39, 40, "10.0.0.1", 101),
+        ("AllReduce", 3, 39, 40, "10.0.0.1", 103),
+        ("AllReduce", 6, 0, 40, "10.0.0.2", 106),
+    ]

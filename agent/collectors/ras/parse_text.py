@@ -28,7 +28,7 @@ from ranksight.agent.collectors.ras.facts import (
     parse_gpus,
     sane_count,
 )
-from ranksight.schemas.records.ras import RasCommunicator, RasMismatch, RasProcess, RasStatus
+from ranksight.schemas.records.ras import RasCommunicator, RasLaggingRank, RasMismatch, RasProcess, RasStatus
 
 _VERSION = re.compile(r"^(?:NCCL|RCCL) version (\d+\.\d+\.\d+)")
 _COLLECTING = re.compile(r"^Communicators\.\.\.\s*\((-?\d+(?:\.\d+)?)s\)")
@@ -44,6 +44,10 @@ _MISSING_COUNT = re.compile(r"^\s+Missing communicator data from (\d+) ranks?")
 _MISSING_RANKS_224 = re.compile(r"^\s+The missing ranks?: (.+)$")
 _TIMEOUTS = re.compile(r"^\s+Encountered (-?\d+) communication timeouts?")
 _DIFFERENT_OPS = re.compile(r"^\s+Communicator ranks have different (\w+) operation counts")
+# in a MISMATCH block, most frequent count first: a group line, its ranks listed when they are the outliers, or one
+# outlier rank on a line of its own; "not launched any operations" is count 0
+_OPS_GROUP = re.compile(r"^\s+\d+ ranks have (?:launched up to operation (\d+)|not launched any operations)")
+_OPS_RANK = re.compile(r"^\s+Rank (-?\d+) has (?:launched up to operation (\d+)|not launched any operations)")
 _INTS = re.compile(r"-?\d+")
 
 _SECTIONS = {"Errors", "Warnings", "Job summary"}
@@ -80,6 +84,10 @@ class _Parser:
             tuple[str, int, str, int | None, list[int], str]
         ] = []  # comm, rank, host, pid, gpus, line
         self.summary_header: list[str] | None = None  # the '(total)' line; the next line holds the values
+        # MISMATCH op counts: (comm, collective) -> highest count, and the ranks named with theirs
+        self.op_counts: dict[tuple[str, str], tuple[list[int], list[tuple[int, int, re.Match[str]]]]] = {}
+        self.op_block: tuple[list[int], list[tuple[int, int, re.Match[str]]]] | None = None
+        self.op_group: int | None = None  # the count of the group whose ranks are being listed
         self.recognized = False
 
     def feed(self, line: str) -> None:
@@ -98,11 +106,12 @@ class _Parser:
             self._comm_head(m)
         elif line in ("INCOMPLETE", "DEAD", "TIMEOUT"):
             self.block, self.comm, self.recognized, self.block_lines = line, None, True, [line]
+            self.op_block = None
             self.flags.flag(line)
         elif line.startswith("  "):
             self._detail(line)
         elif line.strip() and not line.startswith(("=", "Group", "    #", "[...]")):
-            self.block, self.comm = None, None
+            self.block, self.comm, self.op_block = None, None, None
             if line.strip() in _SECTIONS:
                 self.recognized = True
 
@@ -129,7 +138,7 @@ class _Parser:
 
     def _comm_head(self, m: re.Match[str]) -> None:
         group, flag = int(m.group(1)), m.group(4)
-        self.recognized = True
+        self.recognized, self.op_block = True, None
         if group in self.phantom_groups:
             self.block, self.comm = "PHANTOM", None
             return
@@ -177,9 +186,30 @@ class _Parser:
                 self._missing_rank(comm, int(value))
         elif block == "MISMATCH" and "have different status" in line:
             self.mismatches.append(RasMismatch(hash=comm.hash, kind="status"))
+            self.op_block = None
         elif block == "MISMATCH" and (m := _DIFFERENT_OPS.match(line)) is not None:
             collective = None if m.group(1) == "collective" else m.group(1)  # 2.24: one line for all kinds
             self.mismatches.append(RasMismatch(hash=comm.hash, kind="op_count", collective=collective))
+            # 2.24's counts add up every kind: no collective to name a rank behind in
+            self.op_block = (
+                None if collective is None else self.op_counts.setdefault((comm.hash, collective), ([], []))
+            )
+            self.op_group = None
+        elif block == "MISMATCH" and self.op_block is not None:
+            self._op_count(self.op_block, line)
+
+    def _op_count(self, counts: tuple[list[int], list[tuple[int, int, re.Match[str]]]], line: str) -> None:
+        values, named = counts
+        if (m := _OPS_GROUP.match(line)) is not None:
+            self.op_group = int(m.group(1) or 0)
+            values.append(self.op_group)
+        elif (m := _OPS_RANK.match(line)) is not None:
+            values.append(int(m.group(2) or 0))
+            if (owner := _RANK_OWNER.search(line)) is not None:
+                named.append((int(m.group(1)), values[-1], owner))
+        elif self.op_group is not None and (m := _RANK.match(line)) is not None:
+            if (owner := _RANK_OWNER.search(line)) is not None:
+                named.append((int(m.group(1)), self.op_group, owner))
 
     @staticmethod
     def _missing_rank(comm: RasCommunicator, rank: int) -> None:
@@ -194,6 +224,13 @@ class _Parser:
                 self.flags.flag(flag)
             if expected is not None and len(comm.missing_ranks) + len(comm.unknown_ranks) < expected:
                 comm.complete = False
+        for (key, collective), (values, named) in self.op_counts.items():
+            highest = max(values, default=0)
+            self.comms[key].lagging_ranks += [
+                RasLaggingRank(rank=rank, host=owner.group(3), pid=sane_count(int(owner.group(2))),
+                               collective=collective, count=count, peers_count=highest)
+                for rank, count, owner in named if count < highest and sane_count(rank) is not None
+            ]  # fmt: skip
         for key, rank, host, pid, gpus, line in self.rank_owners:
             if key in self.comms:
                 dead = any(p.host == host and p.pid == pid for p in self.dead)

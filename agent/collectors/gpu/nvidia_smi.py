@@ -17,6 +17,8 @@ from ranksight.agent.collectors.gpu.values import UNIT_FACTORS, integer, is_miss
 from ranksight.schemas.records import GpuRecord
 
 # ``clocks_throttle_reasons.*`` is the spelling every driver accepts (newer ones alias it to clocks_event_reasons).
+# No field gives the PCIe replay counter (driver 580's --help-query-gpu has none): this source's pcie_replays is
+# null; the nvml and nvidia-smi-xml sources read it.
 QUERY_FIELDS = (
     "index", "uuid", "pci.bus_id", "name", "utilization.gpu", "memory.used", "memory.total", "power.draw",
     "enforced.power.limit", "temperature.gpu", "temperature.memory", "clocks.current.sm", "clocks.current.memory",

@@ -1,10 +1,11 @@
 """Parser of ``nvidia-smi -q -x`` (the full XML report), the NVIDIA source that also gives PCIe replays and per-GPU ECC.
 
-Faithful to the captured A100-SXM4 report (DTD ``nvsmi_device_v12``, driver 535): one ``<gpu id="<bus id>">`` per GPU
-in index order, readings as "67.03 W", "27 C", "1275 MHz", "81920 MiB", "N/A" when unsupported; ECC under
-``ecc_errors/volatile`` as ``sram_/dram_`` (un)correctable counts (older DTDs: ``single_bit``/``double_bit`` ``total``);
-slowdown reasons under ``clocks_event_reasons`` (older: ``clocks_throttle_reasons``) as "Active"/"Not Active".
-MIG instances repeat ``fb_memory_usage`` deeper in the tree, so only the GPU's direct children are read.
+Faithful to the captured A100-SXM4 report (DTD ``nvsmi_device_v12``, driver 535) and H100 report (``v13``, driver
+580: power as ``average_power_draw``/``instant_power_draw``): one ``<gpu id="<bus id>">`` per GPU in index order,
+readings as "67.03 W", "27 C", "1275 MHz", "81920 MiB", "N/A" when unsupported; ECC under ``ecc_errors/volatile`` as
+``sram_/dram_`` (un)correctable counts (older DTDs: ``single_bit``/``double_bit`` ``total``); slowdown reasons under
+``clocks_event_reasons`` (older: ``clocks_throttle_reasons``) as "Active"/"Not Active". MIG instances repeat
+``fb_memory_usage`` deeper in the tree, so only the GPU's direct children are read.
 """
 
 from __future__ import annotations
@@ -64,6 +65,20 @@ def _throttle(gpu: ET.Element) -> tuple[bool | None, list[str]]:
     return bool(active), active
 
 
+def _power(gpu: ET.Element) -> float | None:
+    """Board power as nvidia-smi's ``power.draw`` and NVML's ``nvmlDeviceGetPowerUsage`` give it, so that the three
+    NVIDIA sources agree: the 1 s average on Ampere (except GA100) and newer GPUs, the instantaneous draw on older ones.
+    Driver 580 (DTD v13) writes both, ``average_power_draw`` and ``instant_power_draw`` (the average "N/A" where the GPU
+    has none); DTD v12 (driver 535) writes the one reading as ``power_draw``, older DTDs under ``power_readings``. Not
+    the instantaneous draw first: on a real H100 ramping up under load it read 932 W while the average, which NVML
+    reports, read 131 W."""
+    return _scaled(
+        gpu, 1.0,
+        "gpu_power_readings/average_power_draw", "gpu_power_readings/instant_power_draw",
+        "gpu_power_readings/power_draw", "power_readings/power_draw",
+    )  # fmt: skip
+
+
 def parse_nvidia_smi_xml(data: bytes) -> list[GpuRecord]:
     # imported here: the XML parser is half a MiB of every agent's memory, and only this source uses it
     import xml.etree.ElementTree as ET
@@ -87,7 +102,7 @@ def parse_nvidia_smi_xml(data: bytes) -> list[GpuRecord]:
             utilization_pct=_scaled(gpu, 1.0, "utilization/gpu_util"),
             memory_used_bytes=None if used is None else int(used),
             memory_total_bytes=None if total is None else int(total),
-            power_w=_scaled(gpu, 1.0, "gpu_power_readings/power_draw", "power_readings/power_draw"),
+            power_w=_power(gpu),
             power_cap_w=_scaled(gpu, 1.0, "gpu_power_readings/current_power_limit",
                                 "power_readings/enforced_power_limit", "power_readings/power_limit"),
             temperature_edge_c=_scaled(gpu, 1.0, "temperature/gpu_temp"),

@@ -2,6 +2,12 @@
 
 Each reading is its own NVML call; a call the GPU does not support (``NVMLError``) is a null value, not a failure of the
 sample. NVML is blocking C: :func:`read_nvml` runs on a worker thread (the collector calls it with ``asyncio.to_thread``).
+
+The readings are the ones nvidia-smi reports, so that a GPU's values do not jump when the collector falls back from
+this source to ``nvidia-smi-xml`` or ``nvidia-smi`` (checked on a real H100, driver 580, nvidia-ml-py 13.610): memory
+used without the driver-reserved memory, power from ``nvmlDeviceGetPowerUsage`` (nvidia-smi's ``power.draw``: the 1 s
+average on Ampere (except GA100) and newer GPUs, instantaneous on older ones), HBM temperature from the
+``NVML_FI_DEV_MEMORY_TEMP`` field.
 """
 
 from __future__ import annotations
@@ -35,6 +41,36 @@ def _text(value: Any) -> str | None:
     return value.decode() if isinstance(value, bytes) else value
 
 
+# nvmlValueType_t -> the member of the nvmlValue_t union that holds a field value of that type (nvml.h)
+_VALUE_MEMBERS = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal", 6: "usVal"}
+
+
+def _memory(handle: Any) -> Any:
+    """Memory info whose ``used`` is nvidia-smi's: the v2 struct leaves out the memory the driver reserves (480 MiB
+    on an H100 80GB), which v1 counts as used. v1 where v2 is not there: an nvidia-ml-py without ``nvmlMemory_v2``, or
+    a driver without ``nvmlDeviceGetMemoryInfo_v2`` or that refuses the version (``NVMLError``)."""
+    version = getattr(pynvml, "nvmlMemory_v2", None)
+    if version is not None:
+        try:
+            return pynvml.nvmlDeviceGetMemoryInfo(handle, version=version)
+        except pynvml.NVMLError:
+            pass
+    return _try(pynvml.nvmlDeviceGetMemoryInfo, handle)
+
+
+def _field(handle: Any, name: str) -> float | None:
+    """One NVML field value (``nvmlDeviceGetFieldValues``); ``None`` when this nvidia-ml-py does not know the field, the
+    call fails, or the GPU does not support it (the value's own ``nvmlReturn`` is not success)."""
+    field_id = getattr(pynvml, name, None)
+    if field_id is None:
+        return None
+    values = _try(pynvml.nvmlDeviceGetFieldValues, handle, [field_id])
+    if not values or values[0].nvmlReturn != 0:  # NVML_SUCCESS
+        return None
+    member = _VALUE_MEMBERS.get(values[0].valueType)
+    return None if member is None else number(getattr(values[0].value, member))
+
+
 def _links(handle: Any) -> list[GpuLink]:
     links = []
     for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
@@ -46,7 +82,7 @@ def _links(handle: Any) -> list[GpuLink]:
 
 def _record(index: int, h: Any) -> GpuRecord:
     util = _try(pynvml.nvmlDeviceGetUtilizationRates, h)
-    mem = _try(pynvml.nvmlDeviceGetMemoryInfo, h)
+    mem = _memory(h)
     pci = _try(pynvml.nvmlDeviceGetPciInfo, h)
     reasons_fn = (
         getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None)
@@ -70,6 +106,7 @@ def _record(index: int, h: Any) -> GpuRecord:
         power_w=number(_try(pynvml.nvmlDeviceGetPowerUsage, h), 1e-3),
         power_cap_w=number(_try(pynvml.nvmlDeviceGetEnforcedPowerLimit, h), 1e-3),
         temperature_edge_c=number(_try(pynvml.nvmlDeviceGetTemperature, h, pynvml.NVML_TEMPERATURE_GPU)),
+        temperature_memory_c=_field(h, "NVML_FI_DEV_MEMORY_TEMP"),
         sclk_hz=clock(pynvml.NVML_CLOCK_SM), mclk_hz=clock(pynvml.NVML_CLOCK_MEM),
         ecc_correctable=ecc(pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED),
         ecc_uncorrectable=ecc(pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED),

@@ -99,12 +99,18 @@ def _advance(prev: CommState | None, comm: CommState) -> CommState:
     if prev is None or prev.op_total is None:
         return comm
     if comm.op_total is None:  # a poll without JSON detail: the last known counts (and lag) stand
-        comm.op_total, comm.op_changed_ns, comm.stalled_polls = (
-            prev.op_total,
-            prev.op_changed_ns,
-            prev.stalled_polls,
-        )
-        comm.lagging, comm.lag_polls = prev.lagging, prev.lag_polls
+        comm.op_total, comm.stalled_polls = prev.op_total, prev.stalled_polls
+        if comm.lagging and _moved(prev.lagging, comm.lagging):
+            comm.stalled_polls = (
+                0  # its MISMATCH lines show counts past the last known: progress, at this poll
+            )
+            return comm
+        comm.op_changed_ns = prev.op_changed_ns
+        if comm.lagging and prev.lagging and _lag(comm) <= _lag(prev):
+            # the same ranks behind at the same counts (text names only the outliers: a subset of JSON's list)
+            comm.lagging, comm.lag_polls = prev.lagging, prev.lag_polls + 1
+        elif not comm.lagging:
+            comm.lagging, comm.lag_polls = prev.lagging, prev.lag_polls
     elif comm.op_total == prev.op_total:
         comm.op_changed_ns, comm.stalled_polls = prev.op_changed_ns, prev.stalled_polls + 1
         if comm.lagging and _lag(comm) == _lag(prev):
@@ -114,6 +120,17 @@ def _advance(prev: CommState | None, comm: CommState) -> CommState:
 
 def _lag(comm: CommState) -> set[tuple[int, str, int]]:
     return {(r.rank, r.collective, r.count) for r in comm.lagging}
+
+
+def _moved(before: list[RasLaggingRank], now: list[RasLaggingRank]) -> bool:
+    """Whether counts named now are past those named before: a collective's highest, or a rank's own."""
+    highest = {r.collective: r.peers_count for r in before}
+    counts = {(r.rank, r.collective): r.count for r in before}
+    return any(
+        r.peers_count > highest.get(r.collective, r.peers_count)
+        or r.count > counts.get((r.rank, r.collective), r.count)
+        for r in now
+    )
 
 
 class JobTracker:

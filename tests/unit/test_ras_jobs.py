@@ -294,3 +294,27 @@ def test_hang_names_the_ranks_that_never_entered_the_collective_within_two_polls
     assert alert.evidence["nodes"] == ["node002"]
     assert "never entered it" in alert.summary and "node002" in alert.summary
     assert set(alert.evidence["comms"]) == {c.hash for c in hung.communicators if c.lagging_ranks}
+
+
+def test_text_polls_count_the_same_ranks_behind_and_see_progress_in_their_counts() -> None:
+    """A real 2.28.9 job (``fixtures/ras/nccl-2.28.9-h100``): text polls between JSON polls name the ranks behind
+    from their MISMATCH lines. The same lag on the next text poll is the hang's second look (no wait for the next JSON
+    poll); counts past the last known ones are progress, so a moving job's transient mismatch never adds up."""
+    from ranksight.agent.collectors.ras.parse_text import parse_status_text
+
+    def text(moment: str) -> RasRecord:
+        return record(parse_status_text((RAS / f"nccl-2.28.9-h100/4rank_{moment}_status.txt").read_bytes()))
+
+    h = Harness()
+    h.feed("ras", record(status("nccl-2.28.9-h100/4rank_healthy_status.json")))
+    assert "comm_hang" not in dict(h.feed("ras", text("slow")))  # one op apart while a status is gathered
+    job = h.state.jobs.jobs[("test", "slurm-1")]
+    [comm] = job.comms.values()
+    assert comm.lag_polls == 1
+    moved_at = h.now + 10 * NS
+    assert "comm_hang" not in dict(h.feed("ras", text("hang10")))  # counts moved on since: progress, now
+    [comm] = job.comms.values()
+    assert (comm.lag_polls, comm.op_changed_ns, comm.stalled_polls) == (1, moved_at, 0)
+    assert ("comm_hang", "firing") in h.feed("ras", text("hang24"))  # nothing moved: the second look
+    [alert] = [a for a in h.engine.active.values() if a.rule == "comm_hang"]
+    assert {(r["rank"], r["pid"]) for r in alert.evidence["lagging_ranks"]} == {(2, 3030)}

@@ -14,7 +14,8 @@ hostname), and carries the exact status lines behind it (``evidence.lines``):
   alive (polled, every process answering, no communicator initializing or finalizing) and it had run collectives;
   communicators that never ran one (initializing, idle) are not hung. It is the job's one hang alert: when Inspector
   silence finds a hang in the job's cluster (:mod:`aggregator.analysis.hangs`) it fires at once, with those ranks as
-  ``evidence.inspector_lagging``, and ``collective_hang`` stays quiet for a cluster RAS watches.
+  ``evidence.inspector_lagging``, and ``collective_hang`` stays quiet for a cluster RAS watches. An endpoint with text
+  statuses only (no op counts) gets it only when the same ranks stay behind at the same counts for ``LAG_POLLS`` polls.
 """
 
 from __future__ import annotations
@@ -155,18 +156,21 @@ class CommHangRule:
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         hang_ns = int(self.settings.hang_after_s * NS)
         for job in state.jobs.live():
-            comms = [c for c in job.comms.values() if c.op_total is not None]
+            every = list(job.comms.values())
+            comms = [c for c in every if c.op_total is not None]
             if (
-                not comms
+                not every
                 or job.missing_processes
                 or job.dead_processes
                 or job.peers_dead
-                or any(set(c.rank_status) - {"RUNNING"} or c.missing_ranks or c.unknown_ranks for c in comms)
+                or any(set(c.rank_status) - {"RUNNING"} or c.missing_ranks or c.unknown_ranks for c in every)
             ):
                 continue  # not alive, or a named cause: rank_missing / process_dead / comm_error speak for it
             stuck = [
-                c for c in comms if c.lag_polls >= LAG_POLLS
+                c for c in every if c.lag_polls >= LAG_POLLS
             ]  # some ranks never entered what peers wait in
+            if not comms and not stuck:
+                continue  # text statuses only (no JSON: RCCL 2.28.3, NCCL before 2.28.7): no op counts to judge
             ran = [c for c in comms if c.op_total]
             # the same hang seen by Inspector silence, in this job's communicators: at once
             hashes = {comm_hash(h) for h in job.comms}
@@ -181,6 +185,8 @@ class CommHangRule:
             frozen_s = min(now_ns - c.op_changed_ns for c in hung) // NS
             lines = [
                 f"communicator {c.hash}: {c.op_total} operations, none since {iso(c.op_changed_ns)}"
+                if c.op_total is not None
+                else f"communicator {c.hash}: the same ranks behind, their counts unmoved since {iso(c.op_changed_ns)}"
                 for c in hung
             ]
             summary = (f"job {job.job_id}: no collective advanced for {frozen_s} s on {len(hung)} "

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.analysis.gpu_probe import gpu_evidence
 from ranksight.aggregator.analysis.hangs import Hang, comm_hash, lagging_evidence
-from ranksight.aggregator.analysis.ras import node_of
+from ranksight.aggregator.analysis.ras import LAG_POLLS, node_of
 from ranksight.aggregator.analysis.stragglers import Finding
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.devices import link_up
@@ -160,12 +160,14 @@ class CollectiveHangRule:
 
 
 def _spoken_for(state: LiveState, cluster: str, hang: Hang) -> bool:
-    """Whether RAS speaks for this stall: its job has ended, or is live with op counts (its ``comm_hang`` judges)."""
+    """Whether RAS speaks for this stall: its job has ended, or is live with op counts or ranks seen behind twice
+    in its text statuses (its ``comm_hang`` judges)."""
     job = job_of(state, cluster, [hang.comm_id])
     if job is None:
         return False
     return job.state == "ended" or (
-        job.state == "running" and any(c.op_total is not None for c in job.comms.values())
+        job.state == "running"
+        and any(c.op_total is not None or c.lag_polls >= LAG_POLLS for c in job.comms.values())
     )
 
 

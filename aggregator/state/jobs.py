@@ -96,9 +96,9 @@ class JobState:
 def _advance(prev: CommState | None, comm: CommState) -> CommState:
     comm.mismatch_polls = (prev.mismatch_polls if prev else 0) + 1 if "MISMATCH" in comm.errors else 0
     comm.lag_polls = int(bool(comm.lagging))
-    if prev is None or prev.op_total is None:
+    if prev is None:
         return comm
-    if comm.op_total is None:  # a poll without JSON detail: the last known counts (and lag) stand
+    if comm.op_total is None:  # a poll without JSON detail (text): the last known counts stand
         comm.op_total, comm.stalled_polls = prev.op_total, prev.stalled_polls
         if comm.lagging and _moved(prev.lagging, comm.lagging):
             comm.stalled_polls = (
@@ -111,7 +111,7 @@ def _advance(prev: CommState | None, comm: CommState) -> CommState:
             comm.lagging, comm.lag_polls = prev.lagging, prev.lag_polls + 1
         elif not comm.lagging:
             comm.lagging, comm.lag_polls = prev.lagging, prev.lag_polls
-    elif comm.op_total == prev.op_total:
+    elif prev.op_total is not None and comm.op_total == prev.op_total:
         comm.op_changed_ns, comm.stalled_polls = prev.op_changed_ns, prev.stalled_polls + 1
         if comm.lagging and _lag(comm) == _lag(prev):
             comm.lag_polls = prev.lag_polls + 1

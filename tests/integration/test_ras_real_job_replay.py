@@ -26,7 +26,7 @@ async def test_the_real_jobs_statuses_raise_what_the_live_aggregator_raised(
     settings: Settings, tmp_path: Path
 ) -> None:
     s = settings.model_copy(deep=True)
-    s.aggregator.ras.hang_after_s = 1.0
+    s.aggregator.ras.hang_after_s = 60.0  # the ranks behind name the hang first (two polls), not the clock
     server = await FakeRasServer(PROFILES["2.28.9"], *moment("healthy")).start()
     s.agent.collectors.ras = s.agent.collectors.ras.model_copy(update={
         "addr": server.address, "interval_s": 0.2, "lease_ttl_s": 1.0, "timeout_s": 2.0, "detail_every": 1,

@@ -318,3 +318,23 @@ def test_text_polls_count_the_same_ranks_behind_and_see_progress_in_their_counts
     assert ("comm_hang", "firing") in h.feed("ras", text("hang24"))  # nothing moved: the second look
     [alert] = [a for a in h.engine.active.values() if a.rule == "comm_hang"]
     assert {(r["rank"], r["pid"]) for r in alert.evidence["lagging_ranks"]} == {(2, 3030)}
+
+
+def test_a_job_with_text_statuses_only_gets_its_hang_named_from_the_ranks_behind() -> None:
+    """RCCL 2.28.3 and NCCL before 2.28.7 have no JSON status, so no op counts: the same ranks behind at the same
+    counts in two text polls is the hang (the real 2.28.9 job's texts, read as such a release's), and a moving job's
+    transient mismatch is not."""
+    from ranksight.agent.collectors.ras.parse_text import parse_status_text
+
+    def text(moment: str) -> RasRecord:
+        return record(parse_status_text((RAS / f"nccl-2.28.9-h100/4rank_{moment}_status.txt").read_bytes()))
+
+    h = Harness()
+    for moment in ("healthy", "slow", "hang10"):  # the slow job's mismatch, then counts moved on: no hang yet
+        assert "comm_hang" not in dict(h.feed("ras", text(moment))), moment
+    assert ("comm_hang", "firing") in h.feed("ras", text("hang24"))
+    [alert] = [a for a in h.engine.active.values() if a.rule == "comm_hang"]
+    assert {(r["rank"], r["pid"]) for r in alert.evidence["lagging_ranks"]} == {(2, 3030)}
+    assert alert.evidence["comms"] == {"0xcfff7cc6f2419b84": None}
+    assert "the same ranks behind" in alert.evidence["lines"][0]
+    assert ("comm_hang", "resolved") in h.feed("ras", text("dead4"))  # the killed rank: rank_missing speaks

@@ -101,9 +101,8 @@ def _advance(prev: CommState | None, comm: CommState) -> CommState:
     if comm.op_total is None:  # a poll without JSON detail (text): the last known counts stand
         comm.op_total, comm.stalled_polls = prev.op_total, prev.stalled_polls
         if comm.lagging and _moved(prev.lagging, comm.lagging):
-            comm.stalled_polls = (
-                0  # its MISMATCH lines show counts past the last known: progress, at this poll
-            )
+            # its MISMATCH lines show counts past the last known: progress, at this poll
+            comm.stalled_polls = 0
             return comm
         comm.op_changed_ns = prev.op_changed_ns
         if comm.lagging and prev.lagging and _lag(comm) <= _lag(prev):

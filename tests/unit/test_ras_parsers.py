@@ -258,3 +258,24 @@ Warnings
         ("AllReduce", 3, 39, 40, "10.0.0.1", 103),
         ("AllReduce", 6, 0, 40, "10.0.0.2", 106),
     ]
+
+
+def test_a_number_too_long_to_convert_is_a_parse_error_in_every_format() -> None:
+    # Python refuses to convert integers of more than 4300 digits (ValueError): a peer sending one gets a clear
+    # error, not an exception the collector does not expect and `parse ras` prints as a traceback
+
+    big = "9" * 5000
+    real = FIXTURES / "ras/nccl-2.28.9-h100"
+    text = (real / "4rank_hang24_status.txt").read_text()
+    body = (real / "4rank_hang24_status.json").read_text()
+    for parse, data in [
+        (parse_status_text, text.replace("operation 1102", f"operation {big}", 1)),
+        (parse_status_text, text.replace("process 3030", f"process {big}", 1)),
+        (parse_status_json, body.replace("1102", big, 1)),
+        (
+            parse_monitor,
+            '{"timestamp": "2026-11-24 07:03:26", "event": "PEER_DEAD", "peer": {"pid": ' + big + "}}\n",
+        ),
+    ]:
+        with pytest.raises(RasParseError, match="4300 digits"):
+            parse(data.encode())

@@ -24,8 +24,8 @@ def detect_format(data: bytes) -> str:
     if text.startswith("{"):
         try:
             obj, _ = json.JSONDecoder().raw_decode(text)
-        except json.JSONDecodeError:
-            return "json"  # a status with the missing-comma bug does not decode as it is
+        except ValueError:  # the missing-comma bug, or a number too long: the JSON parser says what is wrong
+            return "json"
         return (
             "monitor" if isinstance(obj, dict) and "event" in obj and "communicators" not in obj else "json"
         )

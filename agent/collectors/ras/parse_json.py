@@ -55,13 +55,12 @@ def load_json(data: bytes) -> Any:
     """Decode, repairing the missing-comma bug only if the text does not parse as it is."""
     text = data.decode("utf-8", errors="replace")
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        repaired = _MISSING_COMMA.sub(r",\1", text)
         try:
-            return json.loads(repaired)
-        except json.JSONDecodeError as exc:
-            raise RasParseError(f"invalid JSON status: {exc}") from None
+            return json.loads(text)
+        except json.JSONDecodeError:
+            return json.loads(_MISSING_COMMA.sub(r",\1", text))
+    except ValueError as exc:  # not JSON even repaired, or a number too long to convert (Python's int limit)
+        raise RasParseError(f"invalid JSON status: {exc}") from None
 
 
 def _rank_status(status: dict[str, Any]) -> str:

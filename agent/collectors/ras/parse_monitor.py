@@ -91,6 +91,8 @@ class MonitorDecoder:
                         raise RasParseError("invalid JSON in MONITOR stream") from None
                     self.buffer = text
                     return events
+                except ValueError as exc:  # a number too long to convert (Python's int limit)
+                    raise RasParseError(f"invalid JSON in MONITOR stream: {exc}") from None
                 events.append(event_from_json(obj))
                 self.buffer = text[end:]
             else:

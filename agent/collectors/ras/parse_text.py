@@ -84,9 +84,11 @@ class _Parser:
             tuple[str, int, str, int | None, list[int], str]
         ] = []  # comm, rank, host, pid, gpus, line
         self.summary_header: list[str] | None = None  # the '(total)' line; the next line holds the values
-        # MISMATCH op counts: (comm, collective) -> highest count, and the ranks named with theirs
-        self.op_counts: dict[tuple[str, str], tuple[list[int], list[tuple[int, int, re.Match[str]]]]] = {}
-        self.op_block: tuple[list[int], list[tuple[int, int, re.Match[str]]]] | None = None
+        # MISMATCH op counts: (comm, collective) -> the counts printed, and the ranks named with theirs
+        self.op_counts: dict[tuple[str, str], tuple[list[int], list[RasLaggingRank]]] = {}
+        self.op_block: tuple[str, tuple[list[int], list[RasLaggingRank]]] | None = (
+            None  # collective, its counts
+        )
         self.op_group: int | None = None  # the count of the group whose ranks are being listed
         self.recognized = False
 
@@ -192,24 +194,31 @@ class _Parser:
             self.mismatches.append(RasMismatch(hash=comm.hash, kind="op_count", collective=collective))
             # 2.24's counts add up every kind: no collective to name a rank behind in
             self.op_block = (
-                None if collective is None else self.op_counts.setdefault((comm.hash, collective), ([], []))
+                None
+                if collective is None
+                else (collective, self.op_counts.setdefault((comm.hash, collective), ([], [])))
             )
             self.op_group = None
         elif block == "MISMATCH" and self.op_block is not None:
-            self._op_count(self.op_block, line)
+            self._op_count(self.op_block[1], line, self.op_block[0])
 
-    def _op_count(self, counts: tuple[list[int], list[tuple[int, int, re.Match[str]]]], line: str) -> None:
+    def _op_count(self, counts: tuple[list[int], list[RasLaggingRank]], line: str, collective: str) -> None:
+        """One line of a collective's op counts: a group's count, or a rank named with its count."""
         values, named = counts
         if (m := _OPS_GROUP.match(line)) is not None:
             self.op_group = int(m.group(1) or 0)
             values.append(self.op_group)
-        elif (m := _OPS_RANK.match(line)) is not None:
-            values.append(int(m.group(2) or 0))
-            if (owner := _RANK_OWNER.search(line)) is not None:
-                named.append((int(m.group(1)), values[-1], owner))
+            return
+        if (m := _OPS_RANK.match(line)) is not None:
+            rank, count = int(m.group(1)), int(m.group(2) or 0)
+            values.append(count)
         elif self.op_group is not None and (m := _RANK.match(line)) is not None:
-            if (owner := _RANK_OWNER.search(line)) is not None:
-                named.append((int(m.group(1)), self.op_group, owner))
+            rank, count = int(m.group(1)), self.op_group
+        else:
+            return
+        if (owner := _RANK_OWNER.search(line)) is not None and sane_count(rank) is not None:
+            named.append(RasLaggingRank(rank=rank, host=owner.group(3), pid=sane_count(int(owner.group(2))),
+                                        collective=collective, count=count, peers_count=0))  # fmt: skip
 
     @staticmethod
     def _missing_rank(comm: RasCommunicator, rank: int) -> None:
@@ -224,13 +233,14 @@ class _Parser:
                 self.flags.flag(flag)
             if expected is not None and len(comm.missing_ranks) + len(comm.unknown_ranks) < expected:
                 comm.complete = False
-        for (key, collective), (values, named) in self.op_counts.items():
+        for (key, _), (
+            values,
+            named,
+        ) in self.op_counts.items():  # the ranks behind their collective's highest
             highest = max(values, default=0)
             self.comms[key].lagging_ranks += [
-                RasLaggingRank(rank=rank, host=owner.group(3), pid=sane_count(int(owner.group(2))),
-                               collective=collective, count=count, peers_count=highest)
-                for rank, count, owner in named if count < highest and sane_count(rank) is not None
-            ]  # fmt: skip
+                r.model_copy(update={"peers_count": highest}) for r in named if r.count < highest
+            ]
         for key, rank, host, pid, gpus, line in self.rank_owners:
             if key in self.comms:
                 dead = any(p.host == host and p.pid == pid for p in self.dead)
@@ -260,6 +270,9 @@ def parse_status_text(data: bytes) -> RasStatus:
     if stripped.startswith("ERROR:"):
         raise RasParseError(f"the RAS server refused: {stripped.splitlines()[0]}")
     parser = _Parser()
-    for line in text.splitlines():
-        parser.feed(line.rstrip("\r"))
+    try:
+        for line in text.splitlines():
+            parser.feed(line.rstrip("\r"))
+    except ValueError as exc:  # a number too long to convert (Python's int limit): a broken or hostile peer
+        raise RasParseError(f"unreadable RAS status: {exc}") from None
     return parser.result()

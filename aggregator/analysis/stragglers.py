@@ -674,24 +674,17 @@ class StragglerEngine:
             # sampled: coll_sn counts a (comm, coll)'s ops of every size, so the time a rank spends in a collective is
             # that op rate times the mean exec time of its samples of all sizes (each size's mean times the rate of
             # all of them would count every size as if it alone ran at that rate)
-            totals: dict[SpanKey, list[float]] = {}
+            totals: defaultdict[SpanKey, list[float]] = defaultdict(lambda: [0, 0.0])  # ops, exec time
             for i, sl in enumerate(window):
-                in_slice: dict[SpanKey, list[float]] = {}
+                in_slice: defaultdict[SpanKey, list[float]] = defaultdict(lambda: [0, 0.0])
                 for (comm, op, _size, rank), agg in sl.aggs.items():
-                    key = (comm, op, rank)
-                    acc = in_slice.get(key)
-                    if acc is None:
-                        in_slice[key] = [agg.n, agg.total]
-                    else:
-                        acc[0] += agg.n
-                        acc[1] += agg.total
+                    acc = in_slice[comm, op, rank]
+                    acc[0] += agg.n
+                    acc[1] += agg.total
                 for key, (n, total) in in_slice.items():
-                    acc = totals.get(key)
-                    if acc is None:
-                        totals[key] = [n, total]
-                    else:
-                        acc[0] += n
-                        acc[1] += total
+                    acc = totals[key]
+                    acc[0] += n
+                    acc[1] += total
                     comm, op, rank = key
                     proc = self.comms[comm].members[rank]
                     per_slice[proc][i] += total / n * mean_rate.get((comm, op), 0.0) * slice_us

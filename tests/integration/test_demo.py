@@ -62,7 +62,8 @@ def test_demo_raises_the_injected_faults_and_stops(settings: Settings, tmp_path:
     # the sample is the agents' raw rate limit (4 agents for 75 s at most); summaries carry every record (how many
     # the job wrote in that time depends on the machine's load: several times the sample)
     limit = 4 * InspectorSettings().raw_rate_per_s * 75
-    assert part_us == 1_000_000 and 0 < raw <= limit and summarized > 4 * raw, (part_us, summarized, raw)
+    publish_us = round(InspectorSettings().summary_publish_s * 1e6)
+    assert part_us == publish_us and 0 < raw <= limit and summarized > 4 * raw, (part_us, summarized, raw)
     nodes = {n for (n,) in con.execute("SELECT DISTINCT node FROM heartbeat").fetchall()}
     assert nodes == {f"demo-node{i:03d}" for i in range(4)}
     assert con.execute("SELECT count(DISTINCT node) FROM gpu WHERE source = 'sysfs'").fetchone() == (4,)

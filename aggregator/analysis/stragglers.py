@@ -54,7 +54,8 @@ NO_SN = 2**63  # no coll_sn of a key in a slice: above every low end, and -1 bel
 @dataclass(frozen=True)
 class StragglerParams:
     window_s: float = 6.0  # sliding evaluation horizon
-    slice_s: float = 0.5  # the hop: a new evaluation per completed slice
+    slice_s: float = 0.5  # records are summed per slice
+    judge_every: int = 1  # online, the horizon is judged at every this many slices (offline at every slice)
     confirm_windows: int = 3  # most consecutive flagged evaluations a weak finding needs
     catch_up_windows: int = 4  # online, late records and gaps are judged again this many horizons back
     evidence_z: float = 12.0  # summed robust z that confirms a finding
@@ -473,8 +474,10 @@ class StragglerEngine:
             # records of the slices past their latest: not judged there (they would look idle, i.e. computing)
             behind = {} if final else {p: ts // self.slice_us for p, ts in self.proc_last.items()
                                        if ts // self.slice_us <= last}  # fmt: skip
+            every = 1 if final else self.params.judge_every
             for index in range(first, last + 1):
-                self._judge(index, {p for p, reached in behind.items() if reached <= index})
+                if index % every == every - 1:
+                    self._judge(index, {p for p, reached in behind.items() if reached <= index})
                 self.evaluated = index
             keep = self._reach()
             for old in [i for i in self.slices if i <= last - keep]:

@@ -3,7 +3,7 @@
 reports its findings.
 
 Every record is folded in once (never re-analyzed); each evaluation judges the slices completed since the last one, a
-sliding ``window_s`` horizon with a ``slice_s`` hop. In the aggregator this runs on a worker thread (``background=True``)
+sliding ``window_s`` horizon with a ``judge_every_s`` hop. In the aggregator this runs on a worker thread (``background=True``)
 and its result is picked up by a later tick, so the event loop never waits for it: ``observe`` only queues records.
 A cluster whose records stop arriving (by receipt time) for ``retain_windows`` x ``window_s`` is forgotten and its
 alerts resolve.
@@ -47,6 +47,7 @@ class ClusterFindings:
 
 def params_of(settings: StragglerSettings) -> StragglerParams:
     return StragglerParams(window_s=settings.window_s, slice_s=settings.slice_s,
+                           judge_every=max(1, round(settings.judge_every_s / settings.slice_s)),
                            confirm_windows=settings.confirm_windows, evidence_z=settings.evidence_z,
                            catch_up_windows=settings.catch_up_windows)  # fmt: skip
 

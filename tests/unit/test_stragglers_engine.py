@@ -204,6 +204,58 @@ def test_online_finding_alerts_fast_updates_and_resolves_when_the_fault_ends() -
     assert seen[-1][1] == [] and alerted[-1] < step_us[-1]  # resolved after the fault ended
 
 
+def test_online_the_horizon_is_judged_every_judge_every_slices_offline_every_slice() -> None:
+    """``judge_every`` (the aggregator's ``judge_every_s``): online, only every such slice ends a judged horizon (the
+    engine's main cost at scale); the straggler is still found as fast and nothing else named; offline, every slice."""
+    spec = scenarios.straggler("ring", seed=2)
+    fault = spec.faults[0]
+    spec.faults = [Fault("gpu", fault.node, fault.gpu, 1.5, start_step=80)]
+    timed, step_us = run_job(spec)
+    records = sorted(
+        (parse_line(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us
+    )
+    culprit = (spec.hostname(fault.node), spec.pid(fault.node, fault.gpu))
+
+    def judged_online(every: int) -> tuple[list[int], int]:
+        engine, judged = StragglerEngine(StragglerParams(judge_every=every)), []
+        judge = engine._judge
+        engine._judge = lambda index, behind: (judged.append(index), judge(index, behind))[1]  # type: ignore[method-assign]
+        clock, alerted = records[0].dump_ts_us, 0
+        for rec in records:
+            if rec.dump_ts_us >= clock + 2_000_000:  # evaluated every 2 s, as the aggregator does
+                clock = rec.dump_ts_us
+                found = {(f.hostname, f.pid) for f in engine.evaluate()}
+                assert found <= {culprit}
+                alerted = alerted or (clock if culprit in found else 0)
+            engine.add(rec)
+        return judged, alerted
+
+    every_slice, alerted_1 = judged_online(1)
+    every_other, alerted_2 = judged_online(2)
+    assert every_slice == list(range(every_slice[0], every_slice[-1] + 1))
+    assert every_other and all(i % 2 == 1 for i in every_other)
+    assert (
+        0 < alerted_2 - step_us[80] <= 15_000_000 and alerted_2 == alerted_1
+    )  # judged on the same evaluation
+
+    offline, judged = StragglerEngine(StragglerParams(judge_every=2)), []
+    judge = offline._judge
+    offline._judge = lambda index, behind: (judged.append(index), judge(index, behind))[1]  # type: ignore[method-assign]
+    assert [(f.hostname, f.pid) for f in offline.extend(records).analyze().stragglers] == [culprit]
+    assert judged == list(range(judged[0], judged[-1] + 1))
+
+
+def test_judge_every_s_is_whole_slices_at_least_one() -> None:
+    from ranksight.aggregator.state.stragglers import params_of
+    from ranksight.config import StragglerSettings
+
+    def every(**values: float) -> int:
+        return params_of(StragglerSettings.model_validate(values)).judge_every
+
+    assert every() == 2 and every(judge_every_s=0.5) == 1 and every(judge_every_s=0.1) == 1
+    assert every(judge_every_s=2.0, slice_s=0.25) == 8
+
+
 @pytest.mark.parametrize("capture", MODELS)
 def test_long_steps_stretch_the_horizon_so_hiccups_stay_silent_and_a_straggler_is_found(capture: str) -> None:
     """1 s steps with 2x one-step hiccups: a 6 s horizon would hold 5 steps, where one hiccup looks like a 1.2x

@@ -76,6 +76,14 @@ class IngestStats:
         return self.lag_s + max(0.0, now - self.last_batch_at) if self.pending else 0.0
 
 
+def ingest_gc() -> None:
+    """The cyclic GC as ingest wants it. Ingest allocates millions of short-lived objects (decoded records); with the
+    default thresholds the GC rescans the long-lived state over and over (about a third of ingest time). What startup
+    built is frozen and the young generation collected less often."""
+    gc.freeze()
+    gc.set_threshold(50_000, 50, 100)
+
+
 async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
     cfg = settings.aggregator
     subjects = Subjects(settings.subject_prefix)
@@ -180,11 +188,7 @@ class Aggregator:
         try:
             await self.sandbox.open()
             await self._rebuild()
-            # Ingest allocates millions of short-lived objects (decoded records); with the default thresholds the
-            # cyclic GC rescans the long-lived state over and over (about a third of ingest time). Freeze what startup
-            # built and collect the young generation less often.
-            gc.freeze()
-            gc.set_threshold(50_000, 50, 100)
+            ingest_gc()
             nc = self.nc = await connect(self.settings.nats, name="ranksight-aggregator")
             js = nc.jetstream()
             await ensure_stream(js, self.settings)

@@ -5,7 +5,8 @@ NIC and heartbeat templates at their intervals, each node's gauges in their own 
 ``--nodes`` nodes, put in arrival order; a real :class:`~aggregator.store.Store` on a fresh DuckDB file commits them
 in batches of each ``--batches`` size in turn (a fresh file each), on this thread, as ingest's writer thread does. It
 prints per size the writer's CPU (``RUSAGE_THREAD``: decoding, Arrow, DuckDB's insert and commit) per second of
-traffic, i.e. the cores it needs, per message, and the ratio to the first size; then each kind's decoding alone.
+traffic, i.e. the cores it needs, per message, and the ratio to the first size; then each kind's decoding alone. The
+cyclic GC runs as in the aggregator (:func:`aggregator.runtime.ingest_gc`).
 
 The default sizes: 85 messages a commit is what the aggregator committed at 256 nodes taking each fetch as it came
 (about 7 commits a second of 745 messages), 372 half a second of them (``ingest.commit_every_s``), 745 a second.
@@ -84,9 +85,11 @@ def main() -> None:
     parser.add_argument("--batches", default="85,372,745", help="messages per commit, comma-separated")
     parser.add_argument("--kind", help="only this kind's messages")
     args = parser.parse_args()
+    from ranksight.aggregator.runtime import ingest_gc
     from ranksight.schemas.codec import decode_event
 
     messages = traffic(args.nodes, args.seconds)
+    ingest_gc()  # as the aggregator runs (the default thresholds cost the summaries' commits about a third more)
     if args.kind:
         messages = [m for m in messages if m[1] == args.kind]
     kinds: dict[str, list[bytes]] = defaultdict(list)

@@ -176,10 +176,20 @@ class NicTracker(_DeviceTracker[NicRecord]):
     def _current(self, previous: NicRecord | None, record: NicRecord) -> NicRecord:
         """A record of changed counters only adds them to the port's counters so far (whose completeness it keeps):
         the live port shows every counter's latest value. Bounded: a peer sending new names in every record of
-        changes would otherwise grow the port's counters without end."""
+        changes would otherwise grow the port's counters without end. The port's merged counters are copied from a
+        received record once, then updated in place: a changed record costs its own counters, not the port's
+        hundreds (607 per port of an AMD Pollara NIC)."""
         if record.counters_full or previous is None:
             return record
-        counters = {**previous.counters, **record.counters}
-        if len(counters) > self.max_counters:
+        counters = previous.counters
+        added = sum(name not in counters for name in record.counters)
+        if len(counters) + added > self.max_counters:
             return record
+        if not isinstance(counters, _MergedCounters):  # a received record's own map: never changed here
+            counters = _MergedCounters(counters)
+        counters.update(record.counters)
         return replace(record, counters=counters, counters_full=previous.counters_full)  # type: ignore[no-any-return]
+
+
+class _MergedCounters(dict[str, int]):
+    """A live port's counters merged by :meth:`NicTracker._current`, owned by the tracker (updated in place)."""

@@ -173,14 +173,18 @@ def test_the_live_port_shows_every_counters_latest_value() -> None:
     changes, tracker, port = ChangedCounters(full_every_s=60.0), NicTracker(), _ionic()
     samples = [[port], [_moved(port, frames_rx_ok=5)], [_moved(port, frames_rx_ok=9), _moved(port, frames_rx_ok=9,
                octets_rx_ok=100)], [_moved(port, frames_rx_ok=9, octets_rx_ok=100)]]  # fmt: skip
+    received = []
     for seq, batch in enumerate(samples, start=1):
         records = [changes.thin([sample], at_s=seq * 2.0)[0] for sample in batch]
         assert seq == 1 or not any(r.counters_full for r in records)
         env = Envelope(type=event_type("nic"), cluster="c", node="n", agent="a", seq=seq, ts=seq, ttl=6.0,
                        records=records)  # fmt: skip
-        tracker.observe(decode_event(encode_event(env)), recv_ns=seq * 10**9)
+        received.append((decode_event(encode_event(env)), [dict(r.counters) for r in records]))
+        tracker.observe(received[-1][0], recv_ns=seq * 10**9)
         live = tracker.devices[("c", "n", "enp132s0")].record
         assert live.counters == batch[-1].counters and live.counters_full
+    # merged in place, but never into a received record: each still holds what was sent
+    assert all([r.counters for r in env.records] == sent for env, sent in received)
     fresh = NicTracker()  # an aggregator that has not seen the port's full record (yet) says so
     changed = port.model_copy(update={"counters": {"frames_rx_ok": 1}, "counters_full": False})
     fresh.observe(Envelope(type=event_type("nic"), cluster="c", node="n", agent="a", seq=1, ts=1, ttl=6.0,

@@ -226,6 +226,9 @@ class _Slice:
     sums_of: tuple[int, int, int] = (-1, -1, -1)
     sn_ends: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
     ends_of: tuple[int, int] = (-1, -1)
+    # per (comm, coll, rank) number (the numbering of ``sn_ends``): its ops and exec time sum over its sizes (sampled)
+    key_sums: tuple[list[int], list[float]] = field(default_factory=lambda: ([], []))
+    key_sums_of: tuple[int, int] = (-1, -1)
     lows: list[float] = field(default_factory=list)
     lows_of: tuple[int, int] = (-1, -1)
 
@@ -282,9 +285,24 @@ class _ProcShare:
 
 
 def _drop_digests(sl: _Slice) -> None:
-    if sl.lows_of[0] >= 0 or sl.sums_of[0] >= 0 or sl.ends_of[0] >= 0:
+    if sl.lows_of[0] >= 0 or sl.sums_of[0] >= 0 or sl.ends_of[0] >= 0 or sl.key_sums_of[0] >= 0:
         sl.proc_sums, sl.sums_of, sl.lows, sl.lows_of = ([], []), (-1, -1, -1), [], (-1, -1)
-        sl.sn_ends, sl.ends_of = ([], []), (-1, -1)
+        sl.sn_ends, sl.ends_of, sl.key_sums, sl.key_sums_of = ([], []), (-1, -1), ([], []), (-1, -1)
+
+
+def _sums(sl: _Slice, index: _Index[K], key_of: Callable[[AggKey], K]) -> tuple[list[int], list[float]]:
+    """A slice's ops and exec time sum per number (in ``index``) of ``key_of`` its aggregates' keys."""
+    ids, ops, times = index.ids, [0] * len(index.keys), [0.0] * len(index.keys)
+    for agg_key, agg in sl.aggs.items():
+        key = key_of(agg_key)
+        i = ids.get(key)
+        if i is None:
+            i = index.number(key)
+            ops.append(0)
+            times.append(0.0)
+        ops[i] += agg.n
+        times[i] += agg.total
+    return ops, times
 
 
 def _robust(values: list[float], floor: float) -> tuple[float, float]:
@@ -659,7 +677,7 @@ class StragglerEngine:
         busy: dict[Proc, float] = defaultdict(float)
         ops: dict[Proc, int] = defaultdict(int)
         step_rate: dict[Proc, float] = defaultdict(float)
-        per_slice: dict[Proc, list[float]] = defaultdict(lambda: [0.0] * len(window))
+        rated: dict[Proc, list[tuple[int, float]]] = defaultdict(list)  # sampled: (key number, op rate)
         if not sampled:
             # ring: every op is there, so a process's time in collectives is the sum of its exec times, per slice
             # from the slice's digest (made once per slice, not once per horizon holding it)
@@ -676,36 +694,39 @@ class StragglerEngine:
         else:
             # sampled: coll_sn counts a (comm, coll)'s ops of every size, so the time a rank spends in a collective is
             # that op rate times the mean exec time of its samples of all sizes (each size's mean times the rate of
-            # all of them would count every size as if it alone ran at that rate)
-            totals: defaultdict[SpanKey, list[float]] = defaultdict(lambda: [0, 0.0])  # ops, exec time
-            for i, sl in enumerate(window):
-                in_slice: defaultdict[SpanKey, list[float]] = defaultdict(lambda: [0, 0.0])
-                for (comm, op, _size, rank), agg in sl.aggs.items():
-                    acc = in_slice[comm, op, rank]
-                    acc[0] += agg.n
-                    acc[1] += agg.total
-                for key, (n, total) in in_slice.items():
-                    acc = totals[key]
-                    acc[0] += n
-                    acc[1] += total
-                    comm, op, rank = key
-                    proc = self.comms[comm].members[rank]
-                    per_slice[proc][i] += total / n * mean_rate.get((comm, op), 0.0) * slice_us
-        lived = {proc: (len(window) - start_of(proc)) * slice_us for proc in (per_slice if sampled else busy)}
-        if sampled:
-            for (comm, op, rank), (n, total) in totals.items():
-                proc = self.comms[comm].members[rank]
-                rate = mean_rate.get((comm, op), 0.0)
-                busy[proc] += total / n * rate * lived[proc]
-                ops[proc] += int(n)
-                step_rate[proc] = max(step_rate[proc], rate)
+            # all of them would count every size as if it alone ran at that rate); per (comm, coll, rank) from the
+            # slices' digests, summed across the horizon at C speed
+            digests = [self._key_sums(sl) for sl in window]
+            op_sums = map(sum, zip_longest(*(ops_of for ops_of, _ in digests), fillvalue=0))
+            time_sums = map(sum, zip_longest(*(times for _, times in digests), fillvalue=0.0))
+            live = 0
+            for number, ((comm, op, rank), n, total) in enumerate(
+                zip(self._span_index.keys, op_sums, time_sums, strict=False)
+            ):
+                if n:
+                    live += 1
+                    proc = comms[comm].members[rank]
+                    rate = mean_rate.get((comm, op), 0.0)
+                    busy[proc] += total / n * rate * ((len(window) - start_of(proc)) * slice_us)
+                    ops[proc] += n
+                    step_rate[proc] = max(step_rate[proc], rate)
+                    rated[proc].append((number, rate))
+            self._live_spans = live
+        lived = {proc: (len(window) - start_of(proc)) * slice_us for proc in busy}
         shares = {proc: _ProcShare(1 - b / lived[proc], ops[proc], len(window) - start_of(proc), step_rate[proc])
                   for proc, b in busy.items()}  # fmt: skip
 
         def slices_of(proc: Proc) -> list[float]:
             start = start_of(proc)
             if sampled:
-                return [1 - x / slice_us for x in per_slice[proc][start:]]
+                out = []
+                for ops_of, times in digests[start:]:
+                    spent = 0.0  # in collectives: each key's mean exec time in the slice times its op rate
+                    for number, rate in rated[proc]:
+                        if number < len(ops_of) and ops_of[number]:
+                            spent += times[number] / ops_of[number] * rate * slice_us
+                    out.append(1 - spent / slice_us)
+                return out
             i = self._proc_index.ids[proc]
             return [1 - (times[i] if i < len(times) else 0.0) / slice_us for _, times in digests[start:]]
 
@@ -742,23 +763,21 @@ class StragglerEngine:
             sl.sn_ends, sl.ends_of = (los, his), (sl.version, index.version)
         return sl.sn_ends
 
+    def _key_sums(self, sl: _Slice) -> tuple[list[int], list[float]]:
+        """The slice's ops and exec time sum per (comm, coll, rank) number, over its message sizes."""
+        index = self._span_index
+        if sl.key_sums_of != (sl.version, index.version):
+            sl.key_sums = _sums(sl, index, lambda key: (key[0], key[1], key[3]))
+            sl.key_sums_of = (sl.version, index.version)
+        return sl.key_sums
+
     def _proc_sums(self, sl: _Slice) -> tuple[list[int], list[float]]:
         """The slice's ops and exec time sum per process number (made again once the slice, a comm's members or
         the numbering changed)."""
-        index = self._proc_index
+        index, comms = self._proc_index, self.comms
         if sl.sums_of != (sl.version, self._members_version, index.version):
-            ids, comms = index.ids, self.comms
-            ops, times = [0] * len(index.keys), [0.0] * len(index.keys)
-            for (comm, _op, _size, rank), agg in sl.aggs.items():
-                proc = comms[comm].members[rank]
-                i = ids.get(proc)
-                if i is None:
-                    i = index.number(proc)
-                    ops.append(0)
-                    times.append(0.0)
-                ops[i] += agg.n
-                times[i] += agg.total
-            sl.proc_sums, sl.sums_of = (ops, times), (sl.version, self._members_version, index.version)
+            sl.proc_sums = _sums(sl, index, lambda key: comms[key[0]].members[key[3]])
+            sl.sums_of = (sl.version, self._members_version, index.version)
         return sl.proc_sums
 
     def _jobs(self, procs: Iterable[Proc]) -> list[list[Proc]]:

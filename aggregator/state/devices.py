@@ -182,8 +182,10 @@ class NicTracker(_DeviceTracker[NicRecord]):
         if record.counters_full or previous is None:
             return record
         counters = previous.counters
-        added = sum(name not in counters for name in record.counters)
-        if len(counters) + added > self.max_counters:
+        # counted only near the bound: a count over every changed counter of every port was a tenth of ingest's loop
+        if len(counters) + len(record.counters) > self.max_counters and (
+            len(counters) + sum(name not in counters for name in record.counters) > self.max_counters
+        ):
             return record
         if not isinstance(counters, _MergedCounters):  # a received record's own map: never changed here
             counters = _MergedCounters(counters)

@@ -216,9 +216,16 @@ def test_changed_counters_near_the_bound_merge_when_they_add_no_name() -> None:
     is on the names a port keeps, not on the sizes of its port and record added up."""
     tracker = NicTracker(HardwareAlertSettings(nic_max_counters=1200))
     full = NicRecord(name="eth9", kind="netdev", counters={f"c{i}": i for i in range(1000)})
-    changed = full.model_copy(update={"counters": {f"c{i}": i + 1 for i in range(500)}, "counters_full": False})
+    changed = full.model_copy(
+        update={"counters": {f"c{i}": i + 1 for i in range(500)}, "counters_full": False}
+    )
     for seq, record in enumerate((full, changed), start=1):
         tracker.observe(Envelope(type=event_type("nic"), cluster="c", node="n", agent="a", seq=seq, ts=seq, ttl=6.0,
                                  records=[record]), recv_ns=seq)  # fmt: skip
     live = tracker.devices[("c", "n", "eth9")].record
-    assert (len(live.counters), live.counters["c0"], live.counters["c999"], live.counters_full) == (1000, 1, 999, True)
+    assert (len(live.counters), live.counters["c0"], live.counters["c999"], live.counters_full) == (
+        1000,
+        1,
+        999,
+        True,
+    )

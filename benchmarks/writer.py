@@ -11,13 +11,21 @@ cyclic GC runs as in the aggregator (:func:`aggregator.runtime.ingest_gc`).
 The default sizes: 85 messages a commit is what the aggregator committed at 256 nodes taking each fetch as it came
 (about 7 commits a second of 745 messages), 372 half a second of them (``ingest.commit_every_s``), 745 a second.
 
+``--memory`` measures instead what committing costs in memory, in fresh processes (the allocator's settings are read
+when DuckDB loads): the RSS the process grows by over the commits of the first size, its peak and its mean over the
+second half, with DuckDB's jemalloc as the aggregator sets it (freed pages returned after 50 ms: ``aggregator``'s
+``ALLOCATOR_CONF``) against jemalloc's own defaults (freed pages kept about 10 s), and the writer's CPU of each.
+
     python benchmarks/writer.py [--nodes 256] [--seconds 10] [--batches 85,372,745] [--kind inspector_summary]
+                                [--memory]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -60,22 +68,62 @@ def thread_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def commit_cpu_s(messages: list[tuple[int, str, str, bytes]], batch: int) -> float:
-    """The writer's CPU seconds to commit ``messages`` in batches of ``batch`` into a fresh database."""
+def rss_mib() -> float:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+
+
+def commit_cpu_s(
+    messages: list[tuple[int, str, str, bytes]], batch: int, rss: list[float] | None = None
+) -> float:
+    """The writer's CPU seconds to commit ``messages`` in batches of ``batch`` into a fresh database; ``rss`` gets the
+    process's RSS (MiB) before the first commit and after each."""
     from ranksight.aggregator.store import Incoming, Store
 
     with tempfile.TemporaryDirectory(prefix="ranksight-writer-") as tmp:
         store = Store(Path(tmp) / "history.duckdb")
         store.open()
         recv_ns = time.time_ns() // 1000 * 1000
+        if rss is not None:
+            rss.append(rss_mib())
         started = thread_cpu_s()
         for i in range(0, len(messages), batch):
             store.commit_batch(
                 [Incoming(subject, data, recv_ns) for _, _, subject, data in messages[i : i + batch]]
             )
+            if rss is not None:
+                rss.append(rss_mib())
         spent = thread_cpu_s() - started
         store.close_connection()
     return spent
+
+
+def memory(args: argparse.Namespace) -> None:
+    """``--memory``: each allocator setting in a fresh process (this script, ``--memory-child``), side by side."""
+    from ranksight.aggregator import ALLOCATOR_CONF, ALLOCATOR_CONF_ENV
+
+    batch = args.batches.split(",")[0]
+    print(f"{args.nodes} nodes x {args.seconds:g} s, {batch} messages per commit: RSS grown by (MiB); ranksight's "
+          f"{ALLOCATOR_CONF_ENV}={ALLOCATOR_CONF}")  # fmt: skip
+    print(f"{'DuckDB jemalloc':>20}  {'peak':>6}  {'mean':>6}  {'writer CPU':>10}")
+    figures = []
+    for label, conf in (("jemalloc defaults", ""), ("ranksight's", ALLOCATOR_CONF)):
+        argv = [sys.executable, __file__, "--nodes", str(args.nodes), "--seconds", str(args.seconds), "--batches",
+                batch, "--memory-child", *(["--kind", args.kind] if args.kind else [])]  # fmt: skip
+        out = subprocess.run(argv, env={**os.environ, ALLOCATOR_CONF_ENV: conf}, capture_output=True, text=True,
+                             check=True).stdout.split()  # fmt: skip
+        peak, mean, cpu = map(float, out[-3:])
+        figures.append((peak, mean, cpu))
+        print(f"{label:>20}  {peak:>6.0f}  {mean:>6.0f}  {cpu:>5.3f} core")
+    (peak0, mean0, cpu0), (peak1, mean1, cpu1) = figures
+    print(f"{'ratio':>20}  {peak1 / peak0:>6.2f}  {mean1 / mean0:>6.2f}  {cpu1 / cpu0:>10.2f}")
+
+
+def memory_child(messages: list[tuple[int, str, str, bytes]], args: argparse.Namespace) -> None:
+    rss: list[float] = []
+    spent = commit_cpu_s(messages, int(args.batches.split(",")[0]), rss)
+    half = rss[1 + len(rss[1:]) // 2 :]
+    print(max(rss) - rss[0], sum(half) / len(half) - rss[0], spent / args.seconds)
 
 
 def main() -> None:
@@ -84,7 +132,14 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="traffic committed per size")
     parser.add_argument("--batches", default="85,372,745", help="messages per commit, comma-separated")
     parser.add_argument("--kind", help="only this kind's messages")
+    parser.add_argument(
+        "--memory", action="store_true", help="RSS growth by DuckDB allocator setting, not CPU"
+    )
+    parser.add_argument("--memory-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.memory:
+        memory(args)
+        return
     from ranksight.aggregator.runtime import ingest_gc
     from ranksight.schemas.codec import decode_event
 
@@ -92,6 +147,9 @@ def main() -> None:
     ingest_gc()  # as the aggregator runs (the default thresholds cost the summaries' commits about a third more)
     if args.kind:
         messages = [m for m in messages if m[1] == args.kind]
+    if args.memory_child:
+        memory_child(messages, args)
+        return
     kinds: dict[str, list[bytes]] = defaultdict(list)
     for _, kind, _, data in messages:
         kinds[kind].append(data)

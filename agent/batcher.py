@@ -92,8 +92,10 @@ class Batcher:
             if buf.records and now - buf.since >= buf.max_delay:
                 await self._flush_kind(kind)
 
-    async def flush(self) -> None:
-        for kind in list(self._buffers):
+    async def flush(self, *kinds: str) -> None:
+        """Flush the named kinds' buffers in that order (every buffer when none is named): what is flushed first takes
+        the lower sequence number and the earlier envelope time."""
+        for kind in kinds or list(self._buffers):
             await self._flush_kind(kind)
 
     async def _flush_kind(self, kind: str) -> None:

@@ -61,6 +61,7 @@ class RasCollector(StreamingCollector):
         self.listener: int | None = None  # the pid last found holding the RAS port
         self.last_status: RasStatus | None = None
         self.polls = 0
+        self.cycle = 0  # counts ends seen: a poll that an end overtook belongs to the ended job
         ctx.add_command("ras_status", self._status_command)
 
     def _identify(self, status: RasStatus | None = None) -> str:
@@ -84,13 +85,15 @@ class RasCollector(StreamingCollector):
 
     async def poll_once(self) -> RasStatus | None:
         """Poll if this agent holds the job's lease; None when another agent polls."""
-        job = self.job_id or self._identify()
+        job, cycle = self.job_id or self._identify(), self.cycle
         if not await self.lease.hold(job):
             return None
         # a job without a job-wide id yet gets the full communicator list at once (the id derives from it)
         detail = job == self.endpoint_id or self.polls % self.cfg.detail_every == 0
         async with self.poll_lock:
             status = await poll_status(self.client, verbose=self.cfg.verbose, detail=detail)
+        if cycle != self.cycle:  # the MONITOR saw the endpoint close meanwhile: published after the end, this
+            return None  # status would start a new cycle of the job that just ended
         self.polls += 1
         self.job_id = self._identify(status)
         if self.job_id != job:  # the id became job-wide: poll under that lease from now on
@@ -141,10 +144,16 @@ class RasCollector(StreamingCollector):
         await self.ctx.batcher.add("ras_event", records, self.ttl, True)
 
     async def _job_gone(self) -> None:
-        """The endpoint closed: report it once for the job, forget the job and the endpoint's cached features."""
+        """The endpoint closed: report it once for the job, forget the job and the endpoint's cached features.
+
+        Statuses still queued go out first and the end at once: the aggregator takes a status stamped after the end
+        for a new cycle of the job (the kinds' buffers otherwise flush in either order)."""
+        self.cycle += 1
         if self.job_id is not None:
             closed = RasEvent(event=ENDPOINT_CLOSED, event_group="RANKSIGHT", details="RAS endpoint closed")
+            await self.ctx.batcher.flush(self.kind)
             await self._publish_events([closed])
+            await self.ctx.batcher.flush("ras_event")
             await self.lease.release()
         self.job_id, self.endpoint_id, self.last_status = None, None, None
         self.client.features.json = self.client.features.monitor = None

@@ -169,6 +169,7 @@ class Aggregator:
             "stragglers": {
                 "queued": len(self.state.stragglers.pending),
                 "dropped": self.state.stragglers.dropped,
+                "engine_restarts": self.state.stragglers.engine_restarts,
             },
         } | self._shard_meta()
 
@@ -248,6 +249,7 @@ class Aggregator:
                     )  # acks and alerts out; drain would wait on the pull subscription
                 await disconnect(nc, timeout=2)
         finally:
+            self.state.stragglers.close()  # the engine process, if one started
             gc.unfreeze()  # give what startup froze back to the collector, so it is freed at exit
             await self.sandbox.close()
             await self.store.call(self.store.close_connection)

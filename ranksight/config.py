@@ -596,6 +596,11 @@ class StragglerSettings(Section):
     max_records: int = Field(
         2_000_000, ge=1000, description="records queued for the engine at most (beyond: dropped and counted)"
     )
+    process: bool = Field(
+        True,
+        description="the aggregator runs the engine in a child process, started with the first Inspector records "
+        "(its own interpreter lock: at a thousand nodes ingest alone fills a core); false: a thread, sharing it",
+    )
     ingest_waits_at_records: int = Field(
         200_000,
         ge=1,

@@ -3,8 +3,12 @@
 reports its findings.
 
 Every record is folded in once (never re-analyzed); each evaluation judges the slices completed since the last one, a
-sliding ``window_s`` horizon with a ``judge_every_s`` hop. In the aggregator this runs on a worker thread (``background=True``)
-and its result is picked up by a later tick, so the event loop never waits for it: ``observe`` only queues records.
+sliding ``window_s`` horizon with a ``judge_every_s`` hop. In the aggregator this runs in the background
+(``background=True``) and its result is picked up by a later tick, so the event loop never waits for it: ``observe`` only
+queues records. The engines live in a child process (``process``, started with the first records): the aggregator's
+Python threads share one interpreter lock, and at a thousand nodes ingest alone fills one core (``benchmarks/scale.py``).
+Records go to it as msgpack (they are plain numbers and strings), findings come back pickled; a child that dies is
+started again with empty engines (``engine_restarts``). ``process = false``: a thread of the aggregator.
 A cluster whose records stop arriving (by receipt time) for ``retain_windows`` x ``window_s`` is forgotten and its
 alerts resolve.
 
@@ -21,10 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import multiprocessing
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import cast
+
+import msgspec
 
 from ranksight.aggregator.analysis.hangs import Hang, HangFinder
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
@@ -33,8 +40,11 @@ from ranksight.aggregator.timefmt import NS, iso
 from ranksight.config import StragglerSettings
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.structs import struct_for, to_builtins
 
 log = logging.getLogger(__name__)
+
+Batch = list[tuple[str, InspectorRecord | InspectorSummaryRecord]]
 
 
 @dataclass
@@ -57,16 +67,19 @@ class StragglerTracker:
 
     def __init__(self, settings: StragglerSettings | None = None) -> None:
         # queued by observe, folded in on evaluation
-        self.pending: list[tuple[str, InspectorRecord | InspectorSummaryRecord]] = []
+        self.pending: Batch = []
         self.summarizing: dict[NodeKey, int] = {}  # nodes that send summaries: receipt time of the latest
         self.dropped = 0  # records dropped because the queue was full (the worker fell behind)
         # set when a tick hands the queue to the engine (a waiting ingest goes on)
         self.taken = asyncio.Event()
-        self.engines: dict[str, StragglerEngine] = {}  # touched only by the evaluation (worker thread)
+        # touched only by the evaluation (worker thread or process)
+        self.engines: dict[str, StragglerEngine] = {}
         self.last_recv_ns: dict[str, int] = {}
         self.hang_finders: dict[str, HangFinder] = {}  # fed on the event loop: O(1) per record
-        self._executor: ThreadPoolExecutor | None = None
+        self._executor: Executor | None = None
+        self._background = False
         self._running: Future[dict[str, ClusterFindings]] | None = None
+        self.engine_restarts = 0  # engine processes started again after one died
         self.configure(settings or StragglerSettings.model_validate({}))
         self.clusters: dict[str, ClusterFindings] = {}
         self._last_eval_ns = 0
@@ -74,16 +87,33 @@ class StragglerTracker:
         self._history: list[dict[str, object]] = []  # findings of each evaluation, not yet stored
 
     def configure(self, settings: StragglerSettings, background: bool = False) -> None:
+        self.close()  # a running engine process holds the previous settings
         self.settings = settings
-        if background and self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stragglers")
+        self._background = background
         self.params = params_of(settings)
 
     def close(self) -> None:
-        """Let the worker thread go (a live state dropped while the aggregator runs: a lead that stepped down)."""
+        """Let the worker thread or process go (a live state dropped while the aggregator runs: a lead that stepped
+        down)."""
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+        self._running = None
+
+    @property
+    def in_process(self) -> bool:
+        return self._background and self.settings.process
+
+    def _worker(self) -> Executor:
+        if self._executor is None:
+            if self.in_process:
+                # spawned, not forked: the aggregator has threads (DuckDB's, the NATS client's) a fork would copy
+                self._executor = ProcessPoolExecutor(
+                    max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                    initializer=_process_start, initargs=(self.settings.model_dump_json(),))  # fmt: skip
+            else:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stragglers")
+        return self._executor
 
     @property
     def backlogged(self) -> bool:
@@ -92,7 +122,10 @@ class StragglerTracker:
 
     @property
     def records(self) -> int:
-        """Records folded into the engines so far (the ones still queued are not counted)."""
+        """Records folded into the engines so far (the ones still queued are not counted; in a process, as of its
+        last evaluation)."""
+        if self.in_process:
+            return sum(result.records for result in self.clusters.values())
         return sum(engine.records for engine in self.engines.values())
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
@@ -120,8 +153,11 @@ class StragglerTracker:
 
     def tick(self, now_ns: int) -> None:
         if self._running is not None and self._running.done():
-            self._set_findings(self._running.result())
-            self._running = None
+            running, self._running = self._running, None
+            try:
+                self._set_findings(running.result())
+            except Exception as exc:  # the engine process died (killed, out of memory): its engines are lost
+                self._engine_lost(exc)
         if self._running is not None or now_ns - self._last_eval_ns < self.settings.evaluate_every_s * NS:
             return
         self._last_eval_ns = now_ns
@@ -139,10 +175,32 @@ class StragglerTracker:
         # The first run (the replay at start) is inline: a rule evaluated before it would see no findings and
         # resolve alerts that are still true, then fire them again.
         first, self._evaluated_once = not self._evaluated_once, True
-        if self._executor is None or first:
-            self._set_findings(self._evaluate(batch, gone, now_ns))
+        if not self._background or (self._executor is None and not batch):
+            self._set_findings(self._evaluate(batch, gone, now_ns))  # nothing to hand over (no engine yet)
+            return
+        if self.in_process:
+            payload = _encode_batch(batch)
+            try:
+                running = self._worker().submit(_process_evaluate, payload, gone, now_ns)
+            except BrokenExecutor as exc:  # it died between evaluations: this batch goes to a new one
+                self._engine_lost(exc)
+                running = self._worker().submit(_process_evaluate, payload, gone, now_ns)
         else:
-            self._running = self._executor.submit(self._evaluate, batch, gone, now_ns)
+            running = self._worker().submit(self._evaluate, batch, gone, now_ns)
+        if not first:
+            self._running = running
+            return
+        try:
+            self._set_findings(running.result())
+        except Exception as exc:
+            self._engine_lost(exc)
+
+    def _engine_lost(self, exc: BaseException) -> None:
+        log.error("straggler engine process failed (%s); starting a new one, with empty engines", exc)
+        self.engine_restarts += 1
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     def hangs(
         self, cluster: str, now_ns: int, read_until: Callable[[str], int | None] | None = None
@@ -171,9 +229,7 @@ class StragglerTracker:
         rows, self._history = self._history, []
         return rows
 
-    def _evaluate(
-        self, batch: list[tuple[str, InspectorRecord | InspectorSummaryRecord]], gone: set[str], now_ns: int
-    ) -> dict[str, ClusterFindings]:
+    def _evaluate(self, batch: Batch, gone: set[str], now_ns: int) -> dict[str, ClusterFindings]:
         for cluster in gone:
             self.engines.pop(cluster, None)
         for cluster, rec in batch:
@@ -196,3 +252,34 @@ class StragglerTracker:
                 continue
             out[cluster] = ClusterFindings(findings, engine.records, engine.capture_model, now_ns)
         return out
+
+
+# -- the engine process ------------------------------------------------------------------------------------------------
+_SUMMARY = msgspec.msgpack.Decoder(struct_for(InspectorSummaryRecord))
+_RAW = msgspec.msgpack.Decoder(struct_for(InspectorRecord))
+_ITEMS = msgspec.msgpack.Decoder(list[tuple[str, bool, msgspec.Raw]])
+_ENCODER = msgspec.msgpack.Encoder(
+    enc_hook=to_builtins
+)  # twins as they are; a pydantic record (tests) as its values
+_process_tracker: StragglerTracker | None = None  # in the engine process: its engines
+
+
+def _encode_batch(batch: Batch) -> bytes:
+    """(cluster, is a summary, record) per record, in order: what the engine process folds."""
+    return _ENCODER.encode([(cluster, hasattr(rec, "window_us"), rec) for cluster, rec in batch])
+
+
+def _process_start(settings_json: str) -> None:
+    global _process_tracker
+    _process_tracker = StragglerTracker(StragglerSettings.model_validate_json(settings_json))
+
+
+def _process_evaluate(payload: bytes, gone: set[str], now_ns: int) -> dict[str, ClusterFindings]:
+    tracker = _process_tracker
+    assert tracker is not None, "the engine process starts with _process_start"
+    items = _ITEMS.decode(payload)
+    batch = cast(
+        Batch, [(cluster, (_SUMMARY if summary else _RAW).decode(raw)) for cluster, summary, raw in items]
+    )
+    tracker.clusters = tracker._evaluate(batch, gone, now_ns)  # its previous findings: kept when one fails
+    return tracker.clusters

@@ -1,0 +1,91 @@
+"""The straggler engine in its own process (``aggregator.stragglers.process``): the same findings as the engine on a
+thread from the same records, raw and summarized, and a process that dies is replaced with empty engines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.config import StragglerSettings
+from ranksight.simulate.inspector import run_job, summarize
+from tests.unit.test_stragglers_live import SPEC, envelope
+from tests.unit.test_stragglers_live import parse_line as parse
+
+
+def job_envelopes(summarized: set[str]) -> list:  # type: ignore[type-arg]
+    """The simulated job's records per node: summaries from the nodes in ``summarized``, raw records from the rest."""
+    timed = run_job(SPEC)[0]
+    out, raw = [], {}
+    for (host, _), lines in timed.items():
+        raw.setdefault(host, []).extend(parse(x) for _, x in lines)
+    for seq, (host, recs) in enumerate(sorted(raw.items()), start=1):
+        if host in summarized:
+            summaries = [x for _, x in summarize(sorted(recs, key=lambda r: r.dump_ts_us))]
+            out.append(envelope("inspector_summary", host, seq, summaries))
+        else:
+            out.append(envelope("inspector", host, seq, recs))
+    return out
+
+
+def evaluated(state: LiveState, at_ns: int) -> None:
+    """One background evaluation at ``at_ns``, waited for and picked up."""
+    state.tick(at_ns)
+    running = state.stragglers._running
+    if running is not None:
+        running.exception(timeout=60)
+    state.tick(at_ns + 1)
+
+
+def findings(state: LiveState) -> list[tuple[str, int | None, str, float, float]]:
+    return [(f.hostname, f.pid, f.kind, f.slowdown, f.z) for f in state.stragglers.clusters["c"].findings]
+
+
+def test_the_engine_process_finds_what_the_engine_thread_finds() -> None:
+    results = {}
+    for process in (True, False):
+        state = LiveState()
+        settings = StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10, process=process)
+        state.stragglers.configure(settings, background=True)
+        try:
+            state.tick(1 * NS)  # the first evaluation: nothing yet, so no process started
+            assert state.stragglers._executor is None
+            for env in job_envelopes(summarized={"node000", "node001"}):
+                state.observe(env, 5 * NS)
+            evaluated(state, 5 * NS)
+            results[process] = (findings(state), state.stragglers.records)
+            assert state.stragglers.in_process is process
+        finally:
+            state.stragglers.close()
+    assert results[True] == results[False]
+    found, records = results[True]
+    assert [(host, pid) for host, pid, *_ in found] == [("node001", SPEC.pid(1, 2))] and records > 0
+
+
+def test_an_engine_process_that_dies_is_replaced_with_empty_engines() -> None:
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10),
+                               background=True)  # fmt: skip
+    envelopes = job_envelopes(summarized=set())
+    try:
+        state.tick(1 * NS)
+        for env in envelopes:
+            state.observe(env, 5 * NS)
+        evaluated(state, 5 * NS)
+        assert findings(state)
+        executor = state.stragglers._executor
+        assert executor is not None
+        [pid] = list(executor._processes)  # type: ignore[attr-defined]
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not executor._broken and time.monotonic() < deadline:  # type: ignore[attr-defined]
+            time.sleep(0.05)
+        for env in envelopes:  # the job's records again: a new process folds them into new engines
+            state.observe(env, 10 * NS)
+        evaluated(state, 10 * NS)
+        assert state.stragglers.engine_restarts == 1
+        assert state.stragglers._executor is not executor
+        assert [(host, pid) for host, pid, *_ in findings(state)] == [("node001", SPEC.pid(1, 2))]
+    finally:
+        state.stragglers.close()

@@ -45,6 +45,9 @@ from ranksight.schemas.structs import struct_for, to_builtins
 log = logging.getLogger(__name__)
 
 Batch = list[tuple[str, InspectorRecord | InspectorSummaryRecord]]
+MAX_LOST_IN_ROW = (
+    3  # engine processes failing one after the other (none can start, or each is killed at once)
+)
 
 
 @dataclass
@@ -79,7 +82,9 @@ class StragglerTracker:
         self._executor: Executor | None = None
         self._background = False
         self._running: Future[dict[str, ClusterFindings]] | None = None
-        self.engine_restarts = 0  # engine processes started again after one died
+        self.engine_restarts = 0  # engines started again after one failed (a process that died)
+        self._lost_in_row = 0
+        self._process_failed = False  # it failed MAX_LOST_IN_ROW times in a row: a thread from then on
         self.configure(settings or StragglerSettings.model_validate({}))
         self.clusters: dict[str, ClusterFindings] = {}
         self._last_eval_ns = 0
@@ -102,7 +107,7 @@ class StragglerTracker:
 
     @property
     def in_process(self) -> bool:
-        return self._background and self.settings.process
+        return self._background and self.settings.process and not self._process_failed
 
     def _worker(self) -> Executor:
         if self._executor is None:
@@ -154,10 +159,7 @@ class StragglerTracker:
     def tick(self, now_ns: int) -> None:
         if self._running is not None and self._running.done():
             running, self._running = self._running, None
-            try:
-                self._set_findings(running.result())
-            except Exception as exc:  # the engine process died (killed, out of memory): its engines are lost
-                self._engine_lost(exc)
+            self._picked_up(running)
         if self._running is not None or now_ns - self._last_eval_ns < self.settings.evaluate_every_s * NS:
             return
         self._last_eval_ns = now_ns
@@ -178,29 +180,42 @@ class StragglerTracker:
         if not self._background or (self._executor is None and not batch):
             self._set_findings(self._evaluate(batch, gone, now_ns))  # nothing to hand over (no engine yet)
             return
-        if self.in_process:
-            payload = _encode_batch(batch)
-            try:
-                running = self._worker().submit(_process_evaluate, payload, gone, now_ns)
-            except BrokenExecutor as exc:  # it died between evaluations: this batch goes to a new one
-                self._engine_lost(exc)
-                running = self._worker().submit(_process_evaluate, payload, gone, now_ns)
+        running = self._submit(batch, gone, now_ns)
+        if first:
+            running.exception()  # waited for
+            self._picked_up(running)
         else:
-            running = self._worker().submit(self._evaluate, batch, gone, now_ns)
-        if not first:
             self._running = running
-            return
+
+    def _submit(self, batch: Batch, gone: set[str], now_ns: int) -> Future[dict[str, ClusterFindings]]:
+        while self.in_process:
+            try:
+                return self._worker().submit(_process_evaluate, _encode_batch(batch), gone, now_ns)
+            except (BrokenExecutor, OSError) as exc:  # it died between evaluations, or cannot start: another
+                self._engine_lost(exc)
+        return self._worker().submit(self._evaluate, batch, gone, now_ns)
+
+    def _picked_up(self, running: Future[dict[str, ClusterFindings]]) -> None:
         try:
             self._set_findings(running.result())
-        except Exception as exc:
+        except Exception as exc:  # the engine process died (killed, out of memory): its engines are lost
             self._engine_lost(exc)
+        else:
+            self._lost_in_row = 0
 
     def _engine_lost(self, exc: BaseException) -> None:
-        log.error("straggler engine process failed (%s); starting a new one, with empty engines", exc)
         self.engine_restarts += 1
+        self._lost_in_row += 1
+        if self.in_process and self._lost_in_row >= MAX_LOST_IN_ROW:
+            self._process_failed = True
+            log.error("straggler engine process failed %d times in a row (%s); the engine runs on a thread from now "
+                      "on", self._lost_in_row, exc)  # fmt: skip
+        else:
+            log.error("straggler engine failed (%s); starting it again, with empty engines", exc)
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
+        self.engines = {}
 
     def hangs(
         self, cluster: str, now_ns: int, read_until: Callable[[str], int | None] | None = None

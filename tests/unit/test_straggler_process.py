@@ -89,3 +89,29 @@ def test_an_engine_process_that_dies_is_replaced_with_empty_engines() -> None:
         assert [(host, pid) for host, pid, *_ in findings(state)] == [("node001", SPEC.pid(1, 2))]
     finally:
         state.stragglers.close()
+
+
+def test_an_engine_process_that_cannot_start_leaves_the_engine_on_a_thread(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    class NoProcesses:  # what a host without a working sem_open or fork/exec gives
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+        def submit(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+            raise OSError("cannot start a process")
+
+        def shutdown(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            pass
+
+    monkeypatch.setattr("ranksight.aggregator.state.stragglers.ProcessPoolExecutor", NoProcesses)
+    state = LiveState()
+    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10),
+                               background=True)  # fmt: skip
+    try:
+        state.tick(1 * NS)
+        for env in job_envelopes(summarized={"node002"}):
+            state.observe(env, 5 * NS)
+        evaluated(state, 5 * NS)
+        assert state.stragglers.engine_restarts == 3 and not state.stragglers.in_process
+        assert [(host, pid) for host, pid, *_ in findings(state)] == [("node001", SPEC.pid(1, 2))]
+    finally:
+        state.stragglers.close()

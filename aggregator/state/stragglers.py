@@ -26,6 +26,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
+import os
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -45,9 +48,9 @@ from ranksight.schemas.structs import struct_for, to_builtins
 log = logging.getLogger(__name__)
 
 Batch = list[tuple[str, InspectorRecord | InspectorSummaryRecord]]
-MAX_LOST_IN_ROW = (
-    3  # engine processes failing one after the other (none can start, or each is killed at once)
-)
+# engine processes failing one after the other (none can start, or each is killed at once) before a thread takes over
+MAX_LOST_IN_ROW = 3
+PARENT_WATCH_S = 0.5  # how often the engine process checks that the aggregator is still there
 
 
 @dataclass
@@ -287,6 +290,15 @@ def _encode_batch(batch: Batch) -> bytes:
 def _process_start(settings_json: str) -> None:
     global _process_tracker
     _process_tracker = StragglerTracker(StragglerSettings.model_validate_json(settings_json))
+    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+
+
+def _exit_with_parent(parent: int) -> None:
+    """An aggregator killed outright (SIGKILL, the OOM killer) cannot stop its engine process, which would wait for
+    work forever holding the engines' memory: it stops itself once its parent is gone."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_WATCH_S)
+    os._exit(0)
 
 
 def _process_evaluate(payload: bytes, gone: set[str], now_ns: int) -> dict[str, ClusterFindings]:

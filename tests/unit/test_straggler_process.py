@@ -3,6 +3,7 @@ thread from the same records, raw and summarized, and a process that dies is rep
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -115,3 +116,52 @@ def test_an_engine_process_that_cannot_start_leaves_the_engine_on_a_thread(monke
         assert [(host, pid) for host, pid, *_ in findings(state)] == [("node001", SPEC.pid(1, 2))]
     finally:
         state.stragglers.close()
+
+
+PARENT = """
+import sys, time
+sys.path.insert(0, {root!r})
+from tests.unit.test_straggler_process import job_envelopes, evaluated
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.config import StragglerSettings
+state = LiveState()
+state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0), background=True)
+state.tick(1 * NS)
+for env in job_envelopes(summarized=set()):
+    state.observe(env, 5 * NS)
+evaluated(state, 5 * NS)
+print(*state.stragglers._executor._processes, flush=True)
+time.sleep(600)
+"""
+
+
+def test_the_engine_process_stops_when_the_aggregator_is_killed_outright() -> None:
+    """SIGKILL (the OOM killer) gives the aggregator no chance to stop its engine process: it must not linger."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT.format(root=root)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert parent.stdout is not None
+        [worker] = map(int, parent.stdout.readline().split())
+        os.kill(worker, 0)  # running
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                os.kill(worker, 0)
+            except ProcessLookupError:
+                break
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(worker, os.WNOHANG)  # reaped by whoever adopted it; here, not us
+            time.sleep(0.1)
+        else:
+            os.kill(worker, signal.SIGKILL)
+            raise AssertionError("the engine process outlived its aggregator")
+    finally:
+        parent.kill()

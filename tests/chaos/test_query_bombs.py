@@ -15,6 +15,7 @@ from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
 from ranksight.natsconn import connect
+from tests.loadgen import SyntheticAgent
 from tests.support import agent, aggregator, wait_for
 
 pytestmark = pytest.mark.chaos
@@ -128,20 +129,25 @@ async def test_ingest_waits_out_a_full_memory_pool(
     cfg = small_limits(settings)
     q = cfg.aggregator.query.model_copy(update={"sql_temp_max_bytes": 0})  # nothing spills: memory stays held
     cfg = cfg.model_copy(update={"aggregator": cfg.aggregator.model_copy(update={"query": q})})
-    # a commit per heartbeat as it comes: these ask the pool for a new block while the sort holds it (paced commits
-    # of a few heartbeats each found room in the blocks they had)
-    cfg.aggregator.ingest.commit_every_s = 0
+    cfg.aggregator.ingest.commit_every_s = 0  # each fetch committed as it comes
     async with aggregator(cfg) as agg, agent(cfg, only=["heartbeat"]):
         await wait_for(lambda: agg.stats.records > 0)
         hog = agg.store.reader()
+        # GPU rows by the thousand: their insert needs new blocks from the pool (a heartbeat's row may fit in the
+        # blocks the table has)
+        load = await SyntheticAgent(cfg, "node-load", records_per_batch=5000).start()
         try:
             # a sorted result waits, whole, in the pool until fetched: as much of it as fits
             await asyncio.to_thread(
                 hog.execute, "SELECT i, i::VARCHAR || 'pad' AS s FROM range(1400000) t(i) ORDER BY s"
             )
-            await wait_for(lambda: "commit waits for memory" in caplog.text, timeout=10)
             records = agg.stats.records
+            await load.emit(20_000)
+            assert await load.flush()
+            await wait_for(lambda: "commit waits for memory" in caplog.text, timeout=10)
         finally:
             hog.close()
-        await wait_for(lambda: agg.stats.records > records, timeout=10)  # the same batch committed after all
+            await load.close()
+        # the same batch committed after all
+        await wait_for(lambda: agg.stats.records >= records + 20_000, timeout=10)
         assert agg.stats.dead_letters == 0  # a full pool is no message's fault: nothing dead-lettered

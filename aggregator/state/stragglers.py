@@ -27,6 +27,7 @@ import asyncio
 import logging
 import multiprocessing
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -290,6 +291,8 @@ def _encode_batch(batch: Batch) -> bytes:
 def _process_start(settings_json: str) -> None:
     global _process_tracker
     _process_tracker = StragglerTracker(StragglerSettings.model_validate_json(settings_json))
+    # Ctrl-C reaches the whole process group: the aggregator decides when this process ends
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
 
 

@@ -165,3 +165,31 @@ def test_the_engine_process_stops_when_the_aggregator_is_killed_outright() -> No
             raise AssertionError("the engine process outlived its aggregator")
     finally:
         parent.kill()
+
+
+def test_ctrl_c_is_the_aggregator_s_to_handle_not_the_engine_process_s() -> None:
+    """Ctrl-C on ``ranksight up`` signals the whole process group: the engine process must not die of it with a
+    traceback of its own (the aggregator stops it as it shuts down)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])
+    parent = subprocess.Popen([sys.executable, "-c", PARENT.format(root=root)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
+    try:
+        assert parent.stdout is not None and parent.stderr is not None
+        [worker] = map(int, parent.stdout.readline().split())
+        os.killpg(parent.pid, signal.SIGINT)
+        parent.wait(timeout=30)  # the parent dies of it (KeyboardInterrupt in its sleep)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # then the engine process follows its parent, quietly
+            try:
+                os.kill(worker, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        stderr = parent.stderr.read()
+        assert "KeyboardInterrupt" in stderr and "_process_worker" not in stderr, stderr
+    finally:
+        parent.kill()

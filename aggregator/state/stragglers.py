@@ -186,8 +186,7 @@ class StragglerTracker:
             return
         running = self._submit(batch, gone, now_ns)
         if first:
-            running.exception()  # waited for
-            self._picked_up(running)
+            self._picked_up(running)  # waited for
         else:
             self._running = running
 
@@ -255,7 +254,7 @@ class StragglerTracker:
             engine = self.engines.get(cluster)
             if engine is None:
                 engine = self.engines[cluster] = StragglerEngine(self.params)
-            if hasattr(rec, "window_us"):  # a summary (twins of both kinds are plain structs)
+            if _is_summary(rec):
                 engine.add_summary(cast(InspectorSummaryRecord, rec))
             else:
                 engine.add(cast(InspectorRecord, rec))
@@ -277,15 +276,18 @@ class StragglerTracker:
 _SUMMARY = msgspec.msgpack.Decoder(struct_for(InspectorSummaryRecord))
 _RAW = msgspec.msgpack.Decoder(struct_for(InspectorRecord))
 _ITEMS = msgspec.msgpack.Decoder(list[tuple[str, bool, msgspec.Raw]])
-_ENCODER = msgspec.msgpack.Encoder(
-    enc_hook=to_builtins
-)  # twins as they are; a pydantic record (tests) as its values
+# twins as they are; a pydantic record (tests) as its values
+_ENCODER = msgspec.msgpack.Encoder(enc_hook=to_builtins)
 _process_tracker: StragglerTracker | None = None  # in the engine process: its engines
+
+
+def _is_summary(rec: InspectorRecord | InspectorSummaryRecord) -> bool:
+    return hasattr(rec, "window_us")  # twins of both kinds are plain structs
 
 
 def _encode_batch(batch: Batch) -> bytes:
     """(cluster, is a summary, record) per record, in order: what the engine process folds."""
-    return _ENCODER.encode([(cluster, hasattr(rec, "window_us"), rec) for cluster, rec in batch])
+    return _ENCODER.encode([(cluster, _is_summary(rec), rec) for cluster, rec in batch])
 
 
 def _process_start(settings_json: str) -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Mapping
 from functools import cache
 from typing import Annotated, Any, Union, get_args, get_origin
 
@@ -126,6 +127,10 @@ def struct_for(model: type[BaseModel]) -> type[msgspec.Struct]:
 def _model_builtins(obj: Any) -> Any:
     if isinstance(obj, BaseModel):
         return obj.model_dump()
+    if isinstance(
+        obj, Mapping
+    ):  # a compact map of live state (a port's counters) read like the dict it stands for
+        return dict(obj)
     raise NotImplementedError(f"cannot convert {type(obj).__name__}")
 
 

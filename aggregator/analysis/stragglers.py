@@ -315,8 +315,11 @@ class StragglerEngine:
     :meth:`analyze` does that to the end and lists every finding confirmed on the way (offline). Holds no clock and does
     no I/O."""
 
-    def __init__(self, params: StragglerParams | None = None) -> None:
+    def __init__(self, params: StragglerParams | None = None, offline: bool = True) -> None:
+        """``offline``: also keep what only :meth:`analyze` reports (the distinct operations, the findings that
+        resolved), which grows with the job: the live engine keeps neither."""
         self.params = p = params or StragglerParams()
+        self.offline = offline
         self.slice_us = max(1, int(p.slice_s * 1e6))
         self.horizon = max(1, round(p.window_s / p.slice_s))
         self.records = self.ring = self.sampled = self.bw_mismatches = 0
@@ -328,8 +331,8 @@ class StragglerEngine:
         self.proc_first: dict[Proc, int] = {}
         self.evaluated: int | None = None  # last slice judged
         self.candidates: dict[tuple[str, int | None, Kind], _Candidate] = {}
-        self.history: list[Finding] = []  # confirmed findings that resolved
-        self._ops: set[tuple[str, str, int]] = set()
+        self.history: list[Finding] = []  # confirmed findings that resolved (offline)
+        self._ops: set[tuple[str, str, int]] = set()  # (offline)
         self._best_bw: dict[tuple[str, str, int], float] = {}  # own best bus bandwidth per (comm, coll, size)
         self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
         self._horizon_now = self.horizon  # slices judged, stretched for long steps
@@ -358,7 +361,8 @@ class StragglerEngine:
             return
         self._first_seen((rec.hostname, rec.pid), index)
         p2p = rec.op_kind == "p2p"
-        self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
+        if self.offline:
+            self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
         self._fold(sl, index, comm, rec.comm_id, rec.op, p2p, rec.msg_size_bytes, rec.rank, rec.n_ranks,
                    (1, rec.exec_time_us, rec.exec_time_us), (rec.sn, rec.dump_ts_us, rec.sn, rec.dump_ts_us))  # fmt: skip
 
@@ -614,7 +618,7 @@ class StragglerEngine:
             cand.finding.confidence = cand.flagged_evals / cand.seen_evals
             if key not in seen and key not in held:
                 del self.candidates[key]
-                if cand.confirmed:
+                if cand.confirmed and self.offline:
                     self.history.append(cand.finding)
 
     def _unjudged(self, first: int, last: int) -> set[Proc]:

@@ -10,7 +10,10 @@ the receipt time passed in.
 
 from __future__ import annotations
 
+import weakref
+from array import array
 from collections import deque
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Generic, Literal, TypeVar
 
@@ -160,6 +163,7 @@ class NicTracker(_DeviceTracker[NicRecord]):
             int(s.nic_errors_window_s * NS),
         )
         self.max_counters = s.nic_max_counters
+        self._names = _CounterNamesTable()
 
     def _key(self, record: NicRecord) -> str:
         return record.name
@@ -176,22 +180,90 @@ class NicTracker(_DeviceTracker[NicRecord]):
     def _current(self, previous: NicRecord | None, record: NicRecord) -> NicRecord:
         """A record of changed counters only adds them to the port's counters so far (whose completeness it keeps):
         the live port shows every counter's latest value. Bounded: a peer sending new names in every record of
-        changes would otherwise grow the port's counters without end. The port's merged counters are copied from a
-        received record once, then updated in place: a changed record costs its own counters, not the port's
-        hundreds (607 per port of an AMD Pollara NIC)."""
+        changes would otherwise grow the port's counters without end. The live port keeps its counters compact
+        (:class:`PortCounters`), copied from a received record once, then updated in place: a changed record costs its
+        own counters, not the port's hundreds (607 per port of an AMD Pollara NIC)."""
         if record.counters_full or previous is None:
-            return record
+            return replace(record, counters=self._names.compact(record.counters))  # type: ignore[no-any-return]
         counters = previous.counters
         # counted only near the bound: a count over every changed counter of every port was a tenth of ingest's loop
         if len(counters) + len(record.counters) > self.max_counters and (
             len(counters) + sum(name not in counters for name in record.counters) > self.max_counters
         ):
-            return record
-        if not isinstance(counters, _MergedCounters):  # a received record's own map: never changed here
-            counters = _MergedCounters(counters)
-        counters.update(record.counters)
-        return replace(record, counters=counters, counters_full=previous.counters_full)  # type: ignore[no-any-return]
+            return replace(record, counters=self._names.compact(record.counters))  # type: ignore[no-any-return]
+        merged = self._names.merge(counters, record.counters)  # type: ignore[arg-type]
+        return replace(record, counters=merged, counters_full=previous.counters_full)  # type: ignore[no-any-return]
 
 
-class _MergedCounters(dict[str, int]):
-    """A live port's counters merged by :meth:`NicTracker._current`, owned by the tracker (updated in place)."""
+class CounterNames:
+    """The counter names of a port, in order, and each one's position: shared by every live port with the same names
+    (the ports of one NIC model and driver all have them)."""
+
+    __slots__ = ("__weakref__", "names", "positions")
+
+    def __init__(self, names: tuple[str, ...]) -> None:
+        self.names = names
+        self.positions = {name: i for i, name in enumerate(names)}
+
+
+class PortCounters(Mapping[str, int]):
+    """A live port's counters: the values in one int64 array (every counter is a BIGINT, ``STORED_BOUNDS``) over
+    shared :class:`CounterNames`. At 1024 nodes x 8 ports of 607 ``ethtool -S`` counters, a dict per port (its table,
+    a name and an int object per counter) held about 430 MB; this holds 40. Read like the dict it stands for;
+    changed in place by its tracker only."""
+
+    __slots__ = ("names", "numbers")
+
+    def __init__(self, names: CounterNames, numbers: array[int]) -> None:
+        self.names, self.numbers = names, numbers
+
+    def __getitem__(self, name: str) -> int:
+        return self.numbers[self.names.positions[name]]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.names.positions
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names.names)
+
+    def __len__(self) -> int:
+        return len(self.numbers)
+
+    def __repr__(self) -> str:
+        return f"PortCounters({dict(self)!r})"
+
+
+class _CounterNamesTable:
+    """Every distinct :class:`CounterNames` in use, once: a set is forgotten with the last port using it, so a peer
+    sending new names costs only while its ports live."""
+
+    def __init__(self) -> None:
+        self._by_names: weakref.WeakValueDictionary[tuple[str, ...], CounterNames] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def _get(self, names: tuple[str, ...]) -> CounterNames:
+        found = self._by_names.get(names)
+        if found is None:
+            found = self._by_names[names] = CounterNames(names)
+        return found
+
+    def compact(self, counters: Mapping[str, int]) -> PortCounters:
+        """``counters`` compact: a copy of a received record's map; compact ones are the tracker's own already."""
+        if isinstance(counters, PortCounters):
+            return counters
+        return PortCounters(self._get(tuple(counters)), array("q", counters.values()))
+
+    def merge(self, counters: PortCounters, changed: Mapping[str, int]) -> PortCounters:
+        """``counters`` with ``changed`` applied: in place, or, where ``changed`` names a counter the port did not have,
+        a copy over the names with the new ones appended."""
+        positions = counters.names.positions
+        new = [name for name in changed if name not in positions]
+        if new:
+            names = self._get(counters.names.names + tuple(new))
+            counters = PortCounters(names, counters.numbers + array("q", (changed[name] for name in new)))
+            positions = names.positions
+        numbers = counters.numbers
+        for name, value in changed.items():
+            numbers[positions[name]] = value
+        return counters

@@ -253,7 +253,7 @@ class StragglerTracker:
         for cluster, rec in batch:
             engine = self.engines.get(cluster)
             if engine is None:
-                engine = self.engines[cluster] = StragglerEngine(self.params)
+                engine = self.engines[cluster] = StragglerEngine(self.params, offline=False)
             if _is_summary(rec):
                 engine.add_summary(cast(InspectorSummaryRecord, rec))
             else:

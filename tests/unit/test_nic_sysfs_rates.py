@@ -10,11 +10,12 @@ import pytest
 from ranksight.agent.collectors.nic.rates import ChangedCounters, RateTracker, counter_delta
 from ranksight.agent.collectors.nic.sysfs import read_nics
 from ranksight.agent.collectors.nic.tools import parse_ethtool_stats
-from ranksight.aggregator.state.devices import NicTracker
+from ranksight.aggregator.state.devices import NicTracker, PortCounters
 from ranksight.config import HardwareAlertSettings
 from ranksight.schemas.codec import decode_event, encode_event
 from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import NicRecord
+from ranksight.schemas.structs import to_builtins
 from tests.gpu_nic_support import SYSFS_TREE, write_tree
 
 IONIC = Path(__file__).resolve().parents[2] / "fixtures/metrics/nic/ionic/dme_ethtool_S_enp132s0.txt"
@@ -229,3 +230,40 @@ def test_changed_counters_near_the_bound_merge_when_they_add_no_name() -> None:
         999,
         True,
     )
+
+
+def test_live_ports_keep_their_counters_compact_over_shared_names() -> None:
+    """Every live port of the same NIC model shares one set of counter names and keeps its values in one int64
+    array (not a dict per port); it reads, compares and serializes like the dict it stands for, a new name gives
+    the port its own names, and names no live port uses any more are forgotten."""
+    tracker, port = NicTracker(), _ionic()
+    for node in ("n1", "n2"):
+        env = Envelope(
+            type=event_type("nic"), cluster="c", node=node, agent="a", seq=1, ts=1, ttl=6.0, records=[port]
+        )
+        tracker.observe(decode_event(encode_event(env)), recv_ns=1)
+    one, two = (tracker.devices[("c", n, port.name)].record.counters for n in ("n1", "n2"))
+    assert isinstance(one, PortCounters) and one.names is two.names and one.numbers is not two.numbers
+    assert (
+        one == port.counters
+        and list(one) == list(port.counters)
+        and one.numbers.itemsize == 8
+        and list(one.values()) == list(port.counters.values())
+    )
+    assert to_builtins(tracker.devices[("c", "n1", port.name)].record)["counters"] == port.counters
+
+    big = 2**63 - 1
+    changed = port.model_copy(
+        update={"counters": {"frames_rx_ok": big, "brand_new": 7}, "counters_full": False}
+    )
+    env = Envelope(
+        type=event_type("nic"), cluster="c", node="n1", agent="a", seq=2, ts=2, ttl=6.0, records=[changed]
+    )
+    tracker.observe(decode_event(encode_event(env)), recv_ns=2)
+    one = tracker.devices[("c", "n1", port.name)].record.counters
+    assert one == {**port.counters, "frames_rx_ok": big, "brand_new": 7} and list(one)[-1] == "brand_new"
+    assert one.names is not two.names and two == port.counters  # the other port is untouched
+    shared = two.names.names
+    tracker.forget({("c", "n2")})
+    del two
+    assert shared not in tracker._names._by_names  # what live ports use, no more

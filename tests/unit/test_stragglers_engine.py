@@ -182,7 +182,10 @@ def test_noisy_healthy_moe_job_with_slow_gpus_and_hiccups_is_silent(tmp_path: Pa
     assert moe(tmp_path, spec).stragglers == []
 
 
-def test_online_finding_alerts_fast_updates_and_resolves_when_the_fault_ends() -> None:
+@pytest.mark.parametrize("offline", [True, False])
+def test_online_finding_alerts_fast_updates_and_resolves_when_the_fault_ends(offline: bool) -> None:
+    """Judged as it comes, by an offline engine and by the live one (``offline=False``), which alerts the same but
+    keeps nothing that grows with the job: no set of the operations seen, no list of the findings that resolved."""
     spec = scenarios.straggler("ring", seed=2)
     fault = spec.faults[0]
     spec.faults = [Fault("gpu", fault.node, fault.gpu, 1.5, start_step=80, end_step=250)]
@@ -190,7 +193,7 @@ def test_online_finding_alerts_fast_updates_and_resolves_when_the_fault_ends() -
     records = sorted(
         (parse_line(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us
     )
-    engine, seen = StragglerEngine(), []
+    engine, seen = StragglerEngine(offline=offline), []
     clock = records[0].dump_ts_us
     for rec in records:
         if rec.dump_ts_us >= clock + 1_000_000:  # evaluated every second of dump time
@@ -202,6 +205,8 @@ def test_online_finding_alerts_fast_updates_and_resolves_when_the_fault_ends() -
     assert alerted and alerted[0] - step_us[80] <= 15_000_000  # onset -> alert
     assert all(found in ([], [culprit]) for _, found in seen)  # nothing else, ever
     assert seen[-1][1] == [] and alerted[-1] < step_us[-1]  # resolved after the fault ended
+    kept = [(f.hostname, f.pid) for f in engine.history]
+    assert (kept, len(engine._ops) > 1000) == (([culprit], True) if offline else ([], False))
 
 
 def test_online_the_horizon_is_judged_every_judge_every_slices_offline_every_slice() -> None:

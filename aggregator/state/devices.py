@@ -180,18 +180,20 @@ class NicTracker(_DeviceTracker[NicRecord]):
     def _current(self, previous: NicRecord | None, record: NicRecord) -> NicRecord:
         """A record of changed counters only adds them to the port's counters so far (whose completeness it keeps):
         the live port shows every counter's latest value. Bounded: a peer sending new names in every record of
-        changes would otherwise grow the port's counters without end. The live port keeps its counters compact
+        changes would otherwise grow the port's counters without end. The port's merged counters are compact
         (:class:`PortCounters`), copied from a received record once, then updated in place: a changed record costs its
         own counters, not the port's hundreds (607 per port of an AMD Pollara NIC)."""
         if record.counters_full or previous is None:
-            return replace(record, counters=self._names.compact(record.counters))  # type: ignore[no-any-return]
+            return (
+                record  # its own map, never changed here: made compact by the port's next record of changes
+            )
         counters = previous.counters
         # counted only near the bound: a count over every changed counter of every port was a tenth of ingest's loop
         if len(counters) + len(record.counters) > self.max_counters and (
             len(counters) + sum(name not in counters for name in record.counters) > self.max_counters
         ):
-            return replace(record, counters=self._names.compact(record.counters))  # type: ignore[no-any-return]
-        merged = self._names.merge(counters, record.counters)  # type: ignore[arg-type]
+            return record
+        merged = self._names.merge(counters, record.counters)
         return replace(record, counters=merged, counters_full=previous.counters_full)  # type: ignore[no-any-return]
 
 
@@ -248,22 +250,23 @@ class _CounterNamesTable:
             found = self._by_names[names] = CounterNames(names)
         return found
 
-    def compact(self, counters: Mapping[str, int]) -> PortCounters:
-        """``counters`` compact: a copy of a received record's map; compact ones are the tracker's own already."""
-        if isinstance(counters, PortCounters):
-            return counters
-        return PortCounters(self._get(tuple(counters)), array("q", counters.values()))
-
-    def merge(self, counters: PortCounters, changed: Mapping[str, int]) -> PortCounters:
-        """``counters`` with ``changed`` applied: in place, or, where ``changed`` names a counter the port did not have,
-        a copy over the names with the new ones appended."""
+    def merge(self, counters: Mapping[str, int], changed: Mapping[str, int]) -> PortCounters:
+        """``counters`` with ``changed`` applied. A received record's map is copied compact; the tracker's own
+        counters are updated in place, or, where ``changed`` names a counter the port did not have, copied over the
+        names with the new ones appended."""
+        if not isinstance(counters, PortCounters):
+            counters = PortCounters(self._get(tuple(counters)), array("q", counters.values()))
+        if isinstance(changed, PortCounters):  # the merge of several records of a port in one batch
+            keys, values = changed.names.positions.keys(), changed.numbers
+        else:
+            keys, values = changed.keys(), changed.values()  # type: ignore[assignment]
         positions = counters.names.positions
-        new = [name for name in changed if name not in positions]
-        if new:
+        if not positions.keys() >= keys:  # names the port did not have (rare)
+            new = [name for name in keys if name not in positions]
             names = self._get(counters.names.names + tuple(new))
             counters = PortCounters(names, counters.numbers + array("q", (changed[name] for name in new)))
             positions = names.positions
         numbers = counters.numbers
-        for name, value in changed.items():
+        for name, value in zip(keys, values, strict=True):
             numbers[positions[name]] = value
         return counters

@@ -233,22 +233,23 @@ def test_changed_counters_near_the_bound_merge_when_they_add_no_name() -> None:
 
 
 def test_live_ports_keep_their_counters_compact_over_shared_names() -> None:
-    """Every live port of the same NIC model shares one set of counter names and keeps its values in one int64
-    array (not a dict per port); it reads, compares and serializes like the dict it stands for, a new name gives
-    the port its own names, and names no live port uses any more are forgotten."""
+    """From a port's first record of changes on, every live port of the same NIC model shares one set of counter
+    names and keeps its values in one int64 array (not a dict per port); it reads, compares and serializes like the
+    dict it stands for, a new name gives the port its own names, and names no live port uses any more are
+    forgotten."""
     tracker, port = NicTracker(), _ionic()
+    unchanged = port.model_copy(update={"counters": {}, "counters_full": False})
     for node in ("n1", "n2"):
-        env = Envelope(
-            type=event_type("nic"), cluster="c", node=node, agent="a", seq=1, ts=1, ttl=6.0, records=[port]
-        )
-        tracker.observe(decode_event(encode_event(env)), recv_ns=1)
+        for seq, (record, count) in enumerate(((port, 1), (unchanged, 1), (unchanged, 2)), start=1):
+            env = Envelope(type=event_type("nic"), cluster="c", node=node, agent="a", seq=seq, ts=seq, ttl=6.0,
+                           records=[record] * count)  # fmt: skip
+            tracker.observe(decode_event(encode_event(env)), recv_ns=seq)
     one, two = (tracker.devices[("c", n, port.name)].record.counters for n in ("n1", "n2"))
     assert isinstance(one, PortCounters) and one.names is two.names and one.numbers is not two.numbers
+    assert one == port.counters and list(one) == list(port.counters) and one.numbers.itemsize == 8
     assert (
-        one == port.counters
-        and list(one) == list(port.counters)
-        and one.numbers.itemsize == 8
-        and list(one.values()) == list(port.counters.values())
+        list(one.values()) == list(port.counters.values())
+        and tracker.devices[("c", "n1", port.name)].record.counters_full
     )
     assert to_builtins(tracker.devices[("c", "n1", port.name)].record)["counters"] == port.counters
 
@@ -256,13 +257,15 @@ def test_live_ports_keep_their_counters_compact_over_shared_names() -> None:
     changed = port.model_copy(
         update={"counters": {"frames_rx_ok": big, "brand_new": 7}, "counters_full": False}
     )
-    env = Envelope(
-        type=event_type("nic"), cluster="c", node="n1", agent="a", seq=2, ts=2, ttl=6.0, records=[changed]
-    )
-    tracker.observe(decode_event(encode_event(env)), recv_ns=2)
+    later = port.model_copy(update={"counters": {"frames_tx_ok": 3}, "counters_full": False})
+    env = Envelope(type=event_type("nic"), cluster="c", node="n1", agent="a", seq=4, ts=4, ttl=6.0,
+                   records=[changed, later])  # fmt: skip
+    tracker.observe(decode_event(encode_event(env)), recv_ns=4)
     one = tracker.devices[("c", "n1", port.name)].record.counters
-    assert one == {**port.counters, "frames_rx_ok": big, "brand_new": 7} and list(one)[-1] == "brand_new"
-    assert one.names is not two.names and two == port.counters  # the other port is untouched
+    assert one == {**port.counters, "frames_rx_ok": big, "brand_new": 7, "frames_tx_ok": 3}
+    assert (
+        list(one)[-1] == "brand_new" and one.names is not two.names and two == port.counters
+    )  # n2 untouched
     shared = two.names.names
     tracker.forget({("c", "n2")})
     del two

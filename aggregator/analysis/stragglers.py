@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import zip_longest
-from typing import Generic, Literal, NamedTuple, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 import msgspec
 
@@ -212,6 +212,13 @@ _UNPACK_AGGS = msgspec.msgpack.Decoder(list[_Agg])
 _UNPACK_SPANS = msgspec.msgpack.Decoder(list[SnSpan])
 
 
+def _keys_like(values: dict[Any, Any], keys: list[Any] | None) -> tuple[list[Any], list[Any]]:
+    """``keys`` where ``values`` has exactly those, else a list of its own; and the values in that order."""
+    if keys is not None and len(keys) == len(values) and all(map(values.__contains__, keys)):
+        return keys, [values[key] for key in keys]
+    return list(values), list(values.values())
+
+
 @dataclass
 class _Slice:
     _aggs: dict[AggKey, _Agg] = field(default_factory=dict)
@@ -247,10 +254,13 @@ class _Slice:
     def agg_keys(self) -> Iterable[AggKey]:
         return self.packed.agg_keys if self.packed is not None else self._aggs.keys()
 
-    def pack(self) -> None:
+    def pack(self, like: _Packed | None = None) -> None:
+        """``like``: another packed slice, whose key lists this one shares where it has the same keys (a job's
+        slices mostly do: one list for them, not one per slice, was a quarter of the engine's memory)."""
         if self.packed is None:
-            self.packed = _Packed(list(self._aggs), _PACK.encode(list(self._aggs.values())),
-                                  list(self._spans), _PACK.encode(list(self._spans.values())))  # fmt: skip
+            agg_keys, aggs = _keys_like(self._aggs, like.agg_keys if like is not None else None)
+            span_keys, spans = _keys_like(self._spans, like.span_keys if like is not None else None)
+            self.packed = _Packed(agg_keys, _PACK.encode(aggs), span_keys, _PACK.encode(spans))
             self._aggs, self._spans = {}, {}
 
     def unpack(self) -> None:
@@ -505,10 +515,12 @@ class StragglerEngine:
             for old in [i for i in self.slices if i <= last - keep]:
                 self._forget_keys(self.slices.pop(old), old)
             # digests serve only the horizon (late records make them again), and slices past it are packed
+            like = None
             for index, sl in self.slices.items():
                 if index <= last - self._horizon_now:
                     _drop_digests(sl)
-                    sl.pack()
+                    sl.pack(like)
+                    like = sl.packed
             # comms with nothing in the kept slices (an ended job's): forgotten with their keys and best bandwidths
             gone = {cid for cid, comm in self.comms.items() if comm.last_slice <= last - keep}
             for numbering, live in ((self._span_index, self._live_spans), (self._low_index, self._live_lows)):

@@ -474,10 +474,14 @@ def test_slices_packed_past_the_horizon_judge_as_unpacked_ones(
         for at, rec in arrivals:
             while at >= next_eval:
                 seen.append([(f.key, round(f.slowdown, 9), round(f.z, 9)) for f in engine.evaluate()])
-                packed = max(packed, sum(sl.packed is not None for sl in engine.slices.values()))
+                lists = [sl.packed.agg_keys for sl in engine.slices.values() if sl.packed is not None]
+                packed = max(packed, len(lists))
+                shared.append(len(lists) - len({id(keys) for keys in lists}))
                 next_eval += 500_000
             engine.add(rec)
         return seen, packed
+
+    shared: list[int] = []  # packed slices that share another's key list, at each evaluation
 
     unpacked = []
     unpack = _Slice.unpack
@@ -485,7 +489,8 @@ def test_slices_packed_past_the_horizon_judge_as_unpacked_ones(
         _Slice, "unpack", lambda self: unpacked.append(self.packed is not None) or unpack(self)
     )
     packing, packed = online(StragglerEngine(PARAMS))
-    monkeypatch.setattr(_Slice, "pack", lambda self: None)
+    assert max(shared) > 0  # slices with the same keys hold one list of them
+    monkeypatch.setattr(_Slice, "pack", lambda self, like=None: None)
     plain, never = online(StragglerEngine(PARAMS))
     assert packed > 0 and any(unpacked) and never == 0
     assert packing == plain and any(packing)

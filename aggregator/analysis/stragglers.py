@@ -256,7 +256,7 @@ class _Slice:
 
     def pack(self, like: _Packed | None = None) -> None:
         """``like``: another packed slice, whose key lists this one shares where it has the same keys (a job's
-        slices mostly do: one list for them, not one per slice, was a quarter of the engine's memory)."""
+        slices mostly do: one list for them, not one per slice; at 1024 nodes about 15 MB of the engine's 250)."""
         if self.packed is None:
             agg_keys, aggs = _keys_like(self._aggs, like.agg_keys if like is not None else None)
             span_keys, spans = _keys_like(self._spans, like.span_keys if like is not None else None)

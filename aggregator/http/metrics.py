@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -262,6 +262,9 @@ def metrics_registry(
     """A registry of its own (not the process-global one: several aggregators may run in one test process)."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(ClusterCollector(agg, events, max_series))
+    # the aggregator process's own CPU, memory and open files (prometheus_client's process collector, read from
+    # /proc at scrape time): ranksight_process_resident_memory_bytes, ranksight_process_cpu_seconds_total...
+    ProcessCollector(namespace="ranksight", registry=registry)
     latency = Histogram("ranksight_query_duration_seconds", "HTTP query endpoint latency", ["endpoint"],
                         registry=registry)  # fmt: skip
     return registry, latency

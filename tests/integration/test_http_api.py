@@ -149,6 +149,9 @@ async def test_metrics_names_values_and_expiry(settings: Settings) -> None:
         assert samples[("ranksight_nodes", (("cluster", "test"), ("state", "alive")))] == 4
         assert samples[("ranksight_node_up", (("cluster", "test"), ("node", "node002")))] == 1
         assert samples[("ranksight_ingest_messages_total", ())] >= 4 * 3 + 5
+        # the process's own (this test's, where the aggregator runs): memory in bytes, CPU in seconds
+        assert samples[("ranksight_process_resident_memory_bytes", ())] > 10 << 20
+        assert samples[("ranksight_process_cpu_seconds_total", ())] > 0
         gpu = (
             ("cluster", "test"),
             ("gpu", "0"),

@@ -245,6 +245,20 @@ def jsonable(value: Any) -> Any:
     return str(value)
 
 
+INTERRUPT_EVERY_S = 0.1
+
+
+async def _interrupt(cursor: duckdb.DuckDBPyConnection, call: asyncio.Future[Any]) -> None:
+    """Interrupt ``cursor``'s query until ``call`` returns. An interrupt reaches only a query that is running: one
+    whose call still waits for a reader thread (behind others being interrupted, on a loaded machine) or has not
+    reached DuckDB would miss a single one and then run unbounded."""
+    while not call.done():
+        cursor.interrupt()
+        await asyncio.wait([call], timeout=INTERRUPT_EVERY_S)
+    if not call.cancelled():
+        call.exception()  # the interruption asked for: retrieved, so asyncio does not report it
+
+
 class SqlSandbox:
     """Runs checked SQL on a pool of reader cursors, each query on its own thread, under a time limit."""
 
@@ -255,6 +269,9 @@ class SqlSandbox:
         self._executor = ThreadPoolExecutor(max_workers=self.readers, thread_name_prefix="duckdb-reader")
         self._cursors: asyncio.Queue[duckdb.DuckDBPyConnection] = asyncio.Queue()
         self._user_slots = asyncio.Semaphore(settings.sql_max_concurrent)
+        self._stopping: set[asyncio.Task[None]] = (
+            set()
+        )  # queries cancelled from outside, interrupted until they stop
         # the live database's history tables (empty where no shard has exported one yet) and views, rebuilt over the
         # exports
         self._export_schema: list[tuple[str, str]] = []
@@ -304,14 +321,15 @@ class SqlSandbox:
         try:
             return await asyncio.wait_for(asyncio.shield(future), time_limit_s)
         except TimeoutError:
-            cursor.interrupt()
-            await asyncio.gather(future, return_exceptions=True)  # returns promptly once interrupted
+            await _interrupt(cursor, future)
             raise SqlFailed(f"query interrupted: over the time limit of {time_limit_s:g}s") from None
         finally:
             if future.done():
                 release(cursor)
             else:  # cancelled from outside while running: stop it, and release the cursor once it is free
-                cursor.interrupt()
+                stopping = asyncio.ensure_future(_interrupt(cursor, future))
+                self._stopping.add(stopping)
+                stopping.add_done_callback(self._stopping.discard)
 
                 def stopped(done: asyncio.Future[T]) -> None:
                     if not done.cancelled():

@@ -8,6 +8,7 @@ import os
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -99,3 +100,18 @@ async def test_memory_is_given_back_after_a_big_query(sandbox: SqlSandbox) -> No
     assert (await sandbox.query(big, 10, 60)).rows == [{"count_star()": 8000000}]
     # without the allocator settings (a fresh DuckDB instance, such as the parser's, resets them) ~450 MB stay held
     await wait_for(lambda: rss_mb() < before + 150, timeout=15, interval=0.5)
+
+
+async def test_a_query_that_starts_after_its_time_limit_is_still_interrupted(sandbox: SqlSandbox) -> None:
+    """A call that reaches DuckDB only after its time limit (waiting for a reader thread on a loaded machine) misses
+    an interrupt sent before it runs: the interrupt is repeated until the call returns, so it never runs unbounded."""
+
+    def late_and_endless(cursor: Any) -> Any:
+        time.sleep(0.6)  # the limit (0.2 s) passes before the query starts
+        return cursor.execute("SELECT count(*) FROM range(1000000000) a, range(100000) b").fetchall()
+
+    started = time.monotonic()
+    with pytest.raises(SqlFailed, match="time limit"):
+        await asyncio.wait_for(sandbox.run(late_and_endless, time_limit_s=0.2), 20)
+    assert time.monotonic() - started < 5
+    assert await sandbox.run(lambda cur: cur.execute("SELECT 7").fetchone()[0], time_limit_s=5) == 7

@@ -269,9 +269,8 @@ class SqlSandbox:
         self._executor = ThreadPoolExecutor(max_workers=self.readers, thread_name_prefix="duckdb-reader")
         self._cursors: asyncio.Queue[duckdb.DuckDBPyConnection] = asyncio.Queue()
         self._user_slots = asyncio.Semaphore(settings.sql_max_concurrent)
-        self._stopping: set[asyncio.Task[None]] = (
-            set()
-        )  # queries cancelled from outside, interrupted until they stop
+        # queries cancelled from outside, interrupted until they stop
+        self._stopping: set[asyncio.Task[None]] = set()
         # the live database's history tables (empty where no shard has exported one yet) and views, rebuilt over the
         # exports
         self._export_schema: list[tuple[str, str]] = []
@@ -333,7 +332,7 @@ class SqlSandbox:
 
                 def stopped(done: asyncio.Future[T]) -> None:
                     if not done.cancelled():
-                        done.exception()  # the interrupt asked for above: retrieved, so asyncio does not report it
+                        done.exception()  # also where the interrupting task itself is cancelled (loop shutdown)
                     release(cursor)
 
                 future.add_done_callback(stopped)

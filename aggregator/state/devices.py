@@ -184,9 +184,8 @@ class NicTracker(_DeviceTracker[NicRecord]):
         (:class:`PortCounters`), copied from a received record once, then updated in place: a changed record costs its
         own counters, not the port's hundreds (607 per port of an AMD Pollara NIC)."""
         if record.counters_full or previous is None:
-            return (
-                record  # its own map, never changed here: made compact by the port's next record of changes
-            )
+            # its own map, never changed here: made compact by the port's next record of changes
+            return record
         counters = previous.counters
         # counted only near the bound: a count over every changed counter of every port was a tenth of ingest's loop
         if len(counters) + len(record.counters) > self.max_counters and (

@@ -248,12 +248,7 @@ class StragglerTracker:
         rows, self._history = self._history, []
         return rows
 
-    def _evaluate(
-        self,
-        batch: Iterable[tuple[str, InspectorRecord | InspectorSummaryRecord]],
-        gone: set[str],
-        now_ns: int,
-    ) -> dict[str, ClusterFindings]:
+    def _evaluate(self, batch: Records, gone: set[str], now_ns: int) -> dict[str, ClusterFindings]:
         for cluster in gone:
             self.engines.pop(cluster, None)
         for cluster, rec in batch:
@@ -321,7 +316,6 @@ def _process_evaluate(payload: bytes, gone: set[str], now_ns: int) -> dict[str, 
         (cluster, (_SUMMARY if summary else _RAW).decode(raw))
         for cluster, summary, raw in _ITEMS.decode(payload)
     )
-    tracker.clusters = tracker._evaluate(
-        cast(Records, batch), gone, now_ns
-    )  # its previous findings: kept when one fails
+    # its previous findings: kept when one fails
+    tracker.clusters = tracker._evaluate(cast(Records, batch), gone, now_ns)
     return tracker.clusters

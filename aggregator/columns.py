@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import operator
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal, Union, get_args, get_origin
@@ -119,12 +119,17 @@ class ColumnBuilder:
     transposed into columns; only sub-model fields go through JSON, column by column. Rows are transposed in chunks of
     about ``chunk_rows``: small enough to stay in the CPU cache (transposing 200k rows at once costs twice as much),
     large enough that the fixed cost of a chunk (one Arrow array per column) vanishes behind small envelopes.
+
+    ``kept_when`` maps a field to a bool field of the same record: the first is stored only in the rows where the
+    second is true, NULL in the others (the ``nic`` history keeps the counters of a port's full records only).
     """
 
-    def __init__(self, kind: str, chunk_rows: int = 2048) -> None:
+    def __init__(self, kind: str, chunk_rows: int = 2048, kept_when: Mapping[str, str] | None = None) -> None:
         self.kind = kind
         self.cols = kind_columns(kind)
         self.chunk_rows = chunk_rows
+        index = {name: i for i, name in enumerate(self.cols.fields)}
+        self._kept_when = [(index[field], index[flag]) for field, flag in (kept_when or {}).items()]
         self._fields = operator.attrgetter(*self.cols.fields)
         self._chunks: list[pa.RecordBatch] = []
         self._rows: list[Any] = []  # attrgetter results: tuples, or values when the kind has one field
@@ -152,6 +157,12 @@ class ColumnBuilder:
             columns = [self._rows]
         else:
             columns = zip(*self._rows, strict=True)
+        if self._kept_when:
+            columns = list(columns)
+            for field, flag in self._kept_when:
+                columns[field] = [
+                    v if keep else None for v, keep in zip(columns[field], columns[flag], strict=True)
+                ]
         for field, values in zip(self.cols.record_schema, columns, strict=True):
             if field.name in self.cols.json_fields:
                 arrays.append(

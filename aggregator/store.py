@@ -167,6 +167,10 @@ class Store:
         self._seq: dict[NodeKey, dict[str, AgentSeq]] = {}  # node -> its incarnations' sequence state
         self.replay_skipped = 0  # stored messages that replay could not turn back into a valid envelope
         self._fetched_rows = False  # inspector rows fetched on request (seq 0) may be in history
+        # per kind, the fields a history row keeps only where a flag of its record is true
+        self._kept_when = (
+            {"nic": {"counters": "counters_full"}} if self.limits.nic_history_counters == "full" else {}
+        )
 
     # -- threading ----------------------------------------------------------------------------------------------
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
@@ -384,7 +388,9 @@ class Store:
         for env, msg in admitted:
             builder = builders.get(env.kind)
             if builder is None:
-                builder = builders[env.kind] = ColumnBuilder(env.kind)
+                builder = builders[env.kind] = ColumnBuilder(
+                    env.kind, kept_when=self._kept_when.get(env.kind)
+                )
             builder.add(env.cluster, env.node, env.agent, env.seq, env.ts, msg.recv_ns, env.ttl, env.records)
         con = self.con
         for kind, builder in builders.items():

@@ -437,6 +437,14 @@ class IngestSettings(Section):
         "often: much of a commit's cost does not grow with its size (at 256 nodes, committing each fetch as it "
         "came took 1.3 x the writer's CPU); a message waits up to this long more before it is live (0: at once)",
     )
+    nic_history_counters: Literal["full", "all"] = Field(
+        "full",
+        description="which `nic` history rows keep their `counters` map: `full`, the records that carry every counter "
+        "of their port (its first, then at most every agent `counters_full_every_s`); `all`, also the records of "
+        "the counters changed in between. Every row keeps its typed columns (bytes, packets, rates, error and "
+        "congestion rates, flaps) and live state follows every change either way; `all` at 1024 nodes of ionic NICs "
+        "(607 counters a port): a tenth of a core more and most of the history's bytes",
+    )
     dead_letter_payload_bytes: int = Field(4096, ge=0, description="payload bytes kept per dead letter")
     dead_letter_retention_days: float = Field(7, gt=0, description="dead letters older than this are deleted")
 

@@ -156,14 +156,13 @@ async def test_nic_end_to_end_link_down_alert_and_history(settings: Settings, tm
     con = duckdb.connect(str(settings.db_path()), read_only=True)
     states = {s for (s,) in con.execute("SELECT state FROM nic WHERE name = 'mlx5_0/1'").fetchall()}
     assert states == {"ACTIVE", "DOWN"}
-    rows = [(full, json.loads(counters)) for full, counters in
+    rows = [(full, counters and json.loads(counters)) for full, counters in
             con.execute("SELECT counters_full, counters FROM nic WHERE name = 'mlx5_0/1' ORDER BY seq").fetchall()]  # fmt: skip
-    # the first record carries every counter, the later ones (within counters_full_every_s) only the changed one
+    # the first record carries every counter, the later ones (within counters_full_every_s) only the changed one, whose
+    # map history leaves out by default (aggregator.ingest.nic_history_counters): those rows keep their typed columns
     assert rows[0] == (True, {"port_xmit_data": 1000, "port_rcv_data": 1000})
-    assert {(full, str(counters)) for full, counters in rows[1:]} == {
-        (False, "{}"),
-        (False, "{'port_xmit_data': 5000}"),
-    }
+    assert set(rows[1:]) == {(False, None)}
+    assert len(rows) > 2
     assert (
         con.execute("SELECT count(*) FROM alerts WHERE rule = 'nic_link_down'").fetchone()[0] == 2
     )  # fired, resolved

@@ -443,7 +443,7 @@ class IngestSettings(Section):
         "of their port (its first, then at most every agent `counters_full_every_s`); `all`, also the records of "
         "the counters changed in between. Every row keeps its typed columns (bytes, packets, rates, error and "
         "congestion rates, flaps) and live state follows every change either way; `all` at 1024 nodes of ionic NICs "
-        "(607 counters a port): a tenth of a core more and most of the history's bytes",
+        "(607 counters a port): about 0.07 of a core more and most of the history's bytes",
     )
     dead_letter_payload_bytes: int = Field(4096, ge=0, description="payload bytes kept per dead letter")
     dead_letter_retention_days: float = Field(7, gt=0, description="dead letters older than this are deleted")

@@ -127,9 +127,8 @@ def struct_for(model: type[BaseModel]) -> type[msgspec.Struct]:
 def _model_builtins(obj: Any) -> Any:
     if isinstance(obj, BaseModel):
         return obj.model_dump()
-    if isinstance(
-        obj, Mapping
-    ):  # a compact map of live state (a port's counters) read like the dict it stands for
+    # a compact map of live state (a port's counters), read like the dict it stands for
+    if isinstance(obj, Mapping):
         return dict(obj)
     raise NotImplementedError(f"cannot convert {type(obj).__name__}")
 

@@ -14,6 +14,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import nats.errors
 import pytest
 
 from ranksight.aggregator.runtime import ensure_stream
@@ -28,10 +29,19 @@ SHIPPED = REPO / "deploy/nats"
 STORE_DIR_LINE = '  store_dir: "/var/lib/nats"\n'
 
 
-async def stream_placement(settings: Settings) -> tuple[str, list[str], int]:
+async def stream_placement(settings: Settings, wait_s: float = 30) -> tuple[str, list[str], int]:
     nc = await connect(settings.nats, "test")
     try:
-        info = await nc.jetstream().stream_info(settings.aggregator.stream)
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                info = await nc.jetstream().stream_info(settings.aggregator.stream)
+                break
+            except (
+                nats.errors.TimeoutError
+            ):  # the JetStream API answers nothing while it elects a new meta leader
+                if time.monotonic() > deadline:
+                    raise
         assert info.cluster is not None
         return (
             info.cluster.leader or "",

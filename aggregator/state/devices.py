@@ -14,7 +14,7 @@ import weakref
 from array import array
 from collections import deque
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
@@ -26,6 +26,7 @@ from ranksight.schemas.structs import replace
 
 DeviceStateName = Literal["alive", "stale", "vanished"]
 R = TypeVar("R", GpuRecord, NicRecord)
+T = TypeVar("T")
 LINK_UP_STATES = {
     "up",
     "active",
@@ -48,16 +49,33 @@ class DeviceState(Generic[R]):
     expires_ns: int
     state: DeviceStateName = "alive"
     since_ns: int | None = None  # start of the current run of the sustained condition (throttled / congested)
-    flaps: deque[tuple[int, int]] = field(default_factory=deque)  # (receipt ns, transitions)
-    rates: deque[tuple[int, float]] = field(default_factory=deque)  # (receipt ns, error rate) of every sample
+    # (receipt ns, transitions) and (receipt ns, error rate) of every sample within their windows; None while empty:
+    # GPUs and most ports never have any, and an empty deque holds a 600-byte block (20 MB at 1024 nodes)
+    flaps: deque[tuple[int, int]] | None = None
+    rates: deque[tuple[int, float]] | None = None
 
     def flaps_since(self, since_ns: int) -> int:
-        return sum(n for at, n in self.flaps if at >= since_ns)
+        return sum(n for at, n in self.flaps or () if at >= since_ns)
 
     def mean_rate_since(self, since_ns: int, min_samples: int = 3) -> float | None:
         """The error rate averaged over the samples received since ``since_ns``; None with fewer than ``min_samples``."""
-        window = [r for at, r in self.rates if at >= since_ns]
+        window = [r for at, r in self.rates or () if at >= since_ns]
         return sum(window) / len(window) if len(window) >= min_samples else None
+
+
+def _windowed(
+    window: deque[tuple[int, T]] | None, new: list[tuple[int, T]], since_ns: int
+) -> deque[tuple[int, T]] | None:
+    """``window`` with ``new`` (receipt ns, value) appended and the entries received before ``since_ns`` dropped; None
+    when that leaves nothing."""
+    if window is None:
+        if not new:
+            return None
+        window = deque()
+    window.extend(new)
+    while window and window[0][0] < since_ns:
+        window.popleft()
+    return window or None
 
 
 class _DeviceTracker(Generic[R]):
@@ -118,13 +136,10 @@ class _DeviceTracker(Generic[R]):
                 state.since_ns = None
             elif state.since_ns is None or name in interrupted:
                 state.since_ns = recv_ns
-            if name in flaps:
-                state.flaps.append((recv_ns, flaps[name]))
-            while state.flaps and state.flaps[0][0] < recv_ns - self.flap_window_ns:
-                state.flaps.popleft()
-            state.rates.extend((recv_ns, r) for r in rates.get(name, ()))
-            while state.rates and state.rates[0][0] < recv_ns - self.rate_window_ns:
-                state.rates.popleft()
+            state.flaps = _windowed(state.flaps, [(recv_ns, flaps[name])] if name in flaps else [],
+                                    recv_ns - self.flap_window_ns)  # fmt: skip
+            state.rates = _windowed(state.rates, [(recv_ns, r) for r in rates.get(name, ())],
+                                    recv_ns - self.rate_window_ns)  # fmt: skip
 
     def tick(self, now_ns: int) -> None:
         latest: dict[tuple[str, str], int] = {}

@@ -167,7 +167,7 @@ class Aggregator:
             "alerts_firing": len(self.engine.active),
             "raw_evidence": self.raw_evidence.stats.__dict__,
             "stragglers": {
-                "queued": len(self.state.stragglers.pending),
+                "queued": self.state.stragglers.queued,
                 "dropped": self.state.stragglers.dropped,
                 "engine_restarts": self.state.stragglers.engine_restarts,
             },

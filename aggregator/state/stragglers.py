@@ -7,8 +7,10 @@ sliding ``window_s`` horizon with a ``judge_every_s`` hop. In the aggregator thi
 (``background=True``) and its result is picked up by a later tick, so the event loop never waits for it: ``observe`` only
 queues records. The engines live in a child process (``process``, started with the first records): the aggregator's
 Python threads share one interpreter lock, and at a thousand nodes ingest alone fills one core (``benchmarks/scale.py``).
-Records go to it as msgpack (they are plain numbers and strings), findings come back pickled; a child that dies is
-started again with empty engines (``engine_restarts``). ``process = false``: a thread of the aggregator.
+Records are queued as msgpack, each envelope's as it is observed (they are plain numbers and strings: at 1024 nodes the
+2 s of summaries between evaluations take about a third of the memory they take decoded), and go to the engine as they
+are; findings come back pickled. A child that dies is started again with empty engines (``engine_restarts``).
+``process = false``: a thread of the aggregator, which decodes the queue itself.
 A cluster whose records stop arriving (by receipt time) for ``retain_windows`` x ``window_s`` is forgotten and its
 alerts resolve.
 
@@ -48,8 +50,7 @@ from ranksight.schemas.structs import struct_for, to_builtins
 
 log = logging.getLogger(__name__)
 
-Batch = list[tuple[str, InspectorRecord | InspectorSummaryRecord]]
-Records = Iterable[tuple[str, InspectorRecord | InspectorSummaryRecord]]  # a batch, or its records as decoded
+Records = Iterable[tuple[str, InspectorRecord | InspectorSummaryRecord]]  # (cluster, record), as decoded
 # engine processes failing one after the other (none can start, or each is killed at once) before a thread takes over
 MAX_LOST_IN_ROW = 3
 PARENT_WATCH_S = 0.5  # how often the engine process checks that the aggregator is still there
@@ -74,8 +75,9 @@ class StragglerTracker:
     kinds = frozenset({"inspector", "inspector_summary"})
 
     def __init__(self, settings: StragglerSettings | None = None) -> None:
-        # queued by observe, folded in on evaluation
-        self.pending: Batch = []
+        # queued by observe, folded in on evaluation: per envelope, (cluster, is a summary, its records) as msgpack
+        self.pending: list[bytes] = []
+        self.queued = 0  # records in pending
         self.summarizing: dict[NodeKey, int] = {}  # nodes that send summaries: receipt time of the latest
         self.dropped = 0  # records dropped because the queue was full (the worker fell behind)
         # set when a tick hands the queue to the engine (a waiting ingest goes on)
@@ -128,7 +130,7 @@ class StragglerTracker:
     @property
     def backlogged(self) -> bool:
         """The engine has more records queued than ingest should add to (``ingest_waits_at_records``)."""
-        return len(self.pending) >= self.settings.ingest_waits_at_records
+        return self.queued >= self.settings.ingest_waits_at_records
 
     @property
     def records(self) -> int:
@@ -144,13 +146,16 @@ class StragglerTracker:
             self.summarizing[(env.cluster, env.node)] = recv_ns
         elif (env.cluster, env.node) in self.summarizing:
             return  # a sample of what the node's summaries carry
-        room = self.settings.max_records - len(self.pending)
+        room = self.settings.max_records - self.queued
         if room < len(env.records):
             if not self.dropped:
                 log.warning("straggler engine queue full (aggregator.stragglers.max_records = %d): records dropped, "
                             "counted in the status's stragglers.dropped", self.settings.max_records)  # fmt: skip
             self.dropped += len(env.records) - max(room, 0)
-        self.pending.extend((env.cluster, rec) for rec in env.records[: max(room, 0)])
+        taken = env.records[: max(room, 0)]
+        if taken:
+            self.pending.append(_ENCODER.encode((env.cluster, summary, taken)))
+            self.queued += len(taken)
         self.last_recv_ns[env.cluster] = recv_ns
         finder = self.hang_finders.get(env.cluster)
         if finder is None:
@@ -177,13 +182,14 @@ class StragglerTracker:
         self.summarizing = {key: ns for key, ns in self.summarizing.items() if ns >= horizon}
         for cluster in gone:
             del self.last_recv_ns[cluster]
-        batch, self.pending = self.pending, []
+        batch, self.pending, self.queued = self.pending, [], 0
         self.taken.set()
         # The first run (the replay at start) is inline: a rule evaluated before it would see no findings and
         # resolve alerts that are still true, then fire them again.
         first, self._evaluated_once = not self._evaluated_once, True
         if not self._background or (self._executor is None and not batch):
-            self._set_findings(self._evaluate(batch, gone, now_ns))  # nothing to hand over (no engine yet)
+            # nothing to hand over (no engine yet)
+            self._set_findings(self._evaluate(_decoded(batch), gone, now_ns))
             return
         running = self._submit(batch, gone, now_ns)
         if first:
@@ -191,13 +197,13 @@ class StragglerTracker:
         else:
             self._running = running
 
-    def _submit(self, batch: Batch, gone: set[str], now_ns: int) -> Future[dict[str, ClusterFindings]]:
+    def _submit(self, batch: list[bytes], gone: set[str], now_ns: int) -> Future[dict[str, ClusterFindings]]:
         while self.in_process:
             try:
-                return self._worker().submit(_process_evaluate, _encode_batch(batch), gone, now_ns)
+                return self._worker().submit(_process_evaluate, batch, gone, now_ns)
             except (BrokenExecutor, OSError) as exc:  # it died between evaluations, or cannot start: another
                 self._engine_lost(exc)
-        return self._worker().submit(self._evaluate, batch, gone, now_ns)
+        return self._worker().submit(self._evaluate, _decoded(batch), gone, now_ns)
 
     def _picked_up(self, running: Future[dict[str, ClusterFindings]]) -> None:
         try:
@@ -276,7 +282,7 @@ class StragglerTracker:
 # -- the engine process ------------------------------------------------------------------------------------------------
 _SUMMARY = msgspec.msgpack.Decoder(struct_for(InspectorSummaryRecord))
 _RAW = msgspec.msgpack.Decoder(struct_for(InspectorRecord))
-_ITEMS = msgspec.msgpack.Decoder(list[tuple[str, bool, msgspec.Raw]])
+_QUEUED = msgspec.msgpack.Decoder(tuple[str, bool, list[msgspec.Raw]])
 # twins as they are; a pydantic record (tests) as its values
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=to_builtins)
 _process_tracker: StragglerTracker | None = None  # in the engine process: its engines
@@ -286,9 +292,15 @@ def _is_summary(rec: InspectorRecord | InspectorSummaryRecord) -> bool:
     return hasattr(rec, "window_us")  # twins of both kinds are plain structs
 
 
-def _encode_batch(batch: Batch) -> bytes:
-    """(cluster, is a summary, record) per record, in order: what the engine process folds."""
-    return _ENCODER.encode([(cluster, _is_summary(rec), rec) for cluster, rec in batch])
+def _decoded(batch: list[bytes]) -> Records:
+    """The queued records, in order, each decoded as it is folded: the batch's records are never all alive at once (at
+    1024 nodes a 2 s batch decoded whole held about 50,000 records beside its own bytes)."""
+    decoded = (
+        (cluster, (_SUMMARY if summary else _RAW).decode(raw))
+        for cluster, summary, records in map(_QUEUED.decode, batch)
+        for raw in records
+    )
+    return cast(Records, decoded)  # the twins of the records
 
 
 def _process_start(settings_json: str) -> None:
@@ -307,15 +319,9 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(0)
 
 
-def _process_evaluate(payload: bytes, gone: set[str], now_ns: int) -> dict[str, ClusterFindings]:
+def _process_evaluate(batch: list[bytes], gone: set[str], now_ns: int) -> dict[str, ClusterFindings]:
     tracker = _process_tracker
     assert tracker is not None, "the engine process starts with _process_start"
-    # each record decoded as it is folded: the batch's records are never all alive at once (at 1024 nodes a 2 s batch
-    # decoded whole held about 50,000 records beside its own bytes)
-    batch = (
-        (cluster, (_SUMMARY if summary else _RAW).decode(raw))
-        for cluster, summary, raw in _ITEMS.decode(payload)
-    )
     # its previous findings: kept when one fails
-    tracker.clusters = tracker._evaluate(cast(Records, batch), gone, now_ns)
+    tracker.clusters = tracker._evaluate(_decoded(batch), gone, now_ns)
     return tracker.clusters

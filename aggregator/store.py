@@ -146,6 +146,11 @@ _DEAD_COLUMNS = ("recv_ts", "subject", "reason", "detail", "msg_id", "size", "pa
 _SAME_RECORD = " AND ".join(f"i.{c} IS NOT DISTINCT FROM b.{c}" for c in INSPECTOR_IDENTITY)
 
 
+def sql_text(text: str) -> str:
+    """``text`` as a SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
 def out_of_memory(exc: BaseException | None) -> duckdb.OutOfMemoryException | None:
     """The out-of-memory error behind ``exc``, if any (cleanup after it, such as an unregister, raises another)."""
     while exc is not None:
@@ -164,6 +169,14 @@ class Store:
         self.limits = limits or IngestSettings()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duckdb-writer")
         self._con: duckdb.DuckDBPyConnection | None = None
+        # the history database's name in SQL: its file's stem, as opening the file names it (the connection's own
+        # in-memory database holds the names DuckDB reserves)
+        stem = (
+            self.path.stem
+            if self.path.stem not in ("memory", "system", "temp")
+            else f"{self.path.stem}_history"
+        )
+        self._catalog = '"' + stem.replace('"', '""') + '"'
         self._seq: dict[NodeKey, dict[str, AgentSeq]] = {}  # node -> its incarnations' sequence state
         self.replay_skipped = 0  # stored messages that replay could not turn back into a valid envelope
         self._fetched_rows = False  # inspector rows fetched on request (seq 0) may be in history
@@ -184,12 +197,18 @@ class Store:
 
     def reader(self) -> duckdb.DuckDBPyConnection:
         """A cursor for a reader thread (same database, its own transaction)."""
-        return self.con.cursor()
+        cursor = self.con.cursor()
+        cursor.execute(f"USE {self._catalog}")  # a cursor starts in the connection's in-memory database
+        return cursor
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
     def open(self) -> None:
         self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
-        self._con = duckdb.connect(str(self.path))
+        # attached, not opened: the row-group size is an option of ATTACH; named as opening the file would name it
+        self._con = duckdb.connect()
+        self._con.execute(f"ATTACH {sql_text(str(self.path))} AS {self._catalog} "
+                          f"(ROW_GROUP_SIZE {self.limits.row_group_rows})")  # fmt: skip
+        self._con.execute(f"USE {self._catalog}")
         self._con.execute(f"SET checkpoint_threshold = '{self.limits.checkpoint_wal_mib}MiB'")
         private_files(
             self.path, self.path.with_name(self.path.name + ".wal")

@@ -45,7 +45,7 @@ from typing import Any, TypeVar
 import duckdb
 
 from ranksight.aggregator.history import history_tables
-from ranksight.aggregator.store import Store
+from ranksight.aggregator.store import Store, sql_text
 from ranksight.config import QuerySettings
 from ranksight.errors import QueryFailed, RanksightError, RefusedError
 
@@ -288,7 +288,7 @@ class SqlSandbox:
             temp_dir.mkdir(mode=0o700, exist_ok=True)
             con.execute(f"SET memory_limit = '{cfg.sql_memory_limit_bytes + cfg.writer_memory_limit_bytes}B'")
             con.execute(f"SET threads = {cfg.sql_threads}")
-            con.execute("SET temp_directory = '{}'".format(str(temp_dir).replace("'", "''")))
+            con.execute(f"SET temp_directory = {sql_text(str(temp_dir))}")
             con.execute(f"SET max_temp_directory_size = '{cfg.sql_temp_max_bytes}B'")
             for name, value in ALLOCATOR_CONFIG.items():
                 con.execute(f"SET {name} = '{value}'")
@@ -437,9 +437,9 @@ def _views_over_exports(con: duckdb.DuckDBPyConnection, export_dir: Path, settin
     temp_dir.mkdir(mode=0o700, exist_ok=True)
     con.execute(f"SET memory_limit = '{settings.sql_memory_limit_bytes}B'")
     con.execute(f"SET threads = {settings.sql_threads}")
-    con.execute(f"SET temp_directory = {_quote(str(temp_dir))}")
+    con.execute(f"SET temp_directory = {sql_text(str(temp_dir))}")
     con.execute(f"SET max_temp_directory_size = '{settings.sql_temp_max_bytes}B'")
-    con.execute(f"SET allowed_directories = [{_quote(str(export_dir.resolve()) + '/')}]")
+    con.execute(f"SET allowed_directories = [{sql_text(str(export_dir.resolve()) + '/')}]")
     con.execute("SET enable_external_access = false")
     tables = [  # not the "_" folders: the exports' freshness marks and staging
         d
@@ -447,7 +447,7 @@ def _views_over_exports(con: duckdb.DuckDBPyConnection, export_dir: Path, settin
         if _IDENTIFIER.match(d.name) and not d.name.startswith("_") and any(d.glob(_EXPORT_GLOB))
     ]
     for table in tables:
-        files = _quote(str(table.resolve() / _EXPORT_GLOB))
+        files = sql_text(str(table.resolve() / _EXPORT_GLOB))
         con.execute(f'CREATE VIEW "{table.name}" AS SELECT * FROM read_parquet({files}, hive_partitioning = true, '
                     "hive_types = {'shard': VARCHAR, 'day': DATE}, union_by_name = true)")  # fmt: skip
     pending = [(name, sql) for name, sql in schema if name not in {t.name for t in tables}]
@@ -463,10 +463,6 @@ def _views_over_exports(con: duckdb.DuckDBPyConnection, export_dir: Path, settin
             break
         pending = left
     con.execute("SET lock_configuration = true")
-
-
-def _quote(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
 
 
 def _fetch(

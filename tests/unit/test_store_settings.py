@@ -114,3 +114,23 @@ def test_nic_history_keeps_every_map_of_changes_when_asked(tmp_path: Path) -> No
     assert rows == [(True, {"rx_bytes": 0, "rx_crc_errors": 0, "tx_pause": 0}, 0),
                     (False, {"rx_bytes": 1000, "rx_crc_errors": 1}, 1000), (False, {"rx_bytes": 2000}, 2000)]  # fmt: skip
     assert replayed == [row[1] for row in rows]
+
+
+@pytest.mark.parametrize("name", ['it\'s "odd".duckdb', "memory.duckdb"])
+def test_history_file_names_are_quoted_and_never_clash_with_duckdbs_own(tmp_path: Path, name: str) -> None:
+    """The file is attached under its stem: quotes in the path or the stem are escaped, and a stem DuckDB reserves
+    for its own databases (memory, system, temp) gets a suffix."""
+    store = Store(tmp_path / name)
+    store.open()
+    try:
+        store.set_drained("c", ["n"], True, "maintenance")
+        [(rows,)] = store.reader().execute("SELECT count(*) FROM node_drains").fetchall()
+        assert rows == 1
+    finally:
+        store.close_connection()
+        store.shutdown()
+    con = duckdb.connect(str(tmp_path / name), read_only=True)
+    try:
+        assert con.execute("SELECT count(*) FROM node_drains").fetchall() == [(1,)]
+    finally:
+        con.close()

@@ -9,8 +9,9 @@ queues records. The engines live in a child process (``process``, started with t
 Python threads share one interpreter lock, and at a thousand nodes ingest alone fills one core (``benchmarks/scale.py``).
 Records are queued as msgpack arrays of their values, each envelope's as it is observed (they are plain numbers and
 strings: a summary record takes a sixth of the memory it takes decoded, and at 1024 nodes the engine gets 2 s of them
-at each evaluation), and go to the engine as they are; findings come back pickled. A child that dies is started again with empty engines (``engine_restarts``).
-``process = false``: a thread of the aggregator, which decodes the queue itself.
+at each evaluation), and go to the engine as they are; findings come back pickled. A child that dies is started again
+with empty engines (``engine_restarts``). ``process = false``: a thread of the aggregator, which decodes the queue
+itself.
 A cluster whose records stop arriving (by receipt time) for ``retain_windows`` x ``window_s`` is forgotten and its
 alerts resolve.
 

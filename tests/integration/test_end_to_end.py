@@ -7,6 +7,7 @@ import json
 import duckdb
 
 from ranksight.aggregator.api.client import query
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
 
@@ -50,11 +51,22 @@ def test_status_cli_without_aggregator_exits_1(nats_server) -> None:  # type: ig
     assert "no aggregator answers" in proc.stderr
 
 
+def firing_rows(agg: Aggregator) -> int:
+    [(rows,)] = (
+        agg.store.reader()
+        .execute("SELECT count(*) FROM alerts WHERE rule = 'node_silent' AND state = 'firing'")
+        .fetchall()
+    )
+    return int(rows)
+
+
 async def test_restart_rebuilds_state_and_refires_nothing(settings: Settings) -> None:
     async with aggregator(settings) as agg:
         async with agent(settings, only=["heartbeat"]):
             await wait_for(lambda: agg.state.nodes.nodes.get(("test", "node-a")))
         await wait_for(lambda: any(a.rule == "node_silent" for a in agg.engine.active.values()), timeout=5)
+        # a tick writes what fired after it evaluated: leaving before that write would lose it (a shutdown mid-tick)
+        await wait_for(lambda: firing_rows(agg) == 1, timeout=5)
         before = agg.state.nodes.nodes[("test", "node-a")]
     async with aggregator(settings) as again:
         rebuilt = again.state.nodes.nodes[("test", "node-a")]

@@ -52,6 +52,8 @@ log = logging.getLogger(__name__)
 OOM_RETRY_S = 0.5
 # while ingest waits for the straggler engine: how often it also checks for a stop
 ANALYSIS_WAIT_CHECK_S = 0.5
+# how long a stop waits for a tick under way (its alert writes and announcements) before cancelling it
+TICK_FINISH_S = 10.0
 
 
 @dataclass
@@ -233,7 +235,9 @@ class Aggregator:
                 await _until_stopped(stop, tasks)
             finally:
                 self._stopping.set()
-                await cancel_all(tasks[1:])  # no rule runs once stopping has begun
+                # a tick begun is finished, so what it fired is stored and announced; none begins once stopping has
+                await asyncio.wait(tasks[1:2], timeout=TICK_FINISH_S)
+                await cancel_all(tasks[1:])
                 if self.lead is not None:
                     await self.lead.stop()  # the next lead need not wait for the lease to expire
                 await self.raw_evidence.stop()
@@ -433,8 +437,10 @@ class Aggregator:
                 log.info("forgot the sequence state of %d nodes silent for %.0f s", forgotten, forget_after_s)
 
     async def _tick_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.aggregator.tick_s)
+        while not self._stopping.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), self.settings.aggregator.tick_s)
+                return
             await self.tick(time.time_ns())
 
     async def tick(self, now_ns: int) -> list[Alert]:

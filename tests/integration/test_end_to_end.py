@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
+from typing import Any
 
 import duckdb
 
 from ranksight.aggregator.api.client import query
-from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
+from ranksight.natsconn import connect
+from ranksight.schemas.alerts import Alert
+from ranksight.schemas.subjects import Subjects
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
 
 
@@ -28,10 +33,7 @@ async def test_heartbeat_alive_then_stale_then_alert(settings: Settings) -> None
     con = duckdb.connect(str(settings.db_path()), read_only=True)
     (count,) = con.execute("SELECT count(*) FROM heartbeat WHERE node = 'node-a'").fetchone()
     assert count >= 2
-    (firing,) = con.execute(
-        "SELECT count(*) FROM alerts WHERE rule = 'node_silent' AND state = 'firing'"
-    ).fetchone()
-    assert firing == 1
+    assert firing_rows_in(settings) == 1
 
 
 async def test_status_cli_json_shape(settings: Settings) -> None:
@@ -51,13 +53,17 @@ def test_status_cli_without_aggregator_exits_1(nats_server) -> None:  # type: ig
     assert "no aggregator answers" in proc.stderr
 
 
-def firing_rows(agg: Aggregator) -> int:
-    [(rows,)] = (
-        agg.store.reader()
-        .execute("SELECT count(*) FROM alerts WHERE rule = 'node_silent' AND state = 'firing'")
-        .fetchall()
-    )
+def firing_rows(con: duckdb.DuckDBPyConnection) -> int:
+    [(rows,)] = con.execute(
+        "SELECT count(*) FROM alerts WHERE rule = 'node_silent' AND state = 'firing'"
+    ).fetchall()
     return int(rows)
+
+
+def firing_rows_in(settings: Settings) -> int:
+    """``firing_rows`` of the history file, the aggregator stopped."""
+    with duckdb.connect(str(settings.db_path()), read_only=True) as con:
+        return firing_rows(con)
 
 
 async def test_restart_rebuilds_state_and_refires_nothing(settings: Settings) -> None:
@@ -66,7 +72,7 @@ async def test_restart_rebuilds_state_and_refires_nothing(settings: Settings) ->
             await wait_for(lambda: agg.state.nodes.nodes.get(("test", "node-a")))
         await wait_for(lambda: any(a.rule == "node_silent" for a in agg.engine.active.values()), timeout=5)
         # a tick writes what fired after it evaluated: leaving before that write would lose it (a shutdown mid-tick)
-        await wait_for(lambda: firing_rows(agg) == 1, timeout=5)
+        await wait_for(lambda: firing_rows(agg.store.reader()) == 1, timeout=5)
         before = agg.state.nodes.nodes[("test", "node-a")]
     async with aggregator(settings) as again:
         rebuilt = again.state.nodes.nodes[("test", "node-a")]
@@ -75,11 +81,35 @@ async def test_restart_rebuilds_state_and_refires_nothing(settings: Settings) ->
         assert rebuilt.state in ("stale", "gone")
         assert [a.rule for a in again.engine.active.values()] == ["node_silent"]
         await again.tick(again.state.now_ns + 1)
-    con = duckdb.connect(str(settings.db_path()), read_only=True)
-    (fired,) = con.execute(
-        "SELECT count(*) FROM alerts WHERE rule = 'node_silent' AND state = 'firing'"
-    ).fetchone()
-    assert fired == 1
+    assert firing_rows_in(settings) == 1
+
+
+async def test_a_stop_during_a_tick_stores_and_announces_what_it_fired(settings: Settings) -> None:
+    """Stopping while a tick writes its alerts lets the tick finish: the row is stored and the alert announced, so
+    nothing is lost (the restart that follows does not fire it again, so it would never be announced)."""
+    announced: list[bytes] = []
+    nc = await connect(settings.nats, name="test-alerts")
+
+    async def on_alert(msg: Any) -> None:
+        announced.append(msg.data)
+
+    await nc.subscribe(Subjects(settings.subject_prefix).alerts_filter(None), cb=on_alert)
+    writing = threading.Event()
+    async with aggregator(settings) as agg:
+        write_alerts = agg.store.write_alerts
+
+        def slow_write(transitions: list[Alert]) -> None:
+            writing.set()
+            time.sleep(0.5)  # the stop arrives meanwhile
+            write_alerts(transitions)
+
+        agg.store.write_alerts = slow_write  # type: ignore[method-assign]
+        async with agent(settings, only=["heartbeat"]):
+            await wait_for(lambda: agg.state.nodes.nodes.get(("test", "node-a")))
+        await wait_for(writing.is_set, timeout=5)  # node_silent fired; the aggregator stops mid-write
+    assert firing_rows_in(settings) == 1
+    await wait_for(lambda: any(json.loads(data)["rule"] == "node_silent" for data in announced), timeout=2)
+    await nc.close()
 
 
 async def test_heartbeat_carries_the_slurm_jobs_of_the_node(settings: Settings) -> None:

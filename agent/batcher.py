@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 
 from ranksight.agent.publisher import Outgoing, Publisher
 from ranksight.schemas.codec import encode_event
-from ranksight.schemas.envelope import Envelope, WireFormat, event_type
-from ranksight.schemas.records import Record
 from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import Envelope, Record
+from ranksight.schemas.wire import WireFormat, event_type
 
 
 @dataclass
@@ -123,7 +123,7 @@ class Batcher:
     def _encode_chunks(self, kind: str, records: list[Record], ttl: float) -> list[tuple[int, bytes]]:
         self._seq += 1
         seq = self._seq
-        envelope = Envelope.model_construct(  # records are already validated models
+        envelope = Envelope(  # a twin: built without validation, as the records were
             type=event_type(kind),
             cluster=self._cluster,
             node=self._node,

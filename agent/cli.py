@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import ctypes
+import os
 import sys
 
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.cliutil import EXIT_USAGE, add_config_flags, run_until_signalled, settings_from_args
+from ranksight.cliutil import EXIT_USAGE, add_config_flags, settings_from_args
+from ranksight.config import encode_settings, twin_settings
 from ranksight.schemas.subjects import SubjectError
 
 
@@ -24,35 +24,32 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
-# mallopt's M_ARENA_MAX (glibc's malloc.h)
-_M_ARENA_MAX = -8
-
-
-def limit_malloc_arenas(arenas: int = 1) -> None:
-    """glibc gives each thread that allocates its own malloc arena; the agent's file-reading threads then keep about
-    8 MB of fragmented arenas. One arena costs nothing here (the threads take turns on the GIL). No-op off glibc."""
-    mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
-    if mallopt is not None:
-        mallopt(_M_ARENA_MAX, arenas)
-
-
 def run(args: argparse.Namespace) -> int:
-    limit_malloc_arenas()  # before any thread starts
+    """Validate the settings here, then ``exec`` the agent process (:mod:`ranksight.agent.__main__`), which reads them
+    without pydantic: the same pid (for systemd and Slurm), none of this process's memory."""
     overrides: dict = {}
     if args.cluster:
         overrides["cluster"] = args.cluster
     if args.node:
         overrides["agent"] = {"node": args.node}
     settings = settings_from_args(args, **overrides)
-    only = [n.strip() for n in args.only.split(",")] if args.only else None
+    only = [n.strip() for n in args.only.split(",")] if args.only else []
     try:
-        runtime = AgentRuntime(settings, only=only)
+        AgentRuntime(twin_settings(settings), only=only)
     except SubjectError as exc:
         print(f"ranksight: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-    async def main(stop: asyncio.Event) -> None:
-        await runtime.run(stop)
-
-    run_until_signalled(main, settings.shutdown_timeout_s)
-    return 0
+    fd = os.memfd_create("ranksight-agent-settings", 0)  # inherited by the exec; no file, no environment
+    with open(fd, "wb", closefd=False) as settings_file:
+        settings_file.write(encode_settings(settings))
+    os.lseek(fd, 0, os.SEEK_SET)
+    os.set_inheritable(fd, True)
+    argv = [sys.executable, "-m", "ranksight.agent", "--settings-fd", str(fd)]
+    argv += [arg for name in only for arg in ("--only", name)]
+    argv += [
+        "--",
+        *sys.argv,
+    ]  # the command line as started stays visible (ps; deploy's check of a running agent)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, argv)

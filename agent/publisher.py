@@ -3,7 +3,7 @@
 Every message carries ``Nats-Msg-Id: <agent>:<seq>``, so a retry after a lost ack is de-duplicated by the stream and,
 beyond its window, by the aggregator's per-agent sequence high-water marks. Nothing accepted is dropped silently:
 durable messages (Inspector, RAS events, job signals) wait for room in the queue (backpressure on their collector);
-gauges (GPU, NIC, heartbeat) make room by dropping the oldest gauge, and every drop is counted in ``stats.dropped``.
+gauges (GPU, NIC, heartbeat) make room by dropping the oldest gauge, and every drop is counted in ``dropped``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import nats.errors
 from nats.js import JetStreamContext
 
 from ranksight.agent.backoff import backoff_s
-from ranksight.schemas.records import PublisherStats
+from ranksight.schemas.twins import PublisherStats
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,12 @@ class Publisher:
         self._idle = asyncio.Event()
         self._idle.set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self.stats = PublisherStats()
+        self.acked = self.retries = self.dropped = 0
+
+    @property
+    def stats(self) -> PublisherStats:
+        return PublisherStats(acked=self.acked, retries=self.retries, dropped=self.dropped,
+                              pending=len(self._queue) + self._inflight_n)  # fmt: skip
 
     # -- producer side ------------------------------------------------------------------------------------------
     async def submit(self, msg: Outgoing) -> None:
@@ -66,7 +71,7 @@ class Publisher:
                 async with self._room:
                     await self._room.wait_for(lambda: len(self._queue) < self._max_queue)
             elif not self._drop_oldest_gauge():
-                self.stats.dropped += 1
+                self.dropped += 1
                 return
         self._enqueue(msg)
 
@@ -74,13 +79,12 @@ class Publisher:
         (self._queue.appendleft if front else self._queue.append)(msg)
         self._idle.clear()
         self._ready.set()
-        self.stats.pending = len(self._queue) + self._inflight_n
 
     def _drop_oldest_gauge(self) -> bool:
         for i, queued in enumerate(self._queue):
             if not queued.durable:
                 del self._queue[i]
-                self.stats.dropped += 1
+                self.dropped += 1
                 return True
         return False
 
@@ -119,7 +123,7 @@ class Publisher:
         except nats.errors.MaxPayloadError:
             # one record over the server's max_payload (batches are split down to one record): it can never be
             # sent, and retrying it would hold its source's place forever; said loudly, counted, and passed
-            self.stats.dropped += 1
+            self.dropped += 1
             log.error(
                 "dropped %s: %d bytes, over the NATS server's max_payload (one record alone; raise the server's "
                 "max_payload, e.g. deploy/nats/nats-server.conf)",
@@ -129,7 +133,7 @@ class Publisher:
             for callback in msg.on_ack:
                 callback()
         except Exception as exc:
-            self.stats.retries += 1
+            self.retries += 1
             if msg.attempts == 1 or msg.attempts % 20 == 0:
                 log.warning(
                     "publish of %s failed (attempt %d): %s", msg.msg_id, msg.attempts, exc or type(exc)
@@ -137,13 +141,12 @@ class Publisher:
             await asyncio.sleep(backoff_s(msg.attempts - 1, 0.1, self._max_backoff))
             self._enqueue(msg, front=True)
         else:
-            self.stats.acked += 1
+            self.acked += 1
             for callback in msg.on_ack:
                 callback()
         finally:
             self._inflight_n -= 1
             self._inflight.release()
-            self.stats.pending = len(self._queue) + self._inflight_n
             if not self._queue and self._inflight_n == 0:
                 self._idle.set()
 

@@ -32,10 +32,12 @@ from ranksight.agent.collectors.base import (
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.agent.publisher import Publisher
 from ranksight.aio import cancel_all
-from ranksight.config import CollectorSettings, Settings
 from ranksight.natsconn import connect, disconnect
-from ranksight.schemas.records import CollectorHealth, PublisherStats, Record
+from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.subjects import Subjects, require_token
+from ranksight.schemas.twins import CollectorHealth, PublisherStats, Record
+from ranksight.settings_rules import CollectorSection
+from ranksight.settings_twins import Settings
 from ranksight.version import ranksight_version, service_version
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,7 @@ class AgentContext:
         return [c.health.snapshot() for c in self.collectors.values()]
 
     def publisher_stats(self) -> PublisherStats:
-        return self.publisher.stats.model_copy()
+        return self.publisher.stats
 
     def add_command(self, name: str, handler: CommandHandler) -> None:
         """Register a command on ``<prefix>.agent.<cluster>.<node>.<name>`` (only known commands are ever run)."""
@@ -96,7 +98,7 @@ class AgentRuntime:
         ctx = self.ctx = AgentContext(self.settings, nc, publisher, batcher, self.incarnation)
         ctx.add_command("status", self._status)
         for name, cls in COLLECTORS.items():
-            section: CollectorSettings = getattr(cfg.collectors, name)
+            section: CollectorSection = getattr(cfg.collectors, name)
             if section.enabled and (self.only is None or name in self.only):
                 ctx.collectors[name] = cls(ctx, section)
         tasks = [asyncio.create_task(publisher.run(), name="publisher"), asyncio.create_task(batcher.run())]
@@ -212,8 +214,8 @@ class AgentRuntime:
             "incarnation": ctx.incarnation,
             "version": ctx.version,
             "started_ns": ctx.started_ns,
-            "collectors": [h.model_dump() for h in ctx.health_snapshot()],
-            "publisher": ctx.publisher_stats().model_dump(),
+            "collectors": to_builtins(ctx.health_snapshot()),
+            "publisher": to_builtins(ctx.publisher_stats()),
         }
 
 
@@ -228,7 +230,9 @@ def _json_endpoint(handler: CommandHandler) -> Callable[[Request], Awaitable[Non
             return
         try:
             result = await handler(body)
-        except ValueError as exc:  # an invalid or refused command (pydantic's errors are ValueErrors too)
+        except (
+            ValueError
+        ) as exc:  # an invalid or refused command (msgspec's validation errors are ValueErrors too)
             await request.respond_error("400", f"bad request: {exc}")
             return
         except Exception as exc:

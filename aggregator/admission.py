@@ -16,8 +16,8 @@ from __future__ import annotations
 from ranksight.aggregator.timefmt import NS
 from ranksight.config import IngestSettings
 from ranksight.schemas.codec import DecodeError
-from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.subjects import SubjectError, Subjects
+from ranksight.schemas.twins import Envelope
 
 
 def check_times(env: Envelope, recv_ns: int, limits: IngestSettings) -> None:

@@ -44,8 +44,8 @@ from ranksight.aio import cancel_all
 from ranksight.config import Settings
 from ranksight.natsconn import connect, disconnect
 from ranksight.schemas.alerts import Alert
-from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import Envelope
 from ranksight.version import ranksight_version
 
 log = logging.getLogger(__name__)

@@ -41,10 +41,11 @@ from ranksight.config import IngestSettings
 from ranksight.private import DIR_MODE, private_files
 from ranksight.schemas.alerts import Alert, Silence
 from ranksight.schemas.codec import DecodeError, decode_event
-from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.records.inspector import IDENTITY as INSPECTOR_IDENTITY
 from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import Envelope
+from ranksight.schemas.wire import event_type
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -563,7 +564,7 @@ class Store:
                         if row["_ts_us"] is None or row["_recv_us"] is None:
                             raise ValueError("ts or recv_ts is not a finite timestamp")
                         recv_ns = row["_recv_us"] * 1000
-                        env = Envelope.model_construct(
+                        env = Envelope(
                             type=event_type(kind), cluster=row["cluster"], node=row["node"], agent=row["agent"],
                             seq=row["seq"], ts=row["_ts_us"] * 1000, ttl=row["ttl"], records=[],
                         )  # fmt: skip

@@ -37,9 +37,10 @@ from ranksight.aggregator.runtime import Aggregator, ensure_stream
 from ranksight.config import Settings, load_settings
 from ranksight.natsserver import NatsServer
 from ranksight.schemas.codec import encode_event
-from ranksight.schemas.envelope import Envelope, event_type
 from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import Envelope
+from ranksight.schemas.wire import event_type
 
 
 def _payloads(cluster: str, agents: int, batches: int, records: int) -> list[tuple[str, str, bytes]]:
@@ -51,7 +52,7 @@ def _payloads(cluster: str, agents: int, batches: int, records: int) -> list[tup
             recs = [GpuRecord(index=i % 8, name="MI300X", utilization_pct=97.0, power_w=712.5,
                               memory_used_bytes=150_000_000_000, temperature_junction_c=81.0, sclk_hz=2.1e9)
                     for i in range(records)]  # fmt: skip
-            env = Envelope.model_construct(type=event_type("gpu"), cluster=cluster, node=node, agent=incarnation,
+            env = Envelope(type=event_type("gpu"), cluster=cluster, node=node, agent=incarnation,
                                            seq=b + 1, ts=time.time_ns(), ttl=15.0, records=recs)  # fmt: skip
             payload = encode_event(env, "map")  # the bare baseline reads maps
             out.append((subjects.event(cluster, node, "gpu"), f"{incarnation}:{b + 1}", payload))

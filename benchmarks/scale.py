@@ -168,9 +168,10 @@ class Template:
 
 def pre_encode(kind: str, records: list[Any], ttl: float) -> Template:
     from ranksight.schemas.codec import encode_event
-    from ranksight.schemas.envelope import Envelope, event_type
+    from ranksight.schemas.twins import Envelope
+    from ranksight.schemas.wire import event_type
 
-    data = encode_event(Envelope.model_construct(type=event_type(kind), cluster=CLUSTER, node=HOST_MARK,
+    data = encode_event(Envelope(type=event_type(kind), cluster=CLUSTER, node=HOST_MARK,
                                                  agent=f"sim{HOST_MARK}", seq=SEQ_MARK, ts=TS_MARK, ttl=ttl,
                                                  records=records))  # fmt: skip
     at = [data.index(b"\xcf" + mark.to_bytes(8, "big")) + 1 for mark in (SEQ_MARK, TS_MARK)]

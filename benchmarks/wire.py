@@ -37,8 +37,9 @@ from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml  
 from ranksight.agent.collectors.inspector.parse import parse_line  # noqa: E402
 from ranksight.agent.collectors.nic.tools import parse_ethtool_stats  # noqa: E402
 from ranksight.schemas.codec import decode_event, encode_event  # noqa: E402
-from ranksight.schemas.envelope import Envelope, WireFormat, event_type  # noqa: E402
 from ranksight.schemas.records import CollectorHealth, HeartbeatRecord, PublisherStats, Record  # noqa: E402
+from ranksight.schemas.twins import Envelope  # noqa: E402
+from ranksight.schemas.wire import WireFormat, event_type  # noqa: E402
 from ranksight.simulate.inspector import JobSpec, simulate, summarize  # noqa: E402
 
 TARGET_INSPECTOR_BYTES = 110

@@ -3,29 +3,22 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import csv
 import json
-import logging
 import math
-import os
 import signal
 import sys
-import threading
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from ranksight.aio import cancel_all
+from ranksight.aio import run_until_signalled as run_until_signalled
 from ranksight.config import ConfigError, Settings, load_settings
 
 # The exit statuses are declared beside the errors they map from; command modules take them from here.
 from ranksight.errors import EXIT_FAILED as EXIT_FAILED
 from ranksight.errors import EXIT_INTERRUPTED, EXIT_OK, exit_status
 from ranksight.errors import EXIT_USAGE as EXIT_USAGE
-from ranksight.redact import redact_logs
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-FORCE_EXIT_S = 3.0  # after a second signal, how long cancellation may take before the process just ends
+from ranksight.redact import setup_logging
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -53,60 +46,8 @@ def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
     except ConfigError as exc:
         print(f"ranksight: configuration error: {exc}", file=sys.stderr)
         raise SystemExit(exit_status(exc)) from None
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    redact_logs()
+    setup_logging(settings.log_level)
     return settings
-
-
-def run_until_signalled(main: Callable[[asyncio.Event], Coroutine[Any, Any, None]],
-                        shutdown_timeout_s: float | None = None) -> int | None:  # fmt: skip
-    """Run ``main(stop)`` until it returns; return the number of the signal that stopped it, or None.
-
-    The first SIGINT or SIGTERM sets ``stop`` so that everything shuts down in order; if ``main`` has not returned
-    ``shutdown_timeout_s`` later (a flush waiting on an unreachable NATS), it is cancelled (None: only on a second
-    signal; for commands with nothing to flush). A second signal cancels it at once, and ends the process outright if
-    even that does not stop it within ``FORCE_EXIT_S``.
-    """
-    received: list[int] = []
-
-    async def runner() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        task = asyncio.ensure_future(main(stop))
-
-        def on_signal(signum: int) -> None:
-            received.append(signum)
-            if len(received) == 1:
-                print(f"ranksight: {signal.Signals(signum).name}, stopping (again to force)", file=sys.stderr)
-                stop.set()
-                if shutdown_timeout_s is not None:
-                    loop.call_later(shutdown_timeout_s, task.cancel)
-            else:
-                task.cancel()
-                # A thread, not the loop: the loop itself may be what is stuck.
-                force = threading.Timer(FORCE_EXIT_S, os._exit, (128 + received[0],))
-                force.daemon = True
-                force.start()
-
-        for sig in STOP_SIGNALS:
-            loop.add_signal_handler(sig, on_signal, sig)
-        try:
-            await task
-        except asyncio.CancelledError:
-            if not received:
-                raise
-        finally:
-            # What ``main`` left running (a part cancelled in the middle of its own stop) is cancelled until it ends:
-            # on Python 3.11 a task can swallow one cancel (see cancel_all), and asyncio.run sends only one, then
-            # waits for it forever.
-            await cancel_all(asyncio.all_tasks() - {asyncio.current_task()})
-
-    asyncio.run(runner())
-    return received[0] if received else None
 
 
 def interrupted_exit(signum: int | None) -> int:

@@ -14,8 +14,9 @@ import socket
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+import msgspec
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -30,8 +31,12 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
 from ranksight.errors import UsageError
-from ranksight.schemas.envelope import WireFormat
 from ranksight.schemas.subjects import sanitize_token
+from ranksight.schemas.wire import WireFormat
+from ranksight.settings_rules import CollectorSection, StatePaths, SummaryTiming, decode_settings
+
+if TYPE_CHECKING:
+    from ranksight import settings_twins
 
 CONFIG_ENV = "RANKSIGHT_CONFIG"
 # The config file's values while load_settings builds Settings: the lowest-priority source.
@@ -75,13 +80,10 @@ class NatsSettings(Section):
     )
 
 
-class CollectorSettings(Section):
+class CollectorSettings(CollectorSection, Section):
     enabled: bool = True
     interval_s: float = Field(5.0, gt=0)
     ttl_s: float | None = Field(None, gt=0, description="fact lifetime; default 3 x interval")
-
-    def ttl(self) -> float:
-        return self.ttl_s if self.ttl_s is not None else 3 * self.interval_s
 
 
 class HeartbeatSettings(CollectorSettings):
@@ -120,7 +122,7 @@ class RasSettings(CollectorSettings):
     )
 
 
-class InspectorSettings(CollectorSettings):
+class InspectorSettings(SummaryTiming, CollectorSettings):
     interval_s: float = Field(1.0, gt=0, description="how often the dump directory is re-scanned when idle")
     dump_dir: Path | None = Field(
         None, description="the plugin's NCCL_INSPECTOR_DUMP_DIR; unset or missing: the collector is absent"
@@ -175,10 +177,6 @@ class InspectorSettings(CollectorSettings):
         description="raw inspector records published per second at most, sampled fairly across comms (0: none); "
         "dump files keep every record on the node",
     )
-
-    def summary_ttl(self) -> float:
-        """A summary stays valid until the next window's should have come."""
-        return 2 * self.summary_window_s + self.summary_publish_s
 
 
 class GpuSettings(CollectorSettings):
@@ -952,7 +950,7 @@ class DeploySettings(Section):
     verify_timeout_s: float = Field(20, gt=0, description="time the new agent has to answer on NATS")
 
 
-class Settings(BaseSettings):
+class Settings(StatePaths, BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RANKSIGHT_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
     )
@@ -986,12 +984,27 @@ class Settings(BaseSettings):
     def db_path(self) -> Path:
         return self.aggregator.db_path or self.state_dir / "ranksight.duckdb"
 
-    def app_socket_path(self) -> Path:
-        """Scoped to this instance: another agent's training processes (another state dir) never reach it."""
-        return self.agent.collectors.app.socket_path or self.state_dir / "app.sock"
-
     def export_root(self) -> Path:
         return self.aggregator.query.export_root or self.state_dir / "exports"
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, Path):
+        return str(value)
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+def encode_settings(settings: Settings) -> bytes:
+    """Validated settings as JSON, secrets included, for a process that reads them without pydantic
+    (:func:`ranksight.settings_rules.decode_settings`)."""
+    return msgspec.json.encode(settings.model_dump(), enc_hook=_encode_value)
+
+
+def twin_settings(settings: Settings) -> settings_twins.Settings:
+    """``settings`` as the agent process reads them: for commands that run its parts."""
+    return decode_settings(encode_settings(settings))
 
 
 def _explain(exc: ValidationError, origin: str) -> str:

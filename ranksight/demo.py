@@ -32,7 +32,7 @@ from ranksight.cliutil import (
     port_number,
     settings_from_args,
 )
-from ranksight.config import Settings
+from ranksight.config import Settings, twin_settings
 from ranksight.schemas.records.ras import RasEvent
 from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import Fault, JobSpec
@@ -146,7 +146,7 @@ class Demo:
         tasks = [agg_task]
         try:
             await first(aggregator.ready.wait(), agg_task)
-            agents = [AgentRuntime(self.agent_settings(i, job)) for i in range(self.nodes)]
+            agents = [AgentRuntime(twin_settings(self.agent_settings(i, job))) for i in range(self.nodes)]
             tasks += [asyncio.create_task(a.run(stop)) for a in agents]
             for agent, task in zip(agents, tasks[1:], strict=True):
                 await first(agent.ready.wait(), task)

@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from ranksight.config import NatsSettings
 from ranksight.errors import RanksightError
 from ranksight.redact import redact
 
+if TYPE_CHECKING:  # either form: the pydantic settings, or the agent process's twins
+    from ranksight import config, settings_twins
 
-def connect_options(cfg: NatsSettings, name: str) -> dict[str, Any]:
+    NatsSettingsLike = config.NatsSettings | settings_twins.NatsSettings
+
+
+def connect_options(cfg: NatsSettingsLike, name: str) -> dict[str, Any]:
     opts: dict[str, Any] = {
         "servers": [u.strip() for u in cfg.url.split(",") if u.strip()],
         "name": name,
@@ -47,7 +51,7 @@ class NatsUnreachable(RanksightError, ConnectionError):
     """The first connection to NATS did not succeed within ``nats.connect_timeout_s``."""
 
 
-async def connect(cfg: NatsSettings, name: str, **extra: Any) -> Client:
+async def connect(cfg: NatsSettingsLike, name: str, **extra: Any) -> Client:
     """A connected client, or :class:`NatsUnreachable` after ``cfg.connect_timeout_s``.
 
     nats-py retries its first connect for as long as reconnects are allowed (forever with ``max_reconnect_attempts``

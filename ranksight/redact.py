@@ -11,9 +11,15 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
-from ranksight.config import Settings
+if TYPE_CHECKING:  # either form: the pydantic settings, or the agent process's twins
+    from ranksight import config, settings_twins
+
+    SettingsLike = config.Settings | settings_twins.Settings
+
 
 MASK = "***"
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^@/\s,'\"]+)@")
@@ -27,7 +33,7 @@ def _userinfo(match: re.Match[str]) -> str:
     return f"{match['scheme']}{user + ':' + MASK if has_password else MASK}@"
 
 
-def secrets_of(settings: Settings) -> tuple[str, ...]:
+def secrets_of(settings: SettingsLike) -> tuple[str, ...]:
     """The secret values of the NATS settings (password, token), to be hidden wherever they appear."""
     values = [settings.nats.password, settings.nats.token]
     return tuple(v.get_secret_value() for v in values if v is not None and v.get_secret_value())
@@ -59,3 +65,11 @@ def redact_logs() -> None:
     for handler in logging.getLogger().handlers:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
+
+
+def setup_logging(level: str) -> None:
+    """Every long-running process's logging: to stderr at ``level``, each line with its time, secrets redacted."""
+    logging.basicConfig(
+        level=level.upper(), stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    redact_logs()

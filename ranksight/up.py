@@ -22,7 +22,7 @@ from ranksight.cliutil import (
     run_until_signalled,
     settings_from_args,
 )
-from ranksight.config import Settings
+from ranksight.config import Settings, twin_settings
 from ranksight.natsserver import NatsCluster, NatsServer, NatsServerError
 from ranksight.private import keep_private
 
@@ -121,7 +121,7 @@ EmbeddedNats = NatsServer | NatsCluster
 
 async def _serve(settings: Settings, server: EmbeddedNats, stop: asyncio.Event) -> None:
     aggregator = Aggregator(settings)
-    agent = AgentRuntime(settings)
+    agent = AgentRuntime(twin_settings(settings))
     agg_task = asyncio.create_task(aggregator.run(stop))
     await first(aggregator.ready.wait(), agg_task)
     agent_task = asyncio.create_task(agent.run(stop))

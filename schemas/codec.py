@@ -1,13 +1,15 @@
 """The codec: the only module that speaks msgpack.
 
-``encode_event`` packs an :class:`~schemas.envelope.Envelope` (msgpack-python; records are pydantic models), its records
-in either wire form (:data:`~schemas.envelope.WireFormat`; compact by default).
-``decode_event`` reads both forms. It validates the envelope and every record against the model of its kind and raises
-:class:`DecodeError` (one exception type, with a reason) on anything wrong: bytes that are not msgpack, a payload that is
+Nothing here imports pydantic: the agent process uses it as the aggregator does, with the models' msgspec twins
+(:mod:`schemas.twins`).
+
+``encode_event`` packs an envelope (records: twins, or pydantic models) with msgpack-python, its records in either wire
+form (:data:`~schemas.wire.WireFormat`; compact by default). ``decode_event`` reads both forms into the twins. It
+validates the envelope and every record against the twin of its kind and raises :class:`DecodeError` (one exception type, with a reason) on anything wrong: bytes that are not msgpack, a payload that is
 not a map, unknown ``type``, missing or mistyped fields, integers or floats the store cannot hold
-(:data:`schemas.structs.STORED_BOUNDS`), too many records, or none where the kind needs one (``Record.min_records``), a
+(:data:`schemas.wire.STORED_BOUNDS`), too many records, or none where the kind needs one (``Record.min_records``), a
 compact batch whose columns do not line up (``bad_envelope``) or written by a newer record model
-(``unsupported_version``). It decodes with msgspec into the models' frozen twins (:mod:`schemas.structs`), in two
+(``unsupported_version``). It decodes with msgspec into the frozen twins, in two
 steps: the envelope with map-form records left as raw bytes, then the records with the decoder of their kind. A compact
 batch's columns and constants are left as raw bytes too. Where the kind's twin holds no sub-record (the Inspector kinds,
 most of the traffic: :func:`_raw_layout`), its records are laid out again as msgpack maps, one per record with the keys
@@ -28,19 +30,11 @@ from typing import Annotated, Any, NamedTuple, get_args, get_origin
 import msgpack
 import msgspec
 import msgspec.inspect as mi
-from pydantic import BaseModel
 
 from ranksight.errors import ParseError
-from ranksight.schemas.envelope import (
-    MAX_RECORDS,
-    MIN_COMPACT_RECORD_BYTES,
-    TYPE_PREFIX,
-    CompactRecords,
-    Envelope,
-    WireFormat,
-)
-from ranksight.schemas.records import RECORD_MODELS
-from ranksight.schemas.structs import field_type, struct_for
+from ranksight.schemas import twins
+from ranksight.schemas.twins import KIND_TWINS, Envelope
+from ranksight.schemas.wire import MAX_RECORDS, MIN_COMPACT_RECORD_BYTES, TYPE_PREFIX, WireFormat
 
 
 class DecodeError(ParseError):
@@ -53,7 +47,10 @@ class DecodeError(ParseError):
 
 
 def _default(obj: Any) -> Any:
-    if isinstance(obj, BaseModel):
+    """A sub-record's map, without its unset (None) fields."""
+    if isinstance(obj, msgspec.Struct):
+        return {name: value for name in obj.__struct_fields__ if (value := getattr(obj, name)) is not None}
+    if hasattr(obj, "model_dump"):  # a pydantic model (a test's, a simulator's)
         return obj.model_dump(mode="python", exclude_none=True)
     raise TypeError(f"cannot encode {type(obj).__name__}")
 
@@ -84,12 +81,13 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
 @cache
-def _layout(kind: str) -> tuple[tuple[str, ...], operator.attrgetter[Any], dict[str, Any]]:
+def layout(kind: str) -> tuple[tuple[str, ...], operator.attrgetter[Any], dict[str, Any]]:
     """The kind's field names, a getter of all of them, and the default of each optional one."""
-    fields = RECORD_MODELS[kind].model_fields
-    defaults = {name: info.get_default(call_default_factory=True) for name, info in fields.items()
-                if not info.is_required()}  # fmt: skip
-    return tuple(fields), operator.attrgetter(*fields), defaults
+    fields = msgspec.structs.fields(KIND_TWINS[kind])
+    names = tuple(f.name for f in fields)
+    defaults = {f.name: f.default if f.default_factory is msgspec.NODEFAULT else f.default_factory()
+                for f in fields if not f.required}  # fmt: skip
+    return names, operator.attrgetter(*names), defaults
 
 
 def _uniform(column: Sequence[Any]) -> bool:
@@ -104,9 +102,9 @@ def _uniform(column: Sequence[Any]) -> bool:
 def _compact(kind: str, records: Sequence[Any]) -> dict[str, Any]:
     """The :class:`~schemas.envelope.CompactRecords` keys of a batch: a column per field, except a field with one value
     in every record (a constant, or nothing at all when that value is the default); empty keys are left out."""
-    names, getter, defaults = _layout(kind)
+    names, getter, defaults = layout(kind)
     count = len(records)
-    batch: dict[str, Any] = {"record_version": RECORD_MODELS[kind].schema_version, "count": count}
+    batch: dict[str, Any] = {"record_version": KIND_TWINS[kind].schema_version, "count": count}
     if not count:
         return batch
     fields, columns, constants = [], [], {}
@@ -129,7 +127,9 @@ def _compact(kind: str, records: Sequence[Any]) -> dict[str, Any]:
 
 # The envelope's fields with their constraints; map-form records stay raw bytes until the kind is known; the compact
 # form's keys are all optional here and checked once the form is known.
-_COMPACT_KEYS = tuple(CompactRecords.model_fields)
+_ENVELOPE_FIELDS = msgspec.structs.fields(twins.Envelope)
+_COMPACT_FIELDS = msgspec.structs.fields(twins.CompactRecords)
+_COMPACT_KEYS = tuple(f.name for f in _COMPACT_FIELDS)
 
 
 def _raw(annotation: Any, raw: tuple[Any, ...]) -> Any:
@@ -149,12 +149,9 @@ def _raw(annotation: Any, raw: tuple[Any, ...]) -> Any:
 def _envelope_wire(name: str, raw: tuple[Any, ...]) -> Any:
     return msgspec.defstruct(
         name,
-        [(name, field_type(info)) for name, info in Envelope.model_fields.items() if name != "records"]
+        [(f.name, f.type) for f in _ENVELOPE_FIELDS if f.name != "records"]
         + [("records", msgspec.Raw, msgspec.Raw())]  # empty: absent
-        + [
-            (name, _raw(field_type(info), raw) | msgspec.UnsetType, msgspec.UNSET)
-            for name, info in CompactRecords.model_fields.items()
-        ],
+        + [(f.name, _raw(f.type, raw) | msgspec.UnsetType, msgspec.UNSET) for f in _COMPACT_FIELDS],
         module=__name__,
         gc=False,
     )
@@ -171,9 +168,8 @@ _ENCODER = msgspec.msgpack.Encoder()
 
 @cache
 def _records_decoder(kind: str) -> msgspec.msgpack.Decoder[list[Any]]:
-    model = RECORD_MODELS[kind]
-    twin = struct_for(model)
-    bounds = msgspec.Meta(min_length=model.min_records, max_length=MAX_RECORDS)
+    twin = KIND_TWINS[kind]
+    bounds = msgspec.Meta(min_length=twin.min_records, max_length=MAX_RECORDS)
     return msgspec.msgpack.Decoder(Annotated[list[twin], bounds])  # type: ignore[valid-type]
 
 
@@ -182,7 +178,7 @@ _AT = " - at `$"
 
 @cache
 def _records_type(kind: str) -> Any:
-    return list[struct_for(RECORD_MODELS[kind])]  # type: ignore[misc]
+    return list[KIND_TWINS[kind]]  # type: ignore[valid-type]
 
 
 _SCALARS_INFO = (mi.NoneType, mi.BoolType, mi.IntType, mi.FloatType, mi.StrType, mi.LiteralType)
@@ -227,7 +223,7 @@ class _RawLayout(NamedTuple):
 def _raw_layout(kind: str) -> _RawLayout | None:
     """The fast path's layout of a kind whose twin decodes whole values only; None for the other kinds. A column of
     scalars is decoded into Python values (small ones are shared, cheaper than raw views), any other left raw."""
-    twin = struct_for(RECORD_MODELS[kind])
+    twin = KIND_TWINS[kind]
     fields = mi.type_info(twin).fields  # type: ignore[attr-defined]
     if not all(_decodes_whole(field.type) for field in fields):
         return None
@@ -247,7 +243,7 @@ def _raw_layout(kind: str) -> _RawLayout | None:
 # same records, or the same refusal, from any envelope.
 _CHECKED_TYPES = tuple(
     msgpack.packb({"type": f"{TYPE_PREFIX}{kind}"})[1:]
-    for kind in sorted(RECORD_MODELS)
+    for kind in sorted(KIND_TWINS)
     if _raw_layout(kind) is None
 )
 
@@ -272,12 +268,12 @@ def _repeated_bytes(count: int, constants: dict[str, Any]) -> int:
 
 @cache
 def _known(kind: str) -> frozenset[str]:
-    return frozenset(_layout(kind)[0])
+    return frozenset(layout(kind)[0])
 
 
 def _check_compact(kind: str, wire: Any, fields: list[str], columns: list[Any], size: int) -> None:
     """Refuse a compact batch (:class:`~schemas.envelope.CompactRecords`) whose keys are wrong: before its records."""
-    model = RECORD_MODELS[kind]
+    model = KIND_TWINS[kind]
     for key in ("record_version", "count"):
         if getattr(wire, key) is msgspec.UNSET:
             raise DecodeError("bad_envelope", f"compact records without `{key}`")
@@ -359,7 +355,7 @@ def _raw_columns_records(kind: str, wire: Any, size: int) -> list[Any]:
 
 def _kind(wire: Any) -> str:
     kind: str = wire.type.removeprefix(TYPE_PREFIX)
-    if not wire.type.startswith(TYPE_PREFIX) or kind not in RECORD_MODELS:
+    if not wire.type.startswith(TYPE_PREFIX) or kind not in KIND_TWINS:
         raise DecodeError("unknown_type", f"unknown event type {wire.type!r}")
     return kind
 
@@ -412,8 +408,8 @@ def _map_form(kind: str, wire: Any) -> list[Any]:
 
 
 def _decoded(wire: Any, records: list[Any]) -> Envelope:
-    return Envelope.decoded(type=wire.type, cluster=wire.cluster, node=wire.node, agent=wire.agent, seq=wire.seq,
-                            ts=wire.ts, ttl=wire.ttl, records=records)  # fmt: skip
+    return Envelope(type=wire.type, cluster=wire.cluster, node=wire.node, agent=wire.agent, seq=wire.seq,
+                    ts=wire.ts, ttl=wire.ttl, records=records)  # fmt: skip
 
 
 def _map_records(kind: str, raw: msgspec.Raw) -> list[Any]:

@@ -14,17 +14,26 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import nats
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.config import Settings
 from ranksight.schemas.codec import encode_event
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import AppRecord, GpuRecord, HeartbeatRecord, NicRecord, RasRecord
-from ranksight.schemas.records.probe import ProbeRecord
-from ranksight.schemas.records.ras import RasCommunicator
+from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import (
+    AppRecord,
+    Envelope,
+    GpuRecord,
+    HeartbeatRecord,
+    NicRecord,
+    ProbeRecord,
+    RasCommunicator,
+    RasRecord,
+)
+from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import Fault, JobSpec, comms, simulate, summarize
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ras"
@@ -40,7 +49,7 @@ FAST_BPS, SLOW_BPS = 1e10, 4e7
 def http_settings(settings: Settings, **http: Any) -> Settings:
     """The test settings with the HTTP face on a free port and a fast straggler engine."""
     agg = settings.aggregator
-    return settings.model_copy(update={"aggregator": agg.model_copy(update={
+    return replace(settings, **{"aggregator": agg.model_copy(update={
         "http": agg.http.model_copy(update={"port": 0, **http}),
         "stragglers": agg.stragglers.model_copy(update={"window_s": 2.0, "evaluate_every_s": 0.3,
                                                         "retain_windows": 60}),
@@ -82,7 +91,11 @@ async def publish_cluster(pub: Publisher, hardware_ttl: float = 60.0, with_strag
                         errors_per_s=0.0, congestion_per_s=0.0)  # fmt: skip
         await pub.send(node, "nic", [nic], ttl=hardware_ttl)
     status = parse_status_text((FIXTURES / "nccl_2.24_docs_fragment_errors_dead_process.txt").read_bytes())
-    await pub.send("node000", "ras", [RasRecord(job_id=JOB, endpoint="localhost:28028", **dict(status))])
+    await pub.send(
+        "node000",
+        "ras",
+        [RasRecord(job_id=JOB, endpoint="localhost:28028", **msgspec.structs.asdict(status))],
+    )
     for src, dst in [("node000", "node001"), ("node001", "node003"), ("node002", "node003"), DEGRADED]:
         bps = SLOW_BPS if (src, dst) == DEGRADED else FAST_BPS
         rec = ProbeRecord(src=src, dst=dst, dst_addr=f"10.0.0.{NODES.index(dst) + 1}", rtt_us=50.0,
@@ -98,7 +111,7 @@ async def publish_straggler_job(pub: Publisher) -> None:
     )
     spec.start_us = time.time_ns() // 1000 - 20_000_000  # running for 20 s
     for (host, _pid), lines in simulate(spec).items():
-        records = [parse_line(line) for line in lines]
+        records = [parse_op(line) for line in lines]
         for start in range(0, len(records), 2000):
             await pub.send(host, "inspector", records[start : start + 2000], ttl=300.0)
         summaries = [summary for _, summary in summarize(records)]  # what the node's agent sends

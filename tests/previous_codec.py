@@ -14,9 +14,10 @@ from typing import Annotated, Any
 import msgspec
 
 from ranksight.schemas.codec import DecodeError
-from ranksight.schemas.envelope import MAX_RECORDS, TYPE_PREFIX, Envelope
 from ranksight.schemas.records import RECORD_MODELS
-from ranksight.schemas.structs import STORED_BOUNDS, struct_for
+from ranksight.schemas.structs import struct_for
+from ranksight.schemas.twins import Envelope
+from ranksight.schemas.wire import MAX_RECORDS, STORED_BOUNDS, TYPE_PREFIX
 
 _SEQ = Annotated[int, msgspec.Meta(ge=1, le=STORED_BOUNDS[int]["le"])]
 _TS = Annotated[int, msgspec.Meta(ge=0, le=STORED_BOUNDS[int]["le"])]
@@ -70,5 +71,5 @@ def decode_event(data: bytes) -> Envelope:
         if _AT not in message:  # about the records value itself: not a list, or too long
             raise DecodeError("bad_envelope", f"records: {message}") from None
         raise DecodeError("bad_record", message.replace(_AT, " - at `records")) from None
-    return Envelope.model_construct(type=wire.type, cluster=wire.cluster, node=wire.node, agent=wire.agent,
+    return Envelope(type=wire.type, cluster=wire.cluster, node=wire.node, agent=wire.agent,
                                     seq=wire.seq, ts=wire.ts, ttl=wire.ttl, records=records)  # fmt: skip

@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from ranksight.agent.collectors.inspector.summary import Summarizer
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
-from ranksight.schemas.records.inspector_summary import size_bucket
+from ranksight.schemas.structs import replace
+from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.wire import size_bucket
 
 Key = tuple[str, str, str, int, int, str, int]
 
@@ -49,7 +50,7 @@ def whole_windows(
                 else:
                     summarizer.add(rec)
             for x in summarizer.take():
-                out.append((published, x.model_copy(update={"part_us": 0, "late": late.pop(_key(x), 0)})))
+                out.append((published, replace(x, **{"part_us": 0, "late": late.pop(_key(x), 0)})))
             for key in missed:
                 late[key] += 1
     out.sort(key=lambda x: x[0])

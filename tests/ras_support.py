@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import Record
+from ranksight.schemas.twins import Envelope, Record
+from ranksight.schemas.wire import event_type
 
 
 def fake_proc(root: Path, port: int, environ: dict[str, str], pid: int = 4242, inode: int = 987654) -> Path:

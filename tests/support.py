@@ -17,7 +17,7 @@ import nats.js.errors
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.config import Settings
+from ranksight.config import Settings, twin_settings
 from ranksight.natsconn import connect
 
 
@@ -64,7 +64,7 @@ async def aggregator(settings: Settings) -> AsyncIterator[Aggregator]:
 
 @contextlib.asynccontextmanager
 async def agent(settings: Settings, only: list[str] | None = None) -> AsyncIterator[AgentRuntime]:
-    async with running(AgentRuntime(settings, only=only)) as rt:
+    async with running(AgentRuntime(twin_settings(settings), only=only)) as rt:
         yield rt
 
 

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
 from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
 from ranksight.client import MAX_MESSAGE
-from ranksight.config import AppSettings
-from ranksight.schemas.records import AppRecord
+from ranksight.schemas.twins import AppRecord
+from ranksight.settings_twins import AppSettings
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
+import msgspec
 
 from ranksight.errors import ParseError
 from ranksight.schemas.codec import DecodeError, unpack
-from ranksight.schemas.records import AppRecord
+from ranksight.schemas.twins import AppRecord
 
 SUPPORTED_VERSION = 1
 
@@ -56,8 +56,6 @@ def parse_message(data: bytes, timeouts: Timeouts) -> AppRecord:
     elif event == "section_open" and isinstance(values.get("section"), str):
         values.setdefault("timeout_s", timeouts.for_section(values["section"]))
     try:
-        return AppRecord.model_validate(values)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise AppMessageError(f"{where}: {err['msg']}") from None
+        return msgspec.convert(values, AppRecord)
+    except msgspec.ValidationError as exc:  # as the aggregator would refuse it
+        raise AppMessageError(str(exc)) from None

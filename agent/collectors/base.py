@@ -16,12 +16,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
+import msgspec
+
 from ranksight.errors import RanksightError
-from ranksight.schemas.records import CollectorHealth, Record
+from ranksight.schemas.twins import CollectorHealth, Record
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-    from ranksight.config import CollectorSettings
+    from ranksight.settings_rules import CollectorSection
 
 
 class Emit(Protocol):
@@ -81,8 +83,8 @@ class Health:
             self.state = "ok"
 
     def snapshot(self) -> CollectorHealth:
-        return CollectorHealth.model_validate(
-            {**self.__dict__, "last_error": heartbeat_text(self.last_error)}
+        return msgspec.convert(
+            {**self.__dict__, "last_error": heartbeat_text(self.last_error)}, CollectorHealth
         )
 
 
@@ -94,7 +96,7 @@ class Collector(ABC):
     # Durable kinds are never dropped by the publisher (backpressure instead); gauges may be, and drops are counted.
     durable: ClassVar[bool] = False
 
-    def __init__(self, ctx: AgentContext, settings: CollectorSettings) -> None:
+    def __init__(self, ctx: AgentContext, settings: CollectorSection) -> None:
         self.ctx = ctx
         self.settings = settings
         self.health = Health(self.name)

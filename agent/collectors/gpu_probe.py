@@ -12,17 +12,19 @@ import importlib.util
 import time
 from typing import TYPE_CHECKING
 
+import msgspec
+
 from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
 from ranksight.agent.gpuprobe.busy import check_busy
 from ranksight.agent.gpuprobe.runner import ProbeOutcome, run_probe
 from ranksight.agent.gpuprobe.schedule import LastAttempt, load_last, next_due_s, save_last, stagger_offset_s
-from ranksight.config import GpuProbeSettings
-from ranksight.schemas.records import GpuProbeRecord
 from ranksight.schemas.subjects import sanitize_token
+from ranksight.schemas.twins import GpuProbeRecord
+from ranksight.settings_twins import GpuProbeSettings
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-    from ranksight.config import CollectorSettings
+    from ranksight.settings_rules import CollectorSection
 
 NODE_INDEX = -1  # a record about the node, not one GPU
 
@@ -30,7 +32,7 @@ NODE_INDEX = -1  # a record about the node, not one GPU
 def outcome_records(outcome: ProbeOutcome) -> list[GpuProbeRecord]:
     """One ``ok`` record per measured GPU, one ``error`` per failed GPU, and one node record if the run failed."""
     records = [
-        GpuProbeRecord(status="ok", backend=outcome.backend, **g.model_dump(exclude={"type"}))
+        GpuProbeRecord(status="ok", backend=outcome.backend, **msgspec.structs.asdict(g))
         for g in outcome.gpus
     ]
     records += [
@@ -48,7 +50,7 @@ class GpuProbeCollector(StreamingCollector):
     kind = "gpu_probe"
     durable = True  # rare, costly measurements: never dropped
 
-    def __init__(self, ctx: AgentContext, settings: CollectorSettings) -> None:
+    def __init__(self, ctx: AgentContext, settings: CollectorSection) -> None:
         super().__init__(ctx, settings)
         assert isinstance(settings, GpuProbeSettings)
         self.cfg = settings

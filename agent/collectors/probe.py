@@ -17,6 +17,7 @@ import socket
 import time
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 from nats.aio.msg import Msg
 
 from ranksight.agent.collectors.base import Emit, StreamingCollector
@@ -24,9 +25,10 @@ from ranksight.agent.probe.client import ProbeBudget, ProbeError, run_probe
 from ranksight.agent.probe.server import ProbeServer, ServerLimits, parse_networks
 from ranksight.agent.probe.targets import ProbeTargets
 from ranksight.schemas.codec import DecodeError, decode_event
-from ranksight.schemas.envelope import event_type
-from ranksight.schemas.records.probe import ProbeCommand, ProbeEndpointRecord, ProbeRecord
+from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.subjects import SubjectError
+from ranksight.schemas.twins import ProbeCommand, ProbeEndpointRecord, ProbeRecord
+from ranksight.schemas.wire import event_type
 
 # The probe settings that are the server's limits (same names).
 SERVER_LIMITS = {f.name for f in dataclasses.fields(ServerLimits)}
@@ -44,7 +46,10 @@ class ProbeCollector(StreamingCollector):
 
     def __init__(self, ctx: AgentContext, settings: ProbeSettings) -> None:  # type: ignore[override]
         super().__init__(ctx, settings)
-        limits = ServerLimits(**settings.model_dump(include=SERVER_LIMITS))
+        # the limits the settings name; the others keep the server's defaults
+        limits = ServerLimits(
+            **{name: getattr(settings, name) for name in SERVER_LIMITS if hasattr(settings, name)}
+        )
         self.server = ProbeServer(settings.listen_host, settings.port, parse_networks(settings.allow), limits)
         self.targets = ProbeTargets(settings.max_bytes, settings.max_seconds, settings.max_peers)
         self._emit: Emit | None = None
@@ -85,7 +90,7 @@ class ProbeCollector(StreamingCollector):
         await self.server.stop()
 
     async def command(self, body: dict[str, Any]) -> dict[str, Any]:
-        cmd = ProbeCommand.model_validate(body)
+        cmd = msgspec.convert(body, ProbeCommand)
         self.targets.check(cmd, time.monotonic())
         if self._emit is None:
             raise RuntimeError("the probe collector is not running on this node")
@@ -98,11 +103,11 @@ class ProbeCollector(StreamingCollector):
             try:
                 result = await run_probe(cmd.addr, cmd.port, budget)
             except ProbeError as exc:
-                record.error = str(exc)
+                record = msgspec.structs.replace(record, error=str(exc))
             else:
-                record = record.model_copy(update=result.as_dict())
+                record = msgspec.structs.replace(record, **result.as_dict())
         await self._emit([record])
-        return record.model_dump()
+        return to_builtins(record)
 
     async def _addresses(self) -> list[str]:
         if self.settings.advertise:

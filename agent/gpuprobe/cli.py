@@ -22,7 +22,8 @@ from ranksight.cliutil import (
     print_table,
     settings_from_args,
 )
-from ranksight.config import GpuProbeSettings
+from ranksight.config import twin_settings
+from ranksight.settings_twins import GpuProbeSettings
 
 GPU_FIELDS = ["index", "name", "tflops_bf16", "tflops_fp16", "mem_bandwidth_bps", "duration_s"]
 
@@ -44,9 +45,9 @@ async def measure(cfg: GpuProbeSettings, force: bool) -> ProbeOutcome:
 
 
 def probe_gpu(args: argparse.Namespace) -> int:
-    cfg = settings_from_args(args).agent.collectors.gpu_probe
+    cfg = twin_settings(settings_from_args(args)).agent.collectors.gpu_probe
     outcome = asyncio.run(measure(cfg, args.force))
-    gpus = [g.model_dump(include=set(GPU_FIELDS)) for g in outcome.gpus]
+    gpus = [{name: getattr(g, name) for name in GPU_FIELDS} for g in outcome.gpus]
     errors = [{"index": e.index, "error": e.error} for e in outcome.errors]
     if outcome.status != "ok" and not gpus:
         if args.json:

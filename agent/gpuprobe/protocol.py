@@ -14,63 +14,66 @@ Anything else on stdout is a protocol error (the worker keeps library chatter on
 
 from __future__ import annotations
 
-import json
-from typing import Annotated, Literal
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+import msgspec
 
 from ranksight.errors import ParseError
+
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]
 
 
 class GpuProbeProtocolError(ParseError):
     """A line the worker should never write: not JSON, or not one of the messages above."""
 
 
-class ProtocolMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class ProtocolMessage(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, tag_field="type"):
+    """One line; its ``type`` is the class's tag."""
+
+    @property
+    def type(self) -> str:
+        return str(self.__struct_config__.tag)
 
 
-class Start(ProtocolMessage):
-    type: Literal["start"] = "start"
+class Start(ProtocolMessage, tag="start", kw_only=True):
     backend: str
-    devices: int = Field(ge=0)
+    devices: NonNegativeInt
 
 
-class GpuResult(ProtocolMessage):
-    type: Literal["gpu"] = "gpu"
-    index: int = Field(ge=0)
+class GpuResult(ProtocolMessage, tag="gpu", kw_only=True):
+    index: NonNegativeInt
     name: str | None = None
     uuid: str | None = None
-    tflops_bf16: float | None = Field(None, ge=0)
-    tflops_fp16: float | None = Field(None, ge=0)
-    mem_bandwidth_bps: float | None = Field(None, ge=0)
-    duration_s: float = Field(ge=0)
-    matmul_n: int = Field(ge=1)
-    mem_bytes: int = Field(ge=0)
+    tflops_bf16: NonNegativeFloat | None = None
+    tflops_fp16: NonNegativeFloat | None = None
+    mem_bandwidth_bps: NonNegativeFloat | None = None
+    duration_s: NonNegativeFloat
+    matmul_n: Annotated[int, msgspec.Meta(ge=1)]
+    mem_bytes: NonNegativeInt
 
 
-class GpuError(ProtocolMessage):
-    type: Literal["gpu_error"] = "gpu_error"
-    index: int = Field(ge=0)
+class GpuError(ProtocolMessage, tag="gpu_error", kw_only=True):
+    index: NonNegativeInt
     error: str
 
 
-class Unavailable(ProtocolMessage):
-    type: Literal["unavailable"] = "unavailable"
+class Unavailable(ProtocolMessage, tag="unavailable", kw_only=True):
     reason: str
 
 
-class Done(ProtocolMessage):
-    type: Literal["done"] = "done"
+class Done(ProtocolMessage, tag="done", kw_only=True):
+    pass
 
 
-Message = Annotated[Start | GpuResult | GpuError | Unavailable | Done, Field(discriminator="type")]
-_ADAPTER: TypeAdapter[Message] = TypeAdapter(Message)
+Message = Start | GpuResult | GpuError | Unavailable | Done
+_DECODER = msgspec.json.Decoder(Message)
+_ENCODER = msgspec.json.Encoder()
 MAX_LINE = 64 * 1024
 
 
 def encode(message: ProtocolMessage) -> bytes:
-    return message.model_dump_json().encode() + b"\n"
+    return _ENCODER.encode(message) + b"\n"
 
 
 def parse_line(line: bytes) -> Message:
@@ -78,10 +81,8 @@ def parse_line(line: bytes) -> Message:
     if len(line) > MAX_LINE:
         raise GpuProbeProtocolError(f"line of {len(line)} bytes exceeds {MAX_LINE}")
     try:
-        data = json.loads(line)
-    except ValueError:
+        return _DECODER.decode(line)
+    except msgspec.ValidationError as exc:
+        raise GpuProbeProtocolError(f"unexpected message {line[:80]!r}: {exc}") from None
+    except msgspec.DecodeError:
         raise GpuProbeProtocolError(f"not JSON: {line[:80]!r}") from None
-    try:
-        return _ADAPTER.validate_python(data)
-    except ValidationError as exc:
-        raise GpuProbeProtocolError(f"unexpected message {line[:80]!r}: {exc.errors()[0]['msg']}") from None

@@ -29,7 +29,7 @@ from ranksight.agent.gpuprobe.protocol import (
     Unavailable,
     parse_line,
 )
-from ranksight.config import GpuProbeSettings
+from ranksight.settings_twins import GpuProbeSettings
 
 OutcomeStatus = Literal["ok", "unavailable", "error"]
 RSS_POLL_S = 0.1

@@ -41,7 +41,7 @@ import msgspec
 from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
 from ranksight.agent.collectors.inspector.summary import SnSpan
 from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 
 Kind = Literal["compute", "communication"]
 Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a process is not

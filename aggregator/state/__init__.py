@@ -27,7 +27,7 @@ from ranksight.aggregator.state.nodes import NodeState, NodeTracker
 from ranksight.aggregator.state.stragglers import StragglerTracker
 from ranksight.aggregator.timefmt import NS
 from ranksight.config import HardwareAlertSettings
-from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.twins import Envelope
 
 __all__ = ["NS", "LiveState", "NodeState", "Tracker"]
 

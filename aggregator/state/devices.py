@@ -20,9 +20,9 @@ from typing import Generic, Literal, TypeVar
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.timefmt import NS
 from ranksight.config import HardwareAlertSettings
-from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord, NicRecord
 from ranksight.schemas.structs import replace
+from ranksight.schemas.twins import Envelope
 
 DeviceStateName = Literal["alive", "stale", "vanished"]
 R = TypeVar("R", GpuRecord, NicRecord)

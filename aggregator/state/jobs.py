@@ -18,8 +18,8 @@ from typing import Literal
 
 from ranksight.aggregator.forgetting import NodeKey
 from ranksight.aggregator.timefmt import NS
-from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
+from ranksight.schemas.twins import Envelope
 
 JOB_KINDS = frozenset(
     {"ras", "inspector", "inspector_summary"}

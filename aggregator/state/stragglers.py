@@ -46,9 +46,8 @@ from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, S
 from ranksight.aggregator.forgetting import NodeKey
 from ranksight.aggregator.timefmt import NS, iso
 from ranksight.config import StragglerSettings
-from ranksight.schemas.envelope import Envelope
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
-from ranksight.schemas.structs import struct_for, to_builtins
+from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.twins import Envelope, InspectorRecord, InspectorSummaryRecord
 
 log = logging.getLogger(__name__)
 
@@ -284,13 +283,13 @@ class StragglerTracker:
 
 # -- the engine process ------------------------------------------------------------------------------------------------
 def _positional(
-    model: type,
+    twin: type,
 ) -> tuple[Callable[[object], tuple[object, ...]], msgspec.msgpack.Decoder[object]]:
     """A record's values in field order, and their decoder into a struct read like the record's twin (same fields,
     types and constraints, laid out as an array): queued records take half the bytes of maps with field names."""
-    fields = msgspec.structs.fields(struct_for(model))
+    fields = msgspec.structs.fields(twin)
     getter = operator.attrgetter(*(f.name for f in fields))
-    row = msgspec.defstruct(f"Queued{model.__name__}", [(f.name, f.type) for f in fields], array_like=True,
+    row = msgspec.defstruct(f"Queued{twin.__name__}", [(f.name, f.type) for f in fields], array_like=True,
                             gc=False)  # fmt: skip
     return getter, msgspec.msgpack.Decoder(row)
 

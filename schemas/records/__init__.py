@@ -1,6 +1,7 @@
 """One record model per event kind, and ``RECORD_KINDS``: the one registration of each kind.
 
-A kind is declared once, here, and everything else derives from it: the codec decodes its records with ``model``; the
+A kind is declared once, here, and everything else derives from it: its records are ``model``'s msgspec twin, which the
+agent builds and the codec decodes into (:mod:`schemas.twins`, generated from the model by :mod:`schemas.generate`); the
 aggregator's table of the same name has the envelope columns then one column per model field (created and extended
 from the model by the store, ``aggregator.columns``); its envelopes carry the TTL of the agent collector ``collector``
 (``agent.collectors.<collector>.ttl_s``); live state hands it to the tracker ``tracker`` (an attribute of

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ranksight.schemas.records.base import Record
+from ranksight.schemas.wire import RawWindow
 
 CaptureModel = Literal["ring", "sampled"]
 
@@ -60,7 +61,7 @@ class RawCursor(BaseModel):
     offset: int = Field(ge=0, le=2**63 - 1)
 
 
-class RawRecordsRequest(BaseModel):
+class RawRecordsRequest(RawWindow, BaseModel):
     """Raw Inspector records of some communicators (header ``id`` or ``comm_name``) dumped within ``[from_us, to_us]``
     (the records' ``dump_ts_us``). One page per request; ``cursor`` is the previous page's ``next``."""
 
@@ -74,8 +75,7 @@ class RawRecordsRequest(BaseModel):
 
     @model_validator(mode="after")
     def _window(self) -> RawRecordsRequest:
-        if self.to_us < self.from_us:
-            raise ValueError(f"to_us {self.to_us} is before from_us {self.from_us}")
+        self.__post_init__()
         return self
 
 

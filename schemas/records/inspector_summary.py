@@ -25,17 +25,12 @@ from typing import ClassVar
 from ranksight.schemas.records.inspector import CaptureModel, InspectorOperation
 
 
-def size_bucket(msg_size_bytes: int) -> int:
-    """The message-size bucket of an operation: the smallest power of two at least its size (0 for empty ones)."""
-    return 1 << (msg_size_bytes - 1).bit_length() if msg_size_bytes > 0 else 0
-
-
 class InspectorSummaryRecord(InspectorOperation):
     schema_version: ClassVar[int] = 2  # 2: `part_us`
     window_start_us: int  # dump time (µs since the epoch) where the window starts: a multiple of window_us
     window_us: int
     slice_us: int  # the per-slice lists' resolution
-    size_bucket: int  # see size_bucket(); the exact sizes add up in `bytes`
+    size_bucket: int  # see schemas.wire.size_bucket(); the exact sizes add up in `bytes`
     capture_model: CaptureModel = "sampled"
     count: int  # records of the window (timed or not)
     bytes: int  # sum of their message sizes

@@ -18,8 +18,8 @@ from pydantic import BaseModel
 from ranksight.aggregator.api.client import ApiUnavailable, query
 from ranksight.aggregator.runtime import ensure_stream
 from ranksight.config import Settings
-from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.twins import Envelope
 from tests.support import ranksight_cmd, settings_env, wait_for
 
 MiB = 1 << 20
@@ -192,7 +192,7 @@ def poison_pills(node: str) -> list[tuple[str, bytes, str]]:
         pills.append(("gpu", compact_envelope("gpu", node, agent, two, **keys), reason))
     for name, bad in [("seq", 2**63), ("seq", 2**64 - 1), ("ts", 2**63), ("ttl", float("inf")), ("ttl", float("nan")),
                       ("ttl", float("-inf"))]:  # fmt: skip
-        assert name in Envelope.model_fields
+        assert name in Envelope.__struct_fields__
         pills.append(("gpu", envelope("gpu", node, agent, **{name: bad}), "bad_envelope"))
     pills.append(("heartbeat", envelope("heartbeat", node, agent, []), "bad_envelope"))
     pills.append(("heartbeat", envelope("heartbeat", node, agent, ts=2**63 - 1), "ts_out_of_range"))

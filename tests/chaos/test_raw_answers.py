@@ -12,9 +12,10 @@ import nats
 import nats.aio.msg
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.raw_evidence import EvidenceAsk
 from ranksight.config import Settings
+from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.support import aggregator
@@ -22,7 +23,7 @@ from tests.support import aggregator
 pytestmark = pytest.mark.chaos
 
 LINES = [line for lines in simulate(JobSpec(nodes=2, gpus_per_node=1, steps=20)).values() for line in lines]
-RECORDS = [parse_line(line).model_dump(exclude_none=True) for line in LINES]
+RECORDS = [{k: v for k, v in to_builtins(parse_op(line)).items() if v is not None} for line in LINES]
 COMM = str(RECORDS[0]["comm_id"])
 TIMES = [int(str(r["dump_ts_us"])) for r in RECORDS if r["comm_id"] == COMM]
 ASK = EvidenceAsk("test", (COMM,), ("evil",), min(TIMES), max(TIMES))

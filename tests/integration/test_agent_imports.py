@@ -1,9 +1,11 @@
-"""The agent process loads only what it needs: the real command (``ranksight.cli.main``) runs as a child with every
-collector that applies here, publishes, stops on SIGTERM, and reports the modules it held (``sys.modules`` at exit)."""
+"""The agent process loads only what it needs: the real command (``ranksight agent``, which validates its settings then
+becomes the agent process) runs as a child with every collector that applies here, publishes, stops on SIGTERM, and
+reports the modules it held (``sys.modules`` at exit, written by a ``sitecustomize`` that the exec keeps)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 import sys
@@ -25,20 +27,22 @@ from tests.support import wait_for
 # which only the nvidia-smi XML source uses.
 NOT_FOR_THE_AGENT = ("duckdb", "pyarrow", "aiohttp", "multidict", "yarl", "asyncssh", "prometheus_client",
                      "ranksight.aggregator", "ranksight.deploy", "ranksight.schemas.alerts", "ranksight.schemas.api",
-                     "xml", "pyexpat")  # fmt: skip
+                     "xml", "pyexpat", "pydantic", "pydantic_core", "pydantic_settings", "ranksight.config",
+                     "ranksight.schemas.records", "ranksight.schemas.envelope")  # fmt: skip
 
 
 def _not_for_the_agent(module: str) -> bool:
     return any(module == name or module.startswith(name + ".") for name in NOT_FOR_THE_AGENT)
 
 
-# Runs the console script's function; at exit (after the SIGTERM stop) writes the process's modules to argv[1].
-CHILD = """
-import atexit, sys
-out = sys.argv.pop(1)
-atexit.register(lambda: open(out, "w").write("\\n".join(sorted(sys.modules))))
-from ranksight.cli import main
-sys.exit(main(sys.argv[1:]))
+# Loaded by every Python process started with it on PYTHONPATH: the agent process (the exec'd ``-m ranksight.agent``)
+# writes its modules to $MODULES_FILE at exit (after the SIGTERM stop).
+SITECUSTOMIZE = """
+import atexit, os, sys
+def _write_modules():
+    if sys.argv[0].endswith(os.path.join("agent", "__main__.py")):  # set once -m has found the module
+        open(os.environ["MODULES_FILE"], "w").write("\\n".join(sorted(sys.modules)))
+atexit.register(_write_modules)
 """
 
 
@@ -89,12 +93,18 @@ async def test_agent_process_loads_no_aggregator_storage_or_http_server(
     await nc.subscribe(Subjects("ranksight.v1").events_filter("test"), cb=seen)
     modules_file = tmp_path / "modules.txt"
     config = _config(tmp_path, nats_server.url, ras.address)
-    command = [sys.executable, "-c", CHILD, str(modules_file), "agent", "--config", str(config)]
-    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    env = {**os.environ, "PYTHONPATH": str(site), "MODULES_FILE": str(modules_file)}
+    command = [sys.executable, "-m", "ranksight.cli", "agent", "--config", str(config)]
+    proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     try:
         wanted = {"heartbeat", "inspector", "gpu", "nic", "probe_endpoint"}
         await wait_for(lambda: wanted <= kinds or proc.poll() is not None, timeout=60)
-        assert wanted <= kinds, f"published only {sorted(kinds)}"
+        assert wanted <= kinds, (
+            f"published only {sorted(kinds)}: {proc.poll() and proc.stderr and proc.stderr.read()}"
+        )
     finally:
         proc.send_signal(signal.SIGTERM)
         _, stderr = await asyncio.to_thread(proc.communicate, timeout=30)

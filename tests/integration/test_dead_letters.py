@@ -9,8 +9,8 @@ import msgpack
 import nats
 
 from ranksight.config import Settings
-from ranksight.schemas.envelope import MAX_RECORDS
 from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.wire import MAX_RECORDS
 from tests.loadgen import SyntheticAgent
 from tests.support import aggregator, wait_for
 

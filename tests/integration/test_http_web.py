@@ -15,8 +15,7 @@ import pytest
 
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.config import Settings
-from ranksight.schemas.records import GpuRecord, HeartbeatRecord, NicRecord
-from ranksight.schemas.records.probe import ProbeRecord
+from ranksight.schemas.twins import GpuRecord, HeartbeatRecord, NicRecord, ProbeRecord
 from tests.browser import CHROMIUM, Browser
 from tests.http_cluster import (
     DEAD_PID,

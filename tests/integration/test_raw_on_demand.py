@@ -14,11 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.timefmt import ns_of
 from ranksight.config import Settings
+from ranksight.schemas.structs import replace
 from ranksight.simulate.inspector import Fault, JobSpec, simulate
 from tests.support import agent, aggregator, wait_for
 
@@ -30,13 +31,14 @@ STRAGGLER = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", no
 
 def node_settings(settings: Settings, node: str, dump: Path, **raw: Any) -> Settings:
     """An agent ``node`` tailing ``dump`` (its offsets in its own state dir), and an aggregator with fast analysis."""
-    inspector = settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05})
-    collectors = settings.agent.collectors.model_copy(update={"inspector": inspector})
-    stragglers = settings.aggregator.stragglers.model_copy(
-        update={"window_s": 2.0, "evaluate_every_s": 0.3, "retain_windows": 60, "hang_quiet_s": 3.0}
+    inspector = replace(settings.agent.collectors.inspector, **{"dump_dir": dump, "interval_s": 0.05})
+    collectors = replace(settings.agent.collectors, **{"inspector": inspector})
+    stragglers = replace(
+        settings.aggregator.stragglers,
+        **{"window_s": 2.0, "evaluate_every_s": 0.3, "retain_windows": 60, "hang_quiet_s": 3.0},
     )
-    raw_evidence = settings.aggregator.raw_evidence.model_copy(update={"page_records": 500, **raw})
-    return settings.model_copy(update={
+    raw_evidence = replace(settings.aggregator.raw_evidence, **{"page_records": 500, **raw})
+    return replace(settings, **{
         "agent": settings.agent.model_copy(update={"node": node, "collectors": collectors}),
         "aggregator": settings.aggregator.model_copy(update={"stragglers": stragglers, "raw_evidence": raw_evidence}),
     })  # fmt: skip
@@ -64,7 +66,7 @@ def write_files(spec: JobSpec, dumps: dict[Path, set[str]], keep: float) -> dict
 
 
 def with_state(cfg: Settings, dump: Path) -> Settings:
-    return cfg.model_copy(update={"state_dir": dump.with_suffix(".state")})
+    return replace(cfg, **{"state_dir": dump.with_suffix(".state")})
 
 
 def dumped(dumps: list[Path], comms: set[str], window: list[str]) -> set[tuple[Any, ...]]:
@@ -74,7 +76,7 @@ def dumped(dumps: list[Path], comms: set[str], window: list[str]) -> set[tuple[A
     for directory in dumps:
         for path in directory.glob("*.log"):
             for line in path.read_bytes().splitlines():
-                r = parse_line(line)
+                r = parse_op(line)
                 if r.comm_id in comms and lo <= r.dump_ts_us <= hi:
                     out.add((r.hostname, r.pid, r.comm_id, r.op, r.sn, r.dump_ts_us))
     return out
@@ -193,7 +195,7 @@ async def test_a_compute_straggler_brings_the_raw_records_of_its_comms(
         assert found == ("node001", spec.pid(1, 2), "compute")
         assert evidence["raw_complete"] is True
         comms = set(evidence["raw_comms"])
-        mine = {parse_line(line).comm_id for line in (dump / f"node001-pid{spec.pid(1, 2)}.log").read_bytes()
+        mine = {parse_op(line).comm_id for line in (dump / f"node001-pid{spec.pid(1, 2)}.log").read_bytes()
                 .splitlines()}  # fmt: skip
         assert comms == mine  # every comm the straggling process is a rank of
         want = dumped([dump], comms, evidence["raw_window"])

@@ -15,8 +15,10 @@ import duckdb
 import nats
 import nats.aio.msg
 
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.state import NS
 from ranksight.config import Settings
+from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
@@ -25,7 +27,7 @@ STRAGGLER = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", no
 
 
 def online_settings(settings: Settings, dump: Path) -> Settings:
-    return settings.model_copy(update={
+    return replace(settings, **{
         "agent": settings.agent.model_copy(update={"collectors": settings.agent.collectors.model_copy(update={
             # no raw records: online findings come from the agents' summaries alone
             "inspector": settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05,
@@ -90,8 +92,8 @@ async def test_ingest_waits_for_a_busy_engine_instead_of_queueing_without_bound(
     spec.start_us = time.time_ns() // 1000 - 20_000_000
     write_job(spec, tmp_path / "dump")
     cfg = online_settings(settings, tmp_path / "dump")
-    stragglers = cfg.aggregator.stragglers.model_copy(update={"ingest_waits_at_records": 1})
-    cfg = cfg.model_copy(update={"aggregator": cfg.aggregator.model_copy(update={"stragglers": stragglers})})
+    stragglers = replace(cfg.aggregator.stragglers, **{"ingest_waits_at_records": 1})
+    cfg = replace(cfg, **{"aggregator": cfg.aggregator.model_copy(update={"stragglers": stragglers})})
     async with aggregator(cfg) as agg, agent(cfg, only=["inspector"]):
         alert = await wait_for(
             lambda: next((a for a in agg.engine.active.values() if a.rule == "straggler"), None), timeout=20
@@ -138,7 +140,6 @@ def test_stragglers_cli_without_aggregator_exits_1(nats_server) -> None:  # type
 def test_offline_analysis_and_online_alerts_agree_on_the_same_records(tmp_path: Path) -> None:
     """The dump files given to ``ranksight analyze inspector`` and the same records replayed at their timestamps
     through the live tracker and the ``straggler`` rule name the same culprits: a compute straggler and a NIC."""
-    from ranksight.agent.collectors.inspector.parse import parse_line
     from ranksight.aggregator.alerts import AlertEngine
     from ranksight.aggregator.analysis.rules import default_rules
     from ranksight.aggregator.state import LiveState
@@ -168,7 +169,7 @@ def test_offline_analysis_and_online_alerts_agree_on_the_same_records(tmp_path: 
             fired |= {(a.node, a.evidence["pid"], a.evidence["kind"]) for a in engine.evaluate(rules, state, ts * 1000)
                       if a.rule == "straggler" and a.state == "firing"}  # fmt: skip
         seq += 1
-        state.observe(envelope("inspector", host, seq, [parse_line(line)]), ts * 1000)
+        state.observe(envelope("inspector", host, seq, [parse_op(line)]), ts * 1000)
     assert fired == offline  # the replay's clock is the records' own dump time (µs -> ns)
 
 

@@ -17,9 +17,15 @@ from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso
 from ranksight.config import RULE_TIMINGS, AlertSettings, ConfigError, load_settings
 from ranksight.schemas.alerts import Matcher, Silence
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import HeartbeatRecord, NicRecord, ProbeRecord
-from ranksight.schemas.records.ras import RasEventRecord, RasRecord
+from ranksight.schemas.twins import (
+    Envelope,
+    HeartbeatRecord,
+    NicRecord,
+    ProbeRecord,
+    RasEventRecord,
+    RasRecord,
+)
+from ranksight.schemas.wire import event_type
 
 T0 = 1_800_000_000 * NS
 HOUR = 3600
@@ -146,7 +152,7 @@ class _LastSample:
 
 def _probe(seq: int, src: str, dst: str, mbps: float, at: int) -> tuple[Envelope, int]:
     rec = ProbeRecord(src=src, dst=dst, dst_addr=f"10.0.0.{dst[-1]}", transport="tcp", mode="full",
-                      upload_bps=mbps * 1e6, download_bps=mbps * 1e6, rtt_s=1e-4)  # fmt: skip
+                      upload_bps=mbps * 1e6, download_bps=mbps * 1e6, rtt_us=100.0)  # fmt: skip
     return Envelope(type=event_type("probe"), cluster="c", node=src, agent=src, seq=seq, ts=0, ttl=300.0,
                     records=[rec]), T0 + at * NS  # fmt: skip
 

@@ -7,14 +7,14 @@ import json
 import time
 
 from ranksight.agent.batcher import Batcher
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.publisher import Outgoing
 from ranksight.schemas.codec import decode_event
-from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import GpuRecord
 from tests.conftest import FIXTURES
 
-RAW = parse_line(
+RAW = parse_op(
     json.dumps(
         json.loads(
             (

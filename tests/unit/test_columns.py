@@ -5,9 +5,8 @@ from __future__ import annotations
 import duckdb
 
 from ranksight.aggregator.columns import ColumnBuilder, row_to_record
-from ranksight.schemas.records import GpuRecord, HeartbeatRecord, NicRecord
-from ranksight.schemas.records.heartbeat import CollectorHealth
 from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.twins import CollectorHealth, GpuRecord, HeartbeatRecord, NicRecord
 
 
 def _round_trip(kind: str, records: list) -> list:  # type: ignore[type-arg]
@@ -26,12 +25,12 @@ def _round_trip(kind: str, records: list) -> list:  # type: ignore[type-arg]
 def test_scalars_lists_maps_and_sub_models_survive() -> None:
     gpus = [GpuRecord(index=0, throttled=True, throttle_reasons=["thermal", "power"], power_w=None),
             GpuRecord(index=1, name="MI300X", memory_used_bytes=2**40)]  # fmt: skip
-    assert _round_trip("gpu", gpus) == [g.model_dump() for g in gpus]
+    assert _round_trip("gpu", gpus) == [to_builtins(g) for g in gpus]
     nics = [NicRecord(name="mlx5_0/1", kind="rdma", counters={"port_xmit_data": 2**40, "np_cnp_sent": 3})]
-    assert _round_trip("nic", nics) == [n.model_dump() for n in nics]
+    assert _round_trip("nic", nics) == [to_builtins(n) for n in nics]
     beat = HeartbeatRecord(hostname="h", version="1", pid=2, started_ns=3,
                            collectors=[CollectorHealth(name="gpu", state="absent", last_error="no GPU")])  # fmt: skip
-    assert _round_trip("heartbeat", [beat]) == [beat.model_dump()]
+    assert _round_trip("heartbeat", [beat]) == [to_builtins(beat)]
 
 
 def test_an_envelope_with_no_records_makes_an_empty_table() -> None:

@@ -13,12 +13,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.schemas import codec
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import RECORD_MODELS, GpuRecord, HeartbeatRecord, InspectorRecord
-from ranksight.schemas.structs import struct_for
+from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.structs import struct_for, to_builtins
+from ranksight.schemas.twins import Envelope, GpuRecord, HeartbeatRecord, InspectorRecord
+from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import JobSpec, simulate, summarize
 from tests.unit.test_compact_wire import _batches
 
@@ -49,7 +50,7 @@ def _same(data: bytes) -> tuple[Any, ...]:
 
 def _inspector(n: int) -> list[InspectorRecord]:
     lines = simulate(JobSpec(nodes=2, gpus_per_node=8, steps=40))
-    records = [parse_line(line) for (host, _), proc in lines.items() if host == "node000" for line in proc]
+    records = [parse_op(line) for (host, _), proc in lines.items() if host == "node000" for line in proc]
     return sorted(records, key=lambda r: r.dump_ts_us)[:n]
 
 
@@ -74,7 +75,7 @@ def test_the_inspector_kinds_take_the_fast_path(monkeypatch: pytest.MonkeyPatch)
         env = decode_event(payload)
         assert _outcome(decode_event, payload) == expected[kind]
         assert all(type(r) is struct_for(RECORD_MODELS[kind]) for r in env.records)
-        assert [r.model_dump() for r in batches[kind]] == [msgspec.to_builtins(r) for r in env.records]
+        assert [to_builtins(r) for r in batches[kind]] == [msgspec.to_builtins(r) for r in env.records]
 
 
 def test_constants_and_defaults() -> None:

@@ -13,12 +13,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.config import load_settings
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
-from ranksight.schemas.envelope import MAX_RECORDS, Envelope, event_type
-from ranksight.schemas.records import RECORD_MODELS, GpuRecord, HeartbeatRecord, InspectorRecord, NicRecord
-from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.structs import replace, to_builtins
+from ranksight.schemas.twins import Envelope, GpuRecord, HeartbeatRecord, InspectorRecord, NicRecord
+from ranksight.schemas.wire import MAX_RECORDS, event_type
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests import previous_codec
 
@@ -86,13 +87,13 @@ def test_both_forms_decode_to_the_same_records(kind: str, data: st.DataObject) -
     env = _env(kind, records)
     compact, as_map = decode_event(encode_event(env)), decode_event(encode_event(env, "map"))
     assert compact.records == as_map.records
-    assert [to_builtins(r) for r in compact.records] == [r.model_dump() for r in records]
+    assert [to_builtins(r) for r in compact.records] == [to_builtins(r) for r in records]
     assert (compact.msg_id, compact.ts, compact.ttl) == (as_map.msg_id, as_map.ts, as_map.ttl)
 
 
 def _inspector_batch(n: int) -> list[InspectorRecord]:
     lines = simulate(JobSpec(nodes=2, gpus_per_node=8, steps=20))
-    records = [parse_line(line) for (host, _), proc in lines.items() if host == "node000" for line in proc]
+    records = [parse_op(line) for (host, _), proc in lines.items() if host == "node000" for line in proc]
     records.sort(key=lambda r: r.dump_ts_us)
     return records[:n]
 
@@ -208,7 +209,7 @@ def test_columns_fill_defaults_and_constants() -> None:
 def test_a_nic_batch_of_version_1_reads_as_every_counter() -> None:
     """Agents before `counters_full` (NIC records of version 1) sent every counter in every record."""
     port = NicRecord(name="enp1s0", kind="netdev", counters={"rx_crc_errors": 3})
-    data = msgpack.unpackb(encode_event(_env("nic", [port, port.model_copy(update={"name": "enp2s0"})])))
+    data = msgpack.unpackb(encode_event(_env("nic", [port, replace(port, **{"name": "enp2s0"})])))
     assert (
         data["record_version"] == NicRecord.schema_version == 2 and "counters_full" not in data["constants"]
     )
@@ -253,7 +254,8 @@ def test_this_release_reads_what_the_previous_release_agent_sent() -> None:
     beat = HeartbeatRecord(hostname="h", version="0.9", pid=1, started_ns=5)
     env = _env("heartbeat", [beat])
     header = {name: getattr(env, name) for name in ("type", "cluster", "node", "agent", "seq", "ts", "ttl")}
-    previous = msgpack.packb({**header, "records": [beat.model_dump(exclude_none=True)]}, use_bin_type=True)
+    fields = {name: value for name, value in to_builtins(beat).items() if value is not None}
+    previous = msgpack.packb({**header, "records": [fields]}, use_bin_type=True)
     assert encode_event(env, "map") == previous
     assert decode_event(previous).records == decode_event(encode_event(env)).records
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from ranksight.aggregator.device_jobs import HOLD_S, device_jobs
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import AppRecord, RasRecord
-from ranksight.schemas.records.ras import RasProcess
+from ranksight.schemas.twins import AppRecord, Envelope, RasProcess, RasRecord
+from ranksight.schemas.wire import event_type
 
 
 def envelope(kind: str, node: str, seq: int, records: list, ttl: float = 30.0) -> Envelope:  # type: ignore[type-arg]

@@ -14,6 +14,7 @@ from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS, openapi_document
 from ranksight.cli import build_parser
 from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.structs import to_builtins
 from tests.conftest import REPO
 
 README = (REPO / "README.md").read_text()
@@ -96,7 +97,7 @@ def test_json_is_the_one_shape_plus_the_keys_a_command_had(capsys: pytest.Captur
                         (["jobs", "--json"], {"jobs": response.rows}), (["nodes", "--json"], {})]:  # fmt: skip
         args = build_parser().parse_args(argv)
         print_rows(args, response, args.func.args[0])
-        assert json.loads(capsys.readouterr().out) == {**response.model_dump(), **extra}
+        assert json.loads(capsys.readouterr().out) == {**to_builtins(response), **extra}
 
 
 def test_tables_and_notes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,12 +15,14 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 
 from ranksight.agent.collectors.gpu import nvml as nvml_source
 from ranksight.agent.collectors.gpu.nvidia_smi import QUERY_FIELDS, parse_nvidia_smi_csv
 from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
-from ranksight.schemas.records.gpu import GpuRecord
+from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.twins import GpuRecord
 from tests.gpu_nic_support import METRICS
 
 H100 = METRICS / "nvidia" / "h100-80gb-hbm3_580.159.04"
@@ -30,7 +32,7 @@ IDLE = json.loads((H100 / "ranksight_sources_idle.json").read_text())
 
 
 def _fields(record: GpuRecord, *leave_out: str) -> dict[str, Any]:
-    fields = record.model_dump()
+    fields = to_builtins(record)
     for name in ("source", *leave_out):
         fields.pop(name)
     return fields
@@ -192,8 +194,8 @@ def test_nvml_reads_what_nvidia_smi_reads(monkeypatch: pytest.MonkeyPatch) -> No
     assert gpu.memory_total_bytes == 81559 * MIB and gpu.power_w == 72.746
     # field by field as the nvidia-smi source read that GPU moments later (power within 2 W; the CSV has no replay
     # counter), and as the XML source read it but for the power it missed then
-    smi = GpuRecord.model_validate(IDLE["nvidia-smi"][0])
-    xml = GpuRecord.model_validate(IDLE["nvidia-smi-xml"][0])
+    smi = msgspec.convert(IDLE["nvidia-smi"][0], GpuRecord)
+    xml = msgspec.convert(IDLE["nvidia-smi-xml"][0], GpuRecord)
     assert gpu.power_w == pytest.approx(smi.power_w, abs=2.0)
     assert _fields(gpu, "power_w", "pcie_replays") == _fields(smi, "power_w", "pcie_replays")
     assert _fields(gpu, "power_w") == _fields(xml, "power_w")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import random
 from itertools import count
 
+import msgspec
+
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule, gpu_evidence
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.gpu_probes import METRICS
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import GpuProbeRecord, InspectorSummaryRecord, RasRecord
+from ranksight.schemas.twins import Envelope, GpuProbeRecord, InspectorSummaryRecord, RasRecord
+from ranksight.schemas.wire import event_type
 
 PEAKS = {  # model -> (bf16 TFLOPS, fp16 TFLOPS, bytes/s): plausible magnitudes; only ratios matter to the rule
     "AMD Instinct MI300X": (650.0, 660.0, 4.2e12),
@@ -21,7 +23,7 @@ _seq = count(1)
 
 
 def probe_env(cluster: str, node: str, records: list[GpuProbeRecord], ttl: float = 3600) -> Envelope:
-    return Envelope.model_construct(type=event_type("gpu_probe"), cluster=cluster, node=node, agent="a" + node,
+    return Envelope(type=event_type("gpu_probe"), cluster=cluster, node=node, agent="a" + node,
                                     seq=next(_seq), ts=0, ttl=ttl, records=records)  # fmt: skip
 
 
@@ -146,7 +148,7 @@ def test_expired_results_resolve_the_alert() -> None:
 
 def test_results_taken_while_a_job_ran_are_discarded() -> None:
     state = LiveState()
-    ras = Envelope.model_construct(type=event_type("ras"), cluster="c", node="n2", agent="r", seq=1, ts=0, ttl=30,
+    ras = Envelope(type=event_type("ras"), cluster="c", node="n2", agent="r", seq=1, ts=0, ttl=30,
                                    records=[RasRecord(endpoint="localhost:28028", format="json", health="ok")])  # fmt: skip
     state.observe(ras, 1 * NS)
     _slow_cluster(state, 10 * NS)  # n2's result arrives while its RAS fact is fresh
@@ -189,8 +191,8 @@ def test_a_node_sending_only_inspector_summaries_runs_a_job() -> None:
     summary = {"window_start_us": 0, "window_us": 5_000_000, "slice_us": 500_000, "comm_id": "c0", "rank": 0,
                "n_ranks": 8, "hostname": "n2", "pid": 1, "op_kind": "coll", "op": "AllReduce", "size_bucket": 1024,
                "count": 1, "bytes": 1024, "sn_first": 1, "sn_last": 1, "last_dump_ts_us": 1}  # fmt: skip
-    env = Envelope.model_construct(type=event_type("inspector_summary"), cluster="c", node="n2", agent="r", seq=1,
-                                   ts=0, ttl=30, records=[InspectorSummaryRecord.model_validate(summary)])  # fmt: skip
+    env = Envelope(type=event_type("inspector_summary"), cluster="c", node="n2", agent="r", seq=1,
+                                   ts=0, ttl=30, records=[msgspec.convert(summary, InspectorSummaryRecord)])  # fmt: skip
     state.observe(env, 1 * NS)
     _slow_cluster(state, 10 * NS)
     state.tick(11 * NS)

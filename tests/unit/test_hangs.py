@@ -3,20 +3,22 @@ pause, both capture models) and the ``collective_hang`` rule through the live tr
 
 from __future__ import annotations
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.jobs import CommState, JobState
 from ranksight.config import StragglerSettings
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import (
+from ranksight.schemas.structs import replace
+from ranksight.schemas.twins import (
     CollectorHealth,
+    Envelope,
     HeartbeatRecord,
     InspectorRecord,
     InspectorSummaryRecord,
 )
+from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import Fault, JobSpec, simulate_timed, summarize
 from ranksight.simulate.scenarios import hang, healthy, truth
 from tests.previous_summaries import whole_windows
@@ -29,7 +31,7 @@ HUNG = JobSpec(
 def records(spec: JobSpec) -> list[InspectorRecord]:
     timed = simulate_timed(spec)
     return sorted(
-        (parse_line(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
+        (parse_op(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
     )
 
 
@@ -161,12 +163,12 @@ def test_a_hung_collective_resolves_when_the_lagging_process_reports_again() -> 
     finder.add(alive, now, alive.hostname)  # an old record delivered again says nothing new
     assert finder.hangs(now + NS)
     # the process writes again (it was only slow to dump): it is not silent
-    finder.add(alive.model_copy(update={"dump_ts_us": now // 1000}), now, alive.hostname)
+    finder.add(replace(alive, **{"dump_ts_us": now // 1000}), now, alive.hostname)
     assert finder.hangs(now + NS) == []
 
 
 def envelope(node: str, seq: int, recs: list[InspectorRecord]) -> Envelope:
-    return Envelope.model_construct(type=event_type("inspector"), cluster="c", node=node, agent="a" + node, seq=seq,
+    return Envelope(type=event_type("inspector"), cluster="c", node=node, agent="a" + node, seq=seq,
                                     ts=0, ttl=30.0, records=recs)  # fmt: skip
 
 
@@ -283,7 +285,7 @@ def heartbeat(node: str, inspector_read_ns: int) -> Envelope:
         hostname=node, version="t", pid=1, started_ns=0,
         collectors=[CollectorHealth(name="inspector", state="ok", last_success_ns=inspector_read_ns)],
     )  # fmt: skip
-    return Envelope.model_construct(type=event_type("heartbeat"), cluster="c", node=node, agent="a" + node, seq=1,
+    return Envelope(type=event_type("heartbeat"), cluster="c", node=node, agent="a" + node, seq=1,
                                     ts=0, ttl=30.0, records=[beat])  # fmt: skip
 
 

@@ -9,8 +9,8 @@ from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
 from ranksight.config import Settings
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import GpuRecord, NicRecord
+from ranksight.schemas.twins import Envelope, GpuRecord, NicRecord
+from ranksight.schemas.wire import event_type
 
 NS = 1_000_000_000
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import GpuRecord, NicRecord
+from ranksight.schemas.structs import replace
+from ranksight.schemas.twins import Envelope, GpuRecord, NicRecord
+from ranksight.schemas.wire import event_type
 
 NS = 1_000_000_000
 
@@ -62,11 +63,11 @@ def test_nic_alerts() -> None:
     seq = 2
     for t in range(2, 40, 2):
         flapping = NicRecord(name="eth0", kind="netdev", state="up", link_flaps=1 if t < 10 else 0)
-        busy = up.model_copy(update={"congestion_per_s": 5000.0, "errors_per_s": 4.0})
+        busy = replace(up, **{"congestion_per_s": 5000.0, "errors_per_s": 4.0})
         state.observe(_env("nic", [busy, flapping], seq), t * NS)
         seq += 1
     assert _rules(state, engine, 39) == {"nic_flapping", "nic_congestion", "nic_errors_rising"}
-    state.observe(_env("nic", [up.model_copy(update={"state": "DOWN"})], seq), 40 * NS)
+    state.observe(_env("nic", [replace(up, **{"state": "DOWN"})], seq), 40 * NS)
     rules = _run(state, engine, 41)
     assert ("nic_link_down", "firing", "n1", "n1 NIC mlx5_0/1 link is DOWN") in rules
     assert "nic_congestion" not in {r for r, *_ in rules}
@@ -74,7 +75,7 @@ def test_nic_alerts() -> None:
     # and once its errors leave the rate window (60 s) nic_errors_rising resolves
     for t in range(42, 102, 2):
         seq += 1
-        state.observe(_env("nic", [up.model_copy(update={"errors_per_s": 0.0})], seq), t * NS)
+        state.observe(_env("nic", [replace(up, **{"errors_per_s": 0.0})], seq), t * NS)
         if t == 68:  # evaluated in time order: the tracker keeps only the samples the rate window still needs
             assert "nic_errors_rising" in _rules(state, engine, 69)
     assert {s for *_, s in _run(state, engine, 101)} == {"n1 NIC eth0 disappeared"}  # mlx5_0/1 is up again

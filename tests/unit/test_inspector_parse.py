@@ -10,12 +10,11 @@ from pydantic import BaseModel
 from ranksight.agent.collectors.inspector.parse import (
     InspectorParseError,
     bandwidths_gbs,
-    parse_line,
     parse_lines,
     parse_op,
-    to_record,
 )
 from ranksight.schemas.records import InspectorRecord
+from ranksight.schemas.structs import to_builtins
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.conftest import FIXTURES
 
@@ -34,7 +33,7 @@ def compact(obj: dict) -> bytes:
 
 
 def test_allreduce_prerelease_sample() -> None:
-    rec = parse_line(compact(sample(ALLREDUCE)))
+    rec = parse_op(compact(sample(ALLREDUCE)))
     assert (rec.comm_id, rec.rank, rec.n_ranks, rec.nnodes) == ("0x7f8c496ae9f661", 2, 8, 1)
     assert (rec.hostname, rec.pid, rec.dump_ts_us) == ("example-hostname", 1639453, 1748030377748202)
     assert (rec.op_kind, rec.op, rec.sn, rec.msg_size_bytes) == ("coll", "AllReduce", 1407, 17179869184)
@@ -47,7 +46,7 @@ def test_allreduce_prerelease_sample() -> None:
 @pytest.mark.parametrize("name", [ALLREDUCE, RS_VERBOSE, RS_MULTINODE])
 def test_reported_bandwidth_matches_the_formula(name: str) -> None:
     raw = sample(name)["coll_perf"]
-    rec = parse_line(compact(sample(name)))
+    rec = parse_op(compact(sample(name)))
     algbw, busbw = bandwidths_gbs(rec.op, rec.n_ranks, rec.msg_size_bytes, rec.exec_time_us) or (0, 0)
     assert algbw == pytest.approx(raw["coll_algobw_gbs"], abs=1e-5)
     assert busbw == pytest.approx(raw["coll_busbw_gbs"], abs=1e-5)
@@ -55,28 +54,28 @@ def test_reported_bandwidth_matches_the_formula(name: str) -> None:
 
 
 def test_verbose_event_trace_is_accepted_and_multinode_fields_kept() -> None:
-    rec = parse_line(compact(sample(RS_VERBOSE)))
+    rec = parse_op(compact(sample(RS_VERBOSE)))
     assert (rec.op, rec.sn, rec.timing_source) == ("ReduceScatter", 1231, "kernel_gpu")
-    multi = parse_line(compact(sample(RS_MULTINODE)))
+    multi = parse_op(compact(sample(RS_MULTINODE)))
     assert (multi.rank, multi.n_ranks, multi.nnodes, multi.exec_time_us) == (31, 32, 4, 110)
 
 
 def test_tenfold_bandwidth_of_a_broken_build_is_flagged() -> None:
     obj = sample(RS_MULTINODE)
     obj["coll_perf"]["coll_busbw_gbs"] *= 10
-    assert parse_line(compact(obj)).bw_mismatch
+    assert parse_op(compact(obj)).bw_mismatch
 
 
 def test_ring_model_detected_by_comm_name_and_p2p() -> None:
     obj = sample(RS_MULTINODE)
     obj["header"]["comm_name"] = "dp-group-0"
-    rec = parse_line(compact(obj))
+    rec = parse_op(compact(obj))
     assert rec.capture_model == "ring" and rec.comm_name == "dp-group-0"
     p2p = {"header": obj["header"] | {"n_ranks": 2}, "metadata": obj["metadata"], "p2p_perf": {
         "p2p": "Send", "p2p_sn": 7, "p2p_peer": 1, "p2p_msg_size_bytes": 1048576, "p2p_exec_time_us": 100,
         "p2p_timing_source": "kernel_gpu", "p2p_algobw_gbs": 10.48576, "p2p_busbw_gbs": 10.48576}}  # fmt: skip
     p2p["header"].pop("comm_name")
-    rec = parse_line(compact(p2p))
+    rec = parse_op(compact(p2p))
     assert (rec.op_kind, rec.op, rec.sn, rec.peer, rec.capture_model) == ("p2p", "Send", 7, 1, "ring")
     assert not rec.bw_mismatch
 
@@ -84,7 +83,7 @@ def test_ring_model_detected_by_comm_name_and_p2p() -> None:
 def test_nan_string_becomes_null() -> None:
     obj = sample(RS_MULTINODE)
     obj["coll_perf"]["coll_algobw_gbs"] = obj["coll_perf"]["coll_busbw_gbs"] = "nan"
-    rec = parse_line(compact(obj))
+    rec = parse_op(compact(obj))
     assert rec.algobw_gbs is None and rec.busbw_gbs is None and not rec.bw_mismatch
 
 
@@ -103,18 +102,18 @@ def test_nan_string_becomes_null() -> None:
 )
 def test_bad_lines_raise_a_clear_parse_error(line: bytes, message: str) -> None:
     with pytest.raises(InspectorParseError, match=message):
-        parse_line(line)
+        parse_op(line)
 
 
 def test_wrong_type_in_optional_field_is_a_parse_error_not_a_crash() -> None:
     obj = sample(RS_MULTINODE)
     obj["coll_perf"]["coll_timing_source"] = 5
     with pytest.raises(InspectorParseError, match="timing_source"):
-        parse_line(compact(obj))
+        parse_op(compact(obj))
 
 
-def test_operations_are_light_and_become_the_same_wire_records() -> None:
-    """The hot path builds no pydantic model; the record built from an operation is the one the model validates."""
+def test_operations_are_light_wire_records_that_the_model_validates() -> None:
+    """The hot path builds no pydantic model; each operation is the wire's record, as the model validates it."""
     lines = [compact(sample(name)) for name in (ALLREDUCE, RS_VERBOSE, RS_MULTINODE)]
     lines += [x.encode() for xs in simulate(JobSpec(nodes=2, gpus_per_node=2, steps=3, capture="ring")).values()
               for x in xs]  # fmt: skip
@@ -123,9 +122,8 @@ def test_operations_are_light_and_become_the_same_wire_records() -> None:
     assert len(ops) == len(lines) and len(errors) == 1
     assert not any(isinstance(op, BaseModel) for op in ops)
     for line, op in zip(lines, ops, strict=True):
-        record = to_record(op)
-        assert record == parse_line(line) == InspectorRecord.model_validate(record.model_dump())
-        assert record.model_dump() == {name: getattr(op, name) for name in InspectorRecord.model_fields}
+        assert op == parse_op(line)
+        assert to_builtins(op) == to_builtins(InspectorRecord.model_validate(to_builtins(op)))
 
 
 @pytest.mark.parametrize(

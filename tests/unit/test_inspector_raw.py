@@ -4,15 +4,30 @@ within bounds, only from the dump directory's own regular files; hostile request
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import msgspec
 import pytest
-from pydantic import ValidationError
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
-from ranksight.schemas.records.inspector import RawCursor, RawRecordsRequest
+from ranksight.schemas.records.inspector import RawRecordsRequest as RawRecordsRequestModel
+from ranksight.schemas.structs import replace, to_builtins
+from ranksight.schemas.twins import RawCursor, RawRecordsRequest
 from ranksight.simulate.inspector import JobSpec, write_job
+
+# the aggregator's model (what a request is declared as) and the agent's twin (what it is read as) refuse alike
+VALIDATORS: list[Callable[[dict[str, object]], object]] = [
+    RawRecordsRequestModel.model_validate,
+    lambda body: msgspec.convert(body, RawRecordsRequest),
+]
+
+
+def without_none(values: dict[str, Any]) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if value is not None}
+
 
 LIMITS = RawLimits(max_records=100_000, max_bytes=1 << 30, scan_bytes=1 << 30, max_window_s=3600)
 Key = tuple[str, int, str, str, int, int]
@@ -28,7 +43,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, 
     directory = tmp_path_factory.mktemp("dump")
     files = write_job(JobSpec(nodes=2, gpus_per_node=2, steps=200), directory)
     records = [
-        parse_line(line).model_dump(exclude_none=True) for f in files for line in f.read_bytes().splitlines()
+        without_none(to_builtins(parse_op(line))) for f in files for line in f.read_bytes().splitlines()
     ]
     return directory, records
 
@@ -52,7 +67,7 @@ def all_pages(directory: Path, req: RawRecordsRequest, limits: RawLimits) -> tup
         got += [key(r) for r in page.records]
         if page.next is None:
             return got, pages
-        req = req.model_copy(update={"cursor": page.next})
+        req = replace(req, **{"cursor": page.next})
 
 
 def test_the_records_of_the_asked_comms_and_window_exactly(job: tuple[Path, list[dict[str, object]]]) -> None:
@@ -78,15 +93,15 @@ def test_pages_bounded_in_records_bytes_and_scan_add_up_without_overlap(
                    RawLimits(10_000, 1 << 30, 20_000, 3600)):  # fmt: skip
         got, pages = all_pages(directory, req, limits)
         assert pages > 3 and len(got) == len(set(got)) and set(got) == want
-    page = read_page(directory, req.model_copy(update={"max_records": 5}), LIMITS)  # the asker's own bound
+    page = read_page(directory, replace(req, **{"max_records": 5}), LIMITS)  # the asker's own bound
     assert len(page.records) == 5 and page.next is not None
 
 
 def test_the_window_start_is_found_by_bisection_not_by_reading_the_file(tmp_path: Path) -> None:
     path = write_job(JobSpec(nodes=2, gpus_per_node=1, steps=3000), tmp_path)[0]
     lines = path.read_bytes().splitlines()
-    last = parse_line(lines[-1])
-    lo = parse_line(lines[-200]).dump_ts_us
+    last = parse_op(lines[-1])
+    lo = parse_op(lines[-200]).dump_ts_us
     page = read_page(
         tmp_path, RawRecordsRequest(comms=[last.comm_id], from_us=lo, to_us=last.dump_ts_us), LIMITS
     )
@@ -97,7 +112,7 @@ def test_the_window_start_is_found_by_bisection_not_by_reading_the_file(tmp_path
 def test_only_regular_files_of_the_dump_directory_are_read(tmp_path: Path) -> None:
     outside = tmp_path / "outside"
     files = write_job(JobSpec(nodes=2, gpus_per_node=1, steps=50), outside)
-    rec = parse_line(files[0].read_bytes().splitlines()[0])
+    rec = parse_op(files[0].read_bytes().splitlines()[0])
     dump = tmp_path / "dump"
     dump.mkdir()
     (dump / "elsewhere.log").symlink_to(files[0])  # a link out of the directory is not followed
@@ -114,19 +129,24 @@ def test_a_cursor_names_a_file_of_the_listing_and_never_opens_a_path(
     job: tuple[Path, list[dict[str, object]]],
 ) -> None:
     directory, records = job
-    with pytest.raises(ValidationError, match=r"cursor\.file"):
-        RawRecordsRequest.model_validate({"comms": ["x"], "from_us": 0, "to_us": 1,
-                                          "cursor": {"file": "../../etc/passwd", "offset": 0}})  # fmt: skip
+    for validate in VALIDATORS:
+        with pytest.raises(ValueError, match=r"cursor\.file"):
+            validate(
+                {
+                    "comms": ["x"],
+                    "from_us": 0,
+                    "to_us": 1,
+                    "cursor": {"file": "../../etc/passwd", "offset": 0},
+                }
+            )
     # a name after every dump file: nothing more to read; an offset past a file's end: that file is done
     req = RawRecordsRequest(comms=[str(records[0]["comm_id"])], from_us=0, to_us=2**62)
     assert (
-        read_page(
-            directory, req.model_copy(update={"cursor": RawCursor(file="zzz", offset=0)}), LIMITS
-        ).records
+        read_page(directory, replace(req, **{"cursor": RawCursor(file="zzz", offset=0)}), LIMITS).records
         == []
     )
     name = sorted(p.name for p in directory.iterdir())[-1]
-    past = req.model_copy(update={"cursor": RawCursor(file=name, offset=2**40)})
+    past = replace(req, **{"cursor": RawCursor(file=name, offset=2**40)})
     assert read_page(directory, past, LIMITS).records == []
 
 
@@ -143,9 +163,12 @@ def test_a_cursor_names_a_file_of_the_listing_and_never_opens_a_path(
         ({"comms": ["x"], "from_us": 0, "to_us": 2**63}, "to_us"),
     ],
 )
-def test_hostile_requests_are_refused_with_the_field_named(body: dict[str, object], error: str) -> None:
-    with pytest.raises(ValidationError, match=error):
-        RawRecordsRequest.model_validate(body)
+@pytest.mark.parametrize("validate", VALIDATORS, ids=["model", "twin"])
+def test_hostile_requests_are_refused_with_the_field_named(
+    body: dict[str, object], error: str, validate: Callable[[dict[str, object]], object]
+) -> None:
+    with pytest.raises(ValueError, match=error):  # pydantic's and msgspec's validation errors are ValueErrors
+        validate(body)
 
 
 def test_a_window_wider_than_the_setting_is_refused() -> None:

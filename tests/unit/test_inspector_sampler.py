@@ -7,9 +7,10 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.inspector.sampler import RawSampler
-from ranksight.schemas.records import InspectorRecord
+from ranksight.schemas.structs import replace
+from ranksight.schemas.twins import InspectorRecord
 
 FIXTURE = (
     Path(__file__).parents[2]
@@ -17,14 +18,12 @@ FIXTURE = (
     / "inspector"
     / "nccl_exporter_readme_v4.0_reducescatter_rank31of32_4nodes.json"
 )
-REC = parse_line(json.dumps(json.loads(FIXTURE.read_text())))
+REC = parse_op(json.dumps(json.loads(FIXTURE.read_text())))
 
 
 def batch(per_comm: dict[str, int], sn0: int = 0) -> list[InspectorRecord]:
     return [
-        REC.model_copy(update={"comm_id": comm, "sn": sn0 + i})
-        for comm, n in per_comm.items()
-        for i in range(n)
+        replace(REC, **{"comm_id": comm, "sn": sn0 + i}) for comm, n in per_comm.items() for i in range(n)
     ]
 
 

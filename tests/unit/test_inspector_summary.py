@@ -11,12 +11,13 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import InspectorOp, parse_line, parse_op
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.analysis.stragglers import StragglerEngine
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.structs import replace, to_builtins
+from ranksight.schemas.twins import Envelope, InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "inspector"
@@ -24,7 +25,7 @@ W = 5_000_000  # µs: the default window
 
 
 def fixture(name: str) -> InspectorRecord:
-    return parse_line(json.dumps(json.loads((FIXTURES / name).read_text())))
+    return parse_op(json.dumps(json.loads((FIXTURES / name).read_text())))
 
 
 RS = fixture("nccl_exporter_readme_v4.0_reducescatter_rank31of32_4nodes.json")  # 64 KiB, 110 us, sampled
@@ -32,7 +33,7 @@ AR = fixture("nccl_readme_v4.0_allreduce_rank2of8_prerelease_no_timing_source.js
 
 
 def at(rec: InspectorRecord, ts_us: int, sn: int, **changes: object) -> InspectorRecord:
-    return rec.model_copy(update={"dump_ts_us": ts_us, "sn": sn, **changes})
+    return replace(rec, **{"dump_ts_us": ts_us, "sn": sn, **changes})
 
 
 def test_windows_align_to_wall_clock_multiples_and_each_take_publishes_what_was_read_since_the_last() -> None:
@@ -117,9 +118,7 @@ def test_open_accumulators_are_bounded() -> None:
 def test_engine_sees_the_same_aggregates_from_summaries_as_from_raw_records(capture: str) -> None:
     spec = JobSpec(nodes=4, gpus_per_node=2, steps=120, capture=capture, faults=[Fault("gpu", 1, 1, 1.5)])  # type: ignore[arg-type]
     timed, _ = run_job(spec)
-    records = sorted(
-        (parse_line(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us
-    )
+    records = sorted((parse_op(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us)
     raw = StragglerEngine().extend(records)
     published = summarize(records, publish_s=1.0)
     assert all(isinstance(x, InspectorSummaryRecord) for _, x in published)
@@ -179,21 +178,21 @@ def test_operations_and_wire_records_summarize_alike() -> None:
     from_ops, from_records = Summarizer(), Summarizer()
     for _, x in lines:
         from_ops.add(parse_op(x))
-        from_records.add(parse_line(x))
+        from_records.add(parse_op(x))
     ops, records = from_ops.take(), from_records.take()
-    assert len(ops) > 10 and [s.model_dump() for s in ops] == [s.model_dump() for s in records]
+    assert len(ops) > 10 and [to_builtins(s) for s in ops] == [to_builtins(s) for s in records]
 
 
 def test_an_open_window_holds_its_exec_times_as_plain_doubles() -> None:
     """A part holds a backlog pass's records until the next take: what each record leaves in it is bounded (no object
     per value)."""
     base = RS.dump_ts_us - RS.dump_ts_us % W
-    template, count = RS.model_dump(), 20_000
+    template, count = to_builtins(RS), 20_000
     s = Summarizer()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
     for i in range(count):  # each operation is dropped once folded, as the collector drops a pass's
-        s.add(InspectorOp(**template | {"dump_ts_us": base + i, "sn": i, "exec_time_us": 100.0 + i}))
+        s.add(InspectorRecord(**template | {"dump_ts_us": base + i, "sn": i, "exec_time_us": 100.0 + i}))
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
     assert held / count < 16  # 8 bytes a double and the array's growth; a list of floats holds about 32

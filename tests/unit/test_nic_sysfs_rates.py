@@ -13,9 +13,9 @@ from ranksight.agent.collectors.nic.tools import parse_ethtool_stats
 from ranksight.aggregator.state.devices import NicTracker, PortCounters
 from ranksight.config import HardwareAlertSettings
 from ranksight.schemas.codec import decode_event, encode_event
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import NicRecord
-from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.structs import replace, to_builtins
+from ranksight.schemas.twins import Envelope, NicRecord
+from ranksight.schemas.wire import event_type
 from tests.gpu_nic_support import SYSFS_TREE, write_tree
 
 IONIC = Path(__file__).resolve().parents[2] / "fixtures/metrics/nic/ionic/dme_ethtool_S_enp132s0.txt"
@@ -118,21 +118,17 @@ def test_changed_counters_between_full_records() -> None:
     changes = ChangedCounters(full_every_s=60.0)
     (first,) = changes.thin([port], at_s=0.0)
     assert first.counters_full and first.counters == port.counters
-    moved = port.model_copy(update={"counters": {**port.counters, "frames_rx_ok": port.counters["frames_rx_ok"] + 9,
+    moved = replace(port, **{"counters": {**port.counters, "frames_rx_ok": port.counters["frames_rx_ok"] + 9,
                                                  "rx_crc_errors": 5}})  # fmt: skip
     (second,) = changes.thin([moved], at_s=2.0)
     assert not second.counters_full
     assert second.counters == {"frames_rx_ok": port.counters["frames_rx_ok"] + 9, "rx_crc_errors": 5}
-    assert second.model_copy(update={"counters": {}}) == moved.model_copy(
-        update={"counters": {}, "counters_full": False}
-    )
+    assert replace(second, **{"counters": {}}) == replace(moved, **{"counters": {}, "counters_full": False})
     (still,) = changes.thin([moved], at_s=4.0)
     assert still.counters == {} and not still.counters_full
     (due,) = changes.thin([moved], at_s=60.0)  # 60 s after the last full record
     assert due.counters_full and due.counters == moved.counters
-    fewer = moved.model_copy(
-        update={"counters": {k: v for k, v in moved.counters.items() if k != "rx_crc_errors"}}
-    )
+    fewer = replace(moved, **{"counters": {k: v for k, v in moved.counters.items() if k != "rx_crc_errors"}})
     (gone,) = changes.thin([fewer], at_s=62.0)  # a vanished counter: only a full map says so
     assert gone.counters_full and gone.counters == fewer.counters
     assert changes.thin([], at_s=64.0) == []  # the port vanished: its return starts with every counter
@@ -153,7 +149,7 @@ def test_changed_counters_latest_values_are_each_sample(seed: int) -> None:
     changes = ChangedCounters(full_every_s=10.0)
     latest: dict[str, dict[str, int]] = {p.name: {} for p in ports}
     for step in range(40):
-        ports = [p.model_copy(update={"counters": {k: v + rng.choice((0, 0, 0, 1, 1000)) for k, v in p.counters.items()}})
+        ports = [replace(p, **{"counters": {k: v + rng.choice((0, 0, 0, 1, 1000)) for k, v in p.counters.items()}})
                  for p in ports]  # fmt: skip
         for record in changes.thin(ports, at_s=step * 2.0):
             if record.counters_full:
@@ -163,8 +159,8 @@ def test_changed_counters_latest_values_are_each_sample(seed: int) -> None:
 
 
 def _moved(port: NicRecord, **deltas: int) -> NicRecord:
-    return port.model_copy(
-        update={"counters": {**port.counters, **{k: port.counters[k] + d for k, d in deltas.items()}}}
+    return replace(
+        port, **{"counters": {**port.counters, **{k: port.counters[k] + d for k, d in deltas.items()}}}
     )
 
 
@@ -187,7 +183,7 @@ def test_the_live_port_shows_every_counters_latest_value() -> None:
     # merged in place, but never into a received record: each still holds what was sent
     assert all([r.counters for r in env.records] == sent for env, sent in received)
     fresh = NicTracker()  # an aggregator that has not seen the port's full record (yet) says so
-    changed = port.model_copy(update={"counters": {"frames_rx_ok": 1}, "counters_full": False})
+    changed = replace(port, **{"counters": {"frames_rx_ok": 1}, "counters_full": False})
     fresh.observe(Envelope(type=event_type("nic"), cluster="c", node="n", agent="a", seq=1, ts=1, ttl=6.0,
                            records=[changed]), recv_ns=1)  # fmt: skip
     live = fresh.devices[("c", "n", "enp132s0")].record
@@ -201,8 +197,7 @@ def test_a_peer_naming_new_counters_in_every_record_is_bounded() -> None:
     port = NicRecord(name="eth9", kind="netdev", counters={"rx_bytes": 1})
     sizes = []
     for seq in range(1, 6):
-        record = port if seq == 1 else port.model_copy(
-            update={"counters": {f"c{seq}_{i}": i for i in range(1000)}, "counters_full": False})  # fmt: skip
+        record = port if seq == 1 else replace(port, **{"counters": {f"c{seq}_{i}": i for i in range(1000)}, "counters_full": False})  # fmt: skip
         tracker.observe(Envelope(type=event_type("nic"), cluster="c", node="n", agent="a", seq=seq, ts=seq, ttl=6.0,
                                  records=[record]), recv_ns=seq)  # fmt: skip
         live = tracker.devices[("c", "n", "eth9")].record
@@ -217,9 +212,7 @@ def test_changed_counters_near_the_bound_merge_when_they_add_no_name() -> None:
     is on the names a port keeps, not on the sizes of its port and record added up."""
     tracker = NicTracker(HardwareAlertSettings(nic_max_counters=1200))
     full = NicRecord(name="eth9", kind="netdev", counters={f"c{i}": i for i in range(1000)})
-    changed = full.model_copy(
-        update={"counters": {f"c{i}": i + 1 for i in range(500)}, "counters_full": False}
-    )
+    changed = replace(full, **{"counters": {f"c{i}": i + 1 for i in range(500)}, "counters_full": False})
     for seq, record in enumerate((full, changed), start=1):
         tracker.observe(Envelope(type=event_type("nic"), cluster="c", node="n", agent="a", seq=seq, ts=seq, ttl=6.0,
                                  records=[record]), recv_ns=seq)  # fmt: skip
@@ -238,7 +231,7 @@ def test_live_ports_keep_their_counters_compact_over_shared_names() -> None:
     dict it stands for, a new name gives the port its own names, and names no live port uses any more are
     forgotten."""
     tracker, port = NicTracker(), _ionic()
-    unchanged = port.model_copy(update={"counters": {}, "counters_full": False})
+    unchanged = replace(port, **{"counters": {}, "counters_full": False})
     for node in ("n1", "n2"):
         for seq, (record, count) in enumerate(((port, 1), (unchanged, 1), (unchanged, 2)), start=1):
             env = Envelope(type=event_type("nic"), cluster="c", node=node, agent="a", seq=seq, ts=seq, ttl=6.0,
@@ -254,10 +247,8 @@ def test_live_ports_keep_their_counters_compact_over_shared_names() -> None:
     assert to_builtins(tracker.devices[("c", "n1", port.name)].record)["counters"] == port.counters
 
     big = 2**63 - 1
-    changed = port.model_copy(
-        update={"counters": {"frames_rx_ok": big, "brand_new": 7}, "counters_full": False}
-    )
-    later = port.model_copy(update={"counters": {"frames_tx_ok": 3}, "counters_full": False})
+    changed = replace(port, **{"counters": {"frames_rx_ok": big, "brand_new": 7}, "counters_full": False})
+    later = replace(port, **{"counters": {"frames_tx_ok": 3}, "counters_full": False})
     env = Envelope(type=event_type("nic"), cluster="c", node="n1", agent="a", seq=4, ts=4, ttl=6.0,
                    records=[changed, later])  # fmt: skip
     tracker.observe(decode_event(encode_event(env)), recv_ns=4)

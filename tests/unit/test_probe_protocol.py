@@ -19,7 +19,8 @@ from ranksight.agent.probe.protocol import (
 )
 from ranksight.agent.probe.server import ByteBudget, ServerLimits, is_allowed, parse_networks
 from ranksight.agent.probe.targets import ProbeTargets, TargetRefused
-from ranksight.schemas.records.probe import ProbeCommand
+from ranksight.schemas.structs import replace
+from ranksight.schemas.twins import ProbeCommand
 
 
 def test_request_and_reply_round_trip() -> None:
@@ -122,5 +123,5 @@ def test_probe_targets_remember_announcements_for_their_ttl_within_a_bound() -> 
     with pytest.raises(TargetRefused, match="no registered probe endpoint"):
         targets.check(cmd, now=53.0)
     with pytest.raises(TargetRefused, match="bytes"):
-        targets.check(cmd.model_copy(update={"peer": "node-c", "bytes": 1025}), now=53.0)
-    targets.check(cmd.model_copy(update={"peer": "node-c"}), now=53.0)
+        targets.check(replace(cmd, **{"peer": "node-c", "bytes": 1025}), now=53.0)
+    targets.check(replace(cmd, **{"peer": "node-c"}), now=53.0)

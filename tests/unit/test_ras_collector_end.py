@@ -8,6 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pytest
 
 import ranksight.agent.collectors.ras.collector as ras_collector
@@ -16,8 +17,8 @@ from ranksight.agent.collectors.ras.collector import ENDPOINT_CLOSED, RasCollect
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.config import Settings
 from ranksight.schemas.codec import decode_event
-from ranksight.schemas.records.ras import RasEvent, RasRecord, RasStatus
 from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import RasEvent, RasRecord, RasStatus
 from tests.conftest import FIXTURES
 from tests.ras_support import fake_proc
 from tests.unit.test_batcher import Recorder
@@ -68,7 +69,9 @@ async def test_statuses_queued_before_the_end_leave_before_it(tmp_path: Path) ->
     # a MONITOR event came first, so the event kind's buffer precedes the status kind's in the batcher
     await ras._publish_events([RasEvent(event="PROCESS_START")])
     await ras.ctx.batcher.flush()
-    await ras.ctx.batcher.add("ras", [RasRecord(job_id=ras.job_id, endpoint="e", **dict(STATUS))], 30.0, True)
+    await ras.ctx.batcher.add(
+        "ras", [RasRecord(job_id=ras.job_id, endpoint="e", **msgspec.structs.asdict(STATUS))], 30.0, True
+    )
     await ras._job_gone()
     await ras.ctx.batcher.flush_due(float("inf"))
     order = published(sent)

@@ -6,12 +6,15 @@ import os
 import shutil
 from pathlib import Path
 
+import msgspec
+
 from ranksight.agent.collectors.ras.jobid import derived_job_id, listener_pid, scheduler_job_id
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
-from ranksight.schemas.records.ras import RasEventRecord, RasRecord, RasStatus
+from ranksight.schemas.structs import replace
+from ranksight.schemas.twins import RasEventRecord, RasRecord, RasStatus
 from tests.conftest import FIXTURES
 from tests.ras_support import envelope, fake_proc
 
@@ -24,7 +27,7 @@ def status(name: str) -> RasStatus:
 
 
 def record(st: RasStatus, job: str = "slurm-1") -> RasRecord:
-    return RasRecord(job_id=job, endpoint="localhost:28028", **dict(st))
+    return RasRecord(job_id=job, endpoint="localhost:28028", **msgspec.structs.asdict(st))
 
 
 class Harness:
@@ -53,10 +56,8 @@ def test_mismatch_fires_only_when_it_persists_and_resolves() -> None:
     first = record(status("nccl_2.28.9_json_status_mismatch_4node_a10g.json"))
 
     def poll(n: int, errors: list[str]) -> RasRecord:  # op counts advance: a moving job, not a hang
-        comm = first.communicators[0].model_copy(
-            update={"op_counts": {"AllReduce": 101 + n}, "errors": errors}
-        )
-        return first.model_copy(update={"communicators": [comm]})
+        comm = replace(first.communicators[0], **{"op_counts": {"AllReduce": 101 + n}, "errors": errors})
+        return replace(first, **{"communicators": [comm]})
 
     assert ("job_started", "firing") in h.feed("ras", poll(0, ["MISMATCH"]))
     assert h.feed("ras", poll(1, ["MISMATCH"])) == []
@@ -68,10 +69,10 @@ def test_mismatch_fires_only_when_it_persists_and_resolves() -> None:
 def _multi(counts: list[int | None], *, init: bool = False) -> RasRecord:
     """The 3-communicator job with these AllReduce totals (None: a poll without JSON detail)."""
     base = record(status("nccl_2.28.9_json_status_3comms_one_mismatch.json"))
-    comms = [c.model_copy(update={"op_counts": {} if n is None else {"AllReduce": n}, "errors": [], "lagging_ranks": [],
+    comms = [replace(c, **{"op_counts": {} if n is None else {"AllReduce": n}, "errors": [], "lagging_ranks": [],
                                   "rank_status": {"INIT" if init else "RUNNING": 2}})
              for c, n in zip(base.communicators, counts, strict=True)]  # fmt: skip
-    return base.model_copy(update={"communicators": comms, "mismatches": [], "health": "ok"})
+    return replace(base, **{"communicators": comms, "mismatches": [], "health": "ok"})
 
 
 def test_no_hang_at_job_start_while_communicators_initialize_or_have_not_run() -> None:
@@ -102,10 +103,8 @@ def test_hang_is_one_alert_per_job_after_hang_after_s_of_frozen_counts() -> None
 def test_no_hang_while_a_process_is_missing() -> None:
     h = Harness()
     missing = record(status("nccl_2.29.1_json_status_docs_sample_missing_rank.json"))
-    comm = missing.communicators[0].model_copy(update={"op_counts": {"AllReduce": 9}})
-    fired = [
-        t for _ in range(30) for t in h.feed("ras", missing.model_copy(update={"communicators": [comm]}))
-    ]
+    comm = replace(missing.communicators[0], **{"op_counts": {"AllReduce": 9}})
+    fired = [t for _ in range(30) for t in h.feed("ras", replace(missing, **{"communicators": [comm]}))]
     assert {rule for rule, _ in fired} == {"job_started", "rank_missing"}
 
 
@@ -171,9 +170,7 @@ def test_peer_dead_alerts_at_once_and_is_confirmed_or_withdrawn_by_statuses() ->
     missing = record(status("nccl_2.29.1_json_status_docs_sample_missing_rank.json"))
     assert h.feed("ras", missing) == []  # the status confirms: the same alert goes on
     assert h.feed("ras", healthy) == [("rank_missing", "resolved")]
-    h.feed(
-        "ras_event", dead.model_copy(update={"host": None, "pid": None, "gpus": [], "addr": "10.9.9.9<1234>"})
-    )
+    h.feed("ras_event", replace(dead, **{"host": None, "pid": None, "gpus": [], "addr": "10.9.9.9<1234>"}))
     assert h.feed("ras", healthy) == []  # one status that does not list it: still pending
     assert h.feed("ras", healthy) == [("rank_missing", "resolved")]  # a second one: withdrawn
 

@@ -15,6 +15,7 @@ from ranksight.agent.collectors.ras.errors import RasParseError
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_monitor import MonitorDecoder, parse_monitor
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
+from ranksight.schemas.structs import to_builtins
 from tests.conftest import FIXTURES
 
 RAS = FIXTURES / "ras"
@@ -164,7 +165,7 @@ def test_text_2_26_wording_rank_lines_and_process_not_found() -> None:
     comm = parsed.communicators[0]
     assert (comm.hash, comm.errors, comm.missing_ranks) == ("0xcf264af5", ["INCOMPLETE", "ERROR"], [21])
     assert comm.unknown_ranks == [22] and comm.complete  # "[process information not found]" is not a process
-    assert parsed.mismatches[0].model_dump() == {
+    assert to_builtins(parsed.mismatches[0]) == {
         "hash": "0xabc",
         "kind": "op_count",
         "collective": "AllGather",
@@ -185,7 +186,9 @@ def test_monitor_decoder_handles_chunks_and_concatenated_objects() -> None:
         events += decoder.feed(stream[i : i + 7])
     assert [e.event for e in events] == ["PEER_DEAD", "PEER_RECOVERED"]
     line = b"[2025-12-19 13:07:07] PEER_DEAD: Process 1524345 on node 172.16.64.245 managing GPU 1 \n"
-    assert parse_monitor(b"OK\n" + line)[0].model_dump(exclude={"event_group"}) == {
+    [event] = to_builtins(parse_monitor(b"OK\n" + line))
+    del event["event_group"]
+    assert event == {
         "time": "2025-12-19 13:07:07", "event": "PEER_DEAD", "host": "172.16.64.245", "pid": 1524345,
         "gpus": [1], "nvml_gpus": [1], "addr": None, "details": "",
     }  # fmt: skip

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.raw_evidence import plan
 from ranksight.aggregator.store import Incoming, Store
@@ -15,10 +15,10 @@ from ranksight.aggregator.timefmt import iso
 from ranksight.config import RawEvidenceSettings
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.codec import encode_event
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import InspectorRecord
-from ranksight.schemas.structs import from_builtins
+from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import Envelope, InspectorRecord
+from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import JobSpec, simulate
 
 SPEC = JobSpec(nodes=4, gpus_per_node=2, layout="moe", steps=20)
@@ -27,7 +27,7 @@ FIRED_NS = 1_800_000_000 * 10**9
 
 @pytest.fixture(scope="module")
 def records() -> list[InspectorRecord]:
-    return [parse_line(line) for lines in simulate(SPEC).values() for line in lines]
+    return [parse_op(line) for lines in simulate(SPEC).values() for line in lines]
 
 
 @pytest.fixture(scope="module")
@@ -95,7 +95,7 @@ def test_fetched_records_are_written_once_and_never_replayed(
     env = Envelope(type=event_type("inspector"), cluster="c", node="n", agent="a1", seq=1, ts=now, ttl=60,
                    records=streamed)  # fmt: skip
     store.commit_batch([Incoming(Subjects().event("c", "n", "inspector"), encode_event(env), now)])
-    twins = [from_builtins(InspectorRecord, r.model_dump(exclude_none=True)) for r in records[:120]]
+    twins = records[:120]  # parsed records are twins already
     assert store.insert_raw_inspector("c", "n", "a1", twins, now) == 70  # the streamed 50 were there
     assert store.insert_raw_inspector("c", "n", "a1", twins + twins[:5], now) == 0  # twice: nothing new
     assert store.insert_raw_inspector("other", "n", "a1", twins[:3], now) == 3  # identity is per cluster
@@ -114,7 +114,7 @@ def test_fetched_records_are_written_once_and_never_replayed(
     store.close_connection()  # a restart knows fetched rows are there
     store.open()
     store.commit_batch([Incoming(Subjects().event("c", "n", "inspector"), encode_event(
-        late.model_copy(update={"seq": 3, "records": records[60:70]})), now)])  # fmt: skip
+        replace(late, **{"seq": 3, "records": records[60:70]})), now)])  # fmt: skip
     [fetched] = store.rows("SELECT count(*) AS n FROM inspector WHERE seq = 0 AND cluster = 'c'")
     assert fetched["n"] == 40
     store.close_connection()

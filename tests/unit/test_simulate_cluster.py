@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ranksight.agent.collectors.gpu.sysfs import read_amdgpu_sysfs
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.nic.sysfs import read_nics
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
@@ -29,7 +29,7 @@ def test_lines_are_written_once_their_dump_time_has_passed(tmp_path: Path) -> No
     assert 0 < first and not job.done
     files = sorted(job.dump_dir(1).iterdir())
     assert [f.name for f in files] == ["node001-pid40097.log", "node001-pid40098.log"]
-    records = [parse_line(line) for line in files[0].read_text().splitlines()]
+    records = [parse_op(line) for line in files[0].read_text().splitlines()]
     assert all(r.hostname == "node001" and r.dump_ts_us <= 1_000 * US + 500_000 for r in records)
     assert first + job.release(job.end_us) == sum(
         len(f.read_text().splitlines()) for f in job.dump_root.glob("*/*.log")

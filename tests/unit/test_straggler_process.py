@@ -8,11 +8,11 @@ import os
 import signal
 import time
 
+from ranksight.agent.collectors.inspector.parse import parse_op as parse
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
 from ranksight.simulate.inspector import run_job, summarize
 from tests.unit.test_stragglers_live import SPEC, envelope
-from tests.unit.test_stragglers_live import parse_line as parse
 
 
 def job_envelopes(summarized: set[str]) -> list:  # type: ignore[type-arg]

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.analysis.stragglers import (
     Analysis,
     StragglerEngine,
@@ -190,9 +190,7 @@ def test_online_finding_alerts_fast_updates_and_resolves_when_the_fault_ends(off
     fault = spec.faults[0]
     spec.faults = [Fault("gpu", fault.node, fault.gpu, 1.5, start_step=80, end_step=250)]
     timed, step_us = run_job(spec)
-    records = sorted(
-        (parse_line(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us
-    )
+    records = sorted((parse_op(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us)
     engine, seen = StragglerEngine(offline=offline), []
     clock = records[0].dump_ts_us
     for rec in records:
@@ -216,9 +214,7 @@ def test_online_the_horizon_is_judged_every_judge_every_slices_offline_every_sli
     fault = spec.faults[0]
     spec.faults = [Fault("gpu", fault.node, fault.gpu, 1.5, start_step=80)]
     timed, step_us = run_job(spec)
-    records = sorted(
-        (parse_line(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us
-    )
+    records = sorted((parse_op(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us)
     culprit = (spec.hostname(fault.node), spec.pid(fault.node, fault.gpu))
 
     def judged_online(every: int) -> tuple[list[int], int]:
@@ -272,7 +268,7 @@ def test_long_steps_stretch_the_horizon_so_hiccups_stay_silent_and_a_straggler_i
                        dump_interval_ms=500)  # fmt: skip
         timed = run_job(spec)[0]
         records = sorted(
-            (parse_line(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us
+            (parse_op(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us
         )
         return [(f.hostname, f.pid) for f in analyze_records(records).stragglers]
 

@@ -3,15 +3,17 @@ the job's records age out; GPU samples corroborate."""
 
 from __future__ import annotations
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+import msgspec
+
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
-from ranksight.schemas.envelope import Envelope, event_type
-from ranksight.schemas.records import GpuRecord, InspectorRecord
-from ranksight.schemas.records.ras import RasEventRecord, RasRecord
+from ranksight.schemas.structs import replace
+from ranksight.schemas.twins import Envelope, GpuRecord, InspectorRecord, RasEventRecord, RasRecord
+from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import Fault, JobSpec, run_job, simulate, summarize
 from tests.conftest import FIXTURES
 
@@ -19,7 +21,7 @@ SPEC = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=1,
 
 
 def envelope(kind: str, node: str, seq: int, records: list) -> Envelope:  # type: ignore[type-arg]
-    return Envelope.model_construct(type=event_type(kind), cluster="c", node=node, agent="a" + node, seq=seq,
+    return Envelope(type=event_type(kind), cluster="c", node=node, agent="a" + node, seq=seq,
                                     ts=0, ttl=30.0, records=records)  # fmt: skip
 
 
@@ -29,7 +31,7 @@ def test_fires_once_corroborates_and_resolves_after_records_age_out() -> None:
     engine, rules = AlertEngine(), default_rules()
     t0 = 1_000 * NS
     for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
-        state.observe(envelope("inspector", host, seq, [parse_line(x) for x in lines]), t0)
+        state.observe(envelope("inspector", host, seq, [parse_op(x) for x in lines]), t0)
     throttled = GpuRecord(index=2, throttled=True, throttle_reasons=["thermal"], sclk_hz=1.0e9)
     normal = [GpuRecord(index=i, sclk_hz=2.0e9) for i in range(3)]
     state.observe(envelope("gpu", "node001", 1, [throttled]), t0)
@@ -57,7 +59,7 @@ def test_background_evaluation_is_picked_up_by_a_later_tick() -> None:
     state.tick(1 * NS)  # the first evaluation (the replay at start) is inline, so no rule sees a gap
     assert state.stragglers.clusters == {} and state.stragglers._running is None
     for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
-        state.observe(envelope("inspector", host, seq, [parse_line(x) for x in lines]), 5 * NS)
+        state.observe(envelope("inspector", host, seq, [parse_op(x) for x in lines]), 5 * NS)
     state.tick(5 * NS)
     assert state.stragglers.clusters == {}  # started on the worker thread, not waited for
     running = state.stragglers._running
@@ -72,7 +74,7 @@ def test_a_failing_analysis_keeps_previous_findings_and_never_raises(monkeypatch
     state = LiveState()
     state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
     for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
-        state.observe(envelope("inspector", host, seq, [parse_line(x) for x in lines]), 5 * NS)
+        state.observe(envelope("inspector", host, seq, [parse_op(x) for x in lines]), 5 * NS)
     state.tick(5 * NS)
     before = state.stragglers.clusters["c"]
     assert before.findings
@@ -98,7 +100,7 @@ def test_straggler_cites_an_underperforming_gpu_from_active_probes() -> None:
                   for g in range(SPEC.gpus_per_node)]  # fmt: skip
         state.observe(probe_env("c", f"node{n:03d}", probes), t0 - 600 * NS)
     for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
-        state.observe(envelope("inspector", host, seq, [parse_line(x) for x in lines]), t0)
+        state.observe(envelope("inspector", host, seq, [parse_op(x) for x in lines]), t0)
     state.tick(t0)
     [alert] = [a for a in AlertEngine().evaluate(default_rules(), state, t0) if a.rule == "straggler"]
     assert alert.node == "node001"
@@ -116,11 +118,11 @@ def test_processes_that_catch_up_late_are_judged_with_the_slices_they_belong_to(
     late = [(host, pid) for host, pid in lines if host == "node001"]
     for seq, ((host, _pid), timed) in enumerate(lines.items(), start=1):
         if host != "node001":
-            state.observe(envelope("inspector", host, seq, [parse_line(x) for x in timed]), 5 * NS)
+            state.observe(envelope("inspector", host, seq, [parse_op(x) for x in timed]), 5 * NS)
     state.tick(5 * NS)
     assert state.stragglers.clusters["c"].findings == []
     for seq, proc in enumerate(late, start=100):
-        state.observe(envelope("inspector", proc[0], seq, [parse_line(x) for x in lines[proc]]), 6 * NS)
+        state.observe(envelope("inspector", proc[0], seq, [parse_op(x) for x in lines[proc]]), 6 * NS)
     state.tick(7 * NS)
     assert [(f.hostname, f.pid) for f in state.stragglers.clusters["c"].findings] == [
         ("node001", SPEC.pid(1, 2))
@@ -132,7 +134,7 @@ def test_summaries_feed_the_engine_and_a_summarizing_node_s_raw_samples_do_not()
     timed = run_job(SPEC)[0]
     raw: dict[str, list[InspectorRecord]] = {}
     for (host, _), lines in timed.items():
-        raw.setdefault(host, []).extend(parse_line(x) for _, x in lines)
+        raw.setdefault(host, []).extend(parse_op(x) for _, x in lines)
     state = LiveState()
     state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
     t0, seq = 1_000 * NS, 0
@@ -159,13 +161,17 @@ def test_a_straggler_carries_its_communicators_job_and_resolves_when_that_job_en
     engine, rules = AlertEngine(), default_rules()
     t0 = 1_000 * NS
     processes = simulate(SPEC)
-    culprit = [parse_line(x) for x in processes[("node001", SPEC.pid(1, 2))]]
+    culprit = [parse_op(x) for x in processes[("node001", SPEC.pid(1, 2))]]
     for seq, ((host, _pid), lines) in enumerate(processes.items(), start=1):
-        state.observe(envelope("inspector", host, seq, [parse_line(x) for x in lines]), t0)
+        state.observe(envelope("inspector", host, seq, [parse_op(x) for x in lines]), t0)
     # RAS watches the job: one of its communicators is the culprit's (RAS prints the hash zero-padded)
     status = parse_status_json((FIXTURES / "ras" / "nccl_2.28.9_json_status_healthy_2rank.json").read_bytes())
-    comm = status.communicators[0].model_copy(update={"hash": f"0x{int(culprit[0].comm_id, 16):016x}"})
-    ras = RasRecord(job_id="slurm-7", endpoint="localhost:28028", **{**dict(status), "communicators": [comm]})
+    comm = replace(status.communicators[0], **{"hash": f"0x{int(culprit[0].comm_id, 16):016x}"})
+    ras = RasRecord(
+        job_id="slurm-7",
+        endpoint="localhost:28028",
+        **{**msgspec.structs.asdict(status), "communicators": [comm]},
+    )
     state.observe(envelope("ras", "node000", 100, [ras]), t0)
 
     state.tick(t0)

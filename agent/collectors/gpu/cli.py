@@ -13,7 +13,7 @@ from ranksight.agent.collectors.gpu.nvidia_smi import parse_nvidia_smi_csv
 from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
 from ranksight.agent.collectors.gpu.rocm_smi import parse_rocm_smi
 from ranksight.cliutil import EXIT_FAILED, print_json, print_table
-from ranksight.schemas.records import GpuRecord
+from ranksight.schemas.twins import GpuRecord
 
 PARSERS: dict[str, Callable[[bytes], list[GpuRecord]]] = {
     "amd-smi": parse_amd_smi_metric,
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     except (GpuToolParseError, ValueError) as exc:
         print(f"ranksight: {args.file} is not {args.source} output: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    rows = [r.model_dump(include=set(FIELDS)) for r in records]
+    rows = [{name: getattr(r, name) for name in FIELDS} for r in records]
     rows = [{f: row[f] for f in FIELDS} for row in rows]
     if args.json:
         print_json(rows)

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+import msgspec
+
 from ranksight.agent.collectors.base import CollectorUnavailable, PolledCollector
 from ranksight.agent.collectors.command import CommandFailed, run_command
 from ranksight.agent.collectors.gpu.amd_smi import parse_amd_smi_metric
@@ -26,7 +28,7 @@ from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
 from ranksight.agent.collectors.gpu.nvml import Nvml
 from ranksight.agent.collectors.gpu.rocm_smi import parse_rocm_smi
 from ranksight.agent.collectors.gpu.sysfs import read_amdgpu_sysfs
-from ranksight.schemas.records import GpuRecord, Record
+from ranksight.schemas.twins import GpuRecord, Record
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
@@ -78,7 +80,7 @@ class AmdSmiSource(CommandSource):
             )
         except (CommandFailed, ValueError):
             return records
-        return [r.model_copy(update={"links": links.get(r.index, [])}) for r in records]
+        return [msgspec.structs.replace(r, links=links.get(r.index, [])) for r in records]
 
 
 class LibrarySource:

@@ -18,14 +18,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ranksight.agent.collectors.base import Emit, StreamingCollector
-from ranksight.agent.collectors.inspector.parse import to_record
 from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
-from ranksight.schemas.records import InspectorSummaryRecord
-from ranksight.schemas.records.inspector import RawRecordsPage, RawRecordsRequest
+from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.twins import InspectorSummaryRecord, RawRecordsPage, RawRecordsRequest
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
@@ -87,7 +88,7 @@ class InspectorCollector(StreamingCollector):
                     warned.add(chunk.path)  # once per file: no per-interval log spam
                     log.warning("inspector: bad line(s) in %s: %s", chunk.path, chunk.first_error)
                 # the wire's typed record is built only for the few operations published raw
-                await emit([to_record(op) for op in chunk.records if id(op) in raw], self._on_ack(tailer, chunk),
+                await emit([op for op in chunk.records if id(op) in raw], self._on_ack(tailer, chunk),
                            max_delay_s=self.cfg.summary_publish_s)  # fmt: skip
             if time.monotonic() >= parts_due:
                 parts_due = time.monotonic() + self.cfg.summary_publish_s
@@ -127,7 +128,7 @@ class InspectorCollector(StreamingCollector):
 
     async def _raw(self, request: dict[str, Any]) -> dict[str, Any]:
         """One page of raw records of some comms within a dump-time window, read from the dump files (off the loop)."""
-        req = RawRecordsRequest.model_validate(request)
+        req = msgspec.convert(request, RawRecordsRequest)
         cfg = self.cfg
         # half the server's max_payload: the JSON of a page's other fields and escaping stay well within it
         limits = RawLimits(cfg.raw_max_records, min(cfg.raw_max_bytes, self.ctx.nc.max_payload // 2),
@@ -139,4 +140,4 @@ class InspectorCollector(StreamingCollector):
         page = await asyncio.to_thread(read_page, directory, req, limits)
         answer = RawRecordsPage(node=self.ctx.node, incarnation=self.ctx.incarnation, records=[], next=page.next,
                                 scanned_bytes=page.scanned_bytes, bad_lines=page.bad_lines)  # fmt: skip
-        return {**answer.model_dump(), "records": page.records}  # records: already plain, measured values
+        return {**to_builtins(answer), "records": page.records}  # records: already plain, measured values

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ranksight.agent.collectors.inspector.parse import InspectorOp, InspectorParseError, parse_lines
+from ranksight.agent.collectors.inspector.parse import InspectorParseError, InspectorRecord, parse_lines
 
 SUFFIXES = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
 
@@ -24,7 +24,7 @@ class DumpReader:
     directory: Path
     bad_lines: int = 0
 
-    def records(self) -> Iterator[InspectorOp]:
+    def records(self) -> Iterator[InspectorRecord]:
         for path in dump_files(self.directory):
             opener = gzip.open if path.name.endswith(".gz") else open
             with opener(path, "rb") as fh:

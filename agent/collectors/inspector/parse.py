@@ -8,31 +8,24 @@ header or ``p2p_perf`` records; the sampled model (2.28-2.29) has neither.
 Bandwidth is recomputed from size and time (a known RCCL build reported it 10x too high) and disagreements are flagged.
 
 The line format is declared once as msgspec structs, so a line is checked and decoded in one C-level pass
-(:func:`parse_op`; every field's type is checked, a wrong one is named in the error). Its result is an
-:data:`InspectorOp`, the frozen msgspec twin of :class:`~schemas.records.InspectorRecord` (same fields): what the agent's
-summarizer, raw sampler and the offline analysis read, about ten times cheaper to build than the pydantic record.
-:func:`to_record` builds the wire's record for the few operations actually published raw; :func:`parse_line` does both.
+(:func:`parse_op`; every field's type is checked, a wrong one is named in the error). Its result is the wire's record,
+an :class:`~schemas.twins.InspectorRecord` (the msgspec twin of the model): what the agent's summarizer, raw sampler
+and the offline analysis read, and what is published raw.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal
 
 import msgspec
 
 from ranksight.errors import ParseError
-from ranksight.schemas.records import InspectorRecord
-from ranksight.schemas.structs import struct_for
+from ranksight.schemas.twins import InspectorRecord
 
 # busbw = algbw x factor(n); traffic = msg x n for the gathering/scattering collectives.
 _GATHER_LIKE = frozenset({"AllGather", "ReduceScatter"})
 BW_REL_TOLERANCE = 0.05
-
-if TYPE_CHECKING:
-    InspectorOp = InspectorRecord  # the twin reads like the model: same attribute names and types
-else:
-    InspectorOp = struct_for(InspectorRecord)
 
 
 class InspectorParseError(ParseError):
@@ -141,10 +134,11 @@ def _rejection(line: bytes | str, message: str) -> InspectorParseError:
     return InspectorParseError(f"{where.rstrip('`')}: {what}" if where else what)
 
 
-def parse_op(line: bytes | str) -> InspectorOp:
+def parse_op(line: bytes | str) -> InspectorRecord:
     """One line's operation (the agent's hot path); :class:`InspectorParseError` says why a line is not one."""
     obj = _decode(line)
     header, meta = obj.header, obj.metadata
+    op_kind: Literal["coll", "p2p"]
     if obj.coll_perf is not None:
         perf, where, op_kind = obj.coll_perf, "coll_perf.coll", "coll"
     elif obj.p2p_perf is not None:
@@ -163,7 +157,7 @@ def parse_op(line: bytes | str) -> InspectorOp:
     )
     ring = header.comm_name is not msgspec.UNSET or op_kind == "p2p"
     nnodes, peer = header.nnodes, perf.peer
-    return InspectorOp(
+    return InspectorRecord(
         comm_id=header.id,
         comm_name=None if header.comm_name is msgspec.UNSET else header.comm_name,
         rank=header.rank,
@@ -187,22 +181,9 @@ def parse_op(line: bytes | str) -> InspectorOp:
     )
 
 
-_RECORD_FIELDS = tuple(InspectorRecord.model_fields)
-
-
-def to_record(op: InspectorOp) -> InspectorRecord:
-    """The wire's record of an operation (its values were checked by the parser: no second validation pass)."""
-    return InspectorRecord.model_construct(**{name: getattr(op, name) for name in _RECORD_FIELDS})
-
-
-def parse_line(line: bytes | str) -> InspectorRecord:
-    """One line's wire record (:func:`parse_op`, then :func:`to_record`)."""
-    return to_record(parse_op(line))
-
-
 def parse_lines(
     lines: Iterable[bytes], on_error: Callable[[InspectorParseError], None]
-) -> Iterator[InspectorOp]:
+) -> Iterator[InspectorRecord]:
     """Parse lines, skipping blank ones; each bad line goes to ``on_error`` and never stops the rest."""
     for line in lines:
         if not line.strip():

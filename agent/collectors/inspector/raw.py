@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ranksight.agent.collectors.inspector.parse import ParseError, parse_line
+from ranksight.agent.collectors.inspector.parse import ParseError, parse_op
 from ranksight.agent.collectors.inspector.tailer import LIVE_SUFFIXES
-from ranksight.schemas.records.inspector import RawCursor, RawRecordsRequest
+from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.twins import RawCursor, RawRecordsRequest
 
 _DUMP_TS = re.compile(rb'"dump_timestamp_us":(\d+)')
 _BISECT_STOP = 64 * 1024  # below this many bytes, read on instead of bisecting further
@@ -125,13 +126,13 @@ def _read_file(path: Path, start: int | None, req: RawRecordsRequest, wanted: se
             if ts is None or ts < req.from_us or not any(n in line for n in needles):
                 continue
             try:
-                rec = parse_line(line)
+                rec = parse_op(line)
             except ParseError:
                 page.bad_lines += 1
                 continue
             if rec.comm_id not in wanted and rec.comm_name not in wanted:
                 continue
-            values = rec.model_dump(exclude_none=True)
+            values = {k: v for k, v in to_builtins(rec).items() if v is not None}
             size = len(json.dumps(values)) + 2
             if page.records and (len(page.records) >= max_records or page.size + size > limits.max_bytes):
                 page.next = RawCursor(file=path.name, offset=offset - len(line))

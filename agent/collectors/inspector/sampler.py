@@ -13,9 +13,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import TypeVar
 
-from ranksight.agent.collectors.inspector.parse import InspectorOp
+from ranksight.agent.collectors.inspector.parse import InspectorRecord
 
-Op = TypeVar("Op", bound=InspectorOp)  # an operation or its wire record: the sampler reads ``comm_id``
+Op = TypeVar("Op", bound=InspectorRecord)  # an operation or its wire record: the sampler reads ``comm_id``
 
 MAX_TRACKED_COMMS = 65_536  # served counts kept at most (then they start again level)
 

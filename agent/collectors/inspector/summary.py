@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ranksight.agent.collectors.inspector.parse import InspectorOp, bandwidths_gbs
-from ranksight.schemas.records import InspectorSummaryRecord
-from ranksight.schemas.records.inspector_summary import size_bucket
+from ranksight.agent.collectors.inspector.parse import InspectorRecord, bandwidths_gbs
+from ranksight.schemas.twins import InspectorSummaryRecord
+from ranksight.schemas.wire import size_bucket
 
 # (comm_id, op_kind, op, size bucket, rank, hostname, pid)
 SummaryKey = tuple[str, str, str, int, int, str, int]
@@ -65,7 +65,7 @@ class _SliceStats:
 
 @dataclass
 class _Acc:
-    first: InspectorOp  # comm name, sizes of the comm, capture model
+    first: InspectorRecord  # comm name, sizes of the comm, capture model
     count: int = 0
     bytes: int = 0
     timed_bytes: int = 0
@@ -97,8 +97,8 @@ class Summarizer:
         self.open_keys = 0
         self.overflow = self.records = self.parts = 0
 
-    def add(self, rec: InspectorOp) -> None:
-        """Fold one operation (an :data:`InspectorOp`, or its wire record: the same fields)."""
+    def add(self, rec: InspectorRecord) -> None:
+        """Fold one operation (an :data:`InspectorRecord`, or its wire record: the same fields)."""
         self.records += 1
         start = rec.dump_ts_us - rec.dump_ts_us % self.window_us
         key = (
@@ -152,9 +152,9 @@ class Summarizer:
         total = math.fsum(times)
         bandwidths = bandwidths_gbs(rec.op, rec.n_ranks, acc.timed_bytes, total) if times else None
         slices = sorted(acc.slices.items())
-        # model_construct: every value is built here from checked records (the agent's hot path; the aggregator
-        # validates the wire form again)
-        return InspectorSummaryRecord.model_construct(
+        # a twin is built without validation: every value comes from checked records (the aggregator validates the
+        # wire form again)
+        return InspectorSummaryRecord(
             window_start_us=start,
             window_us=self.window_us,
             slice_us=self.slice_us,

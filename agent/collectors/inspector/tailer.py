@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ranksight.agent.collectors.inspector.parse import InspectorOp, InspectorParseError, parse_lines
+from ranksight.agent.collectors.inspector.parse import InspectorParseError, InspectorRecord, parse_lines
 
 LIVE_SUFFIXES = (".log", ".jsonl")
 
@@ -43,7 +43,7 @@ class Chunk:
     path: str
     inode: int
     end: int
-    records: list[InspectorOp]
+    records: list[InspectorRecord]
     bad_lines: int
     first_error: str | None
     more: bool = False  # the read stopped at its size bound: the file holds more (a backlog)
@@ -124,7 +124,7 @@ class Tailer:
         end = data.rfind(b"\n")
         if end < 0 and len(data) < self.chunk_bytes:
             return None  # no complete line yet
-        records: list[InspectorOp]
+        records: list[InspectorRecord]
         first_error: str | None
         if end < 0:  # a "line" longer than a whole chunk is not Inspector output: skip it as bad
             records, bad, first_error = [], 1, f"line longer than {self.chunk_bytes} bytes"
@@ -175,7 +175,7 @@ def _kind(mode: int) -> str:
     return kinds.get(stat.S_IFMT(mode), "not a regular file")
 
 
-def parse_chunk(data: bytes) -> tuple[list[InspectorOp], int, str | None]:
+def parse_chunk(data: bytes) -> tuple[list[InspectorRecord], int, str | None]:
     """Parse complete lines; return (records, bad line count, first error)."""
     errors: list[InspectorParseError] = []
     records = list(parse_lines(data.splitlines(), errors.append))

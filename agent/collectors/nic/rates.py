@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import msgspec
+
 from ranksight.agent.collectors.nic.sysfs import RDMA_WORD_BYTES
 from ranksight.agent.collectors.nic.tools import RDMA_RX_BYTES, RDMA_TX_BYTES
-from ranksight.schemas.records import NicRecord
+from ranksight.schemas.twins import NicRecord
 
 # counters whose increase means frames were lost or corrupted
 ERROR_COUNTERS = frozenset({
@@ -74,7 +76,7 @@ class RateTracker:
             if previous is None or at_s <= previous.at_s:
                 out.append(record)
                 continue
-            out.append(record.model_copy(update=self._rates(record, previous, at_s - previous.at_s)))
+            out.append(msgspec.structs.replace(record, **self._rates(record, previous, at_s - previous.at_s)))
         for name in set(self._previous) - {r.name for r in records}:
             del self._previous[name]  # vanished: a later return starts afresh
         return out
@@ -136,7 +138,7 @@ class ChangedCounters:
             last = published.counters
             changed = {key: value for key, value in record.counters.items() if last.get(key) != value}
             last.update(changed)
-            out.append(record.model_copy(update={"counters": changed, "counters_full": False}))
+            out.append(msgspec.structs.replace(record, counters=changed, counters_full=False))
         for name in set(self._published) - {r.name for r in records}:
             del self._published[name]  # vanished: its return is a first record again
         return out

@@ -7,15 +7,17 @@ them (counter-less) rather than failing the collector.
 
 from __future__ import annotations
 
+import msgspec
+
 from ranksight.agent.collectors.command import CommandFailed, run_command
 from ranksight.agent.collectors.nic.tools import ToolParseError, parse_ethtool_stats, parse_rdma_statistic
-from ranksight.schemas.records import NicRecord
+from ranksight.schemas.twins import NicRecord
 
 _COUNTER_FIELDS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "counters")
 
 
 def _with_counters(record: NicRecord, source: NicRecord) -> NicRecord:
-    return record.model_copy(update={f: getattr(source, f) for f in _COUNTER_FIELDS})
+    return msgspec.structs.replace(record, **{f: getattr(source, f) for f in _COUNTER_FIELDS})
 
 
 async def fill_missing_counters(records: list[NicRecord], timeout_s: float) -> list[NicRecord]:

@@ -6,13 +6,17 @@ This is the shape ``ranksight parse ras --json`` prints; format detection is by 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ranksight.agent.collectors.ras.errors import RasParseError
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_monitor import parse_monitor
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
-from ranksight.schemas.records.ras import RasEvent, RasHealth, RasStatus
+from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.twins import RasEvent, RasStatus
+
+if TYPE_CHECKING:  # a type only: the agent process does not load the pydantic models
+    from ranksight.schemas.records.ras import RasHealth
 
 FAILURE_EVENT_WORDS = ("DEAD", "ABORT", "ERROR")
 
@@ -39,7 +43,9 @@ def event_health(events: list[RasEvent]) -> RasHealth:
 
 
 def status_summary(status: RasStatus) -> dict[str, Any]:
-    out = status.model_dump(mode="json", exclude={"nodes", "processes", "gpus"})
+    out = to_builtins(status)
+    for counted in ("nodes", "processes", "gpus"):
+        del out[counted]
     out["summary"] = {"nodes": status.nodes, "processes": status.processes, "gpus": status.gpus}
     out["events"] = []
     return out
@@ -56,7 +62,7 @@ def parse_capture(data: bytes) -> dict[str, Any]:
             "format": "monitor", "version": None, "health": event_health(events),
             "summary": {"nodes": None, "processes": None, "gpus": None}, "communicators": [],
             "missing_processes": [], "dead_processes": [], "mismatches": [], "timeouts": 0,
-            "events": [e.model_dump(mode="json") for e in events],
+            "events": to_builtins(events),
         }  # fmt: skip
     status = parse_status_json(data) if fmt == "json" else parse_status_text(data)
     return status_summary(status)

@@ -32,6 +32,7 @@ from ranksight.cliutil import (
     settings_from_args,
 )
 from ranksight.errors import exit_status
+from ranksight.schemas.structs import to_builtins
 
 
 def register_parse(sources: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -148,7 +149,7 @@ def ras_monitor(args: argparse.Namespace) -> int:
     async def follow() -> None:
         async for event in client.monitor(",".join(groups)):
             if args.json:
-                print(json.dumps(event.model_dump(mode="json")), flush=True)
+                print(json.dumps(to_builtins(event)), flush=True)
             else:
                 peer = (
                     event.addr or f"process {event.pid} on {event.host} GPU {','.join(map(str, event.gpus))}"

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import nats.errors
 
 from ranksight.agent.collectors.base import Emit, StreamingCollector
@@ -27,7 +28,8 @@ from ranksight.agent.collectors.ras.jobid import (
 )
 from ranksight.agent.collectors.ras.lease import Lease
 from ranksight.agent.collectors.ras.poll import client_for, poll_status
-from ranksight.schemas.records.ras import RasEvent, RasEventRecord, RasRecord, RasStatus
+from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.twins import RasEvent, RasEventRecord, RasRecord, RasStatus
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
@@ -117,7 +119,9 @@ class RasCollector(StreamingCollector):
             else:
                 self.health.success(time.monotonic() - started)
                 if status is not None:
-                    record = RasRecord(job_id=self.job_id, endpoint=self.client.endpoint, **dict(status))
+                    record = RasRecord(
+                        job_id=self.job_id, endpoint=self.client.endpoint, **msgspec.structs.asdict(status)
+                    )
                     await emit([record])
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
@@ -139,7 +143,8 @@ class RasCollector(StreamingCollector):
 
     async def _publish_events(self, events: Sequence[RasEvent]) -> None:
         records = [
-            RasEventRecord(job_id=self.job_id, endpoint=self.client.endpoint, **dict(e)) for e in events
+            RasEventRecord(job_id=self.job_id, endpoint=self.client.endpoint, **msgspec.structs.asdict(e))
+            for e in events
         ]
         await self.ctx.batcher.add("ras_event", records, self.ttl, True)
 
@@ -160,7 +165,7 @@ class RasCollector(StreamingCollector):
 
     async def _status_command(self, request: dict[str, Any]) -> dict[str, Any]:
         return {"job_id": self.job_id, "endpoint": self.client.endpoint, "holds_lease": self.lease.revision is not None,
-                "status": self.last_status.model_dump(mode="json") if self.last_status else None}  # fmt: skip
+                "status": to_builtins(self.last_status) if self.last_status else None}  # fmt: skip
 
     async def close(self) -> None:
         await self.lease.release()

@@ -9,9 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ranksight.agent.collectors.ras.errors import RasParseError
-from ranksight.schemas.records.ras import RasHealth, RasProcess
+from ranksight.schemas.twins import RasProcess
+
+if TYPE_CHECKING:  # a type only: the agent process does not load the pydantic models
+    from ranksight.schemas.records.ras import RasHealth
 
 MAX_GPUS = 64  # a process never manages more; bounds range expansion of garbage input
 MAX_COUNT = 1 << 24  # counts above this (or negative) are garbage from buggy releases: reported as unknown

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import re
 
+import msgspec
+
 from ranksight.agent.collectors.ras.errors import RasParseError
 from ranksight.agent.collectors.ras.facts import (
     Flags,
@@ -28,7 +30,7 @@ from ranksight.agent.collectors.ras.facts import (
     parse_gpus,
     sane_count,
 )
-from ranksight.schemas.records.ras import RasCommunicator, RasLaggingRank, RasMismatch, RasProcess, RasStatus
+from ranksight.schemas.twins import RasCommunicator, RasLaggingRank, RasMismatch, RasProcess, RasStatus
 
 _VERSION = re.compile(r"^(?:NCCL|RCCL) version (\d+\.\d+\.\d+)")
 _COLLECTING = re.compile(r"^Communicators\.\.\.\s*\((-?\d+(?:\.\d+)?)s\)")
@@ -239,7 +241,7 @@ class _Parser:
         ) in self.op_counts.items():  # the ranks behind their collective's highest
             highest = max(values, default=0)
             self.comms[key].lagging_ranks += [
-                r.model_copy(update={"peers_count": highest}) for r in named if r.count < highest
+                msgspec.structs.replace(r, peers_count=highest) for r in named if r.count < highest
             ]
         for key, rank, host, pid, gpus, line in self.rank_owners:
             if key in self.comms:

@@ -10,6 +10,7 @@ RAS collective across the job, so the caller asks for detail on only some polls.
 
 from __future__ import annotations
 
+import copy
 import os
 from typing import TYPE_CHECKING
 
@@ -17,7 +18,7 @@ from ranksight.agent.collectors.ras.client import DEFAULT_PORT, RasClient
 from ranksight.agent.collectors.ras.facts import add_evidence, add_process
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
-from ranksight.schemas.records.ras import RasStatus
+from ranksight.schemas.twins import RasStatus
 
 if TYPE_CHECKING:
     from ranksight.config import RasSettings
@@ -32,12 +33,13 @@ def client_for(settings: RasSettings, addr: str | None = None) -> RasClient:
 
 def merge_detail(text: RasStatus, detail: RasStatus) -> RasStatus:
     """The text status (job-level truth, health, evidence lines) completed with a JSON status's communicator detail."""
-    out = text.model_copy(deep=True, update={"all_communicators": True})
+    out = copy.deepcopy(text)
+    out.all_communicators = True
     comms = {c.hash: c for c in out.communicators}
     for jc in detail.communicators:
         tc = comms.get(jc.hash)
         if tc is None:  # the text lists only communicators with a problem
-            out.communicators.append(jc.model_copy(deep=True))
+            out.communicators.append(copy.deepcopy(jc))
             continue
         tc.secondary_hash, tc.ranks_reporting = jc.secondary_hash, jc.ranks_reporting
         tc.rank_status, tc.op_counts, tc.lagging_ranks = (

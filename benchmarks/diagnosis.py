@@ -35,12 +35,12 @@ from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
-from ranksight.agent.collectors.inspector.parse import parse_line
+from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine
 from ranksight.aggregator.state.stragglers import params_of
 from ranksight.config import InspectorSettings, StragglerSettings
-from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import JobSpec, run_job, summarize
 from ranksight.simulate.scenarios import CLASSES, Capture, Truth, truth
 
@@ -127,7 +127,7 @@ def run_one(cls: str, capture: Capture, seed: int) -> tuple[str, dict[str, Score
     spec = CLASSES[cls](capture, seed)
     timed, step_us = run_job(spec)
     records = sorted(
-        (parse_line(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
+        (parse_op(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
     )
     started = time.perf_counter()
     scores = {feed: replay(spec, records, step_us, feed) for feed in FEEDS}

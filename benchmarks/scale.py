@@ -52,10 +52,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ranksight  # noqa: F401 - first: defers nats-py's WebSocket dependencies, as every ranksight process does
 from benchmarks.procmeter import MiB, Usage, measure
+from ranksight.schemas.structs import replace
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = "bench"
@@ -79,7 +82,7 @@ class NodeTemplate:
 def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, list[NodeTemplate]], float]:
     """The healthy and the faulted block, each node through the agent's summarizer and raw sampler; their start time
     (µs, a window boundary) and the simulated collectives/s per rank."""
-    from ranksight.agent.collectors.inspector.parse import parse_line
+    from ranksight.agent.collectors.inspector.parse import parse_op
     from ranksight.agent.collectors.inspector.sampler import RawSampler
     from ranksight.config import InspectorSettings
     from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
@@ -100,7 +103,7 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
     for slow, lines in ((False, healthy_lines), (True, faulted_lines)):
         by_node: dict[str, list[Any]] = defaultdict(list)
         for (host, _pid), timed in lines.items():
-            by_node[host] += [parse_line(text) for _, text in timed]
+            by_node[host] += [parse_op(text) for _, text in timed]
         nodes = []
         for host in sorted(by_node):
             records = sorted(by_node[host], key=lambda r: r.dump_ts_us)
@@ -208,7 +211,7 @@ def _placed(record: Any, shift_us: int, summary: bool) -> Any:
                    "slice_sn_hi_ts_us": [t + shift_us for t in record.slice_sn_hi_ts_us]}  # fmt: skip
     else:
         update["dump_ts_us"] = record.dump_ts_us + shift_us
-    return record.model_copy(update=update)
+    return replace(record, **update)
 
 
 def inspector_schedule(node: NodeTemplate, shift_us: int) -> list[tuple[int, Template]]:
@@ -238,7 +241,7 @@ def nic_batch(source: str) -> list[Any]:
     [port] = [
         r for r in read_nics(ROOT / "fixtures" / "metrics" / "sysfs" / "tree" / "sys") if r.name == "mlx5_0/1"
     ]
-    return [port.model_copy(update={"name": f"mlx5_{i}/1", "tx_bps": 1e9 * i, "rx_bps": 2e9 * i, "interval_s": 2.0})
+    return [replace(port, **{"name": f"mlx5_{i}/1", "tx_bps": 1e9 * i, "rx_bps": 2e9 * i, "interval_s": 2.0})
             for i in range(8)]  # fmt: skip
 
 
@@ -250,7 +253,7 @@ def nic_cycle(nic_source: str, interval_s: float, full_every_s: float) -> list[l
 
     ports, changes, cycle = nic_batch(nic_source), ChangedCounters(full_every_s), []
     for step in range(max(1, round(full_every_s / interval_s))):
-        moved = [p.model_copy(update={"counters": {k: v + step * 1009 if v else v for k, v in p.counters.items()}})
+        moved = [replace(p, **{"counters": {k: v + step * 1009 if v else v for k, v in p.counters.items()}})
                  for p in ports]  # fmt: skip
         cycle.append(changes.thin(moved, at_s=step * interval_s))
     return cycle
@@ -269,7 +272,7 @@ def gauge_templates(nic_source: str) -> list[tuple[float, list[Template]]]:
     from ranksight.config import CollectorsSettings
 
     cfg = CollectorsSettings()
-    beat = [r.model_copy(update={"hostname": HOST_MARK}) for r in heartbeat()]
+    beat = [replace(r, **{"hostname": HOST_MARK}) for r in heartbeat()]
     nics = nic_cycle(nic_source, cfg.nic.interval_s, cfg.nic.counters_full_every_s)
     return [(cfg.gpu.interval_s, [pre_encode("gpu", gpu(), cfg.gpu.ttl())]),
             (cfg.nic.interval_s, [pre_encode("nic", records, cfg.nic.ttl()) for records in nics]),
@@ -300,25 +303,23 @@ class RasJob:
         )
         text = parse_status_text(ras_status_text(job, set()))
         totals = {"nodes": BLOCK * blocks, "processes": BLOCK * GPUS * blocks, "gpus": BLOCK * GPUS * blocks}
-        self.text = text.model_copy(update=totals)
-        self.detail = merge_detail(text, parse_status_json(ras_status_json(job, set()))).model_copy(
-            update=totals
-        )
+        self.text = replace(text, **totals)
+        self.detail = replace(merge_detail(text, parse_status_json(ras_status_json(job, set()))), **totals)
         self.blocks = blocks
         self.polls = 0
 
     def template(self, steps: int) -> Template:
-        from ranksight.schemas.records import RasRecord
+        from ranksight.schemas.twins import RasRecord
 
         status = self.text
         if self.polls % self.cfg.detail_every == 0:
-            communicators = [c.model_copy(update={"hash": f"{c.hash}{b:04x}",
+            communicators = [replace(c, **{"hash": f"{c.hash}{b:04x}",
                                                   "secondary_hash": f"{c.hash}{b:04x}:0x{c.size or 0:x}",
                                                   "op_counts": {op: n * steps for op, n in c.op_counts.items()}})
                              for b in range(self.blocks) for c in self.detail.communicators]  # fmt: skip
-            status = self.detail.model_copy(update={"communicators": communicators})
+            status = replace(self.detail, **{"communicators": communicators})
         self.polls += 1
-        record = RasRecord(job_id="bench-job", endpoint="localhost:28028", **dict(status))
+        record = RasRecord(job_id="bench-job", endpoint="localhost:28028", **msgspec.structs.asdict(status))
         return pre_encode("ras", [record], self.cfg.ttl())
 
 

@@ -45,8 +45,9 @@ from ranksight.config import InspectorSettings, Settings, load_settings
 from ranksight.kvlease import NATS_ERRORS
 from ranksight.natsconn import connect
 from ranksight.natsserver import NatsCluster
-from ranksight.schemas.records import GpuRecord
+from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import GpuRecord
 from tests.loadgen import SyntheticAgent
 from tests.shard_topology import ShardTopology, failover
 from tests.support import wait_for
@@ -128,7 +129,7 @@ class FaultyAgent(SyntheticAgent):
     per GPU), whose alerts must fire once and stay firing across the failover."""
 
     def make_records(self, n: int) -> list[GpuRecord]:
-        return [r.model_copy(update={"ecc_uncorrectable": 2}) for r in super().make_records(n)]
+        return [replace(r, **{"ecc_uncorrectable": 2}) for r in super().make_records(n)]
 
 
 class StragglerFeed:

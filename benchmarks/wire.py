@@ -34,11 +34,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml  # noqa: E402
-from ranksight.agent.collectors.inspector.parse import parse_line  # noqa: E402
+from ranksight.agent.collectors.inspector.parse import parse_op  # noqa: E402
 from ranksight.agent.collectors.nic.tools import parse_ethtool_stats  # noqa: E402
 from ranksight.schemas.codec import decode_event, encode_event  # noqa: E402
-from ranksight.schemas.records import CollectorHealth, HeartbeatRecord, PublisherStats, Record  # noqa: E402
-from ranksight.schemas.twins import Envelope  # noqa: E402
+from ranksight.schemas.structs import replace  # noqa: E402
+from ranksight.schemas.twins import (  # noqa: E402
+    CollectorHealth,
+    Envelope,
+    HeartbeatRecord,
+    PublisherStats,
+    Record,
+)
 from ranksight.schemas.wire import WireFormat, event_type  # noqa: E402
 from ranksight.simulate.inspector import JobSpec, simulate, summarize  # noqa: E402
 
@@ -49,7 +55,7 @@ FIXTURES = ROOT / "fixtures" / "metrics"
 def inspector(n: int) -> list[Record]:
     """``n`` raw records of one node (8 ranks), in dump order."""
     lines = simulate(JobSpec(nodes=4, gpus_per_node=8, steps=max(20, n // 8)))
-    records = [parse_line(line) for (host, _), proc in lines.items() if host == "node000" for line in proc]
+    records = [parse_op(line) for (host, _), proc in lines.items() if host == "node000" for line in proc]
     records.sort(key=lambda r: r.dump_ts_us)
     return list(records[:n])
 
@@ -57,7 +63,7 @@ def inspector(n: int) -> list[Record]:
 def summary_traffic(publish_s: float, window_s: float = 5.0) -> dict[str, float]:
     """One node's ``inspector_summary`` envelopes (compact) for 60 s of a simulated job, one per publication."""
     lines = simulate(JobSpec(nodes=4, gpus_per_node=8, steps=600))
-    records = sorted((parse_line(line) for (host, _), proc in lines.items() if host == "node000" for line in proc),
+    records = sorted((parse_op(line) for (host, _), proc in lines.items() if host == "node000" for line in proc),
                      key=lambda r: r.dump_ts_us)  # fmt: skip
     published: dict[int, list[Record]] = {}
     for at_us, summary in summarize(records, window_s, 0.5, publish_s):
@@ -71,7 +77,7 @@ def summary_traffic(publish_s: float, window_s: float = 5.0) -> dict[str, float]
 
 def gpu() -> list[Record]:
     [a100] = parse_nvidia_smi_xml((FIXTURES / "nvidia" / "nvidia-smi-q-x_a100-sxm4_v12.xml").read_bytes())
-    return [a100.model_copy(update={"index": i, "bus_id": f"00000000:{i + 1:02x}:00.0", "power_w": 300.0 + i * 7.25})
+    return [replace(a100, **{"index": i, "bus_id": f"00000000:{i + 1:02x}:00.0", "power_w": 300.0 + i * 7.25})
             for i in range(8)]  # fmt: skip
 
 
@@ -79,7 +85,7 @@ def nic() -> list[Record]:
     port = parse_ethtool_stats(
         (FIXTURES / "nic" / "ionic" / "dme_ethtool_S_enp132s0.txt").read_bytes(), "enp132s0"
     )
-    return [port.model_copy(update={"name": f"enp{i}s0", "tx_bps": 1e9 * i, "rx_bps": 2e9 * i, "interval_s": 5.0})
+    return [replace(port, **{"name": f"enp{i}s0", "tx_bps": 1e9 * i, "rx_bps": 2e9 * i, "interval_s": 5.0})
             for i in range(8)]  # fmt: skip
 
 

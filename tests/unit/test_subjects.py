@@ -82,3 +82,16 @@ def test_two_names_sanitizing_merges_cannot_both_run_an_agent(tmp_path: Path) ->
 def test_the_default_node_name_is_the_hostname_as_a_token(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "gethostname", lambda: "gpu01.example.com")
     assert AgentSettings().node == "gpu01_example_com"
+
+
+def test_the_agent_process_reports_an_unreachable_nats_in_one_line(tmp_path: Path) -> None:
+    """``ranksight agent`` execs the agent process: a NATS that does not answer still ends it with exit status 1 and
+    one line, as every command reports it (``ranksight.cli``), not a traceback."""
+    settings = load_settings(None, state_dir=tmp_path, agent={"node": "a_b"}, nats={"connect_timeout_s": 0.5})
+    done = run_cli("agent", "--only", "heartbeat", "--nats", "nats://127.0.0.1:1",
+                   env={**os.environ, **settings_env(settings)})  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert (
+        done.stderr.startswith("ranksight: cannot connect to NATS at nats://127.0.0.1:1")
+        and "Traceback" not in done.stderr
+    )

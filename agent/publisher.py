@@ -57,11 +57,11 @@ class Publisher:
         self._idle = asyncio.Event()
         self._idle.set()
         self._tasks: set[asyncio.Task[None]] = set()
-        self.acked = self.retries = self.dropped = 0
+        self.published = self.acked = self.retries = self.dropped = 0
 
     @property
     def stats(self) -> PublisherStats:
-        return PublisherStats(acked=self.acked, retries=self.retries, dropped=self.dropped,
+        return PublisherStats(published=self.published, acked=self.acked, retries=self.retries, dropped=self.dropped,
                               pending=len(self._queue) + self._inflight_n)  # fmt: skip
 
     # -- producer side ------------------------------------------------------------------------------------------
@@ -117,6 +117,8 @@ class Publisher:
             future = await self._js.publish_async(
                 msg.subject, msg.payload, headers={MSG_ID_HEADER: msg.msg_id}
             )
+            if msg.attempts == 1:
+                self.published += 1  # sent to the server (retries are counted apart)
             await asyncio.wait_for(future, self._ack_timeout)
         except asyncio.CancelledError:
             raise

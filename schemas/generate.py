@@ -51,9 +51,8 @@ class Target:
     path: str  # relative to the repository root
     doc: str
     models: list[type[BaseModel]]
-    validating: (
-        bool  # constraints, and every int and float bounded to what the store keeps (records, not settings)
-    )
+    # constraints, and every int and float bounded to what the store keeps (records; settings are validated already)
+    validating: bool
     defaults: bool  # False: every field is required (settings twins are only ever made of validated settings)
     # frozen: the twins of these models and of their subclasses (others, sub-records, are built field by field)
     frozen: tuple[type[BaseModel], ...]
@@ -178,12 +177,6 @@ class _Writer:
             if not value:
                 return f"msgspec.field(default_factory={type(value).__name__})"
             return f"msgspec.field(default_factory=lambda: {value!r})"
-        if isinstance(value, Path):
-            self.target.imports.add(("pathlib", "Path"))
-            return f"Path({str(value)!r})"
-        if isinstance(value, SecretStr):
-            self.target.imports.add(("ranksight.secret", "Secret"))
-            return f"Secret({value.get_secret_value()!r})"
         if value is None or isinstance(value, (str, int, float, bool)):
             return repr(value)
         raise TypeError(f"no twin for the default {value!r}")

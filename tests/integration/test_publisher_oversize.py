@@ -33,6 +33,7 @@ async def test_an_oversize_message_is_dropped_loudly_and_the_rest_go_on(
         assert await publisher.flush(10.0)
         assert sorted(passed) == ["big", "ok"]  # the durable source moves past what can never be sent
         assert publisher.stats.dropped == 1 and publisher.stats.acked == 1 and publisher.stats.retries == 0
+        assert publisher.stats.published == 1  # the oversize one never left
         assert "over the NATS server's max_payload" in caplog.text
         assert (await js.stream_info("T")).state.messages == 1
     finally:

@@ -36,9 +36,9 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 from ranksight.agent.collectors.inspector.parse import parse_op
+from ranksight.aggregator.analysis.engines import params_of
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine
-from ranksight.aggregator.state.stragglers import params_of
 from ranksight.config import InspectorSettings, StragglerSettings
 from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import JobSpec, run_job, summarize

@@ -10,8 +10,7 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ranksight.cliutil import EXIT_INTERRUPTED
-from ranksight.errors import exit_status
+from ranksight.errors import EXIT_INTERRUPTED, exit_status
 from ranksight.natsconn import NatsUnreachable
 from ranksight.version import ranksight_version
 

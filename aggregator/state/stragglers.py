@@ -5,7 +5,8 @@ reports its findings.
 Every record is folded in once (never re-analyzed); each evaluation judges the slices completed since the last one, a
 sliding ``window_s`` horizon with a ``judge_every_s`` hop. In the aggregator this runs in the background
 (``background=True``) and its result is picked up by a later tick, so the event loop never waits for it: ``observe`` only
-queues records. The engines live in a child process (``process``, started with the first records): the aggregator's
+queues records. The engines (:mod:`aggregator.analysis.engines`, all that the child imports: no pydantic, no DuckDB)
+live in a child process (``process``, started with the first records): the aggregator's
 Python threads share one interpreter lock, and at a thousand nodes ingest alone fills one core (``benchmarks/scale.py``).
 Records are queued as msgpack arrays of their values, each envelope's as it is observed (they are plain numbers and
 strings: a summary record takes a sixth of the memory it takes decoded, and at 1024 nodes the engine gets 2 s of them
@@ -29,47 +30,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import multiprocessing
-import operator
-import os
-import signal
-import threading
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import cast
 
-import msgspec
-
+from ranksight.aggregator.analysis.engines import (
+    ClusterEngines,
+    ClusterFindings,
+    decoded,
+    params_of,
+    process_evaluate,
+    process_start,
+    queue_entry,
+)
 from ranksight.aggregator.analysis.hangs import Hang, HangFinder
-from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
 from ranksight.aggregator.forgetting import NodeKey
 from ranksight.aggregator.timefmt import NS, iso
 from ranksight.config import StragglerSettings
-from ranksight.schemas.structs import to_builtins
-from ranksight.schemas.twins import Envelope, InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.twins import Envelope
+
+__all__ = ["ClusterFindings", "StragglerTracker", "params_of"]
 
 log = logging.getLogger(__name__)
 
-Records = Iterable[tuple[str, InspectorRecord | InspectorSummaryRecord]]  # (cluster, record), as decoded
 # engine processes failing one after the other (none can start, or each is killed at once) before a thread takes over
 MAX_LOST_IN_ROW = 3
-PARENT_WATCH_S = 0.5  # how often the engine process checks that the aggregator is still there
-
-
-@dataclass
-class ClusterFindings:
-    findings: list[Finding] = field(default_factory=list)
-    records: int = 0
-    capture_model: str = "ring"
-    evaluated_ns: int = 0
-
-
-def params_of(settings: StragglerSettings) -> StragglerParams:
-    return StragglerParams(window_s=settings.window_s, slice_s=settings.slice_s,
-                           judge_every=max(1, round(settings.judge_every_s / settings.slice_s)),
-                           confirm_windows=settings.confirm_windows, evidence_z=settings.evidence_z,
-                           catch_up_windows=settings.catch_up_windows)  # fmt: skip
 
 
 class StragglerTracker:
@@ -84,8 +68,6 @@ class StragglerTracker:
         self.dropped = 0  # records dropped because the queue was full (the worker fell behind)
         # set when a tick hands the queue to the engine (a waiting ingest goes on)
         self.taken = asyncio.Event()
-        # touched only by the evaluation (worker thread or process)
-        self.engines: dict[str, StragglerEngine] = {}
         self.last_recv_ns: dict[str, int] = {}
         self.hang_finders: dict[str, HangFinder] = {}  # fed on the event loop: O(1) per record
         self._executor: Executor | None = None
@@ -105,6 +87,8 @@ class StragglerTracker:
         self.settings = settings
         self._background = background
         self.params = params_of(settings)
+        # the engines on a worker thread (``process = false``, or the process failed); touched only by the evaluation
+        self.local = ClusterEngines(self.params)
 
     def close(self) -> None:
         """Let the worker thread or process go (a live state dropped while the aggregator runs: a lead that stepped
@@ -124,7 +108,7 @@ class StragglerTracker:
                 # spawned, not forked: the aggregator has threads (DuckDB's, the NATS client's) a fork would copy
                 self._executor = ProcessPoolExecutor(
                     max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=_process_start, initargs=(self.settings.model_dump_json(),))  # fmt: skip
+                    initializer=process_start, initargs=(self.settings.model_dump_json(),))  # fmt: skip
             else:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stragglers")
         return self._executor
@@ -140,7 +124,7 @@ class StragglerTracker:
         last evaluation)."""
         if self.in_process:
             return sum(result.records for result in self.clusters.values())
-        return sum(engine.records for engine in self.engines.values())
+        return self.local.records
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
         summary = env.kind == "inspector_summary"
@@ -156,7 +140,7 @@ class StragglerTracker:
             self.dropped += len(env.records) - max(room, 0)
         taken = env.records[: max(room, 0)]
         if taken:
-            self.pending.append(_ENCODER.encode((env.cluster, summary, list(map(_ROW[summary], taken)))))
+            self.pending.append(queue_entry(env.cluster, summary, taken))
             self.queued += len(taken)
         self.last_recv_ns[env.cluster] = recv_ns
         finder = self.hang_finders.get(env.cluster)
@@ -191,7 +175,7 @@ class StragglerTracker:
         first, self._evaluated_once = not self._evaluated_once, True
         if not self._background or (self._executor is None and not batch):
             # nothing to hand over (no engine yet)
-            self._set_findings(self._evaluate(_decoded(batch), gone, now_ns))
+            self._set_findings(self.local.evaluate(decoded(batch), gone, now_ns))
             return
         running = self._submit(batch, gone, now_ns)
         if first:
@@ -202,10 +186,10 @@ class StragglerTracker:
     def _submit(self, batch: list[bytes], gone: set[str], now_ns: int) -> Future[dict[str, ClusterFindings]]:
         while self.in_process:
             try:
-                return self._worker().submit(_process_evaluate, batch, gone, now_ns)
+                return self._worker().submit(process_evaluate, batch, gone, now_ns)
             except (BrokenExecutor, OSError) as exc:  # it died between evaluations, or cannot start: another
                 self._engine_lost(exc)
-        return self._worker().submit(self._evaluate, _decoded(batch), gone, now_ns)
+        return self._worker().submit(self.local.evaluate, decoded(batch), gone, now_ns)
 
     def _picked_up(self, running: Future[dict[str, ClusterFindings]]) -> None:
         try:
@@ -227,7 +211,7 @@ class StragglerTracker:
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
-        self.engines = {}
+        self.local = ClusterEngines(self.params)
 
     def hangs(
         self, cluster: str, now_ns: int, read_until: Callable[[str], int | None] | None = None
@@ -255,87 +239,3 @@ class StragglerTracker:
         """Findings of the evaluations since the last call, for the ``straggler_finding_history`` table."""
         rows, self._history = self._history, []
         return rows
-
-    def _evaluate(self, batch: Records, gone: set[str], now_ns: int) -> dict[str, ClusterFindings]:
-        for cluster in gone:
-            self.engines.pop(cluster, None)
-        for cluster, rec in batch:
-            engine = self.engines.get(cluster)
-            if engine is None:
-                engine = self.engines[cluster] = StragglerEngine(self.params, offline=False)
-            if _is_summary(rec):
-                engine.add_summary(cast(InspectorSummaryRecord, rec))
-            else:
-                engine.add(cast(InspectorRecord, rec))
-        out = {}
-        for cluster, engine in self.engines.items():
-            try:
-                findings = engine.evaluate()
-            except Exception:  # a bug or an input we did not foresee must never stop the aggregator's ticks
-                log.exception(
-                    "straggler analysis of cluster %s failed; keeping its previous findings", cluster
-                )
-                out[cluster] = self.clusters.get(cluster, ClusterFindings(evaluated_ns=now_ns))
-                continue
-            out[cluster] = ClusterFindings(findings, engine.records, engine.capture_model, now_ns)
-        return out
-
-
-# -- the engine process ------------------------------------------------------------------------------------------------
-def _positional(
-    twin: type,
-) -> tuple[Callable[[object], tuple[object, ...]], msgspec.msgpack.Decoder[object]]:
-    """A record's values in field order, and their decoder into a struct read like the record's twin (same fields,
-    types and constraints, laid out as an array): queued records take half the bytes of maps with field names."""
-    fields = msgspec.structs.fields(twin)
-    getter = operator.attrgetter(*(f.name for f in fields))
-    row = msgspec.defstruct(f"Queued{twin.__name__}", [(f.name, f.type) for f in fields], array_like=True,
-                            gc=False)  # fmt: skip
-    return getter, msgspec.msgpack.Decoder(row)
-
-
-_ROW_SUMMARY, _SUMMARY = _positional(InspectorSummaryRecord)
-_ROW_RAW, _RAW = _positional(InspectorRecord)
-_ROW = {True: _ROW_SUMMARY, False: _ROW_RAW}  # by "is a summary"
-_QUEUED = msgspec.msgpack.Decoder(tuple[str, bool, list[msgspec.Raw]])
-_ENCODER = msgspec.msgpack.Encoder(enc_hook=to_builtins)  # values of a pydantic record (tests) as plain data
-_process_tracker: StragglerTracker | None = None  # in the engine process: its engines
-
-
-def _is_summary(rec: InspectorRecord | InspectorSummaryRecord) -> bool:
-    return hasattr(rec, "window_us")  # twins of both kinds are plain structs
-
-
-def _decoded(batch: list[bytes]) -> Records:
-    """The queued records, in order, each decoded as it is folded: the batch's records are never all alive at once (at
-    1024 nodes a 2 s batch decoded whole held about 50,000 records beside its own bytes)."""
-    decoded = (
-        (cluster, (_SUMMARY if summary else _RAW).decode(raw))
-        for cluster, summary, records in map(_QUEUED.decode, batch)
-        for raw in records
-    )
-    return cast(Records, decoded)  # the twins of the records
-
-
-def _process_start(settings_json: str) -> None:
-    global _process_tracker
-    _process_tracker = StragglerTracker(StragglerSettings.model_validate_json(settings_json))
-    # Ctrl-C reaches the whole process group: the aggregator decides when this process ends
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
-
-
-def _exit_with_parent(parent: int) -> None:
-    """An aggregator killed outright (SIGKILL, the OOM killer) cannot stop its engine process, which would wait for
-    work forever holding the engines' memory: it stops itself once its parent is gone."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_WATCH_S)
-    os._exit(0)
-
-
-def _process_evaluate(batch: list[bytes], gone: set[str], now_ns: int) -> dict[str, ClusterFindings]:
-    tracker = _process_tracker
-    assert tracker is not None, "the engine process starts with _process_start"
-    # its previous findings: kept when one fails
-    tracker.clusters = tracker._evaluate(_decoded(batch), gone, now_ns)
-    return tracker.clusters

@@ -57,6 +57,15 @@ def test_the_engine_process_finds_what_the_engine_thread_finds() -> None:
             evaluated(state, 5 * NS)
             results[process] = (findings(state), state.stragglers.records)
             assert state.stragglers.in_process is process
+            if (
+                process
+            ):  # the engine process loads the engines, not the aggregator's settings models or live state
+                modules = (
+                    state.stragglers._worker().submit(eval, "sorted(__import__('sys').modules)").result(60)
+                )
+                assert "ranksight.aggregator.analysis.engines" in modules
+                assert [m for m in modules if m.split(".")[0] in ("pydantic", "duckdb", "pyarrow")
+                        or m in ("ranksight.config", "ranksight.aggregator.state")] == []  # fmt: skip
         finally:
             state.stragglers.close()
     assert results[True] == results[False]

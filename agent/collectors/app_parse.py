@@ -56,6 +56,7 @@ def parse_message(data: bytes, timeouts: Timeouts) -> AppRecord:
     elif event == "section_open" and isinstance(values.get("section"), str):
         values.setdefault("timeout_s", timeouts.for_section(values["section"]))
     try:
-        return msgspec.convert(values, AppRecord)
-    except msgspec.ValidationError as exc:  # as the aggregator would refuse it
+        # lax, as the pydantic model was: "3" or 3.0 for an integer; the record's types and bounds still apply
+        return msgspec.convert(values, AppRecord, strict=False)
+    except msgspec.ValidationError as exc:
         raise AppMessageError(str(exc)) from None

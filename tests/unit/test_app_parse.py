@@ -30,6 +30,11 @@ def test_section_timeout_default_and_per_name() -> None:
     )
 
 
+def test_numbers_in_another_form_are_read_as_the_model_read_them() -> None:
+    rec = parse_message(pack(t="heartbeat", step="4", rank=2.0), TIMEOUTS)
+    assert (rec.step, rec.rank) == (4, 2) and type(rec.step) is int
+
+
 def test_unknown_keys_are_ignored_for_forward_compatibility() -> None:
     rec = parse_message(pack(t="heartbeat", step=4, future_key={"x": 1}), TIMEOUTS)
     assert (rec.event, rec.step, rec.pid, rec.timeout_s) == ("heartbeat", 4, 77, 30.0)

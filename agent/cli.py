@@ -46,10 +46,8 @@ def run(args: argparse.Namespace) -> int:
     os.set_inheritable(fd, True)
     argv = [sys.executable, "-m", "ranksight.agent", "--settings-fd", str(fd)]
     argv += [arg for name in only for arg in ("--only", name)]
-    argv += [
-        "--",
-        *sys.argv,
-    ]  # the command line as started stays visible (ps; deploy's check of a running agent)
+    # the command line as started stays visible (ps; deploy's check of a running agent)
+    argv += ["--", *sys.argv]
     sys.stdout.flush()
     sys.stderr.flush()
     os.execv(sys.executable, argv)

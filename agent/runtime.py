@@ -230,9 +230,8 @@ def _json_endpoint(handler: CommandHandler) -> Callable[[Request], Awaitable[Non
             return
         try:
             result = await handler(body)
-        except (
-            ValueError
-        ) as exc:  # an invalid or refused command (msgspec's validation errors are ValueErrors too)
+        # an invalid or refused command (msgspec's validation errors are ValueErrors too)
+        except ValueError as exc:
             await request.respond_error("400", f"bad request: {exc}")
             return
         except Exception as exc:

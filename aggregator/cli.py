@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.cliutil import EXIT_FAILED, add_config_flags, run_until_signalled, settings_from_args
+from ranksight.aio import run_until_signalled
+from ranksight.cliutil import EXIT_FAILED, add_config_flags, settings_from_args
 from ranksight.private import keep_private
 from ranksight.up import add_http_port_flag, http_port_override, ports_in_use
 

@@ -11,7 +11,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ranksight.aio import run_until_signalled as run_until_signalled
 from ranksight.config import ConfigError, Settings, load_settings
 
 # The exit statuses are declared beside the errors they map from; command modules take them from here.

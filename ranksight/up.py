@@ -14,12 +14,12 @@ from typing import Any
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
+from ranksight.aio import run_until_signalled
 from ranksight.cliutil import (
     EXIT_FAILED,
     add_config_flags,
     interrupted_exit,
     port_number,
-    run_until_signalled,
     settings_from_args,
 )
 from ranksight.config import Settings, twin_settings

@@ -5,18 +5,18 @@ Nothing here imports pydantic: the agent process uses it as the aggregator does,
 
 ``encode_event`` packs an envelope (records: twins, or pydantic models) with msgpack-python, its records in either wire
 form (:data:`~schemas.wire.WireFormat`; compact by default). ``decode_event`` reads both forms into the twins. It
-validates the envelope and every record against the twin of its kind and raises :class:`DecodeError` (one exception type, with a reason) on anything wrong: bytes that are not msgpack, a payload that is
-not a map, unknown ``type``, missing or mistyped fields, integers or floats the store cannot hold
-(:data:`schemas.wire.STORED_BOUNDS`), too many records, or none where the kind needs one (``Record.min_records``), a
-compact batch whose columns do not line up (``bad_envelope``) or written by a newer record model
-(``unsupported_version``). It decodes with msgspec into the frozen twins, in two
-steps: the envelope with map-form records left as raw bytes, then the records with the decoder of their kind. A compact
-batch's columns and constants are left as raw bytes too. Where the kind's twin holds no sub-record (the Inspector kinds,
-most of the traffic: :func:`_raw_layout`), its records are laid out again as msgpack maps, one per record with the keys
-in the twin's field order, and decoded like map-form records, without a dict per record; other batches are decoded,
-zipped into one dict per record and converted into the same twins. Anything wrong sends the envelope to the checked path
-(:func:`_decode_checked`: the envelope's values decoded first, then the dicts), which says why: both paths give any
-envelope the same records, of the same classes, or the same refusal.
+validates the envelope and every record against the twin of its kind and raises :class:`DecodeError` (one exception
+type, with a reason) on anything wrong: bytes that are not msgpack, a payload that is not a map, unknown ``type``,
+missing or mistyped fields, integers or floats the store cannot hold (:data:`schemas.wire.STORED_BOUNDS`), too many
+records, or none where the kind needs one (``Record.min_records``), a compact batch whose columns do not line up
+(``bad_envelope``) or written by a newer record model (``unsupported_version``). It decodes with msgspec into the frozen
+twins, in two steps: the envelope with map-form records left as raw bytes, then the records with the decoder of their
+kind. A compact batch's columns and constants are left as raw bytes too. Where the kind's twin holds no sub-record (the
+Inspector kinds, most of the traffic: :func:`_raw_layout`), its records are laid out again as msgpack maps, one per
+record with the keys in the twin's field order, and decoded like map-form records, without a dict per record; other
+batches are decoded, zipped into one dict per record and converted into the same twins. Anything wrong sends the
+envelope to the checked path (:func:`_decode_checked`: the envelope's values decoded first, then the dicts), which says
+why: both paths give any envelope the same records, of the same classes, or the same refusal.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ import msgspec
 import msgspec.inspect as mi
 
 from ranksight.errors import ParseError
-from ranksight.schemas import twins
-from ranksight.schemas.twins import KIND_TWINS, Envelope
+from ranksight.schemas.structs import set_fields
+from ranksight.schemas.twins import KIND_TWINS, CompactRecords, Envelope
 from ranksight.schemas.wire import MAX_RECORDS, MIN_COMPACT_RECORD_BYTES, TYPE_PREFIX, WireFormat
 
 
@@ -49,7 +49,7 @@ class DecodeError(ParseError):
 def _default(obj: Any) -> Any:
     """A sub-record's map, without its unset (None) fields."""
     if isinstance(obj, msgspec.Struct):
-        return {name: value for name in obj.__struct_fields__ if (value := getattr(obj, name)) is not None}
+        return set_fields(obj)
     if hasattr(obj, "model_dump"):  # a pydantic model (a test's, a simulator's)
         return obj.model_dump(mode="python", exclude_none=True)
     raise TypeError(f"cannot encode {type(obj).__name__}")
@@ -127,8 +127,8 @@ def _compact(kind: str, records: Sequence[Any]) -> dict[str, Any]:
 
 # The envelope's fields with their constraints; map-form records stay raw bytes until the kind is known; the compact
 # form's keys are all optional here and checked once the form is known.
-_ENVELOPE_FIELDS = msgspec.structs.fields(twins.Envelope)
-_COMPACT_FIELDS = msgspec.structs.fields(twins.CompactRecords)
+_ENVELOPE_FIELDS = msgspec.structs.fields(Envelope)
+_COMPACT_FIELDS = msgspec.structs.fields(CompactRecords)
 _COMPACT_KEYS = tuple(f.name for f in _COMPACT_FIELDS)
 
 

@@ -38,6 +38,11 @@ def to_builtins(obj: Any) -> Any:
     return msgspec.to_builtins(obj, enc_hook=_model_builtins)
 
 
+def set_fields(record: msgspec.Struct) -> dict[str, Any]:
+    """A twin's fields that hold a value (not None), by name: what the wire carries of it."""
+    return {name: value for name in record.__struct_fields__ if (value := getattr(record, name)) is not None}
+
+
 def replace(record: Any, **changes: Any) -> Any:
     """A copy of a record (twin or model) with ``changes``."""
     if isinstance(record, msgspec.Struct):

@@ -8,6 +8,7 @@ import sys
 
 from ranksight.agent.probe.client import ProbeBudget, ProbeError, run_probe
 from ranksight.agent.probe.server import ProbeServer, parse_networks
+from ranksight.aio import run_until_signalled
 from ranksight.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
@@ -15,7 +16,6 @@ from ranksight.cliutil import (
     port_number,
     print_json,
     print_table,
-    run_until_signalled,
 )
 
 DEFAULT_PORT = 28100

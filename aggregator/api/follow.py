@@ -7,7 +7,8 @@ import asyncio
 import json
 import sys
 
-from ranksight.cliutil import interrupted_exit, run_until_signalled, settings_from_args
+from ranksight.aio import run_until_signalled
+from ranksight.cliutil import interrupted_exit, settings_from_args
 from ranksight.config import Settings
 from ranksight.natsconn import connect, disconnect
 from ranksight.schemas.alerts import Alert

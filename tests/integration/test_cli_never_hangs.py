@@ -156,7 +156,7 @@ def test_long_running_commands_stop_on_one_signal_after_nats_died(
 
 STUCK_MAIN = """
 import asyncio, sys
-from ranksight.cliutil import run_until_signalled
+from ranksight.aio import run_until_signalled
 
 async def main(stop):
     print("ready", file=sys.stderr, flush=True)

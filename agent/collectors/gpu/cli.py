@@ -51,7 +51,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"ranksight: {args.file} is not {args.source} output: {exc}", file=sys.stderr)
         return EXIT_FAILED
     rows = [{name: getattr(r, name) for name in FIELDS} for r in records]
-    rows = [{f: row[f] for f in FIELDS} for row in rows]
     if args.json:
         print_json(rows)
     else:

@@ -20,7 +20,7 @@ from typing import IO, Any
 
 from ranksight.agent.collectors.inspector.parse import ParseError, parse_op
 from ranksight.agent.collectors.inspector.tailer import LIVE_SUFFIXES
-from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.structs import set_fields
 from ranksight.schemas.twins import RawCursor, RawRecordsRequest
 
 _DUMP_TS = re.compile(rb'"dump_timestamp_us":(\d+)')
@@ -132,7 +132,7 @@ def _read_file(path: Path, start: int | None, req: RawRecordsRequest, wanted: se
                 continue
             if rec.comm_id not in wanted and rec.comm_name not in wanted:
                 continue
-            values = {k: v for k, v in to_builtins(rec).items() if v is not None}
+            values = set_fields(rec)  # plain numbers and strings
             size = len(json.dumps(values)) + 2
             if page.records and (len(page.records) >= max_records or page.size + size > limits.max_bytes):
                 page.next = RawCursor(file=path.name, offset=offset - len(line))

@@ -11,11 +11,8 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import TypeVar
 
-from ranksight.agent.collectors.inspector.parse import InspectorRecord
-
-Op = TypeVar("Op", bound=InspectorRecord)  # an operation or its wire record: the sampler reads ``comm_id``
+from ranksight.schemas.twins import InspectorRecord
 
 MAX_TRACKED_COMMS = 65_536  # served counts kept at most (then they start again level)
 
@@ -29,7 +26,7 @@ class RawSampler:
         self.served: dict[str, int] = {}  # raw records published per communicator
         self.kept = self.skipped = 0
 
-    def take(self, records: Sequence[Op], now_s: float) -> list[Op]:
+    def take(self, records: Sequence[InspectorRecord], now_s: float) -> list[InspectorRecord]:
         """The records of this batch to publish raw (``now_s``: a monotonic clock), in their order."""
         if self.last_s is not None:
             self.tokens = min(self.capacity, self.tokens + (now_s - self.last_s) * self.rate)

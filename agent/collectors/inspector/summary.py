@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ranksight.agent.collectors.inspector.parse import InspectorRecord, bandwidths_gbs
-from ranksight.schemas.twins import InspectorSummaryRecord
+from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 from ranksight.schemas.wire import size_bucket
 
 # (comm_id, op_kind, op, size bucket, rank, hostname, pid)
@@ -98,7 +98,7 @@ class Summarizer:
         self.overflow = self.records = self.parts = 0
 
     def add(self, rec: InspectorRecord) -> None:
-        """Fold one operation (an :data:`InspectorRecord`, or its wire record: the same fields)."""
+        """Fold one operation."""
         self.records += 1
         start = rec.dump_ts_us - rec.dump_ts_us % self.window_us
         key = (

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ranksight.agent.collectors.inspector.parse import InspectorParseError, InspectorRecord, parse_lines
+from ranksight.agent.collectors.inspector.parse import InspectorParseError, parse_lines
+from ranksight.schemas.twins import InspectorRecord
 
 LIVE_SUFFIXES = (".log", ".jsonl")
 

@@ -21,7 +21,7 @@ import re
 import sys
 import types
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -58,9 +58,6 @@ class Target:
     frozen: tuple[type[BaseModel], ...]
     untracked: bool  # gc=False: not tracked by the cyclic GC (decoded data cannot form cycles)
     footer: str = ""  # source appended after the classes (a registry built of them)
-    imports: set[tuple[str, str]] = field(default_factory=set)  # (module, name)
-    lines: list[str] = field(default_factory=list)
-    done: set[type[BaseModel]] = field(default_factory=set)
 
 
 def _constraints(metadata: Iterable[Any]) -> dict[str, Any]:
@@ -98,8 +95,13 @@ def _meta(kwargs: dict[str, Any]) -> str:
 
 
 class _Writer:
+    """Writes one target's classes, each model once and after the models it holds, noting what they import."""
+
     def __init__(self, target: Target) -> None:
         self.target = target
+        self.imports: set[tuple[str, str]] = set()  # (module, name)
+        self.lines: list[str] = []
+        self.done: set[type[BaseModel]] = set()
 
     def type_source(self, annotation: Any, constraints: dict[str, Any] | None = None) -> str:
         """Source text of the msgspec type of ``annotation``, with ``constraints`` on it."""
@@ -138,21 +140,33 @@ class _Writer:
         if origin is dict:
             return f"dict[{self.type_source(args[0])}, {self.type_source(args[1])}]"
         if origin is Literal:
-            self.target.imports.add(("typing", "Literal"))
+            self.imports.add(("typing", "Literal"))
             return f"Literal[{', '.join(map(repr, args))}]"
         if annotation is Any:
             return "Any"
         if annotation is type(None):
             return "None"
         if annotation is Path:
-            self.target.imports.add(("pathlib", "Path"))
+            self.imports.add(("pathlib", "Path"))
             return "Path"
         if annotation is SecretStr:
-            self.target.imports.add(("ranksight.secret", "Secret"))
+            self.imports.add(("ranksight.secret", "Secret"))
             return "Secret"
         if annotation in (str, int, float, bool, bytes):
             return str(annotation.__name__)
         raise TypeError(f"no twin for the annotation {annotation!r}")
+
+    def mixins(self, model: type[BaseModel]) -> list[str]:
+        """The model's plain behaviour classes (``__slots__ = ()``, not models), nearest first."""
+        names = []
+        for base in model.__mro__[1:]:
+            if issubclass(base, BaseModel) or base is object or base.__dict__.get("__slots__") != ():
+                continue
+            if base.__module__ == "typing":
+                continue
+            self.imports.add((base.__module__, base.__name__))
+            names.append(base.__name__)
+        return names
 
     def default_source(self, info: FieldInfo) -> str:
         factory = info.default_factory
@@ -183,9 +197,9 @@ class _Writer:
 
     def add(self, model: type[BaseModel]) -> None:
         target = self.target
-        if model in target.done:
+        if model in self.done:
             return
-        target.done.add(model)
+        self.done.add(model)
         fields: list[str] = []
         for name, info in model.model_fields.items():
             annotation = self.type_source(info.annotation, _constraints(info.metadata))
@@ -195,17 +209,17 @@ class _Writer:
                 fields.append(f"    {name}: {annotation} = {self.default_source(info)}")
         class_vars = []
         for name in sorted(model.__class_vars__):
-            target.imports.add(("typing", "ClassVar"))
+            self.imports.add(("typing", "ClassVar"))
             value = getattr(model, name)
             class_vars.append(f"    {name}: ClassVar[{type(value).__name__}] = {value!r}")
-        bases = [*_mixins(model, target), "msgspec.Struct"]
+        bases = [*self.mixins(model), "msgspec.Struct"]
         forbid = model.model_config.get("extra") == "forbid"
         options = "kw_only=True"  # pydantic allows required fields after defaulted ones
         options += ", frozen=True" if issubclass(model, target.frozen) else ""
         options += ", gc=False" if target.untracked else ""
         options += ", forbid_unknown_fields=True" if forbid else ""
         body = [f'    """The twin of :class:`{model.__module__}.{model.__name__}`."""', ""]
-        target.lines += [
+        self.lines += [
             "",
             "",
             f"class {model.__name__}({', '.join(bases)}, {options}):",
@@ -215,30 +229,16 @@ class _Writer:
         ]
 
 
-def _mixins(model: type[BaseModel], target: Target) -> list[str]:
-    """The model's plain behaviour classes (``__slots__ = ()``, not models), nearest first."""
-    names = []
-    for base in model.__mro__[1:]:
-        if issubclass(base, BaseModel) or base is object or base.__dict__.get("__slots__") != ():
-            continue
-        if base.__module__ == "typing":
-            continue
-        target.imports.add((base.__module__, base.__name__))
-        names.append(base.__name__)
-    return names
-
-
 def source(target: Target) -> str:
     writer = _Writer(target)
-    target.lines, target.imports, target.done = [], set(), set()
     for model in target.models:
         writer.add(model)
-    body = "\n".join(target.lines)
+    body = "\n".join(writer.lines)
     for name in ("Annotated", "Any"):
         if re.search(rf"\b{name}\b", body):
-            target.imports.add(("typing", name))
+            writer.imports.add(("typing", name))
     modules: dict[str, set[str]] = {}
-    for module, name in target.imports:
+    for module, name in writer.imports:
         modules.setdefault(module, set()).add(name)
 
     def block(names: Iterable[str]) -> list[str]:
@@ -256,7 +256,7 @@ def source(target: Target) -> str:
         head += [f"{alias} = Annotated[{kind.__name__}, {_meta(STORED_BOUNDS[kind])}]"
                  for kind, alias in _STORED_ALIASES.items()]  # fmt: skip
         head.append("")
-    text = "\n".join(head[:-1] + target.lines) + "\n"
+    text = "\n".join(head[:-1] + writer.lines) + "\n"
     if target.footer:
         text += "\n\n" + target.footer
     return text

@@ -33,7 +33,8 @@ log = logging.getLogger(__name__)
 
 PARENT_WATCH_S = 0.5  # how often the engine process checks that the aggregator is still there
 
-Records = Iterable[tuple[str, InspectorRecord | InspectorSummaryRecord]]  # (cluster, record), as decoded
+# (cluster, is a summary, record), as decoded
+Records = Iterable[tuple[str, bool, InspectorRecord | InspectorSummaryRecord]]
 
 
 @dataclass
@@ -67,11 +68,11 @@ class ClusterEngines:
         """Fold ``batch`` in, forget the ``gone`` clusters, and judge."""
         for cluster in gone:
             self.engines.pop(cluster, None)
-        for cluster, rec in batch:
+        for cluster, summary, rec in batch:
             engine = self.engines.get(cluster)
             if engine is None:
                 engine = self.engines[cluster] = StragglerEngine(self.params, offline=False)
-            if _is_summary(rec):
+            if summary:
                 engine.add_summary(cast(InspectorSummaryRecord, rec))
             else:
                 engine.add(cast(InspectorRecord, rec))
@@ -114,15 +115,11 @@ def queue_entry(cluster: str, summary: bool, records: Sequence[object]) -> bytes
     return _ENCODER.encode((cluster, summary, list(map(_ROW_SUMMARY if summary else _ROW_RAW, records))))
 
 
-def _is_summary(rec: InspectorRecord | InspectorSummaryRecord) -> bool:
-    return hasattr(rec, "window_us")  # twins of both kinds are plain structs
-
-
 def decoded(batch: list[bytes]) -> Records:
     """The queued records, in order, each decoded as it is folded: the batch's records are never all alive at once (at
     1024 nodes a 2 s batch decoded whole held about 50,000 records beside its own bytes)."""
     records = (
-        (cluster, (_SUMMARY if summary else _RAW).decode(raw))
+        (cluster, summary, (_SUMMARY if summary else _RAW).decode(raw))
         for cluster, summary, queued in map(_QUEUED.decode, batch)
         for raw in queued
     )

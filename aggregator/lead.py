@@ -120,17 +120,22 @@ class AlertBook:
         return changed
 
     async def snapshot(self, *prefixes: str) -> dict[str, bytes]:
-        """The keys under ``prefixes`` and their values now (one watch each, to its end)."""
+        """The keys under ``prefixes`` and their values now.
+
+        The keys come from the bucket's stream (its subjects under each prefix), not from a watch: nats-py's watch
+        reports "nothing more" as soon as the server has pushed everything, which under load can be before a single
+        entry was handed over, and the snapshot would come back empty."""
         kv = await self.kv()
+        stream, subject_prefix = f"KV_{self.bucket}", f"$KV.{self.bucket}."
         entries: dict[str, bytes] = {}
         for prefix in prefixes:
-            watcher = await kv.watch(prefix + ">", ignore_deletes=True)
-            try:
-                while (entry := await watcher.updates(timeout=10)) is not None:
-                    entries[entry.key] = entry.value or b""
-            finally:
-                with contextlib.suppress(*NATS_ERRORS):
-                    await watcher.stop()
+            info = await self.js.stream_info(stream, subjects_filter=subject_prefix + prefix + ">")
+            for subject in info.state.subjects or {}:
+                try:
+                    entry = await kv.get(subject[len(subject_prefix) :])
+                except nats.js.errors.NotFoundError:
+                    continue  # deleted or purged (its marker is still a subject), or gone since the listing
+                entries[entry.key] = entry.value or b""
         return entries
 
     async def purge_ended_silences(self, now_ns: int) -> int:

@@ -215,6 +215,28 @@ async def test_alert_book_carries_firing_clearing_and_pending_over(settings: Set
         await nc.close()
 
 
+async def test_a_snapshot_holds_every_key_the_bucket_holds(settings: Settings) -> None:
+    """What a new lead loads and the silences it purges come from a snapshot of the bucket: it holds every key under
+    the prefixes asked for, each with its value now, and none deleted or purged; however soon it follows the writes."""
+    nc = await connect(settings.nats, "test-alert-book")
+    try:
+        book = AlertBook(nc.jetstream(), "test_snapshot", 1024 * 1024, 1)
+        kv = await book.kv()
+        for round_ in range(40):
+            for i in range(10):
+                await kv.put(f"firing.fp{round_}x{i}", f"{round_}".encode())
+            await kv.put(f"pending.fp{round_}", b"p")
+            await kv.delete(f"firing.fp{round_}x0")
+            await kv.purge(f"firing.fp{round_}x1")
+            await kv.put(f"silence.s{round_}", b"s")
+            snap = await book.snapshot("firing.", "pending.")
+            want = {f"firing.fp{r}x{i}" for r in range(round_ + 1) for i in range(2, 10)}
+            assert snap.keys() == want | {f"pending.fp{r}" for r in range(round_ + 1)}, round_
+            assert snap[f"firing.fp{round_}x9"] == f"{round_}".encode()
+    finally:
+        await nc.close()
+
+
 async def test_a_lead_whose_renewal_is_refused_raises_nothing_more(
     settings: Settings, tmp_path: Path
 ) -> None:

@@ -598,7 +598,7 @@ class StragglerSettings(Section):
         ge=1,
         description="records that arrive late (an agent reading its dumps behind, an aggregator catching up) are "
         "judged up to this many windows back; the engine keeps their slices, so memory grows with it (at 1024 nodes "
-        "x 8 GPUs in benchmarks/scale.py about 4-5 MB per 0.5 s slice, packed once past the horizon)",
+        "x 8 GPUs in benchmarks/scale.py about 1.6 MB per 0.5 s slice: a row of NumPy arrays per key)",
     )
     retain_windows: int = Field(
         6,

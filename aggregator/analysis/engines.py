@@ -15,9 +15,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import msgspec
 
@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 
 PARENT_WATCH_S = 0.5  # how often the engine process checks that the aggregator is still there
 
-# (cluster, is a summary, record), as decoded
-Records = Iterable[tuple[str, bool, InspectorRecord | InspectorSummaryRecord]]
+# per observed envelope: (cluster, are they summaries, its records), as decoded
+Records = Iterable[tuple[str, bool, Sequence[InspectorRecord] | Sequence[InspectorSummaryRecord]]]
 
 
 @dataclass
@@ -68,14 +68,14 @@ class ClusterEngines:
         """Fold ``batch`` in, forget the ``gone`` clusters, and judge."""
         for cluster in gone:
             self.engines.pop(cluster, None)
-        for cluster, summary, rec in batch:
+        for cluster, summary, records in batch:
             engine = self.engines.get(cluster)
             if engine is None:
                 engine = self.engines[cluster] = StragglerEngine(self.params, offline=False)
             if summary:
-                engine.add_summary(cast(InspectorSummaryRecord, rec))
+                engine.add_summaries(cast(Sequence[InspectorSummaryRecord], records))
             else:
-                engine.add(cast(InspectorRecord, rec))
+                engine.extend(cast(Sequence[InspectorRecord], records))
         out = {}
         for cluster, engine in self.engines.items():
             try:
@@ -92,21 +92,29 @@ class ClusterEngines:
 
 
 # -- the queue: per observed envelope, (cluster, is a summary, its records' values in field order) as msgpack ----------
-def _positional(
-    twin: type,
-) -> tuple[Callable[[object], tuple[object, ...]], msgspec.msgpack.Decoder[object]]:
-    """A record's values in field order, and their decoder into a struct read like the record's twin (same fields,
-    types and constraints, laid out as an array): queued records take half the bytes of maps with field names."""
+def _positional(twin: type) -> tuple[Callable[[Any], tuple[object, ...]], msgspec.msgpack.Decoder[list[Any]]]:
+    """A record's values in field order, and the decoder of a list of them into structs read like the record's twin
+    (same fields, types and constraints, laid out as arrays): queued records take half the bytes of maps with field
+    names."""
     fields = msgspec.structs.fields(twin)
     getter = operator.attrgetter(*(f.name for f in fields))
+
+    def values(record: Any) -> tuple[object, ...]:
+        # the twin's own tuple of values (in C) where it is one; a pydantic record's (tests) by attribute
+        return (
+            msgspec.structs.astuple(cast(msgspec.Struct, record))
+            if isinstance(record, twin)
+            else getter(record)
+        )
+
     row = msgspec.defstruct(f"Queued{twin.__name__}", [(f.name, f.type) for f in fields], array_like=True,
                             gc=False)  # fmt: skip
-    return getter, msgspec.msgpack.Decoder(row)
+    return values, msgspec.msgpack.Decoder(list[row])  # type: ignore[valid-type]
 
 
-_ROW_SUMMARY, _SUMMARY = _positional(InspectorSummaryRecord)
-_ROW_RAW, _RAW = _positional(InspectorRecord)
-_QUEUED = msgspec.msgpack.Decoder(tuple[str, bool, list[msgspec.Raw]])
+_ROW_SUMMARY, _SUMMARIES = _positional(InspectorSummaryRecord)
+_ROW_RAW, _RAWS = _positional(InspectorRecord)
+_QUEUED = msgspec.msgpack.Decoder(tuple[str, bool, msgspec.Raw])
 _ENCODER = msgspec.msgpack.Encoder(enc_hook=to_builtins)  # values of a pydantic record (tests) as plain data
 
 
@@ -115,15 +123,12 @@ def queue_entry(cluster: str, summary: bool, records: Sequence[object]) -> bytes
     return _ENCODER.encode((cluster, summary, list(map(_ROW_SUMMARY if summary else _ROW_RAW, records))))
 
 
-def decoded(batch: list[bytes]) -> Records:
-    """The queued records, in order, each decoded as it is folded: the batch's records are never all alive at once (at
-    1024 nodes a 2 s batch decoded whole held about 50,000 records beside its own bytes)."""
-    records = (
-        (cluster, summary, (_SUMMARY if summary else _RAW).decode(raw))
-        for cluster, summary, queued in map(_QUEUED.decode, batch)
-        for raw in queued
-    )
-    return cast(Records, records)  # the twins of the records
+def decoded(batch: list[bytes]) -> Iterator[tuple[str, bool, list[Any]]]:
+    """The queued envelopes' records, in order, each envelope's decoded as it is folded: the batch's records are never
+    all alive at once (at 1024 nodes a 2 s batch decoded whole held about 50,000 records beside its own bytes)."""
+    for entry in batch:
+        cluster, summary, records = _QUEUED.decode(entry)
+        yield cluster, summary, (_SUMMARIES if summary else _RAWS).decode(records)
 
 
 # -- the engine process ------------------------------------------------------------------------------------------------

@@ -5,9 +5,9 @@ Why not "the rank with the lowest bandwidth": a rank's ``exec_time`` includes it
 late rank (compute straggler) shows the *shortest* time of its group while its peers look slow.
 
 Inputs are per-slice aggregates (``slice_s`` of dump time): per (comm, coll, size, rank) the count, sum and minimum of
-exec times, and per (comm, coll) the span of ``coll_sn`` seen. Records are folded into them once (:meth:`add`), so the
-engine never re-reads a record; the agents' per-window summaries (``inspector_summary``) carry the same aggregates per slice
-and feed them in with :meth:`StragglerEngine.add_summary`.
+exec times, and the span of ``coll_sn`` seen. Records are folded into them once (:meth:`add`), so the engine never
+re-reads a record; the agents' per-window summaries (``inspector_summary``) carry the same aggregates per slice and feed
+them in with :meth:`StragglerEngine.add_summary`.
 
 1. Compute. Every process runs the same steps, so over a stretch of time its time *outside* collectives (its compute
    share, ``1 - sum(exec time x op rate)``) is its own compute: a victim's waits and a slow link's transfers show up
@@ -24,22 +24,31 @@ and feed them in with :meth:`StragglerEngine.add_summary`.
    strong straggler confirms at once, a weak one within ``confirm_windows`` evaluations); it resolves when it is no
    longer flagged. A rank slow in bursts shows as slices with and without excess: its duty cycle, burst slowdown and
    average cost are reported.
+
+How it is held (a thousand nodes x 8 GPUs is some 25,000 (comm, coll, size, rank) keys in every slice): keys are
+numbered, and a slice is a few NumPy arrays, one row per key number (its count, sum and minimum of exec times, and its
+``coll_sn`` span with the dump times that bound it), about 1.5 MB at that size. Folding a record or a summary appends
+its rows to a ledger (Python arrays, a few appends per summary); each evaluation first merges the ledger into its slices
+(sorted and reduced per key in C), then judges horizons by concatenating their slices and grouping the rows by process,
+communicator or key number (``bincount`` and ``ufunc.at``), never by a Python loop over keys.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
+import operator
 import statistics
+from array import array
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from itertools import zip_longest
+from itertools import chain
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
-import msgspec
+import numpy as np
 
 from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
-from ranksight.agent.collectors.inspector.summary import SnSpan
 from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
 from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 
@@ -47,8 +56,20 @@ Kind = Literal["compute", "communication"]
 Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a process is not
 AggKey = tuple[str, str, int, int]  # (comm, coll, size, rank)
 SpanKey = tuple[str, str, int]  # (comm, coll, rank): coll_sn counts per collective type (p2p_sn per process)
-K = TypeVar("K")
-NO_SN = 2**63  # no coll_sn of a key in a slice: above every low end, and -1 below every high end
+# (comm, coll, size): a comm's transfer time is its shortest exec time of any rank
+LowKey = tuple[str, str, int]
+K = TypeVar("K", bound=Hashable)
+# numbered keys nobody holds any more (ended jobs, sizes that came and went) beyond this many, and more than the live
+# ones: everything is numbered again
+MAX_DEAD_KEYS = 4096
+# a summary's per-slice lists, in the order of the rows they make (:class:`_Ledger`)
+_SUMMARY_LISTS = tuple(
+    operator.attrgetter(name)
+    for name in ("slice_index", "slice_count", "slice_exec_sum_us", "slice_exec_min_us", "slice_sn_lo",
+                 "slice_sn_lo_ts_us", "slice_sn_hi", "slice_sn_hi_ts_us")
+)  # fmt: skip
+# a slice index computed from a window beyond this is refused (64-bit arithmetic)
+_MAX_SLICE = 2.0**62
 
 
 @dataclass(frozen=True)
@@ -137,15 +158,9 @@ class Analysis:
 @dataclass
 class _Comm:
     label: str  # comm_name when the plugin gives one, else the hash id
+    number: int  # in the engine's numbering of comms
     op_bytes: dict[tuple[str, int], float] = field(default_factory=dict)  # (coll, size) -> bus bytes per rank
     members: dict[int, Proc] = field(default_factory=dict)
-    last_slice: int = -1  # the newest slice holding its records (none left in the kept slices: forgotten)
-    # (coll, size, rank) -> the slices' keys of it and the newest slice holding them: every slice shares these tuples
-    # and their strings (about 40 % of a slice's memory when each record's decoded strings were kept instead); an
-    # entry goes with its newest slice (sizes averaged per window can make new keys all the time)
-    keys: dict[tuple[str, int, int], tuple[AggKey, SpanKey, int]] = field(default_factory=dict)
-    # (coll, size) -> its ranks' entries in keys: the last one gone, the size's bus bytes and best bandwidth go too
-    size_keys: dict[tuple[str, int], int] = field(default_factory=dict)
     _hosts: set[str] | None = None  # made again once its members changed
 
     @property
@@ -160,10 +175,8 @@ class _Comm:
 
 
 class _Index(Generic[K]):
-    """Keys numbered in order of first use: a slice's digest is a list by number, and a horizon's digests combine
-    per number at C speed (``map(min, zip_longest(*lists))``) instead of a dict operation per key and slice. A new key
-    takes the next number, so a digest made with ``len(keys)`` entries grows by one append per key numbered while it
-    is made. ``reset`` renumbers (the digests made before carry the old ``version`` and are made again)."""
+    """Keys numbered in order of first use; ``reset`` numbers them again from nothing (``version`` says which
+    numbering an array made from them belongs to)."""
 
     def __init__(self) -> None:
         self.ids: dict[K, int] = {}
@@ -182,92 +195,127 @@ class _Index(Generic[K]):
         self.version += 1
 
 
-class _Agg(msgspec.Struct, gc=False, array_like=True):
-    """Exec times of one (comm, coll, size, rank) in one slice (millions at a thousand nodes: a struct the cyclic GC
-    never scans, as it holds only numbers; packed as a msgpack array)."""
+class _Column:
+    """A NumPy array of one value per key number, grown as keys are numbered."""
 
-    n: int = 0
-    total: float = 0.0
-    low: float = math.inf
+    def __init__(self, dtype: Any, fill: float | int) -> None:
+        self.dtype, self.fill = dtype, fill
+        self.values = np.full(64, fill, dtype)
+        self.size = 0
 
-    def merge(self, n: int, total: float, low: float) -> None:
-        self.n += n
-        self.total += total
-        self.low = min(self.low, low)
-
-
-class _Packed(NamedTuple):
-    """A slice's aggregates and spans as msgpack arrays (encoded and decoded in C) beside their (shared) keys, for the
-    slices kept only for catch-up (most of them at a thousand nodes): about half a slice's memory as dicts of
-    structs."""
-
-    agg_keys: list[AggKey]
-    aggs: bytes
-    span_keys: list[SpanKey]
-    spans: bytes
-
-
-_PACK = msgspec.msgpack.Encoder()
-_UNPACK_AGGS = msgspec.msgpack.Decoder(list[_Agg])
-_UNPACK_SPANS = msgspec.msgpack.Decoder(list[SnSpan])
-
-
-def _keys_like(values: dict[Any, Any], keys: list[Any] | None) -> tuple[list[Any], list[Any]]:
-    """``keys`` where ``values`` has exactly those, else a list of its own; and the values in that order."""
-    if keys is not None and len(keys) == len(values) and all(map(values.__contains__, keys)):
-        return keys, [values[key] for key in keys]
-    return list(values), list(values.values())
-
-
-@dataclass
-class _Slice:
-    _aggs: dict[AggKey, _Agg] = field(default_factory=dict)
-    _spans: dict[SpanKey, SnSpan] = field(default_factory=dict)
-    # past the horizon: arrays until a late record or a judgement reads it again
-    packed: _Packed | None = None
-    version: int = 0  # bumped by every fold: a digest of an older version is stale
-    # digests by the engine's numbering (:class:`_Index`), each with the versions it was made at (slice, members,
-    # numbering): per process its ops and exec time sum; per (comm, coll, rank) its coll_sn low and high ends (ring);
-    # per (comm, coll, size) the shortest exec time of any rank (inf: none)
-    proc_sums: tuple[list[int], list[float]] = field(default_factory=lambda: ([], []))
-    sums_of: tuple[int, int, int] = (-1, -1, -1)
-    sn_ends: tuple[list[int], list[int]] = field(default_factory=lambda: ([], []))
-    ends_of: tuple[int, int] = (-1, -1)
-    # per (comm, coll, rank) number (the numbering of ``sn_ends``): its ops and exec time sum over its sizes (sampled)
-    key_sums: tuple[list[int], list[float]] = field(default_factory=lambda: ([], []))
-    key_sums_of: tuple[int, int] = (-1, -1)
-    lows: list[float] = field(default_factory=list)
-    lows_of: tuple[int, int] = (-1, -1)
+    def append(self, value: float | int) -> None:
+        if self.size == len(self.values):
+            self.values = np.concatenate([self.values, np.full(len(self.values), self.fill, self.dtype)])
+        self.values[self.size] = value
+        self.size += 1
 
     @property
-    def aggs(self) -> dict[AggKey, _Agg]:
-        if self.packed is not None:
-            self.unpack()
-        return self._aggs
+    def view(self) -> np.ndarray[Any, Any]:
+        return self.values[: self.size]
 
-    @property
-    def spans(self) -> dict[SpanKey, SnSpan]:
-        if self.packed is not None:
-            self.unpack()
-        return self._spans
 
-    def agg_keys(self) -> Iterable[AggKey]:
-        return self.packed.agg_keys if self.packed is not None else self._aggs.keys()
+_I64 = np.int64
+_F64 = np.float64
 
-    def pack(self, like: _Packed | None = None) -> None:
-        """``like``: another packed slice, whose key lists this one shares where it has the same keys (a job's
-        slices mostly do: one list for them, not one per slice; at 1024 nodes about 15 MB of the engine's 250)."""
-        if self.packed is None:
-            agg_keys, aggs = _keys_like(self._aggs, like.agg_keys if like is not None else None)
-            span_keys, spans = _keys_like(self._spans, like.span_keys if like is not None else None)
-            self.packed = _Packed(agg_keys, _PACK.encode(aggs), span_keys, _PACK.encode(spans))
-            self._aggs, self._spans = {}, {}
 
-    def unpack(self) -> None:
-        packed, self.packed = self.packed, None
-        if packed is not None:
-            self._aggs = dict(zip(packed.agg_keys, _UNPACK_AGGS.decode(packed.aggs), strict=True))
-            self._spans = dict(zip(packed.span_keys, _UNPACK_SPANS.decode(packed.spans), strict=True))
+class _Rows(NamedTuple):
+    """Aggregates by key number (``key``: an aggregate key's number): per row the count, sum and minimum of exec times
+    and the ``coll_sn`` span (its lowest ``lo`` with the earliest dump time ``lo_ts`` among those, its highest ``hi``
+    with the earliest ``hi_ts``). A slice holds one row per key, sorted; a horizon is its slices' rows one after the
+    other, ``pos`` the slice each row is in."""
+
+    key: np.ndarray[Any, Any]
+    n: np.ndarray[Any, Any]
+    total: np.ndarray[Any, Any]
+    low: np.ndarray[Any, Any]
+    lo: np.ndarray[Any, Any]
+    lo_ts: np.ndarray[Any, Any]
+    hi: np.ndarray[Any, Any]
+    hi_ts: np.ndarray[Any, Any]
+
+    @classmethod
+    def empty(cls) -> _Rows:
+        return cls(*(np.empty(0, _F64 if name in ("total", "low") else _I64) for name in cls._fields))
+
+    def take(self, where: Any) -> _Rows:
+        return _Rows(*(column[where] for column in self))
+
+    @classmethod
+    def joined(cls, parts: list[_Rows]) -> _Rows:
+        if len(parts) == 1:
+            return parts[0]
+        return cls(*(np.concatenate(columns) for columns in zip(*parts, strict=True)))
+
+    def reduced(self) -> _Rows:
+        """One row per key: counts and sums added, minima kept, spans merged as :class:`SnSpan` merges them."""
+        by_lo = np.lexsort((self.lo_ts, self.lo, self.key))
+        keys = self.key[by_lo]
+        starts = _starts(keys)
+        by_hi = np.lexsort((self.hi_ts, ~self.hi, self.key))  # highest hi first (~ reverses without overflow)
+        return _Rows(keys[starts], np.add.reduceat(self.n[by_lo], starts),
+                     np.add.reduceat(self.total[by_lo], starts), np.minimum.reduceat(self.low[by_lo], starts),
+                     self.lo[by_lo][starts], self.lo_ts[by_lo][starts], self.hi[by_hi][starts],
+                     self.hi_ts[by_hi][starts])  # fmt: skip
+
+
+_EMPTY = _Rows.empty()
+_DEAD = np.iinfo(_I64).max  # a forgotten key's newest slice: never forgotten again
+
+
+class _Ledger:
+    """What was folded since the last evaluation, as it came: per fold (a record, or a summary) the aggregate key's
+    number, the process's number, how many rows, and the window's start and slice length (µs); per row its slice of
+    that window and the :class:`_Rows` values. Plain arrays of machine numbers, appended a batch of summaries at a time
+    in C: which engine slice a row lands in is computed at :meth:`StragglerEngine._absorb`, for all rows at once."""
+
+    PER_FOLD = ("key", "proc", "rows", "start", "step")
+    PER_ROW = ("index", "n", "total", "low", "lo", "lo_ts", "hi", "hi_ts")
+
+    def __init__(self) -> None:
+        self.folds: dict[str, array[Any]] = {name: array("q") for name in self.PER_FOLD}
+        self.rows: dict[str, array[Any]] = {
+            name: array("d" if name in ("total", "low") else "q") for name in self.PER_ROW
+        }
+
+    def __len__(self) -> int:
+        return len(self.folds["key"])
+
+    def fold(self, folds: Sequence[Sequence[int]], rows: Sequence[Iterable[Any]]) -> bool:
+        """Append ``folds`` (a column per :attr:`PER_FOLD` name) and ``rows`` (likewise, :attr:`PER_ROW`); False, and
+        nothing appended, when a value does not fit in 64 bits."""
+        sizes = [(column, len(column)) for column in (*self.folds.values(), *self.rows.values())]
+        try:
+            for name, per_fold in zip(self.PER_FOLD, folds, strict=True):
+                self.folds[name].extend(per_fold)
+            for name, per_row in zip(self.PER_ROW, rows, strict=True):
+                self.rows[name].extend(per_row)
+        except OverflowError:
+            for column, size in sizes:
+                del column[size:]
+            return False
+        return True
+
+    def taken(self) -> tuple[dict[str, np.ndarray[Any, Any]], dict[str, np.ndarray[Any, Any]]]:
+        """The folds and the rows as NumPy arrays; the ledger starts over."""
+        folds, rows, fresh = self.folds, self.rows, _Ledger()
+        self.folds, self.rows = fresh.folds, fresh.rows
+        return ({name: _numpy(values) for name, values in folds.items()},
+                {name: _numpy(values) for name, values in rows.items()})  # fmt: skip
+
+
+def _numpy(values: array[Any]) -> np.ndarray[Any, Any]:
+    kind = _F64 if values.typecode == "d" else _I64
+    return np.frombuffer(values, kind) if len(values) else np.empty(0, kind)
+
+
+def _robust(values: list[float], floor: float) -> tuple[float, float]:
+    med, mad = median_mad(values)
+    return med, max(MAD_TO_SIGMA * mad, floor)
+
+
+def _starts(keys: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Where each run of equal values of sorted ``keys`` (not empty) starts."""
+    return np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
 
 
 @dataclass
@@ -294,32 +342,6 @@ class _ProcShare:
     slices: list[float] = field(default_factory=list)
 
 
-def _drop_digests(sl: _Slice) -> None:
-    if sl.lows_of[0] >= 0 or sl.sums_of[0] >= 0 or sl.ends_of[0] >= 0 or sl.key_sums_of[0] >= 0:
-        sl.proc_sums, sl.sums_of, sl.lows, sl.lows_of = ([], []), (-1, -1, -1), [], (-1, -1)
-        sl.sn_ends, sl.ends_of, sl.key_sums, sl.key_sums_of = ([], []), (-1, -1), ([], []), (-1, -1)
-
-
-def _sums(sl: _Slice, index: _Index[K], key_of: Callable[[AggKey], K]) -> tuple[list[int], list[float]]:
-    """A slice's ops and exec time sum per number (in ``index``) of ``key_of`` its aggregates' keys."""
-    ids, ops, times = index.ids, [0] * len(index.keys), [0.0] * len(index.keys)
-    for agg_key, agg in sl.aggs.items():
-        key = key_of(agg_key)
-        i = ids.get(key)
-        if i is None:
-            i = index.number(key)
-            ops.append(0)
-            times.append(0.0)
-        ops[i] += agg.n
-        times[i] += agg.total
-    return ops, times
-
-
-def _robust(values: list[float], floor: float) -> tuple[float, float]:
-    med, mad = median_mad(values)
-    return med, max(MAD_TO_SIGMA * mad, floor)
-
-
 class StragglerEngine:
     """Feed records with :meth:`add`; :meth:`evaluate` judges every slice completed since the last call (online);
     :meth:`analyze` does that to the end and lists every finding confirmed on the way (offline). Holds no clock and does
@@ -334,7 +356,7 @@ class StragglerEngine:
         self.horizon = max(1, round(p.window_s / p.slice_s))
         self.records = self.ring = self.sampled = self.bw_mismatches = 0
         self.comms: dict[str, _Comm] = {}
-        self.slices: dict[int, _Slice] = {}
+        self.slices: dict[int, _Rows] = {}
         self.proc_last: dict[Proc, int] = {}  # latest dump time of each process (µs)
         # the first slice holding each process's records: before it the process did not exist (a job that started
         # within the horizon), which is not time spent computing
@@ -343,21 +365,44 @@ class StragglerEngine:
         self.candidates: dict[tuple[str, int | None, Kind], _Candidate] = {}
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
         self._ops: set[tuple[str, str, int]] = set()  # (offline)
-        self._best_bw: dict[tuple[str, str, int], float] = {}  # own best bus bandwidth per (comm, coll, size)
+        self._best_bw: dict[LowKey, float] = {}  # own best bus bandwidth per (comm, coll, size)
         self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
         self._horizon_now = self.horizon  # slices judged, stretched for long steps
         self._late_from: int | None = None  # earliest judged slice that received records since
         # slices (first, last) of each process that miss records its agent got after their window had closed
         self._incomplete: dict[Proc, list[tuple[int, int]]] = defaultdict(list)
-        # bumped when a rank of a comm gets another process or a comm is forgotten (slice digests go stale)
+        # bumped when a rank of a comm gets another process or a comm is forgotten (its ranks' processes change)
         self._members_version = 0
         self._jobs_of: tuple[tuple[int, tuple[Proc, ...]], list[list[Proc]]] | None = None
-        # numberings of the slices' digests: renumbered when processes or comms are forgotten, or one holds far
-        # more keys than the last horizon (sizes come and go)
-        self._proc_index: _Index[Proc] = _Index()
-        self._span_index: _Index[SpanKey] = _Index()
-        self._low_index: _Index[tuple[str, str, int]] = _Index()
-        self._live_spans = self._live_lows = 0  # keys of each numbering in the last judged horizon
+        self._ledger = _Ledger()
+        self._procs: _Index[Proc] = _Index()  # numbered again when processes are forgotten
+        self._numberings = 0
+        self._span_proc: tuple[tuple[int, int, int], np.ndarray[Any, Any]] = ((-1, -1, -1), np.empty(0, _I64))
+        self._number_keys()
+
+    def _number_keys(self) -> None:
+        """Fresh numberings of the keys (:meth:`_renumber` fills them again with the live ones)."""
+        self._numberings += 1
+        # aggregate keys, and per number: its (comm, coll, rank), its (comm, coll, size), its comm and the newest slice
+        # holding it (-1: none yet; _DEAD once forgotten)
+        self._aggs: _Index[AggKey] = _Index()
+        self._agg_span, self._agg_low = _Column(_I64, -1), _Column(_I64, -1)
+        self._agg_comm, self._agg_last = _Column(_I64, -1), _Column(_I64, -1)
+        # (comm, coll, rank), and per number: its comm, its rank and its (comm, coll) (whose op rate it shares)
+        self._spans: _Index[SpanKey] = _Index()
+        self._span_comm, self._span_rank, self._span_rate = (
+            _Column(_I64, -1),
+            _Column(_I64, -1),
+            _Column(_I64, -1),
+        )
+        self._rate_keys: _Index[tuple[str, str]] = _Index()
+        # (comm, coll, size), and per number the live aggregate keys of it: the last one gone, its bus bytes and best
+        # bandwidth go too
+        self._lows: _Index[LowKey] = _Index()
+        self._low_aggs = _Column(_I64, 0)
+        # comms by number (None: forgotten) and the newest slice holding each
+        self._comm_of: list[_Comm | None] = []
+        self._comm_last = _Column(_I64, -1)
 
     # -- input ----------------------------------------------------------------------------------------------------
     def add(self, rec: InspectorRecord) -> None:
@@ -366,42 +411,54 @@ class StragglerEngine:
         if rec.exec_time_us is None or rec.exec_time_us <= 0:
             return
         index = rec.dump_ts_us // self.slice_us
-        sl = self._slice(index)
-        if sl is None:
-            return
-        self._first_seen((rec.hostname, rec.pid), index)
+        if self.evaluated is not None and index <= self.evaluated - self._reach():
+            return  # far older than what is judged now: nothing to add to
         p2p = rec.op_kind == "p2p"
         if self.offline:
             self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
-        self._fold(sl, index, comm, rec.comm_id, rec.op, p2p, rec.msg_size_bytes, rec.rank, rec.n_ranks,
-                   (1, rec.exec_time_us, rec.exec_time_us), (rec.sn, rec.dump_ts_us, rec.sn, rec.dump_ts_us))  # fmt: skip
+        key = self._agg_number(comm, (rec.comm_id, rec.op, rec.msg_size_bytes, rec.rank), p2p, rec.n_ranks)
+        folds = ([key], [self._procs.number((rec.hostname, rec.pid))], [1], [rec.dump_ts_us], [0])
+        exec_us, sn, ts = rec.exec_time_us, rec.sn, rec.dump_ts_us
+        self._ledger.fold(folds, ([0], [1], [exec_us], [exec_us], [sn], [ts], [sn], [ts]))
 
     def add_summary(self, s: InspectorSummaryRecord) -> None:
-        """Fold an agent's window summary (:mod:`agent.collectors.inspector.summary`): its per-slice aggregates are
+        self.add_summaries([s])
+
+    def add_summaries(self, summaries: Sequence[InspectorSummaryRecord]) -> None:
+        """Fold agents' window summaries (:mod:`agent.collectors.inspector.summary`): their per-slice aggregates are
         the ones :meth:`add` builds from the raw records, so the judgement is the same."""
-        self._count(s.capture_model, s.count, s.bw_mismatches)
-        # its latest record, as with raw records (a window's end may lie past the end of the job)
-        comm = self._member(s.comm_id, s.comm_name, s.rank, (s.hostname, s.pid), s.last_dump_ts_us)
-        if s.late:
-            # records that reached the agent after their window closed (a starved host reading its dumps behind):
-            # the window before this one lacks them, and without them the process looks idle, i.e. computing
-            start = s.window_start_us // self.slice_us
-            self._incomplete[(s.hostname, s.pid)].append(
-                (start - max(1, s.window_us // self.slice_us), start - 1)
+        keys, procs = [], []
+        for s in summaries:
+            self._count(s.capture_model, s.count, s.bw_mismatches)
+            # its latest record, as with raw records (a window's end may lie past the end of the job)
+            comm = self._member(s.comm_id, s.comm_name, s.rank, (s.hostname, s.pid), s.last_dump_ts_us)
+            if s.late:
+                # records that reached the agent after their window closed (a starved host reading its dumps behind):
+                # the window before this one lacks them, and without them the process looks idle, i.e. computing
+                start = s.window_start_us // self.slice_us
+                self._incomplete[(s.hostname, s.pid)].append(
+                    (start - max(1, s.window_us // self.slice_us), start - 1)
+                )
+            size = (
+                s.bytes // s.count if s.count else s.size_bucket
+            )  # the exact size when the bucket holds one
+            keys.append(
+                self._agg_number(comm, (s.comm_id, s.op, size, s.rank), s.op_kind == "p2p", s.n_ranks)
             )
-        size = s.bytes // s.count if s.count else s.size_bucket  # the exact size when the bucket holds one
-        slices = zip(s.slice_index, s.slice_count, s.slice_exec_sum_us, s.slice_exec_min_us, s.slice_sn_lo,
-                     s.slice_sn_lo_ts_us, s.slice_sn_hi, s.slice_sn_hi_ts_us, strict=False)  # fmt: skip
-        proc, p2p, earliest = (s.hostname, s.pid), s.op_kind == "p2p", None
-        for index, n, total, low, lo, lo_ts, hi, hi_ts in slices:
-            at = (s.window_start_us + index * s.slice_us) // self.slice_us
-            sl = self._slice(at)
-            if sl is not None and n > 0:
-                earliest = at if earliest is None else min(earliest, at)
-                self._fold(sl, at, comm, s.comm_id, s.op, p2p, size, s.rank, s.n_ranks,
-                           (n, total, low), (lo, lo_ts, hi, hi_ts))  # fmt: skip
-        if earliest is not None:
-            self._first_seen(proc, earliest)
+            procs.append(self._procs.number((s.hostname, s.pid)))
+        lists = [list(map(read, summaries)) for read in _SUMMARY_LISTS]
+        widths = list(map(len, lists[0]))
+        if any(list(map(len, column)) != widths for column in lists[1:]):
+            # parallel lists of other lengths: as far as all go
+            widths = list(map(min, *(map(len, column) for column in lists)))
+            lists = [
+                [values[:width] for values, width in zip(column, widths, strict=True)] for column in lists
+            ]
+        starts = [s.window_start_us for s in summaries]
+        steps = [s.slice_us for s in summaries]
+        self._ledger.fold(
+            (keys, procs, widths, starts, steps), [chain.from_iterable(column) for column in lists]
+        )
 
     def _count(self, capture_model: str, records: int, bw_mismatches: int) -> None:
         self.records += records
@@ -414,7 +471,9 @@ class StragglerEngine:
     def _member(self, comm_id: str, name: str | None, rank: int, proc: Proc, dump_ts_us: int) -> _Comm:
         comm = self.comms.get(comm_id)
         if comm is None:
-            comm = self.comms[comm_id] = _Comm(name or comm_id)
+            comm = self.comms[comm_id] = _Comm(name or comm_id, len(self._comm_of))
+            self._comm_of.append(comm)
+            self._comm_last.append(-1)
         if comm.members.get(rank) != proc:
             comm.join(rank, proc)
             self._members_version += 1
@@ -422,54 +481,35 @@ class StragglerEngine:
             self.proc_last[proc] = dump_ts_us
         return comm
 
-    def _first_seen(self, proc: Proc, index: int) -> None:
-        if index < self.proc_first.get(proc, index + 1):
-            self.proc_first[proc] = index
-
-    def _slice(self, index: int) -> _Slice | None:
-        """The slice at ``index``; None when it is far older than what is judged now (nothing to add to)."""
-        if self.evaluated is not None and index <= self.evaluated - self._reach():
-            return None
-        if self.evaluated is not None and index <= self.evaluated:  # a process catching up: judge it again
-            self._late_from = index if self._late_from is None else min(self._late_from, index)
-        sl = self.slices.get(index)
-        if sl is None:
-            sl = self.slices[index] = _Slice()
-        elif sl.packed is not None:
-            sl.unpack()
-        return sl
-
-    @staticmethod
-    def _fold(sl: _Slice, index: int, comm: _Comm, comm_id: str, op: str, p2p: bool, size: int, rank: int,
-              n_ranks: int, times: tuple[int, float, float], span: tuple[int, int, int, int]) -> None:  # fmt: skip
-        """Add ``times`` (count, sum, minimum of exec times) and the ``coll_sn`` span ``(lo, its ts, hi, its ts)``."""
-        sl.version += 1
-        if index > comm.last_slice:
-            comm.last_slice = index
-        lookup = (op, size, rank)
-        keys = comm.keys.get(lookup)
-        if keys is None:
-            # span: each rank's own samples (one dump-thread phase)
-            keys = comm.keys[lookup] = ((comm_id, op, size, rank), (comm_id, op, rank), index)
-            comm.size_keys[(op, size)] = comm.size_keys.get((op, size), 0) + 1
-        elif index > keys[2]:
-            keys = comm.keys[lookup] = (keys[0], keys[1], index)
-        key, span_key, _ = keys
-        lo, lo_ts, hi, hi_ts = span
-        spans, aggs = sl._spans, sl._aggs  # unpacked by _slice
-        got = spans.get(span_key)
-        if got is None:
-            got = spans[span_key] = SnSpan.at(lo, lo_ts)
-        else:
-            got.add(lo, lo_ts)
-        got.add(hi, hi_ts)
-        agg = aggs.get(key)
-        if agg is None:
-            agg = aggs[key] = _Agg()
+    def _agg_number(self, comm: _Comm, key: AggKey, p2p: bool, n_ranks: int) -> int:
+        number = self._aggs.ids.get(key)
+        if number is None:
+            number = self._register(comm, key)
+            op, size = key[1], key[2]
             if not p2p and (op, size) not in comm.op_bytes:
                 one_second = bandwidths_gbs(op, n_ranks, size, 1e6)
                 comm.op_bytes[(op, size)] = one_second[1] * 1e9 if one_second else 0.0
-        agg.merge(*times)
+        return number
+
+    def _register(self, comm: _Comm, key: AggKey) -> int:
+        """Number an aggregate key, and the keys it belongs to."""
+        comm_id, op, size, rank = key
+        span = self._spans.ids.get((comm_id, op, rank))
+        if span is None:
+            span = self._spans.number((comm_id, op, rank))
+            self._span_comm.append(comm.number)
+            self._span_rank.append(rank)
+            self._span_rate.append(self._rate_keys.number((comm_id, op)))
+        low = self._lows.ids.get((comm_id, op, size))
+        if low is None:
+            low = self._lows.number((comm_id, op, size))
+            self._low_aggs.append(0)
+        self._low_aggs.values[low] += 1
+        self._agg_span.append(span)
+        self._agg_low.append(low)
+        self._agg_comm.append(comm.number)
+        self._agg_last.append(-1)
+        return self._aggs.number(key)
 
     def extend(self, records: Iterable[InspectorRecord]) -> StragglerEngine:
         for rec in records:
@@ -481,6 +521,53 @@ class StragglerEngine:
         if self.ring and self.sampled:
             return "mixed"
         return "ring" if self.ring else "sampled"
+
+    def _absorb(self) -> None:
+        """Merge the ledger into the slices: rows far older than what is judged now are dropped, rows of slices already
+        judged have them judged again, and each slice keeps one row per key."""
+        if not self._ledger:
+            return
+        folds, rows = self._ledger.taken()
+        # each row's slice of the engine's, from its window's start and slice length and its slice of that window; a
+        # window far beyond 64 bits (hostile) would overflow: its rows are dropped
+        start, step = (np.repeat(folds[name], folds["rows"]) for name in ("start", "step"))
+        offset = rows["index"] * step
+        reach = np.abs(start.astype(_F64) + rows["index"].astype(_F64) * step.astype(_F64)) < _MAX_SLICE
+        slices = np.where(reach, start + offset, 0) // self.slice_us
+        n = rows["n"]
+        if self.evaluated is not None:
+            reach &= slices > self.evaluated - self._reach()
+            late = slices[reach & (slices <= self.evaluated)]
+            if len(late):  # a process catching up: judge it again
+                self._late_from = min(
+                    int(late.min()), self._late_from if self._late_from is not None else 2**63
+                )
+        for index in np.unique(slices[reach]).tolist():
+            self.slices.setdefault(index, _EMPTY)
+        folded = np.flatnonzero(reach & (n > 0))
+        if not len(folded):
+            return
+        key = np.repeat(folds["key"], folds["rows"])[folded]
+        proc = np.repeat(folds["proc"], folds["rows"])[folded]
+        slices = slices[folded]
+        by_proc = np.lexsort((slices, proc))  # each process's first slice
+        starts = _starts(proc[by_proc])
+        procs = self._procs.keys
+        for number, index in zip(
+            proc[by_proc][starts].tolist(), slices[by_proc][starts].tolist(), strict=True
+        ):
+            proc_key = procs[number]
+            if index < self.proc_first.get(proc_key, index + 1):
+                self.proc_first[proc_key] = index
+        np.maximum.at(self._agg_last.values, key, slices)
+        np.maximum.at(self._comm_last.values, self._agg_comm.values[key], slices)
+        new = _Rows(key, n[folded], rows["total"][folded], rows["low"][folded], rows["lo"][folded],
+                    rows["lo_ts"][folded], rows["hi"][folded], rows["hi_ts"][folded])  # fmt: skip
+        by_slice = np.argsort(slices, kind="stable")
+        bounds = [*_starts(slices[by_slice]).tolist(), len(by_slice)]
+        for begin, end in itertools.pairwise(bounds):
+            at = int(slices[by_slice[begin]])
+            self.slices[at] = _Rows.joined([self.slices[at], new.take(by_slice[begin:end])]).reduced()
 
     # -- evaluation -----------------------------------------------------------------------------------------------
     def complete_slice(self, final: bool = False) -> int | None:
@@ -495,6 +582,7 @@ class StragglerEngine:
 
     def evaluate(self, final: bool = False) -> list[Finding]:
         """Judge every slice completed since the last call; the findings confirmed and active now."""
+        self._absorb()
         last = self.complete_slice(final)
         if last is not None:
             first = min(self.slices) if self.evaluated is None else self.evaluated + 1
@@ -511,60 +599,70 @@ class StragglerEngine:
                 if index % every == every - 1:
                     self._judge(index, {p for p, reached in behind.items() if reached <= index})
                 self.evaluated = index
-            keep = self._reach()
-            for old in [i for i in self.slices if i <= last - keep]:
-                self._forget_keys(self.slices.pop(old), old)
-            # digests serve only the horizon (late records make them again), and slices past it are packed
-            like = None
-            for index, sl in self.slices.items():
-                if index <= last - self._horizon_now:
-                    _drop_digests(sl)
-                    sl.pack(like)
-                    like = sl.packed
-            # comms with nothing in the kept slices (an ended job's): forgotten with their keys and best bandwidths
-            gone = {cid for cid, comm in self.comms.items() if comm.last_slice <= last - keep}
-            for numbering, live in ((self._span_index, self._live_spans), (self._low_index, self._live_lows)):
-                if gone or len(numbering.keys) > 4 * live + 1024:
-                    numbering.reset()
-            if gone:
-                self._members_version += 1
-                self.comms = {cid: comm for cid, comm in self.comms.items() if cid not in gone}
-                self._best_bw = {key: bw for key, bw in self._best_bw.items() if key[0] not in gone}
-            # processes with nothing in the kept slices (an ended job's): forgotten, or every restart adds to them
-            ended = [p for p, ts in self.proc_last.items() if ts // self.slice_us <= last - keep]
-            for proc in ended:
-                del self.proc_last[proc]
-                self.proc_first.pop(proc, None)
-            if ended:
-                self._proc_index.reset()
-            for proc, spans in list(self._incomplete.items()):
-                if not (kept := [span for span in spans if span[1] > last - keep]):
-                    del self._incomplete[proc]
-                else:
-                    self._incomplete[proc] = kept
+            self._forget(last - self._reach())
         return self.active()
 
-    def _forget_keys(self, sl: _Slice, index: int) -> None:
-        """Drop the comms' shared keys whose newest slice was ``sl`` (slice ``index``, dropped)."""
-        for comm_id, op, size, rank in sl.agg_keys():
-            comm = self.comms.get(comm_id)
-            if comm is None:
-                continue
-            lookup = (op, size, rank)
-            cached = comm.keys.get(lookup)
-            if cached is not None and cached[2] <= index:
-                del comm.keys[lookup]
-                # the size's last rank gone: its bus bytes and best bandwidth go too
-                left = comm.size_keys[(op, size)] = comm.size_keys[(op, size)] - 1
-                if not left:
-                    del comm.size_keys[(op, size)]
+    def _forget(self, oldest: int) -> None:
+        """Drop the slices up to ``oldest``, the keys whose newest slice they were, the comms with nothing in the kept
+        slices (an ended job's) and the processes likewise; or every job an aggregator ever followed would stay."""
+        for old in [i for i in self.slices if i <= oldest]:
+            del self.slices[old]
+        dead = np.flatnonzero(self._agg_last.view <= oldest)
+        if len(dead):
+            self._agg_last.values[dead] = _DEAD
+            lows, counts = np.unique(self._agg_low.values[dead], return_counts=True)
+            self._low_aggs.values[lows] -= counts
+            keys = self._aggs.keys
+            for number in dead.tolist():
+                del self._aggs.ids[keys[number]]
+            low_keys = self._lows.keys
+            for low in lows[self._low_aggs.values[lows] == 0].tolist():  # a size no kept slice holds
+                comm_id, op, size = low_keys[low]
+                del self._lows.ids[low_keys[low]]
+                if (comm := self.comms.get(comm_id)) is not None:
                     comm.op_bytes.pop((op, size), None)
-                    self._best_bw.pop((comm_id, op, size), None)
+                self._best_bw.pop(low_keys[low], None)
+        gone = [cid for cid, comm in self.comms.items() if self._comm_last.values[comm.number] <= oldest]
+        if gone:
+            self._members_version += 1
+            for cid in gone:
+                self._comm_of[self.comms.pop(cid).number] = None
+        ended = [p for p, ts in self.proc_last.items() if ts // self.slice_us <= oldest]
+        for proc in ended:
+            del self.proc_last[proc]
+            self.proc_first.pop(proc, None)
+        if ended:
+            self._procs.reset()
+        for proc, spans in list(self._incomplete.items()):
+            if not (kept := [span for span in spans if span[1] > oldest]):
+                del self._incomplete[proc]
+            else:
+                self._incomplete[proc] = kept
+        if len(self._aggs.keys) - len(self._aggs.ids) > max(MAX_DEAD_KEYS, len(self._aggs.ids)):
+            self._renumber()
+
+    def _renumber(self) -> None:
+        """Number the live keys again from nothing (forgotten ones would otherwise take room in every array made per
+        key number), and the slices' rows with them."""
+        old_keys, old_last, old_comm_last = self._aggs.keys, self._agg_last.values, self._comm_last.values
+        live = np.array(sorted(self._aggs.ids.values()), _I64)
+        self._number_keys()
+        for comm in self.comms.values():
+            last, comm.number = old_comm_last[comm.number], len(self._comm_of)
+            self._comm_of.append(comm)
+            self._comm_last.append(last)
+        for number in live.tolist():
+            key = old_keys[number]
+            self._register(self.comms[key[0]], key)
+        self._agg_last.values[: len(live)] = old_last[live]
+        new_number = np.full(len(old_keys), -1, _I64)
+        new_number[live] = np.arange(len(live))  # in the same order: each slice's rows stay sorted
+        self.slices = {i: rows._replace(key=new_number[rows.key]) for i, rows in self.slices.items()}
 
     def _reach(self) -> int:
         """How far behind the last judged slice a slice can still be read: online catch-up judges again at most
         ``catch_up_windows`` horizons back, each judgement reading one (stretched) horizon. Older slices are dropped
-        (at 1024 nodes x 8 GPUs a slice holds several MB of aggregates) and records for them ignored."""
+        (at 1024 nodes x 8 GPUs a slice holds about 1.5 MB of aggregates) and records for them ignored."""
         return self.params.catch_up_windows * self.horizon + self._horizon_now
 
     def active(self) -> list[Finding]:
@@ -588,6 +686,30 @@ class StragglerEngine:
         ops = len(self._ops)
         return Analysis(self.records, ops, self.capture_model, findings, bw_mismatches=self.bw_mismatches)
 
+    def _window(self, first: int, last: int) -> tuple[_Rows, np.ndarray[Any, Any]]:
+        """The rows of slices ``first..last`` one after the other, and the position of each row's slice among them."""
+        parts = [(pos, rows) for pos, i in enumerate(range(first, last + 1))
+                 if (rows := self.slices.get(i)) is not None and len(rows.key)]  # fmt: skip
+        if not parts:
+            return _EMPTY, np.empty(0, _I64)
+        return (_Rows.joined([rows for _, rows in parts]),
+                np.concatenate([np.full(len(rows.key), pos, _I64) for pos, rows in parts]))  # fmt: skip
+
+    def _span_procs(self) -> np.ndarray[Any, Any]:
+        """The process of each (comm, coll, rank) number: its comm's member at that rank now."""
+        stamp = (self._members_version, self._procs.version, self._numberings)
+        made_at, procs = self._span_proc
+        if made_at != stamp:
+            procs = np.empty(0, _I64)
+        if len(procs) < len(self._spans.keys):
+            comms, number = self._comm_of, self._procs.number
+            more = [-1 if (comm := comms[c]) is None else number(comm.members[rank]) for c, rank in
+                    zip(self._span_comm.view[len(procs):].tolist(), self._span_rank.view[len(procs):].tolist(),
+                        strict=True)]  # fmt: skip
+            procs = np.concatenate([procs, np.array(more, _I64)])
+        self._span_proc = (stamp, procs)
+        return procs
+
     def _judge(self, index: int, behind: set[Proc]) -> None:
         # long steps stretch the horizon to ``min_window_steps`` steps: a few ops would give no stable share
         steps_per_slice = self._step_rate * self.slice_us
@@ -599,13 +721,15 @@ class StragglerEngine:
         self._horizon_now = horizon
         # slices with no record are time too (long ops complete less often than a slice): kept, empty
         first = max(index - horizon + 1, min(self.slices))
-        window = [self.slices.get(i) or _Slice() for i in range(first, index + 1)]
-        if not window:
+        if first > index:
             return
+        rows, pos = self._window(first, index)
         # first seen: the slice whose evaluation first flagged it (its horizon reaches further back, into healthy time)
         start_us, end_us = index * self.slice_us, (index + 1) * self.slice_us
         unjudged = self._unjudged(first, index) | behind
-        flagged = self._compute(window, first, unjudged) + self._communication(window, unjudged)
+        flagged = self._compute(rows, pos, index - first + 1, first, unjudged) + self._communication(
+            rows, unjudged
+        )
         # an unjudged process (and its node's network) keeps its standing until its records are complete again
         held = {key for host, pid in unjudged
                 for key in ((host, pid, "compute"), (host, None, "compute"), (host, None, "communication"))}  # fmt: skip
@@ -643,158 +767,107 @@ class StragglerEngine:
 
     # -- compute --------------------------------------------------------------------------------------------------
     def _shares(
-        self, window: list[_Slice], first: int
+        self, rows: _Rows, pos: np.ndarray[Any, Any], width: int, first: int
     ) -> tuple[dict[Proc, _ProcShare], Callable[[Proc], list[float]]]:
-        """Each process's share of the horizon (``window``, from slice ``first``) spent outside collectives, overall,
-        and the function giving it per slice, counted from its first record where that lies within the horizon."""
-        p = self.params
-        slice_us = p.slice_s * 1e6
-        starts: dict[Proc, int] = {}  # a process's first slice in the window
-
-        def start_of(proc: Proc) -> int:
-            got = starts.get(proc)
-            if got is None:
-                got = starts[proc] = min(max(0, self.proc_first.get(proc, first) - first), len(window) - 1)
-            return got
-
+        """Each process's share of the horizon (``width`` slices from slice ``first``: ``rows``, each in slice ``pos``)
+        spent outside collectives, overall, and the function giving it per slice, counted from its first record where
+        that lies within the horizon."""
+        if not len(rows.key):
+            return {}, lambda proc: []
+        slice_us = self.params.slice_s * 1e6
+        span_proc = self._span_procs()
+        procs, spans = self._procs.keys, len(self._spans.keys)
+        span = self._agg_span.values[rows.key]  # per row
+        start = np.clip(np.fromiter((self.proc_first.get(proc, first) for proc in procs), _I64, len(procs)) - first,
+                        0, width - 1)  # fmt: skip
+        lived_us = (width - start) * slice_us
         sampled = self.sampled > self.ring
-        comms = self.comms
-        # ring: every op is there; a process's step rate is its most frequent (comm, coll)'s, and all its keys
-        # share the same time, so the most ops of any one key gives it
-        most_ops: dict[Proc, int] = {}
-        comm_rates: dict[tuple[str, str], list[float]] = defaultdict(list)
         if not sampled:
-            ends = [self._sn_ends(sl) for sl in window]
-            los = map(min, zip_longest(*(lo for lo, _ in ends), fillvalue=NO_SN))
-            his = map(max, zip_longest(*(hi for _, hi in ends), fillvalue=-1))
-            live = 0
-            for (comm, _op, rank), lo, hi in zip(self._span_index.keys, los, his, strict=False):
-                if hi >= 0:  # in the horizon
-                    live += 1
-                    proc = comms[comm].members[rank]
-                    if hi - lo + 1 > most_ops.get(proc, 0):
-                        most_ops[proc] = hi - lo + 1
-            self._live_spans = live
+            # ring: every op is there, so a process's time in collectives is the sum of its exec times; its step rate
+            # is its most frequent (comm, coll)'s, and all its keys share the same time, so the most ops of any one
+            # key (its coll_sn span over the horizon) gives it
+            lo = np.full(spans, np.iinfo(_I64).max, _I64)
+            hi = np.full(spans, -1, _I64)
+            np.minimum.at(lo, span, rows.lo)
+            np.maximum.at(hi, span, rows.hi)
+            seen = np.flatnonzero(hi >= 0)
+            most = np.zeros(len(procs), _I64)
+            np.maximum.at(most, span_proc[seen], hi[seen] - lo[seen] + 1)
+            proc = span_proc[span]
+            ops = np.bincount(proc, rows.n, len(procs))
+            busy = np.bincount(proc, rows.total, len(procs))
+            step_rate = most / lived_us
+            present = ops > 0
+            span_rate = None
         else:
-            # sampled: the rate between each key's first and last sample of the horizon (a rank's coll_sn grows
-            # with its dump time: its oldest slice's low end, its newest slice's high end; two dict merges)
-            oldest: dict[SpanKey, SnSpan] = {}
-            for sl in reversed(window):
-                oldest.update(sl.spans)
-            newest: dict[SpanKey, SnSpan] = {}
-            for sl in window:
-                newest.update(sl.spans)
-            for key, last in newest.items():
-                first_span = oldest[key]
-                if last.hi_ts > first_span.lo_ts and last.hi > first_span.lo:
-                    comm_rates[key[:2]].append((last.hi - first_span.lo) / (last.hi_ts - first_span.lo_ts))
-        # sampled: each rank's rate is off by up to one op over the horizon, differently per rank: average them
-        mean_rate = {key: statistics.fmean(v) for key, v in comm_rates.items()}
-        busy: dict[Proc, float] = defaultdict(float)
-        ops: dict[Proc, int] = defaultdict(int)
-        step_rate: dict[Proc, float] = defaultdict(float)
-        rated: dict[Proc, list[tuple[int, float]]] = defaultdict(list)  # sampled: (key number, op rate)
-        if not sampled:
-            # ring: every op is there, so a process's time in collectives is the sum of its exec times, per slice
-            # from the slice's digest (made once per slice, not once per horizon holding it)
-            # summed per process index across the slices in one pass at C speed (each column in slice order)
-            digests = [self._proc_sums(sl) for sl in window]
-            op_sums = map(sum, zip_longest(*(ops_of for ops_of, _ in digests), fillvalue=0))
-            time_sums = map(sum, zip_longest(*(times for _, times in digests), fillvalue=0.0))
-            # (the numbering may hold processes numbered after these digests were made: zip stops at the digests)
-            for proc, done, spent in zip(self._proc_index.keys, op_sums, time_sums, strict=False):
-                if done:
-                    busy[proc], ops[proc] = spent, done
-            for proc, count in most_ops.items():
-                step_rate[proc] = count / ((len(window) - start_of(proc)) * slice_us)
-        else:
-            # sampled: coll_sn counts a (comm, coll)'s ops of every size, so the time a rank spends in a collective is
-            # that op rate times the mean exec time of its samples of all sizes (each size's mean times the rate of
-            # all of them would count every size as if it alone ran at that rate); per (comm, coll, rank) from the
-            # slices' digests, summed across the horizon at C speed
-            digests = [self._key_sums(sl) for sl in window]
-            op_sums = map(sum, zip_longest(*(ops_of for ops_of, _ in digests), fillvalue=0))
-            time_sums = map(sum, zip_longest(*(times for _, times in digests), fillvalue=0.0))
-            live = 0
-            for number, ((comm, op, rank), n, total) in enumerate(
-                zip(self._span_index.keys, op_sums, time_sums, strict=False)
-            ):
-                if n:
-                    live += 1
-                    proc = comms[comm].members[rank]
-                    rate = mean_rate.get((comm, op), 0.0)
-                    busy[proc] += total / n * rate * ((len(window) - start_of(proc)) * slice_us)
-                    ops[proc] += n
-                    step_rate[proc] = max(step_rate[proc], rate)
-                    rated[proc].append((number, rate))
-            self._live_spans = live
-        lived = {proc: (len(window) - start_of(proc)) * slice_us for proc in busy}
-        shares = {proc: _ProcShare(1 - b / lived[proc], ops[proc], len(window) - start_of(proc), step_rate[proc])
-                  for proc, b in busy.items()}  # fmt: skip
+            # sampled: the rate between each key's first and last sample of the horizon (a rank's coll_sn grows with
+            # its dump time: its oldest slice's low end, its newest slice's high end), averaged per (comm, coll): each
+            # rank's rate is off by up to one op over the horizon, differently per rank
+            ends = []
+            for edge, order in ((np.minimum, lambda at: (rows.lo_ts[at], rows.lo[at], span[at])),
+                                (np.maximum, lambda at: (rows.hi_ts[at], ~rows.hi[at], span[at]))):  # fmt: skip
+                edge_pos = np.full(spans, -1 if edge is np.maximum else width, _I64)
+                edge.at(edge_pos, span, pos)
+                at = np.flatnonzero(pos == edge_pos[span])
+                at = at[np.lexsort(order(at))]
+                ends.append(at[_starts(span[at])])  # one row per key seen, in key order
+            oldest, newest = ends
+            lo, lo_ts, hi, hi_ts = rows.lo[oldest], rows.lo_ts[oldest], rows.hi[newest], rows.hi_ts[newest]
+            moving = (hi_ts > lo_ts) & (hi > lo)
+            rate_key = self._span_rate.values[span[oldest][moving]]
+            keys = len(self._rate_keys.keys)
+            rated = np.bincount(rate_key, minlength=keys)
+            mean_rate = np.bincount(rate_key, (hi - lo)[moving] / (hi_ts - lo_ts)[moving], keys) / np.maximum(
+                rated, 1
+            )
+            # coll_sn counts a (comm, coll)'s ops of every size, so the time a rank spends in a collective is that op
+            # rate times the mean exec time of its samples of all sizes (each size's mean times the rate of all of
+            # them would count every size as if it alone ran at that rate)
+            span_rate = mean_rate[self._span_rate.view]
+            n = np.bincount(span, rows.n, spans)
+            total = np.bincount(span, rows.total, spans)
+            live = np.flatnonzero(n)
+            proc = span_proc[live]
+            ops = np.bincount(proc, n[live], len(procs))
+            busy = np.bincount(proc, total[live] / n[live] * span_rate[live] * lived_us[proc], len(procs))
+            step_rate = np.zeros(len(procs))
+            np.maximum.at(step_rate, proc, span_rate[live])
+            present = np.bincount(proc, minlength=len(procs)) > 0
+        share = (1 - busy / lived_us).tolist()
+        ops_of, lived_of, step_of = ops.astype(_I64).tolist(), (width - start).tolist(), step_rate.tolist()
+        shares = {procs[i]: _ProcShare(share[i], ops_of[i], lived_of[i], step_of[i])
+                  for i in np.flatnonzero(present).tolist()}  # fmt: skip
+        per_slice: list[np.ndarray[Any, Any]] = []
 
         def slices_of(proc: Proc) -> list[float]:
-            start = start_of(proc)
-            if sampled:
-                out = []
-                for ops_of, times in digests[start:]:
-                    spent = 0.0  # in collectives: each key's mean exec time in the slice times its op rate
-                    for number, rate in rated[proc]:
-                        if number < len(ops_of) and ops_of[number]:
-                            spent += times[number] / ops_of[number] * rate * slice_us
-                    out.append(1 - spent / slice_us)
-                return out
-            i = self._proc_index.ids[proc]
-            return [1 - (times[i] if i < len(times) else 0.0) / slice_us for _, times in digests[start:]]
+            if not per_slice:
+                per_slice.append(self._slice_shares(rows, pos, width, span, span_proc, span_rate))
+            i = self._procs.ids[proc]
+            return per_slice[0][start[i] :, i].tolist()
 
         return shares, slices_of
 
-    def _lows(self, sl: _Slice) -> list[float]:
-        """The slice's shortest exec time per (comm, coll, size) number, over its ranks."""
-        index = self._low_index
-        if sl.lows_of != (sl.version, index.version):
-            ids, lows = index.ids, [math.inf] * len(index.keys)
-            for (comm, op, size, _rank), agg in sl.aggs.items():
-                key = (comm, op, size)
-                i = ids.get(key)
-                if i is None:
-                    i = index.number(key)
-                    lows.append(math.inf)
-                if agg.low < lows[i]:
-                    lows[i] = agg.low
-            sl.lows, sl.lows_of = lows, (sl.version, index.version)
-        return sl.lows
-
-    def _sn_ends(self, sl: _Slice) -> tuple[list[int], list[int]]:
-        """The slice's coll_sn low and high ends per (comm, coll, rank) number (``NO_SN`` and -1: none)."""
-        index = self._span_index
-        if sl.ends_of != (sl.version, index.version):
-            ids, los, his = index.ids, [NO_SN] * len(index.keys), [-1] * len(index.keys)
-            for key, span in sl.spans.items():
-                i = ids.get(key)
-                if i is None:
-                    i = index.number(key)
-                    los.append(NO_SN)
-                    his.append(-1)
-                los[i], his[i] = span.lo, span.hi
-            sl.sn_ends, sl.ends_of = (los, his), (sl.version, index.version)
-        return sl.sn_ends
-
-    def _key_sums(self, sl: _Slice) -> tuple[list[int], list[float]]:
-        """The slice's ops and exec time sum per (comm, coll, rank) number, over its message sizes."""
-        index = self._span_index
-        if sl.key_sums_of != (sl.version, index.version):
-            sl.key_sums = _sums(sl, index, lambda key: (key[0], key[1], key[3]))
-            sl.key_sums_of = (sl.version, index.version)
-        return sl.key_sums
-
-    def _proc_sums(self, sl: _Slice) -> tuple[list[int], list[float]]:
-        """The slice's ops and exec time sum per process number (made again once the slice, a comm's members or
-        the numbering changed)."""
-        index, comms = self._proc_index, self.comms
-        if sl.sums_of != (sl.version, self._members_version, index.version):
-            sl.proc_sums = _sums(sl, index, lambda key: comms[key[0]].members[key[3]])
-            sl.sums_of = (sl.version, self._members_version, index.version)
-        return sl.proc_sums
+    def _slice_shares(self, rows: _Rows, pos: np.ndarray[Any, Any], width: int, span: np.ndarray[Any, Any],
+                      span_proc: np.ndarray[Any, Any], span_rate: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:  # fmt: skip
+        """Every process's compute share in each slice of the horizon (slice x process number): ring (``span_rate``
+        None), from its exec times; sampled, each key's mean exec time in the slice times its (comm, coll, rank)'s op
+        rate over the horizon (``span_rate``)."""
+        slice_us = self.params.slice_s * 1e6
+        procs, spans = len(self._procs.keys), len(self._spans.keys)
+        spent = np.zeros((width, procs))
+        bounds = np.searchsorted(pos, np.arange(width + 1))
+        for i in range(width):
+            at = slice(bounds[i], bounds[i + 1])
+            if span_rate is not None:
+                n = np.bincount(span[at], rows.n[at], spans)
+                total = np.bincount(span[at], rows.total[at], spans)
+                seen = np.flatnonzero(n)
+                spent[i] = np.bincount(
+                    span_proc[seen], total[seen] / n[seen] * span_rate[seen] * slice_us, procs
+                )
+            else:
+                spent[i] = np.bincount(span_proc[span[at]], rows.total[at], procs)
+        return 1 - spent / slice_us
 
     def _jobs(self, procs: Iterable[Proc]) -> list[list[Proc]]:
         """Processes grouped into jobs: connected through shared communicators (made again once the processes or
@@ -822,13 +895,15 @@ class StragglerEngine:
             groups[find(proc)].append(proc)
         return list(groups.values())
 
-    def _compute(self, window: list[_Slice], first: int, unjudged: set[Proc]) -> list[Finding]:
+    def _compute(
+        self, rows: _Rows, pos: np.ndarray[Any, Any], width: int, first: int, unjudged: set[Proc]
+    ) -> list[Finding]:
         p = self.params
-        shares, slices_of = self._shares(window, first)
+        shares, slices_of = self._shares(rows, pos, width, first)
         out: list[Finding] = []
         rates = [ps.step_rate for ps in shares.values() if ps.step_rate > 0]
         self._step_rate = statistics.median(rates) if rates else 0.0
-        if len(window) * self.slice_us * self._step_rate < p.min_window_steps:
+        if width * self.slice_us * self._step_rate < p.min_window_steps:
             return out  # too few steps yet for a stable share (start of a job, or a horizon still stretching)
         # slices judged one by one must hold a few steps each: with long steps, consecutive slices are pooled
         pool = max(1, math.ceil(p.min_steps / max(self._step_rate * self.slice_us, 1e-9))) if rates else 1
@@ -943,23 +1018,23 @@ class StragglerEngine:
                        z=statistics.median(f.z for f in parts),
                        comm_ids=sorted({cid for f in parts for cid in f.comm_ids}))  # fmt: skip
 
-    # -- communication --------------------------------------------------------------------------------------------
-    def _communication(self, window: list[_Slice], unjudged: set[Proc]) -> list[Finding]:
+    def _communication(self, rows: _Rows, unjudged: set[Proc]) -> list[Finding]:
         """Cross-node comms slower than their shape or their own best; localized to the nodes they share. A comm with
         an unjudged member is left out: its transfer time is its last arriver's, whose records may be the ones not in
         (the others' times then include their wait for it)."""
         p = self.params
-        # each key's shortest time over the horizon, the slices' lists compared per index at C speed
-        lows = [self._lows(sl) for sl in window]
-        shortest = map(min, zip_longest(*lows, fillvalue=math.inf))
-        low = {key: t for key, t in zip(self._low_index.keys, shortest, strict=False) if t < math.inf}
-        self._live_lows = len(low)
+        # each (comm, coll, size)'s shortest time over the horizon
+        shortest = np.full(len(self._lows.keys), math.inf)
+        np.minimum.at(shortest, self._agg_low.values[rows.key], rows.low)
+        seen = np.flatnonzero(shortest < math.inf)
+        keys = self._lows.keys
+        low = {keys[i]: t for i, t in zip(seen.tolist(), shortest[seen].tolist(), strict=True)}
         if unjudged:
             partial: dict[str, bool] = {}
             for comm in {key[0] for key in low}:
                 partial[comm] = any(m in unjudged for m in self.comms[comm].members.values())
             low = {key: t for key, t in low.items() if not partial[key[0]]}
-        bw: dict[tuple[str, str, int], float] = {}
+        bw: dict[LowKey, float] = {}
         by_shape: dict[tuple[str, int, int, int], list[float]] = defaultdict(list)
         for key, t in low.items():
             info = self.comms[key[0]]

@@ -13,9 +13,9 @@ from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.analysis.stragglers import (
     Analysis,
+    Finding,
     StragglerEngine,
     StragglerParams,
-    _Slice,
     analyze_records,
 )
 from ranksight.simulate import scenarios
@@ -384,32 +384,30 @@ def test_a_restarted_jobs_straggler_is_steady_from_its_first_finding(tmp_path: P
 
 
 @pytest.mark.parametrize("capture", MODELS)
-def test_slice_digests_follow_records_folded_after_them(tmp_path: Path, capture: str) -> None:
-    """Evaluations read each slice through digests made once (per-process sums, coll_sn ends, per-comm shortest
-    times). Records folded into a slice after its digests were made (a part arriving late) must be in the judgement:
-    digests forced every 50 records give the same analysis as none."""
+def test_records_merged_into_slices_in_any_steps_judge_as_merged_at_once(
+    tmp_path: Path, capture: str
+) -> None:
+    """Folded records wait in the ledger until an evaluation merges them into their slices (one row per key). A slice
+    merged again and again as records keep coming (a part arriving late) must judge as one merged once: merging every
+    50 records gives the same analysis as merging everything at the end."""
     spec = job(capture=capture, faults=[Fault("gpu", node=3, gpu=1, factor=1.4)], steps=120)
     write_job(spec, tmp_path / "dump")
     records = sorted(DumpReader(tmp_path / "dump").records(), key=lambda r: r.dump_ts_us)
-    plain, digested = StragglerEngine(PARAMS), StragglerEngine(PARAMS)
+    plain, merged = StragglerEngine(PARAMS), StragglerEngine(PARAMS)
     for i, rec in enumerate(records):
         plain.add(rec)
-        digested.add(rec)
+        merged.add(rec)
         if i % 50 == 0:
-            for sl in digested.slices.values():
-                digested._proc_sums(sl), digested._sn_ends(sl), digested._lows(sl)
+            merged._absorb()
     assert (
-        [vars(f) for f in digested.analyze().stragglers]
-        == [vars(f) for f in plain.analyze().stragglers]
-        != []
+        [vars(f) for f in merged.analyze().stragglers] == [vars(f) for f in plain.analyze().stragglers] != []
     )
 
 
-def test_an_ended_jobs_comms_are_forgotten_and_slices_share_their_keys(tmp_path: Path) -> None:
+def test_an_ended_jobs_comms_and_keys_are_forgotten(tmp_path: Path) -> None:
     """Online, a comm with nothing left in the kept slices (its job ended) is dropped with its keys and best
-    bandwidths, or every job an aggregator ever followed would stay in memory, and so is a size no kept slice holds;
-    and every slice holding a (comm, coll, size, rank) holds the same key tuple, not one of its own (a large job's
-    slices are mostly keys)."""
+    bandwidths, or every job an aggregator ever followed would stay in memory, and so is a size no kept slice holds:
+    the keys numbered are exactly those the kept slices hold."""
     runs = [
         job(seed=4),
         job(seed=5, run_tag="run2", pid_base=50000, start_us=JobSpec().start_us + 60_000_000),
@@ -436,57 +434,75 @@ def test_an_ended_jobs_comms_are_forgotten_and_slices_share_their_keys(tmp_path:
     first, second = ({c.comm_id for phase in comms(spec) for c in phase} for spec in runs)
     assert first <= ids_seen  # followed while the first job ran
     assert set(engine.comms) == second and {key[0] for key in engine._best_bw} <= second
-    # the shared keys are those the kept slices hold, no more (slices of the second job were dropped meanwhile)
-    cached = {keys[0] for comm in engine.comms.values() for keys in comm.keys.values()}
+    # the keys numbered are those the kept slices hold, no more (slices of the second job were dropped meanwhile)
     assert min(engine.slices) > runs[1].start_us // engine.slice_us
-    assert cached == {key for sl in engine.slices.values() for key in sl.aggs}
-    assert all(key[2] != 12345 for key in cached)
+    held = {engine._aggs.keys[number] for rows in engine.slices.values() for number in rows.key.tolist()}
+    assert set(engine._aggs.ids) == held and all(key[2] != 12345 for key in held)
+    assert {engine._aggs.keys[number] for number in engine._aggs.ids.values()} == held
     # and so are the sizes' bus bytes and best bandwidths
     assert all(size != 12345 for comm in engine.comms.values() for _op, size in comm.op_bytes)
-    assert all(key[2] != 12345 for key in engine._best_bw)
-    kept = [engine.slices[i] for i in sorted(engine.slices)[-2:]]
-    shared = set(kept[0].aggs) & set(kept[1].aggs)
-    assert shared and all(
-        next(k for k in kept[0].aggs if k == key) is next(k for k in kept[1].aggs if k == key)
-        for key in shared
+    assert all(key[2] != 12345 for key in engine._best_bw) and all(
+        key[2] != 12345 for key in engine._lows.ids
     )
 
 
 @pytest.mark.parametrize("capture", MODELS)
-def test_slices_packed_past_the_horizon_judge_as_unpacked_ones(
+def test_keys_numbered_again_judge_as_before(
     tmp_path: Path, capture: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Online, slices past the horizon are packed (most of the engine's memory at a thousand nodes) and unpacked when
-    a late record lands in one or a catch-up judgement reads it: one node's records arriving 6 s late give the same
-    findings at every evaluation as an engine that never packs."""
+    """Forgotten keys (ended jobs, sizes that came and went) leave numbers that every per-key array would keep; once
+    they are many the live keys are numbered again and the slices' rows with them. With sizes that come and go and one
+    node's records arriving 6 s late (merged into slices already judged), an engine that numbers its keys again after
+    every evaluation finds the same at every evaluation as one that never does."""
     spec = job(capture=capture, faults=[Fault("gpu", node=3, gpu=1, factor=1.4)], steps=150)
     write_job(spec, tmp_path / "dump")
     records = sorted(DumpReader(tmp_path / "dump").records(), key=lambda r: r.dump_ts_us)
+    records = [msgspec.structs.replace(r, msg_size_bytes=1000 + i) if i % 97 == 0 else r
+               for i, r in enumerate(records)]  # fmt: skip
     arrivals = sorted(((r.dump_ts_us + (6_000_000 if r.hostname == "node005" else 0), r) for r in records),
                       key=lambda a: a[0])  # fmt: skip
 
-    def online(engine: StragglerEngine) -> tuple[list[list[tuple[object, ...]]], int]:
-        seen, packed, next_eval = [], 0, arrivals[0][0] + 500_000
+    def online(engine: StragglerEngine) -> list[list[tuple[object, ...]]]:
+        seen, next_eval = [], arrivals[0][0] + 500_000
         for at, rec in arrivals:
             while at >= next_eval:
                 seen.append([(f.key, round(f.slowdown, 9), round(f.z, 9)) for f in engine.evaluate()])
-                lists = [sl.packed.agg_keys for sl in engine.slices.values() if sl.packed is not None]
-                packed = max(packed, len(lists))
-                shared.append(len(lists) - len({id(keys) for keys in lists}))
                 next_eval += 500_000
             engine.add(rec)
-        return seen, packed
+        return seen
 
-    shared: list[int] = []  # packed slices that share another's key list, at each evaluation
+    dropped = []  # numbers of forgotten keys each renumbering dropped
 
-    unpacked = []
-    unpack = _Slice.unpack
-    monkeypatch.setattr(
-        _Slice, "unpack", lambda self: unpacked.append(self.packed is not None) or unpack(self)
-    )
-    packing, packed = online(StragglerEngine(PARAMS))
-    assert max(shared) > 0  # slices with the same keys hold one list of them
-    monkeypatch.setattr(_Slice, "pack", lambda self, like=None: None)
-    plain, never = online(StragglerEngine(PARAMS))
-    assert packed > 0 and any(unpacked) and never == 0
-    assert packing == plain and any(packing)
+    class Renumbering(StragglerEngine):
+        def evaluate(self, final: bool = False) -> list[Finding]:
+            found = super().evaluate(final)
+            numbered = len(self._aggs.keys)
+            self._renumber()
+            dropped.append(numbered - len(self._aggs.keys))
+            return found
+
+    params = StragglerParams(window_s=PARAMS.window_s, catch_up_windows=1)  # a short reach: keys die mid-job
+    monkeypatch.setattr("ranksight.aggregator.analysis.stragglers.MAX_DEAD_KEYS", 1 << 40)
+    always, never = online(Renumbering(params)), online(StragglerEngine(params))
+    assert sum(dropped) > 20 and always == never and any(always)
+
+
+def test_hostile_summaries_fold_nothing_they_cannot_and_stop_nothing() -> None:
+    """A summary's window far beyond 64-bit arithmetic (its rows dropped), parallel lists of other lengths (folded as
+    far as all go) and an empty one: the engine goes on and judges the rest."""
+    spec = scenarios.straggler("ring", seed=2)
+    timed, _ = run_job(spec)
+    records = sorted((parse_op(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us)
+    fault = spec.faults[0]
+    culprit = (spec.hostname(fault.node), spec.pid(fault.node, fault.gpu))
+    summaries = [x for _, x in summarize(records, slice_s=PARAMS.slice_s)]
+    model = summaries[len(summaries) // 2]
+    hostile = [
+        msgspec.structs.replace(model, window_start_us=2**63 - 1, slice_us=2**62, slice_index=[2**62]),
+        msgspec.structs.replace(model, slice_count=model.slice_count[:1]),
+        msgspec.structs.replace(model, slice_index=[], slice_count=[]),
+    ]
+    engine = StragglerEngine(PARAMS)
+    engine.add_summaries(hostile + summaries)
+    assert [(f.hostname, f.pid) for f in engine.analyze().stragglers] == [culprit]
+    assert max(engine.slices) < 2**40  # nothing folded out of range

@@ -43,6 +43,7 @@ from array import array
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from itertools import chain
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
@@ -159,7 +160,6 @@ class Analysis:
 class _Comm:
     label: str  # comm_name when the plugin gives one, else the hash id
     number: int  # in the engine's numbering of comms
-    op_bytes: dict[tuple[str, int], float] = field(default_factory=dict)  # (coll, size) -> bus bytes per rank
     members: dict[int, Proc] = field(default_factory=dict)
     _hosts: set[str] | None = None  # made again once its members changed
 
@@ -308,6 +308,12 @@ def _numpy(values: array[Any]) -> np.ndarray[Any, Any]:
     return np.frombuffer(values, kind) if len(values) else np.empty(0, kind)
 
 
+def _bus_bytes(op: str, n_ranks: int, size: int) -> float:
+    """A collective's bus bytes per rank: its bus bandwidth were it to take one second."""
+    one_second = bandwidths_gbs(op, n_ranks, size, 1e6)
+    return one_second[1] * 1e9 if one_second else 0.0
+
+
 def _robust(values: list[float], floor: float) -> tuple[float, float]:
     med, mad = median_mad(values)
     return med, max(MAD_TO_SIGMA * mad, floor)
@@ -365,7 +371,6 @@ class StragglerEngine:
         self.candidates: dict[tuple[str, int | None, Kind], _Candidate] = {}
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
         self._ops: set[tuple[str, str, int]] = set()  # (offline)
-        self._best_bw: dict[LowKey, float] = {}  # own best bus bandwidth per (comm, coll, size)
         self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
         self._horizon_now = self.horizon  # slices judged, stretched for long steps
         self._late_from: int | None = None  # earliest judged slice that received records since
@@ -378,6 +383,10 @@ class StragglerEngine:
         self._procs: _Index[Proc] = _Index()  # numbered again when processes are forgotten
         self._numberings = 0
         self._span_proc: tuple[tuple[int, int, int], np.ndarray[Any, Any]] = ((-1, -1, -1), np.empty(0, _I64))
+        self._comm_sized: tuple[tuple[int, int], tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = (
+            (-1, -1),
+            (np.empty(0, _I64), np.empty(0, _I64)),
+        )
         self._number_keys()
 
     def _number_keys(self) -> None:
@@ -396,10 +405,14 @@ class StragglerEngine:
             _Column(_I64, -1),
         )
         self._rate_keys: _Index[tuple[str, str]] = _Index()
-        # (comm, coll, size), and per number the live aggregate keys of it: the last one gone, its bus bytes and best
-        # bandwidth go too
+        # (comm, coll, size), and per number: the live aggregate keys of it (the last one gone, it goes too), its comm,
+        # coll (numbered in _colls) and size, its bus bytes per rank (0: point-to-point, or none) and its own best bus
+        # bandwidth so far (NaN: none)
         self._lows: _Index[LowKey] = _Index()
-        self._low_aggs = _Column(_I64, 0)
+        self._colls: _Index[str] = _Index()
+        self._low_aggs, self._low_comm = _Column(_I64, 0), _Column(_I64, -1)
+        self._low_op, self._low_size = _Column(_I64, -1), _Column(_I64, 0)
+        self._low_bus, self._low_best = _Column(_F64, 0.0), _Column(_F64, math.nan)
         # comms by number (None: forgotten) and the newest slice holding each
         self._comm_of: list[_Comm | None] = []
         self._comm_last = _Column(_I64, -1)
@@ -484,15 +497,12 @@ class StragglerEngine:
     def _agg_number(self, comm: _Comm, key: AggKey, p2p: bool, n_ranks: int) -> int:
         number = self._aggs.ids.get(key)
         if number is None:
-            number = self._register(comm, key)
-            op, size = key[1], key[2]
-            if not p2p and (op, size) not in comm.op_bytes:
-                one_second = bandwidths_gbs(op, n_ranks, size, 1e6)
-                comm.op_bytes[(op, size)] = one_second[1] * 1e9 if one_second else 0.0
+            number = self._register(comm, key, lambda: 0.0 if p2p else _bus_bytes(key[1], n_ranks, key[2]))
         return number
 
-    def _register(self, comm: _Comm, key: AggKey) -> int:
-        """Number an aggregate key, and the keys it belongs to."""
+    def _register(self, comm: _Comm, key: AggKey, bus: Callable[[], float], best: float = math.nan) -> int:
+        """Number an aggregate key, and the keys it belongs to; ``bus`` gives the bus bytes of its (comm, coll, size)
+        where that is new (with ``best``, its best bandwidth)."""
         comm_id, op, size, rank = key
         span = self._spans.ids.get((comm_id, op, rank))
         if span is None:
@@ -503,7 +513,9 @@ class StragglerEngine:
         low = self._lows.ids.get((comm_id, op, size))
         if low is None:
             low = self._lows.number((comm_id, op, size))
-            self._low_aggs.append(0)
+            for column, value in ((self._low_aggs, 0), (self._low_comm, comm.number), (self._low_op, self._colls.number(op)),
+                                  (self._low_size, size), (self._low_bus, bus()), (self._low_best, best)):  # fmt: skip
+                column.append(value)
         self._low_aggs.values[low] += 1
         self._agg_span.append(span)
         self._agg_low.append(low)
@@ -617,11 +629,7 @@ class StragglerEngine:
                 del self._aggs.ids[keys[number]]
             low_keys = self._lows.keys
             for low in lows[self._low_aggs.values[lows] == 0].tolist():  # a size no kept slice holds
-                comm_id, op, size = low_keys[low]
                 del self._lows.ids[low_keys[low]]
-                if (comm := self.comms.get(comm_id)) is not None:
-                    comm.op_bytes.pop((op, size), None)
-                self._best_bw.pop(low_keys[low], None)
         gone = [cid for cid, comm in self.comms.items() if self._comm_last.values[comm.number] <= oldest]
         if gone:
             self._members_version += 1
@@ -645,6 +653,7 @@ class StragglerEngine:
         """Number the live keys again from nothing (forgotten ones would otherwise take room in every array made per
         key number), and the slices' rows with them."""
         old_keys, old_last, old_comm_last = self._aggs.keys, self._agg_last.values, self._comm_last.values
+        old_lows, old_bus, old_best = self._lows.ids, self._low_bus.values, self._low_best.values
         live = np.array(sorted(self._aggs.ids.values()), _I64)
         self._number_keys()
         for comm in self.comms.values():
@@ -653,7 +662,8 @@ class StragglerEngine:
             self._comm_last.append(last)
         for number in live.tolist():
             key = old_keys[number]
-            self._register(self.comms[key[0]], key)
+            low = old_lows[key[:3]]
+            self._register(self.comms[key[0]], key, partial(float, old_bus[low]), float(old_best[low]))
         self._agg_last.values[: len(live)] = old_last[live]
         new_number = np.full(len(old_keys), -1, _I64)
         new_number[live] = np.arange(len(live))  # in the same order: each slice's rows stay sorted
@@ -694,6 +704,15 @@ class StragglerEngine:
             return _EMPTY, np.empty(0, _I64)
         return (_Rows.joined([rows for _, rows in parts]),
                 np.concatenate([np.full(len(rows.key), pos, _I64) for pos, rows in parts]))  # fmt: skip
+
+    def _comm_sizes(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
+        """Per comm number, its hosts and its members (0 for a comm forgotten)."""
+        stamp = (self._members_version, len(self._comm_of))
+        if self._comm_sized[0] != stamp:
+            comms = self._comm_of
+            self._comm_sized = (stamp, (np.array([len(c.hosts) if c else 0 for c in comms], _I64),
+                                        np.array([len(c.members) if c else 0 for c in comms], _I64)))  # fmt: skip
+        return self._comm_sized[1]
 
     def _span_procs(self) -> np.ndarray[Any, Any]:
         """The process of each (comm, coll, rank) number: its comm's member at that rank now."""
@@ -1026,49 +1045,45 @@ class StragglerEngine:
         # each (comm, coll, size)'s shortest time over the horizon
         shortest = np.full(len(self._lows.keys), math.inf)
         np.minimum.at(shortest, self._agg_low.values[rows.key], rows.low)
-        seen = np.flatnonzero(shortest < math.inf)
-        keys = self._lows.keys
-        low = {keys[i]: t for i, t in zip(seen.tolist(), shortest[seen].tolist(), strict=True)}
+        low = np.flatnonzero(shortest < math.inf)
+        comm = self._low_comm.values[low]
         if unjudged:
-            partial: dict[str, bool] = {}
-            for comm in {key[0] for key in low}:
-                partial[comm] = any(m in unjudged for m in self.comms[comm].members.values())
-            low = {key: t for key, t in low.items() if not partial[key[0]]}
-        bw: dict[LowKey, float] = {}
-        by_shape: dict[tuple[str, int, int, int], list[float]] = defaultdict(list)
-        for key, t in low.items():
-            info = self.comms[key[0]]
-            hosts = len(info.hosts)
-            bus = info.op_bytes.get((key[1], key[2]), 0.0)
-            if hosts < 2 or not bus:
-                continue  # intra-node comms cannot point at a node's network
-            bw[key] = bus / t
-            by_shape[(key[1], key[2], len(info.members), hosts)].append(bw[key])
-        # the upper quartile of each shape once, not once per comm of it (quadratic in a large job's comms)
-        upper = {
-            shape: statistics.quantiles(values, n=4)[2]
-            for shape, values in by_shape.items()
-            if len(values) >= 3
-        }
-        ratios: dict[str, float] = {}  # comm -> slowness (reference bandwidth / its bandwidth)
-        normal: dict[str, float] = {}  # comm -> reference transfer time (µs)
-        for key, b in bw.items():
-            comm, op, size = key
-            info = self.comms[comm]
-            shape = (op, size, len(info.members), len(info.hosts))
-            refs = [upper[shape]] if shape in upper else []
-            best = self._best_bw.get(key)
-            if best is not None:
-                refs.append(best)
-            if not refs:
-                continue
-            ref = max(refs)
-            ratio = ref / b
-            if ratio > ratios.get(comm, 0.0):
-                ratios[comm] = ratio
-                normal[comm] = info.op_bytes[(op, size)] / ref
-            if best is None or b > best:
-                self._best_bw[key] = b
+            partial = np.zeros(len(self._comm_of), bool)
+            for number in np.unique(comm).tolist():
+                partial[number] = any(m in unjudged for m in self._comm_of[number].members.values())  # type: ignore[union-attr]
+            low, comm = low[~partial[comm]], comm[~partial[comm]]
+        # cross-node comms only: intra-node comms cannot point at a node's network
+        hosts, members = self._comm_sizes()
+        bus = self._low_bus.values[low]
+        cross = (hosts[comm] >= 2) & (bus != 0)
+        low, comm, bus = low[cross], comm[cross], bus[cross]
+        bw = bus / shortest[low]
+        # comms of the same shape: the upper quartile of their bandwidths, once per shape
+        shape = np.stack([self._low_op.values[low], self._low_size.values[low], members[comm], hosts[comm]])
+        shapes, of_shape = np.unique(shape, axis=1, return_inverse=True) if len(low) else (shape, low)
+        upper = np.full(shapes.shape[1], math.nan)
+        by_shape = np.argsort(of_shape, kind="stable")
+        bounds = [*_starts(of_shape[by_shape]).tolist(), len(low)] if len(low) else []
+        for begin, end in itertools.pairwise(bounds):
+            if end - begin >= 3:
+                upper[of_shape[by_shape[begin]]] = statistics.quantiles(
+                    bw[by_shape[begin:end]].tolist(), n=4
+                )[2]
+        # against the upper quartile of its shape and its own best (those it has), as a ratio of bandwidths
+        best = self._low_best.values[low]
+        ref = np.fmax(upper[of_shape], best)
+        judged = ~np.isnan(ref)
+        self._low_best.values[low[judged]] = np.fmax(best[judged], bw[judged])
+        ratio = ref / bw
+        # per comm its slowest (comm, coll, size), the first where several are as slow
+        slowest = np.flatnonzero(judged & (ratio > 0))
+        slowest = slowest[np.lexsort((slowest, -ratio[slowest], comm[slowest]))]
+        slowest = slowest[_starts(comm[slowest])] if len(slowest) else slowest
+        ids = [self._lows.keys[i][0] for i in low[slowest].tolist()]
+        ratios = dict(zip(ids, ratio[slowest].tolist(), strict=True))  # comm -> reference bandwidth / its own
+        normal = dict(
+            zip(ids, (bus[slowest] / ref[slowest]).tolist(), strict=True)
+        )  # comm -> reference time (µs)
         slow = {comm for comm, r in ratios.items() if r >= p.comm_slow_ratio}
         fast = set(ratios) - slow
         if not slow or not fast:

@@ -4,6 +4,7 @@ main cases also through the agent's summarizer (the engine fed ``inspector_summa
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import msgspec
@@ -433,17 +434,15 @@ def test_an_ended_jobs_comms_and_keys_are_forgotten(tmp_path: Path) -> None:
     engine.evaluate()
     first, second = ({c.comm_id for phase in comms(spec) for c in phase} for spec in runs)
     assert first <= ids_seen  # followed while the first job ran
-    assert set(engine.comms) == second and {key[0] for key in engine._best_bw} <= second
+    best = {key for key, low in engine._lows.ids.items() if not math.isnan(engine._low_best.values[low])}
+    assert set(engine.comms) == second and {key[0] for key in best} <= second
     # the keys numbered are those the kept slices hold, no more (slices of the second job were dropped meanwhile)
     assert min(engine.slices) > runs[1].start_us // engine.slice_us
     held = {engine._aggs.keys[number] for rows in engine.slices.values() for number in rows.key.tolist()}
     assert set(engine._aggs.ids) == held and all(key[2] != 12345 for key in held)
     assert {engine._aggs.keys[number] for number in engine._aggs.ids.values()} == held
-    # and so are the sizes' bus bytes and best bandwidths
-    assert all(size != 12345 for comm in engine.comms.values() for _op, size in comm.op_bytes)
-    assert all(key[2] != 12345 for key in engine._best_bw) and all(
-        key[2] != 12345 for key in engine._lows.ids
-    )
+    # and so is the size, with its bus bytes and best bandwidth
+    assert set(engine._lows.ids) == {key[:3] for key in held} and all(key[2] != 12345 for key in best)
 
 
 @pytest.mark.parametrize("capture", MODELS)

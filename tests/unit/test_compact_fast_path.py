@@ -137,6 +137,25 @@ def test_constants_repeated_past_their_bound_are_refused_on_both_paths() -> None
     assert outcome[:2] == ("refused", "bad_envelope") and "constants of 40 records" in outcome[2], outcome
 
 
+def test_a_constant_that_grows_once_decoded_is_bounded_as_by_the_checked_path() -> None:
+    """A list of float32s takes 5 bytes a value on the wire and 9 once decoded and encoded again, as the checked path
+    measures it: a batch whose constants come under the bound by their wire bytes and over it decoded is refused by
+    both paths."""
+    data = msgpack.unpackb(encode_event(_env("inspector_summary", _summaries(48))))
+    data["count"] *= 3
+    kept = [
+        (f, c * 3) for f, c in zip(data["fields"], data["columns"], strict=True) if f != "slice_exec_sum_us"
+    ]
+    data["fields"], data["columns"] = [f for f, _ in kept], [c for _, c in kept]
+    data.setdefault("constants", {})["slice_exec_sum_us"] = _PLACEHOLDER
+    float32s = b"\xdc\x03\xe8" + b"\xca\x3f\xc0\x00\x00" * 1000  # 1000 x 1.5
+    payload = _pack(data, [float32s])
+    bound = 4 * len(payload) + (1 << 20)
+    assert 144 * len(float32s) < bound < 144 * len(msgspec.msgpack.encode([1.5] * 1000))
+    outcome = _same(payload)
+    assert outcome[:2] == ("refused", "bad_envelope") and "constants of 144 records" in outcome[2], outcome
+
+
 def test_an_unknown_key_of_a_sub_record_is_decoded_as_by_the_checked_path() -> None:
     """Decoding into a sub-record skips the keys it does not know without reading them; the checked path decodes
     every value first, and refuses this one (not UTF-8). Kinds with sub-records have no layout: whichever path the

@@ -1,6 +1,6 @@
-"""The compact wire's fast path (values left raw, records laid out again as msgpack maps) against the checked path (every
-value decoded, one dict per record, converted): for every batch, hostile ones included, the same records of the same
-classes, or the same refusal."""
+"""The compact wire's fast path (columns decoded by the types of their fields, twins built from them) against the checked
+path (every value decoded, one dict per record, converted): for every batch, hostile ones included, the same records of
+the same classes, or the same refusal."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.schemas import codec
-from ranksight.schemas.codec import DecodeError, decode_event, encode_event
+from ranksight.schemas.codec import DecodeError, decode_columns, decode_event, encode_event
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.structs import struct_for, to_builtins
 from ranksight.schemas.twins import Envelope, GpuRecord, HeartbeatRecord, InspectorRecord
@@ -211,6 +211,33 @@ def test_a_hostile_value_is_refused_as_by_the_checked_path(
         decode_event(payload)
     assert (info.value.reason, info.value.detail) == (reason, detail)
     assert _same(payload)[0] == "refused"
+
+
+@pytest.mark.parametrize("kind", FAST)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_columns_are_the_records_values_and_no_record_shares_a_list_or_a_map(
+    kind: str, data: st.DataObject
+) -> None:
+    """Built from columns, constants and defaults, each record holds a list or a map of its own (a constant's is one
+    value on the wire; live state may change a record's in place), as on the checked path; the columns handed on
+    are the records' values."""
+    records = data.draw(_batches(kind))
+    payload = encode_event(_env(kind, records))
+    assert _same(payload)[0] == "ok"
+    decoded = decode_columns(payload)
+    decoded_records = decoded.envelope.records
+    if not records:
+        return
+    twin = struct_for(RECORD_MODELS[kind])
+    assert decoded.columns is not None  # read column by column
+    assert list(decoded.columns) == [
+        [getattr(r, name) for r in decoded_records] for name in twin.__struct_fields__
+    ]
+    for name in twin.__struct_fields__:
+        values = [getattr(r, name) for r in decoded_records]
+        if isinstance(values[0], (list, dict)):
+            assert len(set(map(id, values))) == len(values), name
 
 
 # -- any batch, mutated: both paths agree -----------------------------------------------------------------------------

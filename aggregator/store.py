@@ -40,7 +40,7 @@ from ranksight.aggregator.timefmt import naive_utc
 from ranksight.config import IngestSettings
 from ranksight.private import DIR_MODE, private_files
 from ranksight.schemas.alerts import Alert, Silence
-from ranksight.schemas.codec import DecodeError, decode_event
+from ranksight.schemas.codec import DecodedEvent, DecodeError, decode_columns
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.records.inspector import IDENTITY as INSPECTOR_IDENTITY
 from ranksight.schemas.subjects import Subjects
@@ -319,13 +319,14 @@ class Store:
         bring more): the messages from the one that would pass the bound on are left out, ``result.taken`` says how
         many were handled, and the caller commits the rest next, unacknowledged until then."""
         result = BatchResult(taken=len(batch))
-        admitted: list[tuple[Envelope, Incoming]] = []
+        admitted: list[tuple[DecodedEvent, Incoming]] = []
         dead: list[tuple[Any, ...]] = []
         changed: dict[NodeKey, dict[str, AgentSeq]] = {}
         records = 0
         for i, msg in enumerate(batch):
             try:
-                env = decode_event(msg.data)
+                decoded = decode_columns(msg.data)
+                env = decoded.envelope
                 admit(env, msg.subject, msg.recv_ns, self.subjects, self.limits)
                 if records and records + len(env.records) > self.limits.fetch_max_records:
                     result.taken = i
@@ -335,7 +336,7 @@ class Store:
                 dead.append(self._dead_letter(msg, exc.reason, str(exc)))
                 continue
             if new:
-                admitted.append((env, msg))
+                admitted.append((decoded, msg))
                 records += len(env.records)
         try:
             self._write(admitted, dead, changed)
@@ -359,8 +360,8 @@ class Store:
             self._seq.setdefault(key, {}).update(incarnations)
             self._evict_incarnations(key)
         result.dead_letters = len(dead)
-        result.records = sum(len(env.records) for env, _ in admitted)
-        result.accepted = [(env, msg.recv_ns) for env, msg in admitted]
+        result.records = sum(len(decoded.envelope.records) for decoded, _ in admitted)
+        result.accepted = [(decoded.envelope, msg.recv_ns) for decoded, msg in admitted]
         return result
 
     def _sequence(
@@ -403,15 +404,16 @@ class Store:
         kept = msg.data[: self.limits.dead_letter_payload_bytes]
         return naive_utc(msg.recv_ns), msg.subject, reason, detail[:2000], msg.msg_id, len(msg.data), kept
 
-    def _insert_rows(self, admitted: list[tuple[Envelope, Incoming]]) -> None:
+    def _insert_rows(self, admitted: list[tuple[DecodedEvent, Incoming]]) -> None:
         builders: dict[str, ColumnBuilder] = {}
-        for env, msg in admitted:
+        for (env, columns), msg in admitted:
             builder = builders.get(env.kind)
             if builder is None:
                 builder = builders[env.kind] = ColumnBuilder(
                     env.kind, kept_when=self._kept_when.get(env.kind)
                 )
-            builder.add(env.cluster, env.node, env.agent, env.seq, env.ts, msg.recv_ns, env.ttl, env.records)
+            builder.add(env.cluster, env.node, env.agent, env.seq, env.ts, msg.recv_ns, env.ttl, env.records,
+                        columns)  # fmt: skip
         con = self.con
         for kind, builder in builders.items():
             # Registered explicitly: the SQL sandbox turns off external access, which also disables
@@ -426,7 +428,7 @@ class Store:
             finally:
                 con.unregister("arrow_batch")
 
-    def _write(self, admitted: list[tuple[Envelope, Incoming]], dead: list[tuple[Any, ...]],
+    def _write(self, admitted: list[tuple[DecodedEvent, Incoming]], dead: list[tuple[Any, ...]],
                changed: dict[NodeKey, dict[str, AgentSeq]]) -> None:  # fmt: skip
         con = self.con
         con.execute("BEGIN TRANSACTION")
@@ -446,7 +448,7 @@ class Store:
             con.execute("ROLLBACK")
             raise
 
-    def _unwritable(self, admitted: list[tuple[Envelope, Incoming]]) -> list[tuple[Any, Exception]]:
+    def _unwritable(self, admitted: list[tuple[DecodedEvent, Incoming]]) -> list[tuple[Any, Exception]]:
         """Bisect ``admitted`` in trial transactions (always rolled back): the messages whose rows cannot be written."""
         if not admitted:
             return []

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import operator
 import types
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, Literal, Union, get_args, get_origin
@@ -115,9 +115,11 @@ def _json_column(values: Sequence[Any]) -> list[str | None]:
 class ColumnBuilder:
     """Accumulates the rows of one kind across the envelopes of a batch, then yields one Arrow table.
 
-    This is the hot path of ingest: records are read field by field with one C-level ``attrgetter`` per record and
-    transposed into columns; only sub-model fields go through JSON, column by column. Rows are transposed in chunks of
-    about ``chunk_rows``: small enough to stay in the CPU cache (transposing 200k rows at once costs twice as much),
+    This is the hot path of ingest. A compact batch's values come column by column from the codec
+    (:func:`schemas.codec.decode_columns`) and are taken as they are; other records are read field by field with one
+    C-level ``attrgetter`` per record, and these rows are transposed into columns when a chunk is made (or before a
+    compact batch's columns follow them). Only sub-model fields go through JSON, column by column. Chunks hold about
+    ``chunk_rows`` rows: small enough to stay in the CPU cache (transposing 200k rows at once costs twice as much),
     large enough that the fixed cost of a chunk (one Arrow array per column) vanishes behind small envelopes.
 
     ``kept_when`` maps a field to a bool field of the same record: the first is stored only in the rows where the
@@ -132,37 +134,49 @@ class ColumnBuilder:
         self._kept_when = [(index[field], index[flag]) for field, flag in (kept_when or {}).items()]
         self._fields = operator.attrgetter(*self.cols.fields)
         self._chunks: list[pa.RecordBatch] = []
+        self._pending = 0  # rows added since the last chunk: those in the columns, then the records' rows
+        self._columns: list[list[Any]] = [[] for _ in self.cols.fields]
         self._rows: list[Any] = []  # attrgetter results: tuples, or values when the kind has one field
         self._envelope: dict[str, list[Any]] = {name: [] for name, _ in ENVELOPE_FIELDS}
 
     def add(self, cluster: str, node: str, agent: str, seq: int, ts: int, recv_ts: int, ttl: float,
-            records: list[Any]) -> None:  # fmt: skip
+            records: list[Any], columns: Sequence[list[Any]] | None = None) -> None:  # fmt: skip
+        """An envelope's records; ``columns``, where the codec read them so, their values: one list per field, in the
+        order of the kind's fields."""
         n = len(records)
         env = self._envelope
         for name, value in (("cluster", cluster), ("node", node), ("agent", agent), ("seq", seq), ("ts", ts),
                             ("recv_ts", recv_ts), ("ttl", ttl)):  # fmt: skip
             env[name].extend([value] * n)
-        self._rows.extend(map(self._fields, records))
-        if len(self._rows) >= self.chunk_rows:
+        if columns is None:
+            self._rows.extend(map(self._fields, records))
+        else:
+            self._transpose_rows()
+            for pending, column in zip(self._columns, columns, strict=True):
+                pending.extend(column)
+        self._pending += n
+        if self._pending >= self.chunk_rows:
             self._chunks.append(self._chunk())
+
+    def _transpose_rows(self) -> None:
+        """The records' pending rows moved into the columns, after the rows there."""
+        if not self._rows:
+            return
+        # attrgetter of one name returns the value itself, not a 1-tuple
+        columns = zip(*self._rows, strict=True) if len(self._columns) > 1 else [self._rows]
+        for pending, column in zip(self._columns, columns, strict=True):
+            pending.extend(column)
+        self._rows = []
 
     def _chunk(self) -> pa.RecordBatch:
         """The pending rows as one record batch; the pending lists start over."""
         arrays = [pa.array(self._envelope[name], type=t) for name, t in ENVELOPE_FIELDS]
-        fields = self.cols.fields
-        columns: Iterable[Sequence[Any]]
-        if not self._rows:  # envelopes with an empty batch
-            columns = [[] for _ in fields]
-        elif len(fields) == 1:  # attrgetter of one name returns the value itself, not a 1-tuple
-            columns = [self._rows]
-        else:
-            columns = zip(*self._rows, strict=True)
-        if self._kept_when:
-            columns = list(columns)
-            for field, flag in self._kept_when:
-                columns[field] = [
-                    v if keep else None for v, keep in zip(columns[field], columns[flag], strict=True)
-                ]
+        self._transpose_rows()
+        columns = self._columns
+        for field, flag in self._kept_when:
+            columns[field] = [
+                v if keep else None for v, keep in zip(columns[field], columns[flag], strict=True)
+            ]
         for field, values in zip(self.cols.record_schema, columns, strict=True):
             if field.name in self.cols.json_fields:
                 arrays.append(
@@ -170,13 +184,14 @@ class ColumnBuilder:
                 )
             else:
                 arrays.append(pa.array(values, type=field.type))
-        self._rows = []
+        self._pending = 0
+        self._columns = [[] for _ in self.cols.fields]
         self._envelope = {name: [] for name, _ in ENVELOPE_FIELDS}
         return pa.RecordBatch.from_arrays(arrays, schema=self.cols.schema)
 
     def table(self) -> pa.Table:
         """Every row added, as one contiguous table (DuckDB scans one chunk much faster than many small ones)."""
-        chunks = [*self._chunks, self._chunk()] if self._rows or not self._chunks else self._chunks
+        chunks = [*self._chunks, self._chunk()] if self._pending or not self._chunks else self._chunks
         self._chunks = []
         return pa.Table.from_batches(chunks, schema=self.cols.schema).combine_chunks()
 

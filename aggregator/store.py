@@ -40,7 +40,7 @@ from ranksight.aggregator.timefmt import naive_utc
 from ranksight.config import IngestSettings
 from ranksight.private import DIR_MODE, private_files
 from ranksight.schemas.alerts import Alert, Silence
-from ranksight.schemas.codec import DecodeError, decode_event
+from ranksight.schemas.codec import DecodeError, decode_columns
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.records.inspector import IDENTITY as INSPECTOR_IDENTITY
 from ranksight.schemas.subjects import Subjects
@@ -320,12 +320,16 @@ class Store:
         many were handled, and the caller commits the rest next, unacknowledged until then."""
         result = BatchResult(taken=len(batch))
         admitted: list[tuple[Envelope, Incoming]] = []
+        # each kind's rows, added as messages are admitted: a compact batch's columns, taken at once, are not kept
+        builders: dict[str, ColumnBuilder] = {}
+        # rows that Arrow refused: the commit fails as a write would, and is bisected
+        unbuilt: Exception | None = None
         dead: list[tuple[Any, ...]] = []
         changed: dict[NodeKey, dict[str, AgentSeq]] = {}
         records = 0
         for i, msg in enumerate(batch):
             try:
-                env = decode_event(msg.data)
+                env, columns = decode_columns(msg.data)
                 admit(env, msg.subject, msg.recv_ns, self.subjects, self.limits)
                 if records and records + len(env.records) > self.limits.fetch_max_records:
                     result.taken = i
@@ -337,8 +341,15 @@ class Store:
             if new:
                 admitted.append((env, msg))
                 records += len(env.records)
+                if unbuilt is None:
+                    try:
+                        self._add_rows(builders, env, msg, columns)
+                    except Exception as exc:
+                        unbuilt = exc
         try:
-            self._write(admitted, dead, changed)
+            if unbuilt is not None:
+                raise unbuilt
+            self._write(builders, dead, changed)
         except Exception as exc:  # rows that passed validation and still fail: find them, commit the rest
             if out_of_memory(exc):
                 raise  # memory held by SQL queries, not the rows' fault: the caller retries the whole batch
@@ -354,7 +365,7 @@ class Store:
                 self._dead_letter(msg, "commit_failed", f"{type(e).__name__}: {e}")
                 for (_, msg), e in unwritable
             ]
-            self._write(admitted, dead, changed)
+            self._write(self._builders(admitted), dead, changed)
         for key, incarnations in changed.items():
             self._seq.setdefault(key, {}).update(incarnations)
             self._evict_incarnations(key)
@@ -403,15 +414,24 @@ class Store:
         kept = msg.data[: self.limits.dead_letter_payload_bytes]
         return naive_utc(msg.recv_ns), msg.subject, reason, detail[:2000], msg.msg_id, len(msg.data), kept
 
-    def _insert_rows(self, admitted: list[tuple[Envelope, Incoming]]) -> None:
+    def _add_rows(self, builders: dict[str, ColumnBuilder], env: Envelope, msg: Incoming,
+                  columns: tuple[list[Any], ...] | None) -> None:  # fmt: skip
+        """An admitted envelope's rows into its kind's builder: from ``columns`` where the codec read them so."""
+        builder = builders.get(env.kind)
+        if builder is None:
+            builder = builders[env.kind] = ColumnBuilder(env.kind, kept_when=self._kept_when.get(env.kind))
+        builder.add(
+            env.cluster, env.node, env.agent, env.seq, env.ts, msg.recv_ns, env.ttl, env.records, columns
+        )
+
+    def _builders(self, admitted: list[tuple[Envelope, Incoming]]) -> dict[str, ColumnBuilder]:
+        """The rows of ``admitted``, read from their records (after a failed commit: the columns are gone)."""
         builders: dict[str, ColumnBuilder] = {}
         for env, msg in admitted:
-            builder = builders.get(env.kind)
-            if builder is None:
-                builder = builders[env.kind] = ColumnBuilder(
-                    env.kind, kept_when=self._kept_when.get(env.kind)
-                )
-            builder.add(env.cluster, env.node, env.agent, env.seq, env.ts, msg.recv_ns, env.ttl, env.records)
+            self._add_rows(builders, env, msg, None)
+        return builders
+
+    def _insert_rows(self, builders: dict[str, ColumnBuilder]) -> None:
         con = self.con
         for kind, builder in builders.items():
             # Registered explicitly: the SQL sandbox turns off external access, which also disables
@@ -426,12 +446,12 @@ class Store:
             finally:
                 con.unregister("arrow_batch")
 
-    def _write(self, admitted: list[tuple[Envelope, Incoming]], dead: list[tuple[Any, ...]],
+    def _write(self, builders: dict[str, ColumnBuilder], dead: list[tuple[Any, ...]],
                changed: dict[NodeKey, dict[str, AgentSeq]]) -> None:  # fmt: skip
         con = self.con
         con.execute("BEGIN TRANSACTION")
         try:
-            self._insert_rows(admitted)
+            self._insert_rows(builders)
             if dead:  # columnar: a burst of bad messages costs what a batch of good ones does
                 con.register(
                     "dead_batch", pa.table(dict(zip(_DEAD_COLUMNS, zip(*dead, strict=True), strict=True)))
@@ -452,7 +472,7 @@ class Store:
             return []
         self.con.execute("BEGIN TRANSACTION")
         try:
-            self._insert_rows(admitted)
+            self._insert_rows(self._builders(admitted))
             return []
         except Exception as exc:
             if out_of_memory(exc):

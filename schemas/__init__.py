@@ -7,7 +7,8 @@ Public surface:
 - :mod:`schemas.alerts`: the alert payload.
 - :mod:`schemas.api`: the one query response shape.
 - :mod:`schemas.codec`: the only msgpack user; writes and reads both record forms (compact columns, maps);
-  ``decode_event`` raises :class:`schemas.codec.DecodeError`.
+  ``decode_event`` raises :class:`schemas.codec.DecodeError`; ``decode_columns`` also hands on a compact batch's
+  columns as it read them (what the store writes).
 - :mod:`schemas.structs`: the records' msgspec twins that ``decode_event`` yields (same fields, frozen), and
   ``to_builtins`` for either form.
 """

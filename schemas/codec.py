@@ -12,19 +12,21 @@ records, or none where the kind needs one (``Record.min_records``), a compact ba
 (``bad_envelope``) or written by a newer record model (``unsupported_version``). It decodes with msgspec into the frozen
 twins, in two steps: the envelope with map-form records left as raw bytes, then the records with the decoder of their
 kind. A compact batch's columns and constants are left as raw bytes too. Where the kind's twin holds no sub-record (the
-Inspector kinds, most of the traffic: :func:`_raw_layout`), its records are laid out again as msgpack maps, one per
-record with the keys in the twin's field order, and decoded like map-form records, without a dict per record; other
-batches are decoded, zipped into one dict per record and converted into the same twins. Anything wrong sends the
-envelope to the checked path (:func:`_decode_checked`: the envelope's values decoded first, then the dicts), which says
-why: both paths give any envelope the same records, of the same classes, or the same refusal.
+Inspector and NIC kinds, most of the traffic: :func:`_raw_layout`), each column is decoded by a decoder of a list of its
+field's type and each constant by one of the field's type (the checks of the map form's decoder, once a value), and the
+twins are built from those values in one C-level pass; :func:`decode_columns` hands the columns on with the envelope,
+for the store to write as they are. Other batches are decoded, zipped into one dict per record and converted into the
+same twins. Anything wrong sends the envelope to the checked path (:func:`_decode_checked`: the envelope's values
+decoded first, then the dicts), which says why: both paths give any envelope the same records, of the same classes, or
+the same refusal.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
-from itertools import repeat
+from itertools import repeat, starmap
 from typing import Annotated, Any, NamedTuple, get_args, get_origin
 
 import msgpack
@@ -205,37 +207,73 @@ def _decodes_whole(info: mi.Type) -> bool:
 
 _VALUE = msgspec.msgpack.Decoder()
 _COLUMN_VALUES = msgspec.msgpack.Decoder(list[Any])
-_COLUMN_RAW = msgspec.msgpack.Decoder(list[msgspec.Raw])
+
+
+class _FieldReader(NamedTuple):
+    """How the fast path reads one field of a kind's compact batch, derived from the twin's field."""
+
+    # a column of it: a list of the field's type, with the type's constraints (Literals, the store's bounds)
+    column: msgspec.msgpack.Decoder[list[Any]]
+    # a constant of it: the field's type
+    constant: msgspec.msgpack.Decoder[Any]
+    # a scalar is immutable: one decoded constant stands in every record; a list or a map is decoded once for each
+    # record, so that no record shares one with another
+    scalar: bool
+    # the values of ``count`` records that lack the field; None where it is required
+    absent: Callable[[int], list[Any]] | None
 
 
 class _RawLayout(NamedTuple):
-    """How the fast path lays out a kind's compact batch again as map-form records."""
+    """How the fast path reads a kind's compact batch column by column."""
 
-    # a struct of one record's values, the twin's fields in its order: it encodes as the record's map
-    row: Any
-    # per field, the decoder of its column
-    columns: dict[str, msgspec.msgpack.Decoder[list[Any]]]
-    # of a list of such maps, into twins
-    records: msgspec.msgpack.Decoder[list[Any]]
+    # by name, in the twin's field order
+    fields: dict[str, _FieldReader]
+    # a twin from its values, given positionally in field order
+    build: Callable[..., Any]
+
+
+def _absent(field: msgspec.structs.FieldInfo) -> Callable[[int], list[Any]] | None:
+    """The values of ``count`` records that lack ``field``: its default, or a new one from its factory for each record
+    (msgspec takes a mutable default, an empty list or map, only as a factory); None where it is required."""
+    if field.required:
+        return None
+    if field.default_factory is msgspec.NODEFAULT:
+        return lambda count: [field.default] * count
+    return lambda count: list(starmap(field.default_factory, repeat((), count)))
+
+
+def _builder(twin: type[msgspec.Struct]) -> Callable[..., Any]:
+    """A function building ``twin`` from its values given positionally, in field order. A twin takes keywords only (a
+    required field may follow one with a default) and matches them fastest in its field order, so each is passed by
+    name in that order, by a call generated once: about 2.6 us a summary record (39 fields), where a dict per record
+    passed as ``**`` costs 3.6. The constructor checks no value's type (it runs ``__post_init__``, as decoding does):
+    the values come from the decoders of the fields' types."""
+    names = twin.__struct_fields__
+    namespace = {"twin": twin}
+    exec(
+        f"def build({', '.join(names)}):\n    return twin({', '.join(f'{n}={n}' for n in names)})", namespace
+    )
+    return namespace["build"]
 
 
 @cache
 def _raw_layout(kind: str) -> _RawLayout | None:
-    """The fast path's layout of a kind whose twin decodes whole values only; None for the other kinds. A column of
-    scalars is decoded into Python values (small ones are shared, cheaper than raw views), any other left raw."""
+    """The fast path's layout of a kind whose twin decodes whole values only (no sub-record); None for the other
+    kinds."""
     twin = KIND_TWINS[kind]
-    fields = mi.type_info(twin).fields  # type: ignore[attr-defined]
-    if not all(_decodes_whole(field.type) for field in fields):
+    infos = mi.type_info(twin).fields  # type: ignore[attr-defined]
+    if not all(_decodes_whole(info.type) for info in infos):
         return None
-    # UNSET: a field the batch lacks, left out of the map (the twin's default); decoding never yields it
-    row = msgspec.defstruct(
-        f"{twin.__name__}Row",
-        [(field.encode_name, Any, msgspec.UNSET) for field in fields],
-        module=__name__,
-        gc=False,
-    )
-    columns = {field.name: _COLUMN_VALUES if _scalar(field.type) else _COLUMN_RAW for field in fields}
-    return _RawLayout(row, columns, msgspec.msgpack.Decoder(list[twin]))  # type: ignore[valid-type]
+    fields = {
+        field.name: _FieldReader(
+            msgspec.msgpack.Decoder(list[field.type]),  # type: ignore[name-defined]
+            msgspec.msgpack.Decoder(field.type),
+            _scalar(info.type),
+            _absent(field),
+        )
+        for field, info in zip(msgspec.structs.fields(twin), infos, strict=True)
+    }
+    return _RawLayout(fields, _builder(twin))
 
 
 # How the encoder starts an envelope of a kind without a layout (a map of at most 15 keys, ``type`` first): one that
@@ -248,8 +286,8 @@ _CHECKED_TYPES = tuple(
 )
 
 
-# A constant is written into each record of the fast path's maps; beyond this many times the envelope's bytes, a batch
-# is converted from dicts (which refer to one decoded value from every record).
+# A list or map constant is decoded again for each record by the fast path; beyond this many times the envelope's bytes,
+# a batch is converted from dicts (which refer to one decoded value from every record).
 _MAX_CONSTANT_SPREAD = 16
 # Each record gets a value of its own from a constant (a list constant: a new list per record), so what a batch's
 # constants come to once repeated is bounded like its columns are by the envelope: an agent's constants (names, ids)
@@ -259,11 +297,15 @@ _MAX_CONSTANT_BYTES_FLOOR = 1 << 20
 
 
 def _repeated_bytes(count: int, constants: dict[str, Any]) -> int:
-    """What a batch's constants (raw, or decoded) come to once written into each of its ``count`` records."""
-    return count * sum(
-        len(value) if isinstance(value, msgspec.Raw) else len(_ENCODER.encode(value))
-        for value in constants.values()
-    )
+    """What a batch's decoded constants come to once written into each of its ``count`` records."""
+    return count * sum(len(_ENCODER.encode(value)) for value in constants.values())
+
+
+def _raw_repeated_bytes(count: int, constants: dict[str, msgspec.Raw]) -> int:
+    """:func:`_repeated_bytes` of raw constants, at most: a value decoded and encoded again takes at most 1.8 x its
+    bytes (a float32 comes back a float64, 5 -> 9 bytes; any other value as long or shorter), so the fast path never
+    admits a batch that the checked path refuses."""
+    return 2 * count * sum(map(len, constants.values()))
 
 
 @cache
@@ -271,18 +313,32 @@ def _known(kind: str) -> frozenset[str]:
     return frozenset(layout(kind)[0])
 
 
-def _check_compact(kind: str, wire: Any, fields: list[str], columns: list[Any], size: int) -> None:
-    """Refuse a compact batch (:class:`~schemas.envelope.CompactRecords`) whose keys are wrong: before its records."""
-    model = KIND_TWINS[kind]
+def _count(wire: Any) -> int:
+    """A compact batch's record count, refused without one (or without a record version)."""
     for key in ("record_version", "count"):
         if getattr(wire, key) is msgspec.UNSET:
             raise DecodeError("bad_envelope", f"compact records without `{key}`")
+    return wire.count
+
+
+def _check_compact(
+    kind: str,
+    wire: Any,
+    fields: list[str],
+    columns: list[Any],
+    constants: dict[str, Any],
+    spread: int,
+    size: int,
+) -> None:
+    """Refuse a compact batch (:class:`~schemas.envelope.CompactRecords`) whose keys are wrong: before its records.
+    ``spread``: what its constants come to repeated (:func:`_repeated_bytes`)."""
+    model = KIND_TWINS[kind]
     if wire.record_version > model.schema_version:
         raise DecodeError(
             "unsupported_version",
             f"{kind} records of schema version {wire.record_version}; this version reads up to {model.schema_version}",
         )
-    count, constants = wire.count, wire.constants or {}
+    count = wire.count
     if len(columns) != len(fields):
         raise DecodeError("bad_envelope", f"{len(columns)} columns for {len(fields)} fields")
     for name, column in zip(fields, columns, strict=True):
@@ -303,7 +359,6 @@ def _check_compact(kind: str, wire: Any, fields: list[str], columns: list[Any], 
         )
     if count < model.min_records:
         raise DecodeError("bad_envelope", f"records: {kind} needs at least {model.min_records} record")
-    spread = _repeated_bytes(count, constants)
     if spread > _MAX_CONSTANT_BYTES_PER_BYTE * size + _MAX_CONSTANT_BYTES_FLOOR:
         raise DecodeError(
             "bad_envelope",
@@ -315,8 +370,9 @@ def _check_compact(kind: str, wire: Any, fields: list[str], columns: list[Any], 
 def _columns_records(kind: str, wire: Any, size: int) -> list[Any]:
     """The twins of a compact batch, validated like map-form records: the checked path, which says what is wrong."""
     fields, columns, constants = wire.fields or [], wire.columns or [], wire.constants or {}
-    _check_compact(kind, wire, fields, columns, size)
-    return _rows_records(kind, wire.count, fields, columns, constants)
+    count = _count(wire)
+    _check_compact(kind, wire, fields, columns, constants, _repeated_bytes(count, constants), size)
+    return _rows_records(kind, count, fields, columns, constants)
 
 
 def _rows_records(
@@ -332,25 +388,37 @@ def _rows_records(
         raise DecodeError("bad_record", str(exc).replace(_AT, " - at `records")) from None
 
 
-def _raw_columns_records(kind: str, wire: Any, size: int) -> list[Any]:
-    """The twins of a compact batch left raw by the envelope's fast decoder. Where the kind has a layout, its records
-    laid out again as msgpack maps (in C-level passes) and decoded like map-form ones; else, or for a batch with no
-    records (whose constants would go unread) or with wide constants, its values decoded and converted as by the
-    checked path. Raises on anything wrong, not necessarily what the checked path says."""
+def _raw_columns_records(kind: str, wire: Any, size: int) -> tuple[list[Any], tuple[list[Any], ...] | None]:
+    """The twins of a compact batch left raw by the envelope's fast decoder, and their values column by column where
+    the kind has a layout (else None). There, each column is decoded by a decoder of a list of its field's type (every
+    check of the field's type, once), each constant by one of the field's type, and the twins are built from the
+    values, record by record in one C-level pass. Else, or for a batch with no records (whose constants would go
+    unread) or with wide constants (decoded for each record), its values are decoded and converted as by the checked
+    path. Raises on anything wrong, not necessarily what the checked path says."""
     layout = _raw_layout(kind)
     fields, raw, constants = wire.fields or [], wire.columns or [], wire.constants or {}
-    count = wire.count
-    if layout is None or not count or _repeated_bytes(count, constants) > _MAX_CONSTANT_SPREAD * size:
+    count = _count(wire)
+    spread = _raw_repeated_bytes(count, constants)
+    if layout is None or not count or spread > _MAX_CONSTANT_SPREAD * size:
         columns = [_COLUMN_VALUES.decode(column) for column in raw]
-        _check_compact(kind, wire, fields, columns, size)
         values = {name: _VALUE.decode(value) for name, value in constants.items()}
-        return _rows_records(kind, count, fields, columns, values)
-    columns = [layout.columns[name].decode(column) for name, column in zip(fields, raw, strict=True)]
-    _check_compact(kind, wire, fields, columns, size)
-    by_name: dict[str, Any] = dict(zip(fields, columns, strict=True))
-    by_name.update((name, repeat(value, count)) for name, value in constants.items())
-    row = [by_name[name] if name in by_name else repeat(msgspec.UNSET, count) for name in layout.columns]
-    return layout.records.decode(_ENCODER.encode(list(map(layout.row, *row))))
+        _check_compact(kind, wire, fields, columns, values, _repeated_bytes(count, values), size)
+        return _rows_records(kind, count, fields, columns, values), None
+    readers = layout.fields
+    columns = [readers[name].column.decode(column) for name, column in zip(fields, raw, strict=True)]
+    _check_compact(kind, wire, fields, columns, constants, spread, size)
+    by_name = dict(zip(fields, columns, strict=True))
+    for name, value in constants.items():
+        reader = readers[name]
+        decode = reader.constant.decode
+        by_name[name] = [decode(value)] * count if reader.scalar else list(map(decode, repeat(value, count)))
+    for name in readers.keys() - by_name.keys():
+        absent = readers[name].absent
+        if absent is None:  # the checked path says which record lacks it
+            raise DecodeError("bad_record", f"`{name}` is required")
+        by_name[name] = absent(count)
+    ordered = tuple(map(by_name.__getitem__, readers))
+    return list(map(layout.build, *ordered)), ordered
 
 
 def _kind(wire: Any) -> str:
@@ -364,21 +432,37 @@ def _compact_form(wire: Any) -> bool:
     return any(getattr(wire, key) is not msgspec.UNSET for key in _COMPACT_KEYS)
 
 
+class DecodedEvent(NamedTuple):
+    """An envelope, and its records' values column by column where it came compact and was read so: one list per field
+    of the kind's twin, in the twin's order, of ``count`` values each, the very values the records hold (what the store
+    writes); None where only the records hold them (the map form, a kind with sub-records, a batch converted from
+    dicts)."""
+
+    envelope: Envelope
+    columns: tuple[list[Any], ...] | None
+
+
 def decode_event(data: bytes) -> Envelope:
+    return decode_columns(data).envelope
+
+
+def decode_columns(data: bytes) -> DecodedEvent:
+    """:func:`decode_event`, with the records' values column by column where it read them so."""
     if isinstance(data, (bytes, bytearray)) and data.startswith(_CHECKED_TYPES, 1):
-        return _decode_checked(data)
+        return DecodedEvent(_decode_checked(data), None)
     try:
         wire = _RAW_ENVELOPE_DECODER.decode(data)
     except Exception:
-        return _decode_checked(data)  # which says why
+        return DecodedEvent(_decode_checked(data), None)  # which says why
     if not _compact_form(wire):  # then read as by the checked decoder
-        return _decoded(wire, _map_form(_kind(wire), wire))
+        return DecodedEvent(_decoded(wire, _map_form(_kind(wire), wire)), None)
     try:
         if wire.records:
             raise DecodeError("bad_envelope", "both records and compact records")
-        return _decoded(wire, _raw_columns_records(_kind(wire), wire, len(data)))
+        records, columns = _raw_columns_records(_kind(wire), wire, len(data))
+        return DecodedEvent(_decoded(wire, records), columns)
     except Exception:
-        return _decode_checked(data)  # which says why
+        return DecodedEvent(_decode_checked(data), None)  # which says why
 
 
 def _decode_checked(data: bytes) -> Envelope:

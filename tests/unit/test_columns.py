@@ -1,12 +1,27 @@
-"""Records -> Arrow columns -> DuckDB rows -> records again (the replay path), for every kind."""
+"""Records (or a compact batch's columns) -> Arrow columns -> DuckDB rows -> records again (the replay path), for every
+kind."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+from typing import Any
+
 import duckdb
+import msgpack
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ranksight.aggregator.columns import ColumnBuilder, row_to_record
+from ranksight.aggregator.store import Incoming, Store
+from ranksight.schemas.codec import decode_columns, encode_event
+from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.structs import to_builtins
-from ranksight.schemas.twins import CollectorHealth, GpuRecord, HeartbeatRecord, NicRecord
+from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import CollectorHealth, Envelope, GpuRecord, HeartbeatRecord, NicRecord
+from ranksight.schemas.wire import WireFormat, event_type
+from tests.unit.test_compact_wire import _batches
+from tests.unit.test_ingest_admission import NOW
 
 
 def _round_trip(kind: str, records: list) -> list:  # type: ignore[type-arg]
@@ -52,3 +67,58 @@ def test_chunked_building_keeps_every_row_in_order_in_one_chunk() -> None:
     assert table.equals(whole.table())
     assert table.num_rows == 15 and {column.num_chunks for column in table.columns} == {1}
     assert table.column("power_w").to_pylist()[:4] == [100.0, 200.0, 201.0, 300.0]
+
+
+# -- a compact batch's columns and map-form records: the same rows ----------------------------------------------------
+def _committed_rows(
+    batches: list[tuple[str, list[Any]]], wire: WireFormat
+) -> dict[str, list[tuple[Any, ...]]]:
+    """Every table's rows once ``batches`` ((kind, records), one envelope each) are committed in the ``wire`` form."""
+    with tempfile.TemporaryDirectory(prefix="ranksight-forms-") as tmp:
+        store = Store(Path(tmp) / "history.duckdb")
+        store.open()
+        try:
+            messages = [Incoming(Subjects().event("c", "n", kind), encode_event(_env(kind, seq, records), wire), NOW)
+                        for seq, (kind, records) in enumerate(batches, 1)]  # fmt: skip
+            result = store.commit_batch(messages)
+            assert result.dead_letters == 0 and len(result.accepted) == len(batches)
+            return {kind: store.con.execute(f'SELECT * FROM "{kind}" ORDER BY rowid').fetchall()
+                    for kind in RECORD_MODELS}  # fmt: skip
+        finally:
+            store.close_connection()
+            store.shutdown()
+
+
+def _env(kind: str, seq: int, records: list[Any]) -> Envelope:
+    return Envelope(type=event_type(kind), cluster="c", node="n", agent="n-1", seq=seq, ts=NOW, ttl=15.0,
+                    records=records)  # fmt: skip
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_both_forms_commit_the_same_rows_for_every_kind(data: st.DataObject) -> None:
+    """The store writes a compact batch from the codec's columns, a map-form one from its records: row for row the
+    same tables, every kind (JSON text, lists, the NIC history's counters kept by their flag)."""
+    batches = [(kind, records) for kind in sorted(RECORD_MODELS)
+               for records in data.draw(st.lists(_batches(kind), min_size=1, max_size=3))]  # fmt: skip
+    assert any(decode_columns(encode_event(_env(kind, 1, records))).columns for kind, records in batches)
+    assert _committed_rows(batches, "compact") == _committed_rows(batches, "map")
+
+
+def test_an_integer_in_a_float_column_is_stored_as_its_record_holds_it() -> None:
+    """A float field decoded from an integer holds a float, in the record and in its column; Arrow would refuse the
+    integer itself in a DOUBLE column beyond 2^53."""
+    records = [
+        NicRecord(name=f"p{i}", kind="netdev", tx_bps=1.5 + i, counters={"rx": i}, counters_full=i != 1)
+        for i in range(3)
+    ]
+    payload = msgpack.unpackb(encode_event(_env("nic", 1, records)))
+    payload["columns"][payload["fields"].index("tx_bps")] = [2**62 + 1, 3, -(2**63)]
+    decoded = decode_columns(msgpack.packb(payload))
+    assert decoded.columns is not None and [r.tx_bps for r in decoded.envelope.records] == [
+        2.0**62,
+        3.0,
+        -(2.0**63),
+    ]
+    batches = [("nic", list(decoded.envelope.records))]
+    assert _committed_rows(batches, "compact") == _committed_rows(batches, "map")

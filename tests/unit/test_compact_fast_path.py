@@ -1,6 +1,6 @@
-"""The compact wire's fast path (values left raw, records laid out again as msgpack maps) against the checked path (every
-value decoded, one dict per record, converted): for every batch, hostile ones included, the same records of the same
-classes, or the same refusal."""
+"""The compact wire's fast path (columns decoded by the types of their fields, twins built from them) against the checked
+path (every value decoded, one dict per record, converted): for every batch, hostile ones included, the same records of
+the same classes, or the same refusal."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.schemas import codec
-from ranksight.schemas.codec import DecodeError, decode_event, encode_event
+from ranksight.schemas.codec import DecodeError, decode_columns, decode_event, encode_event
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.structs import struct_for, to_builtins
 from ranksight.schemas.twins import Envelope, GpuRecord, HeartbeatRecord, InspectorRecord
@@ -137,6 +137,25 @@ def test_constants_repeated_past_their_bound_are_refused_on_both_paths() -> None
     assert outcome[:2] == ("refused", "bad_envelope") and "constants of 40 records" in outcome[2], outcome
 
 
+def test_a_constant_that_grows_once_decoded_is_bounded_as_by_the_checked_path() -> None:
+    """A list of float32s takes 5 bytes a value on the wire and 9 once decoded and encoded again, as the checked path
+    measures it: a batch whose constants come under the bound by their wire bytes and over it decoded is refused by
+    both paths."""
+    data = msgpack.unpackb(encode_event(_env("inspector_summary", _summaries(48))))
+    data["count"] *= 3
+    kept = [
+        (f, c * 3) for f, c in zip(data["fields"], data["columns"], strict=True) if f != "slice_exec_sum_us"
+    ]
+    data["fields"], data["columns"] = [f for f, _ in kept], [c for _, c in kept]
+    data.setdefault("constants", {})["slice_exec_sum_us"] = _PLACEHOLDER
+    float32s = b"\xdc\x03\xe8" + b"\xca\x3f\xc0\x00\x00" * 1000  # 1000 x 1.5
+    payload = _pack(data, [float32s])
+    bound = 4 * len(payload) + (1 << 20)
+    assert 144 * len(float32s) < bound < 144 * len(msgspec.msgpack.encode([1.5] * 1000))
+    outcome = _same(payload)
+    assert outcome[:2] == ("refused", "bad_envelope") and "constants of 144 records" in outcome[2], outcome
+
+
 def test_an_unknown_key_of_a_sub_record_is_decoded_as_by_the_checked_path() -> None:
     """Decoding into a sub-record skips the keys it does not know without reading them; the checked path decodes
     every value first, and refuses this one (not UTF-8). Kinds with sub-records have no layout: whichever path the
@@ -192,6 +211,33 @@ def test_a_hostile_value_is_refused_as_by_the_checked_path(
         decode_event(payload)
     assert (info.value.reason, info.value.detail) == (reason, detail)
     assert _same(payload)[0] == "refused"
+
+
+@pytest.mark.parametrize("kind", FAST)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_columns_are_the_records_values_and_no_record_shares_a_list_or_a_map(
+    kind: str, data: st.DataObject
+) -> None:
+    """Built from columns, constants and defaults, each record holds a list or a map of its own (a constant's is one
+    value on the wire; live state may change a record's in place), as on the checked path; the columns handed on
+    are the records' values."""
+    records = data.draw(_batches(kind))
+    payload = encode_event(_env(kind, records))
+    assert _same(payload)[0] == "ok"
+    decoded = decode_columns(payload)
+    decoded_records = decoded.envelope.records
+    if not records:
+        return
+    twin = struct_for(RECORD_MODELS[kind])
+    assert decoded.columns is not None  # read column by column
+    assert list(decoded.columns) == [
+        [getattr(r, name) for r in decoded_records] for name in twin.__struct_fields__
+    ]
+    for name in twin.__struct_fields__:
+        values = [getattr(r, name) for r in decoded_records]
+        if isinstance(values[0], (list, dict)):
+            assert len(set(map(id, values))) == len(values), name
 
 
 # -- any batch, mutated: both paths agree -----------------------------------------------------------------------------

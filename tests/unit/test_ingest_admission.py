@@ -15,13 +15,17 @@ import duckdb
 import msgpack
 import pytest
 
+from ranksight.aggregator.columns import ColumnBuilder
 from ranksight.aggregator.history import delete_older_than
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Incoming, Store
 from ranksight.aggregator.timefmt import naive_utc
 from ranksight.config import IngestSettings, load_settings
+from ranksight.schemas.codec import decode_columns, encode_event
 from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import Envelope, NicRecord
+from ranksight.schemas.wire import event_type
 from tests.unit.test_state_and_alerts import _beat
 
 SUBJECTS = Subjects()
@@ -127,6 +131,52 @@ def test_a_commit_failure_dead_letters_only_the_offending_message(store: Store) 
     assert dead_reasons(store) == {"commit_failed": 1}
     assert [r[0] for r in store.con.execute("SELECT seq FROM gpu ORDER BY seq").fetchall()] == [1, 2, 3, 5, 6]
     assert [env.seq for env, _ in result.accepted] == [2, 3, 5, 6] and result.records == 4
+
+
+def test_after_a_commit_failure_compact_batches_are_written_from_their_records(store: Store) -> None:
+    """The store takes a compact batch's columns as the message is admitted and keeps only its records: a commit that
+    fails is bisected and retried from the records, which give the same rows."""
+
+    def nic(seq: int, rx: list[int]) -> bytes:
+        ports = [
+            NicRecord(name=f"p{i}", kind="netdev", rx_bytes=r, counters={"rx": r}) for i, r in enumerate(rx)
+        ]
+        env = Envelope(type=event_type("nic"), cluster="c", node="a", agent="a-inc", seq=seq, ts=NOW, ttl=6.0,
+                       records=ports)  # fmt: skip
+        return encode_event(env)
+
+    store.commit_batch([incoming(nic(1, [7, 8]), kind="nic")])
+    store.con.execute("CREATE UNIQUE INDEX nic_rx ON nic (rx_bytes)")
+    batch = [nic(2, [10, 11]), nic(3, [12, 8]), nic(4, [13, 14])]
+    assert all(decode_columns(data).columns is not None for data in batch)
+    result = store.commit_batch([incoming(data, kind="nic") for data in batch])
+    assert dead_reasons(store) == {"commit_failed": 1} and [env.seq for env, _ in result.accepted] == [2, 4]
+    rows = store.con.execute("SELECT seq, name, rx_bytes, counters FROM nic ORDER BY seq, name").fetchall()
+    assert rows == [(1, "p0", 7, '{"rx":7}'), (1, "p1", 8, '{"rx":8}'), (2, "p0", 10, '{"rx":10}'),
+                    (2, "p1", 11, '{"rx":11}'), (4, "p0", 13, '{"rx":13}'), (4, "p1", 14, '{"rx":14}')]  # fmt: skip
+
+
+def test_rows_that_cannot_become_arrow_are_dead_lettered_as_a_failed_commit(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows go into Arrow arrays as their messages are admitted, before the commit: a message whose rows fail there
+    (nothing that passed validation should) is found and dead-lettered like one whose insert fails; the rest commit."""
+    add = ColumnBuilder.add
+
+    def refuse_seq_3(self: ColumnBuilder, *args: Any) -> None:
+        if args[3] == 3:
+            raise ValueError("refused")
+        add(self, *args)
+
+    monkeypatch.setattr(ColumnBuilder, "add", refuse_seq_3)
+    result = store.commit_batch([incoming(envelope(seq=s)) for s in range(1, 6)])
+    assert dead_reasons(store) == {"commit_failed": 1} and [env.seq for env, _ in result.accepted] == [
+        1,
+        2,
+        4,
+        5,
+    ]
+    assert [r[0] for r in store.con.execute("SELECT seq FROM gpu ORDER BY seq").fetchall()] == [1, 2, 4, 5]
 
 
 def test_a_huge_seq_jump_opens_no_gap(store: Store) -> None:

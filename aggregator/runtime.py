@@ -22,6 +22,7 @@ import duckdb
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig, SubjectTransform
 
@@ -78,12 +79,38 @@ class IngestStats:
         return self.lag_s + max(0.0, now - self.last_batch_at) if self.pending else 0.0
 
 
-def ingest_gc() -> None:
-    """The cyclic GC as ingest wants it. Ingest allocates millions of short-lived objects (decoded records); with the
-    default thresholds the GC rescans the long-lived state over and over (about a third of ingest time). What startup
-    built is frozen and the young generation collected less often."""
-    gc.freeze()
-    gc.set_threshold(50_000, 50, 100)
+class IngestGc:
+    """The cyclic GC as ingest wants it. A batch of messages decodes into some 200,000 container objects at 1024 nodes
+    (every summary's per-slice lists, records, their columns), alive until the batch is committed and observed, then
+    freed by reference counting. Left to its thresholds, the GC ran in the middle of batches and traversed them: about
+    two young collections a second of 20 ms each at 1024 nodes (``benchmarks/scale.py``), a twentieth of the
+    aggregator's process. So what startup built is frozen, an automatic young collection is left as a backstop
+    (``BACKSTOP_OBJECTS``), and ingest collects between batches (:meth:`between_batches`): the young generation, and
+    the older ones every ``OLDER_EVERY`` of those, as Python's default thresholds would. A batch's objects can outlive
+    it a little (the next wake-up of a task holds its commit's result): while more than ``YOUNG_MAX`` young objects
+    are about, the collection waits for the next batch, at most ``MAX_WAITS`` times in a row."""
+
+    BACKSTOP_OBJECTS = 1_000_000  # young objects that make a collection anyway (other work piling garbage up)
+    OLDER_EVERY = (50, 100)  # young collections per middle one, middle ones per full one (Python's defaults)
+    YOUNG_MAX = 20_000
+    MAX_WAITS = 20
+
+    def __init__(self) -> None:
+        self.collections = self.waits = 0
+
+    def start(self) -> None:
+        gc.freeze()
+        gc.set_threshold(self.BACKSTOP_OBJECTS, *self.OLDER_EVERY)
+
+    def between_batches(self) -> None:
+        if gc.get_count()[0] > self.YOUNG_MAX and self.waits < self.MAX_WAITS:
+            self.waits += 1
+            return
+        self.collections, self.waits = self.collections + 1, 0
+        middle, full = self.OLDER_EVERY
+        gc.collect(
+            2 if self.collections % (middle * full) == 0 else 1 if self.collections % middle == 0 else 0
+        )
 
 
 async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
@@ -144,6 +171,7 @@ class Aggregator:
         self.started_ns = time.time_ns()
         self.shards: ShardOwner | None = None  # sharded: the partitions this aggregator holds
         self._stopping = asyncio.Event()
+        self.gc = IngestGc()
 
     def new_state(self) -> LiveState:
         cfg = self.settings.aggregator
@@ -191,7 +219,7 @@ class Aggregator:
         try:
             await self.sandbox.open()
             await self._rebuild()
-            ingest_gc()
+            self.gc.start()
             nc = self.nc = await connect(self.settings.nats, name="ranksight-aggregator")
             js = nc.jetstream()
             await ensure_stream(js, self.settings)
@@ -350,28 +378,31 @@ class Aggregator:
                 log.warning("fetch failed (%s); retrying", exc)
                 await asyncio.sleep(0.5)
                 continue
-            if not msgs:
-                continue
-            # caught up (nothing waits behind this fetch): the next commit gathers what comes until then; a backlog,
-            # whatever bounded the fetch (messages, bytes), is read on at once
-            caught_up = not msgs[-1].metadata.num_pending
-            next_fetch = time.monotonic() + pace_s if caught_up else 0.0
-            recv_ns = (
-                time.time_ns() // 1000 * 1000
-            )  # stored at microsecond precision: replay must agree exactly
-            batch = [Incoming(m.subject, m.data, recv_ns, (m.headers or {}).get("Nats-Msg-Id")) for m in msgs]
-            while batch:  # more than one commit when the batch holds more than fetch_max_records records
-                started = time.monotonic()
-                result = await self._commit(batch)
-                commit_s = time.monotonic() - started
-                done, msgs, batch = msgs[: result.taken], msgs[result.taken :], batch[result.taken :]
-                for m in done:  # only after the commit: a crash before this line redelivers, harmlessly
-                    await m.ack()
-                self._account(result, len(done), commit_s, done[-1].metadata)
-                for env, recv in result.accepted:
-                    self._observe(env, recv)
-                if nodes is not None:
-                    nodes.update((env.cluster, env.node) for env, _ in result.accepted)
+            if msgs:
+                # caught up (nothing waits behind this fetch): the next commit gathers what comes until then; a
+                # backlog, whatever bounded the fetch (messages, bytes), is read on at once
+                caught_up = not msgs[-1].metadata.num_pending
+                next_fetch = time.monotonic() + pace_s if caught_up else 0.0
+                await self._take(msgs, nodes)
+                del msgs
+            self.gc.between_batches()  # the batch's objects are gone
+
+    async def _take(self, msgs: list[Msg], nodes: set[NodeKey] | None) -> None:
+        """Commit, acknowledge and observe a fetched batch."""
+        recv_ns = time.time_ns() // 1000 * 1000  # stored at microsecond precision: replay must agree exactly
+        batch = [Incoming(m.subject, m.data, recv_ns, (m.headers or {}).get("Nats-Msg-Id")) for m in msgs]
+        while batch:  # more than one commit when the batch holds more than fetch_max_records records
+            started = time.monotonic()
+            result = await self._commit(batch)
+            commit_s = time.monotonic() - started
+            done, msgs, batch = msgs[: result.taken], msgs[result.taken :], batch[result.taken :]
+            for m in done:  # only after the commit: a crash before this line redelivers, harmlessly
+                await m.ack()
+            self._account(result, len(done), commit_s, done[-1].metadata)
+            for env, recv in result.accepted:
+                self._observe(env, recv)
+            if nodes is not None:
+                nodes.update((env.cluster, env.node) for env, _ in result.accepted)
 
     async def _until(self, monotonic_s: float, stop: asyncio.Event) -> None:
         """Wait until ``monotonic_s``, or the stop of this ingest or of the aggregator."""

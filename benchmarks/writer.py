@@ -6,7 +6,7 @@ NIC and heartbeat templates at their intervals, each node's gauges in their own 
 in batches of each ``--batches`` size in turn (a fresh file each), on this thread, as ingest's writer thread does. It
 prints per size the writer's CPU (``RUSAGE_THREAD``: decoding, Arrow, DuckDB's insert and commit) per second of
 traffic, i.e. the cores it needs, per message, and the ratio to the first size; then each kind's decoding alone. The
-cyclic GC runs as in the aggregator (:func:`aggregator.runtime.ingest_gc`).
+cyclic GC runs as in the aggregator (:class:`aggregator.runtime.IngestGc`: collections between commits).
 
 The default sizes: 85 messages a commit is what the aggregator committed at 256 nodes taking each fetch as it came
 (about 7 commits a second of 745 messages), 372 half a second of them (``ingest.commit_every_s``), 745 a second.
@@ -36,8 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import ranksight  # noqa: F401 - first: defers nats-py's WebSocket dependencies, as every ranksight process does
 from benchmarks import scale
+from ranksight.aggregator.runtime import IngestGc
 
 US = 1_000_000
+INGEST_GC = IngestGc()
 
 
 def traffic(nodes: int, seconds: float) -> list[tuple[int, str, str, bytes]]:
@@ -91,6 +93,7 @@ def commit_cpu_s(
             store.commit_batch(
                 [Incoming(subject, data, recv_ns) for _, _, subject, data in messages[i : i + batch]]
             )
+            INGEST_GC.between_batches()
             if rss is not None:
                 rss.append(rss_mib())
         spent = thread_cpu_s() - started
@@ -140,11 +143,10 @@ def main() -> None:
     if args.memory:
         memory(args)
         return
-    from ranksight.aggregator.runtime import ingest_gc
     from ranksight.schemas.codec import decode_event
 
     messages = traffic(args.nodes, args.seconds)
-    ingest_gc()  # as the aggregator runs (the default thresholds cost the summaries' commits about a third more)
+    INGEST_GC.start()  # as the aggregator runs (the default thresholds cost the summaries' commits about a third more)
     if args.kind:
         messages = [m for m in messages if m[1] == args.kind]
     if args.memory_child:

@@ -3,8 +3,9 @@
 The input is what ``scale.py``'s nodes publish: the agent's own summarizer on the job simulator's 4-node blocks (a dense
 job, GPU 2 of node 1 running 1.6x slow from ``--onset``), every block under its own host names and communicator ids.
 Each node's summary envelopes are queued as the aggregator queues them (:func:`aggregator.analysis.engines.queue_entry`)
-and handed to :class:`~aggregator.analysis.engines.ClusterEngines` every ``evaluate_every_s`` of dump time, as the
-engine process gets them (:func:`~aggregator.analysis.engines.process_evaluate`). Each size runs in a fresh process.
+and evaluated every ``evaluate_every_s`` of dump time by what the engine process runs
+(:func:`~aggregator.analysis.engines.process_start`, then :func:`~aggregator.analysis.engines.process_evaluate` per
+batch). Each size runs in a fresh process.
 
 Per N it prints the engine's CPU per second of traffic (folding the queue's records and judging), its memory (the
 process's RSS at its peak over the evaluations, above its RSS before the first one), the time from the straggler's
@@ -43,9 +44,16 @@ def thread_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def rss_bytes() -> int:
+def status_bytes(field: str) -> int:
+    """A memory figure of this process from /proc (``VmRSS``, ``VmHWM``: the peak RSS since the last reset)."""
     with open("/proc/self/status") as status:
-        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) * 1024
+        return next(int(line.split()[1]) for line in status if line.startswith(f"{field}:")) * 1024
+
+
+def reset_peak() -> None:
+    """Start ``VmHWM`` over from the current RSS (Linux: ``clear_refs``)."""
+    with open("/proc/self/clear_refs", "w") as refs:
+        refs.write("5")
 
 
 def periods(nodes: int, template_file: Path, every_us: int) -> Iterator[list[list[Any]]]:
@@ -77,12 +85,12 @@ def periods(nodes: int, template_file: Path, every_us: int) -> Iterator[list[lis
 
 def measure(nodes: int, template_file: Path, onset_s: float, result: Any) -> None:
     """One size, in this (fresh) process: ``result`` gets the figures."""
-    from ranksight.aggregator.analysis.engines import ClusterEngines, decoded, params_of, queue_entry
+    from ranksight.aggregator.analysis.engines import decoded, process_evaluate, process_start, queue_entry
     from ranksight.config import StragglerSettings
 
     settings = StragglerSettings.model_validate({})
     every_us = int(settings.evaluate_every_s * US)
-    engines = ClusterEngines(params_of(settings))
+    process_start(settings.model_dump_json())
     engine_s = decode_s = 0.0
     first_found: float | None = None
     named: set[tuple[str, int | None]] = set()
@@ -92,21 +100,23 @@ def measure(nodes: int, template_file: Path, onset_s: float, result: Any) -> Non
         queue = [queue_entry(scale.CLUSTER, True, records) for records in period]
         summaries += sum(map(len, period))
         del period
-        rss0 = rss0 or rss_bytes()
+        if not rss0:
+            rss0 = status_bytes("VmRSS")
+            reset_peak()
         started = thread_cpu_s()
         for _ in decoded(queue):
             pass
         decode_s += thread_cpu_s() - started
         started = thread_cpu_s()
-        judged = engines.evaluate(decoded(queue), set(), time.time_ns()).get(scale.CLUSTER)
+        judged = process_evaluate(queue, set(), time.time_ns()).get(scale.CLUSTER)
         findings = judged.findings if judged is not None else []
         engine_s += thread_cpu_s() - started
-        peak = max(peak, rss_bytes())
         named |= {(f.hostname, f.pid) for f in findings}
         if findings and first_found is None:
             first_found = (k + 1) * every_us / US - onset_s
         evaluations += 1
     traffic_s = evaluations * every_us / US
+    peak = status_bytes("VmHWM")
     result.update(nodes=nodes, engine=engine_s / traffic_s, decode=decode_s / traffic_s, peak=peak - rss0, rss0=rss0,
                   alert=first_found, named=sorted(named), summaries=summaries / traffic_s)  # fmt: skip
 

@@ -471,12 +471,17 @@ class QuerySettings(Section):
         2.0, ge=0, description="a SQL query waits this long for a free slot, then is answered busy"
     )
     sql_memory_limit_bytes: int = Field(
-        1 << 30, ge=16 << 20, description="DuckDB memory for SQL queries; more fails with out of memory"
-    )
-    writer_memory_limit_bytes: int = Field(
         256 << 20,
         ge=16 << 20,
-        description="DuckDB memory for ingest and retention, added to DuckDB's memory_limit",
+        description="DuckDB memory for SQL queries (larger sorts and joins spill to sql_temp_max_bytes); more fails "
+        "with out of memory. DuckDB keeps the history it wrote cached in what queries leave free, so the aggregator's "
+        "RSS grows by this plus writer_memory_limit_bytes over its first minutes (at 1024 nodes about 1 MiB/s)",
+    )
+    writer_memory_limit_bytes: int = Field(
+        128 << 20,
+        ge=16 << 20,
+        description="DuckDB memory for ingest and retention, added to DuckDB's memory_limit (at 1024 nodes a commit's "
+        "appended rows and their checkpoint take about 100 MiB)",
     )
     sql_threads: int = Field(2, ge=1, description="DuckDB worker threads (DuckDB's threads setting)")
     sql_temp_max_bytes: int = Field(

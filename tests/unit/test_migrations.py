@@ -208,3 +208,21 @@ async def test_a_derived_row_the_table_cannot_take_is_logged_and_ticks_go_on(tmp
     finally:
         await agg.store.call(agg.store.close_connection)
         agg.store.shutdown()
+
+
+def test_job_health_is_the_latest_poll_when_polls_share_a_batch(tmp_path: Path) -> None:
+    """recv_ts is stamped per ingest batch: two polls of a job in one batch tie on it, the agent's time decides."""
+    store = Store(tmp_path / "h.duckdb", Subjects())
+    store.open()
+    try:
+        rows = [("degraded", "00:00:00.5", 4), ("ok", "00:00:00.9", 5), ("degraded", "00:00:00.7", 3)]
+        for health, ts, seq in rows:  # inserted out of order: the view may not lean on insertion order
+            store.con.execute(
+                "INSERT INTO ras (cluster, node, agent, seq, ts, recv_ts, ttl, job_id, health) "
+                "VALUES ('c', 'n', 'a', ?, ?, '2026-01-01 00:00:01', 30, 'j', ?)",
+                [seq, f"2026-01-01 {ts}", health],
+            )
+        assert store.con.execute("SELECT health, polls FROM v_job_health").fetchall() == [("ok", 3)]
+    finally:
+        store.close_connection()
+        store.shutdown()

@@ -40,6 +40,7 @@ import math
 import operator
 import statistics
 from array import array
+from bisect import bisect_left
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -510,6 +511,8 @@ class StragglerEngine:
             self._span_comm.append(comm.number)
             self._span_rank.append(rank)
             self._span_rate.append(self._rate_keys.number((comm_id, op)))
+        else:  # a comm forgotten (idle beyond the reach) and back: its spans stay, numbered under its new number
+            self._span_comm.values[span] = comm.number
         low = self._lows.ids.get((comm_id, op, size))
         if low is None:
             low = self._lows.number((comm_id, op, size))
@@ -607,12 +610,30 @@ class StragglerEngine:
             behind = {} if final else {p: ts // self.slice_us for p, ts in self.proc_last.items()
                                        if ts // self.slice_us <= last}  # fmt: skip
             every = 1 if final else self.params.judge_every
-            for index in range(first, last + 1):
+            filled = sorted(i for i, rows in self.slices.items() if len(rows.key))
+            index = first
+            while index <= last:
                 if index % every == every - 1:
                     self._judge(index, {p for p, reached in behind.items() if reached <= index})
                 self.evaluated = index
+                index = self._next_to_judge(index + 1, filled)
+            if first <= last:
+                self.evaluated = last
             self._forget(last - self._reach())
         return self.active()
+
+    def _next_to_judge(self, index: int, filled: list[int]) -> int:
+        """``index``, or the next slice whose horizon holds records (``filled``: the slices that do, in order) where
+        judging the ones between changes nothing: no candidate, and the previous judgement found no steps (it leaves
+        the horizon unstretched and the step rate 0, so an empty horizon flags nothing and leaves the same). Offline,
+        one record dumped days away from the others (a clock, a corrupt file) was millions of empty horizons judged
+        one by one."""
+        if self.candidates or self._step_rate or self._horizon_now != self.horizon:
+            return index
+        at = bisect_left(filled, index - self.horizon + 1)
+        if at == len(filled):
+            return 2**63  # nothing left to judge
+        return max(index, filled[at])
 
     def _forget(self, oldest: int) -> None:
         """Drop the slices up to ``oldest``, the keys whose newest slice they were, the comms with nothing in the kept

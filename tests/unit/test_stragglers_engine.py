@@ -445,6 +445,59 @@ def test_an_ended_jobs_comms_and_keys_are_forgotten(tmp_path: Path) -> None:
     assert set(engine._lows.ids) == {key[:3] for key in held} and all(key[2] != 12345 for key in best)
 
 
+def test_a_record_dumped_days_away_costs_no_more_than_its_slices_and_changes_no_finding() -> None:
+    """Offline, every slice from the first to the last is judged: one record dumped a day after the others (a wrong
+    clock, a corrupt dump) made that 170,000 empty horizons judged one by one. Horizons that cannot flag anything are
+    passed over, and what is judged finds what it found without the record."""
+    spec = scenarios.straggler("ring", seed=2)
+    fault = spec.faults[0]
+    timed, _ = run_job(spec)
+    records = sorted((parse_op(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us)
+    stray = msgspec.structs.replace(records[-1], dump_ts_us=records[-1].dump_ts_us + 86_400_000_000)
+
+    class Counting(StragglerEngine):
+        judged = 0
+
+        def _judge(self, index: int, behind: set[tuple[str, int]]) -> None:
+            Counting.judged += 1
+            super()._judge(index, behind)
+
+    alone = [(f.hostname, f.pid) for f in StragglerEngine(PARAMS).extend(records).analyze().stragglers]
+    engine = Counting(PARAMS).extend([*records, stray])
+    found = [(f.hostname, f.pid) for f in engine.analyze().stragglers]
+    assert found == alone == [(spec.hostname(fault.node), spec.pid(fault.node, fault.gpu))]
+    slices = {r.dump_ts_us // engine.slice_us for r in [*records, stray]}
+    assert Counting.judged < 2 * len(slices) + 10
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_a_comm_idle_beyond_the_reach_and_back_is_judged_again(offline: bool) -> None:
+    """A comm silent longer than the engine keeps slices (one used now and then: evaluation, checkpoints) is forgotten;
+    when it is used again its keys are numbered under its new number, and every evaluation still judges (a key that
+    kept the forgotten comm's number failed every evaluation from then on, the cluster's findings frozen)."""
+    spec = scenarios.straggler("ring", seed=2)
+    fault = spec.faults[0]
+    timed, _ = run_job(spec)
+    records = sorted((parse_op(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us)
+    start = records[0].dump_ts_us
+    idle = {c.comm_id for phase in comms(spec) for c in phase if c.name.startswith("edp-")}
+    summaries = [(at, s) for at, s in summarize(records, slice_s=PARAMS.slice_s)
+                 if not (s.comm_id in idle and start + 8_000_000 <= s.window_start_us < start + 18_000_000)]  # fmt: skip
+    params = StragglerParams(window_s=PARAMS.window_s, catch_up_windows=1)  # a reach of 4 s
+    engine, next_eval = StragglerEngine(params, offline=offline), summaries[0][0] + 500_000
+    forgotten = back = 0
+    for at, summary in summaries:
+        while at >= next_eval:
+            engine.evaluate()
+            forgotten += not idle & set(engine.comms)
+            back += bool(forgotten and idle <= set(engine.comms))
+            next_eval += 500_000
+        engine.add_summary(summary)
+    found = [(f.hostname, f.pid) for f in engine.analyze().stragglers]
+    assert forgotten and back  # the idle comms went, and came back
+    assert found == [(spec.hostname(fault.node), spec.pid(fault.node, fault.gpu))]
+
+
 @pytest.mark.parametrize("capture", MODELS)
 def test_keys_numbered_again_judge_as_before(
     tmp_path: Path, capture: str, monkeypatch: pytest.MonkeyPatch

@@ -200,6 +200,7 @@ class Aggregator:
                 "queued": self.state.stragglers.queued,
                 "dropped": self.state.stragglers.dropped,
                 "engine_restarts": self.state.stragglers.engine_restarts,
+                "ahead": sum(c.ahead for c in self.state.stragglers.clusters.values()),
             },
         } | self._shard_meta()
 

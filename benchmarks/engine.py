@@ -56,9 +56,10 @@ def reset_peak() -> None:
         refs.write("5")
 
 
-def periods(nodes: int, template_file: Path, every_us: int) -> Iterator[list[list[Any]]]:
-    """Per evaluation period, each node's summary envelopes published in it (their records), in publication order:
-    made period by period, as only one period's are alive in the engine process."""
+def periods(nodes: int, template_file: Path, every_us: int) -> Iterator[tuple[int, list[list[Any]]]]:
+    """Per evaluation period, its end (µs since the epoch: the aggregator's clock when it evaluates) and each node's
+    summary envelopes published in it (their records), in publication order: made period by period, as only one
+    period's are alive in the engine process."""
     from ranksight.schemas.structs import replace
 
     base_us, templates, _ = pickle.loads(template_file.read_bytes())
@@ -80,7 +81,7 @@ def periods(nodes: int, template_file: Path, every_us: int) -> Iterator[list[lis
                 host, suffix = f"node{block * scale.BLOCK + i:04d}", f"{block:04x}"
                 out += [(at, [replace(rec, hostname=host, comm_id=rec.comm_id + suffix) for rec in records])
                         for at, records in by_period[(block == 0, i)].get(k, [])]  # fmt: skip
-        yield [records for _, records in sorted(out, key=lambda sent: sent[0])]
+        yield base_us + (k + 1) * every_us, [records for _, records in sorted(out, key=lambda sent: sent[0])]
 
 
 def measure(nodes: int, template_file: Path, onset_s: float, result: Any) -> None:
@@ -96,7 +97,7 @@ def measure(nodes: int, template_file: Path, onset_s: float, result: Any) -> Non
     named: set[tuple[str, int | None]] = set()
     summaries = evaluations = 0
     rss0 = peak = 0
-    for k, period in enumerate(periods(nodes, template_file, every_us)):
+    for k, (clock_us, period) in enumerate(periods(nodes, template_file, every_us)):
         queue = [queue_entry(scale.CLUSTER, True, records) for records in period]
         summaries += sum(map(len, period))
         del period
@@ -108,7 +109,7 @@ def measure(nodes: int, template_file: Path, onset_s: float, result: Any) -> Non
             pass
         decode_s += thread_cpu_s() - started
         started = thread_cpu_s()
-        judged = process_evaluate(queue, set(), time.time_ns()).get(scale.CLUSTER)
+        judged = process_evaluate(queue, set(), clock_us * 1000).get(scale.CLUSTER)
         findings = judged.findings if judged is not None else []
         engine_s += thread_cpu_s() - started
         named |= {(f.hostname, f.pid) for f in findings}

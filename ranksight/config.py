@@ -605,6 +605,13 @@ class StragglerSettings(Section):
         "judged up to this many windows back; the engine keeps their slices, so memory grows with it (at 1024 nodes "
         "x 8 GPUs in benchmarks/scale.py about 1.6 MB per 0.5 s slice: a row of NumPy arrays per key)",
     )
+    clock_ahead_s: float = Field(
+        5.0,
+        gt=0,
+        description="records dumped further past the aggregator's clock are not judged (a host whose clock runs "
+        "ahead: its processes would be the newest and the job's real slices judged stale); counted per cluster in "
+        "the status's stragglers.ahead. Keep it under twice window_s",
+    )
     retain_windows: int = Field(
         6,
         ge=2,

@@ -268,6 +268,7 @@ class StragglerSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknow
     confirm_windows: int
     evidence_z: float
     catch_up_windows: int
+    clock_ahead_s: float
     retain_windows: int
     evaluate_every_s: float
     max_records: int

@@ -44,13 +44,15 @@ class ClusterFindings:
     records: int = 0
     capture_model: str = "ring"
     evaluated_ns: int = 0
+    ahead: int = 0  # records not judged: dumped past the clock (StragglerParams.clock_ahead_s)
 
 
 def params_of(settings: config.StragglerSettings | StragglerSettings) -> StragglerParams:
     return StragglerParams(window_s=settings.window_s, slice_s=settings.slice_s,
                            judge_every=max(1, round(settings.judge_every_s / settings.slice_s)),
                            confirm_windows=settings.confirm_windows, evidence_z=settings.evidence_z,
-                           catch_up_windows=settings.catch_up_windows)  # fmt: skip
+                           catch_up_windows=settings.catch_up_windows,
+                           clock_ahead_s=settings.clock_ahead_s)  # fmt: skip
 
 
 class ClusterEngines:
@@ -69,10 +71,13 @@ class ClusterEngines:
         """Fold ``batch`` in, forget the ``gone`` clusters, and judge."""
         for cluster in gone:
             self.engines.pop(cluster, None)
+        for running in self.engines.values():
+            running.clock_us = now_ns // 1000
         for cluster, summary, records in batch:
             engine = self.engines.get(cluster)
             if engine is None:
                 engine = self.engines[cluster] = StragglerEngine(self.params, offline=False)
+                engine.clock_us = now_ns // 1000
             if summary:
                 engine.add_summaries(cast(Sequence[InspectorSummaryRecord], records))
             else:
@@ -87,7 +92,9 @@ class ClusterEngines:
                 )
                 out[cluster] = self.clusters.get(cluster, ClusterFindings(evaluated_ns=now_ns))
                 continue
-            out[cluster] = ClusterFindings(findings, engine.records, engine.capture_model, now_ns)
+            out[cluster] = ClusterFindings(
+                findings, engine.records, engine.capture_model, now_ns, engine.ahead
+            )
         self.clusters = out
         return out
 

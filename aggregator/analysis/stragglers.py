@@ -81,6 +81,9 @@ class StragglerParams:
     judge_every: int = 1  # online, the horizon is judged at every this many slices (offline at every slice)
     confirm_windows: int = 3  # most consecutive flagged evaluations a weak finding needs
     catch_up_windows: int = 4  # online, late records and gaps are judged again this many horizons back
+    clock_ahead_s: float = (
+        5.0  # online, records dumped further past the caller's clock (clock_us) go unjudged
+    )
     evidence_z: float = 12.0  # summed robust z that confirms a finding
     z_threshold: float = 4.0
     min_excess: float = 0.05  # compute share above the job's median (as a ratio) to flag a process
@@ -351,8 +354,8 @@ class _ProcShare:
 
 class StragglerEngine:
     """Feed records with :meth:`add`; :meth:`evaluate` judges every slice completed since the last call (online);
-    :meth:`analyze` does that to the end and lists every finding confirmed on the way (offline). Holds no clock and does
-    no I/O."""
+    :meth:`analyze` does that to the end and lists every finding confirmed on the way (offline). Holds no clock (online,
+    the caller sets ``clock_us``) and does no I/O."""
 
     def __init__(self, params: StragglerParams | None = None, offline: bool = True) -> None:
         """``offline``: also keep what only :meth:`analyze` reports (the distinct operations, the findings that
@@ -369,6 +372,11 @@ class StragglerEngine:
         # within the horizon), which is not time spent computing
         self.proc_first: dict[Proc, int] = {}
         self.evaluated: int | None = None  # last slice judged
+        # online, the caller's clock (µs): records dumped more than clock_ahead_s past it are not judged but counted in
+        # ``ahead``. One host's clock running ahead would otherwise make its processes the newest, the only ones
+        # complete_slice waits for: the job's real slices judged as stale and dropped, its stragglers never named.
+        self.clock_us: int | None = None
+        self.ahead = 0
         self.candidates: dict[tuple[str, int | None, Kind], _Candidate] = {}
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
         self._ops: set[tuple[str, str, int]] = set()  # (offline)
@@ -419,7 +427,17 @@ class StragglerEngine:
         self._comm_last = _Column(_I64, -1)
 
     # -- input ----------------------------------------------------------------------------------------------------
+    def _latest_us(self) -> int | None:
+        """The latest dump time judged (None: no clock, offline)."""
+        if self.clock_us is None:
+            return None
+        return self.clock_us + int(self.params.clock_ahead_s * 1e6)
+
     def add(self, rec: InspectorRecord) -> None:
+        latest = self._latest_us()
+        if latest is not None and rec.dump_ts_us > latest:
+            self.ahead += 1
+            return
         self._count(rec.capture_model, 1, int(rec.bw_mismatch))
         comm = self._member(rec.comm_id, rec.comm_name, rec.rank, (rec.hostname, rec.pid), rec.dump_ts_us)
         if rec.exec_time_us is None or rec.exec_time_us <= 0:
@@ -441,6 +459,12 @@ class StragglerEngine:
     def add_summaries(self, summaries: Sequence[InspectorSummaryRecord]) -> None:
         """Fold agents' window summaries (:mod:`agent.collectors.inspector.summary`): their per-slice aggregates are
         the ones :meth:`add` builds from the raw records, so the judgement is the same."""
+        latest = self._latest_us()
+        if latest is not None:
+            ahead = [s for s in summaries if max(s.last_dump_ts_us, s.window_start_us) > latest]
+            if ahead:
+                self.ahead += sum(s.count for s in ahead)
+                summaries = [s for s in summaries if max(s.last_dump_ts_us, s.window_start_us) <= latest]
         keys, procs = [], []
         for s in summaries:
             self._count(s.capture_model, s.count, s.bw_mismatches)
@@ -550,6 +574,9 @@ class StragglerEngine:
         reach = np.abs(start.astype(_F64) + rows["index"].astype(_F64) * step.astype(_F64)) < _MAX_SLICE
         slices = np.where(reach, start + offset, 0) // self.slice_us
         n = rows["n"]
+        latest = self._latest_us()
+        if latest is not None:  # a slice of a summary's lists beyond its window
+            reach &= slices <= latest // self.slice_us
         if self.evaluated is not None:
             reach &= slices > self.evaluated - self._reach()
             late = slices[reach & (slices <= self.evaluated)]

@@ -12,7 +12,7 @@ from ranksight.agent.collectors.inspector.parse import parse_op as parse
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
 from ranksight.simulate.inspector import run_job, summarize
-from tests.unit.test_stragglers_live import SPEC, envelope
+from tests.unit.test_stragglers_live import EPOCH_CLOCK_S, SPEC, envelope
 
 
 def job_envelopes(summarized: set[str]) -> list:  # type: ignore[type-arg]
@@ -47,7 +47,13 @@ def test_the_engine_process_finds_what_the_engine_thread_finds() -> None:
     results = {}
     for process in (True, False):
         state = LiveState()
-        settings = StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10, process=process)
+        settings = StragglerSettings(
+            clock_ahead_s=EPOCH_CLOCK_S,
+            window_s=2.0,
+            evaluate_every_s=1.0,
+            retain_windows=10,
+            process=process,
+        )
         state.stragglers.configure(settings, background=True)
         try:
             state.tick(1 * NS)  # the first evaluation: nothing yet, so no process started
@@ -75,7 +81,7 @@ def test_the_engine_process_finds_what_the_engine_thread_finds() -> None:
 
 def test_an_engine_process_that_dies_is_replaced_with_empty_engines() -> None:
     state = LiveState()
-    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10),
+    state.stragglers.configure(StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0, retain_windows=10),
                                background=True)  # fmt: skip
     envelopes = job_envelopes(summarized=set())
     try:
@@ -114,7 +120,7 @@ def test_an_engine_process_that_cannot_start_leaves_the_engine_on_a_thread(monke
 
     monkeypatch.setattr("ranksight.aggregator.state.stragglers.ProcessPoolExecutor", NoProcesses)
     state = LiveState()
-    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10),
+    state.stragglers.configure(StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0, retain_windows=10),
                                background=True)  # fmt: skip
     try:
         state.tick(1 * NS)
@@ -130,11 +136,11 @@ def test_an_engine_process_that_cannot_start_leaves_the_engine_on_a_thread(monke
 PARENT = """
 import sys, time
 sys.path.insert(0, {root!r})
-from tests.unit.test_straggler_process import job_envelopes, evaluated
+from tests.unit.test_straggler_process import EPOCH_CLOCK_S, job_envelopes, evaluated
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
 state = LiveState()
-state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0), background=True)
+state.stragglers.configure(StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0), background=True)
 state.tick(1 * NS)
 for env in job_envelopes(summarized=set()):
     state.observe(env, 5 * NS)

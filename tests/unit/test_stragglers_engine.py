@@ -12,6 +12,7 @@ import pytest
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.agent.collectors.inspector.parse import parse_op
+from ranksight.aggregator.analysis.engines import ClusterEngines, decoded, queue_entry
 from ranksight.aggregator.analysis.stragglers import (
     Analysis,
     Finding,
@@ -443,6 +444,59 @@ def test_an_ended_jobs_comms_and_keys_are_forgotten(tmp_path: Path) -> None:
     assert {engine._aggs.keys[number] for number in engine._aggs.ids.values()} == held
     # and so is the size, with its bus bytes and best bandwidth
     assert set(engine._lows.ids) == {key[:3] for key in held} and all(key[2] != 12345 for key in best)
+
+
+@pytest.mark.parametrize("feed", ["raw", "summaries"])
+def test_online_a_host_whose_clock_runs_ahead_is_not_judged_and_blinds_nothing(feed: str) -> None:
+    """Online (the caller's clock set), records dumped more than ``clock_ahead_s`` past it are counted, not judged: a
+    host a day ahead would be the newest process, the only one complete_slice waits for, and the job's real slices
+    would be dropped as stale with its straggler never named (as here without the clock)."""
+    spec = scenarios.straggler("ring", seed=2)
+    fault = spec.faults[0]
+    timed, _ = run_job(spec)
+    records = sorted((parse_op(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us)
+    items = ([(r.dump_ts_us, r) for r in records] if feed == "raw"
+             else summarize(records, slice_s=PARAMS.slice_s))  # fmt: skip
+    at, model = items[0]  # before the straggler's onset: a host ahead from the start
+    day = 86_400_000_000
+    if feed == "raw":
+        stray: object = msgspec.structs.replace(model, hostname="ahead", dump_ts_us=model.dump_ts_us + day)
+    else:
+        stray = msgspec.structs.replace(model, hostname="ahead", window_start_us=model.window_start_us + day,
+                                        last_dump_ts_us=model.last_dump_ts_us + day)  # fmt: skip
+    items.insert(1, (at, stray))
+    culprit = (spec.hostname(fault.node), spec.pid(fault.node, fault.gpu))
+
+    def alerted(clock: bool) -> bool:
+        engine, next_eval, found = StragglerEngine(PARAMS, offline=False), items[0][0] + 500_000, False
+        for at, item in items:
+            while at >= next_eval:
+                found |= culprit in [(f.hostname, f.pid) for f in engine.evaluate()]
+                next_eval += 500_000
+            engine.clock_us = at if clock else None  # the aggregator's clock as the item arrives
+            if feed == "raw":
+                engine.add(item)  # type: ignore[arg-type]
+            else:
+                engine.add_summary(item)  # type: ignore[arg-type]
+        assert engine.ahead == (stray.count if feed == "summaries" else 1) * clock  # type: ignore[attr-defined]
+        return found
+
+    assert alerted(clock=True) and not alerted(clock=False)
+
+
+def test_the_live_engines_judge_by_the_aggregators_clock_and_count_what_was_ahead_of_it() -> None:
+    """The aggregator's engines (:class:`ClusterEngines`) take its clock at each evaluation: a record dumped a day
+    past it is counted in the cluster's findings (the status's ``stragglers.ahead``), the rest is judged."""
+    spec = scenarios.straggler("ring", seed=2)
+    timed, _ = run_job(spec)
+    records = sorted((parse_op(x) for lines in timed.values() for _, x in lines), key=lambda r: r.dump_ts_us)
+    stray = msgspec.structs.replace(
+        records[0], hostname="ahead", dump_ts_us=records[0].dump_ts_us + 86_400_000_000
+    )
+    engines = ClusterEngines(PARAMS)
+    batch = [queue_entry("c", False, [stray, *records[:1000]])]
+    result = engines.evaluate(decoded(batch), set(), (records[999].dump_ts_us + 1_000_000) * 1000)["c"]
+    assert result.ahead == 1 and result.records == 1000
 
 
 def test_a_record_dumped_days_away_costs_no_more_than_its_slices_and_changes_no_finding() -> None:

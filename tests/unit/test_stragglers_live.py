@@ -17,6 +17,9 @@ from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import Fault, JobSpec, run_job, simulate, summarize
 from tests.conftest import FIXTURES
 
+# these tests tick a clock counted from the epoch while the simulated jobs were dumped in 2025: the bound on dump
+# times past the clock (clock_ahead_s) is set out of its way
+EPOCH_CLOCK_S = 2e9
 SPEC = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", node=1, gpu=2, factor=2.0)])
 
 
@@ -27,7 +30,9 @@ def envelope(kind: str, node: str, seq: int, records: list) -> Envelope:  # type
 
 def test_fires_once_corroborates_and_resolves_after_records_age_out() -> None:
     state = LiveState()
-    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
+    state.stragglers.configure(
+        StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0, retain_windows=10)
+    )
     engine, rules = AlertEngine(), default_rules()
     t0 = 1_000 * NS
     for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
@@ -55,7 +60,9 @@ def test_fires_once_corroborates_and_resolves_after_records_age_out() -> None:
 
 def test_background_evaluation_is_picked_up_by_a_later_tick() -> None:
     state = LiveState()
-    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0), background=True)
+    state.stragglers.configure(
+        StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0), background=True
+    )
     state.tick(1 * NS)  # the first evaluation (the replay at start) is inline, so no rule sees a gap
     assert state.stragglers.clusters == {} and state.stragglers._running is None
     for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
@@ -72,7 +79,9 @@ def test_background_evaluation_is_picked_up_by_a_later_tick() -> None:
 
 def test_a_failing_analysis_keeps_previous_findings_and_never_raises(monkeypatch) -> None:  # type: ignore[no-untyped-def]
     state = LiveState()
-    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
+    state.stragglers.configure(
+        StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0, retain_windows=10)
+    )
     for seq, ((host, _pid), lines) in enumerate(simulate(SPEC).items(), start=1):
         state.observe(envelope("inspector", host, seq, [parse_op(x) for x in lines]), 5 * NS)
     state.tick(5 * NS)
@@ -91,7 +100,9 @@ def test_straggler_cites_an_underperforming_gpu_from_active_probes() -> None:
     from tests.unit.test_gpu_probe_rule import probe_env, result
 
     state = LiveState()
-    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
+    state.stragglers.configure(
+        StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0, retain_windows=10)
+    )
     t0 = 1_000 * NS
     for n in range(
         SPEC.nodes
@@ -113,7 +124,7 @@ def test_processes_that_catch_up_late_are_judged_with_the_slices_they_belong_to(
     """An agent reading a backlog delivers one node's records after the others' were judged: those slices are
     judged again, so its straggler is still found."""
     state = LiveState()
-    state.stragglers.configure(StragglerSettings(evaluate_every_s=1.0))
+    state.stragglers.configure(StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, evaluate_every_s=1.0))
     lines = simulate(SPEC)
     late = [(host, pid) for host, pid in lines if host == "node001"]
     for seq, ((host, _pid), timed) in enumerate(lines.items(), start=1):
@@ -136,7 +147,9 @@ def test_summaries_feed_the_engine_and_a_summarizing_node_s_raw_samples_do_not()
     for (host, _), lines in timed.items():
         raw.setdefault(host, []).extend(parse_op(x) for _, x in lines)
     state = LiveState()
-    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
+    state.stragglers.configure(
+        StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0, retain_windows=10)
+    )
     t0, seq = 1_000 * NS, 0
     for host, recs in raw.items():
         seq += 1
@@ -157,7 +170,9 @@ def test_summaries_feed_the_engine_and_a_summarizing_node_s_raw_samples_do_not()
 
 def test_a_straggler_carries_its_communicators_job_and_resolves_when_that_job_ends() -> None:
     state = LiveState()
-    state.stragglers.configure(StragglerSettings(window_s=2.0, evaluate_every_s=1.0, retain_windows=10))
+    state.stragglers.configure(
+        StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0, retain_windows=10)
+    )
     engine, rules = AlertEngine(), default_rules()
     t0 = 1_000 * NS
     processes = simulate(SPEC)

@@ -68,16 +68,17 @@ class ClusterEngines:
         return sum(engine.records for engine in self.engines.values())
 
     def evaluate(self, batch: Records, gone: set[str], now_ns: int) -> dict[str, ClusterFindings]:
-        """Fold ``batch`` in, forget the ``gone`` clusters, and judge."""
+        """Fold ``batch`` in, forget the ``gone`` clusters, and judge, by the aggregator's clock ``now_ns``."""
         for cluster in gone:
             self.engines.pop(cluster, None)
+        clock_us = now_ns // 1000
         for running in self.engines.values():
-            running.clock_us = now_ns // 1000
+            running.clock_us = clock_us
         for cluster, summary, records in batch:
             engine = self.engines.get(cluster)
             if engine is None:
                 engine = self.engines[cluster] = StragglerEngine(self.params, offline=False)
-                engine.clock_us = now_ns // 1000
+                engine.clock_us = clock_us
             if summary:
                 engine.add_summaries(cast(Sequence[InspectorSummaryRecord], records))
             else:

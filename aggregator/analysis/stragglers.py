@@ -81,9 +81,7 @@ class StragglerParams:
     judge_every: int = 1  # online, the horizon is judged at every this many slices (offline at every slice)
     confirm_windows: int = 3  # most consecutive flagged evaluations a weak finding needs
     catch_up_windows: int = 4  # online, late records and gaps are judged again this many horizons back
-    clock_ahead_s: float = (
-        5.0  # online, records dumped further past the caller's clock (clock_us) go unjudged
-    )
+    clock_ahead_s: float = 5.0  # online, records dumped further past clock_us are not judged
     evidence_z: float = 12.0  # summed robust z that confirms a finding
     z_threshold: float = 4.0
     min_excess: float = 0.05  # compute share above the job's median (as a ratio) to flag a process

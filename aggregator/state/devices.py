@@ -15,7 +15,9 @@ from array import array
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar
+
+import numpy as np
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.timefmt import NS
@@ -24,6 +26,8 @@ from ranksight.schemas.records import GpuRecord, NicRecord
 from ranksight.schemas.structs import replace
 from ranksight.schemas.twins import Envelope
 
+# sets of changed counter names remembered per set of a port's names (CounterNames.changes)
+MAX_CHANGE_SETS = 64
 DeviceStateName = Literal["alive", "stale", "vanished"]
 R = TypeVar("R", GpuRecord, NicRecord)
 T = TypeVar("T")
@@ -213,13 +217,26 @@ class NicTracker(_DeviceTracker[NicRecord]):
 
 class CounterNames:
     """The counter names of a port, in order, and each one's position: shared by every live port with the same names
-    (the ports of one NIC model and driver all have them)."""
+    (the ports of one NIC model and driver all have them). ``changes`` remembers, per set of changed names a record
+    brought (in its order), their positions: a port's traffic moves the same counters from one sample to the next, so
+    a record of changes is applied in one NumPy assignment without looking its names up (bounded: a peer sending other
+    names each time only misses)."""
 
-    __slots__ = ("__weakref__", "names", "positions")
+    __slots__ = ("__weakref__", "changes", "names", "positions")
 
     def __init__(self, names: tuple[str, ...]) -> None:
         self.names = names
         self.positions = {name: i for i, name in enumerate(names)}
+        self.changes: dict[tuple[str, ...], np.ndarray[Any, np.dtype[np.intp]]] = {}
+
+    def positions_of(self, changed: tuple[str, ...]) -> np.ndarray[Any, np.dtype[np.intp]]:
+        """The positions of ``changed``, names these names all have."""
+        found = self.changes.get(changed)
+        if found is None:
+            found = np.fromiter(map(self.positions.__getitem__, changed), np.intp, len(changed))
+            if len(self.changes) < MAX_CHANGE_SETS:
+                self.changes[changed] = found
+        return found
 
 
 class PortCounters(Mapping[str, int]):
@@ -271,16 +288,14 @@ class _CounterNamesTable:
         if not isinstance(counters, PortCounters):
             counters = PortCounters(self._get(tuple(counters)), array("q", counters.values()))
         if isinstance(changed, PortCounters):  # the merge of several records of a port in one batch
-            keys, values = changed.names.positions.keys(), changed.numbers
-        else:
-            keys, values = changed.keys(), changed.values()  # type: ignore[assignment]
-        positions = counters.names.positions
-        if not positions.keys() >= keys:  # names the port did not have (rare)
-            new = [name for name in keys if name not in positions]
-            names = self._get(counters.names.names + tuple(new))
+            keys, values = changed.names.names, np.frombuffer(changed.numbers, np.int64)
+        else:  # a record's values: BIGINTs (STORED_BOUNDS), as its twin checked
+            keys, values = tuple(changed), np.fromiter(changed.values(), np.int64, len(changed))
+        names = counters.names
+        # names the port did not have (rare)
+        if keys not in names.changes and not names.positions.keys() >= set(keys):
+            new = [name for name in keys if name not in names.positions]
+            names = self._get(names.names + tuple(new))
             counters = PortCounters(names, counters.numbers + array("q", (changed[name] for name in new)))
-            positions = names.positions
-        numbers = counters.numbers
-        for name, value in zip(keys, values, strict=True):
-            numbers[positions[name]] = value
+        np.frombuffer(counters.numbers, np.int64)[names.positions_of(keys)] = values
         return counters

@@ -261,3 +261,29 @@ def test_live_ports_keep_their_counters_compact_over_shared_names() -> None:
     tracker.forget({("c", "n2")})
     del two
     assert shared not in tracker._names._by_names  # what live ports use, no more
+
+
+def test_records_of_changes_apply_by_remembered_positions_within_a_bound() -> None:
+    """A port's records of changes land on the right counters whether their set of names was seen before (its
+    positions remembered) or not, in any order; a peer sending a new set of names in every record is applied as
+    exactly and makes the remembered sets stop growing at their bound."""
+    from ranksight.aggregator.state.devices import MAX_CHANGE_SETS
+
+    tracker = NicTracker()
+    full = NicRecord(name="eth9", kind="netdev", counters={f"c{i}": i for i in range(100)})
+    expected = dict(full.counters)
+    rng = random.Random(7)
+    sets = [rng.sample(range(100), 10) for _ in range(4)]
+    for seq in range(1, 3 * MAX_CHANGE_SETS):
+        if seq == 1:
+            record = full
+        else:
+            picked = sets[seq % 4] if seq % 2 else rng.sample(range(100), 10)  # seen sets, and ever new ones
+            changes = {f"c{i}": seq * 1000 + i for i in picked}
+            expected.update(changes)
+            record = replace(full, **{"counters": changes, "counters_full": False})
+        tracker.observe(Envelope(type=event_type("nic"), cluster="c", node="n", agent="a", seq=seq, ts=seq, ttl=6.0,
+                                 records=[record]), recv_ns=seq)  # fmt: skip
+        live = tracker.devices[("c", "n", "eth9")].record.counters
+        assert dict(live) == expected
+    assert isinstance(live, PortCounters) and len(live.names.changes) == MAX_CHANGE_SETS

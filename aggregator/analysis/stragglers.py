@@ -45,7 +45,7 @@ from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from itertools import chain
+from itertools import chain, compress
 from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 import numpy as np
@@ -160,6 +160,7 @@ class Analysis:
 
 @dataclass
 class _Comm:
+    comm_id: str
     label: str  # comm_name when the plugin gives one, else the hash id
     number: int  # in the engine's numbering of comms
     members: dict[int, Proc] = field(default_factory=dict)
@@ -286,11 +287,11 @@ class _Ledger:
         """Append ``folds`` (a column per :attr:`PER_FOLD` name) and ``rows`` (likewise, :attr:`PER_ROW`); False, and
         nothing appended, when a value does not fit in 64 bits."""
         sizes = [(column, len(column)) for column in (*self.folds.values(), *self.rows.values())]
-        try:
+        try:  # from lists: a third faster than extending from an iterator
             for name, per_fold in zip(self.PER_FOLD, folds, strict=True):
-                self.folds[name].extend(per_fold)
+                self.folds[name].fromlist(list(per_fold))
             for name, per_row in zip(self.PER_ROW, rows, strict=True):
-                self.rows[name].extend(per_row)
+                self.rows[name].fromlist(list(per_row))
         except OverflowError:
             for column, size in sizes:
                 del column[size:]
@@ -386,6 +387,7 @@ class StragglerEngine:
         # bumped when a rank of a comm gets another process or a comm is forgotten (its ranks' processes change)
         self._members_version = 0
         self._jobs_of: tuple[tuple[int, tuple[Proc, ...]], list[list[Proc]]] | None = None
+        self._memberships_of: tuple[int, dict[Proc, list[tuple[_Comm, int]]]] = (-1, {})
         self._ledger = _Ledger()
         self._procs: _Index[Proc] = _Index()  # numbered again when processes are forgotten
         self._numberings = 0
@@ -507,7 +509,7 @@ class StragglerEngine:
     def _member(self, comm_id: str, name: str | None, rank: int, proc: Proc, dump_ts_us: int) -> _Comm:
         comm = self.comms.get(comm_id)
         if comm is None:
-            comm = self.comms[comm_id] = _Comm(name or comm_id, len(self._comm_of))
+            comm = self.comms[comm_id] = _Comm(comm_id, name or comm_id, len(self._comm_of))
             self._comm_of.append(comm)
             self._comm_last.append(-1)
         if comm.members.get(rank) != proc:
@@ -751,6 +753,17 @@ class StragglerEngine:
         return (_Rows.joined([rows for _, rows in parts]),
                 np.concatenate([np.full(len(rows.key), pos, _I64) for pos, rows in parts]))  # fmt: skip
 
+    def _memberships(self) -> dict[Proc, list[tuple[_Comm, int]]]:
+        """Each process's (comm, rank) memberships, in the comms' order (made again once the comms' members changed:
+        a walk over every comm's members, where a finding's process was looked for in each)."""
+        if self._memberships_of[0] != self._members_version:
+            of: dict[Proc, list[tuple[_Comm, int]]] = defaultdict(list)
+            for comm in self.comms.values():
+                for rank, member in comm.members.items():
+                    of[member].append((comm, rank))
+            self._memberships_of = (self._members_version, of)
+        return self._memberships_of[1]
+
     def _comm_sizes(self) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:
         """Per comm number, its hosts and its members (0 for a comm forgotten)."""
         stamp = (self._members_version, len(self._comm_of))
@@ -900,8 +913,9 @@ class StragglerEngine:
             present = np.bincount(proc, minlength=len(procs)) > 0
         share = (1 - busy / lived_us).tolist()
         ops_of, lived_of, step_of = ops.astype(_I64).tolist(), (width - start).tolist(), step_rate.tolist()
-        shares = {procs[i]: _ProcShare(share[i], ops_of[i], lived_of[i], step_of[i])
-                  for i in np.flatnonzero(present).tolist()}  # fmt: skip
+        mask = present.tolist()
+        made = map(_ProcShare, *(compress(values, mask) for values in (share, ops_of, lived_of, step_of)))
+        shares = dict(zip(compress(procs, mask), made, strict=True))
         per_slice: list[np.ndarray[Any, Any]] = []
 
         def slices_of(proc: Proc) -> list[float]:
@@ -1047,10 +1061,8 @@ class StragglerEngine:
 
     def _proc_finding(self, proc: Proc, factor: float, z: float, cost: float, duty: float, burst: float,
                       peers: int, med: float) -> Finding:  # fmt: skip
-        memberships = [
-            (comm, rank) for comm in self.comms.values() for rank, m in comm.members.items() if m == proc
-        ]
-        comm_ids = [cid for cid, comm in self.comms.items() if proc in comm.members.values()]
+        memberships = self._memberships().get(proc, [])
+        comm_ids = list(dict.fromkeys(comm.comm_id for comm, _ in memberships))
         # named after its node's comm (where it is the one late rank among its neighbours), the largest if several
         comm, rank = min(memberships, key=lambda cr: (-sum(h == proc[0] for h, _ in cr[0].members.values()),
                                                       -len(cr[0].members), cr[0].label))  # fmt: skip

@@ -3,8 +3,9 @@
 :class:`ClusterEngines` holds one incremental :class:`~aggregator.analysis.stragglers.StragglerEngine` per cluster and
 evaluates them on a batch of queued records. The aggregator's :class:`~aggregator.state.stragglers.StragglerTracker`
 queues records with :func:`queue_entry` and runs the evaluation on a thread or, by default, in a child process
-(:func:`process_start`, :func:`process_evaluate`). The child imports this module, not the aggregator's live state, and
-reads its settings as their twin: it never loads pydantic, DuckDB or the other trackers.
+(:class:`EngineProcess`: :func:`process_start`, then :func:`process_evaluate` at each evaluation). The child imports
+this module, not the aggregator's live state, and reads its settings as their twin: it never loads pydantic, DuckDB,
+nats-py or the other trackers.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ import ctypes
 import logging
 import operator
 import os
+import pickle
 import signal
+import subprocess
+import sys
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import BrokenExecutor, Executor, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
 
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-PARENT_WATCH_S = 0.5  # how often the engine process checks that the aggregator is still there
+T = TypeVar("T")
 
 # per observed envelope: (cluster, are they summaries, its records), as decoded
 Records = Iterable[tuple[str, bool, Sequence[InspectorRecord] | Sequence[InspectorSummaryRecord]]]
@@ -155,22 +159,100 @@ _release_freed = _trimmer()
 # -- the engine process ------------------------------------------------------------------------------------------------
 _process_engines: ClusterEngines | None = None  # in the engine process: its engines
 
+# The engine process's program: a plain interpreter that imports this module and serves calls on two pipes.
+_PROGRAM = "import sys\nfrom ranksight.aggregator.analysis.engines import serve\nserve(int(sys.argv[1]), int(sys.argv[2]))"
 
-def process_start(settings_json: str) -> None:
-    """The engine process's initializer: ``settings_json`` is the ``aggregator.stragglers`` section."""
-    global _process_engines
-    _process_engines = ClusterEngines(params_of(msgspec.json.decode(settings_json, type=StragglerSettings)))
+
+class EngineProcess(Executor):
+    """The engines in a child interpreter of their own (its own interpreter lock), which runs the calls submitted, one
+    at a time, and answers each: a call and its answer are pickled on two pipes, and a thread of the aggregator waits
+    for the answer, so :meth:`submit` returns a future as an executor's does. Not multiprocessing's executor: its
+    spawned child imports the aggregator's main module (the CLI, with nats-py, asyncio and ssl: about 15 MiB) and it
+    starts a resource tracker process beside it (13 MiB), neither of which the engines use. The child serves until its
+    pipe closes: at :meth:`shutdown`, or when the aggregator dies however it dies (SIGKILL, the OOM killer)."""
+
+    def __init__(self, settings_json: str) -> None:
+        child_reads, parent_writes = os.pipe()
+        parent_reads, child_writes = os.pipe()
+        try:
+            self.process = subprocess.Popen([sys.executable, "-c", _PROGRAM, str(child_reads), str(child_writes)],
+                                            pass_fds=(child_reads, child_writes), stdin=subprocess.DEVNULL)  # fmt: skip
+        except BaseException:
+            os.close(parent_writes)
+            os.close(parent_reads)
+            raise
+        finally:
+            os.close(child_reads)
+            os.close(child_writes)
+        self._calls = os.fdopen(parent_writes, "wb")
+        self._answers = os.fdopen(parent_reads, "rb")
+        self._waiter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-process")
+        self.broken = False
+        self.submit(process_start, settings_json)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> Future[T]:
+        """``fn(*args, **kwargs)`` in the child (``fn`` pickled by name); :class:`BrokenExecutor` once it ended."""
+        if self.broken or self.process.poll() is not None:
+            self.broken = True
+            raise BrokenExecutor(f"the engine process ended (status {self.process.returncode})")
+        return self._waiter.submit(self._call, fn, args, kwargs)
+
+    def _call(self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
+        try:
+            pickle.dump((fn, args, kwargs), self._calls, pickle.HIGHEST_PROTOCOL)
+            self._calls.flush()
+            ok, answer = pickle.load(self._answers)
+        except (OSError, EOFError, pickle.UnpicklingError) as exc:  # it died (killed, out of memory)
+            self.broken = True
+            raise BrokenExecutor(f"the engine process ended ({type(exc).__name__})") from exc
+        if not ok:
+            raise answer
+        return cast(T, answer)
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.broken = True
+        self._waiter.shutdown(wait=False, cancel_futures=cancel_futures)
+        self.process.kill()  # a call in flight ends with BrokenExecutor
+        if wait:
+            self.process.wait()
+        else:  # reaped without waiting: a thread that outlives nothing
+            threading.Thread(target=self.process.wait, name="engine-process-reaper", daemon=True).start()
+
+
+def serve(calls_fd: int, answers_fd: int) -> None:
+    """The engine process: run each call read from ``calls_fd``, answer on ``answers_fd``, until the aggregator
+    closes its end (or dies)."""
     # Ctrl-C reaches the whole process group: the aggregator decides when this process ends
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_exit_with_parent, args=(os.getppid(),), name="parent-watch", daemon=True).start()
+    with os.fdopen(calls_fd, "rb") as calls, os.fdopen(answers_fd, "wb") as answers:
+        while True:
+            try:
+                fn, args, kwargs = pickle.load(calls)
+            except EOFError:
+                return
+            try:
+                answer: tuple[bool, Any] = (True, fn(*args, **kwargs))
+            except Exception as exc:
+                answer = (False, exc)
+            try:
+                data = pickle.dumps(answer, pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:  # an answer that cannot be pickled: said as an error
+                data = pickle.dumps((False, RuntimeError(f"unpicklable answer: {exc!r}")))
+            try:
+                answers.write(data)
+                answers.flush()
+            except BrokenPipeError:
+                return
 
 
-def _exit_with_parent(parent: int) -> None:
-    """An aggregator killed outright (SIGKILL, the OOM killer) cannot stop its engine process, which would wait for
-    work forever holding the engines' memory: it stops itself once its parent is gone."""
-    while os.getppid() == parent:
-        time.sleep(PARENT_WATCH_S)
-    os._exit(0)
+def process_start(settings_json: str) -> None:
+    """The engine process's first call: ``settings_json`` is the ``aggregator.stragglers`` section."""
+    global _process_engines
+    _process_engines = ClusterEngines(params_of(msgspec.json.decode(settings_json, type=StragglerSettings)))
 
 
 def process_evaluate(batch: list[bytes], gone: set[str], now_ns: int) -> dict[str, ClusterFindings]:

@@ -5,12 +5,13 @@ reports its findings.
 Every record is folded in once (never re-analyzed); each evaluation judges the slices completed since the last one, a
 sliding ``window_s`` horizon with a ``judge_every_s`` hop. In the aggregator this runs in the background
 (``background=True``) and its result is picked up by a later tick, so the event loop never waits for it: ``observe`` only
-queues records. The engines (:mod:`aggregator.analysis.engines`, all that the child imports: no pydantic, no DuckDB)
-live in a child process (``process``, started with the first records): the aggregator's
+queues records. The engines (:mod:`aggregator.analysis.engines`, all that the child imports: no pydantic, no DuckDB,
+no nats-py) live in a child process (:class:`~aggregator.analysis.engines.EngineProcess`, started with the first
+records): the aggregator's
 Python threads share one interpreter lock, and at a thousand nodes ingest alone fills one core (``benchmarks/scale.py``).
 Records are queued as msgpack arrays of their values, each envelope's as it is observed (they are plain numbers and
 strings: a summary record takes a sixth of the memory it takes decoded, and at 1024 nodes the engine gets 2 s of them
-at each evaluation), and go to the engine as they are; findings come back pickled. A child that dies is started again
+at each evaluation), and go to the engine as they are, over a pipe; findings come back pickled. A child that dies is started again
 with empty engines (``engine_restarts``). ``process = false``: a thread of the aggregator, which decodes the queue
 itself.
 A cluster whose records stop arriving (by receipt time) for ``retain_windows`` x ``window_s`` is forgotten and its
@@ -29,17 +30,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import multiprocessing
 from collections.abc import Callable
-from concurrent.futures import BrokenExecutor, Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Executor, Future, ThreadPoolExecutor
 
 from ranksight.aggregator.analysis.engines import (
     ClusterEngines,
     ClusterFindings,
+    EngineProcess,
     decoded,
     params_of,
     process_evaluate,
-    process_start,
     queue_entry,
 )
 from ranksight.aggregator.analysis.hangs import Hang, HangFinder
@@ -105,10 +105,7 @@ class StragglerTracker:
     def _worker(self) -> Executor:
         if self._executor is None:
             if self.in_process:
-                # spawned, not forked: the aggregator has threads (DuckDB's, the NATS client's) a fork would copy
-                self._executor = ProcessPoolExecutor(
-                    max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                    initializer=process_start, initargs=(self.settings.model_dump_json(),))  # fmt: skip
+                self._executor = EngineProcess(self.settings.model_dump_json())
             else:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stragglers")
         return self._executor

@@ -9,6 +9,7 @@ import signal
 import time
 
 from ranksight.agent.collectors.inspector.parse import parse_op as parse
+from ranksight.aggregator.analysis.engines import EngineProcess
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.config import StragglerSettings
 from ranksight.simulate.inspector import run_job, summarize
@@ -91,12 +92,9 @@ def test_an_engine_process_that_dies_is_replaced_with_empty_engines() -> None:
         evaluated(state, 5 * NS)
         assert findings(state)
         executor = state.stragglers._executor
-        assert executor is not None
-        [pid] = list(executor._processes)  # type: ignore[attr-defined]
-        os.kill(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 30
-        while not executor._broken and time.monotonic() < deadline:  # type: ignore[attr-defined]
-            time.sleep(0.05)
+        assert isinstance(executor, EngineProcess)
+        os.kill(executor.pid, signal.SIGKILL)
+        executor.process.wait(30)
         for env in envelopes:  # the job's records again: a new process folds them into new engines
             state.observe(env, 10 * NS)
         evaluated(state, 10 * NS)
@@ -118,7 +116,7 @@ def test_an_engine_process_that_cannot_start_leaves_the_engine_on_a_thread(monke
         def shutdown(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
             pass
 
-    monkeypatch.setattr("ranksight.aggregator.state.stragglers.ProcessPoolExecutor", NoProcesses)
+    monkeypatch.setattr("ranksight.aggregator.state.stragglers.EngineProcess", NoProcesses)
     state = LiveState()
     state.stragglers.configure(StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0, retain_windows=10),
                                background=True)  # fmt: skip
@@ -145,7 +143,7 @@ state.tick(1 * NS)
 for env in job_envelopes(summarized=set()):
     state.observe(env, 5 * NS)
 evaluated(state, 5 * NS)
-print(*state.stragglers._executor._processes, flush=True)
+print(state.stragglers._executor.pid, flush=True)
 time.sleep(600)
 """
 

@@ -471,7 +471,7 @@ class QuerySettings(Section):
         2.0, ge=0, description="a SQL query waits this long for a free slot, then is answered busy"
     )
     sql_memory_limit_bytes: int = Field(
-        256 << 20,
+        128 << 20,
         ge=16 << 20,
         description="DuckDB memory for SQL queries (larger sorts and joins spill to sql_temp_max_bytes); more fails "
         "with out of memory. DuckDB keeps the history it wrote cached in what queries leave free, so the aggregator's "

@@ -337,7 +337,6 @@ class _Candidate:
     confirmed: bool = False
     flagged_evals: int = 0
     seen_evals: int = 0
-    slowdowns: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -820,7 +819,6 @@ class StragglerEngine:
                 cand = self.candidates[f.key] = _Candidate(f)
             cand.evals += 1
             cand.evidence += f.z
-            cand.slowdowns.append(f.slowdown)
             f.first_ts_us = cand.finding.first_ts_us
             cand.finding = f
             needed = min(self.params.confirm_windows, math.ceil(self.params.evidence_z / max(f.z, 1e-9)))

@@ -201,6 +201,7 @@ class Aggregator:
                 "dropped": self.state.stragglers.dropped,
                 "engine_restarts": self.state.stragglers.engine_restarts,
                 "ahead": sum(c.ahead for c in self.state.stragglers.clusters.values()),
+                "foreign": self.state.stragglers.foreign,
             },
         } | self._shard_meta()
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import BrokenExecutor, Executor, Future, ThreadPoolExecutor
+from typing import Any
 
 from ranksight.aggregator.analysis.engines import (
     ClusterEngines,
@@ -65,6 +66,9 @@ class StragglerTracker:
         self.pending: list[bytes] = []
         self.queued = 0  # records in pending
         self.summarizing: dict[NodeKey, int] = {}  # nodes that send summaries: receipt time of the latest
+        # (cluster, host) -> (the node whose agent reports that host's processes, receipt time of its latest records)
+        self.host_nodes: dict[tuple[str, str], tuple[str, int]] = {}
+        self.foreign = 0  # records naming a host another node's agent reports: not analyzed
         self.dropped = 0  # records dropped because the queue was full (the worker fell behind)
         # set when a tick hands the queue to the engine (a waiting ingest goes on)
         self.taken = asyncio.Event()
@@ -129,13 +133,14 @@ class StragglerTracker:
             self.summarizing[(env.cluster, env.node)] = recv_ns
         elif (env.cluster, env.node) in self.summarizing:
             return  # a sample of what the node's summaries carry
+        records = self._own(env, recv_ns)
         room = self.settings.max_records - self.queued
-        if room < len(env.records):
+        if room < len(records):
             if not self.dropped:
                 log.warning("straggler engine queue full (aggregator.stragglers.max_records = %d): records dropped, "
                             "counted in the status's stragglers.dropped", self.settings.max_records)  # fmt: skip
-            self.dropped += len(env.records) - max(room, 0)
-        taken = env.records[: max(room, 0)]
+            self.dropped += len(records) - max(room, 0)
+        taken = records[: max(room, 0)]
         if taken:
             self.pending.append(queue_entry(env.cluster, summary, taken))
             self.queued += len(taken)
@@ -143,11 +148,40 @@ class StragglerTracker:
         finder = self.hang_finders.get(env.cluster)
         if finder is None:
             finder = self.hang_finders[env.cluster] = HangFinder(self.settings.hang_quiet_s)
-        for rec in env.records:
+        for rec in records:
             if summary:
                 finder.add_summary(rec, recv_ns, env.node)
             else:
                 finder.add(rec, recv_ns, env.node)
+
+    def _own(self, env: Envelope, recv_ns: int) -> Sequence[Any]:
+        """The envelope's records of hosts its node reports. A record names its process's host (the one the
+        communicator knows), and one node's agent reads that host's dump files: the first node whose records name a
+        host holds it while they keep coming (within ``retain_windows`` x ``window_s``; then the next node to name it
+        takes it, as when a job's pod starts again elsewhere), and another node's records naming it are counted
+        (``foreign``), not analyzed. A peer publishing in another host's name would otherwise make that host's
+        processes slow or incomplete (``late``) to the engine, its collectives stalled or advancing to the hang finder,
+        and its raw evidence asked from the peer."""
+        release_ns = recv_ns - int(self.settings.retain_windows * self.settings.window_s * NS)
+        hosts = {rec.hostname for rec in env.records}
+        foreign = set()
+        for host in hosts:
+            key = (env.cluster, host)
+            node, seen_ns = self.host_nodes.get(key, (env.node, recv_ns))
+            if node == env.node:
+                self.host_nodes[key] = (node, max(seen_ns, recv_ns))
+            elif seen_ns < release_ns:  # its node fell silent about it: taken over
+                self.host_nodes[key] = (env.node, recv_ns)
+            else:
+                foreign.add(host)
+        if not foreign:
+            return env.records
+        kept = [rec for rec in env.records if rec.hostname not in foreign]
+        if not self.foreign:
+            log.warning("Inspector records of node %s name hosts another node's agent reports (%s): not analyzed, "
+                        "counted in the status's stragglers.foreign", env.node, ", ".join(sorted(foreign)[:4]))  # fmt: skip
+        self.foreign += len(env.records) - len(kept)
+        return kept
 
     def tick(self, now_ns: int) -> None:
         if self._running is not None and self._running.done():
@@ -163,6 +197,7 @@ class StragglerTracker:
         horizon = now_ns - int(self.settings.retain_windows * self.settings.window_s * NS)
         gone = {cluster for cluster, ns in self.last_recv_ns.items() if ns < horizon}
         self.summarizing = {key: ns for key, ns in self.summarizing.items() if ns >= horizon}
+        self.host_nodes = {key: held for key, held in self.host_nodes.items() if held[1] >= horizon}
         for cluster in gone:
             del self.last_recv_ns[cluster]
         batch, self.pending, self.queued = self.pending, [], 0
@@ -219,6 +254,9 @@ class StragglerTracker:
     def forget(self, nodes: set[NodeKey]) -> None:
         """Drop the nodes' processes in the hang finders (Inspector records age out by time, findings with them)."""
         self.summarizing = {key: ns for key, ns in self.summarizing.items() if key not in nodes}
+        self.host_nodes = {
+            key: held for key, held in self.host_nodes.items() if (key[0], held[0]) not in nodes
+        }
         for cluster, finder in list(self.hang_finders.items()):
             finder.forget_nodes({node for c, node in nodes if c == cluster})
             if not finder.comm_ops:

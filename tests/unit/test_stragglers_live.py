@@ -200,3 +200,45 @@ def test_a_straggler_carries_its_communicators_job_and_resolves_when_that_job_en
     [resolved] = [a for a in engine.evaluate(rules, state, t0 + 2 * NS) if a.rule == "straggler"]
     assert resolved.state == "resolved" and resolved.fingerprint == alert.fingerprint
     assert resolved.evidence["resolved_because"] == "job ended"
+
+
+def test_records_naming_a_host_another_node_reports_are_not_analyzed() -> None:
+    """A peer that publishes Inspector summaries in another host's name, marking that host's processes as having
+    records arrive late (which leaves them unjudged), must not hide its straggler, nor pass as the node to ask its raw
+    records from: the first node whose records name a host holds it while they keep coming; the peer's are counted."""
+    state = LiveState()
+    state.stragglers.configure(
+        StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0, retain_windows=10)
+    )
+    t0 = 1_000 * NS
+    lines = simulate(SPEC)
+    for seq, ((host, _pid), text) in enumerate(lines.items(), start=1):
+        state.observe(envelope("inspector", host, seq, [parse_op(x) for x in text]), t0)
+    slow = sorted((parse_op(x) for (host, _), text in lines.items() if host == "node001" for x in text),
+                  key=lambda r: r.dump_ts_us)  # fmt: skip
+    forged = [replace(s, **{"late": 50}) for _, s in summarize(slow)]
+    state.observe(envelope("inspector_summary", "evil", 1, forged), t0)
+    state.tick(t0)
+    [finding] = state.stragglers.clusters["c"].findings
+    assert (finding.hostname, finding.pid) == ("node001", SPEC.pid(1, 2))
+    assert state.stragglers.foreign == len(forged)
+    seen = state.stragglers.hang_finders["c"].proc_seen
+    assert {node for (host, _), (_, node) in seen.items() if host == "node001"} == {"node001"}
+
+
+def test_a_host_silent_on_its_node_is_taken_over_by_the_next_node_naming_it() -> None:
+    """A job's process that starts again on another node (a pod moved) keeps its host name: once the first node's
+    records of it have stopped for retain_windows x window_s, the next node's are its own."""
+    state = LiveState()
+    state.stragglers.configure(
+        StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, retain_windows=10)
+    )
+    lines = next(text for (host, _), text in simulate(SPEC).items() if host == "node001")
+    records = [parse_op(x) for x in lines[:50]]
+    tracker = state.stragglers
+    tracker.observe(envelope("inspector", "node001", 1, records), 1_000 * NS)
+    tracker.observe(envelope("inspector", "node009", 1, records), 1_010 * NS)  # within 20 s: not its own
+    assert tracker.foreign == 50
+    tracker.observe(envelope("inspector", "node009", 2, records), 1_021 * NS)  # node001 silent about it 21 s
+    tracker.observe(envelope("inspector", "node001", 2, records), 1_022 * NS)  # now node009's
+    assert tracker.foreign == 100 and tracker.host_nodes[("c", "node001")] == ("node009", 1_021 * NS)

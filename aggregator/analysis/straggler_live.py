@@ -23,7 +23,8 @@ from ranksight.schemas.records import GpuRecord
 def corroboration(state: LiveState, cluster: str, hostname: str) -> list[str]:
     """What the GPU and NIC samples of the node say (the node name is the hostname unless configured otherwise)."""
     notes = []
-    gpus = {dev.record.index: dev.record for (c, _, _), dev in state.gpus.devices.items() if c == cluster}
+    # the typical value of a gauge is the cluster's GPUs' median (every node's: keyed by index alone, it was one node's)
+    gpus = [dev.record for (c, _, _), dev in state.gpus.devices.items() if c == cluster]
     mine = {dev.record.index: dev.record for (c, node, _), dev in state.gpus.devices.items()
             if c == cluster and node == hostname}  # fmt: skip
     for index, gpu in sorted(mine.items()):
@@ -32,7 +33,7 @@ def corroboration(state: LiveState, cluster: str, hostname: str) -> list[str]:
         if gpu.ecc_uncorrectable:
             notes.append(f"GPU {index} has {gpu.ecc_uncorrectable} uncorrectable ECC errors")
     for what, unit, scale, get in _GPU_GAUGES:
-        values = [v for g in gpus.values() if (v := get(g))]
+        values = [v for g in gpus if (v := get(g))]
         if len(values) < 3:
             continue
         typical = statistics.median(values)
@@ -41,9 +42,7 @@ def corroboration(state: LiveState, cluster: str, hostname: str) -> list[str]:
     nics = {key: dev.record for key, dev in state.nics.devices.items() if key[0] == cluster}
     speeds = [n.speed_bps for n in nics.values() if n.speed_bps]
     typical_speed = statistics.median(speeds) if speeds else None
-    for (_, node, name), nic in sorted(nics.items()):
-        if node != hostname:
-            continue
+    for (_, _, name), nic in sorted((key, nic) for key, nic in nics.items() if key[1] == hostname):
         if nic.state and not link_up(nic):
             notes.append(f"NIC {name} is {nic.state}")
         if nic.errors_per_s:

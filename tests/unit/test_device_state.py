@@ -34,3 +34,14 @@ def test_a_forgotten_node_leaves_no_device_evidence() -> None:
     assert corroboration(state, "c", "n1") == ["NIC ib2 is DOWN"]
     state.tick(11 * NS)
     assert corroboration(state, "c", "n1") == []
+
+
+def test_a_gpu_gauge_is_compared_with_the_whole_cluster_s_gpus() -> None:
+    """A GPU's clock is set against the median of every GPU of the cluster, not of one node's (GPUs keyed by index
+    alone left one node's two GPUs, too few to compare with)."""
+    state = LiveState()
+    for seq, node in enumerate(("n1", "n2", "n3", "n4"), start=1):
+        gpus = [GpuRecord(index=i, sclk_hz=1.0e9 if (node, i) == ("n1", 0) else 2.0e9) for i in range(2)]
+        state.observe(Envelope(type=event_type("gpu"), cluster="c", node=node, agent="a" + node, seq=seq, ts=0,
+                               ttl=60.0, records=gpus), 0)  # fmt: skip
+    assert corroboration(state, "c", "n1") == ["GPU 0 clock 1000 MHz vs 2000 MHz typical"]

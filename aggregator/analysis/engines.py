@@ -10,6 +10,7 @@ nats-py or the other trackers.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import logging
 import operator
@@ -218,9 +219,17 @@ class EngineProcess(Executor):
         self._waiter.shutdown(wait=False, cancel_futures=cancel_futures)
         self.process.kill()  # a call in flight ends with BrokenExecutor
         if wait:
-            self.process.wait()
-        else:  # reaped without waiting: a thread that outlives nothing
-            threading.Thread(target=self.process.wait, name="engine-process-reaper", daemon=True).start()
+            self._release()
+        else:  # released without waiting, by a thread that outlives nothing
+            threading.Thread(target=self._release, name="engine-process-reaper", daemon=True).start()
+
+    def _release(self) -> None:
+        """Reap the killed child and close the pipes once no call uses them."""
+        self.process.wait()
+        self._waiter.shutdown(wait=True)
+        for pipe in (self._calls, self._answers):
+            with contextlib.suppress(OSError):  # a call's bytes left unflushed to the dead child
+                pipe.close()
 
 
 def serve(calls_fd: int, answers_fd: int) -> None:

@@ -154,6 +154,11 @@ class StragglerTracker:
             else:
                 finder.add(rec, recv_ns, env.node)
 
+    @property
+    def _retain_ns(self) -> int:
+        """How long a cluster, a summarizing node or a host's node is remembered after its last records."""
+        return int(self.settings.retain_windows * self.settings.window_s * NS)
+
     def _own(self, env: Envelope, recv_ns: int) -> Sequence[Any]:
         """The envelope's records of hosts its node reports. A record names its process's host (the one the
         communicator knows), and one node's agent reads that host's dump files: the first node whose records name a
@@ -162,7 +167,7 @@ class StragglerTracker:
         (``foreign``), not analyzed. A peer publishing in another host's name would otherwise make that host's
         processes slow or incomplete (``late``) to the engine, its collectives stalled or advancing to the hang finder,
         and its raw evidence asked from the peer."""
-        release_ns = recv_ns - int(self.settings.retain_windows * self.settings.window_s * NS)
+        release_ns = recv_ns - self._retain_ns
         hosts = {rec.hostname for rec in env.records}
         foreign = set()
         for host in hosts:
@@ -194,7 +199,7 @@ class StragglerTracker:
             finder.forget_older_than(now_ns - int(self.settings.hang_retain_s * NS))
             if not finder.comm_ops:
                 del self.hang_finders[cluster]
-        horizon = now_ns - int(self.settings.retain_windows * self.settings.window_s * NS)
+        horizon = now_ns - self._retain_ns
         gone = {cluster for cluster, ns in self.last_recv_ns.items() if ns < horizon}
         self.summarizing = {key: ns for key, ns in self.summarizing.items() if ns >= horizon}
         self.host_nodes = {key: held for key, held in self.host_nodes.items() if held[1] >= horizon}

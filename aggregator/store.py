@@ -74,6 +74,9 @@ class AgentSeq:
     last_recv: int = 0
     seq_jumps: int = 0  # jumps beyond max_seq_jump: no gap opened
     digests: dict[int, int] = field(default_factory=dict)  # seq -> crc32 of its bytes, the most recent ones
+    # digests of this batch's messages: the committed ones above are shared with the copy a batch works on, not copied
+    # (at 1024 nodes, copying conflict_window digests per node and commit grew the writer's CPU by a tenth in minutes)
+    pending: dict[int, int] = field(default_factory=dict)
 
     @property
     def gaps_open(self) -> int:
@@ -96,15 +99,28 @@ class AgentSeq:
                 return True
         return False
 
-    def remember(self, seq: int, digest: int, window: int) -> None:
-        self.digests[seq] = digest
-        while len(self.digests) > window:
-            del self.digests[next(iter(self.digests))]
+    def digest(self, seq: int) -> int | None:
+        """The digest remembered for ``seq``: of this batch, else committed; None when it is not remembered."""
+        found = self.pending.get(seq)
+        return self.digests.get(seq) if found is None else found
+
+    def remember(self, seq: int, digest: int) -> None:
+        self.pending[seq] = digest
+
+    def settle(self, window: int) -> None:
+        """This batch's digests committed: the ``window`` most recent are kept."""
+        digests = self.digests
+        digests.update(self.pending)
+        self.pending = {}
+        while len(digests) > window:
+            del digests[next(iter(digests))]
 
     def copy(self) -> AgentSeq:
+        """A copy for a batch to work on, a failed commit leaving this one as it is; their committed digests are one
+        dict, changed only once the batch is committed (:meth:`settle`)."""
         return AgentSeq(self.agent, self.cluster, self.node, self.high_seq, self.messages, self.duplicates,
                         [list(g) for g in self.gaps], self.first_recv, self.last_recv, self.seq_jumps,
-                        dict(self.digests))  # fmt: skip
+                        self.digests)  # fmt: skip
 
 
 @dataclass
@@ -367,6 +383,8 @@ class Store:
             ]
             self._write(self._builders(admitted), dead, changed)
         for key, incarnations in changed.items():
+            for seq in incarnations.values():
+                seq.settle(self.limits.conflict_window)
             self._seq.setdefault(key, {}).update(incarnations)
             self._evict_incarnations(key)
         result.dead_letters = len(dead)
@@ -399,13 +417,13 @@ class Store:
         digest = zlib.crc32(msg.data)
         gaps_before = seq.gaps_open
         if not seq.accept(env.seq, limits.max_seq_jump):
-            if seq.digests.get(env.seq, digest) != digest:
+            if seq.digest(env.seq) not in (None, digest):
                 result.conflicts += 1
                 raise DecodeError("seq_conflict", f"{env.msg_id} was committed before with different content")
             seq.duplicates += 1
             result.duplicates += 1
             return False
-        seq.remember(env.seq, digest, limits.conflict_window)
+        seq.remember(env.seq, digest)
         result.new_gaps += max(0, seq.gaps_open - gaps_before)
         seq.messages += 1
         return True

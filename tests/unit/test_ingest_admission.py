@@ -205,6 +205,35 @@ def test_same_seq_different_content_is_counted_and_kept(store: Store) -> None:
     assert other.conflicts == 1 and dead_reasons(store) == {"seq_conflict": 1}
 
 
+def test_a_conflict_within_one_batch_is_caught(store: Store) -> None:
+    result = store.commit_batch(
+        [incoming(envelope(seq=1)), incoming(envelope(seq=1, records=[{"index": 5}]))]
+    )
+    assert result.conflicts == 1 and dead_reasons(store) == {"seq_conflict": 1}
+
+
+def test_digests_of_a_failed_commit_are_not_kept_and_committed_ones_are_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for store in _store(tmp_path, IngestSettings(conflict_window=2)):
+        store.commit_batch([incoming(envelope(seq=1))])
+        # the disk fails: not the rows' fault, the batch stays unacknowledged
+        with monkeypatch.context() as patched:
+            patched.setattr(store, "_write", lambda *args: (_ for _ in ()).throw(OSError("disk full")))
+            with pytest.raises(OSError):
+                store.commit_batch([incoming(envelope(seq=2, records=[{"index": 5}]))])
+        [marks] = store._seq[("c", "a")].values()
+        assert list(marks.digests) == [1] and marks.high_seq == 1
+        # that seq 2 was never committed: another message with seq 2 is new, and its own bytes are what count next
+        assert store.commit_batch([incoming(envelope(seq=2))]).conflicts == 0
+        assert store.commit_batch([incoming(envelope(seq=2, records=[{"index": 5}]))]).conflicts == 1
+        store.commit_batch([incoming(envelope(seq=n)) for n in (3, 4)])
+        [seq] = store._seq[("c", "a")].values()
+        assert sorted(seq.digests) == [3, 4] and not seq.pending
+        # seq 1 is beyond the window: a redelivery is taken for a duplicate, whatever its bytes
+        assert store.commit_batch([incoming(envelope(seq=1, records=[{"index": 5}]))]).duplicates == 1
+
+
 def test_nodes_beyond_the_cap_are_dead_lettered(tmp_path: Path) -> None:
     for store in _store(tmp_path, IngestSettings(max_nodes=3)):
         batch = [incoming(envelope(node=f"n{i}"), node=f"n{i}") for i in range(5)]

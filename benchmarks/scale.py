@@ -6,9 +6,9 @@ agent publishes at its defaults: ``inspector_summary`` parts every ``summary_pub
 nodes' clocks spread over that period) and raw ``inspector`` records sampled to ``raw_rate_per_s``, batched at the parts' cadence as the agent does,
 both made by the agent's own summarizer and sampler; a GPU sample of 8 GPUs and a heartbeat every 5 s and a NIC sample
 of 8 ports every 2 s (``--nic``: ``ethtool``, AMD Pollara ports with 607 ``ethtool -S`` counters each, or ``sysfs``,
-mlx5 ports with 46 sysfs counters; every counter with each ``counters_full_every_s``, the changed ones in between, as
-the agent thins them), each node's gauges in their own phase; and the job's RAS status every 10 s from its
-lease holder (node0000): the text status, with the JSON detail of every communicator (op counts advancing) every third
+mlx5 ports with 46 sysfs counters; every counter with each ``counters_full_every_s``, the changed ones in between,
+those of traffic with each ``traffic_counters_every_s``, as the agent thins them), each node's gauges in their own
+phase; and the job's RAS status every 10 s from its lease holder (node0000): the text status, with the JSON detail of every communicator (op counts advancing) every third
 poll, rendered by the demo's fake RAS server and parsed by the agent's parsers. RAS MONITOR events come only with job
 lifecycle changes: a running job has none.
 
@@ -245,13 +245,16 @@ def nic_batch(source: str) -> list[Any]:
             for i in range(8)]  # fmt: skip
 
 
-def nic_cycle(nic_source: str, interval_s: float, full_every_s: float) -> list[list[Any]]:
+def nic_cycle(
+    nic_source: str, interval_s: float, full_every_s: float, traffic_every_s: float
+) -> list[list[Any]]:
     """A node's NIC records over one cycle of the agent's counter thinning (``ChangedCounters``): the first sample
-    carries every counter, the next ones until ``full_every_s`` only those that changed. Traffic moves every counter
-    that is not zero in the capture (pessimistic: error counters seldom move); zero ones stay still."""
+    carries every counter, the next ones until ``full_every_s`` only those that changed (those of traffic at most every
+    ``traffic_every_s``). Traffic moves every counter that is not zero in the capture (the ionic capture's 85: bytes,
+    packets, frames by size and by queue, none of trouble); zero ones stay still."""
     from ranksight.agent.collectors.nic.rates import ChangedCounters
 
-    ports, changes, cycle = nic_batch(nic_source), ChangedCounters(full_every_s), []
+    ports, changes, cycle = nic_batch(nic_source), ChangedCounters(full_every_s, traffic_every_s), []
     for step in range(max(1, round(full_every_s / interval_s))):
         moved = [replace(p, **{"counters": {k: v + step * 1009 if v else v for k, v in p.counters.items()}})
                  for p in ports]  # fmt: skip
@@ -273,7 +276,9 @@ def gauge_templates(nic_source: str) -> list[tuple[float, list[Template]]]:
 
     cfg = CollectorsSettings()
     beat = [replace(r, **{"hostname": HOST_MARK}) for r in heartbeat()]
-    nics = nic_cycle(nic_source, cfg.nic.interval_s, cfg.nic.counters_full_every_s)
+    nics = nic_cycle(
+        nic_source, cfg.nic.interval_s, cfg.nic.counters_full_every_s, cfg.nic.traffic_counters_every_s
+    )
     return [(cfg.gpu.interval_s, [pre_encode("gpu", gpu(), cfg.gpu.ttl())]),
             (cfg.nic.interval_s, [pre_encode("nic", records, cfg.nic.ttl()) for records in nics]),
             (cfg.heartbeat.interval_s, [pre_encode("heartbeat", beat, cfg.heartbeat.ttl())])]  # fmt: skip

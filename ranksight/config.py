@@ -219,6 +219,14 @@ class NicSettings(CollectorSettings):
         description="a port's record carries every counter at most this often, in between only those that changed "
         "(0: every record carries every counter)",
     )
+    traffic_counters_every_s: float = Field(
+        10.0,
+        ge=0,
+        description="between full records, the changed counters of traffic (bytes, packets, frames by size or queue) "
+        "go with a port's record at most this often, those that count trouble (errors, drops, discards, congestion, "
+        "pauses, link transitions, retries, timeouts) with every record; rates come from every sample either way "
+        "(0: every record carries every changed counter)",
+    )
 
 
 class ProbeSettings(CollectorSettings):

@@ -85,6 +85,7 @@ class NicSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     tool_counters: bool
     command_timeout_s: float
     counters_full_every_s: float
+    traffic_counters_every_s: float
 
 
 class ProbeSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

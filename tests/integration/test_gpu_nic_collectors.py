@@ -130,7 +130,7 @@ async def test_nic_end_to_end_link_down_alert_and_history(settings: Settings, tm
     write_tree(root, {f"{port}/state": "4: ACTIVE", f"{port}/rate": "400 Gb/sec (4X NDR)",
                       f"{port}/counters/port_xmit_data": 1000, f"{port}/counters/port_rcv_data": 1000})  # fmt: skip
     nic = settings.agent.collectors.nic
-    nic.sysfs_root, nic.interval_s, nic.ttl_s = root, 0.2, 1.0
+    nic.sysfs_root, nic.interval_s, nic.ttl_s, nic.traffic_counters_every_s = root, 0.2, 1.0, 0.6
     async with aggregator(settings) as agg, agent(settings, only=["nic"]):
         nics = agg.state.nics.devices
         await wait_for(

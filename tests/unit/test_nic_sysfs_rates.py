@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.agent.collectors.nic.rates import ChangedCounters, RateTracker, counter_delta
+from ranksight.agent.collectors.nic.rates import (
+    ERROR_COUNTERS,
+    ChangedCounters,
+    RateTracker,
+    counter_delta,
+    counts_trouble,
+)
 from ranksight.agent.collectors.nic.sysfs import read_nics
 from ranksight.agent.collectors.nic.tools import parse_ethtool_stats
 from ranksight.aggregator.state.devices import NicTracker, PortCounters
@@ -156,6 +162,60 @@ def test_changed_counters_latest_values_are_each_sample(seed: int) -> None:
                 latest[record.name] = {}
             latest[record.name].update(record.counters)
         assert latest == {p.name: p.counters for p in ports}
+
+
+def test_changed_traffic_counters_wait_those_of_trouble_do_not() -> None:
+    port = _ionic()
+    changes = ChangedCounters(full_every_s=60.0, traffic_every_s=10.0)
+    (first,) = changes.thin([port], at_s=0.0)
+    assert first.counters_full
+    busy = _moved(port, frames_rx_ok=9, frames_rx_bad_fcs=5)
+    (second,) = changes.thin([busy], at_s=2.0)
+    assert (
+        second.counters == {"frames_rx_bad_fcs": busy.counters["frames_rx_bad_fcs"]}
+        and not second.counters_full
+    )
+    (third,) = changes.thin([busy], at_s=4.0)
+    assert third.counters == {}  # the traffic counter still waits; the error counter did not move again
+    (due,) = changes.thin(
+        [_moved(busy, octets_rx_ok=7)], at_s=10.0
+    )  # every traffic change since it was published
+    assert due.counters == {"frames_rx_ok": busy.counters["frames_rx_ok"],
+                            "octets_rx_ok": port.counters["octets_rx_ok"] + 7}  # fmt: skip
+    (after,) = changes.thin([_moved(busy, octets_rx_ok=7, frames_rx_ok=1)], at_s=12.0)
+    assert after.counters == {}
+
+
+def test_counters_of_trouble_are_told_from_counters_of_traffic() -> None:
+    trouble = [*ERROR_COUNTERS, "np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "rx_prio3_pause",
+               "carrier_changes", "link_downed", "rx_dropped", "tx_discards", "req_tx_retry_excd_err",
+               "rx_missed_errors", "frames_rx_bad_fcs", "rnr_nak_retry_err"]  # fmt: skip
+    traffic = ["frames_rx_ok", "octets_tx_ok", "rx_3_bytes", "tx_12_pkts", "port_xmit_data", "port_rcv_packets",
+               "frames_rx_1024b_1518b", "rx_0_cache_get", "unicast_xmit_packets", "rx_bytes"]  # fmt: skip
+    assert all(map(counts_trouble, trouble)) and not any(map(counts_trouble, traffic))
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_with_traffic_counters_waiting_trouble_is_live_at_once_and_traffic_at_each_turn(seed: int) -> None:
+    rng = random.Random(seed)
+    ports = [_ionic(f"enp{i}s0") for i in range(2)]
+    changes = ChangedCounters(full_every_s=30.0, traffic_every_s=6.0)
+    latest: dict[str, dict[str, int]] = {p.name: {} for p in ports}
+    for step in range(40):
+        ports = [replace(p, **{"counters": {k: v + rng.choice((0, 0, 1, 1000)) for k, v in p.counters.items()}})
+                 for p in ports]  # fmt: skip
+        for record in changes.thin(ports, at_s=step * 2.0):
+            if record.counters_full:
+                latest[record.name] = {}
+            latest[record.name].update(record.counters)
+        for p in ports:
+            assert {k: v for k, v in latest[p.name].items() if counts_trouble(k)} == {
+                k: v for k, v in p.counters.items() if counts_trouble(k)
+            }
+        if step % 3 == 0:  # every 6 s (and with every full record, each 30 s): every counter
+            assert latest == {p.name: p.counters for p in ports}
+        else:
+            assert latest != {p.name: p.counters for p in ports}
 
 
 def _moved(port: NicRecord, **deltas: int) -> NicRecord:

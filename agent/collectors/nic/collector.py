@@ -2,7 +2,8 @@
 
 Ports and netdevs whose sysfs has no counters (AMD Pollara ``ionic``) get them from ``rdma statistic -j`` / ``ethtool -S``.
 A port's record carries every counter at most every ``counters_full_every_s``, in between the changed ones (an ionic
-port's ~600 counters, mostly zero and still, were 86 KB a node every interval).
+port's ~600 counters, mostly zero and still, were 86 KB a node every interval): those that count trouble in every
+record, those that count traffic at most every ``traffic_counters_every_s``.
 
 Absent (not failing) on a node with neither RDMA devices nor physical netdevs under the configured sysfs root.
 """
@@ -33,7 +34,7 @@ class NicCollector(PolledCollector):
     def __init__(self, ctx: AgentContext, settings: NicSettings) -> None:
         super().__init__(ctx, settings)
         self.rates = RateTracker()
-        self.changes = ChangedCounters(settings.counters_full_every_s)
+        self.changes = ChangedCounters(settings.counters_full_every_s, settings.traffic_counters_every_s)
 
     async def detect(self) -> bool:
         if not await asyncio.to_thread(read_nics, self.settings.sysfs_root, self.settings.netdevs):

@@ -9,6 +9,7 @@ A device that vanishes is forgotten: when it comes back its first sample has no 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import msgspec
 
@@ -31,6 +32,18 @@ ERROR_COUNTERS = frozenset({
 CONGESTION_MARKS = ("cnp", "ecn")
 # counters that count link transitions: netdev carrier up+down changes, RDMA link-down events
 FLAP_COUNTERS = ("carrier_changes", "link_downed")
+# what, in a counter's name, says it counts trouble (besides ERROR_COUNTERS): errors, drops and discards, congestion
+# (CNP/ECN, pause and PFC frames), link transitions, retries and timeouts, frames missed or bad
+TROUBLE_MARKS = ("err", "drop", "discard", "cnp", "ecn", "pause", "pfc", "carrier", "link_down", "retr", "timeout",
+                 "miss", "bad", "overrun")  # fmt: skip
+
+
+@lru_cache(maxsize=8192)
+def counts_trouble(name: str) -> bool:
+    """Whether counter ``name`` counts trouble (published whenever it changes), not traffic (bytes, packets, frames by
+    size or queue: published with the changes at most every ``traffic_every_s``)."""
+    lowered = name.lower()
+    return name in ERROR_COUNTERS or any(mark in lowered for mark in TROUBLE_MARKS)
 
 
 def counter_delta(previous: int, current: int) -> int | None:
@@ -114,16 +127,22 @@ class RateTracker:
 @dataclass
 class _Published:
     full_at_s: float
-    counters: dict[str, int]
+    traffic_at_s: float  # when the port's record last carried its changed traffic counters
+    counters: dict[str, int]  # each counter's value as last published
 
 
 class ChangedCounters:
-    """Keeps what each port's last record said; :meth:`thin` leaves in a record only the counters that changed since,
-    except on a port's first record and then at most every ``full_every_s`` (0: always), or when a counter vanished
-    (which a map of changes cannot say): those carry every counter (``counters_full``)."""
+    """Keeps what each port's records said; :meth:`thin` leaves in a record only the counters that changed since they
+    were last published, except on a port's first record and then at most every ``full_every_s`` (0: always), or when
+    a counter vanished (which a map of changes cannot say): those carry every counter (``counters_full``). Of the
+    changed counters, those that count trouble (:func:`counts_trouble`) go with every record, those that count traffic
+    at most every ``traffic_every_s`` (0: with every record): under load every traffic counter moves every sample (an
+    ionic port's 85 moving ``ethtool -S`` counters, 8 ports a node every 2 s, were most of a cluster's bytes on the
+    wire and of the aggregator's NIC work), and their rates go with every record anyway."""
 
-    def __init__(self, full_every_s: float) -> None:
+    def __init__(self, full_every_s: float, traffic_every_s: float = 0.0) -> None:
         self.full_every_s = full_every_s
+        self.traffic_every_s = traffic_every_s
         self._published: dict[str, _Published] = {}
 
     def thin(self, records: list[NicRecord], at_s: float) -> list[NicRecord]:
@@ -132,11 +151,15 @@ class ChangedCounters:
             published = self._published.get(record.name)
             if (published is None or at_s - published.full_at_s >= self.full_every_s
                     or not published.counters.keys() <= record.counters.keys()):  # fmt: skip
-                self._published[record.name] = _Published(at_s, dict(record.counters))
+                self._published[record.name] = _Published(at_s, at_s, dict(record.counters))
                 out.append(record)
                 continue
             last = published.counters
             changed = {key: value for key, value in record.counters.items() if last.get(key) != value}
+            if at_s - published.traffic_at_s >= self.traffic_every_s:
+                published.traffic_at_s = at_s
+            else:  # the traffic counters wait: still changed, they go with the next record that carries them
+                changed = {key: value for key, value in changed.items() if counts_trouble(key)}
             last.update(changed)
             out.append(msgspec.structs.replace(record, counters=changed, counters_full=False))
         for name in set(self._published) - {r.name for r in records}:

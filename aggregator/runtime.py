@@ -202,6 +202,7 @@ class Aggregator:
                 "engine_restarts": self.state.stragglers.engine_restarts,
                 "ahead": sum(c.ahead for c in self.state.stragglers.clusters.values()),
                 "foreign": self.state.stragglers.foreign,
+                "untracked": self.state.stragglers.untracked,
             },
         } | self._shard_meta()
 

@@ -631,6 +631,14 @@ class StragglerSettings(Section):
     max_records: int = Field(
         2_000_000, ge=1000, description="records queued for the engine at most (beyond: dropped and counted)"
     )
+    max_ranks: int = Field(
+        1_000_000,
+        ge=100,
+        description="ranks followed at once: distinct (cluster, communicator, collective, host, pid) with records "
+        "within hang_retain_s (and retain_windows x window_s); records of further ones are not analyzed, counted in "
+        "the status's stragglers.untracked. Bounds what the engine and the hang finder keep against a peer naming new "
+        "communicators or processes in every record (benchmarks/scale.py's 1024-node x 8-GPU job: 24,576)",
+    )
     process: bool = Field(
         True,
         description="the aggregator runs the engine in a child process, started with the first Inspector records "

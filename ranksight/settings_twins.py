@@ -273,6 +273,7 @@ class StragglerSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknow
     retain_windows: int
     evaluate_every_s: float
     max_records: int
+    max_ranks: int
     process: bool
     ingest_waits_at_records: int
     hang_quiet_s: float

@@ -30,8 +30,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
 from collections.abc import Callable, Sequence
 from concurrent.futures import BrokenExecutor, Executor, Future, ThreadPoolExecutor
+from itertools import repeat
 from typing import Any
 
 from ranksight.aggregator.analysis.engines import (
@@ -53,6 +55,8 @@ __all__ = ["ClusterFindings", "StragglerTracker", "params_of"]
 
 log = logging.getLogger(__name__)
 
+# a record's rank within its cluster: (communicator, collective, host, pid)
+_RANK = operator.attrgetter("comm_id", "op", "hostname", "pid")
 # engine processes failing one after the other (none can start, or each is killed at once) before a thread takes over
 MAX_LOST_IN_ROW = 3
 
@@ -69,6 +73,9 @@ class StragglerTracker:
         # (cluster, host) -> (the node whose agent reports that host's processes, receipt time of its latest records)
         self.host_nodes: dict[tuple[str, str], tuple[str, int]] = {}
         self.foreign = 0  # records naming a host another node's agent reports: not analyzed
+        # per cluster, (comm_id, collective, host, pid) -> receipt time of its latest records: the ranks followed
+        self.followed_ranks: dict[str, dict[tuple[str, str, str, int], int]] = {}
+        self.untracked = 0  # records of ranks beyond max_ranks: not analyzed
         self.dropped = 0  # records dropped because the queue was full (the worker fell behind)
         # set when a tick hands the queue to the engine (a waiting ingest goes on)
         self.taken = asyncio.Event()
@@ -133,7 +140,7 @@ class StragglerTracker:
             self.summarizing[(env.cluster, env.node)] = recv_ns
         elif (env.cluster, env.node) in self.summarizing:
             return  # a sample of what the node's summaries carry
-        records = self._own(env, recv_ns)
+        records = self._tracked(env.cluster, self._own(env, recv_ns), recv_ns)
         room = self.settings.max_records - self.queued
         if room < len(records):
             if not self.dropped:
@@ -188,6 +195,26 @@ class StragglerTracker:
         self.foreign += len(env.records) - len(kept)
         return kept
 
+    def _tracked(self, cluster: str, records: Sequence[Any], recv_ns: int) -> Sequence[Any]:
+        """``records`` of the ranks followed, and of new ones while fewer than ``max_ranks`` are (first come); the
+        others are counted (``untracked``), not analyzed."""
+        ranks = self.followed_ranks.setdefault(cluster, {})
+        keys = list(map(_RANK, records))
+        limit = self.settings.max_ranks
+        followed = sum(map(len, self.followed_ranks.values()))
+        if followed + len(keys) > limit:  # near the bound: which of them are new, and is there room for them
+            new = dict.fromkeys(key for key in keys if key not in ranks)
+            if len(new) > limit - followed:
+                refused = set(list(new)[max(0, limit - followed) :])
+                kept = [i for i, key in enumerate(keys) if key not in refused]
+                if not self.untracked:
+                    log.warning("%d ranks are followed already (aggregator.stragglers.max_ranks): records of further "
+                                "ones are not analyzed, counted in the status's stragglers.untracked", limit)  # fmt: skip
+                self.untracked += len(keys) - len(kept)
+                keys, records = [keys[i] for i in kept], [records[i] for i in kept]
+        ranks.update(zip(keys, repeat(recv_ns)))
+        return records
+
     def tick(self, now_ns: int) -> None:
         if self._running is not None and self._running.done():
             running, self._running = self._running, None
@@ -203,6 +230,10 @@ class StragglerTracker:
         gone = {cluster for cluster, ns in self.last_recv_ns.items() if ns < horizon}
         self.summarizing = {key: ns for key, ns in self.summarizing.items() if ns >= horizon}
         self.host_nodes = {key: held for key, held in self.host_nodes.items() if held[1] >= horizon}
+        # a rank is followed as long as the engine or the hang finder may hold it
+        since_ns = now_ns - max(self._retain_ns, int(self.settings.hang_retain_s * NS))
+        self.followed_ranks = {cluster: kept for cluster, ranks in self.followed_ranks.items()
+                               if (kept := {key: ns for key, ns in ranks.items() if ns >= since_ns})}  # fmt: skip
         for cluster in gone:
             del self.last_recv_ns[cluster]
         batch, self.pending, self.queued = self.pending, [], 0

@@ -242,3 +242,33 @@ def test_a_host_silent_on_its_node_is_taken_over_by_the_next_node_naming_it() ->
     tracker.observe(envelope("inspector", "node009", 2, records), 1_021 * NS)  # node001 silent about it 21 s
     tracker.observe(envelope("inspector", "node001", 2, records), 1_022 * NS)  # now node009's
     assert tracker.foreign == 100 and tracker.host_nodes[("c", "node001")] == ("node009", 1_021 * NS)
+
+
+def test_ranks_beyond_max_ranks_are_counted_not_analyzed_until_others_are_forgotten() -> None:
+    """A peer naming a new communicator in every record would grow what the engine and the hang finder keep without
+    end: past ``max_ranks`` followed at once, records of new ranks are counted, those of the ranks followed go on."""
+    state = LiveState()
+    settings = StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, retain_windows=10, max_ranks=100,
+                                 hang_retain_s=60.0)  # fmt: skip
+    state.stragglers.configure(settings)
+    tracker = state.stragglers
+    records = [parse_op(x) for x in next(iter(simulate(SPEC).values()))[:40]]
+    ranks = {(r.comm_id, r.op, r.hostname, r.pid) for r in records}
+    tracker.observe(envelope("inspector", "node000", 1, records), 1_000 * NS)
+    queued = tracker.queued
+    assert queued == len(records) and tracker.untracked == 0
+    flood = [replace(records[0], **{"comm_id": f"forged{i:04d}"}) for i in range(300)]
+    tracker.observe(envelope("inspector", "node000", 2, flood), 1_001 * NS)
+    room = 100 - len(ranks)
+    assert tracker.queued == queued + room and tracker.untracked == 300 - room
+    comms = {comm for comm, _ in tracker.hang_finders["c"].comm_ops}
+    assert len(comms - {r.comm_id for r in records}) == room  # the hang finder got only the ranks followed
+    tracker.observe(envelope("inspector", "node000", 3, records), 1_002 * NS)  # the ranks followed go on
+    assert tracker.queued == queued * 2 + room and tracker.untracked == 300 - room
+    tracker.tick(1_020 * NS)  # the flood's ranks are kept while the hang finder may hold them (hang_retain_s)
+    tracker.observe(envelope("inspector", "node000", 4, flood[-1:]), 1_021 * NS)
+    assert tracker.untracked == 301 - room
+    tracker.tick(1_063 * NS)  # 61 s after the last records of the ranks followed: every one forgotten
+    assert tracker.followed_ranks == {}
+    tracker.observe(envelope("inspector", "node000", 5, flood[-1:]), 1_064 * NS)
+    assert tracker.untracked == 301 - room and tracker.followed_ranks["c"]

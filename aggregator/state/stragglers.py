@@ -288,11 +288,13 @@ class StragglerTracker:
         return finder.hangs(now_ns, read_until) if finder else []
 
     def forget(self, nodes: set[NodeKey]) -> None:
-        """Drop the nodes' processes in the hang finders (Inspector records age out by time, findings with them)."""
+        """Drop the nodes' processes in the hang finders and the ranks followed on their hosts (Inspector records age
+        out by time, findings with them)."""
         self.summarizing = {key: ns for key, ns in self.summarizing.items() if key not in nodes}
-        self.host_nodes = {
-            key: held for key, held in self.host_nodes.items() if (key[0], held[0]) not in nodes
-        }
+        gone = {key for key, held in self.host_nodes.items() if (key[0], held[0]) in nodes}  # (cluster, host)
+        self.host_nodes = {key: held for key, held in self.host_nodes.items() if key not in gone}
+        self.followed_ranks = {cluster: kept for cluster, ranks in self.followed_ranks.items()
+                               if (kept := {key: ns for key, ns in ranks.items() if (cluster, key[2]) not in gone})}  # fmt: skip
         for cluster, finder in list(self.hang_finders.items()):
             finder.forget_nodes({node for c, node in nodes if c == cluster})
             if not finder.comm_ops:

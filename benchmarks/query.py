@@ -2,7 +2,8 @@
 
 Runs a real nats-server and a real aggregator on a temporary DuckDB file holding ``--rows`` (default 10 million)
 Inspector rows generated with DuckDB SQL. The baseline, measured in the same run, is the same per-rank SQL on a plain
-DuckDB cursor (no NATS, no sandbox): the ratio is what the API adds.
+DuckDB cursor (no NATS, no sandbox) with the aggregator's DuckDB threads (``aggregator.query.sql_threads``, which
+``RANKSIGHT_AGGREGATOR__QUERY__SQL_THREADS`` sets for both): the ratio is what the API adds.
 
     .venv/bin/python benchmarks/query.py [--rows 10000000] [--n 30]
 """
@@ -60,8 +61,10 @@ async def timed(n: int, fn: Callable[[], Awaitable[Any]]) -> list[float]:
 
 async def bench(rows: int, n: int, root: Path) -> None:
     db = root / "bench.duckdb"
+    threads = load_settings(None).aggregator.query.sql_threads
     store = Store(db)
     store.open()
+    store.con.execute(f"SET threads = {threads}")  # the baseline runs with the aggregator's threads
     started = time.perf_counter()
     store.con.execute(GENERATE, [rows])
     store.con.execute("CHECKPOINT")
@@ -98,6 +101,7 @@ async def bench(rows: int, n: int, root: Path) -> None:
     finally:
         server.stop()
 
+    print(f"DuckDB threads (aggregator.query.sql_threads), API and baseline alike: {threads}")
     print(f"{'query':<40}{'p50 ms':>10}{'p95 ms':>10}")
     for name, samples in (("status (NATS API)", status), ("per-rank stats, sql endpoint (NATS API)", api),
                           ("per-rank stats, direct DuckDB (baseline)", baseline)):  # fmt: skip

@@ -215,6 +215,11 @@ class StragglerTracker:
         ranks.update(zip(keys, repeat(recv_ns)))
         return records
 
+    def _keep_ranks(self, keep: Callable[[str, tuple[str, str, str, int], int], bool]) -> None:
+        """Forget the followed ranks that ``keep(cluster, rank, receipt ns of its latest records)`` refuses."""
+        self.followed_ranks = {cluster: kept for cluster, ranks in self.followed_ranks.items()
+                               if (kept := {rank: ns for rank, ns in ranks.items() if keep(cluster, rank, ns)})}  # fmt: skip
+
     def tick(self, now_ns: int) -> None:
         if self._running is not None and self._running.done():
             running, self._running = self._running, None
@@ -232,8 +237,7 @@ class StragglerTracker:
         self.host_nodes = {key: held for key, held in self.host_nodes.items() if held[1] >= horizon}
         # a rank is followed as long as the engine or the hang finder may hold it
         since_ns = now_ns - max(self._retain_ns, int(self.settings.hang_retain_s * NS))
-        self.followed_ranks = {cluster: kept for cluster, ranks in self.followed_ranks.items()
-                               if (kept := {key: ns for key, ns in ranks.items() if ns >= since_ns})}  # fmt: skip
+        self._keep_ranks(lambda _cluster, _rank, seen_ns: seen_ns >= since_ns)
         for cluster in gone:
             del self.last_recv_ns[cluster]
         batch, self.pending, self.queued = self.pending, [], 0
@@ -293,8 +297,7 @@ class StragglerTracker:
         self.summarizing = {key: ns for key, ns in self.summarizing.items() if key not in nodes}
         gone = {key for key, held in self.host_nodes.items() if (key[0], held[0]) in nodes}  # (cluster, host)
         self.host_nodes = {key: held for key, held in self.host_nodes.items() if key not in gone}
-        self.followed_ranks = {cluster: kept for cluster, ranks in self.followed_ranks.items()
-                               if (kept := {key: ns for key, ns in ranks.items() if (cluster, key[2]) not in gone})}  # fmt: skip
+        self._keep_ranks(lambda cluster, rank, _seen_ns: (cluster, rank[2]) not in gone)
         for cluster, finder in list(self.hang_finders.items()):
             finder.forget_nodes({node for c, node in nodes if c == cluster})
             if not finder.comm_ops:

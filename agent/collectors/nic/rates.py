@@ -34,7 +34,7 @@ CONGESTION_MARKS = ("cnp", "ecn")
 FLAP_COUNTERS = ("carrier_changes", "link_downed")
 # what, in a counter's name, says it counts trouble (besides ERROR_COUNTERS): errors, drops and discards, congestion
 # (CNP/ECN, pause and PFC frames), link transitions, retries and timeouts, frames missed or bad
-TROUBLE_MARKS = ("err", "drop", "discard", "cnp", "ecn", "pause", "pfc", "carrier", "link_down", "retr", "timeout",
+TROUBLE_MARKS = (*CONGESTION_MARKS, "err", "drop", "discard", "pause", "pfc", "carrier", "link_down", "retr", "timeout",
                  "miss", "bad", "overrun")  # fmt: skip
 
 

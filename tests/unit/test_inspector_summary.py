@@ -12,7 +12,7 @@ import msgpack
 import pytest
 
 from ranksight.agent.collectors.inspector.parse import parse_op
-from ranksight.agent.collectors.inspector.summary import Summarizer
+from ranksight.agent.collectors.inspector.summary import Summarizer, next_take_us
 from ranksight.aggregator.analysis.stragglers import StragglerEngine
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
 from ranksight.schemas.structs import replace, to_builtins
@@ -55,6 +55,75 @@ def test_windows_align_to_wall_clock_multiples_and_each_take_publishes_what_was_
     assert late.slice_index == [9] and late.slice_count == [1]
     assert (late.slice_sn_lo, late.slice_sn_hi, late.slice_sn_lo_ts_us) == ([3], [3], [base + W - 10])
     assert (s.records, s.parts) == (3, 3)
+
+
+def test_a_window_younger_than_the_publication_period_waits_for_the_next_take() -> None:
+    base = RS.dump_ts_us - RS.dump_ts_us % W
+    s = Summarizer(window_s=5, slice_s=0.5, publish_s=2.5)
+    s.add(at(RS, base - 10, 1))  # the previous window's tail
+    s.add(at(RS, base + 100, 2))  # the new window's first record
+    [tail] = s.take(base + 250_000)  # just past the boundary: the tail goes, the young window stays
+    assert (tail.window_start_us, tail.sn_first) == (base - W, 1)
+    assert s.open_keys == 1
+    s.add(at(RS, base + 2_000_000, 3))
+    [head] = s.take(base + 2_750_000)  # one publication period on: the window's records so far in one part
+    assert (head.window_start_us, head.count, head.sn_first, head.sn_last) == (base, 2, 2, 3)
+    assert s.open_keys == 0 and s.parts == 2
+    s.add(at(RS, base + 3_000_000, 4))
+    assert [x.sn_first for x in s.take()] == [4]  # no clock (the agent closing): everything goes
+
+
+def test_a_window_ahead_of_the_clock_is_not_held() -> None:
+    base = RS.dump_ts_us - RS.dump_ts_us % W
+    ahead = Summarizer(window_s=5, slice_s=0.5, publish_s=2.5)
+    ahead.add(at(RS, base + 100, 1))
+    assert len(ahead.take(base - 60_000_000)) == 1  # a clock a minute behind its dumps' holds nothing back
+
+
+@pytest.mark.parametrize("publish_s", [5.0, 10.0])
+def test_periods_as_long_as_windows_or_longer_send_each_window_once_it_ended(publish_s: float) -> None:
+    base = RS.dump_ts_us - RS.dump_ts_us % W
+    s = Summarizer(window_s=5, slice_s=0.5, publish_s=publish_s)
+    s.add(at(RS, base + 100, 1))
+    assert s.take(base + 250_000) == []  # the window has just begun
+    s.add(at(RS, base + 4_000_000, 2))
+    s.add(at(RS, base + W + 100, 3))  # the next one has just begun
+    [whole] = s.take(base + W + 250_000)
+    assert (whole.window_start_us, whole.count) == (base, 2) and s.open_keys == 1
+
+
+@pytest.mark.parametrize("start_phase_us", [0, 130_000, 1_250_000, 2_400_000, 4_999_999])
+def test_takes_on_the_wall_clock_schedule_send_each_window_in_window_over_period_parts(
+    start_phase_us: int,
+) -> None:
+    """Whatever the agent's start time: a take every 2.5 s just past the boundaries, 2 parts per window and key (at
+    an arbitrary phase of the grid it was 3), every record in exactly one of them."""
+    base = RS.dump_ts_us - RS.dump_ts_us % W
+    s, parts = Summarizer(window_s=5, slice_s=0.5, publish_s=2.5), []
+    now = base + start_phase_us
+    due = next_take_us(now, 2.5, 0.25)
+    for sn, ts in enumerate(range(now, now + 12 * W, 70_000)):  # read as dumped, every 70 ms
+        while ts > due:
+            parts += s.take(due)
+            due = next_take_us(due, 2.5, 0.25)
+        s.add(at(RS, ts, sn))
+    parts += s.take()
+    assert sum(x.count for x in parts) == s.records
+    per_window: dict[int, int] = {}
+    for x in parts:
+        per_window[x.window_start_us] = per_window.get(x.window_start_us, 0) + 1
+    inner = sorted(per_window)[1:-1]  # the first and last windows are cut by the run's start and end
+    assert inner and {per_window[w] for w in inner} == {2}
+
+
+def test_the_takes_fall_at_the_offset_past_each_multiple_of_the_period() -> None:
+    assert next_take_us(0, 2.5, 0.25) == 250_000
+    assert next_take_us(250_000, 2.5, 0.25) == 2_750_000  # strictly after now
+    assert next_take_us(2_749_999, 2.5, 0.25) == 2_750_000
+    assert next_take_us(7 * W + 3, 2.5, 0.0) == 7 * W + 2_500_000
+    now = 1_764_000_000_123_456
+    due = next_take_us(now, 2.5, 0.25)
+    assert 0 < due - now <= 2_500_000 and (due - 250_000) % 2_500_000 == 0
 
 
 def test_a_starved_reader_s_records_are_all_summarized_however_late_it_reads_them() -> None:

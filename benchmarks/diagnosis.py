@@ -16,8 +16,8 @@ evaluation naming the culprit, and false hangs on every other run (healthy job e
 
 Every run is replayed twice through a fresh engine: fed the raw records at their dump time, and fed the
 ``inspector_summary`` records the agents would publish for them (through the agent's own summarizer, defaults of
-``agent.collectors.inspector``: 5 s windows published in parts every 2.5 s, taken just after each multiple of 2.5 s
-of the wall clock, the nodes' takes spread over 50 ms; the wait for the next part is in the time to alert).
+``agent.collectors.inspector``: 5 s windows published in parts every second, each node's agent at its own phase of
+that second; the wait for the next part is in the time to alert).
 
 The naive rule, measured on the same records: "the process with the lowest bus bandwidth is the straggler" (lowest
 median busbw relative to its comms' medians), one finding per run.
@@ -151,15 +151,8 @@ def replay(spec: JobSpec, records: list[InspectorRecord], step_us: list[int], fe
         arrivals = [(rec.dump_ts_us, rec) for rec in records]
     else:
         agent = InspectorSettings.model_validate({})
-        arrivals = list(
-            summarize(
-                records,
-                agent.summary_window_s,
-                agent.summary_slice_s,
-                agent.summary_publish_s,
-                agent.summary_publish_offset_s,
-            )
-        )
+        window_s, slice_s, publish_s = agent.summary_window_s, agent.summary_slice_s, agent.summary_publish_s
+        arrivals = list(summarize(records, window_s, slice_s, publish_s))
     next_eval = records[0].dump_ts_us + every_us
     onset = {t: step_us[t.onset_step] for t in truths + hung}
     alerted: dict[Truth, float] = {}

@@ -109,13 +109,7 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
             records = sorted(by_node[host], key=lambda r: r.dump_ts_us)
             count += len(records) if not slow else 0
             node = NodeTemplate(
-                summaries=summarize(
-                    records,
-                    cfg.summary_window_s,
-                    cfg.summary_slice_s,
-                    cfg.summary_publish_s,
-                    cfg.summary_publish_offset_s,
-                )
+                summaries=summarize(records, cfg.summary_window_s, cfg.summary_slice_s, cfg.summary_publish_s)
             )
             sampler, tick, chunk = RawSampler(cfg.raw_rate_per_s), 0, []
             for rec in records:

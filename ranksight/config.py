@@ -160,14 +160,6 @@ class InspectorSettings(SummaryTiming, CollectorSettings):
         "window and key (the parts of a window add up); shorter: alerts a little sooner, more rows for the aggregator "
         "(1 s: about 2 x the summary rows of 2.5 s)",
     )
-    summary_publish_offset_s: float = Field(
-        0.25,
-        ge=0,
-        description="parts are taken this long after each wall-clock multiple of summary_publish_s, on every node "
-        "alike: the records dumped just before a window's end are read by then, and a window goes out in "
-        "summary_window_s / summary_publish_s parts (at any other phase, one more: a sliver of a window's first "
-        "records)",
-    )
     summary_grace_s: float = Field(
         2.0,
         ge=0,

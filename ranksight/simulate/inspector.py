@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Literal
 
 from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
-from ranksight.agent.collectors.inspector.summary import Summarizer, next_take_us
+from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 
 FaultKind = Literal["gpu", "node", "nic", "hang"]
@@ -317,17 +317,11 @@ def write_job(spec: JobSpec, directory: Path) -> list[Path]:
 
 
 def summarize(
-    records: list[InspectorRecord],
-    window_s: float = 5.0,
-    slice_s: float = 0.5,
-    publish_s: float = 1.0,
-    offset_s: float = 0.25,
-    spread_s: float = 0.05,
+    records: list[InspectorRecord], window_s: float = 5.0, slice_s: float = 0.5, publish_s: float = 1.0
 ) -> list[tuple[int, InspectorSummaryRecord]]:
     """What the nodes' agents publish for these records (in dump-time order), through the agent's own summarizer: each
-    node's agent reads a record at its dump time and takes the parts of what it read ``offset_s`` past every wall-clock
-    multiple of ``publish_s``, as agents do (:func:`next_take_us`), the nodes' takes spread over ``spread_s`` (clocks
-    and schedulers are not exact). Each summary with the time (µs) it is published, in that order."""
+    node's agent reads a record at its dump time and publishes the parts of what it read every ``publish_s``, the
+    nodes' clocks spread over that period. Each summary with the time (µs) it is published, in that order."""
     by_host: dict[str, list[InspectorRecord]] = defaultdict(list)
     for rec in records:
         by_host[rec.hostname].append(rec)
@@ -335,10 +329,9 @@ def summarize(
     out: list[tuple[int, InspectorSummaryRecord]] = []
     for i, host in enumerate(sorted(by_host)):
         summarizer, mine = Summarizer(window_s, slice_s, publish_s), by_host[host]
-        late_us = i * round(spread_s * 1e6) // len(by_host)
-        tick = (
-            next_take_us(mine[0].dump_ts_us, publish_s, offset_s) + late_us
-        )  # the agent's first take after it
+        phase = i * publish_us // len(by_host)
+        first = mine[0].dump_ts_us
+        tick = first - (first - phase) % publish_us + publish_us  # the agent's first publication after it
         for rec in mine:
             while rec.dump_ts_us > tick:
                 out += [(tick, x) for x in summarizer.take(tick)]

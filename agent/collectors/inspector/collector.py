@@ -23,7 +23,7 @@ import msgspec
 from ranksight.agent.collectors.base import Emit, StreamingCollector
 from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
 from ranksight.agent.collectors.inspector.sampler import RawSampler
-from ranksight.agent.collectors.inspector.summary import Summarizer, next_take_us
+from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.twins import InspectorSummaryRecord, RawRecordsPage, RawRecordsRequest
@@ -66,7 +66,7 @@ class InspectorCollector(StreamingCollector):
         tailer = self.tailer = Tailer(directory, state_file, self.cfg.read_chunk_bytes)
         await asyncio.to_thread(tailer.load)
         warned: set[str] = set()
-        parts_due = self._next_parts_us()
+        parts_due = time.monotonic() + self.cfg.summary_publish_s
         while True:
             started = time.monotonic()
             chunks = await asyncio.to_thread(tailer.poll)
@@ -90,21 +90,13 @@ class InspectorCollector(StreamingCollector):
                 # the wire's typed record is built only for the few operations published raw
                 await emit([op for op in chunk.records if id(op) in raw], self._on_ack(tailer, chunk),
                            max_delay_s=self.cfg.summary_publish_s)  # fmt: skip
-            now_us = time.time_ns() // 1000
-            if (
-                not 0 < parts_due - now_us <= self.cfg.summary_publish_s * 1e6
-            ):  # due, or the clock stepped back
-                parts_due = self._next_parts_us()
-                await self._publish_summaries(emit, self.summarizer.take(now_us))
+            if time.monotonic() >= parts_due:
+                parts_due = time.monotonic() + self.cfg.summary_publish_s
+                await self._publish_summaries(emit, self.summarizer.take(time.time_ns() // 1000))
             if tailer.dirty:
                 await asyncio.to_thread(tailer.save)
             if not chunks:
                 await asyncio.sleep(self.cfg.interval_s)
-
-    def _next_parts_us(self) -> int:
-        return next_take_us(
-            time.time_ns() // 1000, self.cfg.summary_publish_s, self.cfg.summary_publish_offset_s
-        )
 
     @staticmethod
     def _on_ack(tailer: Tailer, chunk: Chunk) -> Any:

@@ -139,10 +139,11 @@ class Summarizer:
     def take(self, now_us: int | None = None) -> list[InspectorSummaryRecord]:
         """One part per (window, key) of the records added since the last take, oldest window first. Given the clock
         (``now_us``: the dump times' wall clock), a window younger than one publication period (or than itself, for
-        periods longer than windows) is held for the next take: taken just after a window began (:func:`next_take_us`),
-        its first part would be a sliver of the records dumped since, one part more per window and key (at the
-        defaults 3 instead of 2: half as many rows again for the aggregator to decode, store and fold). A window dumped
-        ahead of the clock is never held (a clock behind its dumps' cannot keep them back)."""
+        periods longer than windows) is held for the next take: the agent takes at its own phase of the window grid,
+        and a take soon after a window began would make its first part a sliver of the records dumped since, one part
+        more per window and key (at the defaults 3 instead of 2: half as many rows again for the aggregator to decode,
+        store and fold). A window dumped ahead of the clock is never held (a clock behind its dumps' cannot keep them
+        back)."""
         hold_us = min(self.part_us, self.window_us)
         out: list[InspectorSummaryRecord] = []
         for start in sorted(self.windows):
@@ -202,11 +203,3 @@ class Summarizer:
             slice_sn_hi=[s.span.hi for _, s in slices],
             slice_sn_hi_ts_us=[s.span.hi_ts for _, s in slices],
         )
-
-
-def next_take_us(now_us: int, publish_s: float, offset_s: float) -> int:
-    """The first instant after ``now_us`` that is ``offset_s`` past a wall-clock multiple of ``publish_s``: when every
-    node's agent takes its parts, so that each take falls just after a window's boundary (where the records dumped
-    before it are read and the young window is held) whatever the agent's start time."""
-    publish_us, offset_us = max(1, round(publish_s * 1e6)), round(offset_s * 1e6)
-    return now_us + publish_us - (now_us - offset_us) % publish_us

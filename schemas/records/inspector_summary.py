@@ -9,7 +9,8 @@ summary carries what the straggler engine folds raw records into (:mod:`aggregat
 records, so it judges ranks of a communicator with the same accuracy without them.
 
 Agents publish a window in parts (``part_us``, their publication period): each part holds the records of the
-window the agent read within one period, so the engine and the hang finder get them about as soon as raw records; the
+window the agent read since its last part (a window's first part waits until the window is one period old), so the
+engine and the hang finder get them within a period or two of raw records; the
 parts of a window add up (counts, sums, minima, maxima, ``coll_sn`` spans, per-slice lists; the quantiles are each
 part's own). Agents before schema version 2 published each window once, ``summary_grace_s`` after its end, counting
 records read later than that in ``late`` (``part_us`` 0); the aggregator reads both.

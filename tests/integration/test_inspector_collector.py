@@ -132,8 +132,10 @@ async def test_raw_records_are_rate_limited_fairly_and_summaries_count_every_rec
 
         def read_to_the_end() -> bool:  # saved as the raw batches are acknowledged (summaries may come first)
             path = limited.state_dir / "inspector-offsets.json"
-            files = json.loads(path.read_text())["files"] if path.exists() else {"": {}}
-            return all(f.get("offset") == (dump / Path(p).name).stat().st_size for p, f in files.items())
+            if not path.exists():
+                return False
+            files = json.loads(path.read_text())["files"]
+            return all(f["offset"] == (dump / Path(p).name).stat().st_size for p, f in files.items())
 
         await wait_for(read_to_the_end)  # every raw batch acknowledged by the stream
         assert rt.ctx is not None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import tracemalloc
+from collections import Counter
 from pathlib import Path
 
 import msgpack
@@ -106,9 +107,7 @@ def test_takes_at_any_phase_send_each_window_in_window_over_period_parts(phase_u
         s.add(at(RS, ts, sn))
     parts += s.take()
     assert sum(x.count for x in parts) == s.records
-    per_window: dict[int, int] = {}
-    for x in parts:
-        per_window[x.window_start_us] = per_window.get(x.window_start_us, 0) + 1
+    per_window = Counter(x.window_start_us for x in parts)
     inner = sorted(per_window)[1:-1]  # the first and last windows are cut by the run's start and end
     assert inner and all(per_window[w] <= 2 for w in inner)  # 1 where a take falls at a window's very end
 

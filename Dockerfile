@@ -9,11 +9,7 @@ FROM python:3.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
-COPY agent agent
-COPY aggregator aggregator
-COPY deploy deploy
-COPY ranksight ranksight
-COPY schemas schemas
+COPY src src
 RUN python -m venv /opt/ranksight/venv \
  && /opt/ranksight/venv/bin/pip install --no-compile . \
  && /opt/ranksight/venv/bin/python -m compileall -q /opt/ranksight/venv

@@ -22,7 +22,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy ranksight
+	$(BIN)/mypy -p ranksight
 	$(BIN)/hadolint Dockerfile
 
 bench: $(STAMP)

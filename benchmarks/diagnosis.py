@@ -39,7 +39,7 @@ from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.analysis.engines import params_of
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine
-from ranksight.config import InspectorSettings, StragglerSettings
+from ranksight.core.config import InspectorSettings, StragglerSettings
 from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import JobSpec, run_job, summarize
 from ranksight.simulate.scenarios import CLASSES, Capture, Truth, truth

@@ -87,7 +87,7 @@ def periods(nodes: int, template_file: Path, every_us: int) -> Iterator[tuple[in
 def measure(nodes: int, template_file: Path, onset_s: float, result: Any) -> None:
     """One size, in this (fresh) process: ``result`` gets the figures."""
     from ranksight.aggregator.analysis.engines import decoded, process_evaluate, process_start, queue_entry
-    from ranksight.config import StragglerSettings
+    from ranksight.core.config import StragglerSettings
 
     settings = StragglerSettings.model_validate({})
     every_us = int(settings.evaluate_every_s * US)

@@ -33,8 +33,8 @@ import nats
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ranksight.aggregator.runtime import ensure_stream
-from ranksight.config import IngestSettings, Settings, load_settings
-from ranksight.natsserver import NatsServer
+from ranksight.core.config import IngestSettings, Settings, load_settings
+from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects
 
 MiB = 1 << 20

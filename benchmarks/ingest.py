@@ -34,8 +34,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ranksight.agent.publisher import Outgoing, Publisher
 from ranksight.aggregator.runtime import Aggregator, ensure_stream
-from ranksight.config import Settings, load_settings
-from ranksight.natsserver import NatsServer
+from ranksight.core.config import Settings, load_settings
+from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.twins import Envelope, GpuRecord

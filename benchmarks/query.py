@@ -22,8 +22,8 @@ from typing import Any
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.store import Store
-from ranksight.config import load_settings
-from ranksight.natsserver import NatsServer
+from ranksight.core.config import load_settings
+from ranksight.core.natsserver import NatsServer
 
 RANKS, NODES, COMMS = 512, 64, 16
 

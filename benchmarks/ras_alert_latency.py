@@ -23,8 +23,8 @@ import nats
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.config import Settings, load_settings, twin_settings
-from ranksight.natsserver import NatsServer
+from ranksight.core.config import Settings, load_settings, twin_settings
+from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.records.ras import RasEvent
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.cluster import LiveJob, ras_status_json, ras_status_text

@@ -41,10 +41,10 @@ import ranksight  # noqa: F401 - first: defers nats-py's WebSocket dependencies,
 from benchmarks.alert_continuity import AlertContinuity
 from benchmarks.scale import SLOW, SimulatedNode, build_templates, inspector_schedule
 from ranksight.aggregator.lead import LEAD_KEY
-from ranksight.config import InspectorSettings, Settings, load_settings
-from ranksight.kvlease import NATS_ERRORS
-from ranksight.natsconn import connect
-from ranksight.natsserver import NatsCluster
+from ranksight.core.config import InspectorSettings, Settings, load_settings
+from ranksight.core.kvlease import NATS_ERRORS
+from ranksight.core.natsconn import connect
+from ranksight.core.natsserver import NatsCluster
 from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.twins import GpuRecord

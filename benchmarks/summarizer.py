@@ -16,7 +16,7 @@ import time
 from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.agent.collectors.inspector.summary import Summarizer
-from ranksight.config import InspectorSettings
+from ranksight.core.config import InspectorSettings
 from ranksight.simulate.inspector import JobSpec, format_line
 from ranksight.simulate.inspector import comms as job_comms
 

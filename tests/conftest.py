@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.config import RULE_TIMINGS, Settings, load_settings
-from ranksight.natsserver import NatsCluster, NatsServer
+from ranksight.core.config import RULE_TIMINGS, Settings, load_settings
+from ranksight.core.natsserver import NatsCluster, NatsServer
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"

@@ -19,7 +19,7 @@ import nats
 
 from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects

@@ -15,8 +15,8 @@ from nats.aio.client import Client
 
 from ranksight.agent.batcher import Batcher
 from ranksight.agent.publisher import Publisher
-from ranksight.config import Settings
-from ranksight.natsconn import connect
+from ranksight.core.config import Settings
+from ranksight.core.natsconn import connect
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.twins import GpuRecord
 

@@ -12,7 +12,7 @@ import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from ranksight.aggregator.runtime import ensure_stream
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.twins import HeartbeatRecord

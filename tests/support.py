@@ -17,8 +17,8 @@ import nats.js.errors
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.config import Settings, twin_settings
-from ranksight.natsconn import connect
+from ranksight.core.config import Settings, twin_settings
+from ranksight.core.natsconn import connect
 
 
 async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 
 from ranksight.aggregator.api.client import ApiUnavailable, query
 from ranksight.aggregator.runtime import ensure_stream
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.twins import Envelope
 from tests.support import ranksight_cmd, settings_env, wait_for

@@ -12,8 +12,8 @@ import duckdb
 import pytest
 
 from ranksight.aggregator.store import Store
-from ranksight.config import Settings
-from ranksight.natsserver import NatsServer
+from ranksight.core.config import Settings
+from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects
 from tests.chaos.support import RSS_BOUND, AggregatorProcess, db_rows, good_once, poison_pills, publish_raw
 from tests.loadgen import SyntheticAgent

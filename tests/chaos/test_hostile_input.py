@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
-from ranksight.config import Settings
-from ranksight.natsconn import connect
-from ranksight.natsserver import NatsServer
+from ranksight.core.config import Settings
+from ranksight.core.natsconn import connect
+from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects
 from tests.chaos.support import (
     RSS_BOUND,

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from ranksight.aggregator.api.client import query
-from ranksight.config import NatsSettings, Settings
-from ranksight.natsconn import connect
-from ranksight.natsserver import NatsServer
+from ranksight.core.config import NatsSettings, Settings
+from ranksight.core.natsconn import connect
+from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects, inbox_prefix
 from ranksight.simulate.inspector import JobSpec, write_job

@@ -13,8 +13,8 @@ import pytest
 
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.config import Settings
-from ranksight.natsconn import connect
+from ranksight.core.config import Settings
+from ranksight.core.natsconn import connect
 from ranksight.schemas.structs import replace
 from tests.loadgen import SyntheticAgent
 from tests.support import agent, aggregator, wait_for

@@ -14,7 +14,7 @@ import pytest
 
 from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.raw_evidence import EvidenceAsk
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import JobSpec, simulate

@@ -15,7 +15,7 @@ from pathlib import Path
 import nats
 import tomli_w
 
-from ranksight.natsserver import NatsServer
+from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.cluster import NodeSysfs
 from ranksight.simulate.inspector import JobSpec, write_job
@@ -27,7 +27,7 @@ from tests.support import wait_for
 # which only the nvidia-smi XML source uses.
 NOT_FOR_THE_AGENT = ("duckdb", "pyarrow", "aiohttp", "multidict", "yarl", "asyncssh", "prometheus_client",
                      "ranksight.aggregator", "ranksight.deploy", "ranksight.schemas.alerts", "ranksight.schemas.api",
-                     "xml", "pyexpat", "pydantic", "pydantic_core", "pydantic_settings", "ranksight.config",
+                     "xml", "pyexpat", "pydantic", "pydantic_core", "pydantic_settings", "ranksight.core.config",
                      "ranksight.schemas.records", "ranksight.schemas.envelope")  # fmt: skip
 
 

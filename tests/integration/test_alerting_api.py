@@ -19,8 +19,8 @@ from ranksight.aggregator.analysis.nodes import NodeSilentRule
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import LiveState
-from ranksight.config import Settings
-from ranksight.natsconn import connect
+from ranksight.core.config import Settings
+from ranksight.core.natsconn import connect
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.subjects import Subjects
 from tests.conftest import REPO

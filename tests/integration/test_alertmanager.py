@@ -20,8 +20,8 @@ from aiohttp import web
 
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import INHIBITIONS
-from ranksight.aio import cancel_all
-from ranksight.config import AlertmanagerSettings, Settings
+from ranksight.core.aio import cancel_all
+from ranksight.core.config import AlertmanagerSettings, Settings
 from ranksight.schemas.alerts import Alert
 from tests.conftest import REPO
 from tests.deploy_support import free_port

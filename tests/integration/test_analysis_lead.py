@@ -23,10 +23,10 @@ from ranksight.aggregator.runtime import Aggregator, ensure_stream
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import iso
-from ranksight.aio import cancel_all
-from ranksight.config import AlertSettings, Settings
-from ranksight.kvlease import key_value
-from ranksight.natsconn import connect
+from ranksight.core.aio import cancel_all
+from ranksight.core.config import AlertSettings, Settings
+from ranksight.core.kvlease import key_value
+from ranksight.core.natsconn import connect
 from ranksight.schemas.alerts import Alert, Matcher, Silence
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.structs import replace

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.config import Settings
-from ranksight.natsserver import NatsServer
+from ranksight.core.config import Settings
+from ranksight.core.natsserver import NatsServer
 from tests.conftest import REPO
 from tests.support import ranksight_cmd, settings_env
 
@@ -156,7 +156,7 @@ def test_long_running_commands_stop_on_one_signal_after_nats_died(
 
 STUCK_MAIN = """
 import asyncio, sys
-from ranksight.aio import run_until_signalled
+from ranksight.core.aio import run_until_signalled
 
 async def main(stop):
     print("ready", file=sys.stderr, flush=True)

@@ -10,7 +10,7 @@ import nats
 
 from ranksight.aggregator.columns import kind_columns
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.codec import unpack
 from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects

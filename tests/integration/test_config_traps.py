@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel
 
 from ranksight.aggregator.api.client import query
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
 from tests.support import agent, aggregator
 

@@ -8,7 +8,7 @@ import duckdb
 import msgpack
 import nats
 
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.wire import MAX_RECORDS
 from tests.loadgen import SyntheticAgent

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import duckdb
 
-from ranksight.config import InspectorSettings, Settings
+from ranksight.core.config import InspectorSettings, Settings
 from tests.support import ranksight_cmd, run_cli, settings_env
 
 

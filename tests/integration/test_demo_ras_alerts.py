@@ -17,7 +17,7 @@ from pathlib import Path
 import duckdb
 import nats
 
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
 from tests.support import ranksight_cmd, settings_env
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.deploy import wheel as wheels
 from ranksight.deploy.fleet import connect_nats, run_fleet
 from ranksight.deploy.hosts import Host

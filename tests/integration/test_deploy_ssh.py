@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.deploy import wheel as wheels
 from ranksight.deploy.fleet import connect_nats
 from ranksight.deploy.plan import DeployOptions

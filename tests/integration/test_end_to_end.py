@@ -10,8 +10,8 @@ from typing import Any
 import duckdb
 
 from ranksight.aggregator.api.client import query
-from ranksight.config import Settings
-from ranksight.natsconn import connect
+from ranksight.core.config import Settings
+from ranksight.core.natsconn import connect
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects

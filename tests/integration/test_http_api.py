@@ -20,7 +20,7 @@ from pydantic import SecretStr
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.structs import replace
 from ranksight.schemas.twins import AppRecord
 from tests.http_cluster import DEAD_PID, DEGRADED, JOB, NODES, Publisher, http_settings, publish_cluster

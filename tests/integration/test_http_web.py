@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.twins import GpuRecord, HeartbeatRecord, NicRecord, ProbeRecord
 from tests.browser import CHROMIUM, Browser
 from tests.http_cluster import (

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.structs import replace
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.support import agent, aggregator, wait_for

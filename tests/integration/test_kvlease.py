@@ -7,8 +7,8 @@ from pathlib import Path
 
 import nats
 
-from ranksight.kvlease import KvLeases
-from ranksight.natsserver import NatsServer
+from ranksight.core.kvlease import KvLeases
+from ranksight.core.natsserver import NatsServer
 
 
 def test_one_holder_renewal_expiry_and_release(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ import nats
 import pytest
 from nats.js.api import StreamConfig, SubjectTransform
 
-from ranksight.natsserver import NatsServer
+from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.subjects import SubjectError, Subjects
 
 

@@ -10,7 +10,7 @@ from typing import Any
 from nats.aio.client import Client
 
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.records.probe import ProbeCommand
 from ranksight.schemas.subjects import Subjects
 from tests.integration.test_probe_loopback import _node_settings

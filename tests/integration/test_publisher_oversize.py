@@ -10,7 +10,7 @@ import pytest
 from nats.js.api import StreamConfig
 
 from ranksight.agent.publisher import Outgoing, Publisher
-from ranksight.natsserver import NatsServer
+from ranksight.core.natsserver import NatsServer
 
 
 async def test_an_oversize_message_is_dropped_loudly_and_the_rest_go_on(

@@ -12,7 +12,7 @@ import nats.errors
 
 from ranksight.agent.collectors.ras.jobid import derived_job_id
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.structs import replace
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES

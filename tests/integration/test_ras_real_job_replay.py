@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.structs import replace
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES

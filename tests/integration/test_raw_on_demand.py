@@ -18,7 +18,7 @@ from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.timefmt import ns_of
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.structs import replace
 from ranksight.simulate.inspector import Fault, JobSpec, simulate
 from tests.support import agent, aggregator, wait_for

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ranksight.natsserver import NatsServer
+from ranksight.core.natsserver import NatsServer
 from tests.support import run_cli_async
 
 

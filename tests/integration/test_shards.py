@@ -10,8 +10,8 @@ import nats
 
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.shards import assignment, partition_key
-from ranksight.config import Settings
-from ranksight.kvlease import KvLeases
+from ranksight.core.config import Settings
+from ranksight.core.kvlease import KvLeases
 from ranksight.schemas.structs import replace
 from tests.loadgen import SyntheticAgent
 from tests.shard_topology import ShardTopology, published, tally

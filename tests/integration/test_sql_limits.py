@@ -15,7 +15,7 @@ import pytest
 from ranksight.aggregator.api.endpoint import answer
 from ranksight.aggregator.api.sql import SqlFailed, SqlSandbox
 from ranksight.aggregator.store import Store
-from ranksight.config import QuerySettings
+from ranksight.core.config import QuerySettings
 from tests.support import wait_for
 
 SLOW = "SELECT count(*) FROM range(100000000) a, range(1000) b"  # seconds of CPU, no memory

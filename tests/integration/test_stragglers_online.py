@@ -17,7 +17,7 @@ import nats.aio.msg
 
 from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.state import NS
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
@@ -143,7 +143,7 @@ def test_offline_analysis_and_online_alerts_agree_on_the_same_records(tmp_path: 
     from ranksight.aggregator.alerts import AlertEngine
     from ranksight.aggregator.analysis.rules import default_rules
     from ranksight.aggregator.state import LiveState
-    from ranksight.config import StragglerSettings
+    from ranksight.core.config import StragglerSettings
     from ranksight.simulate.inspector import simulate_timed
     from tests.unit.test_stragglers_live import envelope
 

@@ -15,7 +15,7 @@ from ranksight.aggregator.analysis.nodes import NodeSilentRule
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso
-from ranksight.config import RULE_TIMINGS, AlertSettings, ConfigError, load_settings
+from ranksight.core.config import RULE_TIMINGS, AlertSettings, ConfigError, load_settings
 from ranksight.schemas.alerts import Matcher, Silence
 from ranksight.schemas.twins import (
     Envelope,

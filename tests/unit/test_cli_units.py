@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ranksight.cliutil import human, print_table
+from ranksight.core.cliutil import human, print_table
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,7 @@ from typing import Any
 
 from ranksight.agent.collectors.base import MAX_ERROR_CHARS, Emit, Health, StreamingCollector
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.config import CollectorSettings, load_settings
+from ranksight.core.config import CollectorSettings, load_settings
 from ranksight.schemas.twins import Record
 
 

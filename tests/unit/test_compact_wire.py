@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from ranksight.agent.collectors.inspector.parse import parse_op
-from ranksight.config import load_settings
+from ranksight.core.config import load_settings
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.structs import replace, to_builtins

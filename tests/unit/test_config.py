@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from ranksight.cli import build_parser
-from ranksight.cliutil import settings_from_args
-from ranksight.config import ConfigError, load_settings
+from ranksight.core.cliutil import settings_from_args
+from ranksight.core.config import ConfigError, load_settings
 
 
 def test_defaults_work_without_a_file() -> None:

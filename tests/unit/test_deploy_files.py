@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ranksight.core.natsserver import find_nats_server
 from ranksight.deploy.plan import Layout, systemd_unit
-from ranksight.natsserver import find_nats_server
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

@@ -7,7 +7,7 @@ import argparse
 
 from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.cli import build_parser
-from ranksight.config import RULE_TIMINGS, Settings
+from ranksight.core.config import RULE_TIMINGS, Settings
 from ranksight.schemas.records import RECORD_MODELS
 from tests.conftest import REPO
 

@@ -70,7 +70,7 @@ def test_without_torch_the_worker_says_unavailable(tmp_path: Path) -> None:
     (tmp_path / "torch").mkdir()
     (tmp_path / "torch" / "__init__.py").write_text("raise ImportError('No module named torch (test)')\n")
     proc = subprocess.run([sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); "
-                           "from agent.gpuprobe.worker import main; sys.exit(main([]))", str(tmp_path)],
+                           "from ranksight.agent.gpuprobe.worker import main; sys.exit(main([]))", str(tmp_path)],
                           capture_output=True, timeout=60)  # fmt: skip
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert lines[0]["type"] == "unavailable" and lines[0]["reason"].startswith("PyTorch is not installed")

@@ -9,7 +9,7 @@ from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.jobs import CommState, JobState
-from ranksight.config import StragglerSettings
+from ranksight.core.config import StragglerSettings
 from ranksight.schemas.structs import replace
 from ranksight.schemas.twins import (
     CollectorHealth,

@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.twins import Envelope, GpuRecord, NicRecord
 from ranksight.schemas.wire import event_type
 

@@ -21,7 +21,7 @@ from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Incoming, Store
 from ranksight.aggregator.timefmt import naive_utc
-from ranksight.config import IngestSettings, load_settings
+from ranksight.core.config import IngestSettings, load_settings
 from ranksight.schemas.codec import decode_columns, encode_event
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.twins import Envelope, NicRecord

@@ -18,7 +18,7 @@ import msgpack
 
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Incoming, Store
-from ranksight.config import IngestSettings
+from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import decode_event
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.subjects import Subjects

@@ -25,7 +25,7 @@ from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.stragglers import ClusterFindings, StragglerTracker
 from ranksight.aggregator.store import _ALERT_SCHEMA, _DEAD_COLUMNS, _SEQ_COLUMNS, Store
-from ranksight.config import load_settings
+from ranksight.core.config import load_settings
 from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.subjects import Subjects
 from tests.unit.test_record_kinds import matching_columns

@@ -1,7 +1,7 @@
 """One import namespace: installing ranksight adds exactly one top-level name, ``ranksight``.
 
-The repository keeps ``agent/``, ``aggregator/``, ``schemas/`` and ``deploy/`` at the top; ``ranksight/<name>`` links to
-each, so the code is imported (and packaged) only as ``ranksight.<name>``.
+Every module lives in one real package tree, ``src/ranksight/``: no symbolic links, no import hooks, and no module
+imports a top-level name of the old layout (``agent``, ``aggregator``, ``schemas``, ``deploy``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,6 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
-
-import pytest
 
 from ranksight.deploy import wheel as wheels
 
@@ -46,10 +44,10 @@ def test_no_module_imports_a_top_level_name_other_than_ranksight() -> None:
     assert [hit for path in files for hit in old_imports(path)] == []
 
 
-@pytest.mark.parametrize("name", MAPPED)
-def test_each_top_directory_is_the_ranksight_subpackage(name: str) -> None:
-    link = REPO / "ranksight" / name
-    assert link.is_symlink() and link.resolve() == (REPO / name).resolve()
+def test_the_package_tree_is_real_files_only() -> None:
+    links = [p for p in (REPO / "src").rglob("*") if p.is_symlink()]
+    assert links == []
+    assert all((REPO / "src" / "ranksight" / name / "__init__.py").is_file() for name in MAPPED)
 
 
 def test_importing_the_commands_loads_nothing_outside_the_namespace() -> None:

@@ -17,7 +17,7 @@ from ranksight.agent.collectors.nic.rates import (
 from ranksight.agent.collectors.nic.sysfs import read_nics
 from ranksight.agent.collectors.nic.tools import parse_ethtool_stats
 from ranksight.aggregator.state.devices import NicTracker, PortCounters
-from ranksight.config import HardwareAlertSettings
+from ranksight.core.config import HardwareAlertSettings
 from ranksight.schemas.codec import decode_event, encode_event
 from ranksight.schemas.structs import replace, to_builtins
 from ranksight.schemas.twins import Envelope, NicRecord

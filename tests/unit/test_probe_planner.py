@@ -11,7 +11,7 @@ from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.probes import ProbePlanner, disjoint_rounds, full_mesh_rounds, sampled_pairs
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.links import Endpoint
-from ranksight.config import ProbePlannerSettings
+from ranksight.core.config import ProbePlannerSettings
 from ranksight.schemas.twins import Envelope, ProbeEndpointRecord, ProbeRecord, RasRecord
 from ranksight.schemas.wire import event_type
 

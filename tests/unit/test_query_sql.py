@@ -14,7 +14,7 @@ from ranksight.aggregator.api import sql as sql_module
 from ranksight.aggregator.api.endpoint import Params, RequestError, parse_params
 from ranksight.aggregator.api.queries import SqlParams
 from ranksight.aggregator.api.sql import SqlFailed, SqlRefused, SqlSandbox, check_read_only, jsonable
-from ranksight.config import QuerySettings
+from ranksight.core.config import QuerySettings
 
 REFUSED = {
     "read_text": "SELECT * FROM read_text('/etc/passwd')",

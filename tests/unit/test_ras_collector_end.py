@@ -15,7 +15,7 @@ import ranksight.agent.collectors.ras.collector as ras_collector
 from ranksight.agent.batcher import Batcher
 from ranksight.agent.collectors.ras.collector import ENDPOINT_CLOSED, RasCollector
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
-from ranksight.config import Settings
+from ranksight.core.config import Settings
 from ranksight.schemas.codec import decode_event
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.twins import RasEvent, RasRecord, RasStatus

@@ -12,7 +12,7 @@ from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.raw_evidence import plan
 from ranksight.aggregator.store import Incoming, Store
 from ranksight.aggregator.timefmt import iso
-from ranksight.config import RawEvidenceSettings
+from ranksight.core.config import RawEvidenceSettings
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.structs import replace

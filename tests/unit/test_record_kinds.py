@@ -13,8 +13,8 @@ from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.aggregator.columns import kind_columns, table_columns
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.store import Incoming, Store
-from ranksight.config import CollectorsSettings, IngestSettings
-from ranksight.parse import PARSE_MODULES
+from ranksight.commands.parse import PARSE_MODULES
+from ranksight.core.config import CollectorsSettings, IngestSettings
 from ranksight.schemas.records import RECORD_KINDS, RECORD_MODELS
 from ranksight.schemas.subjects import Subjects
 from tests.unit.test_ingest_admission import NOW, _store

@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from ranksight.redact import RedactingFilter, redact, secrets_of
+from ranksight.core.redact import RedactingFilter, redact, secrets_of
 
 
 @pytest.mark.parametrize(
@@ -27,7 +27,7 @@ def test_redact(text: str, shown: str) -> None:
 
 
 def test_configured_secret_values_hidden_anywhere() -> None:
-    from ranksight.config import Settings
+    from ranksight.core.config import Settings
 
     settings = Settings(nats={"password": "pw-123", "token": "tk-456"})
     assert redact("auth pw-123 failed with tk-456", secrets_of(settings)) == "auth *** failed with ***"

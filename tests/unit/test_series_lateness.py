@@ -9,7 +9,9 @@ import duckdb
 
 from ranksight.aggregator.api.views import SERIES, SeriesQuery, _series
 
-MIGRATIONS = sorted((Path(__file__).parents[2] / "aggregator" / "migrations").glob("*.sql"))
+MIGRATIONS = sorted(
+    (Path(__file__).parents[2] / "src" / "ranksight" / "aggregator" / "migrations").glob("*.sql")
+)
 W = 5_000_000
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 from nats.micro.service import SEMVER_REGEX
 
-from ranksight.version import service_version
+from ranksight.core.version import service_version
 
 
 @pytest.mark.parametrize(

@@ -8,8 +8,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from ranksight.config import CollectorsSettings, load_settings, twin_settings
-from ranksight.secret import Secret
+from ranksight.core.config import CollectorsSettings, load_settings, twin_settings
+from ranksight.core.secret import Secret
 
 
 def _settings(tmp_path: Path):  # type: ignore[no-untyped-def]

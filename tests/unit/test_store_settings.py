@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from ranksight.agent.collectors.nic.rates import ChangedCounters
 from ranksight.aggregator.store import Incoming, Store
-from ranksight.config import IngestSettings
+from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.twins import Envelope, GpuRecord, NicRecord

@@ -11,7 +11,7 @@ import time
 from ranksight.agent.collectors.inspector.parse import parse_op as parse
 from ranksight.aggregator.analysis.engines import EngineProcess
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.config import StragglerSettings
+from ranksight.core.config import StragglerSettings
 from ranksight.simulate.inspector import run_job, summarize
 from tests.unit.test_stragglers_live import EPOCH_CLOCK_S, SPEC, envelope
 
@@ -72,7 +72,7 @@ def test_the_engine_process_finds_what_the_engine_thread_finds() -> None:
                 )
                 assert "ranksight.aggregator.analysis.engines" in modules
                 assert [m for m in modules if m.split(".")[0] in ("pydantic", "duckdb", "pyarrow")
-                        or m in ("ranksight.config", "ranksight.aggregator.state")] == []  # fmt: skip
+                        or m in ("ranksight.core.config", "ranksight.aggregator.state")] == []  # fmt: skip
         finally:
             state.stragglers.close()
     assert results[True] == results[False]
@@ -136,7 +136,7 @@ import sys, time
 sys.path.insert(0, {root!r})
 from tests.unit.test_straggler_process import EPOCH_CLOCK_S, job_envelopes, evaluated
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.config import StragglerSettings
+from ranksight.core.config import StragglerSettings
 state = LiveState()
 state.stragglers.configure(StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0), background=True)
 state.tick(1 * NS)
@@ -154,7 +154,7 @@ def test_the_engine_process_stops_when_the_aggregator_is_killed_outright() -> No
     import sys
     from pathlib import Path
 
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[2] / "src")
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT.format(root=root)], stdout=subprocess.PIPE, text=True
     )
@@ -187,7 +187,7 @@ def test_ctrl_c_is_the_aggregator_s_to_handle_not_the_engine_process_s() -> None
     import sys
     from pathlib import Path
 
-    root = str(Path(__file__).resolve().parents[2])
+    root = str(Path(__file__).resolve().parents[2] / "src")
     parent = subprocess.Popen([sys.executable, "-c", PARENT.format(root=root)], stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, start_new_session=True)  # fmt: skip
     try:

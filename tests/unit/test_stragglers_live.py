@@ -10,7 +10,7 @@ from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.config import StragglerSettings
+from ranksight.core.config import StragglerSettings
 from ranksight.schemas.structs import replace
 from ranksight.schemas.twins import Envelope, GpuRecord, InspectorRecord, RasEventRecord, RasRecord
 from ranksight.schemas.wire import event_type

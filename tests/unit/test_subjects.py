@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.config import AgentSettings, load_settings
+from ranksight.core.config import AgentSettings, load_settings
 from ranksight.schemas.subjects import SubjectError, Subjects, require_token, sanitize_token
 from tests.support import run_cli, settings_env
 

@@ -1,0 +1,156 @@
+"""``app``: serves the Unix seqpacket socket that training processes send heartbeats, sections and markers to.
+
+One connection per process (wire format: :mod:`ranksight.client`). Durable: these records are never dropped by the
+publisher (backpressure instead). When the agent is slow the socket buffer fills and the *client* drops and counts, so
+the training step never waits. Packets already queued on a connection are read in one go and emitted as one batch. A socket file left by a dead agent is replaced; one served by a live agent is not
+(``absent``: two agents on one node would steal each other's traffic).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import stat
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
+from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
+from ranksight.client import MAX_MESSAGE
+from ranksight.core.settings_twins import AppSettings
+from ranksight.schemas.twins import AppRecord
+
+if TYPE_CHECKING:
+    from ranksight.agent.runtime import AgentContext
+
+LISTEN_BACKLOG = 256
+RECV_BUFFER_BYTES = 4 * 1024 * 1024
+MAX_BATCH = 1000
+
+
+def _served_by_live_process(path: Path) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        probe.connect(str(path))
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def bind_socket(path: Path, mode: int) -> socket.socket:
+    """Bind and listen on a non-blocking seqpacket socket at ``path``, replacing a stale socket file (never any other file)."""
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise CollectorUnavailable(f"{path} exists and is not a socket")
+        if _served_by_live_process(path):
+            raise CollectorUnavailable(f"{path} is served by another process")
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        sock.bind(str(path))
+        os.chmod(path, mode)
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+class AppCollector(StreamingCollector):
+    name = "app"
+    kind = "app"
+    durable = True
+
+    def __init__(self, ctx: AgentContext, settings: AppSettings) -> None:
+        super().__init__(ctx, settings)
+        self.app_settings = settings
+        self.timeouts = Timeouts(
+            heartbeat_s=settings.heartbeat_timeout_s,
+            initial_s=settings.heartbeat_initial_timeout_s,
+            section_s=settings.section_timeout_s,
+            per_section=dict(settings.section_timeouts),
+        )
+        self.received = 0
+        self.rejected = 0
+        self._sock: socket.socket | None = None
+        self._inode = 0  # of the socket file we bound, to never remove a newer agent's
+
+    async def run(self, emit: Emit) -> None:
+        path = self.ctx.settings.app_socket_path()
+        self._sock = sock = bind_socket(path, self.app_settings.socket_mode)
+        self._inode = path.stat().st_ino
+        self.health.source = str(path)
+        loop = asyncio.get_running_loop()
+        connections: set[asyncio.Task[None]] = set()
+        try:
+            while True:
+                conn, _ = await loop.sock_accept(sock)
+                task = asyncio.create_task(self._serve(conn, emit))
+                connections.add(task)
+                task.add_done_callback(connections.discard)
+        finally:
+            for task in list(connections):
+                task.cancel()
+            await asyncio.gather(*connections, return_exceptions=True)
+            self._close(path)
+
+    async def _serve(self, conn: socket.socket, emit: Emit) -> None:
+        """One training process: read its packets until it disconnects."""
+        loop = asyncio.get_running_loop()
+        conn.setblocking(False)
+        with contextlib.suppress(OSError):  # a larger buffer absorbs bursts; the kernel may cap it
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER_BYTES)
+        try:
+            while True:
+                first = await loop.sock_recv(conn, MAX_MESSAGE + 1)
+                if not first:
+                    return  # the process closed its end (exited)
+                records = self._parse_all([first, *self._drain(conn)])
+                if records:
+                    await emit(records)
+                    self.health.success(0.0)
+        except ConnectionError:
+            return
+        finally:
+            conn.close()
+
+    def _drain(self, conn: socket.socket) -> list[bytes]:
+        out: list[bytes] = []
+        while len(out) < MAX_BATCH:
+            try:
+                data = conn.recv(MAX_MESSAGE + 1)
+            except BlockingIOError:
+                break
+            if not data:  # end of stream: the next sock_recv sees it too
+                break
+            out.append(data)
+        return out
+
+    def _parse_all(self, packets: list[bytes]) -> list[AppRecord]:
+        records = []
+        for data in packets:
+            self.received += 1
+            try:
+                records.append(parse_message(data, self.timeouts))
+            except AppMessageError as exc:
+                self.rejected += 1
+                self.health.last_error = f"rejected client message: {exc}"[:500]
+        return records
+
+    def _close(self, path: Path) -> None:
+        if self._sock is None:
+            return
+        with contextlib.suppress(OSError):
+            if path.stat().st_ino == self._inode:
+                path.unlink()
+        self._sock.close()
+        self._sock = None
+
+    async def close(self) -> None:
+        self._close(self.ctx.settings.app_socket_path())

@@ -1,0 +1,143 @@
+"""``inspector`` streaming collector: tails the dump directory, summarizes every record per window
+(``inspector_summary``, :mod:`agent.collectors.inspector.summary`) and publishes the summaries and a rate-limited share
+of the raw records (:mod:`agent.collectors.inspector.sampler`), durably. The dump files keep every record on the node.
+
+Offsets are checkpointed in ``<state_dir>/inspector-offsets.json`` only after the stream acknowledged a chunk's raw
+share (``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3). Summaries are
+published in parts every ``summary_publish_s`` (the records read since the last part); the one being built lives in
+memory and is published at shutdown, and a crash loses it (the records stay in the dump files). The raw share waits
+as long to be batched: it is evidence, not news, and one message a second instead of four per node is what an
+aggregator of a thousand nodes saves most on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
+from ranksight.agent.collectors.inspector.sampler import RawSampler
+from ranksight.agent.collectors.inspector.summary import Summarizer
+from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
+from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.twins import InspectorSummaryRecord, RawRecordsPage, RawRecordsRequest
+
+if TYPE_CHECKING:
+    from ranksight.agent.runtime import AgentContext
+    from ranksight.core.config import InspectorSettings
+
+log = logging.getLogger(__name__)
+
+
+class InspectorCollector(StreamingCollector):
+    name = "inspector"
+    kind = "inspector"
+    durable = True  # raw records are facts about the job: backpressure, never drops
+
+    def __init__(self, ctx: AgentContext, settings: InspectorSettings) -> None:
+        super().__init__(ctx, settings)
+        self.cfg = settings
+        self.tailer: Tailer | None = None
+        self.summarizer = Summarizer(settings.summary_window_s, settings.summary_slice_s, settings.summary_publish_s,
+                                     max_keys=settings.summary_max_keys)  # fmt: skip
+        self.sampler = RawSampler(settings.raw_rate_per_s)
+        self._emit: Emit | None = None
+        ctx.add_command("inspector", self._status)
+        ctx.add_command("inspector_raw", self._raw)
+
+    def _dump_dir(self) -> Path | None:
+        return self.cfg.dump_dir
+
+    async def detect(self) -> bool:
+        directory = self._dump_dir()
+        return directory is not None and directory.is_dir()
+
+    async def run(self, emit: Emit) -> None:
+        self._emit = emit
+        directory = self._dump_dir()
+        assert directory is not None
+        state_file = self.ctx.settings.state_dir / "inspector-offsets.json"
+        tailer = self.tailer = Tailer(directory, state_file, self.cfg.read_chunk_bytes)
+        await asyncio.to_thread(tailer.load)
+        warned: set[str] = set()
+        parts_due = time.monotonic() + self.cfg.summary_publish_s
+        while True:
+            started = time.monotonic()
+            chunks = await asyncio.to_thread(tailer.poll)
+            if not any(chunk.more for chunk in chunks):
+                # read to the end of every file: the heartbeat's last success is then how far this agent has read,
+                # which the hang finder needs (a rank is silent only if its agent read past the stall and found nothing)
+                self.health.success(time.monotonic() - started)
+            if tailer.skipped:  # reported, not fatal: the other files are read
+                self.health.last_error = "skipped, not regular files: " + ", ".join(
+                    f"{Path(p).name} ({kind})" for p, kind in sorted(tailer.skipped.items())
+                )
+            # the raw share is sampled over the whole pass: every file's communicators compete for it
+            every = [rec for chunk in chunks for rec in chunk.records]
+            raw = {id(rec) for rec in self.sampler.take(every, time.monotonic())}
+            for rec in every:
+                self.summarizer.add(rec)
+            for chunk in chunks:
+                if chunk.first_error and chunk.path not in warned:
+                    warned.add(chunk.path)  # once per file: no per-interval log spam
+                    log.warning("inspector: bad line(s) in %s: %s", chunk.path, chunk.first_error)
+                # the wire's typed record is built only for the few operations published raw
+                await emit([op for op in chunk.records if id(op) in raw], self._on_ack(tailer, chunk),
+                           max_delay_s=self.cfg.summary_publish_s)  # fmt: skip
+            if time.monotonic() >= parts_due:
+                parts_due = time.monotonic() + self.cfg.summary_publish_s
+                await self._publish_summaries(emit, self.summarizer.take(time.time_ns() // 1000))
+            if tailer.dirty:
+                await asyncio.to_thread(tailer.save)
+            if not chunks:
+                await asyncio.sleep(self.cfg.interval_s)
+
+    @staticmethod
+    def _on_ack(tailer: Tailer, chunk: Chunk) -> Any:
+        return lambda: tailer.acked(chunk.path, chunk.inode, chunk.end)
+
+    async def _publish_summaries(self, emit: Emit, summaries: list[InspectorSummaryRecord]) -> None:
+        if summaries:
+            await emit(summaries, kind="inspector_summary", ttl=self.cfg.summary_ttl())
+
+    async def close(self) -> None:
+        if self._emit is not None:
+            await self._publish_summaries(self._emit, self.summarizer.take())
+        if self.tailer is not None and self.tailer.dirty:
+            await asyncio.to_thread(self.tailer.save)
+
+    async def _status(self, request: dict[str, Any]) -> dict[str, Any]:
+        status = (
+            self.tailer.status()
+            if self.tailer is not None
+            else {"directory": str(self._dump_dir()), "files": {}, "bad_lines": 0}
+        )
+        s = self.summarizer
+        # late: records read after their window's summary was published; parts never leave one out (kept: the shape)
+        status["summaries"] = {"records": s.records, "open": s.open_keys, "late": 0, "overflow": s.overflow,
+                               "parts": s.parts}  # fmt: skip
+        status["raw"] = {"rate_per_s": self.sampler.rate, "published": self.sampler.kept,
+                         "kept_on_node": self.sampler.skipped}  # fmt: skip
+        return status
+
+    async def _raw(self, request: dict[str, Any]) -> dict[str, Any]:
+        """One page of raw records of some comms within a dump-time window, read from the dump files (off the loop)."""
+        req = msgspec.convert(request, RawRecordsRequest)
+        cfg = self.cfg
+        # half the server's max_payload: the JSON of a page's other fields and escaping stay well within it
+        limits = RawLimits(cfg.raw_max_records, min(cfg.raw_max_bytes, self.ctx.nc.max_payload // 2),
+                           cfg.raw_scan_bytes, cfg.raw_max_window_s)  # fmt: skip
+        check_request(req, limits)
+        directory = self._dump_dir()
+        if directory is None:
+            raise ValueError("no Inspector dump directory is configured on this node")
+        page = await asyncio.to_thread(read_page, directory, req, limits)
+        answer = RawRecordsPage(node=self.ctx.node, incarnation=self.ctx.incarnation, records=[], next=page.next,
+                                scanned_bytes=page.scanned_bytes, bad_lines=page.bad_lines)  # fmt: skip
+        return {**to_builtins(answer), "records": page.records}  # records: already plain, measured values

@@ -1,0 +1,44 @@
+"""What a decoded message must also satisfy to be ingested: checks that need the subject, the receipt time or settings.
+
+Decoding (:mod:`schemas.codec`) checks the shape and every value's range; :func:`admit` adds the checks the codec cannot
+make alone. Each failure is a :class:`~schemas.codec.DecodeError` with a reason, so the store dead-letters it like any
+undecodable message:
+
+- ``bad_subject`` / ``subject_mismatch``: the subject is not an event subject, or names another kind;
+- ``identity_mismatch``: the envelope's cluster or node is not the one of its subject. Per-node NATS permissions let a
+  node publish only on its own subjects; this check makes that confine its *data* too;
+- ``ts_out_of_range`` / ``ttl_out_of_range``: the agent clock or the TTL is beyond the configured bounds, relative to
+  receipt (a fact that would never expire, or a timestamp the store cannot turn back into nanoseconds).
+"""
+
+from __future__ import annotations
+
+from ranksight.aggregator.timefmt import NS
+from ranksight.core.config import IngestSettings
+from ranksight.schemas.codec import DecodeError
+from ranksight.schemas.subjects import SubjectError, Subjects
+from ranksight.schemas.twins import Envelope
+
+
+def check_times(env: Envelope, recv_ns: int, limits: IngestSettings) -> None:
+    """Reject an envelope whose ``ts`` or ``ttl`` is out of the bounds of ``limits`` around ``recv_ns``."""
+    if not recv_ns - limits.max_clock_behind_s * NS <= env.ts <= recv_ns + limits.max_clock_ahead_s * NS:
+        raise DecodeError("ts_out_of_range", f"ts {env.ts} is too far from receipt time {recv_ns}")
+    if not 0 <= env.ttl <= limits.max_ttl_s:
+        raise DecodeError("ttl_out_of_range", f"ttl {env.ttl} is not within [0, {limits.max_ttl_s}] s")
+
+
+def admit(env: Envelope, subject: str, recv_ns: int, subjects: Subjects, limits: IngestSettings) -> None:
+    """Raise :class:`DecodeError` unless ``env``, received on ``subject`` at ``recv_ns``, may be ingested."""
+    try:
+        where = subjects.parse_event(subject)
+    except SubjectError as exc:
+        raise DecodeError("bad_subject", str(exc)) from None
+    if where.kind != env.kind:
+        raise DecodeError("subject_mismatch", f"subject kind {where.kind!r} but type {env.type!r}")
+    if not where.names(env.cluster, env.node):
+        raise DecodeError(
+            "identity_mismatch",
+            f"envelope of {env.cluster}/{env.node} on the subject of {where.cluster}/{where.node}",
+        )
+    check_times(env, recv_ns, limits)

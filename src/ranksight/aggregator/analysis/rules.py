@@ -1,0 +1,29 @@
+"""``default_rules()``: every rule the aggregator evaluates each tick."""
+
+from __future__ import annotations
+
+from ranksight.aggregator.alerts import Rule
+from ranksight.aggregator.analysis.app import RankHeartbeatOverdueRule, RankSectionOverdueRule
+from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule
+from ranksight.aggregator.analysis.hardware import hardware_rules
+from ranksight.aggregator.analysis.links import LinkDegradedRule
+from ranksight.aggregator.analysis.nodes import NodeSilentRule
+from ranksight.aggregator.analysis.ras import ras_rules
+from ranksight.aggregator.analysis.straggler_live import CollectiveHangRule, StragglerRule
+from ranksight.core.config import Settings
+
+
+def default_rules(settings: Settings | None = None) -> list[Rule]:
+    """Every rule, configured from ``settings`` where a rule has knobs (defaults otherwise)."""
+    settings = settings or Settings()
+    return [
+        NodeSilentRule(),
+        *ras_rules(settings.aggregator.ras),
+        StragglerRule(),
+        CollectiveHangRule(),
+        *hardware_rules(settings.aggregator.hardware),
+        LinkDegradedRule(settings.aggregator.probes),
+        GpuUnderperformingRule(),
+        RankHeartbeatOverdueRule(),
+        RankSectionOverdueRule(),
+    ]

@@ -1,0 +1,57 @@
+"""Client side of the query service, used by the CLI (and by anyone scripting against the API).
+
+An answer larger than one NATS message comes in pages (``next`` token, :mod:`aggregator.api.paging`): :func:`query`
+asks for each following page and returns the whole answer as one response.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import nats.errors
+from nats.aio.client import Client
+
+from ranksight.aggregator.api.paging import NEXT
+from ranksight.core.config import Settings
+from ranksight.core.errors import RanksightError
+from ranksight.core.natsconn import NatsUnreachable, connect
+from ranksight.core.redact import redact
+from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.subjects import Subjects
+
+
+class ApiUnavailable(RanksightError, RuntimeError):
+    """No aggregator answered (not running, or unreachable)."""
+
+
+async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None = None,
+                timeout: float = 10.0) -> ApiResponse:  # fmt: skip
+    try:
+        nc = await connect(
+            settings.nats, name="ranksight-cli", max_reconnect_attempts=0, allow_reconnect=False
+        )
+    except NatsUnreachable as exc:
+        raise ApiUnavailable(str(exc)) from None
+    try:
+        return await request_pages(nc, Subjects(settings.subject_prefix).api(endpoint), params or {}, timeout)
+    except nats.errors.NoRespondersError:
+        raise ApiUnavailable(
+            redact(f"no aggregator answers on {settings.nats.url} (is it running?)")
+        ) from None
+    except nats.errors.TimeoutError:
+        raise ApiUnavailable(f"the aggregator did not answer within {timeout}s") from None
+    finally:
+        await nc.close()
+
+
+async def request_pages(nc: Client, subject: str, params: dict[str, Any], timeout: float) -> ApiResponse:
+    """Ask ``subject`` and every following page; the whole answer as one response (nats-py errors pass through)."""
+    msg = await nc.request(subject, json.dumps(params).encode(), timeout=timeout)
+    response = ApiResponse.model_validate_json(msg.data)
+    rows = response.rows
+    while response.ok and response.next:
+        msg = await nc.request(subject, json.dumps({NEXT: response.next}).encode(), timeout=timeout)
+        response = ApiResponse.model_validate_json(msg.data)
+        rows.extend(response.rows)
+    return response if not response.ok else response.model_copy(update={"rows": rows})

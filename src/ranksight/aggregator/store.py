@@ -1,0 +1,739 @@
+"""The one DuckDB writer: migrations, batched columnar ingest with exactly-once effect, dead letters, alerts.
+
+All work on the database happens on one dedicated thread (``await store.call(fn, ...)``), so the event loop never
+blocks on DuckDB and there is exactly one writer. Readers (the SQL API) take their own cursors.
+
+Exactly-once effect: each agent incarnation numbers its messages 1, 2, 3...; the store keeps, per incarnation (keyed by
+cluster, node and incarnation id, so one node cannot touch another's marks), the highest sequence committed and the
+ranges never seen (gaps). A message at or below the high-water mark that does not fill a gap is a duplicate
+(redelivery after a crash, or a re-publish after a lost ack) and is skipped; one whose bytes differ from the message
+first committed under that number is dead-lettered as ``seq_conflict``. The marks are written in the same transaction
+as the rows, so a crash between commit and ack cannot double anything. Every resource is bounded by
+:class:`~ranksight.core.config.IngestSettings`: a seq jump beyond ``max_seq_jump`` opens no gap, a node keeps at most
+``max_incarnations_per_node`` incarnations, at most ``max_nodes`` nodes are tracked, idle ones are forgotten.
+
+Nothing that passed validation can stop ingest: if a batch's commit fails anyway, the batch is bisected, the messages
+that cannot be written are dead-lettered (``commit_failed``) and the rest is committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import duckdb
+import pyarrow as pa
+
+from ranksight.aggregator.admission import NS, admit, check_times
+from ranksight.aggregator.columns import ENVELOPE_FIELDS, ColumnBuilder, row_to_record, table_columns
+from ranksight.aggregator.timefmt import naive_utc
+from ranksight.core.config import IngestSettings
+from ranksight.core.private import DIR_MODE, private_files
+from ranksight.schemas.alerts import Alert, Silence
+from ranksight.schemas.codec import DecodeError, decode_columns
+from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.records.inspector import IDENTITY as INSPECTOR_IDENTITY
+from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.twins import Envelope
+from ranksight.schemas.wire import event_type
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+MAX_GAP_RANGES = 1000
+NodeKey = tuple[str, str]  # (cluster, node)
+
+
+@dataclass
+class Incoming:
+    subject: str
+    data: bytes
+    recv_ns: int
+    msg_id: str | None = None
+
+
+@dataclass
+class AgentSeq:
+    agent: str
+    cluster: str
+    node: str
+    high_seq: int = 0
+    messages: int = 0
+    duplicates: int = 0
+    gaps: list[list[int]] = field(default_factory=list)  # [lo, hi] inclusive, ascending
+    first_recv: int = 0
+    last_recv: int = 0
+    seq_jumps: int = 0  # jumps beyond max_seq_jump: no gap opened
+    digests: dict[int, int] = field(default_factory=dict)  # seq -> crc32 of its bytes, the most recent ones
+    # digests of this batch's messages: the committed ones above are shared with the copy a batch works on, not copied
+    # (at 1024 nodes, copying conflict_window digests per node and commit grew the writer's CPU by a tenth in minutes)
+    pending: dict[int, int] = field(default_factory=dict)
+
+    @property
+    def gaps_open(self) -> int:
+        return sum(hi - lo + 1 for lo, hi in self.gaps)
+
+    def accept(self, seq: int, max_jump: int) -> bool:
+        """Record ``seq``; False if it is a duplicate. A jump of more than ``max_jump`` opens no gap (it is counted)."""
+        if seq > self.high_seq:
+            if seq - self.high_seq - 1 > max_jump:
+                self.seq_jumps += 1
+            elif seq > self.high_seq + 1:
+                self.gaps.append([self.high_seq + 1, seq - 1])
+                del self.gaps[:-MAX_GAP_RANGES]
+            self.high_seq = seq
+            return True
+        for i, (lo, hi) in enumerate(self.gaps):
+            if lo <= seq <= hi:  # a late message fills a gap
+                pieces = [p for p in ([lo, seq - 1], [seq + 1, hi]) if p[0] <= p[1]]
+                self.gaps[i : i + 1] = pieces
+                return True
+        return False
+
+    def digest(self, seq: int) -> int | None:
+        """The digest remembered for ``seq``: of this batch, else committed; None when it is not remembered."""
+        found = self.pending.get(seq)
+        return self.digests.get(seq) if found is None else found
+
+    def remember(self, seq: int, digest: int) -> None:
+        self.pending[seq] = digest
+
+    def settle(self, window: int) -> None:
+        """This batch's digests committed: the ``window`` most recent are kept."""
+        digests = self.digests
+        digests.update(self.pending)
+        self.pending = {}
+        while len(digests) > window:
+            del digests[next(iter(digests))]
+
+    def copy(self) -> AgentSeq:
+        """A copy for a batch to work on, a failed commit leaving this one as it is; their committed digests are one
+        dict, changed only once the batch is committed (:meth:`settle`)."""
+        return AgentSeq(self.agent, self.cluster, self.node, self.high_seq, self.messages, self.duplicates,
+                        [list(g) for g in self.gaps], self.first_recv, self.last_recv, self.seq_jumps,
+                        self.digests)  # fmt: skip
+
+
+@dataclass
+class BatchResult:
+    accepted: list[tuple[Envelope, int]] = field(default_factory=list)  # (envelope, receipt ns)
+    records: int = 0
+    duplicates: int = 0
+    dead_letters: int = 0
+    new_gaps: int = 0
+    conflicts: int = 0  # same incarnation and seq, different bytes (dead-lettered as seq_conflict)
+    new_nodes: int = 0  # nodes whose sequence state this batch starts
+    taken: int = 0  # messages of the batch handled (committed, skipped or dead-lettered): the rest wait (records bound)
+
+
+_ALERT_SCHEMA = pa.schema(
+    [
+        (c, pa.string())
+        for c in ("fingerprint", "rule", "severity", "state", "cluster", "node", "job", "comm", "entity")
+    ]
+    + [
+        ("rank", pa.int64()),
+        ("summary", pa.string()),
+        ("started_at", pa.string()),
+        ("resolved_at", pa.string()),
+        ("updated_at", pa.string()),
+        ("evidence", pa.string()),
+        ("silenced_by", pa.string()),
+    ]
+)
+
+
+_SEQ_COLUMNS = ("agent", "cluster", "node", "high_seq", "messages", "duplicates", "gaps_open", "first_recv",
+                "last_recv", "seq_jumps")  # fmt: skip
+
+
+_GAP_TYPES = {"cluster": pa.string(), "node": pa.string(), "agent": pa.string(), "seq_lo": pa.int64(),
+              "seq_hi": pa.int64()}  # fmt: skip
+_DEAD_COLUMNS = ("recv_ts", "subject", "reason", "detail", "msg_id", "size", "payload")
+# one inspector row ``i`` and one of a batch ``b`` are the same record (its identity; NULL peers are equal)
+_SAME_RECORD = " AND ".join(f"i.{c} IS NOT DISTINCT FROM b.{c}" for c in INSPECTOR_IDENTITY)
+
+
+def sql_text(text: str) -> str:
+    """``text`` as a SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def out_of_memory(exc: BaseException | None) -> duckdb.OutOfMemoryException | None:
+    """The out-of-memory error behind ``exc``, if any (cleanup after it, such as an unregister, raises another)."""
+    while exc is not None:
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            return exc
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+class Store:
+    def __init__(
+        self, path: str | Path, subjects: Subjects | None = None, limits: IngestSettings | None = None
+    ) -> None:
+        self.path = Path(path)
+        self.subjects = subjects or Subjects()
+        self.limits = limits or IngestSettings()
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="duckdb-writer")
+        self._con: duckdb.DuckDBPyConnection | None = None
+        # the history database's name in SQL: its file's stem, as opening the file names it (the connection's own
+        # in-memory database holds the names DuckDB reserves)
+        stem = (
+            self.path.stem
+            if self.path.stem not in ("memory", "system", "temp")
+            else f"{self.path.stem}_history"
+        )
+        self._catalog = '"' + stem.replace('"', '""') + '"'
+        self._seq: dict[NodeKey, dict[str, AgentSeq]] = {}  # node -> its incarnations' sequence state
+        self.replay_skipped = 0  # stored messages that replay could not turn back into a valid envelope
+        self._fetched_rows = False  # inspector rows fetched on request (seq 0) may be in history
+        # per kind, the fields a history row keeps only where a flag of its record is true
+        self._kept_when = (
+            {"nic": {"counters": "counters_full"}} if self.limits.nic_history_counters == "full" else {}
+        )
+
+    # -- threading ----------------------------------------------------------------------------------------------
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, fn, *args)
+
+    @property
+    def con(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            raise RuntimeError("store is not open")
+        return self._con
+
+    def reader(self) -> duckdb.DuckDBPyConnection:
+        """A cursor for a reader thread (same database, its own transaction)."""
+        cursor = self.con.cursor()
+        cursor.execute(f"USE {self._catalog}")  # a cursor starts in the connection's in-memory database
+        return cursor
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+    def open(self) -> None:
+        self.path.parent.mkdir(mode=DIR_MODE, parents=True, exist_ok=True)
+        # attached, not opened: the row-group size is an option of ATTACH; named as opening the file would name it
+        self._con = duckdb.connect()
+        self._con.execute(f"ATTACH {sql_text(str(self.path))} AS {self._catalog} "
+                          f"(ROW_GROUP_SIZE {self.limits.row_group_rows})")  # fmt: skip
+        self._con.execute(f"USE {self._catalog}")
+        self._con.execute(f"SET checkpoint_threshold = '{self.limits.checkpoint_wal_mib}MiB'")
+        private_files(
+            self.path, self.path.with_name(self.path.name + ".wal")
+        )  # a file from before 0600 files
+        self.migrate()
+        self._load_seq()
+        [(fetched,)] = self.con.execute("SELECT count(*) FROM inspector WHERE seq = 0").fetchall()
+        self._fetched_rows = fetched > 0
+
+    def close_connection(self) -> None:
+        """Close the database (run on the writer thread)."""
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=True)
+
+    def migrate(self) -> list[str]:
+        con = self.con
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_migrations (version VARCHAR PRIMARY KEY, applied_at TIMESTAMP)"
+        )
+        done = {r[0] for r in con.execute("SELECT version FROM schema_migrations").fetchall()}
+        applied = []
+        files = sorted(
+            (
+                f
+                for f in resources.files("ranksight.aggregator.migrations").iterdir()
+                if f.name.endswith(".sql")
+            ),
+            key=lambda f: f.name,
+        )
+        for f in files:
+            version = f.name.removesuffix(".sql")
+            if version in done:
+                continue
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute(f.read_text())
+                con.execute("INSERT INTO schema_migrations VALUES (?, now())", [version])
+                con.execute("COMMIT")
+            except Exception:
+                con.execute("ROLLBACK")
+                raise
+            applied.append(version)
+            log.info("applied migration %s", version)
+        self._derive_kind_tables()
+        return applied
+
+    def _derive_kind_tables(self) -> None:
+        """Create each record kind's table from its model, and add the columns of fields its table lacks.
+
+        Only ever adds: a column of a field that left the model keeps its rows. A kind therefore needs no migration,
+        and no model change can make ``INSERT ... BY NAME`` fail at ingest.
+        """
+        con = self.con
+        existing: dict[str, set[str]] = defaultdict(set)
+        for table, column in con.execute(
+            "SELECT table_name, column_name FROM duckdb_columns() WHERE schema_name = 'main'"
+        ).fetchall():
+            existing[table].add(column)
+        envelope = {name for name, _ in ENVELOPE_FIELDS}
+        for kind in RECORD_MODELS:
+            columns = table_columns(kind)
+            if kind not in existing:
+                spec = ", ".join(
+                    f'"{c}" {t}' + (" NOT NULL" if c in envelope else "") for c, t in columns.items()
+                )
+                con.execute(f'CREATE TABLE "{kind}" ({spec})')
+                log.info("created table %s from its record model", kind)
+                continue
+            for column, sql_type in columns.items():
+                if column not in existing[kind]:
+                    con.execute(f'ALTER TABLE "{kind}" ADD COLUMN "{column}" {sql_type}')
+                    log.info("added column %s.%s from its record model", kind, column)
+
+    def _load_seq(self) -> None:
+        """Load the sequence state of the nodes seen within ``node_forget_after_s``, the newest incarnations of each."""
+        limits = self.limits
+        since = naive_utc(time.time_ns() - int(limits.node_forget_after_s * NS))
+        rows = self.con.execute(
+            "SELECT agent, cluster, node, high_seq, messages, duplicates, epoch_ns(first_recv), epoch_ns(last_recv), "
+            "seq_jumps FROM agent_seq WHERE last_recv >= ? "
+            "QUALIFY row_number() OVER (PARTITION BY cluster, node ORDER BY last_recv DESC) <= ? "
+            "ORDER BY last_recv DESC",
+            [since, limits.max_incarnations_per_node],
+        ).fetchall()
+        gaps: dict[tuple[str, str, str], list[list[int]]] = defaultdict(list)
+        for cluster, node, agent, lo, hi in self.con.execute(
+            "SELECT cluster, node, agent, seq_lo, seq_hi FROM agent_seq_gaps ORDER BY seq_lo"
+        ).fetchall():
+            gaps[cluster, node, agent].append([lo, hi])
+        self._seq = {}
+        for agent, cluster, node, high, messages, dups, first, last, jumps in rows:
+            if len(self._seq) >= limits.max_nodes and (cluster, node) not in self._seq:
+                continue
+            self._seq.setdefault((cluster, node), {})[agent] = AgentSeq(
+                agent, cluster, node, high, messages, dups, gaps[cluster, node, agent], first, last, jumps
+            )
+
+    # -- ingest -------------------------------------------------------------------------------------------------
+    def commit_batch(self, batch: list[Incoming]) -> BatchResult:
+        """Validate, de-duplicate and commit a fetched batch in one transaction; bad messages become dead letters.
+
+        At most ``fetch_max_records`` decoded records are committed at once (a message is never split: one alone may
+        bring more): the messages from the one that would pass the bound on are left out, ``result.taken`` says how
+        many were handled, and the caller commits the rest next, unacknowledged until then."""
+        result = BatchResult(taken=len(batch))
+        admitted: list[tuple[Envelope, Incoming]] = []
+        # each kind's rows, added as messages are admitted: a compact batch's columns, taken at once, are not kept
+        builders: dict[str, ColumnBuilder] = {}
+        # rows that Arrow refused: the commit fails as a write would, and is bisected
+        unbuilt: Exception | None = None
+        dead: list[tuple[Any, ...]] = []
+        changed: dict[NodeKey, dict[str, AgentSeq]] = {}
+        records = 0
+        for i, msg in enumerate(batch):
+            try:
+                env, columns = decode_columns(msg.data)
+                admit(env, msg.subject, msg.recv_ns, self.subjects, self.limits)
+                if records and records + len(env.records) > self.limits.fetch_max_records:
+                    result.taken = i
+                    break
+                new = self._sequence(env, msg, changed, result)
+            except DecodeError as exc:
+                dead.append(self._dead_letter(msg, exc.reason, str(exc)))
+                continue
+            if new:
+                admitted.append((env, msg))
+                records += len(env.records)
+                if unbuilt is None:
+                    try:
+                        self._add_rows(builders, env, msg, columns)
+                    except Exception as exc:
+                        unbuilt = exc
+        try:
+            if unbuilt is not None:
+                raise unbuilt
+            self._write(builders, dead, changed)
+        except Exception as exc:  # rows that passed validation and still fail: find them, commit the rest
+            if out_of_memory(exc):
+                raise  # memory held by SQL queries, not the rows' fault: the caller retries the whole batch
+            unwritable = self._unwritable(admitted)
+            if not unwritable:
+                raise  # not the rows' fault (disk, database): the batch stays unacknowledged
+            log.warning(
+                "commit failed (%s); dead-lettering %d of %d messages", exc, len(unwritable), len(admitted)
+            )
+            bad = {id(item) for item, _ in unwritable}
+            admitted = [item for item in admitted if id(item) not in bad]
+            dead += [
+                self._dead_letter(msg, "commit_failed", f"{type(e).__name__}: {e}")
+                for (_, msg), e in unwritable
+            ]
+            self._write(self._builders(admitted), dead, changed)
+        for key, incarnations in changed.items():
+            for seq in incarnations.values():
+                seq.settle(self.limits.conflict_window)
+            self._seq.setdefault(key, {}).update(incarnations)
+            self._evict_incarnations(key)
+        result.dead_letters = len(dead)
+        result.records = sum(len(env.records) for env, _ in admitted)
+        result.accepted = [(env, msg.recv_ns) for env, msg in admitted]
+        return result
+
+    def _sequence(
+        self, env: Envelope, msg: Incoming, changed: dict[NodeKey, dict[str, AgentSeq]], result: BatchResult
+    ) -> bool:
+        """Whether the admitted ``env`` is new (False: a duplicate); :class:`DecodeError` if it is refused."""
+        limits = self.limits
+        key = (env.cluster, env.node)
+        incarnations = changed.get(key)
+        if incarnations is None:
+            if key not in self._seq:
+                if len(self._seq) + result.new_nodes >= limits.max_nodes:
+                    raise DecodeError(
+                        "too_many_nodes", f"{limits.max_nodes} nodes are tracked already (max_nodes)"
+                    )
+                result.new_nodes += 1
+            incarnations = changed[key] = {}
+        seq = incarnations.get(env.agent)
+        # First change in this batch: work on a copy, so a failed commit leaves the marks untouched.
+        if seq is None:
+            stored = self._seq.get(key, {}).get(env.agent)
+            seq = stored.copy() if stored is not None else AgentSeq(env.agent, *key, first_recv=msg.recv_ns)
+            incarnations[env.agent] = seq
+        seq.last_recv = msg.recv_ns
+        digest = zlib.crc32(msg.data)
+        gaps_before = seq.gaps_open
+        if not seq.accept(env.seq, limits.max_seq_jump):
+            if seq.digest(env.seq) not in (None, digest):
+                result.conflicts += 1
+                raise DecodeError("seq_conflict", f"{env.msg_id} was committed before with different content")
+            seq.duplicates += 1
+            result.duplicates += 1
+            return False
+        seq.remember(env.seq, digest)
+        result.new_gaps += max(0, seq.gaps_open - gaps_before)
+        seq.messages += 1
+        return True
+
+    def _dead_letter(self, msg: Incoming, reason: str, detail: str) -> tuple[Any, ...]:
+        kept = msg.data[: self.limits.dead_letter_payload_bytes]
+        return naive_utc(msg.recv_ns), msg.subject, reason, detail[:2000], msg.msg_id, len(msg.data), kept
+
+    def _add_rows(self, builders: dict[str, ColumnBuilder], env: Envelope, msg: Incoming,
+                  columns: tuple[list[Any], ...] | None) -> None:  # fmt: skip
+        """An admitted envelope's rows into its kind's builder: from ``columns`` where the codec read them so."""
+        builder = builders.get(env.kind)
+        if builder is None:
+            builder = builders[env.kind] = ColumnBuilder(env.kind, kept_when=self._kept_when.get(env.kind))
+        builder.add(
+            env.cluster, env.node, env.agent, env.seq, env.ts, msg.recv_ns, env.ttl, env.records, columns
+        )
+
+    def _builders(self, admitted: list[tuple[Envelope, Incoming]]) -> dict[str, ColumnBuilder]:
+        """The rows of ``admitted``, read from their records (after a failed commit: the columns are gone)."""
+        builders: dict[str, ColumnBuilder] = {}
+        for env, msg in admitted:
+            self._add_rows(builders, env, msg, None)
+        return builders
+
+    def _insert_rows(self, builders: dict[str, ColumnBuilder]) -> None:
+        con = self.con
+        for kind, builder in builders.items():
+            # Registered explicitly: the SQL sandbox turns off external access, which also disables
+            # DuckDB's implicit scans of Python variables.
+            con.register("arrow_batch", builder.table())
+            try:
+                con.execute(f'INSERT INTO "{kind}" BY NAME SELECT * FROM arrow_batch')
+                if kind == "inspector" and self._fetched_rows:
+                    # a record fetched on request that a message brings after all: the message's row is the one kept
+                    con.execute(f"DELETE FROM inspector i WHERE i.seq = 0 AND EXISTS (SELECT 1 FROM arrow_batch b "
+                                f"WHERE b.cluster = i.cluster AND {_SAME_RECORD})")  # fmt: skip
+            finally:
+                con.unregister("arrow_batch")
+
+    def _write(self, builders: dict[str, ColumnBuilder], dead: list[tuple[Any, ...]],
+               changed: dict[NodeKey, dict[str, AgentSeq]]) -> None:  # fmt: skip
+        con = self.con
+        con.execute("BEGIN TRANSACTION")
+        try:
+            self._insert_rows(builders)
+            if dead:  # columnar: a burst of bad messages costs what a batch of good ones does
+                con.register(
+                    "dead_batch", pa.table(dict(zip(_DEAD_COLUMNS, zip(*dead, strict=True), strict=True)))
+                )
+                try:
+                    con.execute("INSERT INTO dead_letters BY NAME SELECT * FROM dead_batch")
+                finally:
+                    con.unregister("dead_batch")
+            self._write_seq([s for incarnations in changed.values() for s in incarnations.values()])
+            con.execute("COMMIT")
+        except Exception:
+            con.execute("ROLLBACK")
+            raise
+
+    def _unwritable(self, admitted: list[tuple[Envelope, Incoming]]) -> list[tuple[Any, Exception]]:
+        """Bisect ``admitted`` in trial transactions (always rolled back): the messages whose rows cannot be written."""
+        if not admitted:
+            return []
+        self.con.execute("BEGIN TRANSACTION")
+        try:
+            self._insert_rows(self._builders(admitted))
+            return []
+        except Exception as exc:
+            if out_of_memory(exc):
+                raise  # the pool filled up meanwhile: no row is to blame
+            if len(admitted) == 1:
+                return [(admitted[0], exc)]
+        finally:
+            self.con.execute("ROLLBACK")
+        half = len(admitted) // 2
+        return self._unwritable(admitted[:half]) + self._unwritable(admitted[half:])
+
+    def _evict_incarnations(self, key: NodeKey) -> None:
+        """Keep the ``max_incarnations_per_node`` most recently seen incarnations of a node."""
+        incarnations = self._seq[key]
+        excess = len(incarnations) - self.limits.max_incarnations_per_node
+        if excess <= 0:
+            return
+        for seq in sorted(incarnations.values(), key=lambda s: s.last_recv)[:excess]:
+            del incarnations[seq.agent]
+            self._delete_seq(key, seq.agent)
+
+    def _delete_seq(self, key: NodeKey, agent: str) -> None:
+        for table in ("agent_seq", "agent_seq_gaps"):
+            self.con.execute(
+                f"DELETE FROM {table} WHERE cluster = ? AND node = ? AND agent = ?", [*key, agent]
+            )
+
+    def forget_idle(self, now_ns: int) -> int:
+        """Drop the sequence state of nodes silent for ``node_forget_after_s`` (run on the writer thread); how many."""
+        horizon = now_ns - int(self.limits.node_forget_after_s * NS)
+        idle = [key for key, inc in self._seq.items() if max(s.last_recv for s in inc.values()) < horizon]
+        for key in idle:
+            for agent in self._seq.pop(key):
+                self._delete_seq(key, agent)
+        return len(idle)
+
+    def _write_seq(self, changed: list[AgentSeq]) -> None:
+        if not changed:
+            return
+        con = self.con
+        rows = [(s.agent, s.cluster, s.node, s.high_seq, s.messages, s.duplicates, s.gaps_open,
+                 naive_utc(s.first_recv), naive_utc(s.last_recv), s.seq_jumps) for s in changed]  # fmt: skip
+        # One columnar upsert: executemany costs about a millisecond per agent, in every commit.
+        con.register("seq_batch", pa.table(dict(zip(_SEQ_COLUMNS, zip(*rows, strict=True), strict=True))))
+        try:
+            con.execute("INSERT OR REPLACE INTO agent_seq BY NAME SELECT * FROM seq_batch")
+        finally:
+            con.unregister("seq_batch")
+        # Gaps rewritten only where they changed, all in two columnar statements: a node with a gap that stays open
+        # (a message lost for good) would otherwise cost a delete and an insert in every commit that touches it.
+        moved = []
+        for s in changed:
+            stored = self._seq.get((s.cluster, s.node), {}).get(s.agent)
+            if s.gaps != (stored.gaps if stored else []):
+                moved.append(s)
+        if not moved:
+            return
+        keys = pa.table({"cluster": [s.cluster for s in moved], "node": [s.node for s in moved],
+                         "agent": [s.agent for s in moved]})  # fmt: skip
+        gaps = [(s.cluster, s.node, s.agent, lo, hi) for s in moved for lo, hi in s.gaps]
+        columns = list(zip(*gaps, strict=True)) if gaps else [()] * len(_GAP_TYPES)
+        con.register("gap_keys", keys)
+        con.register("gap_rows", pa.table({name: pa.array(column, type=kind) for (name, kind), column
+                                           in zip(_GAP_TYPES.items(), columns, strict=True)}))  # fmt: skip
+        try:
+            con.execute("DELETE FROM agent_seq_gaps g USING gap_keys k "
+                        "WHERE g.cluster = k.cluster AND g.node = k.node AND g.agent = k.agent")  # fmt: skip
+            con.execute("INSERT INTO agent_seq_gaps BY NAME SELECT * FROM gap_rows")
+        finally:
+            con.unregister("gap_keys")
+            con.unregister("gap_rows")
+
+    def sequence_stats(self) -> dict[str, int]:
+        incarnations = [s for inc in self._seq.values() for s in inc.values()]
+        return {
+            "nodes": len(self._seq),
+            "agents": len(incarnations),
+            "messages": sum(s.messages for s in incarnations),
+            "duplicates": sum(s.duplicates for s in incarnations),
+            "gaps_open": sum(s.gaps_open for s in incarnations),
+            "seq_jumps": sum(s.seq_jumps for s in incarnations),
+            "replay_skipped": self.replay_skipped,
+        }
+
+    # -- replay -------------------------------------------------------------------------------------------------
+    def replay(self, kinds: set[str], since_ns: int) -> list[tuple[Envelope, int]]:
+        """Rebuild (envelope, receipt ns) pairs of ``kinds`` received since ``since_ns``, in receipt order.
+
+        Stored rows are checked again like incoming messages (records, ts, ttl): a message whose rows do not make a
+        valid envelope (written by an older version, or edited by hand) is skipped and counted in ``replay_skipped``.
+        """
+        out: list[tuple[Envelope, int]] = []
+        for kind in sorted(kinds & set(RECORD_MODELS)):
+            cur = self.con.execute(
+                f'SELECT *, epoch_us(ts) AS _ts_us, epoch_us(recv_ts) AS _recv_us FROM "{kind}" '
+                "WHERE recv_ts >= ? AND seq > 0 ORDER BY recv_ts, agent, seq",  # seq 0: fetched on request
+                [naive_utc(since_ns)],
+            )
+            names = [d[0] for d in cur.description]
+            current: Envelope | None = None
+            skipping: tuple[str, int] | None = None
+            for values in cur.fetchall():
+                row = dict(zip(names, values, strict=True))
+                msg_key = (row["agent"], row["seq"])
+                if msg_key == skipping:
+                    continue
+                try:
+                    if current is None or (current.agent, current.seq) != msg_key:
+                        if row["_ts_us"] is None or row["_recv_us"] is None:
+                            raise ValueError("ts or recv_ts is not a finite timestamp")
+                        recv_ns = row["_recv_us"] * 1000
+                        env = Envelope(
+                            type=event_type(kind), cluster=row["cluster"], node=row["node"], agent=row["agent"],
+                            seq=row["seq"], ts=row["_ts_us"] * 1000, ttl=row["ttl"], records=[],
+                        )  # fmt: skip
+                        check_times(env, recv_ns, self.limits)
+                        current = env
+                        out.append((current, recv_ns))
+                    current.records.append(row_to_record(kind, row))
+                except Exception as exc:  # any unusable row: skip its whole message, never stop the start
+                    log.warning("replay: skipping stored %s message %s:%s: %s", kind, *msg_key, exc)
+                    self.replay_skipped += 1
+                    if current is not None and (current.agent, current.seq) == msg_key:
+                        out.pop()  # the message being rebuilt is the last one out
+                    current, skipping = None, msg_key
+        out.sort(key=lambda item: item[1])
+        return out
+
+    def insert_raw_inspector(
+        self, cluster: str, node: str, agent: str, records: list[Any], now_ns: int
+    ) -> int:
+        """Write raw ``inspector`` records fetched from an agent on request (not a message: ``seq`` 0, ``ttl`` 0,
+        skipped by replay), except those already in history by their identity; how many were new. (One that a message
+        brings later replaces its fetched twin: see ``_insert_rows``.)"""
+        if not records:
+            return 0
+        builder = ColumnBuilder("inspector")
+        builder.add(cluster, node, agent, 0, now_ns, now_ns, 0.0, records)
+        times = [r.dump_ts_us for r in records]
+        self.con.register("raw_batch", builder.table())
+        try:
+            # only history within the batch's dump times is compared (a zone-map range scan, not the whole table)
+            [(inserted,)] = self.con.execute(
+                f"INSERT INTO inspector BY NAME SELECT * FROM raw_batch b WHERE NOT EXISTS (SELECT 1 FROM inspector i "
+                f"WHERE i.cluster = ? AND i.dump_ts_us BETWEEN ? AND ? AND {_SAME_RECORD}) "
+                f"QUALIFY row_number() OVER (PARTITION BY {', '.join(INSPECTOR_IDENTITY)}) = 1",
+                [cluster, min(times), max(times)],
+            ).fetchall()
+        finally:
+            self.con.unregister("raw_batch")
+        self._fetched_rows = self._fetched_rows or bool(inserted)
+        return int(inserted)
+
+    def add_alert_evidence(self, fingerprint: str, started_at: str, evidence: dict[str, Any]) -> None:
+        """Merge keys into the evidence of every stored transition of one alert (its firing and, if it resolved
+        meanwhile, its resolution): evidence completed after the alert fired, not a transition of its own."""
+        self.con.execute(
+            "UPDATE alerts SET evidence = json_merge_patch(coalesce(evidence, '{}'), ?::JSON) "
+            "WHERE fingerprint = ? AND started_at = ?::TIMESTAMP",
+            [json.dumps(evidence, default=str), fingerprint, started_at],
+        )
+
+    def append_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
+        """Columnar append of derived rows (findings, summaries) to ``table``, matched by column name."""
+        self.con.register("derived_batch", pa.Table.from_pylist(rows))
+        try:
+            self.con.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM derived_batch')
+        finally:
+            self.con.unregister("derived_batch")
+
+    # -- alerts -------------------------------------------------------------------------------------------------
+    def write_alerts(self, alerts: list[Alert]) -> None:
+        """Append alert transitions (one columnar insert: a mass resolve can be thousands of rows)."""
+        if not alerts:
+            return
+        columns = ("fingerprint", "rule", "severity", "state", "cluster", "node", "job", "comm", "entity", "rank",
+                   "summary", "started_at", "resolved_at", "updated_at")  # fmt: skip
+        data: dict[str, list[Any]] = {c: [getattr(a, c) for a in alerts] for c in columns}
+        data["evidence"] = [json.dumps(a.evidence, default=str) for a in alerts]
+        data["silenced_by"] = [json.dumps(a.silenced_by) if a.silenced_by else None for a in alerts]
+        batch = pa.table(data, schema=_ALERT_SCHEMA)
+        self.con.register("alert_batch", batch)
+        try:
+            self.con.execute(
+                "INSERT INTO alerts BY NAME SELECT * REPLACE (started_at::TIMESTAMP AS started_at, "
+                "resolved_at::TIMESTAMP AS resolved_at, updated_at::TIMESTAMP AS updated_at) FROM alert_batch"
+            )
+        finally:
+            self.con.unregister("alert_batch")
+
+    def active_alerts(self) -> list[Alert]:
+        cur = self.con.execute(
+            "SELECT fingerprint, rule, severity, state, cluster, node, job, comm, rank, summary, evidence, "
+            "strftime(started_at, '%Y-%m-%dT%H:%M:%S.%fZ'), strftime(updated_at, '%Y-%m-%dT%H:%M:%S.%fZ'), entity "
+            "FROM alerts QUALIFY row_number() OVER (PARTITION BY fingerprint ORDER BY updated_at DESC, "
+            "state = 'resolved' DESC) = 1"
+        )
+        out = []
+        for r in cur.fetchall():
+            if r[3] != "firing":
+                continue
+            out.append(Alert(fingerprint=r[0], rule=r[1], severity=r[2], state=r[3], cluster=r[4], node=r[5],
+                             job=r[6], comm=r[7], rank=r[8], summary=r[9], evidence=json.loads(r[10] or "{}"),
+                             started_at=r[11], updated_at=r[12], entity=r[13]))  # fmt: skip
+        return out
+
+    def save_silence(self, silence: Silence) -> None:
+        """Insert or update (an early expiry moves ``ends_at``) one silence."""
+        self.con.execute(
+            "INSERT OR REPLACE INTO silences VALUES (?, ?, ?::TIMESTAMP, ?::TIMESTAMP, ?, ?, now()::TIMESTAMP)",
+            [silence.id, json.dumps([m.model_dump() for m in silence.matchers]), silence.starts_at.rstrip("Z"),
+             silence.ends_at.rstrip("Z"), silence.created_by, silence.comment],
+        )  # fmt: skip
+
+    def silences(self, since_ns: int) -> list[Silence]:
+        """Silences that end after ``since_ns``, oldest first."""
+        cur = self.con.execute(
+            "SELECT id, matchers, strftime(starts_at, '%Y-%m-%dT%H:%M:%S.%fZ'), "
+            "strftime(ends_at, '%Y-%m-%dT%H:%M:%S.%fZ'), created_by, comment FROM silences "
+            "WHERE ends_at > make_timestamp(?::BIGINT // 1000) ORDER BY starts_at, id",
+            [since_ns],
+        )
+        return [Silence(id=r[0], matchers=json.loads(r[1]), starts_at=r[2], ends_at=r[3], created_by=r[4],
+                        comment=r[5]) for r in cur.fetchall()]  # fmt: skip
+
+    def set_drained(self, cluster: str, nodes: list[str], drained: bool, reason: str) -> None:
+        self.con.execute(
+            "INSERT INTO node_drains SELECT ?, unnest(?::VARCHAR[]), ?, now()::TIMESTAMP, ?",
+            [cluster, nodes, drained, reason],
+        )
+
+    def drained_nodes(self) -> list[dict[str, Any]]:
+        """The nodes drained now: cluster, node, since (ISO), reason."""
+        cur = self.con.execute(
+            "SELECT cluster, node, strftime(changed_at, '%Y-%m-%dT%H:%M:%S.%fZ'), reason FROM node_drains "
+            "QUALIFY row_number() OVER (PARTITION BY cluster, node ORDER BY changed_at DESC) = 1 AND drained "
+            "ORDER BY cluster, node"
+        )
+        return [{"cluster": c, "node": n, "since": at, "reason": r} for c, n, at, r in cur.fetchall()]
+
+    # -- small helpers for readers ------------------------------------------------------------------------------
+    def rows(self, sql: str, params: list[Any] | None = None) -> Iterator[dict[str, Any]]:
+        cur = self.reader().execute(sql, params or [])
+        names = [d[0] for d in cur.description]
+        for values in cur.fetchall():
+            yield dict(zip(names, values, strict=True))

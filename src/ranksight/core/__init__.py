@@ -1,0 +1,1 @@
+"""Ground every floor of ranksight stands on: errors, settings, NATS, asyncio helpers, redaction."""

@@ -1,0 +1,145 @@
+"""What every subcommand shares: config flags, settings, running a coroutine with clean signal handling, output."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ranksight.core.config import ConfigError, Settings, load_settings
+
+# The exit statuses are declared beside the errors they map from; command modules take them from here.
+from ranksight.core.errors import EXIT_FAILED as EXIT_FAILED
+from ranksight.core.errors import EXIT_INTERRUPTED, EXIT_OK, exit_status
+from ranksight.core.errors import EXIT_USAGE as EXIT_USAGE
+from ranksight.core.redact import setup_logging
+
+
+def add_config_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", metavar="FILE", help="TOML config file (default: $RANKSIGHT_CONFIG)")
+    parser.add_argument("--nats", metavar="URL", help="NATS server URL (overrides nats.url)")
+
+
+def port_number(text: str) -> int:
+    """argparse type of a TCP port flag: 0 (any free port) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"port {port} is not in 0-65535")
+    return port
+
+
+def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
+    """Load settings or exit 2 with the config error on stderr."""
+    if getattr(args, "nats", None):
+        overrides.setdefault("nats", {})["url"] = args.nats
+    try:
+        settings = load_settings(getattr(args, "config", None), **overrides)
+    except ConfigError as exc:
+        print(f"ranksight: configuration error: {exc}", file=sys.stderr)
+        raise SystemExit(exit_status(exc)) from None
+    setup_logging(settings.log_level)
+    return settings
+
+
+def interrupted_exit(signum: int | None) -> int:
+    """The exit status of an interactive command: 130 after Ctrl-C (SIGINT), as a shell reports it; 0 when it ended
+    by itself or was asked to stop (SIGTERM)."""
+    return EXIT_INTERRUPTED if signum == signal.SIGINT else EXIT_OK
+
+
+JSON_WRITE_CHUNK = 1 << 16
+
+
+def print_json(obj: Any) -> None:
+    # Encoded at once (json.dump's many small writes are several times slower on a 10,000-node answer), written in
+    # pieces: one huge write to a reader that went away is not reported as a broken pipe.
+    text = json.dumps(obj, default=str) + "\n"
+    for start in range(0, len(text), JSON_WRITE_CHUNK):
+        sys.stdout.write(text[start : start + JSON_WRITE_CHUNK])
+
+
+def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """A plain aligned table on stdout, numbers in human units (:func:`human`)."""
+    cells = [[human(c, r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    for row in cells:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
+
+
+def print_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    writer = csv.writer(sys.stdout)
+    writer.writerow(columns)
+    for r in rows:
+        writer.writerow([_cell(r.get(c)) for c in columns])
+
+
+# Column-name suffix -> (unit, step, prefixes): records carry base units and say which in their field names.
+_UNITS: dict[str, tuple[str, float, str]] = {
+    "_per_s": ("/s", 1.0, " "),  # before "_s"
+    "_bytes": ("B", 1024.0, " KMGTP"),  # memory: binary prefixes (KiB, MiB, GiB)
+    "_bps": ("bit/s", 1000.0, " kMGT"),  # NIC and link rates are bits per second
+    "_gbs": ("GB/s", 1.0, " "),
+    "_hz": ("Hz", 1000.0, " kMGT"),
+    "_w": ("W", 1.0, " "),
+    "_c": ("C", 1.0, " "),
+    "_pct": ("%", 1.0, " "),
+    "_s": ("s", 1.0, " "),
+}
+# The exceptions to the suffixes: rates in bytes per second.
+_BYTE_RATE_COLUMNS = frozenset({"mem_bandwidth_bps"})
+
+
+def human(column: str, value: Any) -> str:
+    """One table cell: ``memory_used_bytes`` 68719476736 -> ``64 GiB``, ``speed_bps`` 4e11 -> ``400 Gbit/s``,
+    ``rtt_us`` 1500 -> ``1.5 ms``, ``power_w`` 291.5 -> ``292 W``; other numbers without exponents."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return _cell(value)
+    if column.endswith("_us"):
+        column, value = column[:-3] + "_s", value / 1e6
+        if abs(value) < 1:
+            return f"{_number(value * 1e3)} ms" if abs(value) >= 1e-3 else f"{_number(value * 1e6)} us"
+    if column in _BYTE_RATE_COLUMNS:
+        return _scaled(value, "B/s", 1000.0, " kMGT")
+    for suffix, (unit, step, prefixes) in _UNITS.items():
+        if column.endswith(suffix):
+            return _scaled(value, unit, step, prefixes)
+    return _number(value) if isinstance(value, float) else str(value)
+
+
+def _scaled(value: float, unit: str, step: float, prefixes: str) -> str:
+    power = 0
+    while power < len(prefixes) - 1 and abs(value) >= step ** (power + 1):
+        power += 1
+    prefix = prefixes[power].strip()
+    if prefix and step == 1024.0:
+        prefix += "i"
+    space = "" if unit[0] in "/%" else " "
+    return f"{_number(value / step**power)}{space}{prefix}{unit}"
+
+
+def _number(value: float, digits: int = 3) -> str:
+    """``value`` to about ``digits`` significant digits, never in exponent form (no ``3e+08`` in a table)."""
+    if value == 0 or not math.isfinite(value):
+        return "0" if value == 0 else str(value)
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    if isinstance(value, dict | list):
+        return json.dumps(value, default=str)
+    return str(value)

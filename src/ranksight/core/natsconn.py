@@ -1,0 +1,99 @@
+"""Connect to NATS with the configured credentials and TLS; the one place that turns settings into connect options."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+from typing import TYPE_CHECKING, Any
+
+from nats.aio.client import Client
+from nats.errors import Error as NatsError
+
+from ranksight.core.errors import RanksightError
+from ranksight.core.redact import redact
+
+if TYPE_CHECKING:  # either form: the pydantic settings, or the agent process's twins
+    from ranksight.core import config, settings_twins
+
+    NatsSettingsLike = config.NatsSettings | settings_twins.NatsSettings
+
+
+def connect_options(cfg: NatsSettingsLike, name: str) -> dict[str, Any]:
+    opts: dict[str, Any] = {
+        "servers": [u.strip() for u in cfg.url.split(",") if u.strip()],
+        "name": name,
+        "connect_timeout": cfg.connect_timeout_s,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+        "allow_reconnect": True,
+        "inbox_prefix": cfg.inbox_prefix,
+    }
+    if cfg.user:
+        opts["user"] = cfg.user
+    if cfg.password:
+        opts["password"] = cfg.password.get_secret_value()
+    if cfg.token:
+        opts["token"] = cfg.token.get_secret_value()
+    if cfg.nkey_seed_file:
+        opts["nkeys_seed"] = str(cfg.nkey_seed_file)
+    if cfg.creds_file:
+        opts["user_credentials"] = str(cfg.creds_file)
+    if cfg.tls_ca_file or cfg.tls_cert_file:
+        ctx = ssl.create_default_context(cafile=str(cfg.tls_ca_file) if cfg.tls_ca_file else None)
+        if cfg.tls_cert_file:
+            ctx.load_cert_chain(str(cfg.tls_cert_file), str(cfg.tls_key_file) if cfg.tls_key_file else None)
+        opts["tls"] = ctx
+    return opts
+
+
+class NatsUnreachable(RanksightError, ConnectionError):
+    """The first connection to NATS did not succeed within ``nats.connect_timeout_s``."""
+
+
+async def connect(cfg: NatsSettingsLike, name: str, **extra: Any) -> Client:
+    """A connected client, or :class:`NatsUnreachable` after ``cfg.connect_timeout_s``.
+
+    nats-py retries its first connect for as long as reconnects are allowed (forever with ``max_reconnect_attempts``
+    -1, and also with 0), so the first connect is bounded here; once connected, reconnects go on as configured.
+    """
+    last_error: list[Exception] = []
+
+    async def _remember(exc: Exception) -> None:
+        # Reconnects are expected (server restarts); the publisher counts what they cost. Keep the last one as the
+        # reason a first connect gives up.
+        last_error[:] = [exc]
+
+    opts = connect_options(cfg, name)
+    opts.setdefault("error_cb", _remember)
+    opts.update(extra)
+    nc = Client()
+    try:
+        await asyncio.wait_for(nc.connect(**opts), cfg.connect_timeout_s)
+    except (TimeoutError, OSError, NatsError) as exc:
+        with contextlib.suppress(Exception):
+            await nc.close()
+        reason = last_error[0] if isinstance(exc, TimeoutError) and last_error else exc
+        raise NatsUnreachable(
+            redact(
+                f"cannot connect to NATS at {cfg.url} within {cfg.connect_timeout_s:g}s: {_describe(reason)}"
+            )
+        ) from None
+    return nc
+
+
+async def disconnect(nc: Client, timeout: float, drain: bool = False) -> None:
+    """Drain (``drain``) or close ``nc`` within ``timeout``, never raising: with the server gone, nats-py's close can
+    fail on the dead socket and its drain can wait for a reconnect that never comes."""
+    if drain and nc.is_connected:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.drain(), timeout)
+    if not nc.is_closed:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(nc.close(), timeout)
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer"
+    return str(exc) or type(exc).__name__

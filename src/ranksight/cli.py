@@ -10,9 +10,9 @@ import signal
 import sys
 from collections.abc import Sequence
 
-from ranksight.core.errors import EXIT_INTERRUPTED, exit_status
 from ranksight.core.natsconn import NatsUnreachable
 from ranksight.core.version import ranksight_version
+from ranksight.errors import EXIT_INTERRUPTED, exit_status
 
 # Each command and the module that registers it (``register(subparsers)``). Only the module of the command being run is
 # imported, so a process loads what its command needs: the agent never loads DuckDB, pyarrow, the aiohttp server or the
@@ -26,7 +26,7 @@ COMMANDS: dict[str, str] = {
     "ras": "ranksight.agent.collectors.ras.cli",
     "probe": "ranksight.commands.probe",
     "deploy": "ranksight.deploy.cli",
-    "analyze": "ranksight.aggregator.stragglers_cli",
+    "analyze": "ranksight.commands.analyze",
     # the query commands, one per endpoint of the registry (ranksight.aggregator.api.endpoints)
     **dict.fromkeys(
         [

@@ -8,9 +8,15 @@ import sys
 from pathlib import Path
 
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.commands.up import add_http_port_flag, http_port_override, ports_in_use
 from ranksight.core.aio import run_until_signalled
-from ranksight.core.cliutil import EXIT_FAILED, add_config_flags, settings_from_args
+from ranksight.core.cliutil import (
+    EXIT_FAILED,
+    add_config_flags,
+    add_http_port_flag,
+    http_port_override,
+    ports_in_use,
+    settings_from_args,
+)
 from ranksight.core.private import keep_private
 
 

@@ -30,8 +30,8 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
-from ranksight.core.errors import UsageError
 from ranksight.core.settings_rules import CollectorSection, StatePaths, SummaryTiming, decode_settings
+from ranksight.errors import UsageError
 from ranksight.schemas.subjects import sanitize_token
 from ranksight.schemas.wire import WireFormat
 

@@ -14,9 +14,9 @@ from nats.aio.client import Client
 
 from ranksight.aggregator.api.paging import NEXT
 from ranksight.core.config import Settings
-from ranksight.core.errors import RanksightError
 from ranksight.core.natsconn import NatsUnreachable, connect
 from ranksight.core.redact import redact
+from ranksight.errors import RanksightError
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.subjects import Subjects
 

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ranksight.aggregator.api.merge import Merge
-from ranksight.core.errors import RefusedError, UsageError, api_status
 from ranksight.core.redact import redact
+from ranksight.errors import RefusedError, UsageError, api_status
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
@@ -170,7 +170,7 @@ class Endpoint(Generic[P]):
 
 async def answer(name: str, call: Callable[[], Awaitable[ApiResponse]]) -> tuple[ApiResponse, int]:
     """Run one endpoint call; its response and status: 200, 400 bad request, 403 refused (SQL, export path), 422 query
-    failed (the table :data:`ranksight.core.errors.API_STATUS`), 500 internal error. The one mapping that the NATS service
+    failed (the table :data:`ranksight.errors.API_STATUS`), 500 internal error. The one mapping that the NATS service
     and the HTTP API share."""
     try:
         response = await call()

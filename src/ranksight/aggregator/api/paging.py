@@ -14,7 +14,7 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ranksight.core.errors import RanksightError
+from ranksight.errors import RanksightError
 from ranksight.schemas.api import ApiResponse
 
 NEXT = "next"  # the request key of a follow-up page, and the response field that carries its token

@@ -1,7 +1,8 @@
 """Where a benchmark's figures go: ``benchmarks/results/<name>.json``, one file per benchmark, rendered into
 ``docs/benchmarks.md`` by the docs generator (``python -m ranksight.commands.docs``). Each file holds the figures and
 their targets, the commit and date of the run, and the machine: CPU model, cores, and a CPU calibration score measured
-in the same run, so that figures taken on different machines can be compared (divide by the score's ratio).
+in the same run, so that figures taken on different machines can be compared (divide by the score's ratio), and the
+load average when it ran.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def write_result(name: str, figures: dict[str, Any], targets: dict[str, Any], co
             "cores": os.cpu_count() or 0,
             "calibration": calibration(),
             "calibration_unit": CALIBRATION_UNIT,
+            "load_average_1m": round(os.getloadavg()[0], 2),  # other work beside: wall times stretch with it
         },
     }
     RESULTS.mkdir(exist_ok=True)

@@ -17,9 +17,10 @@ from ranksight.agent.collectors.gpu.amdsmi_lib import AmdSmiUnavailable
 from ranksight.agent.collectors.gpu.nvml import NvmlUnavailable
 from ranksight.agent.collectors.ras.errors import RasParseError, RasRefused, RasReplyError, RasTimeout
 from ranksight.agent.probe.client import ProbeError
-from ranksight.aggregator.api.client import ApiUnavailable
-from ranksight.aggregator.api.queries import Forbidden, RequestError
+from ranksight.aggregator.api.endpoint import Forbidden
 from ranksight.aggregator.api.sql import SqlFailed, SqlRefused
+from ranksight.api.client import ApiUnavailable
+from ranksight.api.contract import RequestError
 from ranksight.core.config import ConfigError
 from ranksight.core.natsconn import NatsUnreachable
 from ranksight.deploy.hosts import HostsFileError

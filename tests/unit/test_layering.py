@@ -7,6 +7,7 @@ A module's floor comes from its path: the first name under ``src/ranksight/`` (:
                          nothing else of ranksight
     schemas              the wire contract: records, envelope, subjects, codec
     core                 shared ground: settings, NATS connection, asyncio helpers, redaction, command-line helpers
+    api                  the query API as callers see it: endpoint declarations, client, query commands
     agent | aggregator   the two processes; siblings: neither imports the other
     deploy               the SSH rollout
     simulate             the simulated cluster (a test device for the demo and the tests)
@@ -37,12 +38,13 @@ FLOORS: dict[str, int] = {
     "client": 0,
     "schemas": 1,
     "core": 2,
-    "agent": 3,
-    "aggregator": 3,
-    "deploy": 4,
-    "simulate": 5,
-    "commands": 6,
-    "cli": 7,
+    "api": 3,
+    "agent": 4,
+    "aggregator": 4,
+    "deploy": 5,
+    "simulate": 6,
+    "commands": 7,
+    "cli": 8,
 }
 
 # (importer, imported) -> why it is still there and what removes it.

@@ -1,4 +1,4 @@
-"""``ranksight aggregator``: run the aggregator in the foreground (its query commands: :mod:`aggregator.api.cli`)."""
+"""``ranksight aggregator``: run the aggregator in the foreground (its query commands: :mod:`ranksight.api.cli`)."""
 
 from __future__ import annotations
 

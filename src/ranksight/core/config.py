@@ -160,12 +160,6 @@ class InspectorSettings(SummaryTiming, CollectorSettings):
         "window and key (the parts of a window add up); shorter: alerts a little sooner, more rows for the aggregator "
         "(1 s: about 2 x the summary rows of 2.5 s)",
     )
-    summary_grace_s: float = Field(
-        2.0,
-        ge=0,
-        description="unused since summaries are published in parts as records are read (summary_publish_s); "
-        "accepted so that older configuration files still load",
-    )
     summary_max_keys: int = Field(
         100_000,
         ge=1,

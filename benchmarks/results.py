@@ -1,5 +1,5 @@
 """Where a benchmark's figures go: ``benchmarks/results/<name>.json``, one file per benchmark, rendered into
-``docs/benchmarks.md`` by the docs generator (``python -m ranksight.commands.docs``). Each file holds the figures and
+``docs/benchmarks.md`` by the docs generator (``python -m ranksight.docgen``). Each file holds the figures and
 their targets, the commit and date of the run, and the machine: CPU model, cores, and a CPU calibration score measured
 in the same run, so that figures taken on different machines can be compared (divide by the score's ratio), and the
 load average when it ran.

@@ -1,6 +1,6 @@
 """Each endpoint declared once in :mod:`ranksight.api.endpoints` gets one server binding (:mod:`aggregator.api.endpoints`),
-its OpenAPI path (the read-only ones), its ``ranksight`` command with ``--json`` and a flag per parameter, and its place
-in the README."""
+its OpenAPI path (the read-only ones), and its ``ranksight`` command with ``--json`` and a flag per parameter (its
+place in the docs: tests/unit/test_docs.py)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,6 @@ from ranksight.api.params import SeriesMetric
 from ranksight.cli import build_parser
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins
-from tests.conftest import REPO
-
-README = (REPO / "README.md").read_text()
 
 
 def _command(path: tuple[str, ...]) -> argparse.ArgumentParser:
@@ -57,12 +54,6 @@ def test_every_endpoint_has_a_command_with_json_and_a_flag_per_parameter(name: s
     assert "json" in dests and "config" in dests and "nats" in dests
     assert set(endpoint.params.model_fields) <= dests
     assert parser.get_default("func").args == (endpoint,)
-
-
-@pytest.mark.parametrize("name", SPECS)
-def test_every_endpoint_and_its_command_are_in_the_readme(name: str) -> None:
-    assert f"`{name}`" in README
-    assert f"ranksight {' '.join(SPECS[name].command_path)}" in README
 
 
 def test_flags_become_the_request_body() -> None:

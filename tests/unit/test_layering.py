@@ -13,6 +13,7 @@ A module's floor comes from its path: the first name under ``src/ranksight/`` (:
     simulate             the simulated cluster (a test device for the demo and the tests)
     commands             commands that start or gather several components (up, demo, parse, probe, analyze)
     cli                  the command dispatcher
+    docgen               the docs site's generated pages: it reads every floor, the dispatcher's parsers included
 
 Imports are read statically (:mod:`ast`) from every module, those inside functions and under ``TYPE_CHECKING``
 included: a module may import its own top-level package and any floor below it. Cycles are checked among the
@@ -45,6 +46,7 @@ FLOORS: dict[str, int] = {
     "simulate": 6,
     "commands": 7,
     "cli": 8,
+    "docgen": 9,
 }
 
 # (importer, imported) -> why it is still there and what removes it.

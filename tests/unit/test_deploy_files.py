@@ -15,11 +15,14 @@ from ranksight.core.natsserver import find_nats_server
 from ranksight.deploy.plan import Layout, systemd_unit
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+UNITS = (
+    Path(__file__).resolve().parents[2] / "src" / "ranksight" / "deploy" / "systemd"
+)  # installed by deploy
 
 
 @pytest.mark.parametrize("unit", ["ranksight-agent.service", "ranksight-aggregator.service"])
 def test_systemd_units_verify(unit: str, tmp_path: Path) -> None:
-    text = (DEPLOY / "systemd" / unit).read_text()
+    text = (UNITS / unit).read_text()
     assert "Restart=always" in text and "NoNewPrivileges=yes" in text and "ProtectSystem=strict" in text
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze not installed")

@@ -49,7 +49,8 @@ FLOORS: dict[str, int] = {
     "docgen": 9,
 }
 
-# (importer, imported) -> why it is still there and what removes it.
+# (importer, imported) -> the rule it breaks ("upward": a higher floor or a sibling; "cycle"); the comment above
+# each says why it is still there and what removes it.
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     # The aggregator's straggler engine reads Inspector lines with the agent's parser (bandwidth recomputation, the
     # capture model). Closes when the Inspector format parser moves to a floor both use (``ranksight.formats`` above

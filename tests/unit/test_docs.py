@@ -113,3 +113,10 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
     assert (tmp_path / "site" / "reference" / "api" / "index.html").is_file()
+
+
+def test_every_code_block_is_closed() -> None:
+    """An unclosed fence swallows the rest of a page (headings, anchors) without a build warning."""
+    for path in [REPO / "README.md", *DOCS.rglob("*.md")]:
+        fences = [line for line in path.read_text().splitlines() if line.startswith("```")]
+        assert len(fences) % 2 == 0, path

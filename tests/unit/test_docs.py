@@ -43,7 +43,7 @@ def _commands() -> list[str]:
 
 def test_the_generated_pages_are_current() -> None:
     """What CI's ``make docs`` runs: a fresh interpreter, so no state another test left behind changes the pages."""
-    check = subprocess.run([sys.executable, "-m", "ranksight.docgen", "--check"], cwd=REPO, capture_output=True,
+    check = subprocess.run([sys.executable, "-m", "ranksight.docgen", "--check", "--repo", str(REPO)], cwd=REPO, capture_output=True,
                            text=True, timeout=300)  # fmt: skip
     assert check.returncode == 0, check.stderr
 

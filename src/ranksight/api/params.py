@@ -127,7 +127,7 @@ class MarkersParams(Params):
 
 
 class SeriesParams(Params):
-    metric: SeriesMetric = Field(description="which series (its type lists them)")
+    metric: SeriesMetric = Field(description="which series")
     cluster: str | None = None
     job: str | None = Field(None, description="a job id; for GPU and NIC series, the nodes it runs on")
     node: str | None = Field(None, description="a node, or several separated by commas")

@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: up test lint bench clean
+.PHONY: up test lint docs bench clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,8 +25,13 @@ lint: $(STAMP)
 	$(BIN)/mypy -p ranksight
 	$(BIN)/hadolint Dockerfile
 
+# The docs site: the generated reference pages must be current, and MkDocs builds it with every warning an error.
+docs: $(STAMP)
+	$(BIN)/python -m ranksight.docgen --check
+	$(BIN)/mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
-	for b in benchmarks/*.py; do $(BIN)/python $$b || exit 1; done
+	for b in benchmarks/*.py; do [ $$b = benchmarks/results.py ] || $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -32,7 +32,6 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import ranksight  # noqa: F401 - first: defers nats-py's WebSocket dependencies, as every ranksight process does
 from benchmarks import scale
 from benchmarks.procmeter import MiB
 

@@ -19,9 +19,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.store import Store
+from ranksight.api.client import query
 from ranksight.core.config import load_settings
 from ranksight.core.natsserver import NatsServer
 

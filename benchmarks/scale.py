@@ -56,7 +56,6 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import ranksight  # noqa: F401 - first: defers nats-py's WebSocket dependencies, as every ranksight process does
 from benchmarks.procmeter import MiB, Usage, measure
 from ranksight.schemas.structs import replace
 

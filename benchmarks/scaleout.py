@@ -37,7 +37,6 @@ from nats.aio.client import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import ranksight  # noqa: F401 - first: defers nats-py's WebSocket dependencies, as every ranksight process does
 from benchmarks.alert_continuity import AlertContinuity
 from benchmarks.scale import SLOW, SimulatedNode, build_templates, inspector_schedule
 from ranksight.aggregator.lead import LEAD_KEY

@@ -34,7 +34,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import ranksight  # noqa: F401 - first: defers nats-py's WebSocket dependencies, as every ranksight process does
 from benchmarks import scale
 from ranksight.aggregator.runtime import IngestGc
 

@@ -8,11 +8,9 @@ import importlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
-from ranksight.core.errors import EXIT_INTERRUPTED, exit_status
-from ranksight.core.natsconn import NatsUnreachable
-from ranksight.core.version import ranksight_version
+from ranksight.errors import EXIT_INTERRUPTED, exit_status
 
 # Each command and the module that registers it (``register(subparsers)``). Only the module of the command being run is
 # imported, so a process loads what its command needs: the agent never loads DuckDB, pyarrow, the aiohttp server or the
@@ -26,8 +24,8 @@ COMMANDS: dict[str, str] = {
     "ras": "ranksight.agent.collectors.ras.cli",
     "probe": "ranksight.commands.probe",
     "deploy": "ranksight.deploy.cli",
-    "analyze": "ranksight.aggregator.stragglers_cli",
-    # the query commands, one per endpoint of the registry (ranksight.aggregator.api.endpoints)
+    "analyze": "ranksight.commands.analyze",
+    # the query commands, one per endpoint declared in ranksight.api.endpoints
     **dict.fromkeys(
         [
             "status",
@@ -49,9 +47,26 @@ COMMANDS: dict[str, str] = {
             "silence",
             "incidents",
         ],
-        "ranksight.aggregator.api.cli",
+        "ranksight.api.cli",
     ),
 }
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed version, read only when asked (reading package metadata takes about 0.1 s)."""
+
+    def __init__(
+        self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS, **kwargs: object
+    ) -> None:
+        super().__init__(
+            option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="show the version and exit"
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> None:
+        from ranksight.core.version import ranksight_version
+
+        print(f"ranksight {ranksight_version()}")
+        parser.exit()
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -59,11 +74,16 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ranksight", description="Live diagnosis of RCCL/NCCL training jobs."
     )
-    parser.add_argument("--version", action="version", version=f"ranksight {ranksight_version()}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     # The command is the first word that is not an option: the top-level options take no value.
     command = next((arg for arg in argv or () if not arg.startswith("-")), None)
-    modules = [COMMANDS[command]] if command in COMMANDS else COMMANDS.values()
+    if command in COMMANDS:
+        modules: Iterable[str] = [COMMANDS[command]]
+    elif "--version" in (argv or ()):
+        modules = []  # the version action answers before a command is looked for
+    else:
+        modules = COMMANDS.values()
     for name in dict.fromkeys(modules):
         importlib.import_module(name).register(sub)
     return parser
@@ -76,9 +96,6 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(argv).parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except NatsUnreachable as exc:  # any command that needs NATS: one line, no traceback
-        print(f"ranksight: {exc}", file=sys.stderr)
-        return exit_status(exc)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
@@ -86,6 +103,14 @@ def main(argv: list[str] | None = None) -> int:
         # point stdout at /dev/null so the interpreter's final flush cannot fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
+    except Exception as exc:
+        # imported here, not above: `--version` and help load no NATS client (benchmarks/cli.py)
+        from ranksight.core.natsconn import NatsUnreachable
+
+        if not isinstance(exc, NatsUnreachable):
+            raise
+        print(f"ranksight: {exc}", file=sys.stderr)  # any command that needs NATS: one line, no traceback
+        return exit_status(exc)
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ import msgpack
 import nats
 from pydantic import BaseModel
 
-from ranksight.aggregator.api.client import ApiUnavailable, query
 from ranksight.aggregator.runtime import ensure_stream
+from ranksight.api.client import ApiUnavailable, query
 from ranksight.core.config import Settings
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.twins import Envelope

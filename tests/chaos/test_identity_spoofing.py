@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.aggregator.api.client import query
+from ranksight.api.client import query
 from ranksight.core.config import NatsSettings, Settings
 from ranksight.core.natsconn import connect
 from ranksight.core.natsserver import NatsServer

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
+from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.schemas.structs import replace

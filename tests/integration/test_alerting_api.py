@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.analysis.nodes import NodeSilentRule
-from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import LiveState
+from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.schemas.alerts import Alert

@@ -17,12 +17,12 @@ from pathlib import Path
 import nats
 
 from ranksight.aggregator.alerts import AlertEngine, Condition
-from ranksight.aggregator.api.client import query
 from ranksight.aggregator.lead import LEAD_KEY, AlertBook, LeadFeed, drain_key
 from ranksight.aggregator.runtime import Aggregator, ensure_stream
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import iso
+from ranksight.api.client import query
 from ranksight.core.aio import cancel_all
 from ranksight.core.config import AlertSettings, Settings
 from ranksight.core.kvlease import key_value

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from ranksight.aggregator.api.client import query
+from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
 from tests.support import agent, aggregator

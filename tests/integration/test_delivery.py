@@ -9,8 +9,8 @@ import subprocess
 import duckdb
 import nats
 
-from ranksight.aggregator.api.client import ApiUnavailable, query
 from ranksight.aggregator.runtime import ensure_stream
+from ranksight.api.client import ApiUnavailable, query
 from ranksight.core.config import Settings
 from ranksight.core.natsserver import NatsServer
 from tests.loadgen import SyntheticAgent

@@ -3,7 +3,7 @@ store): each injected fault is exactly one incident naming its node (the slow GP
 ``nic_errors_rising``, the lost rank's ``rank_missing`` naming node, host, pid and GPU), nothing else raises an
 incident (no ``comm_hang`` at job start, no ``link_degraded`` from probes on a loaded host), and no alert changes state
 more than its fault explains: each fires once and stays firing. (The full check, 32 nodes for 10 minutes, is the same
-command with ``--nodes 32 --duration 600``; its figures are in the README's "Alerts" section.)"""
+command with ``--nodes 32 --duration 600``.)"""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import duckdb
 
-from ranksight.aggregator.api.client import query
+from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.schemas.alerts import Alert

@@ -13,7 +13,7 @@ import pytest
 
 from ranksight.agent.collectors.base import CollectorUnavailable
 from ranksight.agent.collectors.gpu.collector import GpuCollector
-from ranksight.aggregator.api.client import query
+from ranksight.api.client import query
 from ranksight.core.config import GpuSettings, Settings
 from tests.gpu_nic_support import (
     METRICS,

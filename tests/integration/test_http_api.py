@@ -17,9 +17,9 @@ import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
-from ranksight.aggregator.api.client import query
 from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS
 from ranksight.aggregator.runtime import Aggregator
+from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.schemas.structs import replace
 from ranksight.schemas.twins import AppRecord

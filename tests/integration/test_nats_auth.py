@@ -1,4 +1,4 @@
-"""The README's production NATS authentication against a real nats-server: nkey users (``nkey_seed_file``) and the
+"""Production NATS authentication (docs/security-model.md) against a real nats-server: nkey users (``nkey_seed_file``) and the
 decentralized operator/account/user JWT setup (``creds_file``). Keys and JWTs are made here with the ``nkeys`` library."""
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from ranksight.aggregator.alerts import Condition
-from ranksight.aggregator.api.client import query
 from ranksight.aggregator.api.service import SERVICE_NAME
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import LiveState
+from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from tests.support import agent, ranksight_cmd, run_cli_async, running, settings_env, wait_for

@@ -13,8 +13,8 @@ from pathlib import Path
 import aiohttp
 import nats
 
-from ranksight.aggregator.api.client import query
 from ranksight.aggregator.api.endpoints import ENDPOINTS
+from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
 from tests.shard_support import NODES, SHARDS, prepare_shards, publish_heartbeats, put_members, shard_settings

@@ -6,9 +6,9 @@ import json
 
 import aiohttp
 
-from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import NS, NodeState
+from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from tests.support import aggregator, run_cli_async, settings_env

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from ranksight.agent.collectors.inspector.parse import parse_op
-from ranksight.aggregator.api.client import query
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.timefmt import ns_of
+from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.schemas.structs import replace
 from ranksight.simulate.inspector import Fault, JobSpec, simulate

@@ -12,10 +12,10 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ranksight.aggregator.api.client import query
 from ranksight.aggregator.api.sql import SqlFailed, open_exports
 from ranksight.aggregator.history import export_shard, exported_until, prune_export
 from ranksight.aggregator.store import Store
+from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
 from tests.shard_support import NODES, prepare_shards, publish_heartbeats, shard_settings

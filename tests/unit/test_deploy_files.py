@@ -15,8 +15,9 @@ from ranksight.core.natsserver import find_nats_server
 from ranksight.deploy.plan import Layout, systemd_unit
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
-# the units ship in the wheel, beside the deploy code
-UNITS = Path(__file__).resolve().parents[2] / "src" / "ranksight" / "deploy" / "systemd"
+UNITS = (
+    Path(__file__).resolve().parents[2] / "src" / "ranksight" / "deploy" / "systemd"
+)  # installed by deploy
 
 
 @pytest.mark.parametrize("unit", ["ranksight-agent.service", "ranksight-aggregator.service"])

@@ -1,23 +1,25 @@
-"""Each endpoint declared once in :mod:`aggregator.api.endpoints` gets its OpenAPI path (the read-only ones), its
-``ranksight`` command with ``--json`` and a flag per parameter, and its place in the README."""
+"""Each endpoint declared once in :mod:`ranksight.api.endpoints` gets one server binding (:mod:`aggregator.api.endpoints`),
+its OpenAPI path (the read-only ones), and its ``ranksight`` command with ``--json`` and a flag per parameter (its
+place in the docs: tests/unit/test_docs.py)."""
 
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import typing
 
 import pytest
 
-from ranksight.aggregator.api.cli import command_params, print_rows
 from ranksight.aggregator.api.endpoints import ENDPOINTS
+from ranksight.aggregator.api.views import SERIES
 from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS, openapi_document
+from ranksight.api.cli import command_params, print_rows
+from ranksight.api.endpoints import SPECS
+from ranksight.api.params import SeriesMetric
 from ranksight.cli import build_parser
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins
-from tests.conftest import REPO
-
-README = (REPO / "README.md").read_text()
 
 
 def _command(path: tuple[str, ...]) -> argparse.ArgumentParser:
@@ -38,20 +40,20 @@ def test_the_openapi_document_has_exactly_the_http_endpoints() -> None:
         assert {"200", "400", "403", "422", "500"} <= set(get["responses"])
 
 
-@pytest.mark.parametrize("name", ENDPOINTS)
+def test_every_declared_endpoint_has_one_binding() -> None:
+    assert list(ENDPOINTS) == list(SPECS)
+    assert all(ENDPOINTS[name].spec is SPECS[name] for name in SPECS)
+    assert set(typing.get_args(SeriesMetric)) == set(SERIES)  # the contract's metrics, each with its query
+
+
+@pytest.mark.parametrize("name", SPECS)
 def test_every_endpoint_has_a_command_with_json_and_a_flag_per_parameter(name: str) -> None:
-    endpoint = ENDPOINTS[name]
+    endpoint = SPECS[name]
     parser = _command(endpoint.command_path)
     dests = {a.dest for a in parser._actions}
     assert "json" in dests and "config" in dests and "nats" in dests
     assert set(endpoint.params.model_fields) <= dests
     assert parser.get_default("func").args == (endpoint,)
-
-
-@pytest.mark.parametrize("name", ENDPOINTS)
-def test_every_endpoint_and_its_command_are_in_the_readme(name: str) -> None:
-    assert f"`{name}`" in README
-    assert f"ranksight {' '.join(ENDPOINTS[name].command_path)}" in README
 
 
 def test_flags_become_the_request_body() -> None:
@@ -106,7 +108,7 @@ def test_tables_and_notes(capsys: pytest.CaptureFixture[str]) -> None:
     print_rows(
         args,
         ApiResponse.success([{"src": "n1", "dst": "n3", "rtt_us": 1500}], meta=skipped),
-        ENDPOINTS["links"],
+        SPECS["links"],
     )
     out, err = capsys.readouterr()
     assert out.splitlines()[0].split()[:4] == ["CLUSTER", "SRC", "DST", "TRANSPORT"] and "1.5 ms" in out

@@ -1,5 +1,5 @@
 """The exception tree: every exception class of the product derives from RanksightError, no two share a name, each is
-drawn in ranksight.core.errors' docstring, and the user-facing ones map to their documented exit and API statuses."""
+drawn in ranksight.errors' docstring, and the user-facing ones map to their documented exit and API statuses."""
 
 from __future__ import annotations
 
@@ -11,19 +11,20 @@ from types import ModuleType
 
 import pytest
 
-import ranksight.core.errors
+import ranksight.errors
 from ranksight.agent.collectors.base import CollectorUnavailable
 from ranksight.agent.collectors.gpu.amdsmi_lib import AmdSmiUnavailable
 from ranksight.agent.collectors.gpu.nvml import NvmlUnavailable
 from ranksight.agent.collectors.ras.errors import RasParseError, RasRefused, RasReplyError, RasTimeout
 from ranksight.agent.probe.client import ProbeError
-from ranksight.aggregator.api.client import ApiUnavailable
-from ranksight.aggregator.api.queries import Forbidden, RequestError
+from ranksight.aggregator.api.endpoint import Forbidden
 from ranksight.aggregator.api.sql import SqlFailed, SqlRefused
+from ranksight.api.client import ApiUnavailable
+from ranksight.api.contract import RequestError
 from ranksight.core.config import ConfigError
-from ranksight.core.errors import RanksightError, api_status, exit_status
 from ranksight.core.natsconn import NatsUnreachable
 from ranksight.deploy.hosts import HostsFileError
+from ranksight.errors import RanksightError, api_status, exit_status
 
 PRODUCT_PACKAGES = ("ranksight",)  # the one namespace: agent, aggregator, schemas and deploy live under it
 # Modules that run as a separate program with an optional GPU stack; imported when it is there.
@@ -75,7 +76,7 @@ def test_no_two_exceptions_share_a_name() -> None:
 
 
 def test_every_exception_is_drawn_in_the_tree() -> None:
-    tree = ranksight.core.errors.__doc__ or ""
+    tree = ranksight.errors.__doc__ or ""
     missing = [
         c.__name__ for c in product_exceptions() if not re.search(rf"^[ │├└─]+{c.__name__}\b", tree, re.M)
     ]

@@ -85,3 +85,37 @@ def test_silent_node_devices_are_stale_not_missing() -> None:
     state, engine = LiveState(), AlertEngine()
     state.observe(_env("gpu", [GpuRecord(index=0)], 1), 0)
     assert _rules(state, engine, 100) == set()
+
+
+def _alert(engine: AlertEngine, rule: str) -> tuple[str | None, dict]:
+    alert = next(a for a in engine.active.values() if a.rule == rule)
+    return alert.entity, alert.evidence
+
+
+def test_gpu_alerts_name_the_gpu_and_nic_alerts_the_port() -> None:
+    """Live records are the msgspec twins: each alert names its own device (entity and evidence), GPU or NIC."""
+    state, engine = LiveState(), AlertEngine()
+    uuid = "GPU-5b8c2d7e-1f3a-4c59-9a0b-6d2e8f1c3a47"
+    sick = GpuRecord(index=3, uuid=uuid, ecc_uncorrectable=2, throttled=True, temperature_edge_c=97.0,
+                     throttle_reasons=["hw_slowdown"])  # fmt: skip
+    port = NicRecord(name="mlx5_0/1", kind="rdma", state="DOWN")
+    for i, t in enumerate(range(0, 45, 5)):
+        state.observe(
+            _env("gpu", [sick, GpuRecord(index=4, uuid="GPU-other")] if t == 0 else [sick], 1 + i), t * NS
+        )
+        state.observe(_env("nic", [port], 100 + i), t * NS)
+    assert _rules(state, engine, 41) == {"gpu_ecc_uncorrectable", "gpu_throttled", "gpu_overheating", "gpu_missing",
+                                         "nic_link_down"}  # fmt: skip
+    for rule in ("gpu_ecc_uncorrectable", "gpu_throttled", "gpu_overheating"):
+        entity, evidence = _alert(engine, rule)
+        assert entity == "gpu 3", rule
+        assert (evidence["gpu"], evidence["gpu_uuid"]) == (3, uuid), rule
+        assert "nic" not in evidence, rule
+    assert _alert(engine, "gpu_ecc_uncorrectable")[1]["ecc_uncorrectable"] == 2
+    assert _alert(engine, "gpu_throttled")[1]["reasons"] == ["hw_slowdown"]
+    assert _alert(engine, "gpu_overheating")[1]["temperature_edge_c"] == 97.0
+    entity, evidence = _alert(engine, "gpu_missing")
+    assert (entity, evidence["gpu"], evidence["gpu_uuid"]) == ("gpu 4", 4, "GPU-other")
+    entity, evidence = _alert(engine, "nic_link_down")
+    assert (entity, evidence["nic"], evidence["state"]) == ("nic mlx5_0/1", "mlx5_0/1", "DOWN")
+    assert "gpu" not in evidence and "gpu_uuid" not in evidence

@@ -12,6 +12,7 @@ import hashlib
 import re
 import shutil
 import time
+from collections import Counter
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -103,6 +104,15 @@ def test_every_migration_after_the_history_only_adds() -> None:
     later = {name: sql for name, sql in migrations().items() if name not in APPLIED_HISTORY}
     assert {name: destructive(sql) for name, sql in later.items() if destructive(sql)} == {}
     assert all(name > max(APPLIED_HISTORY) for name in later)  # none slipped in before an applied one
+
+
+def test_each_migration_has_a_number_of_its_own() -> None:
+    """A migration is known by its whole file name (``schema_migrations.version``), so the two files numbered 0930
+    are two migrations, applied in name order. Databases have applied them under these names: renumbering one would
+    run it again there (its ALTER TABLE ADD COLUMN fails on the column it added), so the pair stays; no other number
+    may repeat."""
+    numbers = Counter(name.split("_", 1)[0] for name in migrations())
+    assert {number for number, files in numbers.items() if files > 1} == {"0930"}
 
 
 @pytest.fixture

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ranksight.aggregator.api.endpoint import ClusterParams
 from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.aggregator.api.merge import merge_meta, sort_rows
-from ranksight.aggregator.api.queries import AlertsParams, NodesParams
+from ranksight.api.contract import ClusterParams
+from ranksight.api.params import AlertsParams, NodesParams
 from ranksight.schemas.api import ApiResponse
 
 

@@ -11,9 +11,9 @@ import duckdb
 import pytest
 
 from ranksight.aggregator.api import sql as sql_module
-from ranksight.aggregator.api.endpoint import Params, RequestError, parse_params
-from ranksight.aggregator.api.queries import SqlParams
 from ranksight.aggregator.api.sql import SqlFailed, SqlRefused, SqlSandbox, check_read_only, jsonable
+from ranksight.api.contract import Params, RequestError, parse_params
+from ranksight.api.params import SqlParams
 from ranksight.core.config import QuerySettings
 
 REFUSED = {

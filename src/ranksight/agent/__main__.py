@@ -16,10 +16,10 @@ import sys
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.core.aio import run_until_signalled
-from ranksight.core.errors import EXIT_INTERRUPTED, exit_status
 from ranksight.core.natsconn import NatsUnreachable
 from ranksight.core.redact import setup_logging
 from ranksight.core.settings_rules import decode_settings
+from ranksight.errors import EXIT_INTERRUPTED, exit_status
 
 # mallopt's M_ARENA_MAX (glibc's malloc.h)
 _M_ARENA_MAX = -8

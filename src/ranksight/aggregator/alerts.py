@@ -1,7 +1,7 @@
 """Alert lifecycle: rules state what is true now; the engine turns that into firing/resolved transitions.
 
 A rule returns the :class:`Condition` list it currently sees. The engine fingerprints each (rule + where) and applies,
-in this order (the README's "Alerts" section lists the rules):
+in this order (docs/alerts.md describes the rules):
 
 1. **Planned changes**: a condition on a drained node raises nothing; a firing alert of a drained node resolves.
 2. **Inhibition** (:data:`INHIBITIONS`, as Alertmanager's ``inhibit_rules``): a condition explained by a firing source

@@ -1,4 +1,4 @@
-"""``ranksight aggregator``: run the aggregator in the foreground (its query commands: :mod:`aggregator.api.cli`)."""
+"""``ranksight aggregator``: run the aggregator in the foreground (its query commands: :mod:`ranksight.api.cli`)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,15 @@ import sys
 from pathlib import Path
 
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.commands.up import add_http_port_flag, http_port_override, ports_in_use
 from ranksight.core.aio import run_until_signalled
-from ranksight.core.cliutil import EXIT_FAILED, add_config_flags, settings_from_args
+from ranksight.core.cliutil import (
+    EXIT_FAILED,
+    add_config_flags,
+    add_http_port_flag,
+    http_port_override,
+    ports_in_use,
+    settings_from_args,
+)
 from ranksight.core.private import keep_private
 
 

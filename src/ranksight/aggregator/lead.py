@@ -1,4 +1,4 @@
-"""The analysis lead of sharded aggregators (design §9, README "Scaling out").
+"""The analysis lead of sharded aggregators (design §9, docs/scaling.md).
 
 With ``aggregator.shards.partitions > 0`` each shard ingests only its partitions, but stragglers, hangs and link
 localization need every node of a job. So one shard at a time, the holder of the ``lead`` key of the shards' KV bucket,

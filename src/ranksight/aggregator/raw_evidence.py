@@ -29,7 +29,7 @@ import nats.errors
 from ranksight.aggregator.analysis.hangs import HangFinder, Proc
 from ranksight.aggregator.timefmt import iso, ns_of
 from ranksight.core.config import RawEvidenceSettings
-from ranksight.core.errors import RanksightError
+from ranksight.errors import RanksightError
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.records.inspector import RawCursor, RawRecordsPage, RawRecordsRequest
 from ranksight.schemas.structs import from_builtins

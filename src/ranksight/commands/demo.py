@@ -25,11 +25,12 @@ from pathlib import Path
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.commands.up import first, http_line, port_busy, with_embedded_nats
+from ranksight.commands.up import first, http_line, with_embedded_nats
 from ranksight.core.aio import cancel_all
 from ranksight.core.cliutil import (
     EXIT_USAGE,
     add_config_flags,
+    port_busy,
     port_number,
     settings_from_args,
 )

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import socket
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -18,8 +17,11 @@ from ranksight.core.aio import run_until_signalled
 from ranksight.core.cliutil import (
     EXIT_FAILED,
     add_config_flags,
+    add_http_port_flag,
+    http_port_override,
     interrupted_exit,
     port_number,
+    ports_in_use,
     settings_from_args,
 )
 from ranksight.core.config import Settings, twin_settings
@@ -50,33 +52,6 @@ def cluster_size(text: str) -> int:
     if size not in (1, 3, 5):
         raise argparse.ArgumentTypeError(f"{text!r}: 1, 3 or 5 servers (JetStream needs an odd quorum)")
     return size
-
-
-def add_http_port_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--http-port", type=port_number, metavar="PORT",
-                        help="HTTP port (overrides aggregator.http.port; 0 picks a free one)")  # fmt: skip
-
-
-def http_port_override(args: argparse.Namespace) -> dict[str, Any]:
-    return {"aggregator": {"http": {"port": args.http_port}}} if args.http_port is not None else {}
-
-
-def port_busy(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-def ports_in_use(settings: Settings, nats_port: int | None = None, agent: bool = False) -> str | None:
-    """Why this instance cannot start, when a fixed port it would listen on is taken (None: all free). Said at once,
-    rather than running without the part that could not bind."""
-    http, probe = settings.aggregator.http, settings.agent.collectors.probe
-    wanted = [(nats_port, "--nats-port 0 picks a free one"),
-              (http.port if http.enabled else None, "aggregator.http.port; --http-port 0 picks a free one"),
-              (probe.port if agent and probe.enabled else None, "agent.collectors.probe.port; 0 picks a free one")]  # fmt: skip
-    for port, how in wanted:
-        if port and port_busy(port):
-            return f"port {port} in use ({how})"
-    return None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,17 +7,18 @@ import csv
 import json
 import math
 import signal
+import socket
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from ranksight.core.config import ConfigError, Settings, load_settings
+from ranksight.core.redact import setup_logging
 
 # The exit statuses are declared beside the errors they map from; command modules take them from here.
-from ranksight.core.errors import EXIT_FAILED as EXIT_FAILED
-from ranksight.core.errors import EXIT_INTERRUPTED, EXIT_OK, exit_status
-from ranksight.core.errors import EXIT_USAGE as EXIT_USAGE
-from ranksight.core.redact import setup_logging
+from ranksight.errors import EXIT_FAILED as EXIT_FAILED
+from ranksight.errors import EXIT_INTERRUPTED, EXIT_OK, exit_status
+from ranksight.errors import EXIT_USAGE as EXIT_USAGE
 
 
 def add_config_flags(parser: argparse.ArgumentParser) -> None:
@@ -34,6 +35,33 @@ def port_number(text: str) -> int:
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"port {port} is not in 0-65535")
     return port
+
+
+def add_http_port_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--http-port", type=port_number, metavar="PORT",
+                        help="HTTP port (overrides aggregator.http.port; 0 picks a free one)")  # fmt: skip
+
+
+def http_port_override(args: argparse.Namespace) -> dict[str, Any]:
+    return {"aggregator": {"http": {"port": args.http_port}}} if args.http_port is not None else {}
+
+
+def port_busy(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def ports_in_use(settings: Settings, nats_port: int | None = None, agent: bool = False) -> str | None:
+    """Why this instance cannot start, when a fixed port it would listen on is taken (None: all free). Said at once,
+    rather than running without the part that could not bind."""
+    http, probe = settings.aggregator.http, settings.agent.collectors.probe
+    wanted = [(nats_port, "--nats-port 0 picks a free one"),
+              (http.port if http.enabled else None, "aggregator.http.port; --http-port 0 picks a free one"),
+              (probe.port if agent and probe.enabled else None, "agent.collectors.probe.port; 0 picks a free one")]  # fmt: skip
+    for port, how in wanted:
+        if port and port_busy(port):
+            return f"port {port} in use ({how})"
+    return None
 
 
 def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:

@@ -30,8 +30,8 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
-from ranksight.core.errors import UsageError
 from ranksight.core.settings_rules import CollectorSection, StatePaths, SummaryTiming, decode_settings
+from ranksight.errors import UsageError
 from ranksight.schemas.subjects import sanitize_token
 from ranksight.schemas.wire import WireFormat
 
@@ -159,12 +159,6 @@ class InspectorSettings(SummaryTiming, CollectorSettings):
         description="how often the records read since the last time are published, one inspector_summary part per "
         "window and key (the parts of a window add up); shorter: alerts a little sooner, more rows for the aggregator "
         "(1 s: about 2 x the summary rows of 2.5 s)",
-    )
-    summary_grace_s: float = Field(
-        2.0,
-        ge=0,
-        description="unused since summaries are published in parts as records are read (summary_publish_s); "
-        "accepted so that older configuration files still load",
     )
     summary_max_keys: int = Field(
         100_000,

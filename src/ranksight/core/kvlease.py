@@ -79,10 +79,6 @@ class KvLeases:
             with contextlib.suppress(nats.js.errors.Error, nats.errors.Error):
                 await self._kv.delete(key, last=revision)
 
-    async def release_all(self) -> None:
-        for key in list(self.revisions):
-            await self.release(key)
-
 
 async def live_entries(js: JetStreamContext, kv: KeyValue, bucket: str, prefix: str = "") -> dict[str, bytes]:
     """The keys (under ``prefix``) present in ``bucket`` now, with their values: listed from the bucket's stream, not

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
-from ranksight.core.errors import RanksightError
 from ranksight.core.redact import redact
+from ranksight.errors import RanksightError
 
 if TYPE_CHECKING:  # either form: the pydantic settings, or the agent process's twins
     from ranksight.core import config, settings_twins

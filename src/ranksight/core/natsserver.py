@@ -23,7 +23,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from ranksight.core.errors import RanksightError
+from ranksight.errors import RanksightError
 
 
 class NatsServerError(RanksightError, RuntimeError):

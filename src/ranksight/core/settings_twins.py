@@ -57,7 +57,6 @@ class InspectorSettings(SummaryTiming, CollectorSection, msgspec.Struct, kw_only
     raw_scan_bytes: int
     raw_max_window_s: float
     summary_slice_s: float
-    summary_grace_s: float
     summary_max_keys: int
     raw_rate_per_s: float
 

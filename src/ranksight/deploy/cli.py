@@ -11,7 +11,7 @@ import logging
 import sys
 from pathlib import Path
 
-from ranksight.aggregator.api.client import ApiUnavailable, query
+from ranksight.api.client import ApiUnavailable, query
 from ranksight.core.cliutil import (
     EXIT_FAILED,
     EXIT_OK,

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ranksight.core.errors import UsageError
+from ranksight.errors import UsageError
 from ranksight.schemas.subjects import sanitize_token
 
 _SPEC = re.compile(

@@ -20,8 +20,8 @@ from typing import Any
 import asyncssh
 
 from ranksight.core.config import DeploySettings
-from ranksight.core.errors import RanksightError
 from ranksight.deploy.hosts import Host
+from ranksight.errors import RanksightError
 
 
 class HostFailed(RanksightError):

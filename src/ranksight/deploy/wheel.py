@@ -14,7 +14,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from ranksight.core.errors import RanksightError
+from ranksight.errors import RanksightError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("src/ranksight",)

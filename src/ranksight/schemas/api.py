@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+NEXT = "next"  # the request key of a follow-up page, and the response field that carries its token
+
 
 class ApiResponse(BaseModel):
     ok: bool

@@ -33,7 +33,7 @@ import msgpack
 import msgspec
 import msgspec.inspect as mi
 
-from ranksight.core.errors import ParseError
+from ranksight.errors import ParseError
 from ranksight.schemas.structs import set_fields
 from ranksight.schemas.twins import KIND_TWINS, CompactRecords, Envelope
 from ranksight.schemas.wire import MAX_RECORDS, MIN_COMPACT_RECORD_BYTES, TYPE_PREFIX, WireFormat

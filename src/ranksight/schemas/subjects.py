@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ranksight.core.errors import ParseError
+from ranksight.errors import ParseError
 
 DEFAULT_PREFIX = "ranksight.v1"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_-]")

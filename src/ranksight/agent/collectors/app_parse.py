@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from ranksight.core.errors import ParseError
+from ranksight.errors import ParseError
 from ranksight.schemas.codec import DecodeError, unpack
 from ranksight.schemas.twins import AppRecord
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import msgspec
 
-from ranksight.core.errors import RanksightError
+from ranksight.errors import RanksightError
 from ranksight.schemas.twins import CollectorHealth, Record
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ import os
 import signal
 from collections.abc import Sequence
 
-from ranksight.core.errors import RanksightError
+from ranksight.errors import RanksightError
 
 
 class CommandFailed(RanksightError):

@@ -18,7 +18,7 @@ from typing import Annotated
 
 import msgspec
 
-from ranksight.core.errors import ParseError
+from ranksight.errors import ParseError
 
 NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
 NonNegativeFloat = Annotated[float, msgspec.Meta(ge=0)]

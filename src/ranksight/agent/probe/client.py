@@ -23,7 +23,7 @@ from ranksight.agent.probe.protocol import (
     rtt_stats_us,
 )
 from ranksight.agent.probe.streams import StallMeter, receive_timed, send_for
-from ranksight.core.errors import RanksightError
+from ranksight.errors import RanksightError
 
 
 class ProbeError(RanksightError, RuntimeError):

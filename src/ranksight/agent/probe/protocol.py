@@ -22,7 +22,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ranksight.core.errors import ParseError
+from ranksight.errors import ParseError
 
 MAGIC = b"RSPB"
 _REQUEST = struct.Struct("!4sB3xQII")  # magic, op, pad, nbytes, count, budget_ms

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ranksight.core.errors import RefusedError
+from ranksight.errors import RefusedError
 from ranksight.schemas.subjects import sanitize_token
 from ranksight.schemas.twins import ProbeCommand
 

@@ -17,14 +17,30 @@ from ranksight.core.config import HardwareAlertSettings
 from ranksight.schemas.records import GpuRecord, NicRecord
 
 
-def _where(dev: DeviceState[Any], rule: str, severity: str, summary: str, **evidence: Any) -> Condition:
-    gpu = isinstance(dev.record, GpuRecord)
-    ident = {"gpu": dev.record.index, "gpu_uuid": dev.record.uuid} if gpu else {"nic": dev.key}
+def _condition(
+    dev: DeviceState[Any],
+    rule: str,
+    severity: str,
+    summary: str,
+    entity: str,
+    ident: dict[str, Any],
+    evidence: dict[str, Any],
+) -> Condition:
     return Condition(
         rule=rule, severity=severity, cluster=dev.cluster, node=dev.node, key=dev.key,  # type: ignore[arg-type]
-        entity=f"{'gpu' if gpu else 'nic'} {dev.key}", summary=f"{dev.node} {summary}",
-        evidence={**ident, "last_seen": iso(dev.last_seen_ns), **evidence},
+        entity=entity, summary=f"{dev.node} {summary}", evidence={**ident, "last_seen": iso(dev.last_seen_ns), **evidence},
     )  # fmt: skip
+
+
+# The rule says which device it judges: live records come in either form (the pydantic model or its msgspec twin), so
+# their class cannot tell a GPU from a NIC.
+def _gpu(dev: DeviceState[GpuRecord], rule: str, severity: str, summary: str, **evidence: Any) -> Condition:
+    ident = {"gpu": dev.record.index, "gpu_uuid": dev.record.uuid}
+    return _condition(dev, rule, severity, summary, f"gpu {dev.key}", ident, evidence)
+
+
+def _nic(dev: DeviceState[NicRecord], rule: str, severity: str, summary: str, **evidence: Any) -> Condition:
+    return _condition(dev, rule, severity, summary, f"nic {dev.key}", {"nic": dev.key}, evidence)
 
 
 def _alive_gpus(state: LiveState) -> Iterator[DeviceState[GpuRecord]]:
@@ -42,8 +58,8 @@ class GpuEccUncorrectableRule:
         for dev in _alive_gpus(state):
             count = dev.record.ecc_uncorrectable
             if count:
-                yield _where(dev, self.name, "critical", f"GPU {dev.key}: {count} uncorrectable ECC errors",
-                             ecc_uncorrectable=count, source=dev.record.source)  # fmt: skip
+                yield _gpu(dev, self.name, "critical", f"GPU {dev.key}: {count} uncorrectable ECC errors",
+                           ecc_uncorrectable=count, source=dev.record.source)  # fmt: skip
 
 
 class GpuThrottledRule:
@@ -56,11 +72,11 @@ class GpuThrottledRule:
         for dev in _alive_gpus(state):
             if dev.since_ns is not None and dev.last_seen_ns - dev.since_ns >= self.for_ns:
                 reasons = dev.record.throttle_reasons
-                yield _where(dev, self.name, "warning",
-                             f"GPU {dev.key} throttled for {(dev.last_seen_ns - dev.since_ns) / NS:.0f}s "
-                             f"({', '.join(reasons) or 'reason unknown'})",
-                             reasons=reasons, since=iso(dev.since_ns), sclk_hz=dev.record.sclk_hz,
-                             power_w=dev.record.power_w)  # fmt: skip
+                yield _gpu(dev, self.name, "warning",
+                           f"GPU {dev.key} throttled for {(dev.last_seen_ns - dev.since_ns) / NS:.0f}s "
+                           f"({', '.join(reasons) or 'reason unknown'})",
+                           reasons=reasons, since=iso(dev.since_ns), sclk_hz=dev.record.sclk_hz,
+                           power_w=dev.record.power_w)  # fmt: skip
 
 
 class GpuOverheatingRule:
@@ -76,7 +92,7 @@ class GpuOverheatingRule:
                    if (getattr(dev.record, f) or 0) >= limit}  # fmt: skip
             if hot:
                 text = ", ".join(f"{f.split('_')[1]} {v:.0f}C" for f, v in hot.items())
-                yield _where(dev, self.name, "warning", f"GPU {dev.key} overheating: {text}", **hot)
+                yield _gpu(dev, self.name, "warning", f"GPU {dev.key} overheating: {text}", **hot)
 
 
 class GpuMissingRule:
@@ -85,8 +101,8 @@ class GpuMissingRule:
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for dev in state.gpus.devices.values():
             if dev.state == "vanished":
-                yield _where(dev, self.name, "critical", f"GPU {dev.key} ({dev.record.bus_id or '?'}) disappeared",
-                             bus_id=dev.record.bus_id, uuid=dev.record.uuid)  # fmt: skip
+                yield _gpu(dev, self.name, "critical", f"GPU {dev.key} ({dev.record.bus_id or '?'}) disappeared",
+                           bus_id=dev.record.bus_id, uuid=dev.record.uuid)  # fmt: skip
 
 
 class NicLinkDownRule:
@@ -95,10 +111,10 @@ class NicLinkDownRule:
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for dev in state.nics.devices.values():
             if dev.state == "vanished":
-                yield _where(dev, self.name, "critical", f"NIC {dev.key} disappeared", state="vanished")
+                yield _nic(dev, self.name, "critical", f"NIC {dev.key} disappeared", state="vanished")
             elif dev.state == "alive" and not link_up(dev.record):
-                yield _where(dev, self.name, "critical", f"NIC {dev.key} link is {dev.record.state}",
-                             state=dev.record.state, phys_state=dev.record.phys_state)  # fmt: skip
+                yield _nic(dev, self.name, "critical", f"NIC {dev.key} link is {dev.record.state}",
+                           state=dev.record.state, phys_state=dev.record.phys_state)  # fmt: skip
 
 
 class NicFlappingRule:
@@ -111,7 +127,7 @@ class NicFlappingRule:
         for dev in _alive_nics(state):
             count = dev.flaps_since(now_ns - self.window_ns)
             if count >= self.flaps:
-                yield _where(
+                yield _nic(
                     dev,
                     self.name,
                     "warning",
@@ -133,7 +149,7 @@ class NicErrorsRisingRule:
         for dev in _alive_nics(state):
             rate = dev.mean_rate_since(now_ns - self.window_ns)
             if rate is not None and rate >= self.per_s:
-                yield _where(
+                yield _nic(
                     dev,
                     self.name,
                     "warning",
@@ -158,7 +174,7 @@ class NicCongestionRule:
                 and dev.since_ns is not None
                 and dev.last_seen_ns - dev.since_ns >= self.for_ns
             ):
-                yield _where(
+                yield _nic(
                     dev,
                     self.name,
                     "warning",

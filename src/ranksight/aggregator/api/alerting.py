@@ -10,25 +10,24 @@ from __future__ import annotations
 import datetime
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field
-
-from ranksight.aggregator.api.endpoint import Params, RequestError
 from ranksight.aggregator.api.queries import history_rows
 from ranksight.aggregator.timefmt import NS, iso, ns_of, utc
+from ranksight.api.contract import RequestError
+from ranksight.api.params import (
+    DrainParams,
+    DrainsParams,
+    IncidentsParams,
+    SilenceAddParams,
+    SilenceExpireParams,
+    SilencesParams,
+)
 from ranksight.schemas.alerts import Matcher, Silence
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
-
-
-class DrainParams(Params):
-    nodes: list[str] = Field(min_length=1, max_length=100_000)
-    cluster: str | None = Field(None, description="default: the aggregator's cluster")
-    undrain: bool = Field(False, description="end the drain: the node's silence alerts again")
-    reason: str = Field("", max_length=1000)
 
 
 async def drain(agg: Aggregator, p: DrainParams) -> ApiResponse:
@@ -53,25 +52,10 @@ async def drain_known(agg: Aggregator, cluster: str, node: str, drained: bool, r
     agg.engine.drained = agg.engine.drained | key if drained else agg.engine.drained - key
 
 
-class DrainsParams(Params):
-    cluster: str | None = None
-
-
 async def drains(agg: Aggregator, p: DrainsParams) -> ApiResponse:
     """Nodes drained now (expected to be silent): cluster, node, since, reason."""
     rows = await agg.store.call(agg.store.drained_nodes)
     return ApiResponse.success([r for r in rows if p.cluster in (None, r["cluster"])])
-
-
-class SilenceAddParams(Params):
-    matchers: list[str] = Field(min_length=1, description="NAME=VALUE, NAME!=VALUE, NAME=~REGEX, NAME!~REGEX")
-    duration_s: float | None = Field(
-        None, gt=0, le=366 * 86400, description="from starts_at; or give ends_at"
-    )
-    starts_at: datetime.datetime | None = Field(None, description="default: now")
-    ends_at: datetime.datetime | None = None
-    comment: str = Field("", max_length=1000)
-    created_by: str = Field("", max_length=200, description="who (the CLI sends the user name)")
 
 
 def _ns(value: datetime.datetime) -> int:
@@ -117,10 +101,6 @@ async def silence_known(agg: Aggregator, silence: Silence) -> None:
         agg.engine.silences[silence.id] = silence
 
 
-class SilenceExpireParams(Params):
-    id: str = Field(min_length=1)
-
-
 async def silence_expire(agg: Aggregator, p: SilenceExpireParams) -> ApiResponse:
     """End a silence now."""
     silence = agg.engine.silences.get(p.id)
@@ -134,12 +114,6 @@ async def silence_expire(agg: Aggregator, p: SilenceExpireParams) -> ApiResponse
     del agg.engine.silences[p.id]
     agg.alertmanager.silence_changed(expired)
     return ApiResponse.success([silence_row(expired, now)])
-
-
-class SilencesParams(Params):
-    state: Literal["active", "all"] = Field(
-        "active", description="active: active and pending; all: also expired"
-    )
 
 
 async def silences(agg: Aggregator, p: SilencesParams) -> ApiResponse:
@@ -156,16 +130,6 @@ def silence_row(silence: Silence, now_ns: int) -> dict[str, Any]:
     return {"id": silence.id, "state": state, "matchers": " ".join(str(m) for m in silence.matchers),
             "starts_at": silence.starts_at, "ends_at": silence.ends_at, "created_by": silence.created_by,
             "comment": silence.comment}  # fmt: skip
-
-
-class IncidentsParams(Params):
-    since: datetime.datetime | None = Field(
-        None, description="incidents that fired or resolved at or after this"
-    )
-    cluster: str | None = None
-    rule: str | None = None
-    node: str | None = None
-    limit: int = Field(1000, ge=1, le=100_000)
 
 
 _INCIDENTS_SQL = """

@@ -1,27 +1,20 @@
-"""What a query endpoint is: one :class:`Endpoint` declaration (name, parameter model, handler, CLI presentation), from
-which the NATS micro endpoint, the HTTP route, the OpenAPI path and the ``ranksight`` command are derived (the
-declarations are in :mod:`aggregator.api.endpoints`).
-
-The parameter model is the single validation of parameters: the NATS body and the HTTP query string go through
-:func:`parse_params`, and the handler gets the validated model. :func:`answer` maps what a handler raises to the one
-response shape and status that both faces share.
+"""The server binding of a query endpoint: its contract (:class:`~ranksight.api.contract.EndpointSpec`) with the
+handler that answers it and how sharded aggregators' answers join (the bindings are in
+:mod:`aggregator.api.endpoints`). From the bindings come the NATS micro endpoints, the HTTP routes and the OpenAPI
+document. :func:`answer` maps what a handler raises to the one response shape and status that both faces share.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import logging
-import re
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
-
-from pydantic import BaseModel, ConfigDict, ValidationError
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic
 
 from ranksight.aggregator.api.merge import Merge
-from ranksight.core.errors import RefusedError, UsageError, api_status
+from ranksight.api.contract import EndpointSpec, P, parse_params
 from ranksight.core.redact import redact
+from ranksight.errors import RefusedError, api_status
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
@@ -30,139 +23,34 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class RequestError(UsageError, ValueError):
-    """A request the endpoint cannot answer as asked (bad parameter); answered with ok=false and code 400."""
-
-
 class Forbidden(RefusedError, PermissionError):
     """A request for something the aggregator does not allow (a path outside the export root); answered with 403."""
 
 
-class Params(BaseModel):
-    """Base of every endpoint's parameters: unknown keys are an error, not silently ignored."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
-class ClusterParams(Params):
-    cluster: str | None = None
-
-
-class DeviceParams(Params):
-    cluster: str | None = None
-    node: str | None = None
-
-
-P = TypeVar("P", bound=Params)
-
-
-def parse_params(model: type[P], params: dict[str, Any]) -> P:
-    """Validate a request body into ``model``; a :class:`RequestError` naming each bad parameter otherwise."""
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        problems = []
-        for err in exc.errors():
-            key = ".".join(str(p) for p in err["loc"]) or "body"
-            problems.append(
-                f"unknown parameter {key!r}" if err["type"] == "extra_forbidden" else f"{key}: {err['msg']}"
-            )
-        raise RequestError("; ".join(problems)) from None
-
-
-DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-def duration(text: str) -> float:
-    """``90``, ``90s``, ``15m``, ``1h``, ``2d``, ``1h30m`` -> seconds (an argparse type)."""
-    text = text.strip()
-    if not re.fullmatch(r"(\d+(\.\d+)?[smhdw]?)+", text):
-        raise argparse.ArgumentTypeError(f"not a duration (e.g. 90s, 15m, 1h, 2d): {text!r}")
-    seconds = sum(
-        float(n) * DURATION_UNITS[u or "s"] for n, u in re.findall(r"(\d+(?:\.\d+)?)([smhdw]?)", text)
-    )
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"the duration must be positive: {text!r}")
-    return seconds
-
-
-def ago(text: str) -> str:
-    """``1h`` -> the ISO time one hour ago (an argparse type for ``--since AGO``)."""
-    return (datetime.datetime.now(datetime.UTC) - datetime.timedelta(seconds=duration(text))).isoformat()
-
-
-def timestamp(text: str) -> str:
-    """An ISO-8601 date or time, checked (an argparse type)."""
-    try:
-        return datetime.datetime.fromisoformat(text).isoformat()
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO-8601 date or time: {text!r}") from None
-
-
-@dataclass(frozen=True)
-class Flag:
-    """How one parameter is given on the command line, where the default (``--name-with-dashes``, type, choices and
-    whether it is required from the model, the field's description as help) does not fit."""
-
-    names: tuple[str, ...] = ()  # option strings
-    positional: bool = False
-    type: Callable[[str], Any] | None = None
-    help: str | None = None
-    metavar: str | None = None
-    const: Any = None  # a flag that sets this value (``--all`` for ``state=all``)
-    default: Any = (
-        None  # what the command sends when the flag is not given (nor another of its exclusive group)
-    )
-
-
-Rows = list[dict[str, Any]]
-
-
-@dataclass(frozen=True)
-class Command:
-    """The CLI presentation of an endpoint: ``ranksight <path>`` prints ``columns`` of the rows as a table (numbers in
-    human units by column name), or with ``--json`` the one response shape plus ``json_keys`` (the keys the command's
-    JSON carried before the shape was one; kept so that scripts keep working)."""
-
-    help: str
-    columns: Sequence[str] = ()  # empty: the answer's meta.columns (sql)
-    path: tuple[str, ...] = ()  # default: the endpoint's name, ``_`` as ``-``
-    flags: dict[str, Flag] = field(default_factory=dict)
-    exclusive: tuple[str, ...] = ()  # parameters given one at a time
-    csv: bool = False
-    json_keys: Callable[[ApiResponse], dict[str, Any]] | None = None
-    table_rows: Callable[[Rows], Rows] | None = None
-    notes: Callable[[argparse.Namespace, ApiResponse], Iterable[str]] | None = (
-        None  # stderr lines after the rows
-    )
-    extend: Callable[[argparse.ArgumentParser], None] | None = None  # CLI-only flags
-    instead: Callable[[argparse.Namespace], int | None] | None = (
-        None  # runs first; an exit code ends the command
-    )
-
-
 @dataclass(frozen=True)
 class Endpoint(Generic[P]):
-    """One query endpoint. ``http``: also on the HTTP API (read-only endpoints; those that change state or write
-    files stay on NATS). ``sql_time``: it may take the whole SQL time limit, so clients wait that long. ``merge``:
-    how sharded aggregators' answers are joined into one for the whole cluster (:mod:`aggregator.api.front`); None:
-    the aggregator asked answers from its own data alone."""
+    """One query endpoint as the aggregator serves it. ``merge``: how sharded aggregators' answers are joined into one
+    for the whole cluster (:mod:`aggregator.api.front`); None: the aggregator asked answers from its own data alone."""
 
-    name: str
-    params: type[P]
+    spec: EndpointSpec[P]
     handler: Callable[[Aggregator, P], Awaitable[ApiResponse]]
-    command: Command
-    http: bool = True
-    sql_time: bool = False
     merge: Merge[P] | None = None
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def params(self) -> type[P]:
+        return self.spec.params
+
+    @property
+    def http(self) -> bool:
+        return self.spec.http
 
     @property
     def summary(self) -> str:
         return (self.handler.__doc__ or f"the {self.name} query").strip().splitlines()[0]
-
-    @property
-    def command_path(self) -> tuple[str, ...]:
-        return self.command.path or (self.name.replace("_", "-"),)
 
     async def call(self, agg: Aggregator, params: dict[str, Any]) -> ApiResponse:
         return await self.handler(agg, parse_params(self.params, params))
@@ -170,7 +58,7 @@ class Endpoint(Generic[P]):
 
 async def answer(name: str, call: Callable[[], Awaitable[ApiResponse]]) -> tuple[ApiResponse, int]:
     """Run one endpoint call; its response and status: 200, 400 bad request, 403 refused (SQL, export path), 422 query
-    failed (the table :data:`ranksight.core.errors.API_STATUS`), 500 internal error. The one mapping that the NATS service
+    failed (the table :data:`ranksight.errors.API_STATUS`), 500 internal error. The one mapping that the NATS service
     and the HTTP API share."""
     try:
         response = await call()

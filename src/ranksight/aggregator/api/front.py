@@ -21,9 +21,10 @@ from typing import TYPE_CHECKING, Any
 import nats.errors
 import nats.js.errors
 
-from ranksight.aggregator.api.client import request_pages
-from ranksight.aggregator.api.endpoint import Endpoint, parse_params
+from ranksight.aggregator.api.endpoint import Endpoint
 from ranksight.aggregator.shards import MEMBER
+from ranksight.api.client import request_pages
+from ranksight.api.contract import parse_params
 from ranksight.core.kvlease import live_entries
 from ranksight.schemas.api import ApiResponse
 

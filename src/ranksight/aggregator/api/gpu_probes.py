@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule
-from ranksight.aggregator.api.endpoint import DeviceParams
 from ranksight.aggregator.timefmt import iso
+from ranksight.api.contract import DeviceParams
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:

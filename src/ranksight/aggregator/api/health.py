@@ -16,13 +16,14 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
+from ranksight.api.params import NodeHealth
+
 if TYPE_CHECKING:
     from ranksight.aggregator.state.devices import DeviceState
     from ranksight.schemas.alerts import Alert
     from ranksight.schemas.records import GpuRecord
 
 Severity = Literal["ok", "warning", "critical"]
-NodeHealth = Literal["alive", "degraded", "drained", "stale", "gone"]
 HEALTH_RANK: dict[str, int] = {"ok": 0, "warning": 1, "critical": 2}
 NODE_STATE_SEVERITY: dict[str, Severity] = {"alive": "ok", "stale": "warning", "gone": "critical"}
 

@@ -5,22 +5,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from pydantic import Field
-
-from ranksight.aggregator.api.endpoint import Params
 from ranksight.aggregator.timefmt import iso
+from ranksight.api.params import MarkersParams
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
-
-MAX_LIMIT = 10_000
-
-
-class MarkersParams(Params):
-    job: str | None = None
-    cluster: str | None = None
-    limit: int = Field(1000, ge=1, le=MAX_LIMIT)
 
 
 _SQL = (

@@ -14,10 +14,9 @@ import time
 from collections import OrderedDict
 from dataclasses import dataclass
 
-from ranksight.core.errors import RanksightError
-from ranksight.schemas.api import ApiResponse
+from ranksight.errors import RanksightError
+from ranksight.schemas.api import NEXT, ApiResponse
 
-NEXT = "next"  # the request key of a follow-up page, and the response field that carries its token
 _ENVELOPE_SLACK = 256  # bytes of `"next": "<token>"` and separators on top of rows and the other fields
 
 

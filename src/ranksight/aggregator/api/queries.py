@@ -4,25 +4,18 @@ validated parameter model; they are declared as endpoints in :mod:`aggregator.ap
 from __future__ import annotations
 
 import asyncio
-import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import Field, field_validator
-
-from ranksight.aggregator.api.endpoint import (
-    ClusterParams,
-    DeviceParams,
-    Forbidden,
-    Params,
-    RequestError,
-)
-from ranksight.aggregator.api.health import NodeHealth, Severity, alert_severity, gpu_health, node_health
+from ranksight.aggregator.api.endpoint import Forbidden
+from ranksight.aggregator.api.health import Severity, alert_severity, gpu_health, node_health
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.history import export_parquet, exported_until
 from ranksight.aggregator.state.devices import DeviceState
 from ranksight.aggregator.state.links import link_rows
 from ranksight.aggregator.timefmt import iso, utc
+from ranksight.api.contract import ClusterParams, DeviceParams, RequestError
+from ranksight.api.params import AlertsParams, ExportParams, NodesParams, SqlParams, StatusParams
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins
 
@@ -77,24 +70,10 @@ def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
     return rows
 
 
-class StatusParams(Params):
-    cluster: str | None = None
-
-
 async def status(agg: Aggregator, p: StatusParams) -> ApiResponse:
     """Nodes and their state; ``meta``: the aggregator's own status."""
     rows = [r for r in _node_rows(agg) if p.cluster in (None, r["cluster"])]
     return ApiResponse.success(rows, meta=agg.status_meta())
-
-
-class NodesParams(Params):
-    cluster: str | None = None
-    node: str | None = None
-    state: Literal["alive", "stale", "gone"] | None = None
-    health: NodeHealth | None = Field(
-        None,
-        description="alive with firing alerts or unhealthy GPUs: degraded; expected to be silent: drained",
-    )
 
 
 async def nodes(agg: Aggregator, p: NodesParams) -> ApiResponse:
@@ -107,18 +86,6 @@ async def nodes(agg: Aggregator, p: NodesParams) -> ApiResponse:
             continue
         rows.append({**row, "started": iso(n.started_ns), "publisher": n.publisher})
     return ApiResponse.success(rows)
-
-
-class AlertsParams(Params):
-    state: Literal["firing", "resolved", "all"] = Field(
-        "firing", description="firing: live; else from history"
-    )
-    cluster: str | None = None
-    rule: str | None = None
-    severity: Literal["info", "warning", "critical"] | None = None
-    node: str | None = None
-    since: datetime.datetime | None = Field(None, description="history only: transitions at or after this")
-    limit: int = Field(1000, ge=1, le=100_000)
 
 
 _ALERT_FILTERS = ("cluster", "rule", "severity", "node")
@@ -153,24 +120,6 @@ def history_rows(cursor: Any, sql: str, args: list[Any]) -> list[dict[str, Any]]
     return [{n: jsonable(v) for n, v in zip(names, r, strict=True)} for r in cur.fetchall()]
 
 
-class SqlParams(Params):
-    sql: str = Field(min_length=1)
-    max_rows: int | None = Field(None, ge=1, description="at most the aggregator's sql_max_rows")
-    time_limit_s: float | None = Field(None, gt=0, description="at most the aggregator's sql_time_limit_s")
-    shards: bool = Field(
-        False,
-        description="over every shard's Parquet export (aggregator.shards.export_dir) instead of this aggregator's "
-        "database",
-    )
-
-    @field_validator("sql")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("must not be blank")
-        return value
-
-
 async def sql(agg: Aggregator, p: SqlParams) -> ApiResponse:
     """A read-only query over the history (the sandbox refuses anything else); capped rows, limited time."""
     cfg = agg.settings.aggregator.query
@@ -190,15 +139,6 @@ async def sql(agg: Aggregator, p: SqlParams) -> ApiResponse:
     if exports is not None:
         meta["exported_until"] = await asyncio.to_thread(exported_until, exports)
     return ApiResponse.success(result.rows, truncated=result.truncated, meta=meta)
-
-
-class ExportParams(Params):
-    since: datetime.datetime
-    until: datetime.datetime
-    dir: str = Field(
-        min_length=1,
-        description="folder on the aggregator's host: relative to, or absolute under, the export root",
-    )
 
 
 async def export(agg: Aggregator, p: ExportParams) -> ApiResponse:

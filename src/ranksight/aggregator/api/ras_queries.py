@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ranksight.aggregator.api.endpoint import Params
 from ranksight.aggregator.state.jobs import JobState
 from ranksight.aggregator.timefmt import iso
+from ranksight.api.params import JobParams
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
-
-
-class JobParams(Params):
-    cluster: str | None = None
-    job: str | None = None
 
 
 def _selected(agg: Aggregator, p: JobParams) -> list[JobState]:

@@ -21,12 +21,13 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from ranksight.aggregator.api.endpoint import Endpoint, RequestError, answer
+from ranksight.aggregator.api.endpoint import Endpoint, answer
 from ranksight.aggregator.api.endpoints import ENDPOINTS
-from ranksight.aggregator.api.paging import NEXT, PageCache, PageExpired, RowTooLarge, split_pages
+from ranksight.aggregator.api.paging import PageCache, PageExpired, RowTooLarge, split_pages
 from ranksight.aggregator.api.sql import SqlFailed
+from ranksight.api.contract import RequestError
 from ranksight.core.version import service_version
-from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.api import NEXT, ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator

@@ -47,7 +47,7 @@ import duckdb
 from ranksight.aggregator.history import history_tables
 from ranksight.aggregator.store import Store, sql_text
 from ranksight.core.config import QuerySettings
-from ranksight.core.errors import QueryFailed, RanksightError, RefusedError
+from ranksight.errors import QueryFailed, RanksightError, RefusedError
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

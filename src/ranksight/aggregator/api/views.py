@@ -12,13 +12,12 @@ import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import Field
-
-from ranksight.aggregator.api.endpoint import ClusterParams, Params, RequestError
 from ranksight.aggregator.api.health import HEALTH_RANK, alert_severity, gpu_health, node_health
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.device_jobs import device_jobs
 from ranksight.aggregator.timefmt import utc
+from ranksight.api.contract import ClusterParams, RequestError
+from ranksight.api.params import SeriesParams
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
@@ -116,16 +115,6 @@ _COMM = "'0x' || ltrim(lower(regexp_replace(comm_id, '^0[xX]', '')), '0')"  # as
 
 def _epoch_us(t: datetime.datetime) -> int:
     return (t - EPOCH) // datetime.timedelta(microseconds=1)
-
-
-class SeriesParams(Params):
-    metric: Literal[tuple(SERIES)] = Field(description="which series (see the README)")  # type: ignore[valid-type]
-    cluster: str | None = None
-    job: str | None = Field(None, description="a job id; for GPU and NIC series, the nodes it runs on")
-    node: str | None = Field(None, description="a node, or several separated by commas")
-    since: datetime.datetime | None = Field(None, description="default: until minus 15 minutes")
-    until: datetime.datetime | None = Field(None, description="default: now")
-    points: int = Field(120, ge=2, description="buckets at most (capped by series_max_points)")
 
 
 @dataclass(frozen=True)

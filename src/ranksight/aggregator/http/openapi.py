@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ranksight.aggregator.api.endpoint import Params
 from ranksight.aggregator.api.endpoints import ENDPOINTS
+from ranksight.api.contract import Params
 from ranksight.schemas.api import ApiResponse
 
 HTTP_ENDPOINTS = {name: e for name, e in ENDPOINTS.items() if e.http}

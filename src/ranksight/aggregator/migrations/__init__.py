@@ -5,5 +5,7 @@ Only additive migrations are written: a table, a view, a column (nullable or wit
 (written when every database was empty). Record-kind tables need no migration: the store creates them and adds the
 columns of new fields from the models (``aggregator.columns.table_columns``). ``tests/unit/test_migrations.py`` holds
 the history's digests, rejects destructive statements in later files, and upgrades a database the previous release
-wrote (``fixtures/duckdb``) asserting that no row is lost.
+wrote (``fixtures/duckdb``) asserting that no row is lost. A migration is known by its whole file name: the two files
+numbered ``0930`` are two migrations that databases applied under those names, so neither is renumbered; a new file takes
+a number of its own.
 """

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from ranksight.agent.collectors.gpu.values import integer, is_missing, with_unit
-from ranksight.core.errors import ParseError
+from ranksight.errors import ParseError
 from ranksight.schemas.twins import GpuRecord
 
 

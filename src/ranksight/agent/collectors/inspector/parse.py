@@ -20,7 +20,7 @@ from typing import Any, Literal
 
 import msgspec
 
-from ranksight.core.errors import ParseError
+from ranksight.errors import ParseError
 from ranksight.schemas.twins import InspectorRecord
 
 # busbw = algbw x factor(n); traffic = msg x n for the gathering/scattering collectives.

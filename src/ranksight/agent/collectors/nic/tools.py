@@ -11,7 +11,7 @@ import json
 import re
 from typing import Any
 
-from ranksight.core.errors import ParseError
+from ranksight.errors import ParseError
 from ranksight.schemas.twins import NicRecord
 
 

@@ -31,7 +31,7 @@ from ranksight.core.cliutil import (
     print_table,
     settings_from_args,
 )
-from ranksight.core.errors import exit_status
+from ranksight.errors import exit_status
 from ranksight.schemas.structs import to_builtins
 
 

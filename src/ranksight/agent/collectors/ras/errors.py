@@ -1,8 +1,8 @@
-"""The RAS exceptions (parsers and client); the tree, with the rest of ranksight's, is drawn in :mod:`ranksight.core.errors`."""
+"""The RAS exceptions (parsers and client); the tree, with the rest of ranksight's, is drawn in :mod:`ranksight.errors`."""
 
 from __future__ import annotations
 
-from ranksight.core.errors import NoEndpoint, ParseError, RanksightError
+from ranksight.errors import NoEndpoint, ParseError, RanksightError
 
 
 class RasError(RanksightError):

@@ -55,14 +55,6 @@ _INTS = re.compile(r"-?\d+")
 _SECTIONS = {"Errors", "Warnings", "Job summary"}
 
 
-def looks_like_text_status(text: str) -> bool:
-    return any(
-        _VERSION.match(line) or _COMM_HEAD.match(line) or _GROUP_ROW.match(line) or line in _SECTIONS
-        or line.startswith("Communicators...")
-        for line in text.splitlines()
-    )  # fmt: skip
-
-
 class _Parser:
     def __init__(self) -> None:
         self.flags = Flags()

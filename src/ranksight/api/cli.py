@@ -1,4 +1,4 @@
-"""The query commands, derived from the endpoint registry (:mod:`aggregator.api.endpoints`): ``ranksight <endpoint>``
+"""The query commands, derived from the endpoint declarations (:mod:`ranksight.api.endpoints`): ``ranksight <endpoint>``
 (``node drain``, ``silence add``... for the grouped ones) with a flag per parameter of the endpoint's model.
 
 A query command asks the running aggregator's NATS service and prints rows as a table (default) or, with ``--json``,
@@ -20,9 +20,9 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic.fields import FieldInfo
 
-from ranksight.aggregator.api.client import ApiUnavailable, query
-from ranksight.aggregator.api.endpoint import Endpoint, Flag, timestamp
-from ranksight.aggregator.api.endpoints import COMMAND_GROUPS, ENDPOINTS
+from ranksight.api.client import ApiUnavailable, query
+from ranksight.api.contract import EndpointSpec, Flag, timestamp
+from ranksight.api.endpoints import COMMAND_GROUPS, SPECS
 from ranksight.core.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
@@ -40,7 +40,7 @@ JSON_HELP = 'print {"ok", "rows", "truncated", "error", "meta", "next", "partial
 
 def register(sub: SubParsers) -> None:
     groups: dict[str, SubParsers] = {}
-    for endpoint in ENDPOINTS.values():
+    for endpoint in SPECS.values():
         *group, name = endpoint.command_path
         target = sub
         if group:  # one level: ``ranksight node drain``
@@ -54,7 +54,7 @@ def register(sub: SubParsers) -> None:
         add_endpoint_command(target, name, endpoint)
 
 
-def add_endpoint_command(sub: SubParsers, name: str, endpoint: Endpoint[Any]) -> None:
+def add_endpoint_command(sub: SubParsers, name: str, endpoint: EndpointSpec[Any]) -> None:
     """``ranksight <name> [flags] [--json]``: a flag per parameter of the endpoint's model."""
     command = endpoint.command
     p = sub.add_parser(name, help=command.help)
@@ -109,7 +109,7 @@ def _kind(annotation: Any) -> Any:
     return annotation
 
 
-def command_params(endpoint: Endpoint[Any], args: argparse.Namespace) -> dict[str, Any]:
+def command_params(endpoint: EndpointSpec[Any], args: argparse.Namespace) -> dict[str, Any]:
     """The request body: the parameters given, and the command's defaults for those not given."""
     command = endpoint.command
     fields = list(endpoint.params.model_fields)
@@ -122,7 +122,7 @@ def command_params(endpoint: Endpoint[Any], args: argparse.Namespace) -> dict[st
     return given
 
 
-def run_command(endpoint: Endpoint[Any], args: argparse.Namespace) -> int:
+def run_command(endpoint: EndpointSpec[Any], args: argparse.Namespace) -> int:
     if endpoint.command.instead and (code := endpoint.command.instead(args)) is not None:
         return code
     response = call_api(args, endpoint.name, command_params(endpoint, args))
@@ -138,7 +138,7 @@ def call_api(
     """The aggregator's answer, or None after printing why there is none (unreachable, refused, failed)."""
     settings = settings_from_args(args)
     # An endpoint that may use the whole SQL time limit on the server: wait a little longer than that.
-    timeout = settings.aggregator.query.sql_time_limit_s + 5 if ENDPOINTS[endpoint].sql_time else 10.0
+    timeout = settings.aggregator.query.sql_time_limit_s + 5 if SPECS[endpoint].sql_time else 10.0
     try:
         response = asyncio.run(query(settings, endpoint, params, timeout=timeout))
     except ApiUnavailable as exc:
@@ -150,7 +150,7 @@ def call_api(
     return response
 
 
-def print_rows(args: argparse.Namespace, response: ApiResponse, endpoint: Endpoint[Any]) -> None:
+def print_rows(args: argparse.Namespace, response: ApiResponse, endpoint: EndpointSpec[Any]) -> None:
     command = endpoint.command
     if args.json:
         print_json({**response.model_dump(), **(command.json_keys(response) if command.json_keys else {})})

@@ -6,10 +6,10 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     RanksightError
     ├── UsageError                  asked wrongly: exit 2, API 400
     │   ├── ConfigError             ranksight.core.config: an invalid config file or environment
-    │   ├── RequestError            ranksight.aggregator.api.queries: a query parameter the endpoint cannot answer as asked
+    │   ├── RequestError            ranksight.api.contract: a query parameter the endpoint cannot answer as asked
     │   └── HostsFileError          ranksight.deploy.hosts: a hosts file line or --jump value that is not [user@]host[:port]
     ├── RefusedError                well-formed but not allowed: exit 1, API 403
-    │   ├── Forbidden               ranksight.aggregator.api.queries: a path outside the export root
+    │   ├── Forbidden               ranksight.aggregator.api.endpoint: a path outside the export root
     │   ├── SqlRefused              ranksight.aggregator.api.sql: not a plain read-only query (also a SqlError)
     │   └── TargetRefused           ranksight.agent.probe.targets: a probe command this agent will not run
     ├── QueryFailed                 an allowed query that failed: exit 1, API 422
@@ -44,7 +44,7 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     ├── SqlError                    ranksight.aggregator.api.sql: base of SqlRefused and SqlFailed (above)
     ├── PageExpired                 ranksight.aggregator.api.paging: a next token unknown, expired or dropped
     ├── RowTooLarge                 ranksight.aggregator.api.paging: one row alone does not fit in a message
-    ├── ApiUnavailable              ranksight.aggregator.api.client: no aggregator answered
+    ├── ApiUnavailable              ranksight.api.client: no aggregator answered
     ├── RawFetchError               ranksight.aggregator.raw_evidence: an agent's raw records could not be had
     ├── NatsUnreachable             ranksight.core.natsconn: no NATS connection within nats.connect_timeout_s
     ├── NatsServerError             ranksight.core.natsserver: the server binary is missing or did not start or stop

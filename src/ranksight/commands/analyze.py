@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
-from ranksight.aggregator.api.endpoints import STRAGGLER_COLUMNS
+from ranksight.api.endpoints import STRAGGLER_COLUMNS
 from ranksight.core.cliutil import EXIT_USAGE, print_json, print_table
 
 

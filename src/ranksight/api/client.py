@@ -12,12 +12,11 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client
 
-from ranksight.aggregator.api.paging import NEXT
 from ranksight.core.config import Settings
-from ranksight.core.errors import RanksightError
 from ranksight.core.natsconn import NatsUnreachable, connect
 from ranksight.core.redact import redact
-from ranksight.schemas.api import ApiResponse
+from ranksight.errors import RanksightError
+from ranksight.schemas.api import NEXT, ApiResponse
 from ranksight.schemas.subjects import Subjects
 
 

@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 LEAD_KEY = "lead"
-FIRING, PENDING, SILENCE, DRAIN = "firing.", "pending.", "silence.", "drain."
+FIRING, PENDING, SILENCE, DRAIN, ACTION = "firing.", "pending.", "silence.", "drain.", "action."
 PURGE_EVERY_ROUNDS = 100  # the lead removes ended silences from the bucket every this many lease rounds
 YIELD_EVERY_S = 0.02  # the feed lets the event loop run (leases, ingest, queries) at least this often
 
@@ -165,6 +165,16 @@ class AlertBook:
             except (ValueError, KeyError, TypeError) as exc:  # one bad key must not stop the lead
                 log.warning("alert state %s unusable (%s); skipped", key, exc)
         self.written = self.engine_keys(engine, -1)  # what the bucket holds now (-1: no condition seen yet)
+
+    async def claim_action(self, action_id: str) -> bool:
+        """Claim an action for this lead: True once per action id over every lead there ever is (a KV create fails
+        when the key exists), so a new lead never runs what an earlier one ran."""
+        kv = await self.kv()
+        try:
+            await kv.create(ACTION + action_id, str(time.time_ns()).encode())
+        except nats.js.errors.KeyWrongLastSequenceError:
+            return False
+        return True
 
     async def put_silence(self, silence: Silence) -> None:
         kv = await self.kv()

@@ -26,6 +26,8 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig, SubjectTransform
 
+from ranksight.aggregator.actions.desk import ActionDesk, cluster_sizes
+from ranksight.aggregator.actions.model import Action
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
 from ranksight.aggregator.analysis.rules import default_rules
@@ -165,6 +167,7 @@ class Aggregator:
         self.http = HttpFace(self)
         self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
+        self.actions = ActionDesk(settings.aggregator.actions, self.store, self._claim_action)
         self.nc: Client | None = None
         self.lead: AnalysisLead | None = None  # sharded: this shard's candidacy for the analysis lead
         self.ready = asyncio.Event()
@@ -252,6 +255,7 @@ class Aggregator:
                     ),
                     name="alertmanager",
                 ),
+                asyncio.create_task(self.actions.runner.run(), name="actions"),
             ]
             if self.lead is not None:
                 tasks.append(asyncio.create_task(self.lead.run(), name="analysis-lead"))
@@ -309,6 +313,7 @@ class Aggregator:
         drained = await self.store.call(self.store.drained_nodes)
         self.engine.drained = {(d["cluster"], d["node"]) for d in drained}
         self.engine.silences = {s.id: s for s in await self.store.call(self.store.silences, now)}
+        await self.actions.load(self.engine.active.values())
         log.info("rebuilt live state from %d stored messages (%d skipped); %d alerts firing", len(replayed),
                  self.store.replay_skipped, len(self.engine.active))  # fmt: skip
 
@@ -491,6 +496,7 @@ class Aggregator:
         transitions = self.engine.evaluate(self.rules, state, now_ns, ingest_behind_s=behind_s)
         if self.lead is not None:  # before anything is announced: a new lead must know what fired
             await self.lead.save(now_ns)
+        self.actions.tick(self.engine, cluster_sizes(state), transitions, now_ns)  # hands over, never waits
         self.http.events.tick(self.state, transitions)
         findings = state.stragglers.take_history()
         if findings:
@@ -504,6 +510,10 @@ class Aggregator:
             self.alertmanager.transitions(transitions)
             self.raw_evidence.submit(self, transitions)  # after the write: its evidence update comes later
         return transitions
+
+    async def _claim_action(self, action: Action) -> bool:
+        """Sharded: whether this analysis lead may run ``action`` (no lead before it did); unsharded, always."""
+        return True if self.lead is None else await self.lead.book.claim_action(action.id)
 
     async def _publish_alerts(self, alerts: list[Alert]) -> None:
         if self.nc is None:

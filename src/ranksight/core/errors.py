@@ -45,6 +45,8 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     ├── PageExpired                 ranksight.aggregator.api.paging: a next token unknown, expired or dropped
     ├── RowTooLarge                 ranksight.aggregator.api.paging: one row alone does not fit in a message
     ├── ApiUnavailable              ranksight.aggregator.api.client: no aggregator answered
+    ├── ActionFailed                ranksight.aggregator.actions.model: an action's try failed (retried, bounded)
+    ├── ActionRefused               ranksight.aggregator.actions.model: an action must not be taken (drained by someone else)
     ├── RawFetchError               ranksight.aggregator.raw_evidence: an agent's raw records could not be had
     ├── NatsUnreachable             ranksight.core.natsconn: no NATS connection within nats.connect_timeout_s
     ├── NatsServerError             ranksight.core.natsserver: the server binary is missing or did not start or stop

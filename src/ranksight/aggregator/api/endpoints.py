@@ -12,7 +12,7 @@ import argparse
 import getpass
 from typing import Any
 
-from ranksight.aggregator.api import alerting, queries, ras_queries, views
+from ranksight.aggregator.api import actions, alerting, queries, ras_queries, views
 from ranksight.aggregator.api.endpoint import (
     ClusterParams,
     Command,
@@ -51,6 +51,8 @@ STRAGGLER_COLUMNS = [
 ]
 DRAIN_COLUMNS = ["cluster", "node", "since", "reason"]
 SILENCE_COLUMNS = ["id", "state", "matchers", "starts_at", "ends_at", "created_by", "comment"]
+ACTION_COLUMNS = ["id", "status", "at", "policy", "action", "node", "rule", "why", "result"]
+AUDIT_COLUMNS = ["step_at", "step", "id", "who", "action", "node", "rule", "why", "result"]
 INCIDENT_COLUMNS = ["fired", "resolved", "state", "severity", "rule", "node", "entity", "duration_s", "flaps",
                     "summary"]  # fmt: skip
 DEFAULT_SILENCE_S = 3600.0
@@ -58,6 +60,7 @@ DEFAULT_SILENCE_S = 3600.0
 COMMAND_GROUPS = {
     "node": "planned changes to a node (drain: its silence raises nothing)",
     "silence": "maintenance windows: alerts matching a silence are not announced",
+    "action": "acting on findings: plans, approvals, undo and the audit trail (docs/actions.md)",
 }
 SINCE_AGO = Flag(type=ago, metavar="AGO", help="only what happened within AGO (e.g. 1h)")
 # How sharded aggregators' answers join (aggregator.api.merge). Not merged: sql (an aggregate or a LIMIT does not
@@ -208,6 +211,28 @@ _ENDPOINTS: list[Endpoint[Any]] = [
     Endpoint("silence_expire", alerting.SilenceExpireParams, alerting.silence_expire, Command(
         "end a silence now", SILENCE_COLUMNS, path=("silence", "expire"),
         flags={"id": Flag(positional=True, metavar="ID")}), http=False),
+    Endpoint("action_plan", actions.ActionPlanParams, actions.action_plan, Command(
+        "what the action policies would do or wait for: dry-run plans, approvals, breaker stops", ACTION_COLUMNS,
+        path=("action", "plan"))),
+    Endpoint("actions", actions.ActionsParams, actions.actions, Command(
+        "actions and where each stands", ACTION_COLUMNS, path=("action", "list"),
+        flags={"status": Flag(help="only this status (done, failed, awaiting_approval, ...)")})),
+    Endpoint("action_audit", actions.ActionAuditParams, actions.action_audit, Command(
+        "every step of every action from history: who, what, why, result", AUDIT_COLUMNS,
+        path=("action", "audit"), flags={"id": Flag(help="only this action's steps")})),
+    Endpoint("action_approve", actions.ActionDecisionParams, actions.action_approve, Command(
+        "approve an action awaiting approval", ACTION_COLUMNS, path=("action", "approve"),
+        flags={"id": Flag(positional=True, metavar="ID"), "who": Flag(default=_user(), help="default: your user name")}),
+        http=False),
+    Endpoint("action_reject", actions.ActionDecisionParams, actions.action_reject, Command(
+        "reject an action awaiting approval", ACTION_COLUMNS, path=("action", "reject"),
+        flags={"id": Flag(positional=True, metavar="ID"), "who": Flag(default=_user(), help="default: your user name")}),
+        http=False),
+    Endpoint("action_undo", actions.ActionUndoParams, actions.action_undo, Command(
+        "undo a done action (resume, uncordon, remove the exclusion)", ACTION_COLUMNS, path=("action", "undo"),
+        flags={"id": Flag(positional=True, metavar="ID"), "who": Flag(default=_user(), help="default: your user name"),
+               "reason": Flag(help="why (kept in the audit)")}),
+        http=False),
     Endpoint("incidents", alerting.IncidentsParams, alerting.incidents, Command(
         "one row per alert: fired, resolved, duration, flaps", INCIDENT_COLUMNS,
         flags={"since": SINCE_AGO})),

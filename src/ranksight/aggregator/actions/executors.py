@@ -251,12 +251,14 @@ class ExclusionExecutor:
         assert settings.exclusion.directory is not None  # the settings refuse a policy without it
         self.directory: Path = settings.exclusion.directory
         self.valid_s = settings.exclusion.valid_s
+        self.lock = asyncio.Lock()  # one read-modify-write of an artifact at a time: workers run actions at once
 
     async def _update(self, action: Action, exclude: bool) -> str:
         if not action.job:
             raise ActionRefused(f"{action.rule} names no job: an exclusion is per Slurm job")
-        path = await asyncio.to_thread(nvrx.update, self.directory, action.job, _node(action),
-                                       f"ranksight: {action.rule}", exclude, self.valid_s, time.time())  # fmt: skip
+        async with self.lock:
+            path = await asyncio.to_thread(nvrx.update, self.directory, action.job, _node(action),
+                                           f"ranksight: {action.rule}", exclude, self.valid_s, time.time())  # fmt: skip
         return f"{'excluded' if exclude else 'removed'} {action.node} in {path}"
 
     async def apply(self, action: Action) -> str:

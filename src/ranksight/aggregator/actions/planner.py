@@ -73,15 +73,19 @@ class ActionPlanner:
             return isinstance(code, int) and resolution(code, self.settings.xid) in policy.xid_resolutions
         return True
 
-    def acted_nodes(self, cluster: str, now_ns: int) -> set[str]:
-        """Nodes of ``cluster`` acted on within the breaker's window (queued counts: it is about to be)."""
+    def acted_nodes(self, cluster: str, now_ns: int, dry_run: bool = False) -> set[str]:
+        """Nodes of ``cluster`` acted on within the breaker's window (queued counts: it is about to be); ``dry_run``:
+        also those a dry-run plan would have acted on, so that the plan shows where the breaker would stop."""
         since = now_ns - int(self.settings.window_s * NS)
+        counted = ACTED | {"planned"} if dry_run else ACTED
         return {a.node for a in self.actions.values() if a.cluster == cluster and a.node is not None
-                and a.status in ACTED and a.detail.get("acted_at_ns", a.at_ns) >= since}  # fmt: skip
+                and a.status in counted and a.detail.get("acted_at_ns", a.at_ns) >= since
+                and not (a.status == "planned" and a.result)}  # fmt: skip
 
-    def breaker_allows(self, cluster: str, node: str | None, cluster_nodes: int, now_ns: int) -> str | None:
+    def breaker_allows(self, cluster: str, node: str | None, cluster_nodes: int, now_ns: int,
+                       dry_run: bool = False) -> str | None:  # fmt: skip
         """None if acting on ``node`` stays within the breaker's limits, else why not."""
-        acted = self.acted_nodes(cluster, now_ns)
+        acted = self.acted_nodes(cluster, now_ns, dry_run)
         if node is None or node in acted:
             return None
         limit = min(self.settings.max_nodes_per_window, int(self.settings.max_cluster_fraction * max(cluster_nodes, 1)))
@@ -143,7 +147,8 @@ class ActionPlanner:
             return base.moved("skipped", now_ns, why=f"node acted on within cooldown_s ({self.settings.cooldown_s:g} s)")
         why = f"policy {policy.name}: {alert.rule} ({alert.severity}) on {alert.node or alert.cluster}"
         if mode == "dry_run":
-            blocked = self.breaker_allows(alert.cluster, alert.node, cluster_nodes.get(alert.cluster, 0), now_ns)
+            blocked = self.breaker_allows(alert.cluster, alert.node, cluster_nodes.get(alert.cluster, 0), now_ns,
+                                          dry_run=True)  # fmt: skip
             return base.moved("planned", now_ns, why=why, result=f"would be stopped: {blocked}" if blocked else "")
         if mode == "approve":
             return base.moved("awaiting_approval", now_ns, why=why)

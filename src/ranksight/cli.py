@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
             "node",
             "silence",
             "incidents",
+            "action",
         ],
         "ranksight.aggregator.api.cli",
     ),

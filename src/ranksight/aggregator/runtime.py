@@ -28,6 +28,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 
 from ranksight.aggregator.actions.desk import ActionDesk, cluster_sizes
 from ranksight.aggregator.actions.model import Action
+from ranksight.aggregator.actions.planner import ActionBreakerRule
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
 from ranksight.aggregator.analysis.rules import default_rules
@@ -159,7 +160,8 @@ class Aggregator:
         self.version = ranksight_version()
         self.store = Store(settings.db_path(), self.subjects, settings.aggregator.ingest)
         self.state = self.new_state()
-        self.rules = rules if rules is not None else default_rules(settings)
+        self.actions = ActionDesk(settings.aggregator.actions, self.store, self._claim_action)
+        self.rules = rules if rules is not None else [*default_rules(settings), ActionBreakerRule(self.actions.planner)]
         self.engine = AlertEngine(settings=settings.aggregator.alerts)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
         self.front = QueryFront(self)
@@ -167,7 +169,6 @@ class Aggregator:
         self.http = HttpFace(self)
         self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
-        self.actions = ActionDesk(settings.aggregator.actions, self.store, self._claim_action)
         self.nc: Client | None = None
         self.lead: AnalysisLead | None = None  # sharded: this shard's candidacy for the analysis lead
         self.ready = asyncio.Event()

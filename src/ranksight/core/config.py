@@ -777,6 +777,7 @@ RULE_TIMINGS: dict[str, tuple[float, float]] = {
     "gpu_underperforming": (0, 600),
     "rank_heartbeat_overdue": (0, 30),
     "rank_section_overdue": (0, 10),
+    "action_breaker_open": (0, 0),  # the planner's own state: it opens and closes once, with its window
 }
 
 

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 
 from ranksight.aggregator.actions.model import ACTED, Action, action_id
 from ranksight.aggregator.actions.xid import resolution
-from ranksight.aggregator.state import NS
-from ranksight.aggregator.timefmt import ns_of
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.state import NS, LiveState
+from ranksight.aggregator.timefmt import iso, ns_of
 from ranksight.core.config import ActionPolicy, ActionSettings
 from ranksight.schemas.alerts import Alert
 
@@ -211,3 +212,25 @@ class ActionPlanner:
     def record(self, action: Action) -> None:
         """A step the runner reached (running, done, failed, undone, ...)."""
         self.actions[action.id] = action
+
+
+class ActionBreakerRule:
+    """The alert of an open circuit breaker: actions of the policies stopped in a cluster (critical: a storm of
+    findings, or a bad signal, wants a person now). It resolves once the breaker's window has room again."""
+
+    name = "action_breaker_open"
+
+    def __init__(self, planner: ActionPlanner) -> None:
+        self.planner = planner
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterable[Condition]:
+        limit = self.planner.settings
+        for cluster, since_ns in self.planner.breaker.open_since_ns.items():
+            stopped = self.planner.breaker.refused.get(cluster, 0)
+            yield Condition(
+                rule=self.name, severity="critical", cluster=cluster, entity="actions",
+                summary=f"action circuit breaker open: {stopped} action(s) not taken (more than "
+                        f"{limit.max_nodes_per_window} nodes or {limit.max_cluster_fraction:.0%} of the cluster "
+                        f"within {limit.window_s:g} s); see ranksight action plan",
+                evidence={"stopped": stopped, "open_since": iso(since_ns)},
+            )  # fmt: skip

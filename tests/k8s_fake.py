@@ -83,7 +83,9 @@ class FakeApiServer:
         if name not in self.nodes:
             return _status(404, "NotFound", f'nodes "{name}" not found')
         if request.content_type != "application/merge-patch+json":
-            return _status(415, "UnsupportedMediaType", f"the media type {request.content_type} is not supported")
+            return _status(
+                415, "UnsupportedMediaType", f"the media type {request.content_type} is not supported"
+            )
         patch = json.loads(await request.read())
         self.patches.append(patch)
         current = self.nodes[name]

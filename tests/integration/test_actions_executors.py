@@ -20,7 +20,7 @@ import pytest
 from aiohttp import web
 
 from ranksight.aggregator.actions.executors import KubernetesExecutor
-from ranksight.aggregator.actions.model import Action, ActionFailed, ActionRefused
+from ranksight.aggregator.actions.model import Action, ActionRefused
 from ranksight.aggregator.actions.planner import ActionPlanner
 from ranksight.aggregator.actions.runner import ActionRunner
 from ranksight.core.config import ActionSettings
@@ -91,13 +91,23 @@ async def receiver() -> AsyncIterator[tuple[Receiver, str]]:
 
 
 def _settings(**kw: Any) -> ActionSettings:
-    return ActionSettings(**{"retry_base_s": 0.05, "retry_max_s": 0.1, "max_attempts": 4, "timeout_s": 10, **kw})
+    return ActionSettings(
+        **{"retry_base_s": 0.05, "retry_max_s": 0.1, "max_attempts": 4, "timeout_s": 10, **kw}
+    )
 
 
 async def test_signed_webhook_is_retried_until_accepted(receiver: tuple[Receiver, str]) -> None:
     hook, url = receiver
     _, steps = await _run(_settings(webhook={"url": url, "secret": SECRET}), _action("webhook"))
-    assert [s.status for s in steps] == ["queued", "running", "retrying", "running", "retrying", "running", "done"]
+    assert [s.status for s in steps] == [
+        "queued",
+        "running",
+        "retrying",
+        "running",
+        "retrying",
+        "running",
+        "done",
+    ]
     assert "HTTP 500" in steps[2].result
     [got] = hook.received
     assert got["id"] == "act-1" and got["event"] == "apply"
@@ -128,7 +138,9 @@ async def test_command_gets_the_finding_on_stdin(tmp_path: Path) -> None:
     _, steps = await _run(settings, _action("command"))
     assert steps[-1].status == "done" and steps[-1].result == "handled n1"
     [(event, finding)] = [json.loads(line) for line in out.read_text().splitlines()]
-    assert event == "apply" and finding["id"] == "act-1" and finding["summary"] == "2 uncorrectable ECC errors"
+    assert (
+        event == "apply" and finding["id"] == "act-1" and finding["summary"] == "2 uncorrectable ECC errors"
+    )
 
 
 async def test_a_failing_command_is_retried_then_reported(tmp_path: Path) -> None:
@@ -163,7 +175,9 @@ async def test_nvrx_exclusion_file_is_read_back_in_their_format(tmp_path: Path) 
     assert [s.status for s in steps if s.status in ("done", "failed", "refused")] == ["done", "done"]
     assert nvrx_task_excluded(tmp_path, "4242", "7") and nvrx_task_excluded(tmp_path, "4242", "17")
     assert not nvrx_task_excluded(tmp_path, "4242", "1")
-    lines = [json.loads(line) for line in (tmp_path / "scheduler_exclusion.4242.jsonl").read_text().splitlines()]
+    lines = [
+        json.loads(line) for line in (tmp_path / "scheduler_exclusion.4242.jsonl").read_text().splitlines()
+    ]
     assert lines[0] == ["7", "17"]  # numeric order, as NVRx sorts task generations
     tasks, nodes = lines[1], lines[2]
     assert tasks["type"] == "decision" and tasks["scope"] == "array_task" and tasks["schema_version"] == 1
@@ -179,7 +193,7 @@ async def test_nvrx_exclusion_file_is_read_back_in_their_format(tmp_path: Path) 
     await runner.wait_idle(30)
     task.cancel()
     assert not nvrx_task_excluded(tmp_path, "4242", "7") and nvrx_task_excluded(tmp_path, "4242", "17")
-    assert [p.name for p in tmp_path.iterdir()] == ["scheduler_exclusion.4242.jsonl"]
+    assert os.listdir(tmp_path) == ["scheduler_exclusion.4242.jsonl"]
 
 
 async def _noop(actions: list[Action]) -> None:
@@ -221,7 +235,9 @@ async def test_cordon_keeps_other_taints_and_leaves_foreign_cordons(
     fake.nodes["n3"]["spec"]["unschedulable"] = True  # kubectl cordon by an operator
     with pytest.raises(ActionRefused, match="cordoned by someone else"):
         await executor.apply(_action("k8s_cordon", "n3"))
-    assert (await executor.undo(_action("k8s_cordon", "n3"))).startswith("n3 has no ranksight.io/finding taint")
+    assert (await executor.undo(_action("k8s_cordon", "n3"))).startswith(
+        "n3 has no ranksight.io/finding taint"
+    )
     assert fake.nodes["n3"]["spec"]["unschedulable"] is True
 
 
@@ -237,5 +253,7 @@ async def test_k8s_conflict_is_retried_and_forbidden_is_refused(
     _, steps = await _run(settings, _action("k8s_cordon", "n2"))
     assert steps[-1].status == "refused" and "HTTP 403" in steps[-1].result
     with pytest.raises(ActionRefused, match="HTTP 401"):  # no token: another try cannot help
-        bad = settings.model_copy(update={"kubernetes": settings.kubernetes.model_copy(update={"token_file": None})})
+        bad = settings.model_copy(
+            update={"kubernetes": settings.kubernetes.model_copy(update={"token_file": None})}
+        )
         await KubernetesExecutor(bad).apply(_action("k8s_cordon", "n3"))

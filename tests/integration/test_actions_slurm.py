@@ -54,7 +54,9 @@ async def test_drain_then_resume_for_real(slurm_env: SlurmCluster) -> None:
     assert "DRAIN" in state and result.startswith(slurm_env.node)
     # the reason names the rule and summary on one line, quotes and the newline gone
     assert reason == "ranksight: gpu_ecc_uncorrectable GPU 3: 2 uncorrectable ECC errors since boot"
-    assert "already drained by ranksight" in await executor.apply(action)  # idempotent: a second try changes nothing
+    assert "already drained by ranksight" in await executor.apply(
+        action
+    )  # idempotent: a second try changes nothing
     await executor.undo(action)
     state, _ = _state(slurm_env)
     assert "DRAIN" not in state
@@ -78,7 +80,9 @@ def _alert(node: str, state: str = "firing") -> Alert:
 
 
 async def _audit(store: Store) -> list[tuple[str, str]]:
-    return await store.call(lambda: store.con.execute("SELECT id, step FROM action_audit ORDER BY step_at, seq").fetchall())
+    return await store.call(
+        lambda: store.con.execute("SELECT id, step FROM action_audit ORDER BY step_at, seq").fetchall()
+    )
 
 
 async def test_policy_drains_once_across_a_restart_and_resumes_on_resolve(

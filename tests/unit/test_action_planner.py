@@ -43,7 +43,9 @@ def test_breaker_stops_a_storm_of_twenty_findings_at_its_limit() -> None:
     counts = sorted(a.status for a in decided)
     assert counts.count("queued") == 4 and counts.count("breaker_open") == 16
     assert planner.breaker.open_since_ns == {"c": T0}
-    assert "circuit breaker open: 4 of 100 nodes" in next(a.why for a in decided if a.status == "breaker_open")
+    assert "circuit breaker open: 4 of 100 nodes" in next(
+        a.why for a in decided if a.status == "breaker_open"
+    )
     # the next tick decides nothing again: one decision per incident
     assert planner.plan(storm, {"c": 100}, set(), T0 + NS) == []
 
@@ -56,7 +58,10 @@ def test_breaker_limits_by_share_of_the_cluster() -> None:
 
 def test_breaker_window_frees_room_and_closes() -> None:
     planner = ActionPlanner(settings(max_nodes_per_window=1, window_s=60, cooldown_s=0))
-    assert statuses(planner.plan([alert("a"), alert("b")], {"c": 10}, set(), T0)) == {"a": "queued", "b": "breaker_open"}
+    assert statuses(planner.plan([alert("a"), alert("b")], {"c": 10}, set(), T0)) == {
+        "a": "queued",
+        "b": "breaker_open",
+    }
     later = T0 + 61 * NS
     assert statuses(planner.plan([alert("c", started=later)], {"c": 10}, set(), later)) == {"c": "queued"}
     assert planner.breaker.open_since_ns == {"c": T0}  # c took the room there was: still no room
@@ -122,9 +127,13 @@ def test_same_incident_once_a_new_incident_again() -> None:
 def test_for_s_confidence_and_corroboration() -> None:
     planner = ActionPlanner(settings(policy={"for_s": 30, "min_confidence": 0.8, "min_corroboration": 1},
                                      max_nodes_per_window=10, max_cluster_fraction=1))  # fmt: skip
-    weak = alert("a", rule="straggler", severity="warning", evidence={"confidence": 0.5, "corroboration": ["gpu hot"]})
+    weak = alert(
+        "a", rule="straggler", severity="warning", evidence={"confidence": 0.5, "corroboration": ["gpu hot"]}
+    )
     sure = alert("b", rule="straggler", severity="warning", evidence={"confidence": 0.9, "corroboration": []})
-    backed = alert("c", rule="straggler", severity="warning", evidence={"confidence": 0.9, "corroboration": ["clk"]})
+    backed = alert(
+        "c", rule="straggler", severity="warning", evidence={"confidence": 0.9, "corroboration": ["clk"]}
+    )
     assert planner.plan([weak, sure, backed], {"c": 10}, set(), T0 + 10 * NS) == []  # not firing 30 s yet
     assert statuses(planner.plan([weak, sure, backed], {"c": 10}, set(), T0 + 31 * NS)) == {"c": "queued"}
     # another rule firing on the same node counts as corroboration
@@ -164,9 +173,15 @@ def test_resolved_incidents_resume_only_when_the_policy_says_so() -> None:
 @pytest.mark.parametrize(
     ("actions", "error"),
     [
-        ({"policies": [{"name": "x", "rules": ["straggler"], "action": "slurm_drain", "colour": 1}]}, "colour"),
+        (
+            {"policies": [{"name": "x", "rules": ["straggler"], "action": "slurm_drain", "colour": 1}]},
+            "colour",
+        ),
         ({"policies": [{"name": "x", "rules": ["no_such_rule"], "action": "slurm_drain"}]}, "unknown rule"),
-        ({"policies": [{"name": "x", "rules": ["straggler"], "action": "webhook"}]}, "needs aggregator.actions.webhook.url"),
+        (
+            {"policies": [{"name": "x", "rules": ["straggler"], "action": "webhook"}]},
+            "needs aggregator.actions.webhook.url",
+        ),
         ({"policies": [{"name": "x", "rules": ["straggler"], "action": "reboot"}]}, "action"),
         ({"mode": "yolo"}, "mode"),
         ({"xid": {"abc": "drain"}}, "Xid codes are numbers"),
@@ -180,7 +195,7 @@ def test_bad_policies_are_refused_naming_the_key(actions: dict[str, Any], error:
 
 def test_a_policy_file(tmp_path: Any) -> None:
     path = tmp_path / "c.toml"
-    path.write_text('''
+    path.write_text("""
 [aggregator.actions]
 mode = "approve"
 max_nodes_per_window = 2
@@ -191,9 +206,13 @@ rules = ["gpu_ecc_uncorrectable"]
 nodes = ["gpu-*"]
 action = "slurm_drain"
 resume_on_resolve = true
-''')
+""")
     actions = load_settings(path).aggregator.actions
-    assert actions.mode == "approve" and actions.policies[0].nodes == ["gpu-*"] and actions.policies[0].resume_on_resolve
+    assert (
+        actions.mode == "approve"
+        and actions.policies[0].nodes == ["gpu-*"]
+        and actions.policies[0].resume_on_resolve
+    )
 
 
 def test_default_is_dry_run_with_no_policy() -> None:

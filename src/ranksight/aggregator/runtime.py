@@ -27,7 +27,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig, SubjectTransform
 
 from ranksight.aggregator.actions.desk import ActionDesk, cluster_sizes
-from ranksight.aggregator.actions.model import Action
+from ranksight.aggregator.actions.model import Action, ActionFailed, ActionRefused
 from ranksight.aggregator.actions.planner import ActionBreakerRule
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
@@ -160,8 +160,14 @@ class Aggregator:
         self.version = ranksight_version()
         self.store = Store(settings.db_path(), self.subjects, settings.aggregator.ingest)
         self.state = self.new_state()
-        self.actions = ActionDesk(settings.aggregator.actions, self.store, self._claim_action)
-        self.rules = rules if rules is not None else [*default_rules(settings), ActionBreakerRule(self.actions.planner)]
+        self.actions = ActionDesk(
+            settings.aggregator.actions, self.store, self._claim_action, self._ask_agent
+        )
+        self.rules = (
+            rules
+            if rules is not None
+            else [*default_rules(settings), ActionBreakerRule(self.actions.planner)]
+        )
         self.engine = AlertEngine(settings=settings.aggregator.alerts)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
         self.front = QueryFront(self)
@@ -515,6 +521,27 @@ class Aggregator:
     async def _claim_action(self, action: Action) -> bool:
         """Sharded: whether this analysis lead may run ``action`` (no lead before it did); unsharded, always."""
         return True if self.lead is None else await self.lead.book.claim_action(action.id)
+
+    async def _ask_agent(self, cluster: str, node: str, command: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One request to a node agent's command (an action's): its JSON answer; :class:`ActionFailed` when no agent
+        answers, :class:`ActionRefused` when it refuses."""
+        if self.nc is None:
+            raise ActionFailed("not connected to NATS yet")
+        timeout_s = self.settings.aggregator.actions.timeout_s
+        try:
+            msg = await self.nc.request(self.subjects.agent(cluster, node, command), json.dumps(body).encode(),
+                                        timeout=timeout_s)  # fmt: skip
+        except nats.errors.NoRespondersError:
+            raise ActionFailed(f"no agent of {node} answers (down, or its app collector is off)") from None
+        except nats.errors.TimeoutError:
+            raise ActionFailed(f"the agent of {node} did not answer within {timeout_s:g} s") from None
+        refused = (msg.headers or {}).get("Nats-Service-Error")
+        if refused:
+            raise ActionRefused(f"the agent of {node} refused: {refused}")
+        answer = json.loads(msg.data)
+        if not isinstance(answer, dict):
+            raise ActionFailed(f"the agent of {node} answered {type(answer).__name__}, not an object")
+        return answer
 
     async def _publish_alerts(self, alerts: list[Alert]) -> None:
         if self.nc is None:

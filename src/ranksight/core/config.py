@@ -936,7 +936,9 @@ class ShardSettings(Section):
         return self.shard_id or sanitize_token(socket.gethostname())
 
 
-ActionKind = Literal["slurm_drain", "k8s_cordon", "nvrx_exclusion", "webhook", "command", "none"]
+ActionKind = Literal[
+    "slurm_drain", "k8s_cordon", "nvrx_exclusion", "job_signal", "webhook", "command", "none"
+]
 ActionMode = Literal["dry_run", "approve", "enforce"]
 AlertSeverity = Literal["info", "warning", "critical"]
 ACTING_SEVERITIES: tuple[AlertSeverity, ...] = ("warning", "critical")
@@ -947,13 +949,18 @@ XidResolution = Literal["ignore", "restart_app", "reset_gpu", "reboot", "drain",
 class ActionPolicy(Section):
     """One policy: the findings it acts on and the action it takes (``[[aggregator.actions.policies]]``)."""
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="names the policy in plans, audit and alerts")
+    name: str = Field(
+        pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="names the policy in plans, audit and alerts"
+    )
     rules: list[str] = Field(min_length=1, description="alert rules this policy acts on")
     severities: list[AlertSeverity] = Field(
         default_factory=lambda: list(ACTING_SEVERITIES), description="only alerts of these severities"
     )
     min_confidence: float = Field(
-        0.0, ge=0, le=1, description="the alert's evidence.confidence at least this (rules without one count as 1)"
+        0.0,
+        ge=0,
+        le=1,
+        description="the alert's evidence.confidence at least this (rules without one count as 1)",
     )
     min_corroboration: int = Field(
         0,
@@ -974,13 +981,20 @@ class ActionPolicy(Section):
     resume_on_resolve: bool = Field(
         False, description="undo the action (resume, uncordon) when the incident resolves"
     )
+    signal: Literal["checkpoint", "exit"] = Field(
+        "checkpoint",
+        description="job_signal: ask the job's processes (ranksight.client.on_action) to checkpoint now, or to exit "
+        "for a restart without the node",
+    )
 
     @field_validator("rules")
     @classmethod
     def _known_rules(cls, rules: list[str]) -> list[str]:
         unknown = sorted(set(rules) - set(RULE_TIMINGS))
         if unknown:
-            raise ValueError(f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(sorted(RULE_TIMINGS))}")
+            raise ValueError(
+                f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(sorted(RULE_TIMINGS))}"
+            )
         return rules
 
 
@@ -1000,8 +1014,12 @@ class KubernetesActionSettings(Section):
         Path("/var/run/secrets/kubernetes.io/serviceaccount/token"),
         description="bearer token file (the service account's); unset: no Authorization header",
     )
-    ca_file: Path | None = Field(None, description="CA bundle for the API server's certificate; unset: system CAs")
-    taint_key: str = Field("ranksight.io/finding", description="the taint set on a cordoned node (NoSchedule)")
+    ca_file: Path | None = Field(
+        None, description="CA bundle for the API server's certificate; unset: system CAs"
+    )
+    taint_key: str = Field(
+        "ranksight.io/finding", description="the taint set on a cordoned node (NoSchedule)"
+    )
 
 
 class ExclusionActionSettings(Section):
@@ -1016,7 +1034,8 @@ class ExclusionActionSettings(Section):
 class WebhookActionSettings(Section):
     url: str | None = Field(None, description="POSTed the finding as JSON")
     secret: SecretStr | None = Field(
-        None, description="HMAC-SHA256 key: the X-Ranksight-Signature header is sha256=<hex of the body's HMAC>"
+        None,
+        description="HMAC-SHA256 key: the X-Ranksight-Signature header is sha256=<hex of the body's HMAC>",
     )
 
 
@@ -1030,7 +1049,8 @@ class ActionSettings(Section):
     """Acting on findings (``aggregator.actions``, docs/actions.md): policies and their guard rails."""
 
     mode: ActionMode = Field(
-        "dry_run", description="dry_run: plan only; approve: wait for 'ranksight action approve'; enforce: act"
+        "dry_run",
+        description="dry_run: plan only; approve: wait for 'ranksight action approve'; enforce: act",
     )
     policies: list[ActionPolicy] = Field(default_factory=list)
     max_nodes_per_window: int = Field(
@@ -1044,14 +1064,17 @@ class ActionSettings(Section):
     approval_timeout_s: float = Field(
         86400.0, gt=0, description="an action awaiting approval this long expires (is never taken)"
     )
-    queue_size: int = Field(1000, ge=1, description="actions waiting to run at most; more are refused and audited")
+    queue_size: int = Field(
+        1000, ge=1, description="actions waiting to run at most; more are refused and audited"
+    )
     max_attempts: int = Field(5, ge=1, description="tries of one action before it is reported failed")
     retry_base_s: float = Field(1.0, gt=0, description="first retry delay; doubled each try")
     retry_max_s: float = Field(60.0, gt=0, description="longest retry delay")
     timeout_s: float = Field(30.0, gt=0, description="limit for one try (a command, a request)")
     max_audit_rows: int = Field(1000, ge=1, description="audit rows an action listing returns at most")
     xid: dict[str, XidResolution] = Field(
-        default_factory=dict, description="per Xid code, a resolution class overriding the catalog's, e.g. {'79' = 'drain'}"
+        default_factory=dict,
+        description="per Xid code, a resolution class overriding the catalog's, e.g. {'79' = 'drain'}",
     )
     slurm: SlurmActionSettings = SlurmActionSettings()
     kubernetes: KubernetesActionSettings = KubernetesActionSettings()
@@ -1077,7 +1100,9 @@ class ActionSettings(Section):
         for policy in self.policies:
             setting, value = needs.get(policy.action, ("", True))
             if not value:
-                raise ValueError(f"policy {policy.name!r}: action {policy.action} needs aggregator.actions.{setting}")
+                raise ValueError(
+                    f"policy {policy.name!r}: action {policy.action} needs aggregator.actions.{setting}"
+                )
         return self
 
 

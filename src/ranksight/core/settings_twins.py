@@ -389,9 +389,10 @@ class ActionPolicy(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fie
     clusters: list[str]
     nodes: list[str]
     xid_resolutions: list[Literal['ignore', 'restart_app', 'reset_gpu', 'reboot', 'drain', 'investigate']]
-    action: Literal['slurm_drain', 'k8s_cordon', 'nvrx_exclusion', 'webhook', 'command', 'none']
+    action: Literal['slurm_drain', 'k8s_cordon', 'nvrx_exclusion', 'job_signal', 'webhook', 'command', 'none']
     mode: Literal['dry_run', 'approve', 'enforce'] | None
     resume_on_resolve: bool
+    signal: Literal['checkpoint', 'exit']
 
 
 class SlurmActionSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -13,6 +13,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from ranksight.aggregator.actions.executors import AskAgent
 from ranksight.aggregator.actions.model import Action
 from ranksight.aggregator.actions.planner import ActionPlanner
 from ranksight.aggregator.actions.runner import ActionRunner, audit_rows
@@ -57,11 +58,11 @@ def cluster_sizes(state: LiveState) -> dict[str, int]:
 
 
 class ActionDesk:
-    def __init__(self, settings: ActionSettings, store: Store,
-                 claim: Callable[[Action], Awaitable[bool]] | None = None) -> None:  # fmt: skip
+    def __init__(self, settings: ActionSettings, store: Store, claim: Callable[[Action], Awaitable[bool]] | None = None,
+                 ask_agent: AskAgent | None = None) -> None:  # fmt: skip
         self.settings, self.store = settings, store
         self.planner = ActionPlanner(settings)
-        self.runner = ActionRunner(settings, self.planner, self._audit, claim)
+        self.runner = ActionRunner(settings, self.planner, self._audit, claim, ask_agent)
 
     @property
     def enabled(self) -> bool:
@@ -86,7 +87,9 @@ class ActionDesk:
         if rows:
             log.info("actions: %d decisions reloaded", len(rows))
 
-    def tick(self, engine: AlertEngine, cluster_nodes: dict[str, int], transitions: list[Alert], now_ns: int) -> None:
+    def tick(
+        self, engine: AlertEngine, cluster_nodes: dict[str, int], transitions: list[Alert], now_ns: int
+    ) -> None:
         """``cluster_nodes``: nodes per cluster (the circuit breaker's share of a cluster)."""
         if not self.enabled:
             return

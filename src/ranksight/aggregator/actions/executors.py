@@ -13,6 +13,9 @@
   ``X-Ranksight-Action-Id`` for the receiver's own idempotence; 2xx is done, 408/429/5xx are retried, other 4xx refused.
 - ``command``: the configured argv with the finding as JSON on stdin and ``RANKSIGHT_ACTION`` = apply | undo; exit 0
   is done, anything else is retried.
+- ``job_signal``: asks the node's agent (its ``app_signal`` command) to tell the job's processes, through their
+  ``ranksight.client`` connection, to checkpoint now or exit for a restart; done once at least one process was told,
+  retried while none was (the agent down, no process of the job connected yet). A signal cannot be undone.
 """
 
 from __future__ import annotations
@@ -78,7 +81,9 @@ def slurm_reason(prefix: str, action: Action) -> str:
 Run = Callable[[list[str]], Awaitable[tuple[int, str]]]
 
 
-async def run_command(argv: list[str], stdin: bytes = b"", env: dict[str, str] | None = None) -> tuple[int, str]:
+async def run_command(
+    argv: list[str], stdin: bytes = b"", env: dict[str, str] | None = None
+) -> tuple[int, str]:
     """Run ``argv`` (no shell); its exit status and output (stdout and stderr, bounded)."""
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -116,7 +121,9 @@ class SlurmExecutor:
         if before.unavailable:
             if before.reason.startswith(self.prefix):
                 return f"already drained by ranksight: {before.reason}"
-            raise ActionRefused(f"{node} is already {before.state} by someone else: {before.reason or 'no reason'}")
+            raise ActionRefused(
+                f"{node} is already {before.state} by someone else: {before.reason or 'no reason'}"
+            )
         reason = slurm_reason(self.prefix, action)
         await self._scontrol("update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}")
         after = await self.show(node)
@@ -130,7 +137,9 @@ class SlurmExecutor:
         if not before.unavailable:
             return f"{node} is {before.state}: nothing to resume"
         if not before.reason.startswith(self.prefix):
-            raise ActionRefused(f"{node} is {before.state} by someone else now ({before.reason}): not resumed")
+            raise ActionRefused(
+                f"{node} is {before.state} by someone else now ({before.reason}): not resumed"
+            )
         await self._scontrol("update", f"NodeName={node}", "State=RESUME")
         after = await self.show(node)
         return f"{node} {after.state}"
@@ -168,7 +177,9 @@ class KubernetesExecutor:
 
     def _session(self) -> aiohttp.ClientSession:
         headers = {"Accept": "application/json"}
-        if self.token_file is not None and self.token_file.exists():  # read each time: service account tokens rotate
+        if (
+            self.token_file is not None and self.token_file.exists()
+        ):  # read each time: service account tokens rotate
             headers["Authorization"] = f"Bearer {self.token_file.read_text().strip()}"
         ctx = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file else None
         return aiohttp.ClientSession(headers=headers, timeout=aiohttp.ClientTimeout(total=self.timeout_s),
@@ -187,7 +198,9 @@ class KubernetesExecutor:
                     raise ActionRefused(f"{node} is already cordoned by someone else")
                 taints.append({"key": self.taint_key, "value": action.rule, "effect": "NoSchedule"})
             elif not ours:
-                return f"{node} has no {self.taint_key} taint: not uncordoned (someone else's cordon, or none)"
+                return (
+                    f"{node} has no {self.taint_key} taint: not uncordoned (someone else's cordon, or none)"
+                )
             patch = {"metadata": {"resourceVersion": meta.get("resourceVersion")},
                      "spec": {"unschedulable": cordon or None, "taints": taints or None}}  # fmt: skip
             await _http(session, "PATCH", path, f"patch node {node}", data=json.dumps(patch),
@@ -251,7 +264,9 @@ class ExclusionExecutor:
         assert settings.exclusion.directory is not None  # the settings refuse a policy without it
         self.directory: Path = settings.exclusion.directory
         self.valid_s = settings.exclusion.valid_s
-        self.lock = asyncio.Lock()  # one read-modify-write of an artifact at a time: workers run actions at once
+        self.lock = (
+            asyncio.Lock()
+        )  # one read-modify-write of an artifact at a time: workers run actions at once
 
     async def _update(self, action: Action, exclude: bool) -> str:
         if not action.job:
@@ -268,6 +283,30 @@ class ExclusionExecutor:
         return await self._update(action, exclude=False)
 
 
+AskAgent = Callable[
+    [str, str, str, dict[str, Any]], Awaitable[dict[str, Any]]
+]  # cluster, node, command, body
+
+
+class JobSignalExecutor:
+    def __init__(self, ask_agent: AskAgent) -> None:
+        self.ask_agent = ask_agent
+
+    async def apply(self, action: Action) -> str:
+        signal = action.detail.get("signal", "checkpoint")
+        body = {"action": signal, "job": action.job, "id": action.id, "rule": action.rule,
+                "reason": f"{action.rule}: {action.summary}"}  # fmt: skip
+        answer = await self.ask_agent(action.cluster, _node(action), "app_signal", body)
+        if not answer.get("delivered"):
+            raise ActionFailed(
+                f"no process of job {action.job or '(any)'} on {action.node} is connected to its agent"
+            )
+        return f"{signal} sent to {answer['delivered']} process(es) of job {action.job}: pids {answer.get('pids')}"
+
+    async def undo(self, action: Action) -> str:
+        raise ActionRefused("a signal to a job cannot be undone")
+
+
 class NoAction:
     """``action = "none"``: the policy only records (and, in approve mode, asks): nothing runs."""
 
@@ -278,8 +317,15 @@ class NoAction:
         return "recorded only (action none)"
 
 
-def executors(settings: ActionSettings) -> dict[str, Callable[[], Executor]]:
-    """Each action kind's executor, built when first used (a kind no policy uses needs no settings)."""
-    return {"slurm_drain": lambda: SlurmExecutor(settings), "k8s_cordon": lambda: KubernetesExecutor(settings),
-            "nvrx_exclusion": lambda: ExclusionExecutor(settings), "webhook": lambda: WebhookExecutor(settings),
-            "command": lambda: CommandExecutor(settings), "none": NoAction}  # fmt: skip
+def executors(
+    settings: ActionSettings, ask_agent: AskAgent | None = None
+) -> dict[str, Callable[[], Executor]]:
+    """Each action kind's executor, built when first used (a kind no policy uses needs no settings). ``ask_agent``:
+    how a command reaches a node's agent (the aggregator's NATS connection)."""
+    made: dict[str, Callable[[], Executor]] = {
+        "slurm_drain": lambda: SlurmExecutor(settings), "k8s_cordon": lambda: KubernetesExecutor(settings),
+        "nvrx_exclusion": lambda: ExclusionExecutor(settings), "webhook": lambda: WebhookExecutor(settings),
+        "command": lambda: CommandExecutor(settings), "none": NoAction}  # fmt: skip
+    if ask_agent is not None:
+        made["job_signal"] = lambda: JobSignalExecutor(ask_agent)
+    return made

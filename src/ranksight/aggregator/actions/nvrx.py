@@ -110,13 +110,19 @@ def write_atomically(path: Path, data: bytes) -> None:
         raise
 
 
-def update(directory: Path, job: str, node: str, reason: str, exclude: bool, valid_s: float, now: float) -> Path:
+def update(
+    directory: Path, job: str, node: str, reason: str, exclude: bool, valid_s: float, now: float
+) -> Path:
     """Add (``exclude``) or remove ``node`` in the artifact of ``job``'s array job; the file is rewritten atomically
     either way (which also renews its freshness). Observations older than ``valid_s`` are dropped."""
     array_job, task = job_and_task(job)
     path = artifact_path(directory, array_job)
     try:
-        kept = [o for o in read_observations(path.read_bytes()) if o.node != node and o.observed_at + valid_s > now]
+        kept = [
+            o
+            for o in read_observations(path.read_bytes())
+            if o.node != node and o.observed_at + valid_s > now
+        ]
     except FileNotFoundError:
         kept = []
     if exclude:

@@ -40,7 +40,9 @@ def corroboration(alert: Alert, firing: Iterable[Alert]) -> int:
     """Other signals that agree: the alert's corroborating notes, plus other rules firing on the same node."""
     notes = alert.evidence.get("corroboration")
     own = len(notes) if isinstance(notes, list) else 0
-    others = {a.rule for a in firing if a.node == alert.node and a.cluster == alert.cluster and a.rule != alert.rule}
+    others = {
+        a.rule for a in firing if a.node == alert.node and a.cluster == alert.cluster and a.rule != alert.rule
+    }
     return own + (len(others) if alert.node is not None else 0)
 
 
@@ -89,7 +91,10 @@ class ActionPlanner:
         acted = self.acted_nodes(cluster, now_ns, dry_run)
         if node is None or node in acted:
             return None
-        limit = min(self.settings.max_nodes_per_window, int(self.settings.max_cluster_fraction * max(cluster_nodes, 1)))
+        limit = min(
+            self.settings.max_nodes_per_window,
+            int(self.settings.max_cluster_fraction * max(cluster_nodes, 1)),
+        )
         if len(acted) + 1 > limit:
             return (f"circuit breaker open: {len(acted)} of {cluster_nodes} nodes acted on within "
                     f"{self.settings.window_s:g} s, limit {limit} (max_nodes_per_window "
@@ -140,17 +145,23 @@ class ActionPlanner:
             id=aid, policy=policy.name, action=policy.action, mode=mode, cluster=alert.cluster, node=alert.node,
             job=alert.job, rule=alert.rule, severity=alert.severity, fingerprint=alert.fingerprint,
             incident_started=alert.started_at, summary=alert.summary, status="planned", at_ns=now_ns,
-            detail={"evidence": alert.evidence, "entity": alert.entity},
+            detail={"evidence": alert.evidence, "signal": policy.signal, "entity": alert.entity},
         )  # fmt: skip
         if alert.node is not None and (alert.cluster, alert.node) in drained:
-            return base.moved("skipped", now_ns, why="the node is drained in ranksight (ranksight node drain)")
+            return base.moved(
+                "skipped", now_ns, why="the node is drained in ranksight (ranksight node drain)"
+            )
         if alert.node is not None and self._cooling(alert, policy, now_ns):
-            return base.moved("skipped", now_ns, why=f"node acted on within cooldown_s ({self.settings.cooldown_s:g} s)")
+            return base.moved(
+                "skipped", now_ns, why=f"node acted on within cooldown_s ({self.settings.cooldown_s:g} s)"
+            )
         why = f"policy {policy.name}: {alert.rule} ({alert.severity}) on {alert.node or alert.cluster}"
         if mode == "dry_run":
             blocked = self.breaker_allows(alert.cluster, alert.node, cluster_nodes.get(alert.cluster, 0), now_ns,
                                           dry_run=True)  # fmt: skip
-            return base.moved("planned", now_ns, why=why, result=f"would be stopped: {blocked}" if blocked else "")
+            return base.moved(
+                "planned", now_ns, why=why, result=f"would be stopped: {blocked}" if blocked else ""
+            )
         if mode == "approve":
             return base.moved("awaiting_approval", now_ns, why=why)
         blocked = self.breaker_allows(alert.cluster, alert.node, cluster_nodes.get(alert.cluster, 0), now_ns)
@@ -172,7 +183,9 @@ class ActionPlanner:
         """An operator's approval: ``queued``, or ``breaker_open`` if the breaker has no room (ValueError if there is
         nothing to approve)."""
         action = self._awaiting(aid, now_ns)
-        blocked = self.breaker_allows(action.cluster, action.node, cluster_nodes.get(action.cluster, 0), now_ns)
+        blocked = self.breaker_allows(
+            action.cluster, action.node, cluster_nodes.get(action.cluster, 0), now_ns
+        )
         if blocked:
             raise ValueError(blocked)
         moved = action.moved("queued", now_ns, who=who, why=f"approved by {who}",

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from ranksight.aggregator.actions.executors import Executor, executors
+from ranksight.aggregator.actions.executors import AskAgent, Executor, executors
 from ranksight.aggregator.actions.model import Action, ActionFailed, ActionRefused, Status
 from ranksight.aggregator.actions.planner import ActionPlanner
 from ranksight.aggregator.timefmt import iso
@@ -49,10 +49,10 @@ class Job:
 
 class ActionRunner:
     def __init__(self, settings: ActionSettings, planner: ActionPlanner, audit: Audit, claim: Claim | None = None,
-                 make: dict[str, Callable[[], Executor]] | None = None) -> None:  # fmt: skip
+                 ask_agent: AskAgent | None = None) -> None:  # fmt: skip
         self.settings, self.planner, self.audit, self.claim = settings, planner, audit, claim
         self.queue: asyncio.Queue[Job] = asyncio.Queue(settings.queue_size)
-        self.make = make or executors(settings)
+        self.make = executors(settings, ask_agent)
         self.built: dict[str, Executor] = {}
         self.stats = RunnerStats()
         self.idle = asyncio.Event()
@@ -123,7 +123,9 @@ class ActionRunner:
         if not undo and self.claim is not None and not await self.claim(action):
             await self._step(action.moved("skipped", time.time_ns(), why="claimed by another analysis lead"))
             return
-        executor = self.built.get(action.action) or self.built.setdefault(action.action, self.make[action.action]())
+        executor = self.built.get(action.action) or self.built.setdefault(
+            action.action, self.make[action.action]()
+        )
         done: Status = "undone" if undo else "done"
         failed: Status = "undo_failed" if undo else "failed"
         delay = self.settings.retry_base_s
@@ -136,13 +138,17 @@ class ActionRunner:
                 call = executor.undo(action) if undo else executor.apply(action)
                 result = await asyncio.wait_for(call, self.settings.timeout_s)
             except ActionRefused as exc:
-                await self._step(action.moved("refused" if not undo else failed, time.time_ns(), result=str(exc)))
+                await self._step(
+                    action.moved("refused" if not undo else failed, time.time_ns(), result=str(exc))
+                )
                 self.stats.failed += 1
                 return
             except (ActionFailed, TimeoutError) as exc:
                 why = str(exc) or f"no answer within timeout_s ({self.settings.timeout_s:g} s)"
                 if attempt == self.settings.max_attempts:
-                    await self._step(action.moved(failed, time.time_ns(), result=f"gave up after {attempt} tries: {why}"))
+                    await self._step(
+                        action.moved(failed, time.time_ns(), result=f"gave up after {attempt} tries: {why}")
+                    )
                     self.stats.failed += 1
                     return
                 await self._step(action.moved("retrying", time.time_ns(), result=f"try {attempt}: {why}; "

@@ -43,7 +43,9 @@ async def action_plan(agg: Aggregator, p: ActionPlanParams) -> ApiResponse:
 
 class ActionsParams(Params):
     cluster: str | None = None
-    status: str | None = Field(None, description="only actions in this status (done, failed, awaiting_approval, ...)")
+    status: str | None = Field(
+        None, description="only actions in this status (done, failed, awaiting_approval, ...)"
+    )
     limit: int = Field(1000, ge=1, le=100_000)
 
 

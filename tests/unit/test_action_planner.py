@@ -10,7 +10,7 @@ import pytest
 
 from ranksight.aggregator.actions.model import action_id
 from ranksight.aggregator.actions.planner import ActionPlanner
-from ranksight.aggregator.actions.xid import resolution
+from ranksight.aggregator.analysis.xid import resolution
 from ranksight.aggregator.timefmt import iso
 from ranksight.core.config import ActionSettings, ConfigError, load_settings
 from ranksight.schemas.alerts import Alert

@@ -353,6 +353,18 @@ class AppSettings(CollectorSettings):
     )
 
 
+class XidSettings(CollectorSettings):
+    """GPU Xid / NVSwitch SXid events from the kernel log (``gpu_xid`` records, the ``gpu_xid`` rule)."""
+
+    interval_s: float = Field(1.0, gt=0, description="how often new kernel log records are read")
+    ttl_s: float | None = Field(
+        1800.0, gt=0, description="how long an Xid event keeps its gpu_xid alert firing"
+    )
+    kmsg_path: Path = Field(
+        Path("/dev/kmsg"), description="the kernel log (or a FIFO/file of its lines); unreadable: the collector is absent"
+    )
+
+
 class CollectorsSettings(Section):
     heartbeat: HeartbeatSettings = HeartbeatSettings()
     ras: RasSettings = RasSettings()
@@ -362,6 +374,7 @@ class CollectorsSettings(Section):
     probe: ProbeSettings = ProbeSettings()
     gpu_probe: GpuProbeSettings = GpuProbeSettings()
     app: AppSettings = AppSettings()
+    xid: XidSettings = XidSettings()
 
 
 class AgentSettings(Section):
@@ -777,6 +790,7 @@ RULE_TIMINGS: dict[str, tuple[float, float]] = {
     "gpu_underperforming": (0, 600),
     "rank_heartbeat_overdue": (0, 30),
     "rank_section_overdue": (0, 10),
+    "gpu_xid": (0, 0),  # a logged event: it fires at once and holds for the record's TTL
     "action_breaker_open": (0, 0),  # the planner's own state: it opens and closes once, with its window
 }
 

@@ -25,6 +25,7 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     │   ├── GpuProbeProtocolError   ranksight.agent.gpuprobe.protocol: a worker line that is not a protocol message
     │   ├── InspectorParseError     ranksight.agent.collectors.inspector.parse: not an Inspector record
     │   ├── AppMessageError         ranksight.agent.collectors.app_parse: not a client message
+    │   ├── KmsgParseError          ranksight.agent.collectors.xid_parse: not a /dev/kmsg record
     │   ├── GpuToolParseError       ranksight.agent.collectors.gpu.amd_smi: GPU tool output (amd-smi, rocm-smi, nvidia-smi)
     │   ├── ToolParseError          ranksight.agent.collectors.nic.tools: NIC tool output
     │   └── RasParseError           ranksight.agent.collectors.ras.errors: not a RAS status / monitor output (also a RasError)

@@ -150,6 +150,15 @@ class AppSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     section_timeouts: dict[str, float]
 
 
+class XidSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.XidSettings`."""
+
+    enabled: bool
+    interval_s: float
+    ttl_s: float | None
+    kmsg_path: Path
+
+
 class CollectorsSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """The twin of :class:`ranksight.core.config.CollectorsSettings`."""
 
@@ -161,6 +170,7 @@ class CollectorsSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkno
     probe: ProbeSettings
     gpu_probe: GpuProbeSettings
     app: AppSettings
+    xid: XidSettings
 
 
 class AgentSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -14,5 +14,5 @@ The flow, each part in its own module:
 - :mod:`.executors`: Slurm (scontrol), Kubernetes (API server), the nvidia-resiliency-ext exclusion file
   (:mod:`.nvrx`), a signed webhook, a command. Each raises :class:`~.model.ActionFailed` (worth retrying) or
   :class:`~.model.ActionRefused` (retrying cannot help: the node is drained by someone else, a 403).
-- :mod:`.xid`: NVIDIA's Xid catalog resolution classes, for policies on ``gpu_xid`` alerts.
+- the Xid catalog's resolution classes (:mod:`aggregator.analysis.xid`) let policies on ``gpu_xid`` alerts pick by class.
 """

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ranksight.aggregator.actions.model import ACTED, Action, action_id
-from ranksight.aggregator.actions.xid import resolution
+from ranksight.aggregator.analysis.xid import resolution
 from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso, ns_of

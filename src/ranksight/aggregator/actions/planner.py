@@ -85,16 +85,20 @@ class ActionPlanner:
                 and a.status in counted and a.detail.get("acted_at_ns", a.at_ns) >= since
                 and not (a.status == "planned" and a.result)}  # fmt: skip
 
+    def limit(self, cluster_nodes: int) -> int:
+        """Nodes of a cluster of ``cluster_nodes`` that may be acted on per window: ``max_nodes_per_window``, and
+        ``max_cluster_fraction`` of the cluster rounded down but at least one (else a small cluster could never be
+        acted on)."""
+        share = max(1, int(self.settings.max_cluster_fraction * cluster_nodes))
+        return min(self.settings.max_nodes_per_window, share)
+
     def breaker_allows(self, cluster: str, node: str | None, cluster_nodes: int, now_ns: int,
                        dry_run: bool = False) -> str | None:  # fmt: skip
         """None if acting on ``node`` stays within the breaker's limits, else why not."""
         acted = self.acted_nodes(cluster, now_ns, dry_run)
         if node is None or node in acted:
             return None
-        limit = min(
-            self.settings.max_nodes_per_window,
-            int(self.settings.max_cluster_fraction * max(cluster_nodes, 1)),
-        )
+        limit = self.limit(cluster_nodes)
         if len(acted) + 1 > limit:
             return (f"circuit breaker open: {len(acted)} of {cluster_nodes} nodes acted on within "
                     f"{self.settings.window_s:g} s, limit {limit} (max_nodes_per_window "
@@ -173,9 +177,7 @@ class ActionPlanner:
 
     def _close_breakers(self, cluster_nodes: dict[str, int], now_ns: int) -> None:
         for cluster in list(self.breaker.open_since_ns):
-            limit = min(self.settings.max_nodes_per_window,
-                        int(self.settings.max_cluster_fraction * max(cluster_nodes.get(cluster, 0), 1)))  # fmt: skip
-            if len(self.acted_nodes(cluster, now_ns)) < limit:
+            if len(self.acted_nodes(cluster, now_ns)) < self.limit(cluster_nodes.get(cluster, 0)):
                 del self.breaker.open_since_ns[cluster]
                 self.breaker.refused.pop(cluster, None)
 

@@ -218,3 +218,11 @@ resume_on_resolve = true
 def test_default_is_dry_run_with_no_policy() -> None:
     default = load_settings(None).aggregator.actions
     assert default.mode == "dry_run" and default.policies == []
+
+
+def test_a_small_cluster_can_still_have_one_node_acted_on() -> None:
+    planner = ActionPlanner(settings(max_nodes_per_window=3, max_cluster_fraction=0.1))
+    decided = planner.plan([alert("a"), alert("b")], {"c": 4}, set(), T0)  # 10 % of 4 nodes rounds down to 0
+    assert statuses(decided) == {"a": "queued", "b": "breaker_open"}
+    assert ActionPlanner(settings(max_nodes_per_window=0)).plan([alert("a")], {"c": 100}, set(), T0)[0].status == (
+        "breaker_open")  # fmt: skip

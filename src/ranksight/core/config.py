@@ -1079,7 +1079,7 @@ class ActionSettings(Section):
         86400.0, gt=0, description="an action awaiting approval this long expires (is never taken)"
     )
     queue_size: int = Field(
-        1000, ge=1, description="actions waiting to run at most; more are refused and audited"
+        1000, ge=1, description="actions waiting to run at most; more are refused, counted and logged"
     )
     max_attempts: int = Field(5, ge=1, description="tries of one action before it is reported failed")
     retry_base_s: float = Field(1.0, gt=0, description="first retry delay; doubled each try")

@@ -33,7 +33,12 @@ def kmsg() -> Iterator[Path]:
 def xid_settings(settings: Settings, kmsg: Path, ledger: Path, **actions: object) -> Settings:
     settings.agent.collectors.xid.kmsg_path = kmsg
     settings.agent.collectors.xid.interval_s = 0.1
-    policy = {"name": "xid-drain", "rules": ["gpu_xid"], "xid_resolutions": ["reboot", "drain"], "action": "command"}
+    policy = {
+        "name": "xid-drain",
+        "rules": ["gpu_xid"],
+        "xid_resolutions": ["reboot", "drain"],
+        "action": "command",
+    }
     settings.aggregator.actions = ActionSettings(
         mode="enforce", policies=[policy], max_cluster_fraction=1.0,  # type: ignore[list-item]
         command={"argv": [sys.executable, "-c", LEDGER_SCRIPT, str(ledger)]}, **actions)  # type: ignore[arg-type]  # fmt: skip

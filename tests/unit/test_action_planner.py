@@ -226,3 +226,15 @@ def test_a_small_cluster_can_still_have_one_node_acted_on() -> None:
     assert statuses(decided) == {"a": "queued", "b": "breaker_open"}
     assert ActionPlanner(settings(max_nodes_per_window=0)).plan([alert("a")], {"c": 100}, set(), T0)[0].status == (
         "breaker_open")  # fmt: skip
+
+
+def test_finished_actions_are_forgotten_once_no_guard_rail_needs_them() -> None:
+    planner = ActionPlanner(settings(window_s=60, cooldown_s=60, approval_timeout_s=60))
+    [queued] = planner.plan([alert("a")], {"c": 10}, set(), T0)
+    planner.record(queued.moved("done", T0 + NS))
+    planner.plan(
+        [alert("a")], {"c": 10}, set(), T0 + 120 * NS
+    )  # still firing: kept, so it is not decided again
+    assert queued.id in planner.actions
+    planner.plan([], {"c": 10}, set(), T0 + 120 * NS)
+    assert planner.actions == {}

@@ -63,7 +63,9 @@ def _xid(code: int, kind: str = "xid", message: str = "m", pci: str = "0000:3b:0
 def test_rule_classes_and_severities() -> None:
     state = _state([_xid(79), _xid(13, pci="0000:cb:00"), _xid(45, pci="0000:01:00"), _xid(99999, pci="0000:02:00"),
                     _xid(11001, "sxid", "Fatal, ingress invalid command", "0000:00:00.0")])  # fmt: skip
-    found = {c.evidence["xid"]: (c.severity, c.evidence["resolution"]) for c in GpuXidRule().evaluate(state, NS)}
+    found = {
+        c.evidence["xid"]: (c.severity, c.evidence["resolution"]) for c in GpuXidRule().evaluate(state, NS)
+    }
     assert found == {79: ("critical", "reboot"), 13: ("warning", "restart_app"), 99999: ("warning", "investigate"),
                      11001: ("critical", "drain")}  # fmt: skip  # 45 (preemptive cleanup) is ignored
     overridden = {c.evidence["xid"]: c.severity for c in GpuXidRule({"13": "drain"}).evaluate(state, NS)}

@@ -66,8 +66,8 @@ class AlertBook:
     """The alert engine's state in a JetStream KV bucket without TTL (replicas ``nats.jetstream_replicas``).
 
     Keys: ``firing.<fp>`` (the alert, and since when its condition is absent while it clears), ``pending.<fp>`` (when a
-    condition not yet past its hold-down was first seen), ``silence.<id>``, ``drain.<cluster/node>``. The lead writes
-    only what changed since its last write."""
+    condition not yet past its hold-down was first seen), ``silence.<id>``, ``drain.<cluster/node>``, ``action.<id>``
+    (an action some lead ran: :meth:`claim_action`). The lead writes only what changed since its last write."""
 
     def __init__(self, js: JetStreamContext, bucket: str, max_bytes: int, replicas: int) -> None:
         self.js, self.bucket, self.max_bytes, self.replicas = js, bucket, max_bytes, replicas

@@ -141,8 +141,8 @@ class Client:
         self.coalesced = 0
         self._on_action: Callable[[dict[str, Any]], None] | None = None
         self._listener: threading.Thread | None = None
-        self.actions_received = 0
-        self.callback_errors = 0
+        self.actions_received = 0  # action requests from the agent (on_action)
+        self.callback_errors = 0  # ... whose callback raised
 
     # -- public calls -------------------------------------------------------------------------------------------
     def start(
@@ -176,8 +176,7 @@ class Client:
             self._send("end", {}, {})
 
     def stats(self) -> dict[str, int]:
-        return {"sent": self.sent, "dropped": self.dropped, "coalesced": self.coalesced,
-                "actions_received": self.actions_received, "callback_errors": self.callback_errors}  # fmt: skip
+        return {"sent": self.sent, "dropped": self.dropped, "coalesced": self.coalesced}
 
     def on_action(self, callback: Callable[[dict[str, Any]], None]) -> None:
         """Call ``callback(request)`` when the aggregator asks this job to act (``request["action"]``: ``checkpoint``
@@ -365,8 +364,7 @@ def end() -> None:
 
 
 def stats() -> dict[str, int]:
-    """Messages sent, dropped (agent absent or slow) and coalesced (heartbeats closer than the interval); action
-    requests received and callback errors."""
+    """Messages sent, dropped (agent absent or slow) and coalesced (heartbeats closer than the interval)."""
     return _default.stats()
 
 

@@ -361,7 +361,8 @@ class XidSettings(CollectorSettings):
         1800.0, gt=0, description="how long an Xid event keeps its gpu_xid alert firing"
     )
     kmsg_path: Path = Field(
-        Path("/dev/kmsg"), description="the kernel log (or a FIFO/file of its lines); unreadable: the collector is absent"
+        Path("/dev/kmsg"),
+        description="the kernel log (or a FIFO/file of its lines); unreadable: the collector is absent",
     )
 
 

@@ -42,7 +42,9 @@ class XidCollector(StreamingCollector):
         try:
             fd = os.open(self.cfg.kmsg_path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
-            raise CollectorUnavailable(f"kernel log {self.cfg.kmsg_path} not readable: {exc.strerror}") from None
+            raise CollectorUnavailable(
+                f"kernel log {self.cfg.kmsg_path} not readable: {exc.strerror}"
+            ) from None
         with contextlib.suppress(OSError):  # a FIFO cannot seek
             os.lseek(fd, 0, os.SEEK_END)
         return fd

@@ -16,7 +16,9 @@ from ranksight.core.errors import ParseError
 from ranksight.schemas.twins import GpuXidRecord
 
 MAX_MESSAGE = 1000
-_XID = re.compile(r"\b(?P<kind>S?Xid) \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<code>\d{1,9})(?:, ?(?P<rest>.*))?$")
+_XID = re.compile(
+    r"\b(?P<kind>S?Xid) \(PCI:(?P<pci>[0-9A-Fa-f:.]+)\): (?P<code>\d{1,9})(?:, ?(?P<rest>.*))?$"
+)
 _PID = re.compile(r"^pid=(?:'<unknown>'|<unknown>|'?(?P<pid>\d+)'?), ?")
 _NAME = re.compile(r"^name=(?:'<unknown>'|<unknown>|(?P<name>[^,]*)), ?")
 

@@ -79,11 +79,12 @@ class ActionDesk:
         rows = await self.store.call(self.store.action_states, since, [a.fingerprint for a in firing])
         for row in rows:
             action = action_of_row(row)
+            self.planner.record(action)
             if action.status in ("running", "retrying", "queued"):
                 # stopped mid-way: run again (executors are idempotent: a node drained already is left as it is)
-                action = action.moved("queued", time.time_ns(), why="run again after a restart")
-                self.runner.submit([action])
-            self.planner.record(action)
+                self.runner.submit([action.moved("queued", time.time_ns(), why="run again after a restart")])
+            elif action.status == "undoing":
+                self.runner.request_undo(action, action.who, "undo again after a restart")
         if rows:
             log.info("actions: %d decisions reloaded", len(rows))
 

@@ -21,9 +21,9 @@ import fnmatch
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ranksight.aggregator.actions.model import ACTED, Action, action_id
-from ranksight.aggregator.analysis.xid import resolution
+from ranksight.aggregator.actions.model import ACTED, FINAL, Action, action_id
 from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.analysis.xid import resolution
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso, ns_of
 from ranksight.core.config import ActionPolicy, ActionSettings
@@ -141,7 +141,18 @@ class ActionPlanner:
                 self.actions[aid] = action
                 decided.append(action)
         self._close_breakers(cluster_nodes, now_ns)
+        self._forget(firing, now_ns)
         return decided
+
+    def _forget(self, firing: list[Alert], now_ns: int) -> None:
+        """Drop finished actions that no guard rail needs any more (older than the breaker's window, the cooldown and
+        the approval timeout, and not about an incident still firing), so memory stays bounded."""
+        horizon = now_ns - int(max(self.settings.window_s, self.settings.cooldown_s,
+                                   self.settings.approval_timeout_s) * NS)  # fmt: skip
+        live = {(a.fingerprint, a.started_at) for a in firing}
+        for aid in [aid for aid, a in self.actions.items() if a.status in FINAL and a.at_ns < horizon
+                    and a.detail.get("acted_at_ns", 0) < horizon and (a.fingerprint, a.incident_started) not in live]:  # fmt: skip
+            del self.actions[aid]
 
     def _decide(self, policy: ActionPolicy, alert: Alert, aid: str, mode: str, cluster_nodes: dict[str, int],
                 drained: set[tuple[str, str]], now_ns: int) -> Action:  # fmt: skip

@@ -71,7 +71,11 @@ class GpuXidRule:
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for event in state.xids.live.values():
-            cls = resolution(event.code, self.overrides) if event.kind == "xid" else sxid_resolution(event.message)
+            cls = (
+                resolution(event.code, self.overrides)
+                if event.kind == "xid"
+                else sxid_resolution(event.message)
+            )
             if cls == "ignore":
                 continue
             label = "SXid" if event.kind == "sxid" else "Xid"

@@ -84,7 +84,8 @@ async def action_approve(agg: Aggregator, p: ActionDecisionParams) -> ApiRespons
     """Approve an action awaiting approval: it runs (unless the circuit breaker has no room)."""
     desk = agg.actions
     try:
-        moved = desk.planner.approve(p.id, p.who or "unknown", cluster_sizes(agg.state), time.time_ns())
+        state = agg.analysis_state or agg.state  # sharded: the lead's cluster-wide view
+        moved = desk.planner.approve(p.id, p.who or "unknown", cluster_sizes(state), time.time_ns())
     except ValueError as exc:
         raise RequestError(str(exc)) from None
     desk.runner.submit([moved])

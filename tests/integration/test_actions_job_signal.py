@@ -6,6 +6,7 @@ and exits. Also: no process of the job connected -> retried, then reported faile
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -83,3 +84,22 @@ async def test_no_process_to_tell_is_retried_then_reported(signal_settings: Sett
                        and agg.actions.planner.actions["x1"].status == "failed", timeout=20)  # fmt: skip
         failed = agg.actions.planner.actions["x1"]
         assert failed.attempts == 3 and "no process of job 999 on node-a is connected" in failed.result
+
+
+async def test_the_agent_relays_only_known_requests(signal_settings: Settings) -> None:
+    """Whatever reaches the agent's app_signal command, only checkpoint or exit is ever relayed to a process."""
+    from ranksight.core.natsconn import connect
+    from ranksight.schemas.subjects import Subjects
+
+    async with agent(signal_settings, only=["app"]):
+        nc = await connect(signal_settings.nats, "test-signal")
+        subject = Subjects(signal_settings.subject_prefix).agent("test", "node-a", "app_signal")
+        try:
+            for body in (b'{"action": "rm -rf /"}', b'{"action": "exit", "job": 42}', b"[1, 2]", b"not json"):
+                reply = await nc.request(subject, body, timeout=5)
+                assert (reply.headers or {}).get("Nats-Service-Error-Code") == "400", body
+            ok = await nc.request(subject, b'{"action": "exit", "job": "nobody", "reason": "' + b"x" * 5000 + b'"}',
+                                  timeout=5)  # fmt: skip
+            assert json.loads(ok.data) == {"delivered": 0, "pids": []}
+        finally:
+            await nc.close()

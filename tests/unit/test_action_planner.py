@@ -1,13 +1,15 @@
 """The action planner's guard rails, on alerts as the engine fires them: dry-run, approval, the circuit breaker, one
-action per incident, cooldown, operator drains, confidence, corroboration, duration, Xid classes; and the policy
-settings' validation."""
+action per incident, cooldown, operator drains, confidence, corroboration, duration, Xid classes; the policy settings'
+validation; and the Slurm node state as scontrol 22.05 prints it (fixtures/slurm)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from ranksight.aggregator.actions.executors import parse_show_node
 from ranksight.aggregator.actions.model import action_id
 from ranksight.aggregator.actions.planner import ActionPlanner
 from ranksight.aggregator.analysis.xid import resolution
@@ -238,3 +240,16 @@ def test_finished_actions_are_forgotten_once_no_guard_rail_needs_them() -> None:
     assert queued.id in planner.actions
     planner.plan([], {"c": 10}, set(), T0 + 120 * NS)
     assert planner.actions == {}
+
+
+SLURM = Path(__file__).resolve().parents[2] / "fixtures" / "slurm"
+
+
+def test_scontrol_show_node_as_slurm_22_05_prints_it() -> None:
+    idle = parse_show_node((SLURM / "scontrol-22.05.8-show-node-idle.txt").read_text())
+    assert (idle.state, idle.reason, idle.unavailable) == ("IDLE", "", False)
+    ours = parse_show_node((SLURM / "scontrol-22.05.8-show-node-drained-by-ranksight.txt").read_text())
+    assert ours.unavailable and "DRAIN" in ours.state
+    assert ours.reason == "ranksight: gpu_xid vm Xid 79 on 0000:3b:00 (reboot): GPU has fallen off the bus."
+    theirs = parse_show_node((SLURM / "scontrol-22.05.8-show-node-down-by-operator.txt").read_text())
+    assert theirs.unavailable and theirs.state.startswith("DOWN") and theirs.reason == "bad DIMM, ticket 4711"

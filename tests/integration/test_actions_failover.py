@@ -1,19 +1,24 @@
 """One action per incident across an analysis-lead failover: two leads (each with its own NATS connection and alert
 book on the real JetStream KV bucket) decide the same incident; only the one that claims ``action.<id>`` first runs
-it, the other audits it as claimed; and a lead that restarts and decides again does not run it either."""
+it, the other audits it as claimed; a lead that restarts and decides again does not run it either; and the next lead
+reads where every action stands, so its circuit breaker counts what the earlier ones did."""
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 from ranksight.aggregator.actions.model import Action
 from ranksight.aggregator.actions.planner import ActionPlanner
 from ranksight.aggregator.actions.runner import ActionRunner
 from ranksight.aggregator.lead import AlertBook
-from ranksight.core.config import ActionSettings, Settings
+from ranksight.aggregator.timefmt import iso
+from ranksight.core.config import ActionPolicy, ActionSettings, Settings
 from ranksight.core.natsconn import connect
+from ranksight.schemas.alerts import Alert
 
 SCRIPT = "import json, sys; open(sys.argv[1], 'a').write(json.load(sys.stdin)['id'] + '\\n')"
 
@@ -24,9 +29,7 @@ def _incident() -> Action:
                   incident_started="2026-12-01T10:00:00.000000Z", status="queued", at_ns=1)  # fmt: skip
 
 
-async def _lead(
-    settings: Settings, name: str, cfg: ActionSettings
-) -> tuple[ActionRunner, list[Action], object]:
+async def _lead(settings: Settings, name: str, cfg: ActionSettings) -> tuple[ActionRunner, list[Action], Any]:
     nc = await connect(settings.nats, name)
     book = AlertBook(nc.jetstream(), "test_actions_claims", 1024 * 1024, 1)
     steps: list[Action] = []
@@ -34,7 +37,14 @@ async def _lead(
     async def audit(batch: list[Action]) -> None:
         steps.extend(batch)
 
-    return ActionRunner(cfg, ActionPlanner(cfg), audit, lambda a: book.claim_action(a.id)), steps, nc
+    async def share(batch: list[Action]) -> None:
+        for action in batch:
+            await book.put_action(action)
+
+    runner = ActionRunner(
+        cfg, ActionPlanner(cfg), audit, lambda a: book.claim_action(a.id, name), share=share
+    )
+    return runner, steps, nc
 
 
 async def test_only_one_lead_runs_an_incident(settings: Settings, tmp_path: Path) -> None:
@@ -56,8 +66,26 @@ async def test_only_one_lead_runs_an_incident(settings: Settings, tmp_path: Path
         leads[2][0].submit([_incident()])
         await leads[2][0].wait_idle(30)
         assert leads[2][1][-1].status == "skipped" and ledger.read_text().splitlines() == ["3f2a9c"]
+
+        # the next lead reads where every action stands: the node acted on counts against its breaker and cooldown
+        book = AlertBook(leads[2][2].jetstream(), "test_actions_claims", 1024 * 1024, 1)
+        [shared] = await book.actions()
+        assert (shared.id, shared.status, shared.node) == ("3f2a9c", "done", "n7")
+        successor = ActionPlanner(cfg.model_copy(update={"mode": "enforce", "max_nodes_per_window": 1,
+                                                         "policies": [ActionPolicy(name="ecc", rules=["gpu_ecc_uncorrectable"],
+                                                                                   action="command")]}))  # fmt: skip
+        successor.record(shared)
+        other = Alert(rule="gpu_ecc_uncorrectable", severity="critical", fingerprint="fp2", state="firing", cluster="c",
+                      node="n8", summary="ecc", started_at=iso(time.time_ns()) or "", updated_at="")  # fmt: skip
+        [decided] = successor.plan([other], {"c": 100}, set(), time.time_ns())
+        assert decided.status == "breaker_open"
+        # the lead that claimed it may run it again (a restart finishing what it began); no other may
+        winner = next(f"lead-{i}" for i, (_, steps, _) in enumerate(leads[:2]) if steps[-1].status == "done")
+        assert await book.claim_action("3f2a9c", winner) and not await book.claim_action("3f2a9c", "lead-2")
+        assert await book.purge_old_actions(time.time_ns() + 1) == 2  # its claim and its state
+        assert await book.actions() == []
     finally:
         for task in tasks:
             task.cancel()
         for _, _, nc in leads:
-            await nc.close()  # type: ignore[attr-defined]
+            await nc.close()

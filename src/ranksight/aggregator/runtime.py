@@ -161,7 +161,7 @@ class Aggregator:
         self.store = Store(settings.db_path(), self.subjects, settings.aggregator.ingest)
         self.state = self.new_state()
         self.actions = ActionDesk(
-            settings.aggregator.actions, self.store, self._claim_action, self._ask_agent
+            settings.aggregator.actions, self.store, self._claim_action, self._ask_agent, self._share_actions
         )
         self.rules = (
             rules
@@ -520,7 +520,15 @@ class Aggregator:
 
     async def _claim_action(self, action: Action) -> bool:
         """Sharded: whether this analysis lead may run ``action`` (no lead before it did); unsharded, always."""
-        return True if self.lead is None else await self.lead.book.claim_action(action.id)
+        if self.lead is None:
+            return True
+        return await self.lead.book.claim_action(action.id, self.settings.aggregator.shards.name())
+
+    async def _share_actions(self, actions: list[Action]) -> None:
+        """Sharded: where each action stands, in the alert KV bucket, for the next analysis lead."""
+        if self.lead is not None:
+            for action in actions:
+                await self.lead.book.put_action(action)
 
     async def _ask_agent(self, cluster: str, node: str, command: str, body: dict[str, Any]) -> dict[str, Any]:
         """One request to a node agent's command (an action's): its JSON answer; :class:`ActionFailed` when no agent

@@ -59,10 +59,11 @@ def cluster_sizes(state: LiveState) -> dict[str, int]:
 
 class ActionDesk:
     def __init__(self, settings: ActionSettings, store: Store, claim: Callable[[Action], Awaitable[bool]] | None = None,
-                 ask_agent: AskAgent | None = None) -> None:  # fmt: skip
+                 ask_agent: AskAgent | None = None,
+                 share: Callable[[list[Action]], Awaitable[None]] | None = None) -> None:  # fmt: skip
         self.settings, self.store = settings, store
         self.planner = ActionPlanner(settings)
-        self.runner = ActionRunner(settings, self.planner, self._audit, claim, ask_agent)
+        self.runner = ActionRunner(settings, self.planner, self._audit, claim, ask_agent, share)
 
     @property
     def enabled(self) -> bool:

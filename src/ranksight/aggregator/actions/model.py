@@ -73,6 +73,17 @@ class Action:
     def moved(self, status: Status, at_ns: int, **changes: Any) -> Action:
         return replace(self, status=status, at_ns=at_ns, **changes)
 
+    def to_json(self) -> bytes:
+        return json.dumps(asdict(self), default=str).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes) -> Action:
+        """An action :meth:`to_json` wrote; ValueError or TypeError if it is not one."""
+        doc = json.loads(data)
+        if not isinstance(doc, dict):
+            raise ValueError("not an action")
+        return cls(**doc)
+
     def finding(self) -> dict[str, Any]:
         """The finding as executors hand it on (webhook body, a command's stdin): JSON-ready."""
         return json.loads(json.dumps(asdict(self), default=str))

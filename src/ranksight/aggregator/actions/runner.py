@@ -29,7 +29,7 @@ from ranksight.core.config import ActionSettings
 log = logging.getLogger(__name__)
 WORKERS = 4  # actions run at once: one slow API server must not hold up a drain elsewhere
 
-Audit = Callable[[list[Action]], Awaitable[None]]
+Audit = Callable[[list[Action]], Awaitable[None]]  # where steps are written
 Claim = Callable[[Action], Awaitable[bool]]  # True if this aggregator may run the action (sharded: KV create)
 
 
@@ -49,8 +49,9 @@ class Job:
 
 class ActionRunner:
     def __init__(self, settings: ActionSettings, planner: ActionPlanner, audit: Audit, claim: Claim | None = None,
-                 ask_agent: AskAgent | None = None) -> None:  # fmt: skip
+                 ask_agent: AskAgent | None = None, share: Audit | None = None) -> None:  # fmt: skip
         self.settings, self.planner, self.audit, self.claim = settings, planner, audit, claim
+        self.share = share  # sharded: each step also where the next analysis lead reads it
         self.queue: asyncio.Queue[Job] = asyncio.Queue(settings.queue_size)
         self.make = executors(settings, ask_agent)
         self.built: dict[str, Executor] = {}
@@ -107,10 +108,13 @@ class ActionRunner:
                 if self.queue.empty() and not self._busy:
                     self.idle.set()
 
-    async def _step(self, action: Action) -> Action:
+    async def _step(self, action: Action, shared: bool = True) -> Action:
+        """Record, audit and (sharded) share a step; ``shared=False``: this aggregator's own view only."""
         self.planner.record(action)
         try:
             await self.audit([action])
+            if self.share is not None and shared:
+                await self.share([action])
         except Exception:
             self.stats.audit_failed += 1
             log.exception("audit of action %s (%s) not written", action.id, action.status)
@@ -119,10 +123,13 @@ class ActionRunner:
     async def _execute(self, job: Job) -> None:
         action = job.action
         undo = job.kind == "undo"
-        await self._step(action)
         if not undo and self.claim is not None and not await self.claim(action):
-            await self._step(action.moved("skipped", time.time_ns(), why="claimed by another analysis lead"))
+            # the lead that claimed it says where it stands (sharded): this view stays with this aggregator
+            await self._step(action, shared=False)
+            await self._step(action.moved("skipped", time.time_ns(), why="claimed by another analysis lead"),
+                             shared=False)  # fmt: skip
             return
+        await self._step(action)
         executor = self.built.get(action.action) or self.built.setdefault(
             action.action, self.make[action.action]()
         )

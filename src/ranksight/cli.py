@@ -46,6 +46,7 @@ COMMANDS: dict[str, str] = {
             "node",
             "silence",
             "incidents",
+            "action",
         ],
         "ranksight.api.cli",
     ),

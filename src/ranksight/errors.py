@@ -25,6 +25,7 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     │   ├── GpuProbeProtocolError   ranksight.agent.gpuprobe.protocol: a worker line that is not a protocol message
     │   ├── InspectorParseError     ranksight.agent.collectors.inspector.parse: not an Inspector record
     │   ├── AppMessageError         ranksight.agent.collectors.app_parse: not a client message
+    │   ├── KmsgParseError          ranksight.agent.collectors.xid_parse: not a /dev/kmsg record
     │   ├── GpuToolParseError       ranksight.agent.collectors.gpu.amd_smi: GPU tool output (amd-smi, rocm-smi, nvidia-smi)
     │   ├── ToolParseError          ranksight.agent.collectors.nic.tools: NIC tool output
     │   └── RasParseError           ranksight.agent.collectors.ras.errors: not a RAS status / monitor output (also a RasError)
@@ -45,6 +46,8 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     ├── PageExpired                 ranksight.aggregator.api.paging: a next token unknown, expired or dropped
     ├── RowTooLarge                 ranksight.aggregator.api.paging: one row alone does not fit in a message
     ├── ApiUnavailable              ranksight.api.client: no aggregator answered
+    ├── ActionFailed                ranksight.aggregator.actions.model: an action's try failed (retried, bounded)
+    ├── ActionRefused               ranksight.aggregator.actions.model: an action must not be taken (drained by someone else)
     ├── RawFetchError               ranksight.aggregator.raw_evidence: an agent's raw records could not be had
     ├── NatsUnreachable             ranksight.core.natsconn: no NATS connection within nats.connect_timeout_s
     ├── NatsServerError             ranksight.core.natsserver: the server binary is missing or did not start or stop

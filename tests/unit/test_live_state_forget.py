@@ -54,6 +54,7 @@ def records(kind: str, node: str, peer: str) -> list[dict[str, Any]]:
         "probe_endpoint": [{"addrs": ["10.0.0.1"], "port": 5201}],
         "app": [{"event": "start", "job_id": "job-1", "rank": 0 if node == GHOST else 1, "pid": 1, "n": 1,
                  "client_ts": NOW, "timeout_s": 30.0, "initial_timeout_s": 60.0}],
+        "gpu_xid": [{"kind": "xid", "code": 79, "pci": "0000:3b:00", "message": "GPU has fallen off the bus."}],
     }[kind]  # fmt: skip
 
 

@@ -36,11 +36,12 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from ranksight.aggregator.actions.model import Action
 from ranksight.aggregator.admission import admit
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.api.alerting import drain_known, silence_known
 from ranksight.aggregator.pull import BoundedPull
-from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import ns_of
 from ranksight.core.aio import cancel_all
 from ranksight.core.kvlease import NATS_ERRORS, KvLeases, key_value
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 LEAD_KEY = "lead"
 FIRING, PENDING, SILENCE, DRAIN = "firing.", "pending.", "silence.", "drain."
+CLAIM, ACTION = "claim.", "action."
 PURGE_EVERY_ROUNDS = 100  # the lead removes ended silences from the bucket every this many lease rounds
 YIELD_EVERY_S = 0.02  # the feed lets the event loop run (leases, ingest, queries) at least this often
 
@@ -66,8 +68,9 @@ class AlertBook:
     """The alert engine's state in a JetStream KV bucket without TTL (replicas ``nats.jetstream_replicas``).
 
     Keys: ``firing.<fp>`` (the alert, and since when its condition is absent while it clears), ``pending.<fp>`` (when a
-    condition not yet past its hold-down was first seen), ``silence.<id>``, ``drain.<cluster/node>``. The lead writes
-    only what changed since its last write."""
+    condition not yet past its hold-down was first seen), ``silence.<id>``, ``drain.<cluster/node>``, ``claim.<id>``
+    (an action some lead ran: :meth:`claim_action`) and ``action.<id>`` (where each action stands, for the next lead's
+    circuit breaker and cooldowns). The lead writes only what changed since its last write."""
 
     def __init__(self, js: JetStreamContext, bucket: str, max_bytes: int, replicas: int) -> None:
         self.js, self.bucket, self.max_bytes, self.replicas = js, bucket, max_bytes, replicas
@@ -165,6 +168,52 @@ class AlertBook:
             except (ValueError, KeyError, TypeError) as exc:  # one bad key must not stop the lead
                 log.warning("alert state %s unusable (%s); skipped", key, exc)
         self.written = self.engine_keys(engine, -1)  # what the bucket holds now (-1: no condition seen yet)
+
+    async def claim_action(self, action_id: str, owner: str) -> bool:
+        """Claim an action for ``owner`` (a shard id): True for the first owner to ask over every lead there ever is
+        (a KV create fails when the key exists), and again for that owner (a restart that finishes what it began),
+        so a new lead never runs what an earlier one ran."""
+        kv = await self.kv()
+        try:
+            await kv.create(CLAIM + action_id, json.dumps({"owner": owner, "at_ns": time.time_ns()}).encode())
+        except nats.js.errors.KeyWrongLastSequenceError:
+            entry = await kv.get(CLAIM + action_id)
+            try:
+                return bool(json.loads(entry.value or b"{}").get("owner") == owner)
+            except ValueError:
+                return False
+        return True
+
+    async def put_action(self, action: Action) -> None:
+        await (await self.kv()).put(ACTION + action.id, action.to_json())
+
+    async def actions(self) -> list[Action]:
+        """Where every action the leads decided stands (an unreadable key is skipped and logged)."""
+        found = []
+        for key, value in (await self.snapshot(ACTION)).items():
+            try:
+                found.append(Action.from_json(value))
+            except (ValueError, TypeError) as exc:
+                log.warning("action state %s unusable (%s); skipped", key, exc)
+        return found
+
+    async def purge_old_actions(self, before_ns: int) -> int:
+        """Remove the claims and states of actions last moved before ``before_ns`` (history keeps them); how many."""
+        kv = await self.kv()
+        purged = 0
+        for key, value in (await self.snapshot(ACTION, CLAIM)).items():
+            try:
+                at_ns = (
+                    int(json.loads(value)["at_ns"])
+                    if key.startswith(CLAIM)
+                    else Action.from_json(value).at_ns
+                )
+            except (ValueError, TypeError, KeyError):
+                at_ns = 0  # unreadable: nothing can use it
+            if at_ns < before_ns:
+                await kv.purge(key)
+                purged += 1
+        return purged
 
     async def put_silence(self, silence: Silence) -> None:
         kv = await self.kv()
@@ -380,6 +429,8 @@ class AnalysisLead:
             held = await self.leases.hold(LEAD_KEY)
             if held and self.rounds % PURGE_EVERY_ROUNDS == 0:
                 await self.book.purge_ended_silences(time.time_ns())
+                kept_ns = int(self.agg.settings.aggregator.retention_days * 86400 * NS)  # as long as history
+                await self.book.purge_old_actions(time.time_ns() - kept_ns)
         except NATS_ERRORS as exc:
             log.warning("analysis lead: lease round failed (%s)", exc)
         self.rounds += 1
@@ -402,6 +453,12 @@ class AnalysisLead:
         agg = self.agg
         engine = AlertEngine(settings=agg.settings.aggregator.alerts)
         await self.book.load(engine)
+        known = (
+            agg.actions.planner.actions
+        )  # what earlier leads did counts against the breaker and cooldowns here
+        for action in await self.book.actions():
+            if action.id not in known or known[action.id].at_ns < action.at_ns:
+                agg.actions.planner.record(action)
         self.state = agg.new_state()
         self.feed = LeadFeed(agg, self.js, self.state, self.shard_id)
         engine.drained, engine.silences = agg.engine.drained, agg.engine.silences  # kept by the watch

@@ -26,6 +26,9 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, StreamConfig, SubjectTransform
 
+from ranksight.aggregator.actions.desk import ActionDesk, cluster_sizes
+from ranksight.aggregator.actions.model import Action, ActionFailed, ActionRefused
+from ranksight.aggregator.actions.planner import ActionBreakerRule
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
 from ranksight.aggregator.analysis.rules import default_rules
@@ -157,7 +160,14 @@ class Aggregator:
         self.version = ranksight_version()
         self.store = Store(settings.db_path(), self.subjects, settings.aggregator.ingest)
         self.state = self.new_state()
-        self.rules = rules if rules is not None else default_rules(settings)
+        self.actions = ActionDesk(
+            settings.aggregator.actions, self.store, self._claim_action, self._ask_agent, self._share_actions
+        )
+        self.rules = (
+            rules
+            if rules is not None
+            else [*default_rules(settings), ActionBreakerRule(self.actions.planner)]
+        )
         self.engine = AlertEngine(settings=settings.aggregator.alerts)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
         self.front = QueryFront(self)
@@ -252,6 +262,7 @@ class Aggregator:
                     ),
                     name="alertmanager",
                 ),
+                asyncio.create_task(self.actions.runner.run(), name="actions"),
             ]
             if self.lead is not None:
                 tasks.append(asyncio.create_task(self.lead.run(), name="analysis-lead"))
@@ -309,6 +320,7 @@ class Aggregator:
         drained = await self.store.call(self.store.drained_nodes)
         self.engine.drained = {(d["cluster"], d["node"]) for d in drained}
         self.engine.silences = {s.id: s for s in await self.store.call(self.store.silences, now)}
+        await self.actions.load(self.engine.active.values())
         log.info("rebuilt live state from %d stored messages (%d skipped); %d alerts firing", len(replayed),
                  self.store.replay_skipped, len(self.engine.active))  # fmt: skip
 
@@ -491,6 +503,7 @@ class Aggregator:
         transitions = self.engine.evaluate(self.rules, state, now_ns, ingest_behind_s=behind_s)
         if self.lead is not None:  # before anything is announced: a new lead must know what fired
             await self.lead.save(now_ns)
+        self.actions.tick(self.engine, cluster_sizes(state), transitions, now_ns)  # hands over, never waits
         self.http.events.tick(self.state, transitions)
         findings = state.stragglers.take_history()
         if findings:
@@ -504,6 +517,39 @@ class Aggregator:
             self.alertmanager.transitions(transitions)
             self.raw_evidence.submit(self, transitions)  # after the write: its evidence update comes later
         return transitions
+
+    async def _claim_action(self, action: Action) -> bool:
+        """Sharded: whether this analysis lead may run ``action`` (no lead before it did); unsharded, always."""
+        if self.lead is None:
+            return True
+        return await self.lead.book.claim_action(action.id, self.settings.aggregator.shards.name())
+
+    async def _share_actions(self, actions: list[Action]) -> None:
+        """Sharded: where each action stands, in the alert KV bucket, for the next analysis lead."""
+        if self.lead is not None:
+            for action in actions:
+                await self.lead.book.put_action(action)
+
+    async def _ask_agent(self, cluster: str, node: str, command: str, body: dict[str, Any]) -> dict[str, Any]:
+        """One request to a node agent's command (an action's): its JSON answer; :class:`ActionFailed` when no agent
+        answers, :class:`ActionRefused` when it refuses."""
+        if self.nc is None:
+            raise ActionFailed("not connected to NATS yet")
+        timeout_s = self.settings.aggregator.actions.timeout_s
+        try:
+            msg = await self.nc.request(self.subjects.agent(cluster, node, command), json.dumps(body).encode(),
+                                        timeout=timeout_s)  # fmt: skip
+        except nats.errors.NoRespondersError:
+            raise ActionFailed(f"no agent of {node} answers (down, or its app collector is off)") from None
+        except nats.errors.TimeoutError:
+            raise ActionFailed(f"the agent of {node} did not answer within {timeout_s:g} s") from None
+        refused = (msg.headers or {}).get("Nats-Service-Error")
+        if refused:
+            raise ActionRefused(f"the agent of {node} refused: {refused}")
+        answer = json.loads(msg.data)
+        if not isinstance(answer, dict):
+            raise ActionFailed(f"the agent of {node} answered {type(answer).__name__}, not an object")
+        return answer
 
     async def _publish_alerts(self, alerts: list[Alert]) -> None:
         if self.nc is None:

@@ -731,6 +731,22 @@ class Store:
         )
         return [{"cluster": c, "node": n, "since": at, "reason": r} for c, n, at, r in cur.fetchall()]
 
+    # -- actions ------------------------------------------------------------------------------------------------
+    def append_audit(self, rows: list[dict[str, Any]]) -> None:
+        """Action steps (``aggregator.actions.runner.audit_rows``)."""
+        self.append_rows("action_audit", rows)
+
+    def action_states(self, since_ns: int, fingerprints: list[str]) -> list[dict[str, Any]]:
+        """The latest step of each action that moved since ``since_ns`` or is about one of ``fingerprints`` (incidents
+        firing now): what the planner must know again after a restart."""
+        cur = self.con.execute(
+            "SELECT * EXCLUDE (rn) FROM (SELECT *, row_number() OVER (PARTITION BY id ORDER BY step_at DESC, seq DESC) AS rn FROM action_audit) "
+            "WHERE rn = 1 AND (step_at >= make_timestamp(?::BIGINT // 1000) OR list_contains(?::VARCHAR[], fingerprint))",
+            [since_ns, fingerprints],
+        )
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+
     # -- small helpers for readers ------------------------------------------------------------------------------
     def rows(self, sql: str, params: list[Any] | None = None) -> Iterator[dict[str, Any]]:
         cur = self.reader().execute(sql, params or [])

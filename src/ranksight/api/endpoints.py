@@ -24,6 +24,11 @@ from ranksight.api.contract import (
 )
 from ranksight.api.follow import add_follow_flag, follow_if_asked
 from ranksight.api.params import (
+    ActionAuditParams,
+    ActionDecisionParams,
+    ActionPlanParams,
+    ActionsParams,
+    ActionUndoParams,
     AlertsParams,
     DrainParams,
     DrainsParams,
@@ -62,6 +67,8 @@ STRAGGLER_COLUMNS = [
 ]
 DRAIN_COLUMNS = ["cluster", "node", "since", "reason"]
 SILENCE_COLUMNS = ["id", "state", "matchers", "starts_at", "ends_at", "created_by", "comment"]
+ACTION_COLUMNS = ["id", "status", "at", "policy", "action", "node", "rule", "why", "result"]
+AUDIT_COLUMNS = ["step_at", "step", "id", "who", "action", "node", "rule", "why", "result"]
 INCIDENT_COLUMNS = ["fired", "resolved", "state", "severity", "rule", "node", "entity", "duration_s", "flaps",
                     "summary"]  # fmt: skip
 DEFAULT_SILENCE_S = 3600.0
@@ -69,6 +76,7 @@ DEFAULT_SILENCE_S = 3600.0
 COMMAND_GROUPS = {
     "node": "planned changes to a node (drain: its silence raises nothing)",
     "silence": "maintenance windows: alerts matching a silence are not announced",
+    "action": "acting on findings: plans, approvals, undo and the audit trail (docs/actions.md)",
 }
 SINCE_AGO = Flag(type=ago, metavar="AGO", help="only what happened within AGO (e.g. 1h)")
 
@@ -193,6 +201,28 @@ _SPECS: list[EndpointSpec[Any]] = [
     EndpointSpec("silence_expire", SilenceExpireParams, Command(
         "end a silence now", SILENCE_COLUMNS, path=("silence", "expire"),
         flags={"id": Flag(positional=True, metavar="ID")}), http=False),
+    EndpointSpec("action_plan", ActionPlanParams, Command(
+        "what the action policies would do or wait for: dry-run plans, approvals, breaker stops", ACTION_COLUMNS,
+        path=("action", "plan"))),
+    EndpointSpec("actions", ActionsParams, Command(
+        "actions and where each stands", ACTION_COLUMNS, path=("action", "list"),
+        flags={"status": Flag(help="only this status (done, failed, awaiting_approval, ...)")})),
+    EndpointSpec("action_audit", ActionAuditParams, Command(
+        "every step of every action from history: who, what, why, result", AUDIT_COLUMNS,
+        path=("action", "audit"), flags={"id": Flag(help="only this action's steps")})),
+    EndpointSpec("action_approve", ActionDecisionParams, Command(
+        "approve an action awaiting approval", ACTION_COLUMNS, path=("action", "approve"),
+        flags={"id": Flag(positional=True, metavar="ID"), "who": Flag(default=_user(), help="default: your user name")}),
+        http=False),
+    EndpointSpec("action_reject", ActionDecisionParams, Command(
+        "reject an action awaiting approval", ACTION_COLUMNS, path=("action", "reject"),
+        flags={"id": Flag(positional=True, metavar="ID"), "who": Flag(default=_user(), help="default: your user name")}),
+        http=False),
+    EndpointSpec("action_undo", ActionUndoParams, Command(
+        "undo a done action (resume, uncordon, remove the exclusion)", ACTION_COLUMNS, path=("action", "undo"),
+        flags={"id": Flag(positional=True, metavar="ID"), "who": Flag(default=_user(), help="default: your user name"),
+               "reason": Flag(help="why (kept in the audit)")}),
+        http=False),
     EndpointSpec("incidents", IncidentsParams, Command(
         "one row per alert: fired, resolved, duration, flaps", INCIDENT_COLUMNS,
         flags={"since": SINCE_AGO})),

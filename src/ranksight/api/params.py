@@ -134,3 +134,29 @@ class SeriesParams(Params):
     since: datetime.datetime | None = Field(None, description="default: until minus 15 minutes")
     until: datetime.datetime | None = Field(None, description="default: now")
     points: int = Field(120, ge=2, description="buckets at most (capped by series_max_points)")
+
+
+class ActionPlanParams(Params):
+    cluster: str | None = None
+
+
+class ActionsParams(Params):
+    cluster: str | None = None
+    status: str | None = Field(
+        None, description="only actions in this status (done, failed, awaiting_approval, ...)"
+    )
+    limit: int = Field(1000, ge=1, le=100_000)
+
+
+class ActionAuditParams(Params):
+    id: str | None = Field(None, description="one action's steps; default: every action's")
+    limit: int | None = Field(None, ge=1, description="at most aggregator.actions.max_audit_rows")
+
+
+class ActionDecisionParams(Params):
+    id: str = Field(min_length=1, max_length=64)
+    who: str = Field("", max_length=200, description="who (the CLI sends the user name)")
+
+
+class ActionUndoParams(ActionDecisionParams):
+    reason: str = Field("", max_length=1000)

@@ -45,6 +45,12 @@ key             meaning
 ``text``        marker text
 ``fields``      user fields (``**fields``): a map of str -> str | int | float | bool | null
 =============== ======================================================================================================
+
+From the agent (the same connection, the other way): ``{"v": 1, "t": "action", "action": "checkpoint" | "exit",
+"id", "rule", "reason"}`` when an action policy of the aggregator asks the job to checkpoint now or to exit for a restart
+without the bad node (docs/actions.md). A process that registered :func:`on_action` gets it as a dict in its callback;
+the callback runs on the client's listener thread (keep it short: set a flag the training loop reads). Delivery needs
+the connection, so it starts once the process has sent anything (``start`` or a heartbeat).
 """
 
 from __future__ import annotations
@@ -52,9 +58,11 @@ from __future__ import annotations
 import atexit
 import itertools
 import os
+import select
 import socket
 import threading
 import time
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
@@ -66,6 +74,8 @@ WIRE_VERSION = 1
 MAX_MESSAGE = 60 * 1024
 RETRY_AFTER_S = 1.0
 MAX_TEXT = 4096
+LISTEN_POLL_S = 0.5  # how often the listener thread looks again for a connection (none yet, or a new one)
+ACTIONS = frozenset({"checkpoint", "exit"})
 
 # Scheduler job ids, first match wins.
 JOB_ENV = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID", "JOB_ID", "TORCHELASTIC_RUN_ID")
@@ -129,6 +139,10 @@ class Client:
         self.sent = 0
         self.dropped = 0
         self.coalesced = 0
+        self._on_action: Callable[[dict[str, Any]], None] | None = None
+        self._listener: threading.Thread | None = None
+        self.actions_received = 0  # action requests from the agent (on_action)
+        self.callback_errors = 0  # ... whose callback raised
 
     # -- public calls -------------------------------------------------------------------------------------------
     def start(
@@ -163,6 +177,50 @@ class Client:
 
     def stats(self) -> dict[str, int]:
         return {"sent": self.sent, "dropped": self.dropped, "coalesced": self.coalesced}
+
+    def on_action(self, callback: Callable[[dict[str, Any]], None]) -> None:
+        """Call ``callback(request)`` when the aggregator asks this job to act (``request["action"]``: ``checkpoint``
+        or ``exit``; ``id``, ``rule``, ``reason``). Runs on a daemon thread; what the callback raises is counted."""
+        self._on_action = callback
+        if self._listener is None:
+            self._listener = threading.Thread(
+                target=self._listen, name="ranksight-client-listener", daemon=True
+            )
+            self._listener.start()
+
+    def _listen(self) -> None:
+        while True:
+            sock = self._sock
+            if sock is None:
+                time.sleep(LISTEN_POLL_S)
+                continue
+            try:
+                ready, _, _ = select.select([sock], [], [], LISTEN_POLL_S)
+                data = sock.recv(MAX_MESSAGE, socket.MSG_DONTWAIT) if ready else None
+            except (OSError, ValueError):  # closed under us (a reconnect): take the next one
+                time.sleep(LISTEN_POLL_S)
+                continue
+            if data == b"":  # the agent went away; the next send reconnects
+                time.sleep(LISTEN_POLL_S)
+            elif data:
+                self._deliver(data)
+
+    def _deliver(self, data: bytes) -> None:
+        try:
+            message = msgpack.unpackb(data, raw=False)
+        except Exception:
+            return
+        if not (
+            isinstance(message, dict) and message.get("t") == "action" and message.get("action") in ACTIONS
+        ):
+            return
+        self.actions_received += 1
+        request = {k: message.get(k) for k in ("action", "id", "rule", "reason")}
+        try:
+            if self._on_action is not None:
+                self._on_action(request)
+        except Exception:  # the training code's own bug must not end the listener
+            self.callback_errors += 1
 
     # -- sending ------------------------------------------------------------------------------------------------
     def _open_section(self, name: str, timeout_s: float | None, fields: dict[str, Any]) -> int:
@@ -308,3 +366,8 @@ def end() -> None:
 def stats() -> dict[str, int]:
     """Messages sent, dropped (agent absent or slow) and coalesced (heartbeats closer than the interval)."""
     return _default.stats()
+
+
+def on_action(callback: Callable[[dict[str, Any]], None]) -> None:
+    """``callback(request)`` when an action policy asks this job to ``checkpoint`` now or ``exit`` for a restart."""
+    _default.on_action(callback)

@@ -130,6 +130,8 @@ class Demo:
             "probe": c.probe.model_copy(update={"port": 0, "listen_host": "127.0.0.1", "advertise": ["127.0.0.1"]}),
             "gpu_probe": c.gpu_probe.model_copy(update={"enabled": False}),
             "app": c.app.model_copy(update={"enabled": False}),  # one socket per host; no client in the demo
+            # simulated AMD GPUs log no Xids, and the host's own kernel log is not the simulated node's
+            "xid": c.xid.model_copy(update={"enabled": False}),
         })  # fmt: skip
         host = self.hosts[node]
         agent = self.settings.agent.model_copy(update={"node": host, "collectors": collectors})

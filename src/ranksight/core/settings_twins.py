@@ -149,6 +149,15 @@ class AppSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     section_timeouts: dict[str, float]
 
 
+class XidSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.XidSettings`."""
+
+    enabled: bool
+    interval_s: float
+    ttl_s: float | None
+    kmsg_path: Path
+
+
 class CollectorsSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """The twin of :class:`ranksight.core.config.CollectorsSettings`."""
 
@@ -160,6 +169,7 @@ class CollectorsSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkno
     probe: ProbeSettings
     gpu_probe: GpuProbeSettings
     app: AppSettings
+    xid: XidSettings
 
 
 class AgentSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -376,6 +386,84 @@ class ShardSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     alerts_bucket_max_bytes: int
 
 
+class ActionPolicy(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.ActionPolicy`."""
+
+    name: str
+    rules: list[str]
+    severities: list[Literal['info', 'warning', 'critical']]
+    min_confidence: float
+    min_corroboration: int
+    for_s: float
+    clusters: list[str]
+    nodes: list[str]
+    xid_resolutions: list[Literal['ignore', 'restart_app', 'reset_gpu', 'reboot', 'drain', 'investigate']]
+    action: Literal['slurm_drain', 'k8s_cordon', 'nvrx_exclusion', 'job_signal', 'webhook', 'command', 'none']
+    mode: Literal['dry_run', 'approve', 'enforce'] | None
+    resume_on_resolve: bool
+    signal: Literal['checkpoint', 'exit']
+
+
+class SlurmActionSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.SlurmActionSettings`."""
+
+    scontrol: str
+    reason_prefix: str
+
+
+class KubernetesActionSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.KubernetesActionSettings`."""
+
+    api_url: str
+    token_file: Path | None
+    ca_file: Path | None
+    taint_key: str
+
+
+class ExclusionActionSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.ExclusionActionSettings`."""
+
+    directory: Path | None
+    valid_s: float
+
+
+class WebhookActionSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.WebhookActionSettings`."""
+
+    url: str | None
+    secret: Secret | None
+
+
+class CommandActionSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.CommandActionSettings`."""
+
+    argv: list[str]
+
+
+class ActionSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.ActionSettings`."""
+
+    mode: Literal['dry_run', 'approve', 'enforce']
+    policies: list[ActionPolicy]
+    max_nodes_per_window: int
+    max_cluster_fraction: float
+    window_s: float
+    cooldown_s: float
+    approval_timeout_s: float
+    queue_size: int
+    max_attempts: int
+    retry_base_s: float
+    retry_max_s: float
+    timeout_s: float
+    max_audit_rows: int
+    xid: dict[str, Literal['ignore', 'restart_app', 'reset_gpu', 'reboot', 'drain', 'investigate']]
+    slurm: SlurmActionSettings
+    kubernetes: KubernetesActionSettings
+    exclusion: ExclusionActionSettings
+    webhook: WebhookActionSettings
+    command: CommandActionSettings
+
+
 class AggregatorSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """The twin of :class:`ranksight.core.config.AggregatorSettings`."""
 
@@ -401,6 +489,7 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkno
     alerts: AlertSettings
     http: HttpSettings
     shards: ShardSettings
+    actions: ActionSettings
 
 
 class DeploySettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -368,6 +368,20 @@ class AppRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     fields: dict[str, str | StoredInt | StoredFloat | bool | None] = msgspec.field(default_factory=dict)
 
 
+class GpuXidRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """The twin of :class:`ranksight.schemas.records.gpu_xid.GpuXidRecord`."""
+
+    min_records: ClassVar[int] = 0
+    schema_version: ClassVar[int] = 1
+    kind: Literal['xid', 'sxid']
+    code: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)]
+    pci: str | None = None
+    pid: StoredInt | None = None
+    process: str | None = None
+    message: Annotated[str, msgspec.Meta(max_length=1000)]
+    kernel_seq: StoredInt | None = None
+
+
 class RasStatus(msgspec.Struct, kw_only=True, gc=False):
     """The twin of :class:`ranksight.schemas.records.ras.RasStatus`."""
 
@@ -481,4 +495,5 @@ KIND_TWINS: dict[str, type[Any]] = {
     'probe_endpoint': ProbeEndpointRecord,
     'gpu_probe': GpuProbeRecord,
     'app': AppRecord,
+    'gpu_xid': GpuXidRecord,
 }

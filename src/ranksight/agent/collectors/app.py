@@ -4,6 +4,10 @@ One connection per process (wire format: :mod:`ranksight.client`). Durable: thes
 publisher (backpressure instead). When the agent is slow the socket buffer fills and the *client* drops and counts, so
 the training step never waits. Packets already queued on a connection are read in one go and emitted as one batch. A socket file left by a dead agent is replaced; one served by a live agent is not
 (``absent``: two agents on one node would steal each other's traffic).
+
+The ``app_signal`` command (an action policy's ``job_signal``, docs/actions.md) sends one ``action`` packet back over
+the connections of the processes of a job, to their :func:`ranksight.client.on_action` callbacks. Only the two known
+requests (``checkpoint``, ``exit``) are relayed; nothing received is run by the agent.
 """
 
 from __future__ import annotations
@@ -14,11 +18,13 @@ import os
 import socket
 import stat
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import msgpack
 
 from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
 from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
-from ranksight.client import MAX_MESSAGE
+from ranksight.client import ACTIONS, MAX_MESSAGE, WIRE_VERSION
 from ranksight.core.settings_twins import AppSettings
 from ranksight.schemas.twins import AppRecord
 
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
 LISTEN_BACKLOG = 256
 RECV_BUFFER_BYTES = 4 * 1024 * 1024
 MAX_BATCH = 1000
+MAX_SIGNAL_TEXT = 1000  # characters of an app_signal's id, rule and reason relayed
 
 
 def _served_by_live_process(path: Path) -> bool:
@@ -80,6 +87,8 @@ class AppCollector(StreamingCollector):
         self.rejected = 0
         self._sock: socket.socket | None = None
         self._inode = 0  # of the socket file we bound, to never remove a newer agent's
+        self.processes: dict[socket.socket, AppRecord] = {}  # connection -> the last record its process sent
+        ctx.add_command("app_signal", self.signal)
 
     async def run(self, emit: Emit) -> None:
         path = self.ctx.settings.app_socket_path()
@@ -113,12 +122,36 @@ class AppCollector(StreamingCollector):
                     return  # the process closed its end (exited)
                 records = self._parse_all([first, *self._drain(conn)])
                 if records:
+                    self.processes[conn] = records[-1]
                     await emit(records)
                     self.health.success(0.0)
         except ConnectionError:
             return
         finally:
+            self.processes.pop(conn, None)
             conn.close()
+
+    async def signal(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Relay an action request to the processes of ``job`` (every connected process if it is null)."""
+        action, job = request.get("action"), request.get("job")
+        if action not in ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(sorted(ACTIONS))}")
+        if job is not None and not isinstance(job, str):
+            raise ValueError("job must be a string or null")
+        text = {k: str(request.get(k) or "")[:MAX_SIGNAL_TEXT] for k in ("id", "rule", "reason")}
+        packet = msgpack.packb(
+            {"v": WIRE_VERSION, "t": "action", "action": action, **text}, use_bin_type=True
+        )
+        delivered = []
+        for conn, last in list(self.processes.items()):
+            if job is not None and last.job_id != job:
+                continue
+            try:
+                conn.send(packet, socket.MSG_DONTWAIT | socket.MSG_NOSIGNAL)
+                delivered.append(last.pid)
+            except OSError:  # gone or its buffer full: that process is not told (the answer says who was)
+                continue
+        return {"delivered": len(delivered), "pids": sorted(delivered)}
 
     def _drain(self, conn: socket.socket) -> list[bytes]:
         out: list[bytes] = []

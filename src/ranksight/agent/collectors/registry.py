@@ -14,6 +14,7 @@ from ranksight.agent.collectors.inspector.collector import InspectorCollector
 from ranksight.agent.collectors.nic.collector import NicCollector
 from ranksight.agent.collectors.probe import ProbeCollector
 from ranksight.agent.collectors.ras.collector import RasCollector
+from ranksight.agent.collectors.xid import XidCollector
 
 COLLECTORS: dict[str, type[Collector]] = {
     "heartbeat": HeartbeatCollector,
@@ -24,4 +25,5 @@ COLLECTORS: dict[str, type[Collector]] = {
     "probe": ProbeCollector,
     "gpu_probe": GpuProbeCollector,
     "app": AppCollector,
+    "xid": XidCollector,
 }

@@ -10,6 +10,7 @@ from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.analysis.nodes import NodeSilentRule
 from ranksight.aggregator.analysis.ras import ras_rules
 from ranksight.aggregator.analysis.straggler_live import CollectiveHangRule, StragglerRule
+from ranksight.aggregator.analysis.xid import GpuXidRule
 from ranksight.core.config import Settings
 
 
@@ -26,4 +27,5 @@ def default_rules(settings: Settings | None = None) -> list[Rule]:
         GpuUnderperformingRule(),
         RankHeartbeatOverdueRule(),
         RankSectionOverdueRule(),
+        GpuXidRule(settings.aggregator.actions.xid),
     ]

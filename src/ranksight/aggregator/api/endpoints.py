@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ranksight.aggregator.api import alerting, queries, ras_queries, views
+from ranksight.aggregator.api import actions, alerting, queries, ras_queries, views
 from ranksight.aggregator.api.endpoint import Endpoint
 from ranksight.aggregator.api.gpu_probes import gpu_probes
 from ranksight.aggregator.api.markers import markers
@@ -56,6 +56,12 @@ _BINDINGS: dict[str, tuple[Any, Merge[Any] | None]] = {
     "silence_add": (alerting.silence_add, None),
     "silences": (alerting.silences, Merge(key=("id",), order=("-starts_at",))),
     "silence_expire": (alerting.silence_expire, None),
+    "action_plan": (actions.action_plan, None),
+    "actions": (actions.actions, None),
+    "action_audit": (actions.action_audit, None),
+    "action_approve": (actions.action_approve, None),
+    "action_reject": (actions.action_reject, None),
+    "action_undo": (actions.action_undo, None),
     "incidents": (alerting.incidents, None),
 }  # fmt: skip
 

@@ -94,7 +94,8 @@ _ALERT_FILTERS = ("cluster", "rule", "severity", "node")
 async def alerts(agg: Aggregator, p: AlertsParams) -> ApiResponse:
     """Firing alerts from live state, or (state=resolved|all) alert transitions from history, newest first."""
     if p.state == "firing":
-        found = [a.model_dump() for a in agg.engine.active.values()
+        taken = agg.actions.by_fingerprint()  # what the action policies did about each (docs/actions.md)
+        found = [a.model_dump() | {"actions": taken.get(a.fingerprint, [])} for a in agg.engine.active.values()
                  if all(getattr(p, k) in (None, getattr(a, k)) for k in _ALERT_FILTERS)]  # fmt: skip
         found.sort(key=lambda a: a["started_at"], reverse=True)
         return ApiResponse.success(found[: p.limit], truncated=len(found) > p.limit)

@@ -25,6 +25,7 @@ from ranksight.aggregator.state.jobs import JobTracker
 from ranksight.aggregator.state.links import LinkTracker
 from ranksight.aggregator.state.nodes import NodeState, NodeTracker
 from ranksight.aggregator.state.stragglers import StragglerTracker
+from ranksight.aggregator.state.xids import XidTracker
 from ranksight.aggregator.timefmt import NS
 from ranksight.core.config import HardwareAlertSettings
 from ranksight.schemas.twins import Envelope
@@ -60,8 +61,9 @@ class LiveState:
         self.gpu_probes = GpuProbeTracker()
         self.app = AppTracker()
         self.stragglers = StragglerTracker()
+        self.xids = XidTracker()
         self.trackers: list[Tracker] = [self.nodes, self.jobs, self.gpus, self.nics, self.links,
-                                        self.gpu_probes, self.app, self.stragglers]  # fmt: skip
+                                        self.gpu_probes, self.app, self.stragglers, self.xids]  # fmt: skip
         self.now_ns = 0
 
     @property

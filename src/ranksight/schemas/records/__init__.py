@@ -18,6 +18,7 @@ from ranksight.schemas.records.app import AppRecord
 from ranksight.schemas.records.base import Record
 from ranksight.schemas.records.gpu import GpuLink, GpuRecord
 from ranksight.schemas.records.gpu_probe import GpuProbeRecord
+from ranksight.schemas.records.gpu_xid import GpuXidRecord
 from ranksight.schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
 from ranksight.schemas.records.inspector import InspectorRecord
 from ranksight.schemas.records.inspector_summary import InspectorSummaryRecord
@@ -61,6 +62,7 @@ RECORD_KINDS: dict[str, RecordKind] = {
         RecordKind("probe_endpoint", ProbeEndpointRecord, collector="probe", tracker="links"),
         RecordKind("gpu_probe", GpuProbeRecord, collector="gpu_probe", tracker="gpu_probes"),
         RecordKind("app", AppRecord, collector="app", tracker="app"),
+        RecordKind("gpu_xid", GpuXidRecord, collector="xid", tracker="xids"),
     )
 }
 RECORD_MODELS: dict[str, type[Record]] = {name: kind.model for name, kind in RECORD_KINDS.items()}
@@ -73,6 +75,7 @@ __all__ = [
     "GpuLink",
     "GpuProbeRecord",
     "GpuRecord",
+    "GpuXidRecord",
     "HeartbeatRecord",
     "InspectorRecord",
     "InspectorSummaryRecord",

@@ -224,6 +224,32 @@ class InspectorSummaryRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False
     part_us: StoredInt = 0
 
 
+class InspectorDumpStatsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """The twin of :class:`ranksight.schemas.records.inspector_dumps.InspectorDumpStatsRecord`."""
+
+    min_records: ClassVar[int] = 0
+    schema_version: ClassVar[int] = 1
+    comm_id: str
+    comm_name: str | None = None
+    rank: StoredInt
+    n_ranks: StoredInt
+    hostname: str
+    pid: StoredInt
+    dump_ts_us: StoredInt
+    format_version: str
+    coll_records: StoredInt
+    coll_dropped_total: StoredInt
+    coll_dropped_since_last_dump: StoredInt
+    p2p_records: StoredInt
+    p2p_dropped_total: StoredInt
+    p2p_dropped_since_last_dump: StoredInt
+    proxy_records: StoredInt | None = None
+    proxy_dropped_total: StoredInt | None = None
+    proxy_dropped_since_last_dump: StoredInt | None = None
+    proxy_ops_dropped_total: StoredInt | None = None
+    proxy_ops_dropped_since_last_dump: StoredInt | None = None
+
+
 class GpuLink(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """The twin of :class:`ranksight.schemas.records.gpu.GpuLink`."""
 
@@ -475,6 +501,7 @@ KIND_TWINS: dict[str, type[Any]] = {
     'ras_event': RasEventRecord,
     'inspector': InspectorRecord,
     'inspector_summary': InspectorSummaryRecord,
+    'inspector_dump_stats': InspectorDumpStatsRecord,
     'gpu': GpuRecord,
     'nic': NicRecord,
     'probe': ProbeRecord,

@@ -20,6 +20,7 @@ from ranksight.schemas.records.gpu import GpuLink, GpuRecord
 from ranksight.schemas.records.gpu_probe import GpuProbeRecord
 from ranksight.schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
 from ranksight.schemas.records.inspector import InspectorRecord
+from ranksight.schemas.records.inspector_dumps import InspectorDumpStatsRecord
 from ranksight.schemas.records.inspector_summary import InspectorSummaryRecord
 from ranksight.schemas.records.nic import NicRecord
 from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
@@ -51,6 +52,7 @@ RECORD_KINDS: dict[str, RecordKind] = {
         ),
         RecordKind("inspector", InspectorRecord, collector="inspector", tracker="stragglers"),
         RecordKind("inspector_summary", InspectorSummaryRecord, collector="inspector", tracker="stragglers"),
+        RecordKind("inspector_dump_stats", InspectorDumpStatsRecord, collector="inspector", tracker="inspector_drops"),
         RecordKind(
             "gpu", GpuRecord, collector="gpu", tracker="gpus", parse="ranksight.agent.collectors.gpu.cli"
         ),
@@ -74,6 +76,7 @@ __all__ = [
     "GpuProbeRecord",
     "GpuRecord",
     "HeartbeatRecord",
+    "InspectorDumpStatsRecord",
     "InspectorRecord",
     "InspectorSummaryRecord",
     "NicRecord",

@@ -1,6 +1,7 @@
 """``inspector`` streaming collector: tails the dump directory, summarizes every record per window
-(``inspector_summary``, :mod:`agent.collectors.inspector.summary`) and publishes the summaries and a rate-limited share
-of the raw records (:mod:`agent.collectors.inspector.sampler`), durably. The dump files keep every record on the node.
+(``inspector_summary``, :mod:`agent.collectors.inspector.summary`) and publishes the summaries, a rate-limited share
+of the raw records (:mod:`agent.collectors.inspector.sampler`) and every v4.1+ dump marker's record and drop counts
+(``inspector_dump_stats``), durably. The dump files keep every record on the node.
 
 Offsets are checkpointed in ``<state_dir>/inspector-offsets.json`` only after the stream acknowledged a chunk's raw
 share (``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3). Summaries are
@@ -87,8 +88,13 @@ class InspectorCollector(StreamingCollector):
                 if chunk.first_error and chunk.path not in warned:
                     warned.add(chunk.path)  # once per file: no per-interval log spam
                     log.warning("inspector: bad line(s) in %s: %s", chunk.path, chunk.first_error)
+                # the chunk's offset is committed once its raw share and its dump markers are both in the stream
+                on_ack = self._on_ack(tailer, chunk, parts=2 if chunk.dump_stats else 1)
+                if chunk.dump_stats:
+                    await emit(chunk.dump_stats, on_ack, kind="inspector_dump_stats",
+                               max_delay_s=self.cfg.summary_publish_s)  # fmt: skip
                 # the wire's typed record is built only for the few operations published raw
-                await emit([op for op in chunk.records if id(op) in raw], self._on_ack(tailer, chunk),
+                await emit([op for op in chunk.records if id(op) in raw], on_ack,
                            max_delay_s=self.cfg.summary_publish_s)  # fmt: skip
             if time.monotonic() >= parts_due:
                 parts_due = time.monotonic() + self.cfg.summary_publish_s
@@ -99,8 +105,16 @@ class InspectorCollector(StreamingCollector):
                 await asyncio.sleep(self.cfg.interval_s)
 
     @staticmethod
-    def _on_ack(tailer: Tailer, chunk: Chunk) -> Any:
-        return lambda: tailer.acked(chunk.path, chunk.inode, chunk.end)
+    def _on_ack(tailer: Tailer, chunk: Chunk, parts: int) -> Any:
+        """A callback that commits the chunk's offset at its ``parts``-th call (one per message of the chunk)."""
+        left = [parts]
+
+        def acked() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                tailer.acked(chunk.path, chunk.inode, chunk.end)
+
+        return acked
 
     async def _publish_summaries(self, emit: Emit, summaries: list[InspectorSummaryRecord]) -> None:
         if summaries:

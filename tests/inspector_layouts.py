@@ -37,12 +37,11 @@ _VERSION = b'"inspector_output_format_version":"v4.0"'
 
 @dataclass
 class Drops:
-    """Drop counters one marker reports (the writer's ring counters; zero when nothing overflowed)."""
+    """Operations a communicator's rings dropped since its previous dump, which the dump's marker reports (with the
+    running totals, which the writer keeps per ring: they only grow)."""
 
-    coll_total: int = 0
-    coll_since_last: int = 0
-    p2p_total: int = 0
-    p2p_since_last: int = 0
+    coll: int = 0
+    p2p: int = 0
 
 
 @dataclass
@@ -96,13 +95,17 @@ def rewrite(
     the first dump carries (the marker then lists the proxy counters, proxy tracing being on)."""
     assert version in LAYOUTS
     out: list[bytes] = []
+    totals: dict[bytes, list[int]] = {}  # per communicator: coll and p2p drops so far
     for index, dump in enumerate(_dumps(lines)):
         header = _header(dump.header)
         meta = dump.metadata.replace(_VERSION, b'"inspector_output_format_version":"%s"' % version.encode())
         d = (drops or {}).get(index, Drops())
+        total = totals.setdefault(header, [0, 0])
+        total[0] += d.coll
+        total[1] += d.p2p
         stats = (b'{"coll_records":%d,"coll_dropped_total":%d,"coll_dropped_since_last_dump":%d,'
                  b'"p2p_records":%d,"p2p_dropped_total":%d,"p2p_dropped_since_last_dump":%d'
-                 % (len(dump.coll), d.coll_total, d.coll_since_last, len(dump.p2p), d.p2p_total, d.p2p_since_last))  # fmt: skip
+                 % (len(dump.coll), total[0], d.coll, len(dump.p2p), total[1], d.p2p))  # fmt: skip
         traces = list(proxy) if version == "v4.4" and index == 0 else []
         if version == "v4.4" and proxy:
             stats += (b',"proxy_records":%d,"proxy_dropped_total":0,"proxy_dropped_since_last_dump":0,'
@@ -137,7 +140,7 @@ PROXY_OP = (b'{"record_type":"proxy_op","record_sn":1,"parent_type":"coll","pare
 SOURCE = Path(__file__).resolve().parents[1] / "fixtures/inspector/nccl-2.28.9-h100-4rank/vm-pid3027.log.gz"
 TARGET = Path(__file__).resolve().parents[1] / "fixtures/inspector/layouts"
 FIXTURE_LINES = 60  # v4.0 lines of the source rewritten into each fixture
-FIXTURE_DROPS = {3: Drops(coll_total=5, coll_since_last=5), 7: Drops(coll_total=9, coll_since_last=4)}
+FIXTURE_DROPS = {3: Drops(coll=5), 7: Drops(coll=4)}
 
 
 def source_lines() -> list[bytes]:

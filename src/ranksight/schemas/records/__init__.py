@@ -52,7 +52,9 @@ RECORD_KINDS: dict[str, RecordKind] = {
         ),
         RecordKind("inspector", InspectorRecord, collector="inspector", tracker="stragglers"),
         RecordKind("inspector_summary", InspectorSummaryRecord, collector="inspector", tracker="stragglers"),
-        RecordKind("inspector_dump_stats", InspectorDumpStatsRecord, collector="inspector", tracker="inspector_drops"),
+        RecordKind(
+            "inspector_dump_stats", InspectorDumpStatsRecord, collector="inspector", tracker="inspector_drops"
+        ),
         RecordKind(
             "gpu", GpuRecord, collector="gpu", tracker="gpus", parse="ranksight.agent.collectors.gpu.cli"
         ),

@@ -285,7 +285,9 @@ class DumpContext:
             raise InspectorParseError(_NO_PAYLOAD)
         if obj.header is None and obj.metadata is None:
             if not self.bare or self.header is None or self.metadata is None:
-                raise InspectorParseError(f"{kind} without header or metadata outside a v4.3 dump (no marker before it)")
+                raise InspectorParseError(
+                    f"{kind} without header or metadata outside a v4.3 dump (no marker before it)"
+                )
             if self.remaining.get(kind, 0) <= 0:
                 raise InspectorParseError(f"{kind} beyond the count its dump_stats marker announced")
             self.remaining[kind] -= 1
@@ -368,7 +370,9 @@ def parse_lines(
             on_error(exc)
             continue
         if ctx.missing > missing:
-            on_error(InspectorParseError(f"dump cut short: {ctx.missing - missing} announced record(s) missing"))
+            on_error(
+                InspectorParseError(f"dump cut short: {ctx.missing - missing} announced record(s) missing")
+            )
         if type(rec) is InspectorRecord:
             yield rec
         elif rec is not None and on_stats is not None:

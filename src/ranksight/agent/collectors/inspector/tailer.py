@@ -152,7 +152,9 @@ class Tailer:
         state.bad_lines += bad
         self.records += len(records)
         self.bad_lines += bad
-        return Chunk(path, state.inode, state.read, records, bad, first_error, len(data) == self.chunk_bytes, stats)
+        return Chunk(
+            path, state.inode, state.read, records, bad, first_error, len(data) == self.chunk_bytes, stats
+        )
 
     def acked(self, path: str, inode: int, end: int) -> None:
         """Records up to ``end`` of ``path`` are in the stream: advance the committed offset over contiguous acks."""

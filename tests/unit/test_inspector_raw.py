@@ -191,5 +191,5 @@ def test_v43_dumps_page_alike_resuming_inside_a_dump_with_its_marker(
     req = RawRecordsRequest(comms=sorted(comms), from_us=lo, to_us=hi)
     want = expected(records, comms, lo, hi)
     for limits in (LIMITS, RawLimits(37, 1 << 30, 1 << 30, 3600), RawLimits(10_000, 1 << 30, 20_000, 3600)):
-        got, pages = all_pages(tmp_path, req, limits)
+        got, _ = all_pages(tmp_path, req, limits)
         assert len(got) == len(set(got)) and set(got) == want and len(want) > 100

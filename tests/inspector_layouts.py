@@ -14,9 +14,10 @@ What each layout changes, as that writer does it:
   ``{"p2p_perf":...}``, the context being the marker's.
 - v4.4 with proxy tracing on: S continues with the proxy counters and ``proxy_trace`` payloads follow the p2p ones.
 
-A v4.0 dump is a run of consecutive lines of one communicator (same header) with the same ``dump_timestamp_us``
-(the v4.0 writer stamps each line; a later writer stamps the marker once, so the rewritten records take the first
-line's time). Doubles are copied as text (the writer prints ``%lf``), never re-formatted.
+A v4.0 dump is the lines of one communicator (same header) among a run of consecutive lines with the same
+``dump_timestamp_us`` (the writer goes through its communicators one after the other, each dump under the output
+lock; the real v4.0 writer stamps each line anew, so there a dump is one line, while the project's simulator stamps a
+whole dump tick once and interleaves communicators). Doubles are copied as text (the writer prints ``%lf``), never re-formatted.
 
 ``python tests/inspector_layouts.py`` rewrites the committed fixtures of ``fixtures/inspector/layouts/``.
 """
@@ -55,17 +56,21 @@ class _Dump:
 
 def _dumps(lines: Iterable[bytes]) -> list[_Dump]:
     dumps: list[_Dump] = []
+    tick: dict[bytes, _Dump] = {}  # the dumps of the current dump time, by communicator
     for line in lines:
         match = _LINE.match(line.rstrip(b"\n"))
         if match is None:
             raise ValueError(f"not a v4.0 line: {line[:80]!r}")
         header, metadata, kind, perf = match.groups()
-        ts = _TS.search(metadata)
-        last = dumps[-1] if dumps else None
-        if last is None or last.header != header or last.ts != (ts.group(1) if ts else None):
-            last = _Dump(header, metadata, ts.group(1) if ts else None, [], [])
-            dumps.append(last)
-        (last.coll if kind == b"coll_perf" else last.p2p).append(perf)
+        found = _TS.search(metadata)
+        ts = found.group(1) if found else None
+        if dumps and dumps[-1].ts != ts:
+            tick = {}
+        dump = tick.get(header)
+        if dump is None:
+            dump = tick[header] = _Dump(header, metadata, ts, [], [])
+            dumps.append(dump)
+        (dump.coll if kind == b"coll_perf" else dump.p2p).append(perf)
     return dumps
 
 

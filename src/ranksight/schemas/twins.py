@@ -114,7 +114,7 @@ class RasRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """The twin of :class:`ranksight.schemas.records.ras.RasRecord`."""
 
     min_records: ClassVar[int] = 0
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     format: Literal['text', 'json']
     version: str | None = None
     health: Literal['ok', 'warning', 'degraded', 'failed']
@@ -131,6 +131,9 @@ class RasRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     all_communicators: bool = True
     job_id: str | None = None
     endpoint: str
+    poll_id: StoredInt | None = None
+    part: StoredInt = 0
+    parts: StoredInt = 1
 
 
 class RasEventRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):

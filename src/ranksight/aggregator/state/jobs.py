@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ranksight.aggregator.forgetting import NodeKey
+from ranksight.aggregator.state.ras_parts import PartAssembler
 from ranksight.aggregator.timefmt import NS
 from ranksight.schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
 from ranksight.schemas.twins import Envelope
@@ -138,15 +139,22 @@ class JobTracker:
     def __init__(self, forget_after_s: float = 3600.0) -> None:
         self.forget_after_ns = int(forget_after_s * NS)
         self.jobs: dict[tuple[str, str], JobState] = {}
+        self.parts = PartAssembler()  # a status published in parts is judged whole
 
     @staticmethod
     def job_key(record: RasRecord | RasEventRecord, node: str) -> str:
         return record.job_id or f"{node}:{record.endpoint}"
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
-        handle = self._status if env.kind == "ras" else self._event
+        if env.kind != "ras":
+            for record in env.records:
+                self._event(env, record, recv_ns)
+            return
         for record in env.records:
-            handle(env, record, recv_ns)
+            whole = self.parts.add(env, record, recv_ns)
+            if whole is not None:
+                status, received_ns = whole
+                self._status(env, status, received_ns)  # type: ignore[arg-type]  # the twin of the model
 
     def _status(self, env: Envelope, rec: RasRecord, recv_ns: int) -> None:
         key = (env.cluster, self.job_key(rec, env.node))
@@ -216,6 +224,7 @@ class JobTracker:
     def forget(self, nodes: set[NodeKey]) -> None:
         """Drop the jobs these nodes polled last (silent that long, they are not running)."""
         self.jobs = {key: job for key, job in self.jobs.items() if (job.cluster, job.node) not in nodes}
+        self.parts.forget(nodes)
 
     def live(self) -> list[JobState]:
         """Jobs polled recently and not ended: their facts are fresh."""

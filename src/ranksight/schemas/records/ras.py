@@ -7,7 +7,7 @@ zeros, so the text form (``%016lx``) and the JSON form (``0x%lx``) of one commun
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -101,8 +101,17 @@ class RasStatus(BaseModel):
 
 
 class RasRecord(Record, RasStatus):
+    """A status as published. A status too big for one message (a JSON detail of thousands of communicators) goes out
+    in ``parts`` records of one poll (``poll_id``, per agent incarnation), each with the job-level fields and a share
+    of the lists (communicators, missing and dead processes, mismatches); the aggregator judges the poll once it
+    holds every part."""
+
+    schema_version: ClassVar[int] = 2  # 2: poll_id, part, parts
     job_id: str | None = None
     endpoint: str
+    poll_id: int | None = None
+    part: int = 0  # 0 .. parts - 1; a part outside that range is never assembled
+    parts: int = 1
 
 
 class RasEvent(BaseModel):

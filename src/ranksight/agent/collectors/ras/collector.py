@@ -1,6 +1,7 @@
 """The ``ras`` collector: every agent holds a MONITOR connection (``ras_event`` records); the job's lease holder polls
 ``STATUS`` every ``interval_s`` (``ras`` records): the text status every poll, with a JSON status's communicator detail
-merged in every ``detail_every`` polls (:mod:`agent.collectors.ras.poll`). No RAS endpoint means no job on this node:
+merged in every ``detail_every`` polls (:mod:`agent.collectors.ras.poll`), in as many records as it takes to stay
+under the server's ``max_payload`` (:mod:`agent.collectors.ras.parts`). No RAS endpoint means no job on this node:
 ``absent``, not an error.
 
 When an endpoint that served a job stops answering (MONITOR EOF or a refused poll), one ``ENDPOINT_CLOSED`` event (group
@@ -27,6 +28,7 @@ from ranksight.agent.collectors.ras.jobid import (
     scheduler_job_id,
 )
 from ranksight.agent.collectors.ras.lease import Lease
+from ranksight.agent.collectors.ras.parts import split_status
 from ranksight.agent.collectors.ras.poll import client_for, poll_status
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.twins import RasEvent, RasEventRecord, RasRecord, RasStatus
@@ -122,7 +124,8 @@ class RasCollector(StreamingCollector):
                     record = RasRecord(
                         job_id=self.job_id, endpoint=self.client.endpoint, **msgspec.structs.asdict(status)
                     )
-                    await emit([record])
+                    # half the server's max_payload per part: the envelope and the wire format's own bytes fit
+                    await emit(split_status(record, self.ctx.nc.max_payload // 2, self.polls))
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
 
     async def _monitor_loop(self) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import random
 import types
-from typing import Any, cast
+from typing import Any
 
 import msgspec
 import pytest
@@ -31,10 +31,12 @@ T0 = 1_800_000_000 * NS
 def big_status() -> RasRecord:
     spec = JobSpec(nodes=2048, gpus_per_node=8, pp=2)
     phases = comms(spec)
-    job = types.SimpleNamespace(spec=spec, phases=phases, counts={c.comm_id: 5 for p in phases for c in p})
+    job: Any = types.SimpleNamespace(
+        spec=spec, phases=phases, counts={c.comm_id: 5 for p in phases for c in p}
+    )
     status = parse_status_json(
         ras_status_json(job, set(), behind=frozenset({(7, 3)}))
-    )  # node 7's GPU 3 is behind
+    )  # node 7's GPU 3: behind
     return RasRecord(job_id="big", endpoint="localhost:28028", **msgspec.structs.asdict(status))
 
 

@@ -177,6 +177,27 @@ class InspectorSettings(SummaryTiming, CollectorSettings):
         description="raw inspector records published per second at most, sampled fairly across comms (0: none); "
         "dump files keep every record on the node",
     )
+    # the plugin's other outputs (inspector_metrics records): its Prometheus textfiles and its OTLP/HTTP export
+    prom_files: bool = Field(
+        True, description="read the plugin's Prometheus textfiles (nccl_inspector_metrics_*.prom) in dump_dir"
+    )
+    otlp_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="loopback port of the OTLP/HTTP JSON receiver for the plugin's export (NCCL_INSPECTOR_OTEL_EXPORT"
+        "=1 posts to http://localhost:4318/v1/metrics); unset: no receiver",
+    )
+    otlp_max_body_bytes: int = Field(
+        8 << 20, ge=1024, description="OTLP receiver: bytes of one request body at most (beyond: 413)"
+    )
+    otlp_max_requests_per_s: float = Field(
+        20.0, gt=0, description="OTLP receiver: requests per second at most, bursts of one second (beyond: 429)"
+    )
+    otlp_max_connections: int = Field(16, ge=1, description="OTLP receiver: open connections at most")
+    otlp_read_timeout_s: float = Field(
+        10.0, gt=0, description="OTLP receiver: time to read one request (headers and body)"
+    )
 
 
 class GpuSettings(CollectorSettings):

@@ -60,6 +60,12 @@ class InspectorSettings(SummaryTiming, CollectorSection, msgspec.Struct, kw_only
     summary_grace_s: float
     summary_max_keys: int
     raw_rate_per_s: float
+    prom_files: bool
+    otlp_port: int | None
+    otlp_max_body_bytes: int
+    otlp_max_requests_per_s: float
+    otlp_max_connections: int
+    otlp_read_timeout_s: float
 
 
 class GpuSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

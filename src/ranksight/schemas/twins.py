@@ -253,6 +253,39 @@ class InspectorDumpStatsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=Fal
     proxy_ops_dropped_since_last_dump: StoredInt | None = None
 
 
+class InspectorMetricsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """The twin of :class:`ranksight.schemas.records.inspector_metrics.InspectorMetricsRecord`."""
+
+    min_records: ClassVar[int] = 0
+    schema_version: ClassVar[int] = 1
+    source: Literal['prom', 'otlp']
+    shape: Literal['bucket', 'op', 'device']
+    format_version: str | None = None
+    job_id: str | None = None
+    hostname: str
+    gpu: str
+    ts_us: StoredInt | None = None
+    comm_name: str | None = None
+    comm_id: str | None = None
+    n_nodes: StoredInt | None = None
+    n_ranks: StoredInt | None = None
+    op_kind: Literal['coll', 'p2p'] | None = None
+    op: str | None = None
+    algo_proto: str | None = None
+    size_range: str | None = None
+    size_lo_bytes: StoredInt | None = None
+    msg_size_bytes: StoredInt | None = None
+    sn: StoredInt | None = None
+    peer: StoredInt | None = None
+    exec_time_us: StoredFloat | None = None
+    busbw_gbs: StoredFloat | None = None
+    algobw_gbs: StoredFloat | None = None
+    coll_total: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    coll_dropped_total: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    p2p_total: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    p2p_dropped_total: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+
+
 class GpuLink(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """The twin of :class:`ranksight.schemas.records.gpu.GpuLink`."""
 
@@ -505,6 +538,7 @@ KIND_TWINS: dict[str, type[Any]] = {
     'inspector': InspectorRecord,
     'inspector_summary': InspectorSummaryRecord,
     'inspector_dump_stats': InspectorDumpStatsRecord,
+    'inspector_metrics': InspectorMetricsRecord,
     'gpu': GpuRecord,
     'nic': NicRecord,
     'probe': ProbeRecord,

@@ -21,6 +21,7 @@ from ranksight.schemas.records.gpu_probe import GpuProbeRecord
 from ranksight.schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
 from ranksight.schemas.records.inspector import InspectorRecord
 from ranksight.schemas.records.inspector_dumps import InspectorDumpStatsRecord
+from ranksight.schemas.records.inspector_metrics import InspectorMetricsRecord
 from ranksight.schemas.records.inspector_summary import InspectorSummaryRecord
 from ranksight.schemas.records.nic import NicRecord
 from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
@@ -55,6 +56,7 @@ RECORD_KINDS: dict[str, RecordKind] = {
         RecordKind(
             "inspector_dump_stats", InspectorDumpStatsRecord, collector="inspector", tracker="inspector_drops"
         ),
+        RecordKind("inspector_metrics", InspectorMetricsRecord, collector="inspector", tracker=None),
         RecordKind(
             "gpu", GpuRecord, collector="gpu", tracker="gpus", parse="ranksight.agent.collectors.gpu.cli"
         ),
@@ -79,6 +81,7 @@ __all__ = [
     "GpuRecord",
     "HeartbeatRecord",
     "InspectorDumpStatsRecord",
+    "InspectorMetricsRecord",
     "InspectorRecord",
     "InspectorSummaryRecord",
     "NicRecord",

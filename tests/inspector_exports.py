@@ -44,12 +44,16 @@ def _range(size: int) -> tuple[int, str]:
     return int(lower) * 1024**unit, f"{lower:.0f}-{lower + 1:.0f}{UNITS[unit]}"
 
 
-def _buckets(ops: Sequence[InspectorRecord], algo_proto: str) -> list[tuple[tuple[object, ...], list[InspectorRecord]]]:
+def _buckets(
+    ops: Sequence[InspectorRecord], algo_proto: str
+) -> list[tuple[tuple[object, ...], list[InspectorRecord]]]:
     buckets: dict[tuple[object, ...], list[InspectorRecord]] = {}
     for op in ops:
         lo, _ = _range(op.msg_size_bytes)
         name = op.comm_name or "unknown"
-        key = (op.n_ranks, op.nnodes or 0, FUNCS.index(op.op), lo, name) + ((algo_proto,) if op.op_kind == "coll" else ())
+        key = (op.n_ranks, op.nnodes or 0, FUNCS.index(op.op), lo, name) + (
+            (algo_proto,) if op.op_kind == "coll" else ()
+        )
         buckets.setdefault(key, []).append(op)
     return sorted(buckets.items(), key=lambda item: item[0])
 
@@ -96,7 +100,10 @@ _DESCRIPTIONS = {
     "nccl_p2p_exec_time_microseconds": ("NCCL P2P execution time", "us"),
     "nccl_p2p_algobw_gbs": ("NCCL algorithm bandwidth for P2P operations", "GB/s"),
     "nccl_collectives_total": ("NCCL collectives enqueued into the inspector ring buffer", "1"),
-    "nccl_collectives_dropped_total": ("NCCL collectives overwritten in the ring buffer before being dumped", "1"),
+    "nccl_collectives_dropped_total": (
+        "NCCL collectives overwritten in the ring buffer before being dumped",
+        "1",
+    ),
     "nccl_p2p_total": ("NCCL P2P operations enqueued into the inspector ring buffer", "1"),
     "nccl_p2p_dropped_total": ("NCCL P2P operations overwritten in the ring buffer before being dumped", "1"),
 }
@@ -115,7 +122,9 @@ def otlp_body(ops: Sequence[InspectorRecord], node: str, gpu: str, resource: Seq
               now_us: int, verbose: bool = False, algo_proto: str = "unknown_unknown",
               totals: tuple[int, int, int, int] = (0, 0, 0, 0)) -> bytes:  # fmt: skip
     """One export's POST body (``resource``: the resource attributes, in the plugin's order)."""
-    points: list[tuple[str, list[tuple[str, str]], float, int]] = []  # name, attributes, value, time (µs)
+    points: list[tuple[str, list[tuple[str, str]], float, int]] = []
+    names: tuple[str, ...]
+    attrs: list[tuple[str, str]]  # name, attributes, value, time (µs)
     if verbose:
         for op in ops:
             kind = op.op_kind
@@ -124,10 +133,18 @@ def otlp_body(ops: Sequence[InspectorRecord], node: str, gpu: str, resource: Seq
                      (f"{kind}_msg_size_bytes", str(op.msg_size_bytes))]  # fmt: skip
             if kind == "coll":
                 attrs += [("collective", op.op), ("coll_sn", str(op.sn)), ("algo_proto", algo_proto)]
-                names = ("nccl_bus_bandwidth_gbs", "nccl_collective_exec_time_microseconds", "nccl_collective_algobw_gbs")
+                names = (
+                    "nccl_bus_bandwidth_gbs",
+                    "nccl_collective_exec_time_microseconds",
+                    "nccl_collective_algobw_gbs",
+                )
             else:
                 attrs += [("p2p_operation", op.op), ("p2p_sn", str(op.sn)), ("p2p_peer", str(op.peer))]
-                names = ("nccl_p2p_bus_bandwidth_gbs", "nccl_p2p_exec_time_microseconds", "nccl_p2p_algobw_gbs")
+                names = (
+                    "nccl_p2p_bus_bandwidth_gbs",
+                    "nccl_p2p_exec_time_microseconds",
+                    "nccl_p2p_algobw_gbs",
+                )
             for name, value in zip(names, (op.busbw_gbs, op.exec_time_us, op.algobw_gbs), strict=True):
                 points.append((name, attrs, float(value or 0.0), op.dump_ts_us))
         device = [("version", "v5.1"), ("node", node), ("gpu", gpu)]
@@ -137,10 +154,10 @@ def otlp_body(ops: Sequence[InspectorRecord], node: str, gpu: str, resource: Seq
     else:
         for kind in ("coll", "p2p"):
             for key, members in _buckets([op for op in ops if op.op_kind == kind], algo_proto):
-                nranks, nnodes, func, lo, name = key[:5]
+                nranks, nnodes, func, lo, comm = key[:5]
                 bus, execs, ts = _means(members)
                 size = _range(int(str(lo)))[1]
-                attrs = [("gpu", gpu), ("comm_name", str(name)), ("version", "v5.1"), ("node", node),
+                attrs = [("gpu", gpu), ("comm_name", str(comm)), ("version", "v5.1"), ("node", node),
                          ("n_nodes", str(nnodes)), ("nranks", str(nranks)), ("message_size", size)]  # fmt: skip
                 if kind == "coll":
                     attrs += [("collective", FUNCS[int(str(func))]), ("algo_proto", str(key[5]))]

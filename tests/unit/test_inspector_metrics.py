@@ -18,7 +18,9 @@ from tests.conftest import FIXTURES
 from tests.inspector_exports import NOW_US, render, source_ops
 
 FILES = render()
-PROM, AGGREGATED, VERBOSE = (FILES[p] for p in sorted(FILES, key=lambda p: ("prom" not in p.name, "verbose" in p.name)))
+PROM, AGGREGATED, VERBOSE = (
+    FILES[p] for p in sorted(FILES, key=lambda p: ("prom" not in p.name, "verbose" in p.name))
+)
 
 
 def _expected_buckets() -> dict[tuple[str, str], tuple[float, float, int]]:
@@ -45,7 +47,14 @@ def test_prom_textfile_buckets_and_device_counters() -> None:
     for key, (execs, bus, _) in expected.items():
         r = buckets[key]
         assert r.exec_time_us == float(f"{execs:.6g}") and r.busbw_gbs == float(f"{bus:.6g}")
-        assert (r.job_id, r.hostname, r.gpu, r.n_ranks, r.n_nodes, r.op_kind) == ("4242", "vm", "GPU0", 4, 4, "coll")
+        assert (r.job_id, r.hostname, r.gpu, r.n_ranks, r.n_nodes, r.op_kind) == (
+            "4242",
+            "vm",
+            "GPU0",
+            4,
+            4,
+            "coll",
+        )
     [device] = [r for r in records if r.shape == "device"]
     assert (device.coll_total, device.coll_dropped_total, device.p2p_total) == (120, 7, 0)
 
@@ -53,8 +62,16 @@ def test_prom_textfile_buckets_and_device_counters() -> None:
 @pytest.mark.parametrize(
     ("name", "buckets", "first"),
     [
-        ("nccl_2.30_readme_prom_v5.1_coll_and_p2p.prom", 2, ("coll", "AllReduce", "4-5GB", 4 << 30, "DP Group 0")),
-        ("rccl_docs_prom_v5.1_cluster_label_with_help_type.prom", 1, ("coll", "AllReduce", "1-2MB", 1 << 20, "unknown")),
+        (
+            "nccl_2.30_readme_prom_v5.1_coll_and_p2p.prom",
+            2,
+            ("coll", "AllReduce", "4-5GB", 4 << 30, "DP Group 0"),
+        ),
+        (
+            "rccl_docs_prom_v5.1_cluster_label_with_help_type.prom",
+            1,
+            ("coll", "AllReduce", "1-2MB", 1 << 20, "unknown"),
+        ),
     ],
 )
 def test_docs_samples_of_nccl_and_rccl(name: str, buckets: int, first: tuple[object, ...]) -> None:
@@ -72,8 +89,16 @@ def test_otlp_aggregated_buckets_carry_the_job_and_their_newest_time() -> None:
     assert {(r.op, r.size_range) for r in records} == set(expected)
     for r in records:
         execs, bus, newest = expected[r.op or "", r.size_range or ""]
-        assert r.exec_time_us == pytest.approx(execs, rel=1e-15) and r.busbw_gbs == pytest.approx(bus, rel=1e-15)
-        assert (r.ts_us, r.job_id, r.source, r.shape, r.format_version) == (newest, "4242", "otlp", "bucket", "v5.1")
+        assert r.exec_time_us == pytest.approx(execs, rel=1e-15) and r.busbw_gbs == pytest.approx(
+            bus, rel=1e-15
+        )
+        assert (r.ts_us, r.job_id, r.source, r.shape, r.format_version) == (
+            newest,
+            "4242",
+            "otlp",
+            "bucket",
+            "v5.1",
+        )
 
 
 def test_otlp_verbose_gives_every_operation_exactly() -> None:
@@ -112,6 +137,8 @@ def test_hostile_input_is_reported_never_raised_mid_file() -> None:
         parse_otlp(b'{"resourceMetrics": 5}')
     with pytest.raises(InspectorMetricsError, match="not an OTLP"):
         parse_otlp(b"[" * 100_000)
-    records, _, skipped = parse_otlp(b'{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"x"},'
-                                     b'{"name":"nccl_p2p_total","gauge":{"dataPoints":[{"attributes":[]}]}}]}]}]}')
+    records, _, skipped = parse_otlp(
+        b'{"resourceMetrics":[{"scopeMetrics":[{"metrics":[{"name":"x"},'
+        b'{"name":"nccl_p2p_total","gauge":{"dataPoints":[{"attributes":[]}]}}]}]}]}'
+    )
     assert records == [] and len(skipped) == 2

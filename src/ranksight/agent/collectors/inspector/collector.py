@@ -1,7 +1,10 @@
 """``inspector`` streaming collector: tails the dump directory, summarizes every record per window
 (``inspector_summary``, :mod:`agent.collectors.inspector.summary`) and publishes the summaries, a rate-limited share
 of the raw records (:mod:`agent.collectors.inspector.sampler`) and every v4.1+ dump marker's record and drop counts
-(``inspector_dump_stats``), durably. The dump files keep every record on the node.
+(``inspector_dump_stats``), durably. The dump files keep every record on the node. The plugin's other outputs become
+``inspector_metrics`` records: its Prometheus textfiles in the dump directory (:mod:`.promfiles`) and, when
+``otlp_port`` is set, its OTLP/HTTP export to the agent's loopback receiver (:mod:`.otlp`), which also works with no
+dump directory at all.
 
 Offsets are checkpointed in ``<state_dir>/inspector-offsets.json`` only after the stream acknowledged a chunk's raw
 share (``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3). Summaries are
@@ -22,12 +25,19 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.inspector.otlp import OtlpLimits, OtlpReceiver
+from ranksight.agent.collectors.inspector.promfiles import PromFiles
 from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
 from ranksight.schemas.structs import to_builtins
-from ranksight.schemas.twins import InspectorSummaryRecord, RawRecordsPage, RawRecordsRequest
+from ranksight.schemas.twins import (
+    InspectorMetricsRecord,
+    InspectorSummaryRecord,
+    RawRecordsPage,
+    RawRecordsRequest,
+)
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
@@ -49,6 +59,8 @@ class InspectorCollector(StreamingCollector):
                                      max_keys=settings.summary_max_keys)  # fmt: skip
         self.sampler = RawSampler(settings.raw_rate_per_s)
         self._emit: Emit | None = None
+        self.proms: PromFiles | None = None
+        self.receiver: OtlpReceiver | None = None
         ctx.add_command("inspector", self._status)
         ctx.add_command("inspector_raw", self._raw)
 
@@ -57,14 +69,19 @@ class InspectorCollector(StreamingCollector):
 
     async def detect(self) -> bool:
         directory = self._dump_dir()
-        return directory is not None and directory.is_dir()
+        return (directory is not None and directory.is_dir()) or self.cfg.otlp_port is not None
 
     async def run(self, emit: Emit) -> None:
         self._emit = emit
         directory = self._dump_dir()
-        assert directory is not None
+        if self.cfg.otlp_port is not None:
+            await self._start_receiver(emit)
+        if directory is None or not directory.is_dir():
+            await asyncio.Event().wait()  # the receiver alone: it serves until the collector is cancelled
+            return
         state_file = self.ctx.settings.state_dir / "inspector-offsets.json"
         tailer = self.tailer = Tailer(directory, state_file, self.cfg.read_chunk_bytes)
+        proms = self.proms = PromFiles(directory, self.cfg.read_chunk_bytes) if self.cfg.prom_files else None
         await asyncio.to_thread(tailer.load)
         warned: set[str] = set()
         parts_due = time.monotonic() + self.cfg.summary_publish_s
@@ -96,6 +113,8 @@ class InspectorCollector(StreamingCollector):
                 # the wire's typed record is built only for the few operations published raw
                 await emit([op for op in chunk.records if id(op) in raw], on_ack,
                            max_delay_s=self.cfg.summary_publish_s)  # fmt: skip
+            if proms is not None and (metrics := await asyncio.to_thread(proms.poll)):
+                await emit(metrics, kind="inspector_metrics", max_delay_s=self.cfg.summary_publish_s)
             if time.monotonic() >= parts_due:
                 parts_due = time.monotonic() + self.cfg.summary_publish_s
                 await self._publish_summaries(emit, self.summarizer.take(time.time_ns() // 1000))
@@ -103,6 +122,18 @@ class InspectorCollector(StreamingCollector):
                 await asyncio.to_thread(tailer.save)
             if not chunks:
                 await asyncio.sleep(self.cfg.interval_s)
+
+    async def _start_receiver(self, emit: Emit) -> None:
+        cfg = self.cfg
+        assert cfg.otlp_port is not None
+        limits = OtlpLimits(cfg.otlp_max_body_bytes, cfg.otlp_max_requests_per_s, cfg.otlp_max_connections,
+                            cfg.otlp_read_timeout_s)  # fmt: skip
+
+        async def publish(records: list[InspectorMetricsRecord]) -> None:
+            await emit(records, kind="inspector_metrics", max_delay_s=cfg.summary_publish_s)
+
+        self.receiver = OtlpReceiver(cfg.otlp_port, limits, publish)
+        await self.receiver.start()
 
     @staticmethod
     def _on_ack(tailer: Tailer, chunk: Chunk, parts: int) -> Any:
@@ -121,6 +152,8 @@ class InspectorCollector(StreamingCollector):
             await emit(summaries, kind="inspector_summary", ttl=self.cfg.summary_ttl())
 
     async def close(self) -> None:
+        if self.receiver is not None:
+            await self.receiver.close()
         if self._emit is not None:
             await self._publish_summaries(self._emit, self.summarizer.take())
         if self.tailer is not None and self.tailer.dirty:
@@ -138,6 +171,10 @@ class InspectorCollector(StreamingCollector):
                                "parts": s.parts}  # fmt: skip
         status["raw"] = {"rate_per_s": self.sampler.rate, "published": self.sampler.kept,
                          "kept_on_node": self.sampler.skipped}  # fmt: skip
+        if self.proms is not None:
+            status["prom_files"] = {"read": len(self.proms.seen), "errors": dict(self.proms.errors)}
+        if self.receiver is not None:
+            status["otlp"] = self.receiver.status()
         return status
 
     async def _raw(self, request: dict[str, Any]) -> dict[str, Any]:

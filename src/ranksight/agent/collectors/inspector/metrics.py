@@ -85,8 +85,8 @@ def _record(source: str, labels: dict[str, str], values: dict[str, float], job_i
         shape = "op"
     size = labels.get("message_size")
     exact = labels.get("coll_msg_size_bytes", labels.get("p2p_msg_size_bytes"))
-    counters = {k: int(v) for k, v in values.items() if k in _COUNTERS and 0 <= v < 2**63}
-    gauges = {k: v for k, v in values.items() if k not in _COUNTERS and math.isfinite(v) and abs(v) < 1e300}
+    counters: dict[str, Any] = {k: int(v) for k, v in values.items() if k in _COUNTERS and 0 <= v < 2**63}
+    gauges: dict[str, Any] = {k: v for k, v in values.items() if k not in _COUNTERS and math.isfinite(v)}
     return InspectorMetricsRecord(
         source=source,  # type: ignore[arg-type]
         shape=shape,  # type: ignore[arg-type]
@@ -118,7 +118,7 @@ def _prom_labels(text: str) -> dict[str, str]:
     while at < len(text):
         match = _PROM_LABEL.match(text, at)
         if match is None:
-            raise InspectorMetricsError(f"bad label set at {text[at:at + 40]!r}")
+            raise InspectorMetricsError(f"bad label set at {text[at : at + 40]!r}")
         value = re.sub(r"\\[\\\"n]", lambda m: _UNESCAPE[m[0]], match[2])
         if len(value) > MAX_LABEL_CHARS:
             raise InspectorMetricsError(f"label {match[1]} longer than {MAX_LABEL_CHARS} characters")
@@ -158,10 +158,10 @@ def parse_prom(data: bytes) -> tuple[list[InspectorMetricsRecord], list[str]]:
 
 # -- OTLP/HTTP JSON --------------------------------------------------------------------------------------------------
 class _AnyValue(msgspec.Struct, gc=False):
-    stringValue: str | None = None  # noqa: N815 (the OTLP JSON field names)
-    intValue: int | str | None = None  # noqa: N815 (int64 may be a JSON string)
-    doubleValue: float | None = None  # noqa: N815
-    boolValue: bool | None = None  # noqa: N815
+    stringValue: str | None = None
+    intValue: int | str | None = None
+    doubleValue: float | None = None
+    boolValue: bool | None = None
 
     def text(self) -> str | None:
         for value in (self.stringValue, self.intValue, self.doubleValue, self.boolValue):
@@ -177,13 +177,13 @@ class _KeyValue(msgspec.Struct, gc=False):
 
 class _Point(msgspec.Struct, gc=False):
     attributes: list[_KeyValue] = []
-    timeUnixNano: int | str | None = None  # noqa: N815
-    asDouble: float | None = None  # noqa: N815
-    asInt: int | str | None = None  # noqa: N815
+    timeUnixNano: int | str | None = None
+    asDouble: float | str | None = None  # the protobuf JSON mapping writes NaN and infinities as strings
+    asInt: int | str | None = None
 
 
 class _Gauge(msgspec.Struct, gc=False):
-    dataPoints: list[_Point] = []  # noqa: N815
+    dataPoints: list[_Point] = []
 
 
 class _Metric(msgspec.Struct, gc=False):
@@ -202,11 +202,11 @@ class _Resource(msgspec.Struct, gc=False):
 
 class _ResourceMetrics(msgspec.Struct, gc=False):
     resource: _Resource = msgspec.field(default_factory=_Resource)
-    scopeMetrics: list[_Scope] = []  # noqa: N815
+    scopeMetrics: list[_Scope] = []
 
 
 class _Request(msgspec.Struct, gc=False):
-    resourceMetrics: list[_ResourceMetrics] = []  # noqa: N815
+    resourceMetrics: list[_ResourceMetrics] = []
 
 
 _OTLP = msgspec.json.Decoder(_Request)

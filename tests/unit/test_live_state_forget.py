@@ -52,6 +52,8 @@ def records(kind: str, node: str, peer: str) -> list[dict[str, Any]]:
                                   "dump_ts_us": NOW // 1000, "format_version": "v4.3", "coll_records": 1,
                                   "coll_dropped_total": 2, "coll_dropped_since_last_dump": 2, "p2p_records": 0,
                                   "p2p_dropped_total": 0, "p2p_dropped_since_last_dump": 0}],
+        "inspector_metrics": [{"source": "otlp", "shape": "device", "hostname": node, "gpu": "GPU0",
+                               "coll_total": 10, "coll_dropped_total": 1}],
         "gpu": [{"index": 0, "name": "MI300X", "throttled": True}],
         "nic": [{"name": "mlx5_0/1", "kind": "rdma", "link_flaps": 1, "congestion_per_s": 5.0}],
         "probe": [{"src": node, "dst": peer, "dst_addr": "10.0.0.2", "upload_bps": 1e9, "download_bps": 1e9}],

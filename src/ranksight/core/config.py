@@ -120,6 +120,16 @@ class RasSettings(CollectorSettings):
     proc_root: Path = Field(
         Path("/proc"), description="where to find the RAS port's process and its scheduler env"
     )
+    diagnostics: bool = Field(
+        True,
+        description="the job's lease holder runs RAS DIAGNOSTICS once per new job (NCCL 2.32+; older releases "
+        "answer Unknown command and are not asked again) and publishes a ras_diagnostics record",
+    )
+    profile_control: bool = Field(
+        False,
+        description="accept the ras_profile agent command (ranksight ras profile --job): CONTROL PROFILER_MASK "
+        "sent to this node's RAS endpoint, NCCL 2.31+; off: the command is refused",
+    )
 
 
 class InspectorSettings(SummaryTiming, CollectorSettings):
@@ -192,7 +202,9 @@ class InspectorSettings(SummaryTiming, CollectorSettings):
         8 << 20, ge=1024, description="OTLP receiver: bytes of one request body at most (beyond: 413)"
     )
     otlp_max_requests_per_s: float = Field(
-        20.0, gt=0, description="OTLP receiver: requests per second at most, bursts of one second (beyond: 429)"
+        20.0,
+        gt=0,
+        description="OTLP receiver: requests per second at most, bursts of one second (beyond: 429)",
     )
     otlp_max_connections: int = Field(16, ge=1, description="OTLP receiver: open connections at most")
     otlp_read_timeout_s: float = Field(

@@ -40,6 +40,8 @@ class RasSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     monitor: bool
     lease_ttl_s: float | None
     proc_root: Path
+    diagnostics: bool
+    profile_control: bool
 
 
 class InspectorSettings(SummaryTiming, CollectorSection, msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

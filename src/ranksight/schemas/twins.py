@@ -154,6 +154,38 @@ class RasEventRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     endpoint: str
 
 
+class RasDiagnosticFinding(msgspec.Struct, kw_only=True, gc=False):
+    """The twin of :class:`ranksight.schemas.records.ras.RasDiagnosticFinding`."""
+
+    tag: Literal['ok', 'info']
+    check: str
+    kind: str
+    text: str
+    comm: str | None = None
+    ranks: list[StoredInt] = msgspec.field(default_factory=list)
+    ranks_total: StoredInt = 0
+    reference_rank: StoredInt | None = None
+    reference_value: str | None = None
+    hosts: list[str] = msgspec.field(default_factory=list)
+
+
+class RasDiagnosticsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """The twin of :class:`ranksight.schemas.records.ras.RasDiagnosticsRecord`."""
+
+    min_records: ClassVar[int] = 0
+    schema_version: ClassVar[int] = 1
+    status: Literal['ok', 'incomplete', 'busy', 'unsupported', 'error']
+    message: str | None = None
+    host: str | None = None
+    pid: StoredInt | None = None
+    scope: Literal['job', 'comm'] | None = None
+    completed_ms: StoredFloat | None = None
+    peers: StoredInt | None = None
+    findings: Annotated[list[RasDiagnosticFinding], msgspec.Meta(max_length=100000)] = msgspec.field(default_factory=list)
+    job_id: str | None = None
+    endpoint: str
+
+
 class InspectorRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """The twin of :class:`ranksight.schemas.records.inspector.InspectorRecord`."""
 
@@ -449,6 +481,19 @@ class RasStatus(msgspec.Struct, kw_only=True, gc=False):
     all_communicators: bool = True
 
 
+class RasDiagnostics(msgspec.Struct, kw_only=True, gc=False):
+    """The twin of :class:`ranksight.schemas.records.ras.RasDiagnostics`."""
+
+    status: Literal['ok', 'incomplete', 'busy', 'unsupported', 'error']
+    message: str | None = None
+    host: str | None = None
+    pid: StoredInt | None = None
+    scope: Literal['job', 'comm'] | None = None
+    completed_ms: StoredFloat | None = None
+    peers: StoredInt | None = None
+    findings: Annotated[list[RasDiagnosticFinding], msgspec.Meta(max_length=100000)] = msgspec.field(default_factory=list)
+
+
 class RasEvent(msgspec.Struct, kw_only=True, gc=False):
     """The twin of :class:`ranksight.schemas.records.ras.RasEvent`."""
 
@@ -535,6 +580,7 @@ KIND_TWINS: dict[str, type[Any]] = {
     'heartbeat': HeartbeatRecord,
     'ras': RasRecord,
     'ras_event': RasEventRecord,
+    'ras_diagnostics': RasDiagnosticsRecord,
     'inspector': InspectorRecord,
     'inspector_summary': InspectorSummaryRecord,
     'inspector_dump_stats': InspectorDumpStatsRecord,

@@ -19,7 +19,13 @@ from typing import Literal
 from ranksight.aggregator.forgetting import NodeKey
 from ranksight.aggregator.state.ras_parts import PartAssembler
 from ranksight.aggregator.timefmt import NS
-from ranksight.schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
+from ranksight.schemas.records.ras import (
+    RasDiagnosticsRecord,
+    RasEventRecord,
+    RasLaggingRank,
+    RasProcess,
+    RasRecord,
+)
 from ranksight.schemas.twins import Envelope
 
 JOB_KINDS = frozenset(
@@ -92,6 +98,9 @@ class JobState:
     peers_dead: dict[str, PendingPeer] = field(
         default_factory=dict
     )  # process key -> PEER_DEAD not yet listed
+    diagnostics: RasDiagnosticsRecord | None = (
+        None  # the job's latest completed RAS diagnostics run (NCCL 2.32+)
+    )
 
 
 def _advance(prev: CommState | None, comm: CommState) -> CommState:
@@ -134,7 +143,7 @@ def _moved(before: list[RasLaggingRank], now: list[RasLaggingRank]) -> bool:
 
 
 class JobTracker:
-    kinds = frozenset({"ras", "ras_event"})
+    kinds = frozenset({"ras", "ras_event", "ras_diagnostics"})
 
     def __init__(self, forget_after_s: float = 3600.0) -> None:
         self.forget_after_ns = int(forget_after_s * NS)
@@ -142,10 +151,14 @@ class JobTracker:
         self.parts = PartAssembler()  # a status published in parts is judged whole
 
     @staticmethod
-    def job_key(record: RasRecord | RasEventRecord, node: str) -> str:
+    def job_key(record: RasRecord | RasEventRecord | RasDiagnosticsRecord, node: str) -> str:
         return record.job_id or f"{node}:{record.endpoint}"
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
+        if env.kind == "ras_diagnostics":
+            for record in env.records:
+                self._diagnostics(env, record)
+            return
         if env.kind != "ras":
             for record in env.records:
                 self._event(env, record, recv_ns)
@@ -197,6 +210,12 @@ class JobTracker:
         job.ranks = rec.gpus
         job.last_poll_ns, job.expires_ns, job.polls = recv_ns, recv_ns + int(env.ttl * NS), job.polls + 1
         job.state = "running"
+
+    def _diagnostics(self, env: Envelope, rec: RasDiagnosticsRecord) -> None:
+        """A completed run replaces the job's previous one; a busy, unsupported or failed attempt changes nothing."""
+        job = self.jobs.get((env.cluster, self.job_key(rec, env.node)))
+        if job is not None and rec.status in ("ok", "incomplete"):
+            job.diagnostics = rec
 
     def _event(self, env: Envelope, rec: RasEventRecord, recv_ns: int) -> None:
         job = self.jobs.get((env.cluster, self.job_key(rec, env.node)))

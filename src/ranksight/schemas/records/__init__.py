@@ -25,7 +25,7 @@ from ranksight.schemas.records.inspector_metrics import InspectorMetricsRecord
 from ranksight.schemas.records.inspector_summary import InspectorSummaryRecord
 from ranksight.schemas.records.nic import NicRecord
 from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
-from ranksight.schemas.records.ras import RasEventRecord, RasRecord
+from ranksight.schemas.records.ras import RasDiagnosticsRecord, RasEventRecord, RasRecord
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ RECORD_KINDS: dict[str, RecordKind] = {
             tracker="jobs",
             parse="ranksight.agent.collectors.ras.cli",
         ),
+        RecordKind("ras_diagnostics", RasDiagnosticsRecord, collector="ras", tracker="jobs"),
         RecordKind("inspector", InspectorRecord, collector="inspector", tracker="stragglers"),
         RecordKind("inspector_summary", InspectorSummaryRecord, collector="inspector", tracker="stragglers"),
         RecordKind(
@@ -88,6 +89,7 @@ __all__ = [
     "ProbeEndpointRecord",
     "ProbeRecord",
     "PublisherStats",
+    "RasDiagnosticsRecord",
     "RasEventRecord",
     "RasRecord",
     "Record",

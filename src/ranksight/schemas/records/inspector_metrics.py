@@ -36,7 +36,9 @@ class InspectorMetricsRecord(Record):
     job_id: str | None = None
     hostname: str
     gpu: str  # the plugin's name of the GPU: ``GPU<cuda device>``
-    ts_us: int | None = None  # the point's time (OTLP); a textfile says none (its file's mtime is not the data's)
+    ts_us: int | None = (
+        None  # the point's time (OTLP); a textfile says none (its file's mtime is not the data's)
+    )
     comm_name: str | None = None
     comm_id: str | None = None  # OTLP verbose only
     n_nodes: int | None = None

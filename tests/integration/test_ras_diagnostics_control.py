@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import types
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,12 +17,16 @@ from ranksight.agent.collectors.ras.client import RasClient
 from ranksight.agent.collectors.ras.diagnostics import run_diagnostics
 from ranksight.agent.collectors.ras.errors import RasReplyError
 from ranksight.agent.collectors.ras.parse_diagnostics import parse_diagnostics
+from ranksight.aggregator.analysis.ras_diagnostics import diagnostics_rules
+from ranksight.core.config import Settings
+from ranksight.schemas.structs import replace
 from ranksight.simulate.cluster import ras_status_json
 from ranksight.simulate.inspector import JobSpec, comms
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
-from tests.ras_diagnostics_replies import INFO, reply
-from tests.support import run_cli_async
+from tests.ras_diagnostics_replies import INFO, XID_DOC, reply
+from tests.ras_support import fake_proc
+from tests.support import agent, aggregator, run_cli_async, wait_for
 
 DIAG = FIXTURES / "ras/diagnostics"
 HEALTHY = (DIAG / "nccl_2.32_diagnostics_healthy_4node_32rank.txt").read_bytes()
@@ -143,3 +148,51 @@ async def test_the_commands_and_their_exit_codes() -> None:
         assert refused.returncode == 1 and "NCCL 2.31 or later" in refused.stderr
         unsupported = await run_cli_async("ras", "diagnostics", "--addr", old.address)
         assert unsupported.returncode == 1 and "NCCL 2.32 or later" in unsupported.stderr
+
+
+async def test_the_agent_runs_diagnostics_once_per_job_and_the_rules_name_the_hosts(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """A real agent (lease holder), NATS and aggregator: one diagnostics run for the job, stored as
+    ``ras_diagnostics``, and an alert per inconsistency class naming the hosts behind the ranks."""
+    spec = JobSpec(nodes=4, gpus_per_node=2, pp=2)
+    phases = comms(spec)
+    job: Any = types.SimpleNamespace(
+        spec=spec, phases=phases, counts={c.comm_id: 1 for p in phases for c in p}
+    )
+    dp = max((c for p in phases for c in p), key=lambda c: len({node for node, _ in c.members}))
+    c = f"0x{int(dp.comm_id, 16):x}"
+    lines = [f"{INFO}CUDA driver version: mismatch across 2 ranks in comm {c}, rank(s) {{1}} differ from rank 0 "
+             f"(13000)",
+             f"{INFO}Xid 79 detected 2 times on host node003. The NVIDIA Xid catalog recommends resetting the affected "
+             f"GPU. Follow the documented GPU-reset capabilities and limitations: {XID_DOC}"]  # fmt: skip
+    body = ras_status_json(job, set())
+    server = fake("2.32", reply("node000", 7, lines, 3.0, 8), body)
+    await server.start()
+    proc = fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "4711"})
+    s = settings.model_copy(deep=True)
+    s.agent.node = "node-a"
+    s.agent.collectors.ras = replace(s.agent.collectors.ras, **{
+        "addr": server.address, "interval_s": 0.2, "ttl_s": 5.0, "lease_ttl_s": 1.0, "proc_root": proc,
+        "timeout_s": 2.0})  # fmt: skip
+    try:
+        async with aggregator(s) as agg, agent(s, only=["ras"]):
+            await wait_for(lambda: _stored_diagnostics(agg) >= 1, timeout=15)
+            await wait_for(lambda: server.statuses_served >= 6, timeout=10)  # later polls ask no second run
+            assert server.commands.count("DIAGNOSTICS") == 1
+            [job_state] = agg.state.jobs.jobs.values()
+            assert job_state.diagnostics is not None and job_state.diagnostics.status == "ok"
+            conditions = {cond.rule: cond for rule in diagnostics_rules()
+                          for cond in rule.evaluate(agg.state, agg.state.now_ns)}  # fmt: skip
+            assert set(conditions) == {"ras_diag_versions", "ras_diag_xid"}
+            assert conditions["ras_diag_versions"].evidence["hosts"] == [spec.hostname(dp.members[1][0])]
+            assert spec.hostname(dp.members[1][0]) in conditions["ras_diag_versions"].summary
+            assert conditions["ras_diag_xid"].evidence["hosts"] == ["node003"]
+            assert conditions["ras_diag_xid"].job == "slurm-4711"
+    finally:
+        await server.stop()
+
+
+def _stored_diagnostics(agg: Any) -> int:
+    [row] = agg.store.rows("SELECT count(*) AS n FROM ras_diagnostics")
+    return int(row["n"])

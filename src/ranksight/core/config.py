@@ -810,6 +810,13 @@ RULE_TIMINGS: dict[str, tuple[float, float]] = {
     "gpu_underperforming": (0, 600),
     "rank_heartbeat_overdue": (0, 30),
     "rank_section_overdue": (0, 10),
+    # RAS diagnostics (NCCL 2.32) run once per job: a finding stands until the job ends
+    "ras_diag_versions": (0, 60),
+    "ras_diag_gpu_inventory": (0, 60),
+    "ras_diag_xid": (0, 60),
+    "ras_diag_nvlink": (0, 60),
+    "ras_diag_nccl_env": (0, 60),
+    "ras_diag_ecc": (0, 60),
 }
 
 

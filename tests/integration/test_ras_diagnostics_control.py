@@ -26,7 +26,7 @@ from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 from tests.ras_diagnostics_replies import INFO, XID_DOC, reply
 from tests.ras_support import fake_proc
-from tests.support import agent, aggregator, run_cli_async, wait_for
+from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for
 
 DIAG = FIXTURES / "ras/diagnostics"
 HEALTHY = (DIAG / "nccl_2.32_diagnostics_healthy_4node_32rank.txt").read_bytes()
@@ -196,3 +196,41 @@ async def test_the_agent_runs_diagnostics_once_per_job_and_the_rules_name_the_ho
 def _stored_diagnostics(agg: Any) -> int:
     [row] = agg.store.rows("SELECT count(*) AS n FROM ras_diagnostics")
     return int(row["n"])
+
+
+async def test_profile_by_job_through_the_aggregator_and_the_polling_agent(
+    settings: Settings, tmp_path: Path
+) -> None:
+    spec = JobSpec(nodes=2, gpus_per_node=2, pp=2)
+    phases = comms(spec)
+    job: Any = types.SimpleNamespace(
+        spec=spec, phases=phases, counts={c.comm_id: 1 for p in phases for c in p}
+    )
+    server = await fake("2.31", status_json=ras_status_json(job, set())).start()
+    proc = fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "99"})
+    s = settings.model_copy(deep=True)
+    s.agent.node = "node-a"
+    s.agent.collectors.ras = replace(s.agent.collectors.ras, **{
+        "addr": server.address, "interval_s": 0.2, "ttl_s": 5.0, "lease_ttl_s": 1.0, "proc_root": proc,
+        "timeout_s": 2.0, "profile_control": False})  # fmt: skip
+    try:
+        async with aggregator(s) as agg:
+            async with agent(s, only=["ras"]):
+                await wait_for(lambda: any(j.job_id == "slurm-99" for j in agg.state.jobs.live()), timeout=15)
+                refused = await run_cli_async(
+                    "ras", "profile", "--job", "slurm-99", "on", env=settings_env(s)
+                )
+                assert refused.returncode == 1 and "profile control is off" in refused.stderr
+                assert server.profiler_masks == []
+            s.agent.collectors.ras = replace(s.agent.collectors.ras, **{"profile_control": True})
+            async with agent(s, only=["ras"]):
+                await wait_for(lambda: any(j.job_id == "slurm-99" for j in agg.state.jobs.live()), timeout=15)
+                done = await run_cli_async(
+                    "ras", "profile", "--job", "slurm-99", "off", "--json", env=settings_env(s)
+                )
+                assert done.returncode == 0, done.stderr
+                assert json.loads(done.stdout)["mask"] == 0 and server.profiler_masks == [0]
+                unknown = await run_cli_async("ras", "profile", "--job", "nope", "on", env=settings_env(s))
+                assert unknown.returncode == 1 and "no running job" in unknown.stderr
+    finally:
+        await server.stop()

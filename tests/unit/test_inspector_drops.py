@@ -6,11 +6,13 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any, cast
 
+from ranksight.agent.collectors.inspector.metrics import parse_prom
 from ranksight.agent.collectors.inspector.parse import parse_lines
 from ranksight.aggregator.device_jobs import device_jobs
 from ranksight.aggregator.http.metrics import ClusterCollector, _Families
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.schemas.twins import Envelope, InspectorDumpStatsRecord
+from tests.inspector_exports import render
 from tests.inspector_layouts import fixture_path
 
 RECV = 1_800_000_000 * NS
@@ -55,3 +57,23 @@ def test_drops_in_metrics() -> None:
     assert by_kind == {"coll": 9.0, "p2p": 0.0}  # no proxy series: the plugin's proxy tracing was off
     assert dropped[0].labels["hostname"] == "vm" and dropped[0].labels["pid"] == "3027"
     assert [s.value for s in families.families["ranksight_inspector_dumped_records"].samples] == [60.0]
+
+
+def test_gpu_counters_of_the_metric_outputs_in_metrics() -> None:
+    """The plugin's per-GPU counters (Prometheus textfile stats, verbose OTLP), parsed from the writers' output."""
+    state = LiveState()
+    records, _ = parse_prom(next(data for path, data in render().items() if path.suffix == ".prom"))
+    env = Envelope(type="ranksight.ev.v1.inspector_metrics", cluster="c", node="vm", agent="a", seq=1, ts=RECV,
+                   ttl=30.0, records=records)  # fmt: skip
+    state.observe(env, RECV)
+    state.tick(RECV + NS)
+    collector = ClusterCollector(cast(Any, SimpleNamespace(state=state)), cast(Any, None), max_series=100)
+    families = _Families(100)
+    collector._inspector_drops(families, device_jobs(state))
+    samples = {(s.labels["gpu"], s.labels["op_kind"]): s.value
+               for s in families.families["ranksight_inspector_gpu_dropped_operations"].samples}  # fmt: skip
+    assert samples == {("GPU0", "coll"): 7.0, ("GPU0", "p2p"): 0.0}
+    totals = [s.value for s in families.families["ranksight_inspector_gpu_operations"].samples]
+    assert totals == [120.0, 0.0]
+    state.tick(RECV + 60 * NS)
+    assert not state.inspector_drops.live_gpus()

@@ -281,6 +281,18 @@ class ClusterCollector(Collector):
                 dropped, [*values, "proxy"], rec.proxy_dropped_total
             )  # None (no series) without proxy tracing
             f.add(dumped, values, state.records)
+        glabels = ["cluster", "node", "hostname", "gpu", "job_id", "op_kind"]
+        gpu_dropped = f.counter("ranksight_inspector_gpu_dropped_operations", "operations the Inspector plugin's "
+                                "rings of one GPU dropped (its Prometheus textfile or OTLP counters)", glabels)  # fmt: skip
+        gpu_total = f.counter("ranksight_inspector_gpu_operations", "operations the Inspector plugin's rings of one GPU "
+                              "recorded (its Prometheus textfile or OTLP counters)", glabels)  # fmt: skip
+        for (cluster, node, host, gpu), drops in sorted(self.agg.state.inspector_drops.live_gpus().items()):
+            counters, job_id = drops.latest, jobs.node(cluster, node)
+            for op_kind, total, lost in (("coll", counters.coll_total, counters.coll_dropped_total),
+                                         ("p2p", counters.p2p_total, counters.p2p_dropped_total)):  # fmt: skip
+                values = [cluster, node, host, gpu, job_id, op_kind]
+                f.add(gpu_total, values, total)
+                f.add(gpu_dropped, values, lost)
 
 
 def metrics_registry(

@@ -7,6 +7,10 @@ says about it rests on less data: :meth:`InspectorDropTracker.coverage` tells, p
 was dropped of how much was recorded, for coverage statements. Pure and clock-injected like every tracker: a
 process's counters are live until receipt + TTL of its latest marker, and kept (for coverage of past windows) until
 its node is forgotten.
+
+The plugin's other outputs (``inspector_metrics``: Prometheus textfiles, OTLP export) carry per-GPU counters instead
+(operations recorded and dropped since the process started, with the stats option or in verbose OTLP): the latest of
+each GPU is kept in :attr:`InspectorDropTracker.gpus`.
 """
 
 from __future__ import annotations
@@ -15,9 +19,16 @@ from dataclasses import dataclass, field
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.timefmt import NS
-from ranksight.schemas.twins import Envelope, InspectorDumpStatsRecord
+from ranksight.schemas.twins import Envelope, InspectorDumpStatsRecord, InspectorMetricsRecord
 
 DropKey = tuple[str, str, str, int, str]  # cluster, node, hostname, pid, comm_id
+GpuKey = tuple[str, str, str, str]  # cluster, node, hostname, gpu
+
+
+@dataclass
+class GpuDrops:
+    latest: InspectorMetricsRecord  # shape "device": coll/p2p totals and drops
+    expires_ns: int
 
 
 @dataclass
@@ -44,12 +55,18 @@ class CommDrops:
 
 @dataclass
 class InspectorDropTracker:
-    kinds: frozenset[str] = frozenset({"inspector_dump_stats"})
+    kinds: frozenset[str] = frozenset({"inspector_dump_stats", "inspector_metrics"})
     comms: dict[DropKey, CommDrops] = field(default_factory=dict)
+    gpus: dict[GpuKey, GpuDrops] = field(default_factory=dict)
     now_ns: int = 0
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
         expires = recv_ns + int(env.ttl * NS)
+        if env.kind == "inspector_metrics":
+            for rec in env.records:
+                if isinstance(rec, InspectorMetricsRecord) and rec.shape == "device":
+                    self.gpus[(env.cluster, env.node, rec.hostname, rec.gpu)] = GpuDrops(rec, expires)
+            return
         for rec in env.records:
             assert isinstance(rec, InspectorDumpStatsRecord)
             key = (env.cluster, env.node, rec.hostname, rec.pid, rec.comm_id)
@@ -70,8 +87,13 @@ class InspectorDropTracker:
         """The counters whose latest marker is still within its TTL."""
         return {k: c for k, c in self.comms.items() if c.expires_ns > self.now_ns}
 
+    def live_gpus(self) -> dict[GpuKey, GpuDrops]:
+        """The per-GPU counters (metric outputs) still within their TTL."""
+        return {k: g for k, g in self.gpus.items() if g.expires_ns > self.now_ns}
+
     def forget(self, nodes: set[NodeKey]) -> None:
         self.comms = without_nodes(self.comms, nodes)
+        self.gpus = without_nodes(self.gpus, nodes)
 
     def coverage(self, cluster: str) -> dict[tuple[str, int, str], CommDrops]:
         """The cluster's drop counters by (hostname, pid, comm_id), live or not: what a straggler finding's coverage

@@ -57,7 +57,9 @@ RECORD_KINDS: dict[str, RecordKind] = {
         RecordKind(
             "inspector_dump_stats", InspectorDumpStatsRecord, collector="inspector", tracker="inspector_drops"
         ),
-        RecordKind("inspector_metrics", InspectorMetricsRecord, collector="inspector", tracker=None),
+        RecordKind(
+            "inspector_metrics", InspectorMetricsRecord, collector="inspector", tracker="inspector_drops"
+        ),
         RecordKind(
             "gpu", GpuRecord, collector="gpu", tracker="gpus", parse="ranksight.agent.collectors.gpu.cli"
         ),

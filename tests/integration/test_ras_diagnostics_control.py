@@ -234,3 +234,37 @@ async def test_profile_by_job_through_the_aggregator_and_the_polling_agent(
                 assert unknown.returncode == 1 and "no running job" in unknown.stderr
     finally:
         await server.stop()
+
+
+@pytest.mark.parametrize(("profile", "masks", "unsupported"), [("2.31", [0x46, 0], 0), ("2.30", [], 1)])
+async def test_profiling_on_demand_turns_a_job_on_then_off(
+    settings: Settings, tmp_path: Path, profile: str, masks: list[int], unsupported: int
+) -> None:
+    """An alert with a job fires (here ``job_started``, configured as the trigger): the aggregator asks the polling
+    agent to turn profiling on, and off ``on_s`` later; a job whose NCCL predates CONTROL is not asked."""
+    spec = JobSpec(nodes=2, gpus_per_node=2, pp=2)
+    phases = comms(spec)
+    job: Any = types.SimpleNamespace(
+        spec=spec, phases=phases, counts={c.comm_id: 1 for p in phases for c in p}
+    )
+    version = PROFILES[profile].version
+    server = FakeRasServer(PROFILES[profile], TEXT.replace(b"2.30.7", version.encode()),
+                           ras_status_json(job, set(), version=version))  # fmt: skip
+    await server.start()
+    proc = fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "5"})
+    s = settings.model_copy(deep=True)
+    s.agent.node = "node-a"
+    s.agent.collectors.ras = replace(s.agent.collectors.ras, **{
+        "addr": server.address, "interval_s": 0.2, "ttl_s": 5.0, "lease_ttl_s": 1.0, "proc_root": proc,
+        "timeout_s": 2.0, "profile_control": True, "diagnostics": False})  # fmt: skip
+    s.aggregator.profile_on_demand = replace(s.aggregator.profile_on_demand, **{
+        "enabled": True, "rules": ["job_started"], "on_s": 1.0})  # fmt: skip
+    try:
+        async with aggregator(s) as agg, agent(s, only=["ras"]):
+            await wait_for(lambda: any(j.job_id == "slurm-5" for j in agg.state.jobs.live()), timeout=15)
+            stats = agg.profiling.stats
+            await wait_for(lambda: stats.turned_off + stats.unsupported + stats.failed >= 1, timeout=15)
+            assert server.profiler_masks == masks and stats.unsupported == unsupported and stats.failed == 0
+            assert not agg.profiling.active
+    finally:
+        await server.stop()

@@ -975,6 +975,30 @@ class ShardSettings(Section):
         return self.shard_id or sanitize_token(socket.gethostname())
 
 
+class ProfileOnDemandSettings(Section):
+    """Profiling on demand (``aggregator.profile_on_demand``): when an alert of ``rules`` fires for a job whose NCCL
+    has RAS CONTROL (2.31+), ask the agent polling the job to turn the profiler events on (``ras_profile``, which the
+    agent accepts only with ``agent.collectors.ras.profile_control``), and off again ``on_s`` later. Off by default."""
+
+    enabled: bool = False
+    rules: list[str] = Field(
+        default_factory=lambda: [
+            "comm_mismatch",
+            "comm_hang",
+            "ras_diag_nvlink",
+            "ras_diag_xid",
+            "ras_diag_ecc",
+        ],
+        description="the alerts (with a job) whose firing turns profiling on for their job",
+    )
+    value: str = Field("on", description="what is sent: on (Inspector's events), or a profiler mask")
+    on_s: float = Field(300.0, gt=0, le=86400, description="profiling is turned off again this long after")
+    max_jobs: int = Field(
+        4, ge=1, description="jobs profiled at once at most (beyond: not turned on, counted)"
+    )
+    timeout_s: float = Field(30.0, gt=0, description="limit of one agent request")
+
+
 class AggregatorSettings(Section):
     db_path: Path | None = Field(None, description="DuckDB file; default <state_dir>/ranksight.duckdb")
     stream: str = "RANKSIGHT_EVENTS"
@@ -997,6 +1021,7 @@ class AggregatorSettings(Section):
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
     raw_evidence: RawEvidenceSettings = RawEvidenceSettings()
+    profile_on_demand: ProfileOnDemandSettings = ProfileOnDemandSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()
     ras: RasAlertSettings = RasAlertSettings()
     alerts: AlertSettings = AlertSettings()

@@ -306,6 +306,17 @@ class RawEvidenceSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkn
     retry_delay_s: float
 
 
+class ProfileOnDemandSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.ProfileOnDemandSettings`."""
+
+    enabled: bool
+    rules: list[str]
+    value: str
+    on_s: float
+    max_jobs: int
+    timeout_s: float
+
+
 class HardwareAlertSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """The twin of :class:`ranksight.core.config.HardwareAlertSettings`."""
 
@@ -405,6 +416,7 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkno
     probes: ProbePlannerSettings
     stragglers: StragglerSettings
     raw_evidence: RawEvidenceSettings
+    profile_on_demand: ProfileOnDemandSettings
     hardware: HardwareAlertSettings
     ras: RasAlertSettings
     alerts: AlertSettings

@@ -312,10 +312,10 @@ class InspectorMetricsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False
     exec_time_us: StoredFloat | None = None
     busbw_gbs: StoredFloat | None = None
     algobw_gbs: StoredFloat | None = None
-    coll_total: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
-    coll_dropped_total: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
-    p2p_total: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
-    p2p_dropped_total: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    coll_total: StoredInt | None = None
+    coll_dropped_total: StoredInt | None = None
+    p2p_total: StoredInt | None = None
+    p2p_dropped_total: StoredInt | None = None
 
 
 class GpuLink(msgspec.Struct, kw_only=True, frozen=True, gc=False):

@@ -21,8 +21,6 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
-
 from ranksight.schemas.records.base import Record
 
 InspectorMetricsSource = Literal["prom", "otlp"]
@@ -54,7 +52,7 @@ class InspectorMetricsRecord(Record):
     exec_time_us: float | None = None  # bucket: the mean
     busbw_gbs: float | None = None  # bucket: the geometric mean
     algobw_gbs: float | None = None  # OTLP verbose only
-    coll_total: int | None = Field(None, ge=0)  # device: counters since the process started
-    coll_dropped_total: int | None = Field(None, ge=0)
-    p2p_total: int | None = Field(None, ge=0)
-    p2p_dropped_total: int | None = Field(None, ge=0)
+    coll_total: int | None = None  # device: counters since the process started
+    coll_dropped_total: int | None = None
+    p2p_total: int | None = None
+    p2p_dropped_total: int | None = None

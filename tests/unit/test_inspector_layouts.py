@@ -170,3 +170,16 @@ def test_a_simulated_job_dumped_as_v40_and_v43_gives_the_same_findings(tmp_path:
 def test_gzip_layout_reads_like_plain(tmp_path: Path) -> None:
     (tmp_path / "vm-pid3027.log.gz").write_bytes(gzip.compress(fixture_path("v4.3").read_bytes()))
     assert len(list(DumpReader(tmp_path).records())) == 60
+
+
+def test_the_event_payloads_of_the_plugins_other_v41_build_are_counted() -> None:
+    """A build of the plugin (stored file id 56738988629 of ``inspector_json.cc``, format "v4.1" without markers)
+    writes, with its verbose dump on, self-contained lines whose payload is an event (``coll_api``, ``proxy_op``,
+    ...): counted, never a bad line, never an operation."""
+    head = source_lines()[0].split(b',"coll_perf":')[0].replace(b'"v4.0"', b'"v4.1"')
+    events = [head + b',"coll_api":{"start_ts":1,"stop_ts":9,"duration_us":8,"rank":0,"func":"AllReduce",'
+                     b'"count":1048576,"datatype":"ncclFloat32","graph_captured":"false","root":0}}',
+              head + b',"kernel_launch":{"start_ts":1,"stop_ts":2,"duration_us":1,"rank":0}}']  # fmt: skip
+    ctx = DumpContext()
+    records = list(parse_lines([*events, source_lines()[0]], _no_error, ctx))
+    assert len(records) == 1 and ctx.other_events == 2

@@ -12,7 +12,10 @@ Formats (``metadata.inspector_output_format_version``; the upstream writer is ``
   (``{"coll_perf":...}``, ``{"p2p_perf":...}``, ``{"proxy_trace":...}``) that take their context from the marker, as
   many of each kind as it announced. Context is per file and never crosses files (:class:`DumpContext`).
 
-``proxy_trace`` payloads (proxy-thread tracing, off by default) are counted, not modelled. The capture model is
+``proxy_trace`` payloads (proxy-thread tracing, off by default) are counted, not modelled; so are the event payloads
+another build of the plugin writes in self-contained v4.1 lines when its verbose dump is on (``proxy_op``,
+``proxy_step``, ``proxy_ctrl``, ``group``, ``group_api``, ``coll_api``, ``p2p_api``, ``kernel_launch``,
+``net_plugin``, each with header and metadata and no marker). The capture model is
 detected by keys, never by the version string: the ring model (NCCL >= 2.30) writes ``comm_name`` in the header or
 ``p2p_perf`` records; the sampled model (2.28-2.29) has neither.
 
@@ -113,6 +116,8 @@ def _perf(prefix: str) -> type[msgspec.Struct]:
 
 
 _CollPerf, _P2pPerf = _perf("coll"), _perf("p2p")
+_EVENT_PAYLOADS = ("proxy_op", "proxy_step", "proxy_ctrl", "group", "group_api", "coll_api", "p2p_api",
+                   "kernel_launch", "net_plugin")  # fmt: skip
 _Line = msgspec.defstruct(
     "_Line",
     [
@@ -121,6 +126,7 @@ _Line = msgspec.defstruct(
         ("coll_perf", _CollPerf | None, None),
         ("p2p_perf", _P2pPerf | None, None),
         ("proxy_trace", dict[str, Any] | None, None),  # counted, not modelled
+        *((key, dict[str, Any] | None, None) for key in _EVENT_PAYLOADS),  # counted, not modelled
         ("dump_stats", _DumpStats | None, None),
     ],
     gc=False,
@@ -128,7 +134,7 @@ _Line = msgspec.defstruct(
 _DECODER: msgspec.json.Decoder[Any] = msgspec.json.Decoder(_Line)
 _AT = " - at `$."
 _NO_PAYLOAD = "neither coll_perf nor p2p_perf (nor proxy_trace, dump_stats)"
-_PAYLOADS = ("coll_perf", "p2p_perf", "proxy_trace")
+_PAYLOADS = ("coll_perf", "p2p_perf", "proxy_trace", *_EVENT_PAYLOADS)
 # the layout whose payload lines lean on their marker (v4.3 and later); compared as (major, minor)
 _BARE_PAYLOADS_FROM = (4, 3)
 
@@ -247,8 +253,8 @@ def parse_op(line: bytes | str) -> InspectorRecord:
     kind = _payload_kind(obj)
     if kind is None:
         raise InspectorParseError(_NO_PAYLOAD)
-    if kind == "proxy_trace":
-        raise InspectorParseError("a proxy_trace record, not an operation")
+    if kind not in ("coll_perf", "p2p_perf"):
+        raise InspectorParseError(f"a {kind} record, not an operation")
     if obj.header is None or obj.metadata is None:
         raise InspectorParseError("missing header or metadata")
     return _operation(obj, obj.header, obj.metadata)
@@ -273,6 +279,7 @@ class DumpContext:
     cut_short: int = 0
     missing: int = 0
     proxy_traces: int = 0
+    other_events: int = 0  # the event payloads of the plugin's other build (see the module docstring)
 
     def read(self, line: bytes | str) -> InspectorRecord | InspectorDumpStatsRecord | None:
         """The line's record: an operation, a dump marker's stats, or None (a proxy trace, counted). Raises
@@ -300,6 +307,9 @@ class DumpContext:
                 self.remaining[kind] -= 1  # v4.1/v4.2: a marker's records still carry their context
         if kind == "proxy_trace":
             self.proxy_traces += 1
+            return None
+        if kind in _EVENT_PAYLOADS:
+            self.other_events += 1
             return None
         return _operation(obj, header, meta)
 

@@ -181,6 +181,7 @@ class Tailer:
                     "dumps_cut_short": f.context.cut_short,
                     "records_missing": f.context.missing,
                     "proxy_traces": f.context.proxy_traces,
+                    "other_events": f.context.other_events,
                 }
                 for p, f in self.files.items()
             },

@@ -179,7 +179,9 @@ async def test_v43_dumps_stored_with_their_markers_and_resumed_inside_a_dump(dum
     log.write_bytes(b"".join(lines[:cut]))
     async with aggregator(dump_settings) as agg:
         async with agent(dump_settings, only=["inspector"]):
-            await wait_for(lambda: stored(agg)[0] == sum(1 for x in lines[:cut] if b'"dump_stats"' not in x))
+            await wait_for(
+                lambda: stored(agg)[0] == sum(1 for x in lines[:cut] if b'"dump_stats"' not in x), timeout=30
+            )
         saved = json.loads((dump_settings.state_dir / "inspector-offsets.json").read_text())["files"][
             str(log)
         ]
@@ -189,8 +191,8 @@ async def test_v43_dumps_stored_with_their_markers_and_resumed_inside_a_dump(dum
         ) as fh:  # the rest of the dump and the following ones, written while the agent is down
             fh.write(b"".join(lines[cut:]))
         async with agent(dump_settings, only=["inspector"]):
-            await wait_for(lambda: stored(agg)[0] == len(lines) - markers)
-            await wait_for(lambda: stored_markers(agg) == markers)
+            await wait_for(lambda: stored(agg)[0] == len(lines) - markers, timeout=30)
+            await wait_for(lambda: stored_markers(agg) == markers, timeout=30)
         assert stored(agg) == (
             len(lines) - markers,
             len(lines) - markers,

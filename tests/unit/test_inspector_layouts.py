@@ -17,6 +17,7 @@ from ranksight.agent.collectors.inspector.tailer import Tailer
 from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
 from ranksight.schemas.twins import InspectorDumpStatsRecord, InspectorRecord
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
+from tests.conftest import FIXTURES
 from tests.inspector_layouts import FIXTURE_DROPS, LAYOUTS, fixture_path, render, rewrite, source_lines
 
 # what a newer writer changes about the same operation: the header always names the communicator ("unknown"), which
@@ -183,3 +184,26 @@ def test_the_event_payloads_of_the_plugins_other_v41_build_are_counted() -> None
     ctx = DumpContext()
     records = list(parse_lines([*events, source_lines()[0]], _no_error, ctx))
     assert len(records) == 1 and ctx.other_events == 2
+
+
+def test_the_real_2289_job_rewritten_as_v43_names_the_same_straggler(tmp_path: Path) -> None:
+    """The real plugin's dumps of a job whose rank 2 (pid 3030) arrives late, as written (v4.0) and rewritten as the
+    v4.3 writer prints them: the same records and the same straggler. (The newer writer always names the
+    communicator, which reads as the ring capture model, so the slowdown estimate differs; who is slow does not.)"""
+    source = FIXTURES / "inspector/nccl-2.28.9-h100-4rank"
+    for path in sorted(source.glob("*.log.gz")):
+        with gzip.open(path, "rb") as fh:
+            (tmp_path / path.name.removesuffix(".gz")).write_bytes(
+                b"".join(rewrite(fh.read().splitlines(), "v4.3"))
+            )
+    old, new = DumpReader(source), DumpReader(tmp_path)
+    a, b = (
+        analyze_records(old.records(), StragglerParams()),
+        analyze_records(new.records(), StragglerParams()),
+    )
+    assert old.bad_lines == new.bad_lines == 0 and a.records == b.records > 6000
+    assert (a.capture_model, b.capture_model) == ("sampled", "ring")
+    assert [(f.hostname, f.pid, f.kind) for f in a.stragglers] == [
+        (f.hostname, f.pid, f.kind) for f in b.stragglers
+    ]
+    assert [(f.hostname, f.pid) for f in b.stragglers] == [("vm", 3030)]

@@ -8,8 +8,9 @@ both made by the agent's own summarizer and sampler; a GPU sample of 8 GPUs and 
 of 8 ports every 2 s (``--nic``: ``ethtool``, AMD Pollara ports with 607 ``ethtool -S`` counters each, or ``sysfs``,
 mlx5 ports with 46 sysfs counters; every counter with each ``counters_full_every_s``, the changed ones in between,
 those of traffic with each ``traffic_counters_every_s``, as the agent thins them), each node's gauges in their own
-phase; and the job's RAS status every 10 s from its lease holder (node0000): the text status, with the JSON detail of every communicator (op counts advancing) every third
-poll, rendered by the demo's fake RAS server and parsed by the agent's parsers. RAS MONITOR events come only with job
+phase; and the job's RAS status every 10 s from its lease holder (node0000), in parts under max_payload as the agent
+publishes it: the text status, with the JSON detail of every communicator (op counts advancing) every third poll,
+rendered by the demo's fake RAS server and parsed by the agent's parsers. RAS MONITOR events come only with job
 lifecycle changes: a running job has none.
 
 Publishing costs next to nothing, so a few processes play a thousand nodes: every envelope is encoded once by the real
@@ -312,7 +313,9 @@ class RasJob:
         self.blocks = blocks
         self.polls = 0
 
-    def template(self, steps: int) -> Template:
+    def templates(self, steps: int, max_payload: int) -> list[Template]:
+        """The poll's records as the agent publishes them: in parts of at most half the server's max_payload."""
+        from ranksight.agent.collectors.ras.parts import split_status
         from ranksight.schemas.twins import RasRecord
 
         status = self.text
@@ -324,7 +327,8 @@ class RasJob:
             status = replace(self.detail, **{"communicators": communicators})
         self.polls += 1
         record = RasRecord(job_id="bench-job", endpoint="localhost:28028", **msgspec.structs.asdict(status))
-        return pre_encode("ras", [record], self.cfg.ttl())
+        parts = split_status(record, max_payload // 2, self.polls)
+        return [pre_encode("ras", [part], self.cfg.ttl()) for part in parts]
 
 
 async def publisher(
@@ -367,11 +371,12 @@ async def publisher(
                     turns[k][g] += 1
                     due[g] += interval
         if ras is not None and now >= next_ras:  # node0000 holds the job's poll lease
-            message = nodes[0].message(ras.template(int((now - t0) * rate) + 1))
-            if len(message[1]) <= nc.max_payload:
-                out.append(message)
-            else:  # one record over the server's max_payload: the agent's publish fails the same way
-                ras_oversize = max(ras_oversize, len(message[1]))
+            for template in ras.templates(int((now - t0) * rate) + 1, nc.max_payload):
+                message = nodes[0].message(template)
+                if len(message[1]) <= nc.max_payload:
+                    out.append(message)
+                else:  # one part over the server's max_payload: the agent's publish fails the same way
+                    ras_oversize = max(ras_oversize, len(message[1]))
             next_ras += ras.cfg.interval_s
         for subject, payload, headers in out:
             await nc.publish(subject, payload, headers=headers)
@@ -554,7 +559,7 @@ async def main(args: argparse.Namespace) -> None:
                   f"{r.lag_max_s:>6.1f} s {r.bytes_per_s / 1e6:>6.2f} MB/s {r.msgs_per_s:>7.0f} {alert:>8} "
                   f"{r.cpu_us_per_msg:>5.0f} us {r.cpu_us_per_msg * r.msgs_per_s / US:>5.2f} {r.load:>5.1f}", flush=True)  # fmt: skip
             if r.ras_oversize:
-                print(f"        the job's RAS detail status ({r.ras_oversize / MiB:.1f} MiB, one record) is over the "
+                print(f"        the job's RAS detail status ({r.ras_oversize / MiB:.1f} MiB, one part) is over the "
                       "server's max_payload: not published, as the agent's publish would fail", flush=True)  # fmt: skip
     print(
         "CPU/msg: the aggregator's CPU per message committed; needs: that times the messages/s offered, the cores it "

@@ -14,6 +14,7 @@ from ranksight.aggregator.runtime import Aggregator
 from ranksight.core.config import Settings
 from ranksight.schemas.structs import replace
 from ranksight.simulate.inspector import JobSpec, simulate
+from tests.inspector_layouts import Drops, rewrite
 from tests.support import agent, aggregator, wait_for
 
 EVERY_RAW = {"raw_rate_per_s": 1e9}
@@ -36,6 +37,11 @@ def job_lines() -> list[str]:
 def stored(agg: Aggregator) -> tuple[int, int]:
     [row] = agg.store.rows("SELECT count(*) AS n, count(DISTINCT (pid, comm_id, op, sn)) AS d FROM inspector")
     return row["n"], row["d"]
+
+
+def stored_markers(agg: Aggregator) -> int:
+    [row] = agg.store.rows("SELECT count(*) AS n FROM inspector_dump_stats")
+    return int(row["n"])
 
 
 async def test_tail_partial_truncate_rotate_restart(dump_settings: Settings) -> None:
@@ -155,3 +161,42 @@ async def test_raw_records_are_rate_limited_fairly_and_summaries_count_every_rec
         assert status["raw"]["kept_on_node"] == total - raw["n"]
         assert status["summaries"]["records"] == total and status["summaries"]["late"] == 0
         assert status["summaries"]["parts"] == summaries["rows"]
+
+
+async def test_v43_dumps_stored_with_their_markers_and_resumed_inside_a_dump(dump_settings: Settings) -> None:
+    """Inspector v4.3 layout (``tests/inspector_layouts.py``): records restored from their dump's marker, the
+    markers stored as ``inspector_dump_stats`` with their drop counters, and an agent stopped inside a dump resumes
+    there with the marker it saved."""
+    procs = simulate(JobSpec(nodes=2, gpus_per_node=2, steps=60))
+    proc_lines = next(iter(procs.values()))
+    lines = rewrite([x.encode() for x in proc_lines], "v4.3", drops={2: Drops(coll=3)})
+    markers = sum(1 for x in lines if b'"dump_stats"' in x)
+    cut = next(i for i, x in enumerate(lines) if i > len(lines) // 2 and b'"dump_stats"' not in x
+               and b'"dump_stats"' not in lines[i - 1])  # inside a dump: after its marker and a first payload  # fmt: skip
+    dump = dump_settings.agent.collectors.inspector.dump_dir
+    assert dump is not None
+    log = dump / "node000-pid40000.log"
+    log.write_bytes(b"".join(lines[:cut]))
+    async with aggregator(dump_settings) as agg:
+        async with agent(dump_settings, only=["inspector"]):
+            await wait_for(
+                lambda: stored(agg)[0] == sum(1 for x in lines[:cut] if b'"dump_stats"' not in x), timeout=30
+            )
+        saved = json.loads((dump_settings.state_dir / "inspector-offsets.json").read_text())["files"][
+            str(log)
+        ]
+        assert saved["offset"] == log.stat().st_size and saved["dump"]["header"]["comm_name"]
+        with log.open(
+            "ab"
+        ) as fh:  # the rest of the dump and the following ones, written while the agent is down
+            fh.write(b"".join(lines[cut:]))
+        async with agent(dump_settings, only=["inspector"]):
+            await wait_for(lambda: stored(agg)[0] == len(lines) - markers, timeout=30)
+            await wait_for(lambda: stored_markers(agg) == markers, timeout=30)
+        assert stored(agg) == (
+            len(lines) - markers,
+            len(lines) - markers,
+        )  # every record once, none misattributed
+        [row] = agg.store.rows("SELECT max(coll_dropped_total) AS dropped, min(format_version) AS v, "
+                               "count(DISTINCT pid) AS pids FROM inspector_dump_stats")  # fmt: skip
+        assert (row["dropped"], row["v"], row["pids"]) == (3, "v4.3", 1)

@@ -17,6 +17,7 @@ from ranksight.schemas.records.inspector import RawRecordsRequest as RawRecordsR
 from ranksight.schemas.structs import replace, to_builtins
 from ranksight.schemas.twins import RawCursor, RawRecordsRequest
 from ranksight.simulate.inspector import JobSpec, write_job
+from tests.inspector_layouts import rewrite
 
 # the aggregator's model (what a request is declared as) and the agent's twin (what it is read as) refuse alike
 VALIDATORS: list[Callable[[dict[str, object]], object]] = [
@@ -175,3 +176,20 @@ def test_a_window_wider_than_the_setting_is_refused() -> None:
     req = RawRecordsRequest(comms=["x"], from_us=0, to_us=7200 * 10**6)
     with pytest.raises(ValueError, match="raw_max_window_s"):
         check_request(req, LIMITS)
+
+
+def test_v43_dumps_page_alike_resuming_inside_a_dump_with_its_marker(
+    job: tuple[Path, list[dict[str, object]]], tmp_path: Path
+) -> None:
+    """The same job's files in the v4.3 layout (bare payloads after a marker): every page, also one whose cursor
+    falls inside a dump, gives the records of the v4.0 files."""
+    directory, records = job
+    for path in sorted(directory.iterdir()):
+        (tmp_path / path.name).write_bytes(b"".join(rewrite(path.read_bytes().splitlines(), "v4.3")))
+    lo, hi = window(records)
+    comms = {str(r["comm_id"]) for r in records[:50]}
+    req = RawRecordsRequest(comms=sorted(comms), from_us=lo, to_us=hi)
+    want = expected(records, comms, lo, hi)
+    for limits in (LIMITS, RawLimits(37, 1 << 30, 1 << 30, 3600), RawLimits(10_000, 1 << 30, 20_000, 3600)):
+        got, _ = all_pages(tmp_path, req, limits)
+        assert len(got) == len(set(got)) and set(got) == want and len(want) > 100

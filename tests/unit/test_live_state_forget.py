@@ -48,6 +48,15 @@ def records(kind: str, node: str, peer: str) -> list[dict[str, Any]]:
                                "slice_exec_sum_us": [10.0], "slice_exec_min_us": [10.0], "slice_sn_lo": [1],
                                "slice_sn_lo_ts_us": [NOW // 1000], "slice_sn_hi": [1],
                                "slice_sn_hi_ts_us": [NOW // 1000]}],
+        "inspector_dump_stats": [{"comm_id": "c0", "rank": 0, "n_ranks": 8, "hostname": node, "pid": 1,
+                                  "dump_ts_us": NOW // 1000, "format_version": "v4.3", "coll_records": 1,
+                                  "coll_dropped_total": 2, "coll_dropped_since_last_dump": 2, "p2p_records": 0,
+                                  "p2p_dropped_total": 0, "p2p_dropped_since_last_dump": 0}],
+        "ras_diagnostics": [{"status": "ok", "endpoint": f"{node}:28028", "host": node, "pid": 1, "peers": 8,
+                             "findings": [{"tag": "info", "check": "ECC", "kind": "ecc_uncorrected", "text": "ECC: x",
+                                           "comm": "0xc0", "ranks": [1], "ranks_total": 1, "hosts": [node]}]}],
+        "inspector_metrics": [{"source": "otlp", "shape": "device", "hostname": node, "gpu": "GPU0",
+                               "coll_total": 10, "coll_dropped_total": 1}],
         "gpu": [{"index": 0, "name": "MI300X", "throttled": True}],
         "nic": [{"name": "mlx5_0/1", "kind": "rdma", "link_flaps": 1, "congestion_per_s": 5.0}],
         "probe": [{"src": node, "dst": peer, "dst_addr": "10.0.0.2", "upload_bps": 1e9, "download_bps": 1e9}],
@@ -116,7 +125,8 @@ def test_every_tracker_forgets_a_silent_node_and_history_keeps_it(tmp_path: Path
 
         # the keeper stays in touch; the ghost stays silent past the horizon
         feed(store, state, [message("heartbeat", KEEPER, GHOST, 100, NOW + 90 * NS)])
-        state.tick(NOW + (FORGET_AFTER_S + 15) * NS)
+        last_kind_s = len(RECORD_MODELS)  # every_kind receives one kind a second
+        state.tick(NOW + (FORGET_AFTER_S + last_kind_s + 1) * NS)
 
         assert list(mentions(state, GHOST)) == []
         assert ("c", KEEPER) in state.nodes.nodes and ("c", KEEPER) in state.last_seen_ns

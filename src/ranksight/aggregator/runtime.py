@@ -39,6 +39,7 @@ from ranksight.aggregator.history import retention_loop, shard_export_loop
 from ranksight.aggregator.http.server import HttpFace
 from ranksight.aggregator.lead import AnalysisLead
 from ranksight.aggregator.probes import ProbePlanner
+from ranksight.aggregator.profiling import ProfileOnDemand
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.raw_evidence import RawEvidence
 from ranksight.aggregator.shards import NodeKey, ShardOwner
@@ -174,6 +175,7 @@ class Aggregator:
         self.stats = IngestStats()
         self.http = HttpFace(self)
         self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
+        self.profiling = ProfileOnDemand(settings.aggregator.profile_on_demand)
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
         self.nc: Client | None = None
         self.lead: AnalysisLead | None = None  # sharded: this shard's candidacy for the analysis lead
@@ -206,6 +208,7 @@ class Aggregator:
             "sequence": self.store.sequence_stats(),
             "alerts_firing": len(self.engine.active),
             "raw_evidence": self.raw_evidence.stats.__dict__,
+            "profile_on_demand": {**self.profiling.stats.__dict__, "active": len(self.profiling.active)},
             "stragglers": {
                 "queued": self.state.stragglers.queued,
                 "dropped": self.state.stragglers.dropped,
@@ -283,6 +286,7 @@ class Aggregator:
                 if self.lead is not None:
                     await self.lead.stop()  # the next lead need not wait for the lease to expire
                 await self.raw_evidence.stop()
+                await self.profiling.stop(self)
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks[:1])
                 for service in services:
@@ -516,6 +520,7 @@ class Aggregator:
             await self._publish_alerts(transitions)
             self.alertmanager.transitions(transitions)
             self.raw_evidence.submit(self, transitions)  # after the write: its evidence update comes later
+            self.profiling.submit(self, transitions)
         return transitions
 
     async def _claim_action(self, action: Action) -> bool:

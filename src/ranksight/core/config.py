@@ -120,6 +120,16 @@ class RasSettings(CollectorSettings):
     proc_root: Path = Field(
         Path("/proc"), description="where to find the RAS port's process and its scheduler env"
     )
+    diagnostics: bool = Field(
+        True,
+        description="the job's lease holder runs RAS DIAGNOSTICS once per new job (NCCL 2.32+; older releases "
+        "answer Unknown command and are not asked again) and publishes a ras_diagnostics record",
+    )
+    profile_control: bool = Field(
+        False,
+        description="accept the ras_profile agent command (ranksight ras profile --job): CONTROL PROFILER_MASK "
+        "sent to this node's RAS endpoint, NCCL 2.31+; off: the command is refused",
+    )
 
 
 class InspectorSettings(SummaryTiming, CollectorSettings):
@@ -170,6 +180,29 @@ class InspectorSettings(SummaryTiming, CollectorSettings):
         ge=0,
         description="raw inspector records published per second at most, sampled fairly across comms (0: none); "
         "dump files keep every record on the node",
+    )
+    # the plugin's other outputs (inspector_metrics records): its Prometheus textfiles and its OTLP/HTTP export
+    prom_files: bool = Field(
+        True, description="read the plugin's Prometheus textfiles (nccl_inspector_metrics_*.prom) in dump_dir"
+    )
+    otlp_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description="loopback port of the OTLP/HTTP JSON receiver for the plugin's export (NCCL_INSPECTOR_OTEL_EXPORT"
+        "=1 posts to http://localhost:4318/v1/metrics); unset: no receiver",
+    )
+    otlp_max_body_bytes: int = Field(
+        8 << 20, ge=1024, description="OTLP receiver: bytes of one request body at most (beyond: 413)"
+    )
+    otlp_max_requests_per_s: float = Field(
+        20.0,
+        gt=0,
+        description="OTLP receiver: requests per second at most, bursts of one second (beyond: 429)",
+    )
+    otlp_max_connections: int = Field(16, ge=1, description="OTLP receiver: open connections at most")
+    otlp_read_timeout_s: float = Field(
+        10.0, gt=0, description="OTLP receiver: time to read one request (headers and body)"
     )
 
 
@@ -787,6 +820,13 @@ RULE_TIMINGS: dict[str, tuple[float, float]] = {
     "rank_section_overdue": (0, 10),
     "gpu_xid": (0, 0),  # a logged event: it fires at once and holds for the record's TTL
     "action_breaker_open": (0, 0),  # the planner's own state: it opens and closes once, with its window
+    # RAS diagnostics (NCCL 2.32) run once per job: a finding stands until the job ends
+    "ras_diag_versions": (0, 60),
+    "ras_diag_gpu_inventory": (0, 60),
+    "ras_diag_xid": (0, 60),
+    "ras_diag_nvlink": (0, 60),
+    "ras_diag_nccl_env": (0, 60),
+    "ras_diag_ecc": (0, 60),
 }
 
 
@@ -1115,6 +1155,30 @@ class ActionSettings(Section):
         return self
 
 
+class ProfileOnDemandSettings(Section):
+    """Profiling on demand (``aggregator.profile_on_demand``): when an alert of ``rules`` fires for a job whose NCCL
+    has RAS CONTROL (2.31+), ask the agent polling the job to turn the profiler events on (``ras_profile``, which the
+    agent accepts only with ``agent.collectors.ras.profile_control``), and off again ``on_s`` later. Off by default."""
+
+    enabled: bool = False
+    rules: list[str] = Field(
+        default_factory=lambda: [
+            "comm_mismatch",
+            "comm_hang",
+            "ras_diag_nvlink",
+            "ras_diag_xid",
+            "ras_diag_ecc",
+        ],
+        description="the alerts (with a job) whose firing turns profiling on for their job",
+    )
+    value: str = Field("on", description="what is sent: on (Inspector's events), or a profiler mask")
+    on_s: float = Field(300.0, gt=0, le=86400, description="profiling is turned off again this long after")
+    max_jobs: int = Field(
+        4, ge=1, description="jobs profiled at once at most (beyond: not turned on, counted)"
+    )
+    timeout_s: float = Field(30.0, gt=0, description="limit of one agent request")
+
+
 class AggregatorSettings(Section):
     db_path: Path | None = Field(None, description="DuckDB file; default <state_dir>/ranksight.duckdb")
     stream: str = "RANKSIGHT_EVENTS"
@@ -1137,6 +1201,7 @@ class AggregatorSettings(Section):
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
     raw_evidence: RawEvidenceSettings = RawEvidenceSettings()
+    profile_on_demand: ProfileOnDemandSettings = ProfileOnDemandSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()
     ras: RasAlertSettings = RasAlertSettings()
     alerts: AlertSettings = AlertSettings()

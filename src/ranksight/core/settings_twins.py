@@ -40,6 +40,8 @@ class RasSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     monitor: bool
     lease_ttl_s: float | None
     proc_root: Path
+    diagnostics: bool
+    profile_control: bool
 
 
 class InspectorSettings(SummaryTiming, CollectorSection, msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -59,6 +61,12 @@ class InspectorSettings(SummaryTiming, CollectorSection, msgspec.Struct, kw_only
     summary_slice_s: float
     summary_max_keys: int
     raw_rate_per_s: float
+    prom_files: bool
+    otlp_port: int | None
+    otlp_max_body_bytes: int
+    otlp_max_requests_per_s: float
+    otlp_max_connections: int
+    otlp_read_timeout_s: float
 
 
 class GpuSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -307,6 +315,17 @@ class RawEvidenceSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkn
     retry_delay_s: float
 
 
+class ProfileOnDemandSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.ProfileOnDemandSettings`."""
+
+    enabled: bool
+    rules: list[str]
+    value: str
+    on_s: float
+    max_jobs: int
+    timeout_s: float
+
+
 class HardwareAlertSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """The twin of :class:`ranksight.core.config.HardwareAlertSettings`."""
 
@@ -484,6 +503,7 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkno
     probes: ProbePlannerSettings
     stragglers: StragglerSettings
     raw_evidence: RawEvidenceSettings
+    profile_on_demand: ProfileOnDemandSettings
     hardware: HardwareAlertSettings
     ras: RasAlertSettings
     alerts: AlertSettings

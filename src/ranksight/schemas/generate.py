@@ -268,7 +268,7 @@ def targets() -> list[Target]:
     from ranksight.schemas.records import RECORD_KINDS, Record
     from ranksight.schemas.records.inspector import RawRecordsPage, RawRecordsRequest
     from ranksight.schemas.records.probe import ProbeCommand
-    from ranksight.schemas.records.ras import RasEvent, RasStatus
+    from ranksight.schemas.records.ras import RasDiagnostics, RasEvent, RasStatus
 
     kinds = "\n".join(f"    {name!r}: {kind.model.__name__}," for name, kind in RECORD_KINDS.items())
     records = Target(
@@ -279,6 +279,7 @@ def targets() -> list[Target]:
         [
             *(kind.model for kind in RECORD_KINDS.values()),
             RasStatus,
+            RasDiagnostics,
             RasEvent,
             Envelope,
             CompactRecords,

@@ -114,7 +114,7 @@ class RasRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """The twin of :class:`ranksight.schemas.records.ras.RasRecord`."""
 
     min_records: ClassVar[int] = 0
-    schema_version: ClassVar[int] = 1
+    schema_version: ClassVar[int] = 2
     format: Literal['text', 'json']
     version: str | None = None
     health: Literal['ok', 'warning', 'degraded', 'failed']
@@ -131,6 +131,9 @@ class RasRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     all_communicators: bool = True
     job_id: str | None = None
     endpoint: str
+    poll_id: StoredInt | None = None
+    part: StoredInt = 0
+    parts: StoredInt = 1
 
 
 class RasEventRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -147,6 +150,38 @@ class RasEventRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     nvml_gpus: list[StoredInt] = msgspec.field(default_factory=list)
     addr: str | None = None
     details: str = ''
+    job_id: str | None = None
+    endpoint: str
+
+
+class RasDiagnosticFinding(msgspec.Struct, kw_only=True, gc=False):
+    """The twin of :class:`ranksight.schemas.records.ras.RasDiagnosticFinding`."""
+
+    tag: Literal['ok', 'info']
+    check: str
+    kind: str
+    text: str
+    comm: str | None = None
+    ranks: list[StoredInt] = msgspec.field(default_factory=list)
+    ranks_total: StoredInt = 0
+    reference_rank: StoredInt | None = None
+    reference_value: str | None = None
+    hosts: list[str] = msgspec.field(default_factory=list)
+
+
+class RasDiagnosticsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """The twin of :class:`ranksight.schemas.records.ras.RasDiagnosticsRecord`."""
+
+    min_records: ClassVar[int] = 0
+    schema_version: ClassVar[int] = 1
+    status: Literal['ok', 'incomplete', 'busy', 'unsupported', 'error']
+    message: str | None = None
+    host: str | None = None
+    pid: StoredInt | None = None
+    scope: Literal['job', 'comm'] | None = None
+    completed_ms: StoredFloat | None = None
+    peers: StoredInt | None = None
+    findings: Annotated[list[RasDiagnosticFinding], msgspec.Meta(max_length=100000)] = msgspec.field(default_factory=list)
     job_id: str | None = None
     endpoint: str
 
@@ -222,6 +257,65 @@ class InspectorSummaryRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False
     slice_sn_hi: list[StoredInt] = msgspec.field(default_factory=list)
     slice_sn_hi_ts_us: list[StoredInt] = msgspec.field(default_factory=list)
     part_us: StoredInt = 0
+
+
+class InspectorDumpStatsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """The twin of :class:`ranksight.schemas.records.inspector_dumps.InspectorDumpStatsRecord`."""
+
+    min_records: ClassVar[int] = 0
+    schema_version: ClassVar[int] = 1
+    comm_id: str
+    comm_name: str | None = None
+    rank: StoredInt
+    n_ranks: StoredInt
+    hostname: str
+    pid: StoredInt
+    dump_ts_us: StoredInt
+    format_version: str
+    coll_records: StoredInt
+    coll_dropped_total: StoredInt
+    coll_dropped_since_last_dump: StoredInt
+    p2p_records: StoredInt
+    p2p_dropped_total: StoredInt
+    p2p_dropped_since_last_dump: StoredInt
+    proxy_records: StoredInt | None = None
+    proxy_dropped_total: StoredInt | None = None
+    proxy_dropped_since_last_dump: StoredInt | None = None
+    proxy_ops_dropped_total: StoredInt | None = None
+    proxy_ops_dropped_since_last_dump: StoredInt | None = None
+
+
+class InspectorMetricsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
+    """The twin of :class:`ranksight.schemas.records.inspector_metrics.InspectorMetricsRecord`."""
+
+    min_records: ClassVar[int] = 0
+    schema_version: ClassVar[int] = 1
+    source: Literal['prom', 'otlp']
+    shape: Literal['bucket', 'op', 'device']
+    format_version: str | None = None
+    job_id: str | None = None
+    hostname: str
+    gpu: str
+    ts_us: StoredInt | None = None
+    comm_name: str | None = None
+    comm_id: str | None = None
+    n_nodes: StoredInt | None = None
+    n_ranks: StoredInt | None = None
+    op_kind: Literal['coll', 'p2p'] | None = None
+    op: str | None = None
+    algo_proto: str | None = None
+    size_range: str | None = None
+    size_lo_bytes: StoredInt | None = None
+    msg_size_bytes: StoredInt | None = None
+    sn: StoredInt | None = None
+    peer: StoredInt | None = None
+    exec_time_us: StoredFloat | None = None
+    busbw_gbs: StoredFloat | None = None
+    algobw_gbs: StoredFloat | None = None
+    coll_total: StoredInt | None = None
+    coll_dropped_total: StoredInt | None = None
+    p2p_total: StoredInt | None = None
+    p2p_dropped_total: StoredInt | None = None
 
 
 class GpuLink(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -401,6 +495,19 @@ class RasStatus(msgspec.Struct, kw_only=True, gc=False):
     all_communicators: bool = True
 
 
+class RasDiagnostics(msgspec.Struct, kw_only=True, gc=False):
+    """The twin of :class:`ranksight.schemas.records.ras.RasDiagnostics`."""
+
+    status: Literal['ok', 'incomplete', 'busy', 'unsupported', 'error']
+    message: str | None = None
+    host: str | None = None
+    pid: StoredInt | None = None
+    scope: Literal['job', 'comm'] | None = None
+    completed_ms: StoredFloat | None = None
+    peers: StoredInt | None = None
+    findings: Annotated[list[RasDiagnosticFinding], msgspec.Meta(max_length=100000)] = msgspec.field(default_factory=list)
+
+
 class RasEvent(msgspec.Struct, kw_only=True, gc=False):
     """The twin of :class:`ranksight.schemas.records.ras.RasEvent`."""
 
@@ -487,8 +594,11 @@ KIND_TWINS: dict[str, type[Any]] = {
     'heartbeat': HeartbeatRecord,
     'ras': RasRecord,
     'ras_event': RasEventRecord,
+    'ras_diagnostics': RasDiagnosticsRecord,
     'inspector': InspectorRecord,
     'inspector_summary': InspectorSummaryRecord,
+    'inspector_dump_stats': InspectorDumpStatsRecord,
+    'inspector_metrics': InspectorMetricsRecord,
     'gpu': GpuRecord,
     'nic': NicRecord,
     'probe': ProbeRecord,

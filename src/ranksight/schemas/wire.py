@@ -25,6 +25,10 @@ STORED_BOUNDS: dict[type, dict[str, Any]] = {
 
 WireFormat = Literal["compact", "map"]
 
+# The lists of a ``ras`` status too big for one message that its parts share out (``RasRecord.part`` of ``parts``);
+# every other field is in every part.
+RAS_SPLIT_LISTS = ("communicators", "missing_processes", "dead_processes", "mismatches")
+
 
 def event_type(kind: str) -> str:
     return f"{TYPE_PREFIX}{kind}"

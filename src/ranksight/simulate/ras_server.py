@@ -13,6 +13,15 @@
   ``[time] EVENT: Process P on node H managing GPU(s) G[ (NVML N)] details`` (``[time] EVENT: addr<port> details``
   for a peer the server cannot name) or pretty-printed JSON objects with arrays on one line
   (``fixtures/ras/upstream-server/monitor_events_by_version_and_group.txt``);
+- 2.31+ add ``CONTROL PROFILER_MASK <value>`` (the value parsed as :func:`agent.collectors.ras.control.
+  parse_profiler_mask`, i.e. as the server's ``rasParseProfilerMask``) -> ``OK``, ``ERROR: Invalid profiler mask
+  value '<value>'``, ``ERROR: Unknown CONTROL subcommand '<word>'``; the connection stays open (the masks set are kept
+  in ``profiler_masks``);
+- 2.32+ add ``DIAGNOSTICS``: text only (in JSON format ``ERROR: diagnostics only supports text output``), one run at a
+  time (a concurrent request gets ``BUSY: diagnostics already in progress``); the reply (``diagnostics_reply``, the
+  whole text the test sets, normally a fixture of ``fixtures/ras/diagnostics/``) comes after ``diagnostics_delay_s``
+  (the gathering collective) and the server closes the connection after any of these answers, as after a status
+  (RCCL's microtests of ``client_support.cc``: the client is FINISHED);
 - faults for the client's error paths: ``silent`` (accepts, never answers), ``reset`` (half a reply, then RST), and a
   status body that starts only after ``first_byte_delay_s`` (a degraded job's gathering timeouts).
 
@@ -31,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ranksight.agent.collectors.ras.client import MONITOR_GROUPS
+from ranksight.agent.collectors.ras.control import parse_profiler_mask
 from ranksight.schemas.records.ras import RasEvent
 
 Fault = Literal["none", "silent", "reset"]
@@ -42,6 +52,8 @@ class Profile:
     json: bool  # SET FORMAT json (2.28.7+)
     monitor: bool  # MONITOR (2.29+)
     missing_comma: bool  # the 2.28.7/2.28.9 JSON bug
+    control: bool = False  # CONTROL PROFILER_MASK (2.31+)
+    diagnostics: bool = False  # DIAGNOSTICS (2.32+)
 
 
 PROFILES = {
@@ -50,6 +62,9 @@ PROFILES = {
     "2.28.7": Profile("2.28.7", json=True, monitor=False, missing_comma=True),
     "2.28.9": Profile("2.28.9", json=True, monitor=False, missing_comma=True),
     "2.29": Profile("2.29.2", json=True, monitor=True, missing_comma=False),
+    "2.30": Profile("2.30.7", json=True, monitor=True, missing_comma=False),
+    "2.31": Profile("2.31.0", json=True, monitor=True, missing_comma=False, control=True),
+    "2.32": Profile("2.32.3", json=True, monitor=True, missing_comma=False, control=True, diagnostics=True),
 }
 
 _NVML_COMMA = re.compile(r'("nvml_dev"\s*:\s*-?\d+),')
@@ -147,6 +162,10 @@ class FakeRasServer:
     concurrent: int = 0
     max_concurrent: int = 0
     commands: list[str] = field(default_factory=list)
+    diagnostics_reply: bytes = b""
+    diagnostics_delay_s: float = 0.0
+    diagnostics_running: int = 0
+    profiler_masks: list[int] = field(default_factory=list)
     _server: asyncio.Server | None = None
     _monitors: list[_Client] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -229,6 +248,19 @@ class FakeRasServer:
         elif lower in ("status", "verbose status"):
             await self._status(client)
             return True
+        elif (lower == "control" or lower.startswith("control ")) and self.profile.control:
+            sub, _, value = line[len("control") :].strip().partition(" ")
+            mask = parse_profiler_mask(value.strip()) if sub.lower() == "profiler_mask" else None
+            if sub.lower() != "profiler_mask":
+                writer.write(f"ERROR: Unknown CONTROL subcommand '{sub}'\n".encode())
+            elif mask is None:
+                writer.write(f"ERROR: Invalid profiler mask value '{value.strip()}'\n".encode())
+            else:
+                self.profiler_masks.append(mask)
+                writer.write(b"OK\n")
+        elif lower == "diagnostics" and self.profile.diagnostics:
+            await self._diagnostics(client)
+            return True
         elif (lower == "monitor" or lower.startswith("monitor ")) and self.profile.monitor:
             groups = monitor_groups(line[len("monitor") :])
             if isinstance(groups, str):
@@ -242,6 +274,21 @@ class FakeRasServer:
             writer.write(f"ERROR: Unknown command {line}\n".encode())
         await writer.drain()
         return False
+
+    async def _diagnostics(self, client: _Client) -> None:
+        writer = client.writer
+        if client.json:
+            writer.write(b"ERROR: diagnostics only supports text output\n")
+        elif self.diagnostics_running:
+            writer.write(b"BUSY: diagnostics already in progress\n")
+        else:
+            self.diagnostics_running += 1
+            try:
+                await asyncio.sleep(self.diagnostics_delay_s)
+                writer.write(self.diagnostics_reply)
+            finally:
+                self.diagnostics_running -= 1
+        await writer.drain()
 
     async def _status(self, client: _Client) -> None:
         self.statuses_served += 1

@@ -9,6 +9,7 @@ from ranksight.aggregator.analysis.hardware import hardware_rules
 from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.analysis.nodes import NodeSilentRule
 from ranksight.aggregator.analysis.ras import ras_rules
+from ranksight.aggregator.analysis.ras_diagnostics import diagnostics_rules
 from ranksight.aggregator.analysis.straggler_live import CollectiveHangRule, StragglerRule
 from ranksight.aggregator.analysis.xid import GpuXidRule
 from ranksight.core.config import Settings
@@ -20,6 +21,7 @@ def default_rules(settings: Settings | None = None) -> list[Rule]:
     return [
         NodeSilentRule(),
         *ras_rules(settings.aggregator.ras),
+        *diagnostics_rules(),
         StragglerRule(),
         CollectiveHangRule(),
         *hardware_rules(settings.aggregator.hardware),

@@ -75,6 +75,7 @@ class ClusterCollector(Collector):
         self._hardware(f, jobs)
         self._links(f)
         self._jobs_and_stragglers(f, jobs)
+        self._inspector_drops(f, jobs)
         yield from f.families.values()
         dropped = GaugeMetricFamily("ranksight_metrics_series_dropped",
                                     "series left out of the last scrape by the cardinality bound", labels=["family"])  # fmt: skip
@@ -254,6 +255,44 @@ class ClusterCollector(Collector):
                 ]
                 f.add(slowdown, values, finding.slowdown)
                 f.add(confidence, values, finding.confidence)
+
+    def _inspector_drops(self, f: _Families, jobs: DeviceJobs) -> None:
+        """Inspector v4.1+ dump markers: the plugin's ring drop counters (since the process started) per process and
+        communicator, and the records the markers announced."""
+        labels = ["cluster", "node", "hostname", "pid", "comm", "comm_name", "job_id"]
+        dropped = f.counter("ranksight_inspector_dropped_operations", "completed operations the Inspector plugin's "
+                            "rings dropped, never dumped (op_kind: coll, p2p, proxy)", [*labels, "op_kind"])  # fmt: skip
+        dumped = f.counter("ranksight_inspector_dumped_records",
+                           "coll and p2p records the Inspector dump markers seen announced", labels)  # fmt: skip
+        for (cluster, node, host, pid, comm), state in sorted(self.agg.state.inspector_drops.live().items()):
+            rec = state.latest
+            values = [
+                cluster,
+                node,
+                host,
+                str(pid),
+                comm,
+                rec.comm_name or "",
+                jobs.process(cluster, node, pid),
+            ]
+            f.add(dropped, [*values, "coll"], rec.coll_dropped_total)
+            f.add(dropped, [*values, "p2p"], rec.p2p_dropped_total)
+            f.add(
+                dropped, [*values, "proxy"], rec.proxy_dropped_total
+            )  # None (no series) without proxy tracing
+            f.add(dumped, values, state.records)
+        glabels = ["cluster", "node", "hostname", "gpu", "job_id", "op_kind"]
+        gpu_dropped = f.counter("ranksight_inspector_gpu_dropped_operations", "operations the Inspector plugin's "
+                                "rings of one GPU dropped (its Prometheus textfile or OTLP counters)", glabels)  # fmt: skip
+        gpu_total = f.counter("ranksight_inspector_gpu_operations", "operations the Inspector plugin's rings of one GPU "
+                              "recorded (its Prometheus textfile or OTLP counters)", glabels)  # fmt: skip
+        for (cluster, node, host, gpu), drops in sorted(self.agg.state.inspector_drops.live_gpus().items()):
+            counters, job_id = drops.latest, jobs.node(cluster, node)
+            for op_kind, total, lost in (("coll", counters.coll_total, counters.coll_dropped_total),
+                                         ("p2p", counters.p2p_total, counters.p2p_dropped_total)):  # fmt: skip
+                values = [cluster, node, host, gpu, job_id, op_kind]
+                f.add(gpu_total, values, total)
+                f.add(gpu_dropped, values, lost)
 
 
 def metrics_registry(

@@ -21,6 +21,7 @@ from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.state.app import AppTracker
 from ranksight.aggregator.state.devices import GpuTracker, NicTracker
 from ranksight.aggregator.state.gpu_probes import GpuProbeTracker
+from ranksight.aggregator.state.inspector_drops import InspectorDropTracker
 from ranksight.aggregator.state.jobs import JobTracker
 from ranksight.aggregator.state.links import LinkTracker
 from ranksight.aggregator.state.nodes import NodeState, NodeTracker
@@ -62,8 +63,9 @@ class LiveState:
         self.app = AppTracker()
         self.stragglers = StragglerTracker()
         self.xids = XidTracker()
-        self.trackers: list[Tracker] = [self.nodes, self.jobs, self.gpus, self.nics, self.links,
-                                        self.gpu_probes, self.app, self.stragglers, self.xids]  # fmt: skip
+        self.inspector_drops = InspectorDropTracker()
+        self.trackers: list[Tracker] = [self.nodes, self.jobs, self.gpus, self.nics, self.links, self.gpu_probes,
+                                        self.app, self.stragglers, self.xids, self.inspector_drops]  # fmt: skip
         self.now_ns = 0
 
     @property

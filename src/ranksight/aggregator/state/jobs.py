@@ -17,8 +17,15 @@ from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ranksight.aggregator.forgetting import NodeKey
+from ranksight.aggregator.state.ras_parts import PartAssembler
 from ranksight.aggregator.timefmt import NS
-from ranksight.schemas.records.ras import RasEventRecord, RasLaggingRank, RasProcess, RasRecord
+from ranksight.schemas.records.ras import (
+    RasDiagnosticsRecord,
+    RasEventRecord,
+    RasLaggingRank,
+    RasProcess,
+    RasRecord,
+)
 from ranksight.schemas.twins import Envelope
 
 JOB_KINDS = frozenset(
@@ -91,6 +98,9 @@ class JobState:
     peers_dead: dict[str, PendingPeer] = field(
         default_factory=dict
     )  # process key -> PEER_DEAD not yet listed
+    diagnostics: RasDiagnosticsRecord | None = (
+        None  # the job's latest completed RAS diagnostics run (NCCL 2.32+)
+    )
 
 
 def _advance(prev: CommState | None, comm: CommState) -> CommState:
@@ -133,20 +143,31 @@ def _moved(before: list[RasLaggingRank], now: list[RasLaggingRank]) -> bool:
 
 
 class JobTracker:
-    kinds = frozenset({"ras", "ras_event"})
+    kinds = frozenset({"ras", "ras_event", "ras_diagnostics"})
 
     def __init__(self, forget_after_s: float = 3600.0) -> None:
         self.forget_after_ns = int(forget_after_s * NS)
         self.jobs: dict[tuple[str, str], JobState] = {}
+        self.parts = PartAssembler()  # a status published in parts is judged whole
 
     @staticmethod
-    def job_key(record: RasRecord | RasEventRecord, node: str) -> str:
+    def job_key(record: RasRecord | RasEventRecord | RasDiagnosticsRecord, node: str) -> str:
         return record.job_id or f"{node}:{record.endpoint}"
 
     def observe(self, env: Envelope, recv_ns: int) -> None:
-        handle = self._status if env.kind == "ras" else self._event
+        if env.kind == "ras_diagnostics":
+            for record in env.records:
+                self._diagnostics(env, record)
+            return
+        if env.kind != "ras":
+            for record in env.records:
+                self._event(env, record, recv_ns)
+            return
         for record in env.records:
-            handle(env, record, recv_ns)
+            whole = self.parts.add(env, record, recv_ns)
+            if whole is not None:
+                status, received_ns = whole
+                self._status(env, status, received_ns)  # type: ignore[arg-type]  # the twin of the model
 
     def _status(self, env: Envelope, rec: RasRecord, recv_ns: int) -> None:
         key = (env.cluster, self.job_key(rec, env.node))
@@ -190,6 +211,12 @@ class JobTracker:
         job.last_poll_ns, job.expires_ns, job.polls = recv_ns, recv_ns + int(env.ttl * NS), job.polls + 1
         job.state = "running"
 
+    def _diagnostics(self, env: Envelope, rec: RasDiagnosticsRecord) -> None:
+        """A completed run replaces the job's previous one; a busy, unsupported or failed attempt changes nothing."""
+        job = self.jobs.get((env.cluster, self.job_key(rec, env.node)))
+        if job is not None and rec.status in ("ok", "incomplete"):
+            job.diagnostics = rec
+
     def _event(self, env: Envelope, rec: RasEventRecord, recv_ns: int) -> None:
         job = self.jobs.get((env.cluster, self.job_key(rec, env.node)))
         if job is None:
@@ -216,6 +243,7 @@ class JobTracker:
     def forget(self, nodes: set[NodeKey]) -> None:
         """Drop the jobs these nodes polled last (silent that long, they are not running)."""
         self.jobs = {key: job for key, job in self.jobs.items() if (job.cluster, job.node) not in nodes}
+        self.parts.forget(nodes)
 
     def live(self) -> list[JobState]:
         """Jobs polled recently and not ended: their facts are fresh."""

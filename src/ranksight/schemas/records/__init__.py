@@ -21,10 +21,12 @@ from ranksight.schemas.records.gpu_probe import GpuProbeRecord
 from ranksight.schemas.records.gpu_xid import GpuXidRecord
 from ranksight.schemas.records.heartbeat import CollectorHealth, HeartbeatRecord, PublisherStats
 from ranksight.schemas.records.inspector import InspectorRecord
+from ranksight.schemas.records.inspector_dumps import InspectorDumpStatsRecord
+from ranksight.schemas.records.inspector_metrics import InspectorMetricsRecord
 from ranksight.schemas.records.inspector_summary import InspectorSummaryRecord
 from ranksight.schemas.records.nic import NicRecord
 from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
-from ranksight.schemas.records.ras import RasEventRecord, RasRecord
+from ranksight.schemas.records.ras import RasDiagnosticsRecord, RasEventRecord, RasRecord
 
 
 @dataclass(frozen=True)
@@ -50,8 +52,15 @@ RECORD_KINDS: dict[str, RecordKind] = {
             tracker="jobs",
             parse="ranksight.agent.collectors.ras.cli",
         ),
+        RecordKind("ras_diagnostics", RasDiagnosticsRecord, collector="ras", tracker="jobs"),
         RecordKind("inspector", InspectorRecord, collector="inspector", tracker="stragglers"),
         RecordKind("inspector_summary", InspectorSummaryRecord, collector="inspector", tracker="stragglers"),
+        RecordKind(
+            "inspector_dump_stats", InspectorDumpStatsRecord, collector="inspector", tracker="inspector_drops"
+        ),
+        RecordKind(
+            "inspector_metrics", InspectorMetricsRecord, collector="inspector", tracker="inspector_drops"
+        ),
         RecordKind(
             "gpu", GpuRecord, collector="gpu", tracker="gpus", parse="ranksight.agent.collectors.gpu.cli"
         ),
@@ -77,12 +86,15 @@ __all__ = [
     "GpuRecord",
     "GpuXidRecord",
     "HeartbeatRecord",
+    "InspectorDumpStatsRecord",
+    "InspectorMetricsRecord",
     "InspectorRecord",
     "InspectorSummaryRecord",
     "NicRecord",
     "ProbeEndpointRecord",
     "ProbeRecord",
     "PublisherStats",
+    "RasDiagnosticsRecord",
     "RasEventRecord",
     "RasRecord",
     "Record",

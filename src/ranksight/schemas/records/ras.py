@@ -7,7 +7,7 @@ zeros, so the text form (``%016lx``) and the JSON form (``0x%lx``) of one commun
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -101,6 +101,55 @@ class RasStatus(BaseModel):
 
 
 class RasRecord(Record, RasStatus):
+    """A status as published. A status too big for one message (a JSON detail of thousands of communicators) goes out
+    in ``parts`` records of one poll (``poll_id``, per agent incarnation), each with the job-level fields and a share
+    of the lists (communicators, missing and dead processes, mismatches); the aggregator judges the poll once it
+    holds every part."""
+
+    schema_version: ClassVar[int] = 2  # 2: poll_id, part, parts
+    job_id: str | None = None
+    endpoint: str
+    poll_id: int | None = None
+    part: int = 0  # 0 .. parts - 1; a part outside that range is never assembled
+    parts: int = 1
+
+
+class RasDiagnosticFinding(BaseModel):
+    """One line of a RAS ``DIAGNOSTICS`` reply (what each field holds: :mod:`agent.collectors.ras.parse_diagnostics`).
+    ``hosts`` are the hosts the line names (Xid/SXid) or, resolved by the agent from a JSON status, those of the
+    ranks in ``ranks``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    tag: Literal["ok", "info"]
+    check: str
+    kind: str
+    text: str
+    comm: str | None = None
+    ranks: list[int] = Field(default_factory=list)
+    ranks_total: int = 0
+    reference_rank: int | None = None
+    reference_value: str | None = None
+    hosts: list[str] = Field(default_factory=list)
+
+
+class RasDiagnostics(BaseModel):
+    """One ``DIAGNOSTICS`` reply: ``ok`` (ran to completion), ``incomplete`` (ended without its completion line),
+    ``busy`` (another run was in progress), ``unsupported`` (a server before NCCL 2.32), ``error``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    status: Literal["ok", "incomplete", "busy", "unsupported", "error"]
+    message: str | None = None
+    host: str | None = None  # the process that answered
+    pid: int | None = None
+    scope: Literal["job", "comm"] | None = None
+    completed_ms: float | None = None
+    peers: int | None = None
+    findings: list[RasDiagnosticFinding] = Field(default_factory=list, max_length=100_000)
+
+
+class RasDiagnosticsRecord(Record, RasDiagnostics):
     job_id: str | None = None
     endpoint: str
 

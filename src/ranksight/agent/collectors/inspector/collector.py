@@ -1,6 +1,10 @@
 """``inspector`` streaming collector: tails the dump directory, summarizes every record per window
-(``inspector_summary``, :mod:`agent.collectors.inspector.summary`) and publishes the summaries and a rate-limited share
-of the raw records (:mod:`agent.collectors.inspector.sampler`), durably. The dump files keep every record on the node.
+(``inspector_summary``, :mod:`agent.collectors.inspector.summary`) and publishes the summaries, a rate-limited share
+of the raw records (:mod:`agent.collectors.inspector.sampler`) and every v4.1+ dump marker's record and drop counts
+(``inspector_dump_stats``), durably. The dump files keep every record on the node. The plugin's other outputs become
+``inspector_metrics`` records: its Prometheus textfiles in the dump directory (:mod:`.promfiles`) and, when
+``otlp_port`` is set, its OTLP/HTTP export to the agent's loopback receiver (:mod:`.otlp`), which also works with no
+dump directory at all.
 
 Offsets are checkpointed in ``<state_dir>/inspector-offsets.json`` only after the stream acknowledged a chunk's raw
 share (``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3). Summaries are
@@ -21,12 +25,19 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.inspector.otlp import OtlpLimits, OtlpReceiver
+from ranksight.agent.collectors.inspector.promfiles import PromFiles
 from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
 from ranksight.schemas.structs import to_builtins
-from ranksight.schemas.twins import InspectorSummaryRecord, RawRecordsPage, RawRecordsRequest
+from ranksight.schemas.twins import (
+    InspectorMetricsRecord,
+    InspectorSummaryRecord,
+    RawRecordsPage,
+    RawRecordsRequest,
+)
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
@@ -48,6 +59,8 @@ class InspectorCollector(StreamingCollector):
                                      max_keys=settings.summary_max_keys)  # fmt: skip
         self.sampler = RawSampler(settings.raw_rate_per_s)
         self._emit: Emit | None = None
+        self.proms: PromFiles | None = None
+        self.receiver: OtlpReceiver | None = None
         ctx.add_command("inspector", self._status)
         ctx.add_command("inspector_raw", self._raw)
 
@@ -56,14 +69,19 @@ class InspectorCollector(StreamingCollector):
 
     async def detect(self) -> bool:
         directory = self._dump_dir()
-        return directory is not None and directory.is_dir()
+        return (directory is not None and directory.is_dir()) or self.cfg.otlp_port is not None
 
     async def run(self, emit: Emit) -> None:
         self._emit = emit
         directory = self._dump_dir()
-        assert directory is not None
+        if self.cfg.otlp_port is not None:
+            await self._start_receiver(emit)
+        if directory is None or not directory.is_dir():
+            await asyncio.Event().wait()  # the receiver alone: it serves until the collector is cancelled
+            return
         state_file = self.ctx.settings.state_dir / "inspector-offsets.json"
         tailer = self.tailer = Tailer(directory, state_file, self.cfg.read_chunk_bytes)
+        proms = self.proms = PromFiles(directory, self.cfg.read_chunk_bytes) if self.cfg.prom_files else None
         await asyncio.to_thread(tailer.load)
         warned: set[str] = set()
         parts_due = time.monotonic() + self.cfg.summary_publish_s
@@ -87,9 +105,16 @@ class InspectorCollector(StreamingCollector):
                 if chunk.first_error and chunk.path not in warned:
                     warned.add(chunk.path)  # once per file: no per-interval log spam
                     log.warning("inspector: bad line(s) in %s: %s", chunk.path, chunk.first_error)
+                # the chunk's offset is committed once its raw share and its dump markers are both in the stream
+                on_ack = self._on_ack(tailer, chunk, parts=2 if chunk.dump_stats else 1)
+                if chunk.dump_stats:
+                    await emit(chunk.dump_stats, on_ack, kind="inspector_dump_stats",
+                               max_delay_s=self.cfg.summary_publish_s)  # fmt: skip
                 # the wire's typed record is built only for the few operations published raw
-                await emit([op for op in chunk.records if id(op) in raw], self._on_ack(tailer, chunk),
+                await emit([op for op in chunk.records if id(op) in raw], on_ack,
                            max_delay_s=self.cfg.summary_publish_s)  # fmt: skip
+            if proms is not None and (metrics := await asyncio.to_thread(proms.poll)):
+                await emit(metrics, kind="inspector_metrics", max_delay_s=self.cfg.summary_publish_s)
             if time.monotonic() >= parts_due:
                 parts_due = time.monotonic() + self.cfg.summary_publish_s
                 await self._publish_summaries(emit, self.summarizer.take(time.time_ns() // 1000))
@@ -98,15 +123,37 @@ class InspectorCollector(StreamingCollector):
             if not chunks:
                 await asyncio.sleep(self.cfg.interval_s)
 
+    async def _start_receiver(self, emit: Emit) -> None:
+        cfg = self.cfg
+        assert cfg.otlp_port is not None
+        limits = OtlpLimits(cfg.otlp_max_body_bytes, cfg.otlp_max_requests_per_s, cfg.otlp_max_connections,
+                            cfg.otlp_read_timeout_s)  # fmt: skip
+
+        async def publish(records: list[InspectorMetricsRecord]) -> None:
+            await emit(records, kind="inspector_metrics", max_delay_s=cfg.summary_publish_s)
+
+        self.receiver = OtlpReceiver(cfg.otlp_port, limits, publish)
+        await self.receiver.start()
+
     @staticmethod
-    def _on_ack(tailer: Tailer, chunk: Chunk) -> Any:
-        return lambda: tailer.acked(chunk.path, chunk.inode, chunk.end)
+    def _on_ack(tailer: Tailer, chunk: Chunk, parts: int) -> Any:
+        """A callback that commits the chunk's offset at its ``parts``-th call (one per message of the chunk)."""
+        left = [parts]
+
+        def acked() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                tailer.acked(chunk.path, chunk.inode, chunk.end)
+
+        return acked
 
     async def _publish_summaries(self, emit: Emit, summaries: list[InspectorSummaryRecord]) -> None:
         if summaries:
             await emit(summaries, kind="inspector_summary", ttl=self.cfg.summary_ttl())
 
     async def close(self) -> None:
+        if self.receiver is not None:
+            await self.receiver.close()
         if self._emit is not None:
             await self._publish_summaries(self._emit, self.summarizer.take())
         if self.tailer is not None and self.tailer.dirty:
@@ -124,6 +171,10 @@ class InspectorCollector(StreamingCollector):
                                "parts": s.parts}  # fmt: skip
         status["raw"] = {"rate_per_s": self.sampler.rate, "published": self.sampler.kept,
                          "kept_on_node": self.sampler.skipped}  # fmt: skip
+        if self.proms is not None:
+            status["prom_files"] = {"read": len(self.proms.seen), "errors": dict(self.proms.errors)}
+        if self.receiver is not None:
+            status["otlp"] = self.receiver.status()
         return status
 
     async def _raw(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -6,6 +6,9 @@ symlinks, FIFOs and devices are skipped), never a path from the request: the req
 listing. The plugin's dump thread appends records in dump-time order, so a file is searched by bisection for the
 window's start and read until a record dumped after the window's end. Each page is bounded in records, JSON bytes and
 file bytes read; ``next`` says where the following page starts. Blocking I/O: run it on a worker thread.
+
+Inspector v4.3+ payload lines take their context from their dump's marker (:class:`~.parse.DumpContext`): a read that
+starts inside a dump (a bisection point, a cursor) first finds the marker before it and replays the dump up to there.
 """
 
 from __future__ import annotations
@@ -18,13 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ranksight.agent.collectors.inspector.parse import ParseError, parse_op
+from ranksight.agent.collectors.inspector.parse import DumpContext, ParseError
 from ranksight.agent.collectors.inspector.tailer import LIVE_SUFFIXES
 from ranksight.schemas.structs import set_fields
-from ranksight.schemas.twins import RawCursor, RawRecordsRequest
+from ranksight.schemas.twins import InspectorRecord, RawCursor, RawRecordsRequest
 
 _DUMP_TS = re.compile(rb'"dump_timestamp_us":(\d+)')
 _BISECT_STOP = 64 * 1024  # below this many bytes, read on instead of bisecting further
+_MARKER = b'"dump_stats":'
+_BACK_BLOCK = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,35 @@ def _first_at_or_after(fh: IO[bytes], size: int, from_us: int) -> int:
     return lo
 
 
+def _open_dump(fh: IO[bytes], offset: int, max_back: int) -> DumpContext:
+    """The context at ``offset`` (a line start): the last dump marker before it, within ``max_back`` bytes, replayed
+    up to ``offset`` (a fresh context when there is none: self-contained lines need none)."""
+    ctx = DumpContext()
+    pos = offset
+    tail = b""
+    while pos > 0 and offset - pos < max_back:
+        step = min(_BACK_BLOCK, pos)
+        fh.seek(pos - step)
+        block = fh.read(step) + tail
+        pos -= step
+        at = block.rfind(_MARKER)
+        line_start = block.rfind(b"\n", 0, at) + 1 if at >= 0 else 0
+        if at >= 0 and (line_start > 0 or pos == 0):
+            start = pos + line_start
+            fh.seek(start)
+            for line in fh.read(offset - start).splitlines():
+                try:
+                    ctx.read(line)
+                except ParseError:
+                    pass
+            return ctx
+        first = block.find(b"\n") if at < 0 else -1
+        tail = block[
+            : first if first >= 0 else len(block)
+        ]  # a line (the marker's too) may straddle the blocks
+    return ctx
+
+
 def read_page(directory: Path, req: RawRecordsRequest, limits: RawLimits) -> RawPage:
     """One page of the answer to ``req`` (blocking I/O)."""
     page = RawPage()
@@ -111,6 +145,7 @@ def _read_file(path: Path, start: int | None, req: RawRecordsRequest, wanted: se
         if not stat.S_ISREG(st.st_mode):
             return True
         offset = _first_at_or_after(fh, st.st_size, req.from_us) if start is None else min(start, st.st_size)
+        ctx = _open_dump(fh, offset, limits.scan_bytes)
         fh.seek(offset)
         for line in fh:
             if not line.endswith(b"\n"):
@@ -123,12 +158,18 @@ def _read_file(path: Path, start: int | None, req: RawRecordsRequest, wanted: se
             ts = _dump_ts(line)
             if ts is not None and ts > req.to_us:
                 break  # dumped after the window: so is the rest of the file
-            if ts is None or ts < req.from_us or not any(n in line for n in needles):
-                continue
+            if (
+                ts is not None
+                and _MARKER not in line
+                and (ts < req.from_us or not any(n in line for n in needles))
+            ):
+                continue  # a self-contained record outside the request: not worth decoding
             try:
-                rec = parse_op(line)
+                rec = ctx.read(line)
             except ParseError:
                 page.bad_lines += 1
+                continue
+            if type(rec) is not InspectorRecord or not req.from_us <= rec.dump_ts_us <= req.to_us:
                 continue
             if rec.comm_id not in wanted and rec.comm_name not in wanted:
                 continue

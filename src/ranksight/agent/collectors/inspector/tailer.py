@@ -9,6 +9,11 @@ forever, a device never end) is skipped and listed in ``skipped``.
 Offsets advance in two steps: ``read`` moves the *read* offset; :meth:`Tailer.acked` moves the *committed* offset once
 the records up to there are acknowledged by the stream. Only committed offsets are saved, so a restart (or a NATS
 outage) re-reads what was not acknowledged instead of losing it.
+
+Each file has its own :class:`~agent.collectors.inspector.parse.DumpContext` (Inspector v4.3+ payload lines take
+their header and metadata from the dump marker before them). A chunk ends at a line boundary that may fall inside a
+dump, so every chunk records the context at its end, and the state file saves the context of the committed offset
+beside it: a restart resumes mid-dump with its marker, never with bare payloads and no context.
 """
 
 from __future__ import annotations
@@ -16,12 +21,13 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ranksight.agent.collectors.inspector.parse import InspectorParseError, parse_lines
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.agent.collectors.inspector.parse import DumpContext, InspectorParseError, parse_lines
+from ranksight.schemas.twins import InspectorDumpStatsRecord, InspectorRecord
 
 LIVE_SUFFIXES = (".log", ".jsonl")
 
@@ -35,6 +41,9 @@ class FileState:
         default_factory=list
     )  # end offsets handed out, not yet acknowledged, ascending
     acked: set[int] = field(default_factory=set)  # acknowledged out of order, waiting for earlier ones
+    context: DumpContext = field(default_factory=DumpContext)  # the dump open at ``read``
+    dumps: dict[int, dict[str, Any] | None] = field(default_factory=dict)  # the open dump at each pending end
+    committed_dump: dict[str, Any] | None = None  # the open dump at ``committed``: saved with it
     bad_lines: int = 0
     records: int = 0
 
@@ -48,6 +57,7 @@ class Chunk:
     bad_lines: int
     first_error: str | None
     more: bool = False  # the read stopped at its size bound: the file holds more (a backlog)
+    dump_stats: list[InspectorDumpStatsRecord] = field(default_factory=list)  # v4.1+ markers read
 
 
 class Tailer:
@@ -75,11 +85,13 @@ class Tailer:
                 and isinstance(entry.get("inode"), int)
                 and isinstance(entry.get("offset"), int)
             ):
-                off = entry["offset"]
-                self.files[path] = FileState(entry["inode"], committed=off, read=off)
+                off, dump = entry["offset"], entry.get("dump")
+                self.files[path] = FileState(entry["inode"], committed=off, read=off,
+                                             context=DumpContext.restore(dump), committed_dump=dump)  # fmt: skip
 
     def save(self) -> None:
-        data = {"files": {p: {"inode": f.inode, "offset": f.committed} for p, f in self.files.items()}}
+        data = {"files": {p: {"inode": f.inode, "offset": f.committed, "dump": f.committed_dump}
+                          for p, f in self.files.items()}}  # fmt: skip
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(data))
@@ -126,19 +138,23 @@ class Tailer:
         if end < 0 and len(data) < self.chunk_bytes:
             return None  # no complete line yet
         records: list[InspectorRecord]
+        stats: list[InspectorDumpStatsRecord] = []
         first_error: str | None
         if end < 0:  # a "line" longer than a whole chunk is not Inspector output: skip it as bad
             records, bad, first_error = [], 1, f"line longer than {self.chunk_bytes} bytes"
             end = len(data) - 1
         else:
-            records, bad, first_error = parse_chunk(data[: end + 1])
+            records, bad, first_error = parse_chunk(data[: end + 1], state.context, stats.append)
         state.read += end + 1
         state.pending.append(state.read)
+        state.dumps[state.read] = state.context.snapshot()
         state.records += len(records)
         state.bad_lines += bad
         self.records += len(records)
         self.bad_lines += bad
-        return Chunk(path, state.inode, state.read, records, bad, first_error, len(data) == self.chunk_bytes)
+        return Chunk(
+            path, state.inode, state.read, records, bad, first_error, len(data) == self.chunk_bytes, stats
+        )
 
     def acked(self, path: str, inode: int, end: int) -> None:
         """Records up to ``end`` of ``path`` are in the stream: advance the committed offset over contiguous acks."""
@@ -149,6 +165,7 @@ class Tailer:
         while state.pending and state.pending[0] in state.acked:
             state.committed = state.pending.pop(0)
             state.acked.discard(state.committed)
+            state.committed_dump = state.dumps.pop(state.committed, None)
             self.dirty = True
 
     def status(self) -> dict[str, Any]:
@@ -161,6 +178,10 @@ class Tailer:
                     "read": f.read,
                     "records": f.records,
                     "bad_lines": f.bad_lines,
+                    "dumps_cut_short": f.context.cut_short,
+                    "records_missing": f.context.missing,
+                    "proxy_traces": f.context.proxy_traces,
+                    "other_events": f.context.other_events,
                 }
                 for p, f in self.files.items()
             },
@@ -176,8 +197,12 @@ def _kind(mode: int) -> str:
     return kinds.get(stat.S_IFMT(mode), "not a regular file")
 
 
-def parse_chunk(data: bytes) -> tuple[list[InspectorRecord], int, str | None]:
-    """Parse complete lines; return (records, bad line count, first error)."""
+def parse_chunk(
+    data: bytes, context: DumpContext, on_stats: Callable[[InspectorDumpStatsRecord], None]
+) -> tuple[list[InspectorRecord], int, str | None]:
+    """Parse complete lines of a file whose earlier lines left ``context``; return (records, bad line count, first
+    error). A dump cut short (a new marker while the previous dump still expects payloads) counts as a bad line; its
+    records are kept."""
     errors: list[InspectorParseError] = []
-    records = list(parse_lines(data.splitlines(), errors.append))
+    records = list(parse_lines(data.splitlines(), errors.append, context, on_stats))
     return records, len(errors), str(errors[0]) if errors else None

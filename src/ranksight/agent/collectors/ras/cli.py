@@ -1,5 +1,6 @@
-"""RAS commands: ``ranksight parse ras FILE [--json]`` (offline) and ``ranksight ras status|monitor`` (live, straight
-from a job's RAS endpoint, as ``ncclras`` but normalized and with health). (``ranksight jobs`` / ``ranksight comms``
+"""RAS commands: ``ranksight parse ras FILE [--json]`` (offline) and ``ranksight ras status|monitor|diagnostics|profile``
+(live, straight from a job's RAS endpoint, as ``ncclras`` but normalized and with health; ``profile --job`` goes
+through the aggregator and the agent polling the job). (``ranksight jobs`` / ``ranksight comms``
 ask the running aggregator: :mod:`aggregator.api.endpoints`.)
 
 ``ranksight ras`` exit status: 0 the job is healthy (ok or warning), 1 degraded or failed (or the endpoint refused the
@@ -15,8 +16,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import nats.errors
+
 from ranksight.agent.collectors.ras.capture import parse_capture, status_summary
 from ranksight.agent.collectors.ras.client import MONITOR_GROUPS
+from ranksight.agent.collectors.ras.control import PROFILER_EVENTS, parse_profiler_mask, profile_value
+from ranksight.agent.collectors.ras.diagnostics import INCONSISTENT, run_diagnostics
 from ranksight.agent.collectors.ras.errors import (
     RasClientError,
     RasParseError,
@@ -31,8 +36,11 @@ from ranksight.core.cliutil import (
     print_table,
     settings_from_args,
 )
+from ranksight.core.natsconn import NatsUnreachable, connect
 from ranksight.errors import exit_status
+from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins
+from ranksight.schemas.subjects import Subjects
 
 
 def register_parse(sources: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -63,6 +71,26 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--groups", default="lifecycle", help="event groups: lifecycle, trace, all (comma-separated)"
     )
     monitor.set_defaults(func=ras_monitor)
+    diag = commands.add_parser(
+        "diagnostics", help="run RAS diagnostics across the job (NCCL 2.32+; exit 1: inconsistencies found)"
+    )
+    profile = commands.add_parser(
+        "profile", help="switch the job's profiler events: on (Inspector's), off (0) or a mask (NCCL 2.31+)"
+    )
+    for p in (diag, profile):
+        add_config_flags(p)
+        p.add_argument(
+            "--addr", metavar="HOST:PORT", help="RAS endpoint (default $NCCL_RAS_ADDR or localhost:28028)"
+        )
+        p.add_argument("--json", action="store_true", help="one JSON object on stdout")
+    diag.set_defaults(func=ras_diagnostics)
+    profile.add_argument(
+        "--job", metavar="JOB", help="through the running aggregator and the agent polling JOB, not --addr"
+    )
+    profile.add_argument(
+        "value", metavar="on|off|MASK", help="MASK: none, all, a number, or event names (coll,p2p)"
+    )
+    profile.set_defaults(func=ras_profile)
 
 
 def parse_ras(args: argparse.Namespace) -> int:
@@ -165,4 +193,98 @@ def ras_monitor(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     except (RasClientError, RasParseError) as exc:
         return _failed(exc)
+    return 0
+
+
+def ras_diagnostics(args: argparse.Namespace) -> int:
+    """Exit 0: the run completed and found nothing inconsistent; 1: it found something, or it could not run (busy,
+    a release without diagnostics, an error); 3: no endpoint answers."""
+    client = _client(args)
+    try:
+        report = asyncio.run(run_diagnostics(client))
+    except (RasClientError, RasParseError) as exc:
+        return _failed(exc)
+    findings = [f for f in report.findings if f.kind in INCONSISTENT]
+    if args.json:
+        print_json({"endpoint": client.endpoint, **to_builtins(report)})
+    else:
+        print(f"endpoint {client.endpoint}  status {report.status}  peers {report.peers or '-'}  "
+              f"time {report.completed_ms if report.completed_ms is not None else '-'} ms")  # fmt: skip
+        if report.message:
+            hint = " (diagnostics need NCCL 2.32 or later)" if report.status == "unsupported" else ""
+            print(f"{report.message}{hint}", file=sys.stderr)
+        rows = [{"tag": f.tag.upper(), "kind": f.kind, "comm": f.comm or "", "ranks": f.ranks,
+                 "hosts": ",".join(f.hosts), "text": f.text} for f in report.findings]  # fmt: skip
+        if rows:
+            print_table(rows, ["tag", "kind", "comm", "ranks", "hosts", "text"])
+    return 0 if report.status == "ok" and not findings else EXIT_FAILED
+
+
+def ras_profile(args: argparse.Namespace) -> int:
+    value = profile_value(args.value)
+    mask = parse_profiler_mask(value)
+    if mask is None:
+        print(f"ranksight ras profile: {args.value!r} is not on, off or a profiler mask "
+              f"(none, all, a number, or event names: {', '.join(PROFILER_EVENTS)})", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    if args.job:
+        return _profile_through_agent(args, mask)
+    client = _client(args)
+    try:
+        asyncio.run(client.set_profiler_mask(value))
+    except RasReplyError as exc:
+        hint = " (CONTROL needs NCCL 2.31 or later)" if exc.unknown_command else ""
+        print(f"ranksight ras profile: {exc}{hint}", file=sys.stderr)
+        return EXIT_FAILED
+    except RasClientError as exc:
+        return _failed(exc)
+    result = {"endpoint": client.endpoint, "mask": mask}
+    if args.json:
+        print_json(result)
+    else:
+        print(f"endpoint {client.endpoint}: profiler mask {mask:#x}")
+    return 0
+
+
+def _profile_through_agent(args: argparse.Namespace, mask: int) -> int:
+    """Find the agent that polls the job (the aggregator's ``jobs``) and ask it (its ``ras_profile`` command)."""
+    settings = settings_from_args(args)
+
+    subjects = Subjects(settings.subject_prefix)
+
+    async def ask() -> dict[str, Any]:
+        nc = await connect(
+            settings.nats, name="ranksight-cli", max_reconnect_attempts=0, allow_reconnect=False
+        )
+        try:
+            found = await nc.request(subjects.api("jobs"), json.dumps({"job": args.job}).encode(), timeout=10)
+            jobs = ApiResponse.model_validate_json(found.data)
+            if not jobs.ok:
+                raise RuntimeError(jobs.error or "the aggregator refused the query")
+            live = [row for row in jobs.rows if row.get("job") == args.job and row.get("state") == "running"]
+            if not live:
+                raise LookupError(f"no running job {args.job!r} is known to the aggregator")
+            row = live[0]
+            subject = subjects.agent(row["cluster"], row["node"], "ras_profile")
+            msg = await nc.request(subject, json.dumps({"value": args.value}).encode(), timeout=30)
+        finally:
+            await nc.close()
+        error = (msg.headers or {}).get("Nats-Service-Error")
+        if error:
+            raise RuntimeError(f"agent {row['node']}: {error}")
+        return {"job": args.job, "node": row["node"], **json.loads(msg.data)}
+
+    try:
+        result = asyncio.run(ask())
+    except NatsUnreachable as exc:
+        print(f"ranksight ras profile: {exc}", file=sys.stderr)
+        return exit_status(exc)
+    except (LookupError, RuntimeError, nats.errors.Error) as exc:
+        print(f"ranksight ras profile: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    if args.json:
+        print_json(result)
+    else:
+        print(f"job {result['job']} (agent {result['node']}, endpoint {result['endpoint']}): profiler mask "
+              f"{result['mask']:#x}")  # fmt: skip
     return 0

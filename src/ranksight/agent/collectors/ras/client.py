@@ -4,7 +4,8 @@ Connects to every address the RAS host resolves to (``localhost`` is ``::1`` and
 one), speaks ``CLIENT PROTOCOL 2`` (the server's protocol number is read; a different one is logged once) then
 ``TIMEOUT <s>`` (whole seconds: the server parses it with ``strtol``; 0 disables it), probes features by sending the
 command and reading ``OK`` or ``ERROR: Unknown command ...`` (``SET FORMAT json``, ``MONITOR``; cached per endpoint),
-and reads a status to EOF: one status per connection, nothing sent after it.
+and reads a status to EOF: one status per connection, nothing sent after it. ``DIAGNOSTICS`` (2.32) is read to EOF
+the same way; ``CONTROL PROFILER_MASK`` (2.31) is one command and its ``OK``.
 
 Time limits are upstream's: a status may legitimately sit silent for the leg timeout plus the extra timeout (both the
 collective timeout) before its body starts, so each read may wait ``2 x collective_timeout_s + 1`` s (``ncclras``
@@ -67,6 +68,7 @@ def parse_ras_addr(value: str) -> tuple[str, int]:
 class Features:
     json: bool | None = None  # None: not probed yet
     monitor: bool | None = None
+    diagnostics: bool | None = None  # False: the endpoint answered DIAGNOSTICS with Unknown command
 
 
 class _Deadline:
@@ -196,6 +198,41 @@ class RasClient:
         if not body:
             raise RasReset(f"{self.endpoint} closed the connection without a status reply")
         return fmt, body
+
+    async def diagnostics(self) -> bytes:
+        """One ``DIAGNOSTICS`` run (NCCL 2.32+): the reply read to EOF, as the server closes the connection after it;
+        ``BUSY:`` and ``ERROR:`` replies are returned too (:func:`~.parse_diagnostics.parse_diagnostics` tells them
+        apart). The text format is the server's default and the only one it runs diagnostics in."""
+        deadline = self._deadline()
+        reader, writer = await self._connect(deadline)
+        try:
+            await self._handshake(reader, writer, deadline)
+            writer.write(b"DIAGNOSTICS\n")
+            await writer.drain()
+            first = (await self._line(reader, deadline)) + "\n"
+            if first.startswith(("ERROR:", "BUSY:")):
+                return first.encode()  # a server before 2.32 keeps the connection open after its refusal
+            body = first.encode() + await self._read_to_eof(reader, deadline)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+        if not body:
+            raise RasReset(f"{self.endpoint} closed the connection without a diagnostics reply")
+        return body
+
+    async def set_profiler_mask(self, value: str) -> None:
+        """``CONTROL PROFILER_MASK <value>`` (NCCL 2.31+), sent on to every process of the job. A refusal is a
+        :class:`RasReplyError` (``unknown_command``: the release has no CONTROL)."""
+        deadline = self._deadline()
+        reader, writer = await self._connect(deadline)
+        try:
+            await self._handshake(reader, writer, deadline)
+            reply = await self._command(reader, writer, f"CONTROL PROFILER_MASK {value}", deadline)
+        finally:
+            writer.close()
+        if reply != "OK":
+            raise RasClientError(f"unexpected reply to CONTROL: {reply[:200]!r}")
 
     async def _read_to_eof(self, reader: asyncio.StreamReader, deadline: _Deadline) -> bytes:
         chunks: list[bytes] = []

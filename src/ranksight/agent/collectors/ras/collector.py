@@ -1,16 +1,22 @@
 """The ``ras`` collector: every agent holds a MONITOR connection (``ras_event`` records); the job's lease holder polls
 ``STATUS`` every ``interval_s`` (``ras`` records): the text status every poll, with a JSON status's communicator detail
-merged in every ``detail_every`` polls (:mod:`agent.collectors.ras.poll`). No RAS endpoint means no job on this node:
+merged in every ``detail_every`` polls (:mod:`agent.collectors.ras.poll`), in as many records as it takes to stay
+under the server's ``max_payload`` (:mod:`agent.collectors.ras.parts`). No RAS endpoint means no job on this node:
 ``absent``, not an error.
 
 When an endpoint that served a job stops answering (MONITOR EOF or a refused poll), one ``ENDPOINT_CLOSED`` event (group
 ``RANKSIGHT``) is published for that job, so the aggregator can tell a normal end (ranks FINALIZE, then the port closes)
 from a failure.
+
+The lease holder also runs RAS diagnostics (NCCL 2.32+) once per new job, in the background and never two at once,
+and publishes the report as a ``ras_diagnostics`` record (:mod:`agent.collectors.ras.diagnostics`); the
+``ras_profile`` command (off unless ``profile_control``) sends ``CONTROL PROFILER_MASK`` to the endpoint.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -19,6 +25,8 @@ import msgspec
 import nats.errors
 
 from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.ras.control import parse_profiler_mask, profile_value
+from ranksight.agent.collectors.ras.diagnostics import run_diagnostics
 from ranksight.agent.collectors.ras.errors import RasClientError, RasParseError, RasRefused
 from ranksight.agent.collectors.ras.jobid import (
     derived_job_id,
@@ -27,15 +35,17 @@ from ranksight.agent.collectors.ras.jobid import (
     scheduler_job_id,
 )
 from ranksight.agent.collectors.ras.lease import Lease
+from ranksight.agent.collectors.ras.parts import split_status
 from ranksight.agent.collectors.ras.poll import client_for, poll_status
 from ranksight.schemas.structs import to_builtins
-from ranksight.schemas.twins import RasEvent, RasEventRecord, RasRecord, RasStatus
+from ranksight.schemas.twins import RasDiagnosticsRecord, RasEvent, RasEventRecord, RasRecord, RasStatus
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
     from ranksight.core.config import RasSettings
 
 ENDPOINT_CLOSED = "ENDPOINT_CLOSED"
+log = logging.getLogger(__name__)
 
 
 def stop_if_cancelled() -> None:
@@ -64,7 +74,10 @@ class RasCollector(StreamingCollector):
         self.last_status: RasStatus | None = None
         self.polls = 0
         self.cycle = 0  # counts ends seen: a poll that an end overtook belongs to the ended job
+        self.diagnosed: set[str] = set()  # jobs whose diagnostics ran (or were refused): once per job
+        self.diagnosing: asyncio.Task[None] | None = None  # never two runs at once
         ctx.add_command("ras_status", self._status_command)
+        ctx.add_command("ras_profile", self._profile_command)
 
     def _identify(self, status: RasStatus | None = None) -> str:
         """Scheduler id when readable; else from the communicators (a status that lists them all: JSON detail); else
@@ -122,8 +135,47 @@ class RasCollector(StreamingCollector):
                     record = RasRecord(
                         job_id=self.job_id, endpoint=self.client.endpoint, **msgspec.structs.asdict(status)
                     )
-                    await emit([record])
+                    # half the server's max_payload per part: the envelope and the wire format's own bytes fit
+                    await emit(split_status(record, self.ctx.nc.max_payload // 2, self.polls))
+                    self._maybe_diagnose(emit)
             await asyncio.sleep(max(0.0, interval - (time.monotonic() - started)))
+
+    def _maybe_diagnose(self, emit: Emit) -> None:
+        """Start the job's one diagnostics run in the background (it is a job-wide collective that takes a while)."""
+        job = self.job_id
+        if (not self.cfg.diagnostics or job is None or job == self.endpoint_id or job in self.diagnosed
+                or self.client.features.diagnostics is False
+                or (self.diagnosing is not None and not self.diagnosing.done())):  # fmt: skip
+            return
+        self.diagnosed.add(job)
+        self.diagnosing = asyncio.create_task(self._diagnose(job, emit))
+
+    async def _diagnose(self, job: str, emit: Emit) -> None:
+        try:
+            report = await run_diagnostics(self.client)
+        except (RasClientError, RasParseError) as exc:
+            log.info("ras: diagnostics of job %s failed: %s", job, exc)
+            self.diagnosed.discard(job)  # a transport failure: the next poll tries again
+            return
+        if report.status == "unsupported":
+            self.client.features.diagnostics = False
+        if report.status == "busy":
+            self.diagnosed.discard(job)  # someone else's run: ours on a later poll
+        record = RasDiagnosticsRecord(
+            job_id=job, endpoint=self.client.endpoint, **msgspec.structs.asdict(report)
+        )
+        await emit([record], kind="ras_diagnostics")
+
+    async def _profile_command(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``ras_profile``: CONTROL PROFILER_MASK on this node's endpoint, when the operator allowed it."""
+        if not self.cfg.profile_control:
+            raise ValueError("profile control is off on this agent (agent.collectors.ras.profile_control)")
+        value = profile_value(str(request.get("value", "")))
+        mask = parse_profiler_mask(value)
+        if mask is None:
+            raise ValueError(f"invalid profiler mask {value!r}")
+        await self.client.set_profiler_mask(value)
+        return {"job_id": self.job_id, "endpoint": self.client.endpoint, "mask": mask}
 
     async def _monitor_loop(self) -> None:
         while True:
@@ -168,4 +220,6 @@ class RasCollector(StreamingCollector):
                 "status": to_builtins(self.last_status) if self.last_status else None}  # fmt: skip
 
     async def close(self) -> None:
+        if self.diagnosing is not None:
+            self.diagnosing.cancel()
         await self.lease.release()

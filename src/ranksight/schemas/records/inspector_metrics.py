@@ -1,0 +1,58 @@
+"""``inspector_metrics``: Inspector data that comes without dump files, as the plugin's Prometheus textfile output
+(NCCL 2.29.3 and later: ``NCCL_INSPECTOR_PROM_DUMP``, one ``.prom`` file per GPU) or its OTLP/HTTP JSON export
+(2.32.3: ``NCCL_INSPECTOR_OTEL_EXPORT``, posted to the agent's loopback receiver) print it.
+
+One record is one GPU's view of one bucket, or one operation, or the GPU's totals:
+
+- ``bucket``: per communicator name, collective or p2p operation, message-size range (``size_range``, e.g.
+  ``4-5GB``; ``size_lo_bytes`` its lower bound) and, for collectives, ``algo_proto``, over one dump interval: the
+  mean exec time and the geometric-mean bus bandwidth (Prometheus textfile, default OTLP mode).
+- ``op``: one operation (OTLP verbose mode): its communicator id, sequence number, exact size, peer (p2p), exec
+  time and both bandwidths. The plugin does not say the rank or the process, so these records cannot join the
+  per-rank straggler analysis of dump files; they are history and evidence.
+- ``device``: the GPU's cumulative ring counters: operations recorded and dropped, per collective and p2p (the
+  Prometheus stats option, OTLP verbose mode).
+
+``job_id`` is the plugin's ``slurm_job_id`` label or the OTLP resource attribute ``slurm.job.id`` (None when it says
+``unknown``); ``source`` says which form it came in.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from ranksight.schemas.records.base import Record
+
+InspectorMetricsSource = Literal["prom", "otlp"]
+InspectorMetricsShape = Literal["bucket", "op", "device"]
+
+
+class InspectorMetricsRecord(Record):
+    source: InspectorMetricsSource
+    shape: InspectorMetricsShape
+    format_version: str | None = None  # the plugin's ``version`` label, e.g. v5.1
+    job_id: str | None = None
+    hostname: str
+    gpu: str  # the plugin's name of the GPU: ``GPU<cuda device>``
+    ts_us: int | None = (
+        None  # the point's time (OTLP); a textfile says none (its file's mtime is not the data's)
+    )
+    comm_name: str | None = None
+    comm_id: str | None = None  # OTLP verbose only
+    n_nodes: int | None = None
+    n_ranks: int | None = None
+    op_kind: Literal["coll", "p2p"] | None = None
+    op: str | None = None
+    algo_proto: str | None = None
+    size_range: str | None = None
+    size_lo_bytes: int | None = None
+    msg_size_bytes: int | None = None  # OTLP verbose only
+    sn: int | None = None  # OTLP verbose only
+    peer: int | None = None  # OTLP verbose p2p only
+    exec_time_us: float | None = None  # bucket: the mean
+    busbw_gbs: float | None = None  # bucket: the geometric mean
+    algobw_gbs: float | None = None  # OTLP verbose only
+    coll_total: int | None = None  # device: counters since the process started
+    coll_dropped_total: int | None = None
+    p2p_total: int | None = None
+    p2p_dropped_total: int | None = None

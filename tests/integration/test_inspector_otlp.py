@@ -1,0 +1,141 @@
+"""The agent's OTLP/HTTP receiver over real TCP, sent exactly the request the Inspector plugin sends
+(``inspector_otel.cc``: POST, ``Content-Type: application/json``, ``Connection: close``, a length) with the writers'
+own bodies (``tests/inspector_exports.py``); its bounds; and a real agent with NATS and the aggregator storing the
+records with the job id the resource attributes name."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import socket
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from ranksight.agent.collectors.inspector.otlp import OtlpLimits, OtlpReceiver
+from ranksight.core.config import Settings
+from ranksight.schemas.structs import replace
+from ranksight.schemas.twins import InspectorMetricsRecord
+from tests.inspector_exports import render
+from tests.support import agent, aggregator, wait_for
+
+BODIES = {path.name: data for path, data in render().items()}
+AGGREGATED = BODIES["nccl_2.32.3_otlp_aggregated_from_2.28.9_vm-pid3027.json"]
+VERBOSE = BODIES["nccl_2.32.3_otlp_verbose_from_2.28.9_vm-pid3027.json"]
+LIMITS = OtlpLimits(max_body_bytes=1 << 20, max_requests_per_s=50, max_connections=4, read_timeout_s=2.0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def plugin_request(
+    port: int, body: bytes, path: str = "/v1/metrics", content_type: str = "application/json"
+) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: localhost:{port}\r\nContent-Type: {content_type}\r\n"
+            f"Accept: application/json\r\nConnection: close\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body  # fmt: skip
+
+
+async def post(port: int, request: bytes, host: str = "127.0.0.1") -> int:
+    reader, writer = await asyncio.open_connection(host, port)
+    writer.write(request)
+    await writer.drain()
+    answer = await reader.read()
+    writer.close()
+    return int(answer.split(b" ", 2)[1])
+
+
+@pytest.fixture
+async def receiver() -> AsyncIterator[tuple[OtlpReceiver, list[InspectorMetricsRecord]]]:
+    got: list[InspectorMetricsRecord] = []
+
+    async def keep(records: list[InspectorMetricsRecord]) -> None:
+        got.extend(records)
+
+    server = OtlpReceiver(free_port(), LIMITS, keep)
+    await server.start()
+    yield server, got
+    await server.close()
+
+
+async def test_the_plugins_requests_are_accepted(
+    receiver: tuple[OtlpReceiver, list[InspectorMetricsRecord]],
+) -> None:
+    server, got = receiver
+    assert await post(server.port, plugin_request(server.port, AGGREGATED)) == 200
+    assert await post(server.port, plugin_request(server.port, VERBOSE)) == 200
+    assert {r.shape for r in got} == {"bucket", "op", "device"} and {r.job_id for r in got} == {"4242"}
+    assert server.counts["requests"] == 2 and server.counts["records"] == len(got)
+    if len(server.servers) == 2:  # the plugin may resolve localhost to ::1 first
+        assert await post(server.port, plugin_request(server.port, AGGREGATED), host="::1") == 200
+
+
+async def test_what_the_receiver_refuses(receiver: tuple[OtlpReceiver, list[InspectorMetricsRecord]]) -> None:
+    server, got = receiver
+    port = server.port
+    assert await post(port, plugin_request(port, AGGREGATED, path="/v1/traces")) == 404
+    assert await post(port, plugin_request(port, b"\x0a\x00", content_type="application/x-protobuf")) == 415
+    assert await post(port, plugin_request(port, b"not json")) == 400
+    too_big = plugin_request(port, b"x" * (LIMITS.max_body_bytes + 1))
+    assert await post(port, too_big[: too_big.index(b"\r\n\r\n") + 4]) == 413  # refused before any body byte
+    assert await post(port, b"POST /v1/metrics HTTP/1.1\r\nContent-Type: application/json\r\n\r\n") == 411
+    assert await post(port, b"GET /v1/metrics HTTP/1.1\r\nContent-Type: application/json\r\n\r\n") == 405
+    assert got == []
+    # a connection that sends nothing is closed after the read timeout, answered 408
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    assert (await asyncio.wait_for(reader.read(), 5)).startswith(b"HTTP/1.1 408")
+    writer.close()
+    # connections beyond the bound are answered 503 at once
+    idle = [await asyncio.open_connection("127.0.0.1", port) for _ in range(LIMITS.max_connections)]
+    await asyncio.sleep(0.05)
+    assert await post(port, plugin_request(port, AGGREGATED)) == 503
+    for _, w in idle:
+        w.close()
+    await asyncio.sleep(0.1)
+
+
+async def test_more_requests_per_second_than_the_bound_get_429() -> None:
+    async def keep(records: list[InspectorMetricsRecord]) -> None:
+        pass
+
+    server = OtlpReceiver(free_port(), dataclasses.replace(LIMITS, max_requests_per_s=2.0), keep)
+    await server.start()
+    try:
+        started = asyncio.get_running_loop().time()
+        statuses = [await post(server.port, plugin_request(server.port, AGGREGATED)) for _ in range(8)]
+        elapsed = asyncio.get_running_loop().time() - started
+        assert statuses.count(200) <= 2 + int(elapsed * 2) + 1 and statuses.count(429) >= 8 - 3 - int(
+            elapsed * 2
+        )
+        assert server.counts["refused_429"] == statuses.count(429) > 0
+    finally:
+        await server.close()
+
+
+async def test_an_agent_receives_the_export_and_the_aggregator_stores_it(
+    settings: Settings, tmp_path: Path
+) -> None:
+    port = free_port()
+    cfg = replace(settings.agent.collectors.inspector, **{"otlp_port": port, "dump_dir": None})
+    collectors = replace(settings.agent.collectors, **{"inspector": cfg})
+    configured = replace(settings, **{"agent": settings.agent.model_copy(update={"collectors": collectors})})
+    async with aggregator(configured) as agg, agent(configured, only=["inspector"]):
+        await wait_for(lambda: _listening(port))
+        assert await post(port, plugin_request(port, VERBOSE)) == 200
+        await wait_for(lambda: _stored(agg) >= 13)
+        [row] = agg.store.rows("SELECT count(*) AS n, min(job_id) AS job, max(coll_dropped_total) AS dropped, "
+                               "count(*) FILTER (WHERE shape = 'op') AS ops FROM inspector_metrics")  # fmt: skip
+        assert (row["n"], row["job"], row["dropped"], row["ops"]) == (13, "4242", 7, 12)
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _stored(agg: object) -> int:
+    [row] = agg.store.rows("SELECT count(*) AS n FROM inspector_metrics")  # type: ignore[attr-defined]
+    return int(row["n"])

@@ -31,7 +31,13 @@ from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.subjects import Subjects
 from tests.unit.test_record_kinds import matching_columns
 
-ADDED_SINCE = {"inspector_summary", "gpu_xid", "inspector_dump_stats", "inspector_metrics", "ras_diagnostics"}  # record kinds registered after the fixture's release
+ADDED_SINCE = {
+    "inspector_summary",
+    "gpu_xid",
+    "inspector_dump_stats",
+    "inspector_metrics",
+    "ras_diagnostics",
+}  # record kinds registered after the fixture's release
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "duckdb" / "previous_release.duckdb.gz"
 
 # The history every database created so far has applied: never edited again (a database that applied a migration

@@ -45,6 +45,9 @@ key             meaning
 ``text``        marker text
 ``fields``      user fields (``**fields``): a map of str -> str | int | float | bool | null
 =============== ======================================================================================================
+
+After the first message is sent, a second connection answers the agent's hang-dump requests from a thread of its own
+(Python stacks and torch's Flight Recorder): :mod:`ranksight.client.dumps`.
 """
 
 from __future__ import annotations
@@ -59,6 +62,8 @@ from types import TracebackType
 from typing import Any
 
 import msgpack
+
+from ranksight.client.dumps import ensure_responder
 
 SOCKET_ENV = "RANKSIGHT_APP_SOCKET"
 DEFAULT_SOCKET = "/run/ranksight/app.sock"  # where the systemd unit's agent listens
@@ -126,6 +131,7 @@ class Client:
             None  # (monotonic, step) of the last heartbeat with a step
         )
         self._ended = False
+        self._responding = False  # this process's dump responder was started
         self.sent = 0
         self.dropped = 0
         self.coalesced = 0
@@ -198,6 +204,9 @@ class Client:
             self.sent += 1
             if kind != "end":
                 _register_exit_hook()
+                if not self._responding:
+                    self._responding = True
+                    ensure_responder(self.socket_path, self._ident)
 
     def _encode(self, kind: str, body: dict[str, Any], fields: dict[str, Any]) -> bytes:
         message = {"v": WIRE_VERSION, "t": kind, "n": next(self._numbers), "ts": time.time_ns(),

@@ -351,6 +351,21 @@ class AppSettings(CollectorSettings):
     section_timeouts: dict[str, float] = Field(
         {}, description="per section name, e.g. {checkpoint_save = 3600}"
     )
+    dump_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=64 * 1024,
+        description="hang dumps: the most one process's dump may hold (its Flight Recorder is left out beyond); also "
+        "the largest file `ranksight analyze hang` reads",
+    )
+    dump_timeout_s: float = Field(
+        10.0, gt=0, description="hang dumps: how long the agent waits for one process to answer a dump request"
+    )
+    dump_concurrency: int = Field(
+        4, ge=1, description="hang dumps: processes asked at once (each answer is built in its own process)"
+    )
+    dump_max_files: int = Field(
+        100_000, ge=1, description="`ranksight analyze hang`: the most files one directory may hold"
+    )
 
 
 class CollectorsSettings(Section):

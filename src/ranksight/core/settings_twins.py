@@ -148,6 +148,10 @@ class AppSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     heartbeat_initial_timeout_s: float
     section_timeout_s: float
     section_timeouts: dict[str, float]
+    dump_max_bytes: int
+    dump_timeout_s: float
+    dump_concurrency: int
+    dump_max_files: int
 
 
 class CollectorsSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -1,0 +1,45 @@
+"""ranksight's per-process dump file: torch's Flight Recorder keys plus a ``ranksight`` key (who, when, every thread's
+Python stack), written as JSON by the agent from a ``ranksight.client`` dump reply (:mod:`ranksight.client.dumps`).
+
+The reply's Flight Recorder bytes are torch's pickle: read here with :class:`~.load.PlainUnpickler` only, then checked
+by :func:`~.load.parse_dump` before the file is kept, so a dump that reaches the aggregator is already known to parse.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ranksight.core.flightrec.load import DumpError, RankDump, load_plain_pickle, parse_dump
+
+_IDENTITY_KEYS = ("rank", "local_rank", "world_size", "job", "pid", "host")
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, set | frozenset):
+        return sorted(value, key=str)
+    raise TypeError(f"{type(value).__name__} in a dump")
+
+
+def bundle_from_reply(identity: dict[str, Any], reply: dict[str, Any], source: str) -> tuple[bytes, RankDump]:
+    """The JSON file for one process and its parsed form; :class:`DumpError` when the reply is not a dump."""
+    recorded = reply.get("flight_recorder")
+    if recorded is None:
+        torch_part: dict[str, Any] = {"version": "", "entries": [], "pg_status": {}, "pg_config": {}}
+    elif isinstance(recorded, bytes):
+        torch_part = load_plain_pickle(recorded)
+        if not isinstance(torch_part, dict):
+            raise DumpError(
+                f"{source}: the Flight Recorder pickle is a {type(torch_part).__name__}, not a map"
+            )
+    else:
+        raise DumpError(f"{source}: flight_recorder is a {type(recorded).__name__}, not bytes")
+    meta = {key: identity.get(key) for key in _IDENTITY_KEYS}
+    meta.update(time_ns=reply.get("time_ns"), threads=reply.get("threads") or [], error=reply.get("error"))
+    try:
+        data = json.dumps({**torch_part, "ranksight": meta}, default=_plain, sort_keys=True).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise DumpError(f"{source}: not plain data: {exc}") from None
+    return data, parse_dump(data, source)

@@ -31,6 +31,7 @@ from pathlib import Path
 STEPS = 6
 FAULT_STEP = 3
 FAULTY = {"stopped": 2, "python_stuck": 2, "killed": 2, "mismatch": 1}
+STEP_S = 0.2  # live: seconds between steps
 REACHED_FAULT_STEP = threading.Event()  # the dump waits for it: startup time varies a lot on a busy machine
 
 
@@ -58,9 +59,12 @@ def train(args: argparse.Namespace) -> None:
 
         client = ranksight_client.configure(args.socket, heartbeat_interval_s=0)
         client.start()
-    for step in range(STEPS):
+    steps = STEPS if args.out else 1 << 30  # live: a job that keeps training until it hangs or is killed
+    for step in range(steps):
         if step == FAULT_STEP:
             REACHED_FAULT_STEP.set()
+            if args.mark and rank == FAULTY.get(args.scenario):
+                Path(args.mark).write_text(str(time.time_ns()))  # when the hang starts, for latency figures
         if args.scenario == "stopped" and rank == FAULTY["stopped"] and step == FAULT_STEP:
             wait_for_results(queue.Queue())
         if args.scenario == "killed" and rank == FAULTY["killed"] and step == FAULT_STEP:
@@ -77,6 +81,7 @@ def train(args: argparse.Namespace) -> None:
             time.sleep(3600)
         if client is not None:
             client.heartbeat(step=step)
+            time.sleep(STEP_S)
     time.sleep(3600)  # finished: idle until dumped or killed
 
 
@@ -105,13 +110,14 @@ def dump_later(args: argparse.Namespace) -> None:
     os._exit(0)
 
 
-def launch(args: argparse.Namespace) -> list[subprocess.Popen[bytes]]:
+def start_ranks(argv: list[str], world: int, job: str) -> list[subprocess.Popen[bytes]]:
+    """Every rank of the job as its own process (``argv``: this script's flags, without ``--rank``)."""
     procs = []
-    for rank in range(args.world):
-        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(args.world), "LOCAL_RANK": str(rank),
-               "TORCH_FR_BUFFER_SIZE": "64", "SLURM_JOB_ID": args.job}  # fmt: skip
-        cmd = [sys.executable, __file__, *sys.argv[1:], "--rank", str(rank)]
-        procs.append(subprocess.Popen(cmd, env=env))
+    for rank in range(world):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+               "TORCH_FR_BUFFER_SIZE": "64", "SLURM_JOB_ID": job}  # fmt: skip
+        cmd = [sys.executable, __file__, *argv, "--rank", str(rank)]
+        procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     return procs
 
 
@@ -125,13 +131,12 @@ def main() -> None:
     parser.add_argument("--dump-after", type=float, default=3.0)
     parser.add_argument("--socket")
     parser.add_argument("--job", default="fr-test")
+    parser.add_argument("--mark", help="live: the faulty rank writes the time its hang starts here (ns)")
     parser.add_argument("--rank", type=int)
     args = parser.parse_args()
     if args.rank is None:
-        procs = launch(args)
-        if args.out:
-            for proc in procs:
-                proc.wait(timeout=120)
+        for proc in start_ranks(sys.argv[1:], args.world, args.job):
+            proc.wait(timeout=300)
         return
     if args.out:
         threading.Thread(target=dump_later, args=(args,), daemon=True).start()

@@ -37,6 +37,7 @@ from ranksight.aggregator.http.server import HttpFace
 from ranksight.aggregator.lead import AnalysisLead
 from ranksight.aggregator.probes import ProbePlanner
 from ranksight.aggregator.pull import BoundedPull
+from ranksight.aggregator.hang_forensics import HangForensics
 from ranksight.aggregator.raw_evidence import RawEvidence
 from ranksight.aggregator.shards import NodeKey, ShardOwner
 from ranksight.aggregator.state import NS, LiveState
@@ -164,6 +165,7 @@ class Aggregator:
         self.stats = IngestStats()
         self.http = HttpFace(self)
         self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
+        self.hang_forensics = HangForensics(settings.aggregator.hang_forensics)
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
         self.nc: Client | None = None
         self.lead: AnalysisLead | None = None  # sharded: this shard's candidacy for the analysis lead
@@ -196,6 +198,7 @@ class Aggregator:
             "sequence": self.store.sequence_stats(),
             "alerts_firing": len(self.engine.active),
             "raw_evidence": self.raw_evidence.stats.__dict__,
+            "hang_forensics": self.hang_forensics.stats.__dict__,
             "stragglers": {
                 "queued": self.state.stragglers.queued,
                 "dropped": self.state.stragglers.dropped,
@@ -272,6 +275,7 @@ class Aggregator:
                 if self.lead is not None:
                     await self.lead.stop()  # the next lead need not wait for the lease to expire
                 await self.raw_evidence.stop()
+                await self.hang_forensics.stop()
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks[:1])
                 for service in services:
@@ -503,6 +507,7 @@ class Aggregator:
             await self._publish_alerts(transitions)
             self.alertmanager.transitions(transitions)
             self.raw_evidence.submit(self, transitions)  # after the write: its evidence update comes later
+            self.hang_forensics.submit(self, transitions)  # its report raises flight_recorder_hang on a later tick
         return transitions
 
     async def _publish_alerts(self, alerts: list[Alert]) -> None:

@@ -363,6 +363,9 @@ class AppSettings(CollectorSettings):
     dump_concurrency: int = Field(
         4, ge=1, description="hang dumps: processes asked at once (each answer is built in its own process)"
     )
+    dump_entries_per_group: int = Field(
+        64, ge=1, le=100_000, description="hang dumps: the last entries of each process group an agent's reply keeps"
+    )
     dump_max_files: int = Field(
         100_000, ge=1, description="`ranksight analyze hang`: the most files one directory may hold"
     )
@@ -729,6 +732,33 @@ class RawEvidenceSettings(Section):
     retry_delay_s: float = Field(1.0, ge=0)
 
 
+class HangForensicsSettings(Section):
+    """Hang forensics (``aggregator.hang_forensics``): when a hang alert of ``rules`` fires for a job, the aggregator asks
+    the agents of the job's nodes for every process's Flight Recorder and Python stacks (``hang_dump``), matches them
+    across ranks and raises ``flight_recorder_hang`` naming the rank that never arrived, its op and its frame."""
+
+    enabled: bool = True
+    rules: list[str] = Field(
+        default_factory=lambda: ["collective_hang", "comm_hang", "rank_heartbeat_overdue", "rank_section_overdue"],
+        description="the alerts whose firing asks the job's agents for dumps",
+    )
+    request_timeout_s: float = Field(
+        20.0, gt=0, description="how long one agent's hang_dump answer may take (its processes answer within "
+        "agent.collectors.app.dump_timeout_s)"
+    )
+    max_nodes_per_job: int = Field(256, ge=1, description="agents asked per job at most")
+    max_concurrent_requests: int = Field(8, ge=1, description="agent requests in flight at once, all jobs")
+    cooldown_s: float = Field(
+        60.0, ge=0, description="a job is dumped again on a new alert only this long after its previous dump"
+    )
+    min_wait_s: float = Field(
+        0.0, ge=0, description="a rank behind its peers is named only once the peers waited this long in the op"
+    )
+    retain_s: float = Field(
+        1800.0, gt=0, description="a job's hang report is kept (and its alert firing) at most this long"
+    )
+
+
 class HardwareAlertSettings(Section):
     """Thresholds of the GPU and NIC alerts, and the live NIC state's bound (``aggregator.hardware``)."""
 
@@ -792,6 +822,7 @@ RULE_TIMINGS: dict[str, tuple[float, float]] = {
     "gpu_underperforming": (0, 600),
     "rank_heartbeat_overdue": (0, 30),
     "rank_section_overdue": (0, 10),
+    "flight_recorder_hang": (0, 30),  # fires on a matched dump; resolves when the named ranks heartbeat again
 }
 
 
@@ -972,6 +1003,7 @@ class AggregatorSettings(Section):
     probes: ProbePlannerSettings = ProbePlannerSettings()
     stragglers: StragglerSettings = StragglerSettings()
     raw_evidence: RawEvidenceSettings = RawEvidenceSettings()
+    hang_forensics: HangForensicsSettings = HangForensicsSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()
     ras: RasAlertSettings = RasAlertSettings()
     alerts: AlertSettings = AlertSettings()

@@ -151,6 +151,7 @@ class AppSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     dump_max_bytes: int
     dump_timeout_s: float
     dump_concurrency: int
+    dump_entries_per_group: int
     dump_max_files: int
 
 
@@ -302,6 +303,19 @@ class RawEvidenceSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkn
     retry_delay_s: float
 
 
+class HangForensicsSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.HangForensicsSettings`."""
+
+    enabled: bool
+    rules: list[str]
+    request_timeout_s: float
+    max_nodes_per_job: int
+    max_concurrent_requests: int
+    cooldown_s: float
+    min_wait_s: float
+    retain_s: float
+
+
 class HardwareAlertSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """The twin of :class:`ranksight.core.config.HardwareAlertSettings`."""
 
@@ -401,6 +415,7 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkno
     probes: ProbePlannerSettings
     stragglers: StragglerSettings
     raw_evidence: RawEvidenceSettings
+    hang_forensics: HangForensicsSettings
     hardware: HardwareAlertSettings
     ras: RasAlertSettings
     alerts: AlertSettings

@@ -19,6 +19,7 @@ from typing import Protocol
 from ranksight.aggregator.analysis.hangs import Hang
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.state.app import AppTracker
+from ranksight.aggregator.state.forensics import ForensicsTracker
 from ranksight.aggregator.state.devices import GpuTracker, NicTracker
 from ranksight.aggregator.state.gpu_probes import GpuProbeTracker
 from ranksight.aggregator.state.jobs import JobTracker
@@ -60,8 +61,9 @@ class LiveState:
         self.gpu_probes = GpuProbeTracker()
         self.app = AppTracker()
         self.stragglers = StragglerTracker()
+        self.forensics = ForensicsTracker()
         self.trackers: list[Tracker] = [self.nodes, self.jobs, self.gpus, self.nics, self.links,
-                                        self.gpu_probes, self.app, self.stragglers]  # fmt: skip
+                                        self.gpu_probes, self.app, self.stragglers, self.forensics]  # fmt: skip
         self.now_ns = 0
 
     @property

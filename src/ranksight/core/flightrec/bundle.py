@@ -43,3 +43,17 @@ def bundle_from_reply(identity: dict[str, Any], reply: dict[str, Any], source: s
     except (TypeError, ValueError, RecursionError) as exc:
         raise DumpError(f"{source}: not plain data: {exc}") from None
     return data, parse_dump(data, source)
+
+
+def trim_bundle(bundle: dict[str, Any], entries_per_group: int) -> dict[str, Any]:
+    """``bundle`` with only the last ``entries_per_group`` entries of each process group (by record id, which torch
+    numbers in enqueue order): the ops where ranks diverge are the latest."""
+    entries = [e for e in bundle.get("entries") or [] if isinstance(e, dict)]
+    kept: dict[str, int] = {}
+    chosen = []
+    for entry in sorted(entries, key=lambda e: -int(e.get("record_id") or 0)):
+        group = str((entry.get("process_group") or [""])[0])
+        if kept.get(group, 0) < entries_per_group:
+            kept[group] = kept.get(group, 0) + 1
+            chosen.append(entry)
+    return {**bundle, "entries": chosen[::-1], "entries_dropped": len(entries) - len(chosen)}

@@ -1,0 +1,174 @@
+"""Hang dumps from the training processes on this node, through their ``ranksight.client`` dump connections.
+
+A process's client opens a second connection to the app socket and says ``listen`` (:mod:`ranksight.client.dumps`):
+:class:`DumpChannels` keeps it, keyed by pid, and on the ``hang_dump`` command asks every process of the job at once
+(at most ``dump_concurrency`` at a time), each answer bounded by ``dump_max_bytes`` and ``dump_timeout_s``. The answer,
+torch's pickle and every thread's stack, is checked off the event loop (:mod:`ranksight.core.flightrec.bundle`: a
+plain-data unpickler, then the dump parser) and cut to the last ``dump_entries_per_group`` entries of each process
+group for the reply (the divergence is at the end of the ring). A process that does not answer, answers too much or
+answers garbage is reported as such; nothing it sends can stop the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import socket
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ranksight.core.flightrec.bundle import bundle_from_reply, trim_bundle
+from ranksight.core.flightrec.load import DumpError
+from ranksight.core.settings_twins import AppSettings
+from ranksight.schemas.codec import DecodeError, pack, unpack
+
+IDENTITY_KEYS = ("pid", "rank", "local_rank", "world_size", "job", "host")
+MAX_PACKET = 64 * 1024
+
+
+@dataclass
+class _Pending:
+    limit: int
+    parts: list[bytes] = field(default_factory=list)
+    size: int = 0
+    done: asyncio.Future[bytes] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+
+    def add(self, index: Any, count: Any, data: Any) -> None:
+        if self.done.done():
+            return
+        if not (isinstance(index, int) and isinstance(count, int) and isinstance(data, bytes)) or index != len(self.parts):
+            self.done.set_exception(DumpError("parts out of order or malformed"))
+            return
+        self.size += len(data)
+        if self.size > self.limit:
+            self.done.set_exception(DumpError(f"answer over the {self.limit}-byte limit"))
+            return
+        self.parts.append(data)
+        if len(self.parts) >= count:
+            self.done.set_result(b"".join(self.parts))
+
+
+@dataclass
+class DumpChannel:
+    conn: socket.socket
+    identity: dict[str, Any]
+    pending: dict[int, _Pending] = field(default_factory=dict)
+
+
+class DumpChannels:
+    def __init__(self, settings: AppSettings) -> None:
+        self.settings = settings
+        self.channels: dict[int, DumpChannel] = {}  # by pid
+        self._ids = itertools.count(1)
+        self._slots = asyncio.Semaphore(settings.dump_concurrency)
+        self.requests = 0
+        self.failures = 0
+
+    async def serve(self, conn: socket.socket, hello: dict[str, Any]) -> None:
+        """One process's dump connection, from its ``listen`` until it disconnects."""
+        identity = {key: hello.get(key) for key in IDENTITY_KEYS}
+        pid = identity["pid"]
+        if not isinstance(pid, int):
+            return
+        channel = DumpChannel(conn, identity)
+        self.channels[pid] = channel
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                data = await loop.sock_recv(conn, MAX_PACKET + 1)
+                if not data:
+                    return
+                try:
+                    part = unpack(data)
+                except DecodeError:
+                    continue
+                if isinstance(part, dict) and part.get("t") == "dump_part":
+                    pending = channel.pending.get(part.get("id"))  # type: ignore[arg-type]
+                    if pending is not None:
+                        pending.add(part.get("i"), part.get("n"), part.get("data"))
+        except ConnectionError:
+            return
+        finally:
+            if self.channels.get(pid) is channel:
+                del self.channels[pid]
+            for pending in channel.pending.values():
+                if not pending.done.done():
+                    pending.done.set_exception(DumpError("the process closed its dump connection"))
+
+    async def dump_job(self, job: str | None, entries_per_group: int) -> list[dict[str, Any]]:
+        """Every matching process's dump (trimmed), or why there is none; ``job`` None: every process."""
+        chosen = [c for c in list(self.channels.values()) if job is None or c.identity.get("job") == job]
+        return list(await asyncio.gather(*(self._dump_one(c, entries_per_group) for c in chosen)))
+
+    async def _dump_one(self, channel: DumpChannel, entries_per_group: int) -> dict[str, Any]:
+        result: dict[str, Any] = {**channel.identity, "dump": None, "error": None}
+        started = time.monotonic()
+        async with self._slots:
+            self.requests += 1
+            try:
+                raw = await self._ask(channel)
+                result["dump"] = await asyncio.to_thread(_checked, channel.identity, raw, entries_per_group)
+            except (DumpError, DecodeError, OSError, TimeoutError) as exc:
+                self.failures += 1
+                result["error"] = str(exc) or type(exc).__name__
+        result["seconds"] = round(time.monotonic() - started, 3)
+        return result
+
+    async def _ask(self, channel: DumpChannel) -> bytes:
+        cfg = self.settings
+        request_id = next(self._ids)
+        # the process's own reply framing adds a little to the dump's bytes: the stacks and msgpack headers
+        pending = channel.pending[request_id] = _Pending(limit=cfg.dump_max_bytes + 4 * 1024 * 1024)
+        loop = asyncio.get_running_loop()
+        try:
+            request = {"v": 1, "t": "dump_request", "id": request_id, "max_bytes": cfg.dump_max_bytes}
+            await asyncio.wait_for(loop.sock_sendall(channel.conn, pack(request)), cfg.dump_timeout_s)
+            try:
+                return await asyncio.wait_for(asyncio.shield(pending.done), cfg.dump_timeout_s)
+            except TimeoutError:
+                raise TimeoutError(f"no answer within {cfg.dump_timeout_s:g} s") from None
+        finally:
+            channel.pending.pop(request_id, None)
+            if pending.done.done():
+                with contextlib.suppress(BaseException):
+                    pending.done.exception()  # retrieved: never "exception was never retrieved"
+
+
+def _checked(identity: dict[str, Any], raw: bytes, entries_per_group: int) -> dict[str, Any]:
+    """A process's answer as ranksight's dump (checked by the parser), cut for the reply."""
+    reply = unpack(raw)
+    if not isinstance(reply, dict):
+        raise DumpError(f"the answer is a {type(reply).__name__}, not a map")
+    source = f"pid {identity.get('pid')}"
+    data, _ = bundle_from_reply(identity, reply, source)
+    bundle: dict[str, Any] = json.loads(data)
+    return trim_bundle(bundle, entries_per_group)
+
+
+def fit_reply(processes: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """``processes`` cut to fit ``limit`` bytes of JSON: first other threads' stacks go, then each dump's older entries
+    (halving), last whole dumps (the process is then listed with the reason)."""
+    def size() -> int:
+        return len(json.dumps(processes))
+
+    if size() <= limit:
+        return processes
+    for proc in processes:
+        meta = (proc.get("dump") or {}).get("ranksight") or {}
+        meta["threads"] = [t for t in meta.get("threads") or [] if t.get("main")]
+    while size() > limit:
+        longest = max((p for p in processes if p.get("dump")), key=lambda p: len(p["dump"]["entries"]), default=None)
+        if longest is None or len(longest["dump"]["entries"]) <= 4:
+            break
+        entries = longest["dump"]["entries"]
+        longest["dump"]["entries_dropped"] = longest["dump"].get("entries_dropped", 0) + len(entries) // 2
+        longest["dump"]["entries"] = entries[len(entries) // 2 :]
+    for proc in sorted(processes, key=lambda p: len(json.dumps(p)), reverse=True):
+        if size() <= limit:
+            break
+        if proc.get("dump") is not None:
+            proc["dump"], proc["error"] = None, f"left out: the node's answer must fit {limit} bytes"
+    return processes

@@ -48,6 +48,7 @@ COMMANDS: dict[str, str] = {
             "node",
             "silence",
             "incidents",
+            "job",
         ],
         "ranksight.aggregator.api.cli",
     ),

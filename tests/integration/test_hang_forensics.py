@@ -4,8 +4,10 @@ seq id and frame, for each failure shape; a healthy job dumped on demand has no 
 
 from __future__ import annotations
 
+import json
 import socket
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Iterator
@@ -15,7 +17,7 @@ import pytest
 
 from ranksight.core.config import Settings
 from tests.fr_job import start_ranks
-from tests.support import agent, aggregator, wait_for
+from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for
 
 JOB_FILE = "tests/fr_job.py"
 
@@ -38,6 +40,11 @@ def free_port() -> int:
 
 def firing(agg, rule: str) -> list:  # type: ignore[no-untyped-def]
     return [a for a in agg.engine.active.values() if a.rule == rule]
+
+
+async def started(agg) -> None:  # type: ignore[no-untyped-def]
+    """Every rank stepping: torch's start-up takes seconds, and much longer on a loaded machine."""
+    await wait_for(lambda: len([st for st in agg.state.app.ranks.values() if st.step is not None]) == 3, timeout=120)
 
 
 @pytest.fixture
@@ -71,8 +78,9 @@ async def test_failure_shape_named_live(scenario: str, hang_settings: Settings, 
     kind, rank, function = EXPECTED[scenario]
     async with aggregator(hang_settings) as agg, agent(hang_settings, only=["app"]):
         mark = job(scenario)
+        await started(agg)
         (alert,) = await wait_for(lambda: [a for a in firing(agg, "flight_recorder_hang") if a.rank == rank],
-                                  timeout=50)  # fmt: skip
+                                  timeout=45)  # fmt: skip
         latency_s = time.time() - int(mark.read_text()) / 1e9
         alerts = firing(agg, "flight_recorder_hang")
     ev = alert.evidence
@@ -97,8 +105,9 @@ async def test_failure_shape_named_live(scenario: str, hang_settings: Settings, 
 async def test_healthy_job_dumped_on_demand_has_no_finding(hang_settings: Settings, job) -> None:  # type: ignore[no-untyped-def]
     async with aggregator(hang_settings) as agg, agent(hang_settings, only=["app"]):
         job("healthy")
+        await started(agg)
         await wait_for(lambda: len([st for st in agg.state.app.ranks.values() if (st.step or 0) >= 5]) == 3,
-                       timeout=50)  # fmt: skip
+                       timeout=30)  # fmt: skip
         task = agg.hang_forensics.start(agg, agg.settings.cluster, "J7")
         assert task is not None
         report = await task
@@ -106,3 +115,31 @@ async def test_healthy_job_dumped_on_demand_has_no_finding(hang_settings: Settin
         assert report.report.ranks_seen == [0, 1, 2] and report.report.findings == []
         await agg.tick(time.time_ns())
         assert not firing(agg, "flight_recorder_hang") and not firing(agg, "rank_heartbeat_overdue")
+
+
+async def test_job_dump_and_evidence_commands(hang_settings: Settings, job, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    async with aggregator(hang_settings) as agg, agent(hang_settings, only=["app"]):
+        job("stopped")
+        await started(agg)
+        await wait_for(lambda: [a for a in firing(agg, "flight_recorder_hang") if a.rank == 2], timeout=45)
+        env = settings_env(hang_settings)
+        proc = await run_cli_async("job", "dump", "J7", "--json", env=env, timeout=40)
+        assert proc.returncode == 0, proc.stderr
+        out = json.loads(proc.stdout)
+        (row,) = out["rows"]
+        assert (row["kind"], row["rank"], row["seq"], row["node"]) == ("collective_hang", 2, 4, "node-a")
+        assert row["where"].startswith("wait_for_results at ") and out["meta"]["ranks_seen"] == [0, 1, 2]
+        table = await run_cli_async("job", "dump", "J7", env=env, timeout=40)
+        assert table.returncode == 0 and "collective_hang" in table.stdout and "3 ranks dumped" in table.stderr
+        bundle = tmp_path / "evidence.tar.gz"
+        proc = await run_cli_async("job", "evidence", "J7", "-o", str(bundle), env=env, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+    with tarfile.open(bundle) as tar:
+        names = set(tar.getnames())
+        report = json.load(tar.extractfile("evidence/hang_report.json"))  # type: ignore[arg-type]
+        alerts = json.load(tar.extractfile("evidence/alerts.json"))  # type: ignore[arg-type]
+    assert {"evidence/alerts.json", "evidence/ras_jobs.json", "evidence/gpus.json", "evidence/nics.json",
+            "evidence/inspector_tail.json"} <= names  # fmt: skip
+    assert len([n for n in names if n.startswith("evidence/dumps/rank")]) == 3
+    assert report["findings"][0]["missing_ranks"] == [2]
+    assert {a["rule"] for a in alerts} >= {"flight_recorder_hang", "rank_heartbeat_overdue"}

@@ -76,6 +76,13 @@ class HangForensics:
         task.add_done_callback(lambda _: self._tasks.pop(key, None))
         return task
 
+    async def dump_now(self, agg: Aggregator, cluster: str, job: str) -> JobReport:
+        """An operator's dump (``ranksight job dump``): no cooldown; the report is kept like an alert's."""
+        report = await self.collect(agg, cluster, job)
+        self._last[(cluster, job)] = time.monotonic()
+        (agg.analysis_state or agg.state).forensics.put(report)
+        return report
+
     async def stop(self) -> None:
         for task in list(self._tasks.values()):
             task.cancel()
@@ -102,6 +109,7 @@ class HangForensics:
                                         for n in nodes[keep:]]  # fmt: skip
         answers = await asyncio.gather(*(self._ask(agg, cluster, node, job) for node in nodes[:keep]))
         dumps: list[RankDump] = []
+        raw_dumps: list[dict[str, Any]] = []
         by_rank: dict[int, str] = {}
         for node, (processes, error) in zip(nodes[:keep], answers, strict=True):
             if error:
@@ -109,13 +117,16 @@ class HangForensics:
             for proc in processes:
                 dump, why = _dump_of(node, proc)
                 if dump is None:
-                    errors.append({"node": node, "pid": proc.get("pid"), "rank": proc.get("rank"), "error": why})
+                    errors.append(
+                        {"node": node, "pid": proc.get("pid"), "rank": proc.get("rank"), "error": why}
+                    )
                 elif dump.rank in by_rank:
                     errors.append({"node": node, "pid": dump.pid, "rank": dump.rank,
                                    "error": f"rank {dump.rank} already answered through {by_rank[dump.rank]}"})  # fmt: skip
                 else:
                     by_rank[dump.rank] = node
                     dumps.append(dump)
+                    raw_dumps.append(proc["dump"])
         world = max((st.world_size or 0 for st in ranks), default=0) or None
         report = analyze(dumps, world_size=world, min_wait_s=self.settings.min_wait_s)
         for st in ranks:  # a rank without a dump still has the node its signals came from
@@ -125,15 +136,19 @@ class HangForensics:
         s.jobs, s.dumps, s.errors = s.jobs + 1, s.dumps + len(dumps), s.errors + len(errors)
         named = {r for f in report.findings for r in (*f.missing_ranks, *f.mismatched_ranks)}
         return JobReport(cluster, job, time.time_ns(), report, by_rank, errors,
-                         {r: corroborate(state, cluster, job, r, dumps) for r in sorted(named)})  # fmt: skip
+                         {r: corroborate(state, cluster, job, r, dumps) for r in sorted(named)}, raw_dumps)  # fmt: skip
 
-    async def _ask(self, agg: Aggregator, cluster: str, node: str, job: str) -> tuple[list[dict[str, Any]], str | None]:
+    async def _ask(
+        self, agg: Aggregator, cluster: str, node: str, job: str
+    ) -> tuple[list[dict[str, Any]], str | None]:
         assert agg.nc is not None
         subject = agg.subjects.agent(cluster, node, COMMAND)
         cfg = self.settings
         async with self._slots:
             try:
-                msg = await agg.nc.request(subject, json.dumps({"job": job}).encode(), timeout=cfg.request_timeout_s)
+                msg = await agg.nc.request(
+                    subject, json.dumps({"job": job}).encode(), timeout=cfg.request_timeout_s
+                )
             except nats.errors.NoRespondersError:
                 return [], "no agent answers (down, or its app collector is off)"
             except nats.errors.TimeoutError:
@@ -186,7 +201,9 @@ def corroborate(state: LiveState, cluster: str, job: str, rank: int, dumps: list
         behind = [(c.label, sn, c.top) for c in finder.comm_ops.values() for sn, proc in c.last.values()
                   if proc == (host, pid)]  # fmt: skip
         if behind:
-            out["inspector"] = [{"comm": label, "last_coll_sn": sn, "comm_top_coll_sn": top} for label, sn, top in behind]
+            out["inspector"] = [
+                {"comm": label, "last_coll_sn": sn, "comm_top_coll_sn": top} for label, sn, top in behind
+            ]
             if any(sn < top for _, sn, top in behind):
                 agreeing.append("inspector")
     if agreeing:

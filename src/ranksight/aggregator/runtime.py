@@ -32,12 +32,12 @@ from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.api.front import QueryFront
 from ranksight.aggregator.api.service import start_services
 from ranksight.aggregator.api.sql import SqlSandbox
+from ranksight.aggregator.hang_forensics import HangForensics
 from ranksight.aggregator.history import retention_loop, shard_export_loop
 from ranksight.aggregator.http.server import HttpFace
 from ranksight.aggregator.lead import AnalysisLead
 from ranksight.aggregator.probes import ProbePlanner
 from ranksight.aggregator.pull import BoundedPull
-from ranksight.aggregator.hang_forensics import HangForensics
 from ranksight.aggregator.raw_evidence import RawEvidence
 from ranksight.aggregator.shards import NodeKey, ShardOwner
 from ranksight.aggregator.state import NS, LiveState
@@ -507,7 +507,9 @@ class Aggregator:
             await self._publish_alerts(transitions)
             self.alertmanager.transitions(transitions)
             self.raw_evidence.submit(self, transitions)  # after the write: its evidence update comes later
-            self.hang_forensics.submit(self, transitions)  # its report raises flight_recorder_hang on a later tick
+            self.hang_forensics.submit(
+                self, transitions
+            )  # its report raises flight_recorder_hang on a later tick
         return transitions
 
     async def _publish_alerts(self, alerts: list[Alert]) -> None:

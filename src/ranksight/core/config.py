@@ -358,13 +358,18 @@ class AppSettings(CollectorSettings):
         "the largest file `ranksight analyze hang` reads",
     )
     dump_timeout_s: float = Field(
-        10.0, gt=0, description="hang dumps: how long the agent waits for one process to answer a dump request"
+        10.0,
+        gt=0,
+        description="hang dumps: how long the agent waits for one process to answer a dump request",
     )
     dump_concurrency: int = Field(
         4, ge=1, description="hang dumps: processes asked at once (each answer is built in its own process)"
     )
     dump_entries_per_group: int = Field(
-        64, ge=1, le=100_000, description="hang dumps: the last entries of each process group an agent's reply keeps"
+        64,
+        ge=1,
+        le=100_000,
+        description="hang dumps: the last entries of each process group an agent's reply keeps",
     )
     dump_max_files: int = Field(
         100_000, ge=1, description="`ranksight analyze hang`: the most files one directory may hold"
@@ -739,12 +744,19 @@ class HangForensicsSettings(Section):
 
     enabled: bool = True
     rules: list[str] = Field(
-        default_factory=lambda: ["collective_hang", "comm_hang", "rank_heartbeat_overdue", "rank_section_overdue"],
+        default_factory=lambda: [
+            "collective_hang",
+            "comm_hang",
+            "rank_heartbeat_overdue",
+            "rank_section_overdue",
+        ],
         description="the alerts whose firing asks the job's agents for dumps",
     )
     request_timeout_s: float = Field(
-        20.0, gt=0, description="how long one agent's hang_dump answer may take (its processes answer within "
-        "agent.collectors.app.dump_timeout_s)"
+        20.0,
+        gt=0,
+        description="how long one agent's hang_dump answer may take (its processes answer within "
+        "agent.collectors.app.dump_timeout_s)",
     )
     max_nodes_per_job: int = Field(256, ge=1, description="agents asked per job at most")
     max_concurrent_requests: int = Field(8, ge=1, description="agent requests in flight at once, all jobs")
@@ -752,7 +764,9 @@ class HangForensicsSettings(Section):
         60.0, ge=0, description="a job is dumped again on a new alert only this long after its previous dump"
     )
     min_wait_s: float = Field(
-        0.0, ge=0, description="a rank behind its peers is named only once the peers waited this long in the op"
+        0.0,
+        ge=0,
+        description="a rank behind its peers is named only once the peers waited this long in the op",
     )
     retain_s: float = Field(
         1800.0, gt=0, description="a job's hang report is kept (and its alert firing) at most this long"

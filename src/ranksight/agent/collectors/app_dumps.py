@@ -39,7 +39,9 @@ class _Pending:
     def add(self, index: Any, count: Any, data: Any) -> None:
         if self.done.done():
             return
-        if not (isinstance(index, int) and isinstance(count, int) and isinstance(data, bytes)) or index != len(self.parts):
+        if not (
+            isinstance(index, int) and isinstance(count, int) and isinstance(data, bytes)
+        ) or index != len(self.parts):
             self.done.set_exception(DumpError("parts out of order or malformed"))
             return
         self.size += len(data)
@@ -151,6 +153,7 @@ def _checked(identity: dict[str, Any], raw: bytes, entries_per_group: int) -> di
 def fit_reply(processes: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     """``processes`` cut to fit ``limit`` bytes of JSON: first other threads' stacks go, then each dump's older entries
     (halving), last whole dumps (the process is then listed with the reason)."""
+
     def size() -> int:
         return len(json.dumps(processes))
 
@@ -160,7 +163,9 @@ def fit_reply(processes: list[dict[str, Any]], limit: int) -> list[dict[str, Any
         meta = (proc.get("dump") or {}).get("ranksight") or {}
         meta["threads"] = [t for t in meta.get("threads") or [] if t.get("main")]
     while size() > limit:
-        longest = max((p for p in processes if p.get("dump")), key=lambda p: len(p["dump"]["entries"]), default=None)
+        longest = max(
+            (p for p in processes if p.get("dump")), key=lambda p: len(p["dump"]["entries"]), default=None
+        )
         if longest is None or len(longest["dump"]["entries"]) <= 4:
             break
         entries = longest["dump"]["entries"]

@@ -26,6 +26,7 @@ from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
+    from ranksight.core.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +156,7 @@ class Endpoint(Generic[P]):
     http: bool = True
     sql_time: bool = False
     merge: Merge[P] | None = None
+    wait_s: Callable[[Settings], float] | None = None  # how long a client waits, when not the usual
 
     @property
     def summary(self) -> str:

@@ -12,7 +12,7 @@ import argparse
 import getpass
 from typing import Any
 
-from ranksight.aggregator.api import alerting, queries, ras_queries, views
+from ranksight.aggregator.api import alerting, forensics, queries, ras_queries, views
 from ranksight.aggregator.api.endpoint import (
     ClusterParams,
     Command,
@@ -58,6 +58,7 @@ DEFAULT_SILENCE_S = 3600.0
 COMMAND_GROUPS = {
     "node": "planned changes to a node (drain: its silence raises nothing)",
     "silence": "maintenance windows: alerts matching a silence are not announced",
+    "job": "hang forensics of a job: its ranks' Flight Recorder and Python stacks, matched; an evidence file",
 }
 SINCE_AGO = Flag(type=ago, metavar="AGO", help="only what happened within AGO (e.g. 1h)")
 # How sharded aggregators' answers join (aggregator.api.merge). Not merged: sql (an aggregate or a LIMIT does not
@@ -208,6 +209,15 @@ _ENDPOINTS: list[Endpoint[Any]] = [
     Endpoint("silence_expire", alerting.SilenceExpireParams, alerting.silence_expire, Command(
         "end a silence now", SILENCE_COLUMNS, path=("silence", "expire"),
         flags={"id": Flag(positional=True, metavar="ID")}), http=False),
+    Endpoint("job_dump", forensics.JobDumpParams, forensics.job_dump, Command(
+        "ask a job's agents for every process's Flight Recorder and Python stacks now and match them across ranks",
+        forensics.FINDING_COLUMNS, path=("job", "dump"), notes=forensics._notes,
+        flags={"job": forensics.JOB_FLAG, "include_dumps": Flag(help="the dumps too (in meta.dumps)")}),
+        http=False, wait_s=forensics.wait_s),
+    Endpoint("job_evidence", forensics.JobDumpParams, forensics.job_dump, Command(
+        "write a hang's evidence (dumps, stacks, RAS status, Inspector tail, GPU/NIC state, alerts) to a .tar.gz",
+        forensics.FINDING_COLUMNS, path=("job", "evidence"), flags={"job": forensics.JOB_FLAG},
+        extend=forensics.add_output_flag, instead=forensics.write_evidence), http=False, wait_s=forensics.wait_s),
     Endpoint("incidents", alerting.IncidentsParams, alerting.incidents, Command(
         "one row per alert: fired, resolved, duration, flaps", INCIDENT_COLUMNS,
         flags={"since": SINCE_AGO})),

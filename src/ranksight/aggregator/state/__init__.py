@@ -19,8 +19,8 @@ from typing import Protocol
 from ranksight.aggregator.analysis.hangs import Hang
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.state.app import AppTracker
-from ranksight.aggregator.state.forensics import ForensicsTracker
 from ranksight.aggregator.state.devices import GpuTracker, NicTracker
+from ranksight.aggregator.state.forensics import ForensicsTracker
 from ranksight.aggregator.state.gpu_probes import GpuProbeTracker
 from ranksight.aggregator.state.jobs import JobTracker
 from ranksight.aggregator.state.links import LinkTracker

@@ -19,8 +19,15 @@ class JobReport:
     collected_ns: int
     report: HangReport
     nodes: dict[int, str]  # rank -> the agent's node it answered through
-    errors: list[dict[str, Any]] = field(default_factory=list)  # processes or agents that gave no dump, and why
-    corroboration: dict[int, dict[str, Any]] = field(default_factory=dict)  # rank -> RAS / Inspector / app view
+    errors: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # processes or agents that gave no dump, and why
+    corroboration: dict[int, dict[str, Any]] = field(
+        default_factory=dict
+    )  # rank -> RAS / Inspector / app view
+    raw_dumps: list[dict[str, Any]] = field(
+        default_factory=list, repr=False
+    )  # as the agents sent them (evidence)
 
 
 class ForensicsTracker:
@@ -44,5 +51,7 @@ class ForensicsTracker:
 
     def forget(self, nodes: set[NodeKey]) -> None:
         self.reports = {
-            k: r for k, r in self.reports.items() if not any((r.cluster, n) in nodes for n in r.nodes.values())
+            k: r
+            for k, r in self.reports.items()
+            if not any((r.cluster, n) in nodes for n in r.nodes.values())
         }

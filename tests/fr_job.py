@@ -92,7 +92,7 @@ def dump_later(args: argparse.Namespace) -> None:
 
     out = Path(args.out)
     if args.form == "pickle":
-        (out / f"trace_rank_{args.rank}").write_bytes(torch._C._distributed_c10d._dump_fr_trace())
+        (out / f"trace_rank_{args.rank}").write_bytes(torch._C._distributed_c10d._dump_fr_trace())  # with frames
     elif args.form == "json":
         (out / f"fr-{args.rank}.json").write_bytes(
             torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives=True)
@@ -105,7 +105,7 @@ def dump_later(args: argparse.Namespace) -> None:
         from ranksight.core.flightrec.bundle import bundle_from_reply
 
         ident = {**identity(), "host": socket.gethostname()}
-        data, _ = bundle_from_reply(ident, build_dump(1 << 26), f"rank {args.rank}")
+        data, _ = bundle_from_reply(ident, build_dump(1 << 26, collective_frames=True), f"rank {args.rank}")
         (out / f"rank{args.rank}.ranksight.json").write_bytes(data)
     os._exit(0)
 

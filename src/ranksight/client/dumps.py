@@ -13,14 +13,15 @@ Wire (same framing as :mod:`ranksight.client`: one msgpack map per seqpacket pac
 direction          packet
 =================  ==================================================================================================
 client -> agent    ``{"t": "listen", pid, rank, local_rank, world_size, job, "host"}`` once per connection
-agent -> client    ``{"t": "dump_request", "id": int, "max_bytes": int}``
+agent -> client    ``{"t": "dump_request", "id": int, "max_bytes": int, "collective_frames": bool}``
 client -> agent    ``{"t": "dump_part", "id", "i", "n", "data": bytes}`` for i in 0..n-1: the parts of one msgpack map
                    ``{"time_ns", "threads": [{"id", "name", "main", "frames": [{filename, line, name}]}],
                    "flight_recorder": bytes | None, "error": str | None}``
 =================  ==================================================================================================
 
 Cost to the job: one idle thread and one socket; per request, the GIL for as long as the stacks take to walk and torch
-takes to serialize its ring (milliseconds for a few thousand entries).
+takes to serialize its ring (milliseconds for a few thousand entries). With ``collective_frames`` torch also symbolizes
+the call site of every recorded collective: seconds of CPU the first time in a process.
 """
 
 from __future__ import annotations
@@ -56,21 +57,23 @@ def thread_stacks(max_frames: int = MAX_STACK_FRAMES) -> list[dict[str, Any]]:
     return out
 
 
-def flight_recorder() -> bytes | None:
-    """torch's Flight Recorder pickle when the job has imported torch.distributed (None otherwise)."""
+def flight_recorder(collective_frames: bool = False) -> bytes | None:
+    """torch's Flight Recorder pickle when the job has imported torch.distributed (None otherwise). The call sites of
+    the recorded collectives (``collective_frames``) cost seconds of CPU the first time a process asks (torch
+    symbolizes its captured stacks), so they are left out unless asked for: the thread stacks say where a rank is."""
     torch = sys.modules.get("torch")
     if torch is None or "torch.distributed" not in sys.modules:
         return None
-    dump: bytes = torch._C._distributed_c10d._dump_fr_trace()
+    dump: bytes = torch._C._distributed_c10d._dump_fr_trace(includeStackTraces=collective_frames)
     return dump
 
 
-def build_dump(max_bytes: int) -> dict[str, Any]:
+def build_dump(max_bytes: int, collective_frames: bool = False) -> dict[str, Any]:
     """One process's evidence; the Flight Recorder is left out (and said so) when it alone exceeds ``max_bytes``."""
     dump: dict[str, Any] = {"time_ns": time.time_ns(), "threads": thread_stacks(), "flight_recorder": None,
                             "error": None}  # fmt: skip
     try:
-        recorded = flight_recorder()
+        recorded = flight_recorder(collective_frames)
     except Exception as exc:  # an old torch, Flight Recorder off: the stacks still answer
         dump["error"] = f"flight recorder: {type(exc).__name__}: {exc}"[:500]
     else:
@@ -118,7 +121,8 @@ class DumpResponder(threading.Thread):
                 if not isinstance(request, dict) or request.get("t") != "dump_request":
                     continue
                 max_bytes = int(request.get("max_bytes") or 64 * 1024 * 1024)
-                payload = msgpack.packb(build_dump(max_bytes), use_bin_type=True)
+                dump = build_dump(max_bytes, bool(request.get("collective_frames")))
+                payload = msgpack.packb(dump, use_bin_type=True)
                 sock.settimeout(SEND_TIMEOUT_S)
                 for packet in parts(int(request.get("id", 0)), payload):
                     sock.send(packet)

@@ -365,6 +365,11 @@ class AppSettings(CollectorSettings):
     dump_concurrency: int = Field(
         4, ge=1, description="hang dumps: processes asked at once (each answer is built in its own process)"
     )
+    dump_collective_frames: bool = Field(
+        False,
+        description="hang dumps: ask torch for each recorded collective's Python call site too (torch symbolizes "
+        "them: seconds of the process's CPU the first time; every thread's stack is always included)",
+    )
     dump_entries_per_group: int = Field(
         64,
         ge=1,

@@ -151,6 +151,7 @@ class AppSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     dump_max_bytes: int
     dump_timeout_s: float
     dump_concurrency: int
+    dump_collective_frames: bool
     dump_entries_per_group: int
     dump_max_files: int
 

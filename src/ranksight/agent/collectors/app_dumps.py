@@ -126,7 +126,8 @@ class DumpChannels:
         pending = channel.pending[request_id] = _Pending(limit=cfg.dump_max_bytes + 4 * 1024 * 1024)
         loop = asyncio.get_running_loop()
         try:
-            request = {"v": 1, "t": "dump_request", "id": request_id, "max_bytes": cfg.dump_max_bytes}
+            request = {"v": 1, "t": "dump_request", "id": request_id, "max_bytes": cfg.dump_max_bytes,
+                       "collective_frames": cfg.dump_collective_frames}  # fmt: skip
             await asyncio.wait_for(loop.sock_sendall(channel.conn, pack(request)), cfg.dump_timeout_s)
             try:
                 return await asyncio.wait_for(asyncio.shield(pending.done), cfg.dump_timeout_s)

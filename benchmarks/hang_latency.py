@@ -83,7 +83,10 @@ async def one_round(root: Path, scenario: str, timeout_s: float) -> dict[str, ob
         deadline = time.monotonic() + 300
         while "flight_recorder_hang" not in fired:
             at, alert = await asyncio.wait_for(alerts.get(), timeout=max(1.0, deadline - time.monotonic()))
-            if alert["state"] == "firing" and alert["rule"] in ("rank_heartbeat_overdue", "flight_recorder_hang"):
+            if alert["state"] == "firing" and alert["rule"] in (
+                "rank_heartbeat_overdue",
+                "flight_recorder_hang",
+            ):
                 if alert["rule"] == "rank_heartbeat_overdue" or alert.get("rank") == FAULTY[scenario]:
                     fired.setdefault(str(alert["rule"]), at)
                     found = alert
@@ -110,7 +113,9 @@ async def one_round(root: Path, scenario: str, timeout_s: float) -> dict[str, ob
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=1, help="rounds per failure shape (default 1)")
-    parser.add_argument("--timeout", type=float, default=10.0, help="heartbeat timeout: the hang threshold (s)")
+    parser.add_argument(
+        "--timeout", type=float, default=10.0, help="heartbeat timeout: the hang threshold (s)"
+    )
     parser.add_argument("--quick", action="store_true", help="one round of one shape (python_stuck), for CI")
     args = parser.parse_args()
     scenarios = ("python_stuck",) if args.quick else SCENARIOS

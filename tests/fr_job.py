@@ -92,7 +92,9 @@ def dump_later(args: argparse.Namespace) -> None:
 
     out = Path(args.out)
     if args.form == "pickle":
-        (out / f"trace_rank_{args.rank}").write_bytes(torch._C._distributed_c10d._dump_fr_trace())  # with frames
+        (out / f"trace_rank_{args.rank}").write_bytes(
+            torch._C._distributed_c10d._dump_fr_trace()
+        )  # with frames
     elif args.form == "json":
         (out / f"fr-{args.rank}.json").write_bytes(
             torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives=True)

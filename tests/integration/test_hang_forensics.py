@@ -44,7 +44,9 @@ def firing(agg, rule: str) -> list:  # type: ignore[no-untyped-def]
 
 async def started(agg) -> None:  # type: ignore[no-untyped-def]
     """Every rank stepping: torch's start-up takes seconds, and much longer on a loaded machine."""
-    await wait_for(lambda: len([st for st in agg.state.app.ranks.values() if st.step is not None]) == 3, timeout=120)
+    await wait_for(
+        lambda: len([st for st in agg.state.app.ranks.values() if st.step is not None]) == 3, timeout=120
+    )
 
 
 @pytest.fixture
@@ -130,7 +132,9 @@ async def test_job_dump_and_evidence_commands(hang_settings: Settings, job, tmp_
         assert (row["kind"], row["rank"], row["seq"], row["node"]) == ("collective_hang", 2, 4, "node-a")
         assert row["where"].startswith("wait_for_results at ") and out["meta"]["ranks_seen"] == [0, 1, 2]
         table = await run_cli_async("job", "dump", "J7", env=env, timeout=40)
-        assert table.returncode == 0 and "collective_hang" in table.stdout and "3 ranks dumped" in table.stderr
+        assert (
+            table.returncode == 0 and "collective_hang" in table.stdout and "3 ranks dumped" in table.stderr
+        )
         bundle = tmp_path / "evidence.tar.gz"
         proc = await run_cli_async("job", "evidence", "J7", "-o", str(bundle), env=env, timeout=60)
         assert proc.returncode == 0, proc.stderr

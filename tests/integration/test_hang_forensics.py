@@ -135,6 +135,8 @@ async def test_job_dump_and_evidence_commands(hang_settings: Settings, job, tmp_
         assert (
             table.returncode == 0 and "collective_hang" in table.stdout and "3 ranks dumped" in table.stderr
         )
+        unknown = await run_cli_async("job", "dump", "no-such-job", env=env, timeout=40)
+        assert unknown.returncode == 1 and "no rank of job 'no-such-job'" in unknown.stderr
         bundle = tmp_path / "evidence.tar.gz"
         proc = await run_cli_async("job", "evidence", "J7", "-o", str(bundle), env=env, timeout=60)
         assert proc.returncode == 0, proc.stderr
@@ -147,3 +149,10 @@ async def test_job_dump_and_evidence_commands(hang_settings: Settings, job, tmp_
     assert len([n for n in names if n.startswith("evidence/dumps/rank")]) == 3
     assert report["findings"][0]["missing_ranks"] == [2]
     assert {a["rule"] for a in alerts} >= {"flight_recorder_hang", "rank_heartbeat_overdue"}
+    with tarfile.open(bundle) as tar:  # the bundle's dumps are input for the offline match too
+        tar.extractall(tmp_path / "x", filter="data")
+    offline = await run_cli_async("analyze", "hang", str(tmp_path / "x" / "evidence" / "dumps"), "--json", env=env)
+    assert offline.returncode == 1, offline.stderr
+    (finding,) = json.loads(offline.stdout)["findings"]
+    assert (finding["missing_ranks"], finding["seq"]) == ([2], 4)
+    assert finding["frames"]["2"]["where"].startswith("wait_for_results at ")

@@ -12,7 +12,7 @@ import tarfile
 import time
 from typing import TYPE_CHECKING, Any
 
-from ranksight.aggregator.api.endpoint import Flag, Params
+from ranksight.aggregator.api.endpoint import Flag, Params, RequestError
 from ranksight.core.cliutil import EXIT_FAILED, EXIT_OK, settings_from_args
 from ranksight.schemas.api import ApiResponse
 
@@ -38,6 +38,10 @@ def wait_s(settings: Settings) -> float:
 async def job_dump(agg: Aggregator, p: JobDumpParams) -> ApiResponse:
     """Ask the job's agents for every process's Flight Recorder and Python stacks now, and match them across ranks."""
     cluster = p.cluster or agg.settings.cluster
+    state = agg.analysis_state or agg.state
+    if not any(st.cluster == cluster and st.job == p.job for st in state.app.ranks.values()):
+        raise RequestError(f"no rank of job {p.job!r} in cluster {cluster!r} is known: its processes report through "
+                           "ranksight.client (RANK and a scheduler job id in their environment)")  # fmt: skip
     report = await agg.hang_forensics.dump_now(agg, cluster, p.job)
     rows = []
     for finding in report.report.findings:

@@ -4,18 +4,26 @@ against processes that answer wrongly: every failure is one reason in the answer
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import pickle
+import shutil
 import socket
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 import msgpack
 import pytest
 
-from ranksight.agent.collectors.app_dumps import DumpChannels, fit_reply
+from ranksight.agent.collectors.app_dumps import DumpChannels, fit_reply, torch_dump_files
 from ranksight.client import dumps as client_dumps
 from ranksight.core.config import Settings, twin_settings
+from ranksight.core.flightrec import analyze, parse_dump
 from ranksight.core.flightrec.bundle import trim_bundle
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "flight_recorder"
 
 
 def app_settings(**values: Any) -> Any:
@@ -140,3 +148,31 @@ def test_fit_reply_cuts_stacks_then_entries_then_dumps() -> None:
     assert all(len(p["dump"]["entries"]) < 64 and p["dump"]["entries_dropped"] > 0 for p in fitted)
     tiny = fit_reply([proc(4), proc(4)], 300)
     assert [p["dump"] for p in tiny] == [None, None] and "must fit 300 bytes" in tiny[0]["error"]
+
+
+def test_torch_timeout_files_are_read_checked_and_bounded(tmp_path: Path) -> None:
+    """The files torch writes on a watchdog timeout (here: real torch pickles from a gloo job that hung)."""
+    for path in (FIXTURES / "stopped").iterdir():
+        shutil.copy(path, tmp_path / f"nccl_trace_rank_{path.name.rsplit('_', 1)[1]}")
+    (tmp_path / "nccl_trace_rank_7").write_bytes(pickle.dumps({"version": "2.10", "entries": [print]}))
+    (tmp_path / "nccl_trace_rank_8").write_bytes(b"\x80" + b"\x00" * 70_000)
+    old = tmp_path / "nccl_trace_rank_9"
+    shutil.copy(FIXTURES / "stopped" / "trace_rank_0", old)
+    os.utime(old, (time.time() - 3600, time.time() - 3600))
+    (tmp_path / "nccl_trace_rank_5").symlink_to("/etc/passwd")
+    found = torch_dump_files(
+        tmp_path, max_bytes=64 * 1024, max_age_s=600, max_files=100, entries_per_group=64
+    )
+    by_rank = {e["rank"]: e for e in found if e["dump"] is not None}
+    assert sorted(by_rank) == [0, 1, 2]  # not the old one, not the link
+    errors = sorted(e["error"] for e in found if e["dump"] is None)
+    assert (
+        len(errors) == 2
+        and "refused: the pickle names builtins.print" in errors[1]
+        and "over the" in errors[0]
+    )
+    dumps = [parse_dump(json.dumps(e["dump"]).encode(), e["source"]) for e in by_rank.values()]
+    (finding,) = analyze(dumps).findings
+    assert (finding.kind, finding.missing_ranks, finding.seq) == ("collective_hang", [2], 4)
+    assert finding.waiting_s is not None  # the file's time is the dump time
+    assert len(torch_dump_files(tmp_path, 64 * 1024, 600, 2, 64)) == 2

@@ -370,6 +370,16 @@ class AppSettings(CollectorSettings):
         description="hang dumps: ask torch for each recorded collective's Python call site too (torch symbolizes "
         "them: seconds of the process's CPU the first time; every thread's stack is always included)",
     )
+    torch_dump_dir: Path | None = Field(
+        None,
+        description="hang dumps: also read the Flight Recorder files torch writes on a watchdog timeout here (the "
+        "directory of the jobs' TORCH_NCCL_DEBUG_INFO_TEMP_FILE; the rank is the trailing number of each name)",
+    )
+    torch_dump_max_age_s: float = Field(
+        900.0,
+        gt=0,
+        description="hang dumps: torch's files older than this belong to an earlier hang: not read",
+    )
     dump_entries_per_group: int = Field(
         64,
         ge=1,
@@ -377,7 +387,9 @@ class AppSettings(CollectorSettings):
         description="hang dumps: the last entries of each process group an agent's reply keeps",
     )
     dump_max_files: int = Field(
-        100_000, ge=1, description="`ranksight analyze hang`: the most files one directory may hold"
+        100_000,
+        ge=1,
+        description="the most dump files read from one directory (`ranksight analyze hang`, torch_dump_dir)",
     )
 
 

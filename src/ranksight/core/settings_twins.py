@@ -152,6 +152,8 @@ class AppSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     dump_timeout_s: float
     dump_concurrency: int
     dump_collective_frames: bool
+    torch_dump_dir: Path | None
+    torch_dump_max_age_s: float
     dump_entries_per_group: int
     dump_max_files: int
 

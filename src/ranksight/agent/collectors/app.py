@@ -16,7 +16,7 @@ import stat
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ranksight.agent.collectors.app_dumps import DumpChannels, fit_reply
+from ranksight.agent.collectors.app_dumps import DumpChannels, fit_reply, torch_dump_files
 from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, dump_hello, parse_message
 from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
 from ranksight.client import MAX_MESSAGE
@@ -93,6 +93,10 @@ class AppCollector(StreamingCollector):
         if not isinstance(per_group, int) or not 1 <= per_group <= self.app_settings.dump_entries_per_group:
             raise ValueError(f"entries_per_group must be 1..{self.app_settings.dump_entries_per_group}")
         processes = await self.dumps.dump_job(job, per_group)
+        cfg = self.app_settings
+        if cfg.torch_dump_dir is not None:
+            processes += await asyncio.to_thread(torch_dump_files, cfg.torch_dump_dir, cfg.dump_max_bytes,
+                                                 cfg.torch_dump_max_age_s, cfg.dump_max_files, per_group)  # fmt: skip
         # half the server's max_payload: the reply's JSON framing stays well within it
         return {"node": self.ctx.node, "processes": fit_reply(processes, self.ctx.nc.max_payload // 2)}
 

@@ -6,7 +6,8 @@ A process's client opens a second connection to the app socket and says ``listen
 torch's pickle and every thread's stack, is checked off the event loop (:mod:`ranksight.core.flightrec.bundle`: a
 plain-data unpickler, then the dump parser) and cut to the last ``dump_entries_per_group`` entries of each process
 group for the reply (the divergence is at the end of the ring). A process that does not answer, answers too much or
-answers garbage is reported as such; nothing it sends can stop the agent.
+answers garbage is reported as such; nothing it sends can stop the agent. Where the node's jobs let torch write its
+own dumps on a watchdog timeout (``torch_dump_dir``), the recent ones are read too, checked the same way.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import contextlib
 import itertools
 import json
 import socket
+import stat
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ranksight.core.flightrec.bundle import bundle_from_reply, trim_bundle
+from ranksight.core.flightrec.bundle import bundle_from_reply, bundle_from_torch_file, trim_bundle
 from ranksight.core.flightrec.load import DumpError
 from ranksight.core.settings_twins import AppSettings
 from ranksight.schemas.codec import DecodeError, pack, unpack
@@ -178,3 +181,39 @@ def fit_reply(processes: list[dict[str, Any]], limit: int) -> list[dict[str, Any
         if proc.get("dump") is not None:
             proc["dump"], proc["error"] = None, f"left out: the node's answer must fit {limit} bytes"
     return processes
+
+
+def torch_dump_files(directory: Path, max_bytes: int, max_age_s: float, max_files: int,
+                     entries_per_group: int) -> list[dict[str, Any]]:  # fmt: skip
+    """The dumps torch wrote on a watchdog timeout (``TORCH_NCCL_DEBUG_INFO_TEMP_FILE``'s directory) within
+    ``max_age_s``, newest first, at most ``max_files``; each checked like a client's answer (blocking: off the loop)."""
+    now = time.time()
+    try:
+        candidates = [(p, p.lstat()) for p in directory.iterdir()]
+    except OSError as exc:
+        return [
+            {
+                "source": str(directory),
+                "rank": None,
+                "pid": None,
+                "dump": None,
+                "error": exc.strerror or str(exc),
+            }
+        ]
+    recent = sorted(((p, st) for p, st in candidates if stat.S_ISREG(st.st_mode) and now - st.st_mtime <= max_age_s),
+                    key=lambda item: -item[1].st_mtime)  # fmt: skip
+    out = []
+    for path, st in recent[:max_files]:
+        entry: dict[str, Any] = {"source": f"torch file {path.name}", "rank": None, "pid": None, "dump": None,
+                                 "error": None}  # fmt: skip
+        try:
+            if st.st_size > max_bytes:
+                raise DumpError(f"{path.name}: {st.st_size} bytes, over the {max_bytes}-byte limit")
+            data, dump = bundle_from_torch_file(
+                path.read_bytes(), str(path), socket.gethostname(), st.st_mtime_ns
+            )
+            entry["rank"], entry["dump"] = dump.rank, trim_bundle(json.loads(data), entries_per_group)
+        except (DumpError, OSError) as exc:
+            entry["error"] = str(exc)
+        out.append(entry)
+    return out

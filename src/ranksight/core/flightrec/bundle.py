@@ -45,6 +45,19 @@ def bundle_from_reply(identity: dict[str, Any], reply: dict[str, Any], source: s
     return data, parse_dump(data, source)
 
 
+def bundle_from_torch_file(data: bytes, source: str, host: str, time_ns: int) -> tuple[bytes, RankDump]:
+    """A dump torch wrote itself (on a watchdog timeout) as ranksight's file: its rank from the file's name, the file's
+    time as the dump time."""
+    dump = parse_dump(data, source)
+    raw = load_plain_pickle(data) if dump.form == "torch-pickle" else json.loads(data)
+    meta = {"rank": dump.rank, "host": host, "time_ns": time_ns, "source": source, "threads": []}
+    try:
+        out = json.dumps({**raw, "ranksight": meta}, default=_plain, sort_keys=True).encode()
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise DumpError(f"{source}: not plain data: {exc}") from None
+    return out, parse_dump(out, source)
+
+
 def trim_bundle(bundle: dict[str, Any], entries_per_group: int) -> dict[str, Any]:
     """``bundle`` with only the last ``entries_per_group`` entries of each process group (by record id, which torch
     numbers in enqueue order): the ops where ranks diverge are the latest."""

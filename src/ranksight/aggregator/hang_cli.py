@@ -38,13 +38,13 @@ def register_hang(what: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def analyze_hang(args: argparse.Namespace) -> int:
+    app = settings_from_args(args).agent.collectors.app
     if not args.directory.is_dir():
         print(f"ranksight: not a directory: {_text(str(args.directory))}", file=sys.stderr)
         return EXIT_USAGE
     if args.world_size is not None and args.world_size < 1:
         print("ranksight: --world-size must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    app = settings_from_args(args).agent.collectors.app
     read = read_directory(args.directory, app.dump_max_bytes, app.dump_max_files)
     for error in read.errors:
         print(f"ranksight: skipped {_text(error)}", file=sys.stderr)

@@ -61,9 +61,11 @@ class LiveState:
         self.gpu_probes = GpuProbeTracker()
         self.app = AppTracker()
         self.stragglers = StragglerTracker()
-        self.forensics = ForensicsTracker()
         self.trackers: list[Tracker] = [self.nodes, self.jobs, self.gpus, self.nics, self.links,
-                                        self.gpu_probes, self.app, self.stragglers, self.forensics]  # fmt: skip
+                                        self.gpu_probes, self.app, self.stragglers]  # fmt: skip
+        self.forensics = (
+            ForensicsTracker()
+        )  # hang reports: made by aggregator.hang_forensics, not fed by records
         self.now_ns = 0
 
     @property
@@ -82,6 +84,7 @@ class LiveState:
         self.last_seen_ns = without_nodes(self.last_seen_ns, nodes)
         for tracker in self.trackers:
             tracker.forget(nodes)
+        self.forensics.forget(nodes)
 
     def hangs(self, cluster: str, now_ns: int) -> list[Hang]:
         """The cluster's stalled collectives, judging only ranks whose agents' heartbeats say they have read their dump
@@ -98,3 +101,4 @@ class LiveState:
             self.forget(forgotten)
         for tracker in self.trackers:
             tracker.tick(now_ns)
+        self.forensics.tick(now_ns)

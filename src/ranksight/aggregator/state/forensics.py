@@ -9,7 +9,6 @@ from typing import Any
 
 from ranksight.aggregator.forgetting import NodeKey
 from ranksight.core.flightrec import HangReport
-from ranksight.schemas.twins import Envelope
 
 
 @dataclass
@@ -31,8 +30,6 @@ class JobReport:
 
 
 class ForensicsTracker:
-    kinds: frozenset[str] = frozenset()  # fed by the forensics task, not by records
-
     def __init__(self, retain_s: float = 1800.0) -> None:
         self.retain_ns = int(retain_s * 1e9)
         self.reports: dict[tuple[str, str], JobReport] = {}
@@ -42,9 +39,6 @@ class ForensicsTracker:
 
     def drop(self, cluster: str, job: str) -> None:
         self.reports.pop((cluster, job), None)
-
-    def observe(self, env: Envelope, recv_ns: int) -> None:  # no record kind
-        return
 
     def tick(self, now_ns: int) -> None:
         self.reports = {k: r for k, r in self.reports.items() if now_ns - r.collected_ns <= self.retain_ns}

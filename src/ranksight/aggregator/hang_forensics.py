@@ -108,9 +108,9 @@ class HangForensics:
         errors: list[dict[str, Any]] = [{"node": n, "error": f"not asked: beyond max_nodes_per_job ({keep})"}
                                         for n in nodes[keep:]]  # fmt: skip
         answers = await asyncio.gather(*(self._ask(agg, cluster, node, job) for node in nodes[:keep]))
-        dumps: list[RankDump] = []
-        raw_dumps: list[dict[str, Any]] = []
-        by_rank: dict[int, str] = {}
+        chosen: dict[
+            int, tuple[RankDump, str, dict[str, Any]]
+        ] = {}  # rank -> (dump, node, as the agent sent it)
         for node, (processes, error) in zip(nodes[:keep], answers, strict=True):
             if error:
                 errors.append({"node": node, "error": error})
@@ -120,13 +120,16 @@ class HangForensics:
                     errors.append(
                         {"node": node, "pid": proc.get("pid"), "rank": proc.get("rank"), "error": why}
                     )
-                elif dump.rank in by_rank:
-                    errors.append({"node": node, "pid": dump.pid, "rank": dump.rank,
-                                   "error": f"rank {dump.rank} already answered through {by_rank[dump.rank]}"})  # fmt: skip
-                else:
-                    by_rank[dump.rank] = node
-                    dumps.append(dump)
-                    raw_dumps.append(proc["dump"])
+                    continue
+                kept = chosen.get(dump.rank)
+                if kept is None or _speaks_better(dump, kept[0]):
+                    chosen[dump.rank] = (dump, node, proc["dump"])
+                if kept is not None:
+                    errors.append({"node": node, "rank": dump.rank, "error": f"rank {dump.rank} answered twice; "
+                                   f"pid {chosen[dump.rank][0].pid} speaks for it"})  # fmt: skip
+        dumps = [dump for dump, _, _ in chosen.values()]
+        raw_dumps = [raw for _, _, raw in chosen.values()]
+        by_rank = {rank: node for rank, (_, node, _) in chosen.items()}
         world = max((st.world_size or 0 for st in ranks), default=0) or None
         report = analyze(dumps, world_size=world, min_wait_s=self.settings.min_wait_s)
         for st in ranks:  # a rank without a dump still has the node its signals came from
@@ -164,6 +167,12 @@ class HangForensics:
         except (ValueError, KeyError, TypeError) as exc:
             return [], f"bad answer: {str(exc)[:200]}"
         return [p for p in processes if isinstance(p, dict)], None
+
+
+def _speaks_better(dump: RankDump, kept: RankDump) -> bool:
+    """Of two answers for one rank (a data loader worker inherits RANK; a torch file beside its process's own answer),
+    the one with more of the Flight Recorder, then with stacks, speaks for the rank."""
+    return (len(dump.entries), len(dump.threads)) > (len(kept.entries), len(kept.threads))
 
 
 def _dump_of(node: str, proc: dict[str, Any]) -> tuple[RankDump | None, str]:

@@ -151,7 +151,9 @@ async def test_job_dump_and_evidence_commands(hang_settings: Settings, job, tmp_
     assert {a["rule"] for a in alerts} >= {"flight_recorder_hang", "rank_heartbeat_overdue"}
     with tarfile.open(bundle) as tar:  # the bundle's dumps are input for the offline match too
         tar.extractall(tmp_path / "x", filter="data")
-    offline = await run_cli_async("analyze", "hang", str(tmp_path / "x" / "evidence" / "dumps"), "--json", env=env)
+    offline = await run_cli_async(
+        "analyze", "hang", str(tmp_path / "x" / "evidence" / "dumps"), "--json", env=env
+    )
     assert offline.returncode == 1, offline.stderr
     (finding,) = json.loads(offline.stdout)["findings"]
     assert (finding["missing_ranks"], finding["seq"]) == ([2], 4)

@@ -184,3 +184,16 @@ def test_command_line_end_to_end() -> None:
         "COLLECTIVE_TYPE_MISMATCH, called gloo:broadcast" in proc.stdout
         and "rank 1 is at train at" in proc.stdout
     )
+
+
+def test_gpu_of_a_named_rank_comes_from_its_dump() -> None:
+    dumps = []
+    for path in sorted((FIXTURES / "python_stuck").iterdir()):
+        raw = json.loads(path.read_bytes())
+        raw["ranksight"]["gpu"] = {"index": raw["ranksight"]["rank"] + 4, "visible_devices": "4,5,6"}
+        dumps.append(parse_dump(json.dumps(raw).encode(), path.name))
+    (finding,) = analyze(dumps).findings
+    assert finding.frames[2]["gpu"] == 6
+    raw["ranksight"]["gpu"] = [6]
+    with pytest.raises(DumpError, match="ranksight.gpu is a list, not a map"):
+        parse_dump(json.dumps(raw).encode(), path.name)

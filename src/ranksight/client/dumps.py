@@ -16,7 +16,8 @@ client -> agent    ``{"t": "listen", pid, rank, local_rank, world_size, job, "ho
 agent -> client    ``{"t": "dump_request", "id": int, "max_bytes": int, "collective_frames": bool}``
 client -> agent    ``{"t": "dump_part", "id", "i", "n", "data": bytes}`` for i in 0..n-1: the parts of one msgpack map
                    ``{"time_ns", "threads": [{"id", "name", "main", "frames": [{filename, line, name}]}],
-                   "flight_recorder": bytes | None, "error": str | None}``
+                   "flight_recorder": bytes | None, "gpu": {"index", "visible_devices"} | None,
+                   "error": str | None}``
 =================  ==================================================================================================
 
 Cost to the job: one idle thread and one socket; per request, the GIL for as long as the stacks take to walk and torch
@@ -68,10 +69,25 @@ def flight_recorder(collective_frames: bool = False) -> bytes | None:
     return dump
 
 
+def gpu() -> dict[str, Any] | None:
+    """The GPU the process's torch uses, when it has initialized CUDA (never initializes it)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return {
+        "index": int(torch.cuda.current_device()),
+        "visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
+
+
 def build_dump(max_bytes: int, collective_frames: bool = False) -> dict[str, Any]:
     """One process's evidence; the Flight Recorder is left out (and said so) when it alone exceeds ``max_bytes``."""
     dump: dict[str, Any] = {"time_ns": time.time_ns(), "threads": thread_stacks(), "flight_recorder": None,
-                            "error": None}  # fmt: skip
+                            "error": None, "gpu": None}  # fmt: skip
+    try:
+        dump["gpu"] = gpu()
+    except Exception as exc:  # a broken CUDA setup: the rest still answers
+        dump["error"] = f"gpu: {type(exc).__name__}: {exc}"[:500]
     try:
         recorded = flight_recorder(collective_frames)
     except Exception as exc:  # an old torch, Flight Recorder off: the stacks still answer

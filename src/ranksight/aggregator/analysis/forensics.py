@@ -39,7 +39,7 @@ class FlightRecorderHangRule:
                         node=report.nodes.get(rank), job=report.job, rank=rank,
                         key=f"{finding.process_group} {finding.seq_kind} {finding.seq} {finding.kind}",
                         evidence={**finding.as_dict(), "host": frame.get("host") or seen.get("host"),
-                                  "pid": frame.get("pid") or seen.get("pid"), "gpu": seen.get("gpu"),
+                                  "pid": frame.get("pid") or seen.get("pid"), "gpu": frame.get("gpu") if frame.get("gpu") is not None else seen.get("gpu"),
                                   "where": frame.get("where"), "corroboration": seen,
                                   "ranks_seen": report.report.ranks_seen,
                                   "ranks_missing_dump": report.report.ranks_missing_dump,

@@ -37,7 +37,8 @@ def bundle_from_reply(identity: dict[str, Any], reply: dict[str, Any], source: s
     else:
         raise DumpError(f"{source}: flight_recorder is a {type(recorded).__name__}, not bytes")
     meta = {key: identity.get(key) for key in _IDENTITY_KEYS}
-    meta.update(time_ns=reply.get("time_ns"), threads=reply.get("threads") or [], error=reply.get("error"))
+    meta.update(time_ns=reply.get("time_ns"), threads=reply.get("threads") or [], error=reply.get("error"),
+                gpu=reply.get("gpu"))  # fmt: skip
     try:
         data = json.dumps({**torch_part, "ranksight": meta}, default=_plain, sort_keys=True).encode()
     except (TypeError, ValueError, RecursionError) as exc:

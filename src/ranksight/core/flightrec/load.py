@@ -115,6 +115,7 @@ class RankDump:
     job: str | None = None
     dump_time_ns: int | None = None
     threads: tuple[ThreadStack, ...] = field(default=())
+    gpu: int | None = None  # the CUDA device index the process used (ranksight's dumps, when it had one)
 
 
 class PlainUnpickler(pickle.Unpickler):
@@ -210,6 +211,7 @@ def _dump_from(raw: Any, source: str, form: str, rank: int | None) -> RankDump:
         job=_opt_str(meta.get("job")),
         dump_time_ns=_opt_int(meta.get("time_ns"), "ranksight.time_ns"),
         threads=threads,
+        gpu=_opt_int(_mapping(meta.get("gpu") or {}, "ranksight.gpu").get("index"), "ranksight.gpu.index"),
     )
 
 

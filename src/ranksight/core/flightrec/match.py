@@ -326,4 +326,4 @@ def _own_frame(frames: Sequence[Frame]) -> Frame:
 
 
 def _identity(dump: RankDump) -> dict[str, Any]:
-    return {"host": dump.host, "pid": dump.pid}
+    return {"host": dump.host, "pid": dump.pid, "gpu": dump.gpu}

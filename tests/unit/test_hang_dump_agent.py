@@ -176,3 +176,19 @@ def test_torch_timeout_files_are_read_checked_and_bounded(tmp_path: Path) -> Non
     assert (finding.kind, finding.missing_ranks, finding.seq) == ("collective_hang", [2], 4)
     assert finding.waiting_s is not None  # the file's time is the dump time
     assert len(torch_dump_files(tmp_path, 64 * 1024, 600, 2, 64)) == 2
+
+
+async def test_channels_are_keyed_by_the_kernels_pid_and_bounded() -> None:
+    channels = DumpChannels(app_settings(dump_max_processes=1))
+    first, task = await serve_pair(channels, {"pid": 1, "rank": 0, "job": "j"})  # claims pid 1
+    assert list(channels.channels) == [os.getpid()]  # what SO_PEERCRED says, not the claim
+    channels.channels[999_999] = channels.channels[
+        os.getpid()
+    ]  # another process's connection fills the bound
+    del channels.channels[os.getpid()]
+    refused, refused_task = await serve_pair(channels, {"pid": 2, "rank": 1, "job": "j"})
+    await asyncio.wait_for(refused_task, 5)  # over dump_max_processes: not kept
+    assert channels.refused == 1 and list(channels.channels) == [999_999]
+    first.close()
+    refused.close()
+    task.cancel()

@@ -153,6 +153,9 @@ def ensure_responder(socket_path: str, identity: dict[str, Any]) -> None:
     """Start this process's responder once (again in a forked child, which has its own identity)."""
     global _responder
     if _responder is not None and _responder.is_alive() and _responder.hello.get("pid") == os.getpid():
+        _responder.socket_path = (
+            socket_path  # client.configure() chose another agent: used from the next connect
+        )
         return
     with _lock:
         if _responder is None or not _responder.is_alive() or _responder.hello.get("pid") != os.getpid():

@@ -365,6 +365,9 @@ class AppSettings(CollectorSettings):
     dump_concurrency: int = Field(
         4, ge=1, description="hang dumps: processes asked at once (each answer is built in its own process)"
     )
+    dump_max_processes: int = Field(
+        4096, ge=1, description="hang dumps: processes of this node that may hold a dump connection at once"
+    )
     dump_collective_frames: bool = Field(
         False,
         description="hang dumps: ask torch for each recorded collective's Python call site too (torch symbolizes "

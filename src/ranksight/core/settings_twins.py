@@ -151,6 +151,7 @@ class AppSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     dump_max_bytes: int
     dump_timeout_s: float
     dump_concurrency: int
+    dump_max_processes: int
     dump_collective_frames: bool
     torch_dump_dir: Path | None
     torch_dump_max_age_s: float

@@ -18,6 +18,7 @@ import itertools
 import json
 import socket
 import stat
+import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,12 +72,18 @@ class DumpChannels:
         self._slots = asyncio.Semaphore(settings.dump_concurrency)
         self.requests = 0
         self.failures = 0
+        self.refused = 0  # dump connections beyond dump_max_processes
 
     async def serve(self, conn: socket.socket, hello: dict[str, Any]) -> None:
         """One process's dump connection, from its ``listen`` until it disconnects."""
         identity = {key: hello.get(key) for key in IDENTITY_KEYS}
-        pid = identity["pid"]
-        if not isinstance(pid, int):
+        if not isinstance(identity["pid"], int):
+            return
+        # keyed by the kernel's word for the peer, not its own (which may be another PID namespace's): a process
+        # cannot displace another's connection by claiming its pid
+        pid = peer_pid(conn)
+        if pid not in self.channels and len(self.channels) >= self.settings.dump_max_processes:
+            self.refused += 1
             return
         channel = DumpChannel(conn, identity)
         self.channels[pid] = channel
@@ -141,6 +148,13 @@ class DumpChannels:
             if pending.done.done():
                 with contextlib.suppress(BaseException):
                     pending.done.exception()  # retrieved: never "exception was never retrieved"
+
+
+def peer_pid(conn: socket.socket) -> int:
+    """The pid of the process at the other end of a Unix socket, in this process's PID namespace (SO_PEERCRED)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid: int = struct.unpack("3i", creds)[0]
+    return pid
 
 
 def _checked(identity: dict[str, Any], raw: bytes, entries_per_group: int) -> dict[str, Any]:

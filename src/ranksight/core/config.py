@@ -784,9 +784,10 @@ class HangForensicsSettings(Section):
         60.0, ge=0, description="a job is dumped again on a new alert only this long after its previous dump"
     )
     min_wait_s: float = Field(
-        0.0,
+        2.0,
         ge=0,
-        description="a rank behind its peers is named only once the peers waited this long in the op",
+        description="a rank behind its peers is named only once the peers waited this long in the op (dumps of a "
+        "healthy job, taken a moment apart, may catch one rank an op ahead)",
     )
     retain_s: float = Field(
         1800.0, gt=0, description="a job's hang report is kept (and its alert firing) at most this long"

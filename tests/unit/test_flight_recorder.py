@@ -127,6 +127,15 @@ class Hostile:
         ),
         (b'{"entries": []}', "not a Flight Recorder dump"),
         (b"", "empty"),
+        (
+            b'{"version": "2.10", "entries": [], "ranksight": {"rank": 0, "world_size": 1000000000000}}',
+            "ranksight.world_size 999999999999 is not a rank",
+        ),
+        (
+            b'{"version": "2.10", "entries": [], "pg_config": {"0": {"ranks": "[0, 99999999]"}}}',
+            "pg_config ranks 99999999 is not a rank",
+        ),
+        (b'{"version": "2.10", "entries": [], "ranksight": {"rank": -3}}', "rank -3 is not a rank"),
         (b"GIF89a", "neither a pickle nor a JSON object"),
     ],
 )
@@ -195,5 +204,5 @@ def test_gpu_of_a_named_rank_comes_from_its_dump() -> None:
     (finding,) = analyze(dumps).findings
     assert finding.frames[2]["gpu"] == 6
     raw["ranksight"]["gpu"] = [6]
-    with pytest.raises(DumpError, match="ranksight.gpu is a list, not a map"):
+    with pytest.raises(DumpError, match=r"ranksight\.gpu is a list, not a map"):
         parse_dump(json.dumps(raw).encode(), path.name)

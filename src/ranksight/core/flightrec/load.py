@@ -33,6 +33,9 @@ from ranksight.core.errors import ParseError
 
 MAX_FRAMES = 64  # frames kept per stack: the innermost ones, where a rank is stuck
 MAX_THREADS = 256
+MAX_RANKS = (
+    1 << 20
+)  # above any job's world size: a rank or world size beyond is not one (and would size sets)
 _TRAILING_RANK = re.compile(r"(\d+)(?:\.[A-Za-z]+[0-9]*)*$")
 _INTEGER_TEXT = re.compile(r"-?\d{1,30}")
 
@@ -176,10 +179,14 @@ def _dump_from(raw: Any, source: str, form: str, rank: int | None) -> RankDump:
         rank = _opt_int(meta.get("rank"), "ranksight.rank")
     if rank is None:
         rank = rank_from_name(source)
-    if rank is None or rank < 0:
+    if rank is None:
         raise DumpError(
             "cannot tell its rank: the file name does not end in the rank and the dump names none"
         )
+    _rank(rank, "rank")
+    world_size = _opt_int(meta.get("world_size"), "ranksight.world_size")
+    if world_size is not None:
+        _rank(world_size - 1, "ranksight.world_size")
     entries = tuple(_entry(e, i) for i, e in enumerate(_sequence(top["entries"], "entries")))
     status = {}
     for key, value in _mapping(top.get("pg_status") or {}, "pg_status").items():
@@ -207,7 +214,7 @@ def _dump_from(raw: Any, source: str, form: str, rank: int | None) -> RankDump:
         pg_ranks=pg_ranks,
         host=_opt_str(meta.get("host")),
         pid=_opt_int(meta.get("pid"), "ranksight.pid"),
-        world_size=_opt_int(meta.get("world_size"), "ranksight.world_size"),
+        world_size=world_size,
         job=_opt_str(meta.get("job")),
         dump_time_ns=_opt_int(meta.get("time_ns"), "ranksight.time_ns"),
         threads=threads,
@@ -280,7 +287,15 @@ def _ranks(raw: Any) -> tuple[int, ...]:
         value = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
         raise DumpError(f"pg_config ranks {str(raw)[:80]!r} is not a list of ranks") from None
-    return tuple(_int(r, "pg_config ranks") for r in _sequence(value, "pg_config ranks"))
+    return tuple(
+        _rank(_int(r, "pg_config ranks"), "pg_config ranks") for r in _sequence(value, "pg_config ranks")
+    )
+
+
+def _rank(value: int, where: str) -> int:
+    if not 0 <= value < MAX_RANKS:
+        raise DumpError(f"{where} {value} is not a rank (0..{MAX_RANKS - 1})")
+    return value
 
 
 def _mapping(value: Any, where: str) -> dict[Any, Any]:

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ranksight.core.flightrec.load import Entry, Frame, RankDump
+from ranksight.core.flightrec.load import MAX_RANKS, Entry, Frame, RankDump
 
 TYPE_MISMATCH = "COLLECTIVE_TYPE_MISMATCH"
 SIZE_MISMATCH = "SIZE_OR_SYNTAX_MISMATCH"
@@ -113,10 +113,11 @@ def analyze(dumps: Sequence[RankDump], world_size: int | None = None, min_wait_s
     have waited ``min_wait_s`` where that is known (dumps taken a moment apart in a healthy job differ by an op)."""
     by_rank = {d.rank: d for d in dumps}
     configured = [r for d in dumps for ranks in d.pg_ranks.values() for r in ranks]
-    world = (
+    world = min(
         world_size
         or max((d.world_size or 0 for d in dumps), default=0)
-        or (max(configured + list(by_rank), default=-1) + 1)
+        or (max(configured + list(by_rank), default=-1) + 1),
+        MAX_RANKS,
     )
     missing_dump = sorted(set(range(world)) - set(by_rank))
     findings: list[Finding] = []

@@ -157,6 +157,17 @@ def test_self_referencing_pickle_is_refused_not_followed() -> None:
         parse_dump(pickle.dumps({"version": "2.10", "entries": [entry]}), "rank0.pkl")
 
 
+def test_pickle_that_shares_one_list_everywhere_is_refused_quickly() -> None:
+    """A few kilobytes that reference one large list from every entry would stand for billions of elements."""
+    sizes = [list(range(100_000))]
+    entry = {"process_group": ("0", ""), "profiling_name": "gloo:all_reduce", "collective_seq_id": 1,
+             "input_sizes": sizes, "output_sizes": sizes}  # fmt: skip
+    data = pickle.dumps({"version": "2.10", "entries": [entry] * 100_000})
+    assert len(data) < 1_000_000  # stands for 2e10 integers
+    with pytest.raises(DumpError, match="beyond its own size"):
+        parse_dump(data, "rank0.pkl")
+
+
 def test_huge_file_is_refused_by_size(tmp_path: Path) -> None:
     (tmp_path / "rank0.json").write_bytes(b'{"version": "2.10", "entries": []}' + b" " * 2048)
     (tmp_path / "rank1.json").write_bytes(b'{"version": "2.10", "entries": []}')

@@ -103,11 +103,26 @@ async def test_real_responder_answers_with_every_thread_stack() -> None:
             "refused: the pickle names builtins.print",
         ),
         (lambda: client_dumps.parts(1, b"\x00" * (64 * 1024 + 4 * 1024 * 1024 + 1)), "over the"),
+        (
+            lambda: client_dumps.parts(
+                1,
+                msgpack.packb(
+                    {
+                        "time_ns": 1,
+                        "threads": [],
+                        "flight_recorder": pickle.dumps(
+                            {"version": "x", "entries": [], "junk": [list(range(1000))] * 10_000}
+                        ),
+                    }
+                ),
+            ),
+            "beyond its own size",
+        ),
         (lambda: [b"\xc1garbage"], "no answer within"),
         (lambda: client_dumps.parts(1, msgpack.packb([1, 2, 3])), "not a map"),
         (lambda: [], "no answer within"),
     ],
-    ids=["hostile-pickle", "oversized", "garbage", "not-a-map", "silent"],
+    ids=["hostile-pickle", "oversized", "shared-references", "garbage", "not-a-map", "silent"],
 )
 async def test_bad_answers_become_reasons(answer: Any, reason: str) -> None:
     channels = DumpChannels(app_settings(dump_timeout_s=1.0, dump_max_bytes=64 * 1024))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ranksight.core.flightrec.load import DumpError, RankDump, load_plain_pickle, parse_dump
+from ranksight.core.flightrec.load import DumpError, RankDump, check_plain_size, load_plain_pickle, parse_dump
 
 _IDENTITY_KEYS = ("rank", "local_rank", "world_size", "job", "pid", "host")
 
@@ -30,6 +30,7 @@ def bundle_from_reply(identity: dict[str, Any], reply: dict[str, Any], source: s
         torch_part: dict[str, Any] = {"version": "", "entries": [], "pg_status": {}, "pg_config": {}}
     elif isinstance(recorded, bytes):
         torch_part = load_plain_pickle(recorded)
+        check_plain_size(torch_part, len(recorded) + 4096)
         if not isinstance(torch_part, dict):
             raise DumpError(
                 f"{source}: the Flight Recorder pickle is a {type(torch_part).__name__}, not a map"
@@ -51,6 +52,7 @@ def bundle_from_torch_file(data: bytes, source: str, host: str, time_ns: int) ->
     time as the dump time."""
     dump = parse_dump(data, source)
     raw = load_plain_pickle(data) if dump.form == "torch-pickle" else json.loads(data)
+    check_plain_size(raw, len(data) + 4096)
     meta = {"rank": dump.rank, "host": host, "time_ns": time_ns, "source": source, "threads": []}
     try:
         out = json.dumps({**raw, "ranksight": meta}, default=_plain, sort_keys=True).encode()

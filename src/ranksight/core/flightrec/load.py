@@ -25,6 +25,7 @@ import json
 import pickle
 import re
 import struct
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,14 +142,51 @@ def load_plain_pickle(data: bytes) -> Any:
         raise DumpError(f"not a readable pickle: {exc or type(exc).__name__}") from None
 
 
+def check_plain_size(value: Any, limit: int) -> None:
+    """Refuse loaded data with more than ``limit`` elements in all (keys, items, scalars), counted as a writer would
+    see them: a pickle's shared references (or a cycle) count each time, so what a few bytes stand for is known
+    before anything (``json.dumps``) walks all of it."""
+    stack, count = [value], 0
+    while stack:
+        item = stack.pop()
+        count += 1
+        if count > limit:
+            raise DumpError("it references the same data over and over, beyond its own size (refused)")
+        if isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend(item)
+
+
 def rank_from_name(name: str) -> int | None:
     """The rank torch puts at the end of a dump file's name (``nccl_trace_rank_3``, ``rank3.pkl``)."""
     match = _TRAILING_RANK.search(name.rsplit("/", 1)[-1])
     return int(match.group(1)) if match else None
 
 
+# Elements a dump may make the reader visit: a pickle can reference one list from many places (its memo), so a few
+# bytes can stand for a structure far larger than themselves; every element costs at least a byte as written once.
+_BUDGET: ContextVar[list[int]] = ContextVar("flight_recorder_budget")
+
+
+def _consume(count: int) -> None:
+    budget = _BUDGET.get([1 << 62])
+    budget[0] -= count
+    if budget[0] < 0:
+        raise DumpError("it references the same data over and over, beyond its own size (refused)")
+
+
 def parse_dump(data: bytes, source: str, rank: int | None = None, max_bytes: int | None = None) -> RankDump:
     """One rank's dump from its bytes; ``rank`` overrides what the content or ``source``'s name says."""
+    token = _BUDGET.set([len(data) + 4096])
+    try:
+        return _parse_dump(data, source, rank, max_bytes)
+    finally:
+        _BUDGET.reset(token)
+
+
+def _parse_dump(data: bytes, source: str, rank: int | None, max_bytes: int | None) -> RankDump:
     if max_bytes is not None and len(data) > max_bytes:
         raise DumpError(f"{source}: {len(data)} bytes, over the {max_bytes}-byte limit")
     head = data[:1]
@@ -283,6 +321,7 @@ def _sizes(raw: Any, where: str) -> tuple[tuple[int, ...], ...]:
 
 def _ranks(raw: Any) -> tuple[int, ...]:
     # pg_config ranks are the text of a Python list ("[0, 1]"): read as JSON, never evaluated
+    _consume(len(raw) if isinstance(raw, str) else 0)
     try:
         value = json.loads(raw) if isinstance(raw, str) else raw
     except ValueError:
@@ -301,12 +340,14 @@ def _rank(value: int, where: str) -> int:
 def _mapping(value: Any, where: str) -> dict[Any, Any]:
     if not isinstance(value, dict):
         raise DumpError(f"{where} is a {type(value).__name__}, not a map")
+    _consume(1)
     return value
 
 
 def _sequence(value: Any, where: str) -> list[Any] | tuple[Any, ...]:
     if not isinstance(value, list | tuple):
         raise DumpError(f"{where} is a {type(value).__name__}, not a list")
+    _consume(len(value))
     return value
 
 

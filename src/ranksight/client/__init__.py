@@ -53,6 +53,7 @@ After the first message is sent, a second connection answers the agent's hang-du
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import socket
@@ -206,7 +207,10 @@ class Client:
                 _register_exit_hook()
                 if not self._responding:
                     self._responding = True
-                    ensure_responder(self.socket_path, self._ident)
+                    with contextlib.suppress(
+                        Exception
+                    ):  # no thread to spare: hang dumps go unanswered, training goes on
+                        ensure_responder(self.socket_path, self._ident)
 
     def _encode(self, kind: str, body: dict[str, Any], fields: dict[str, Any]) -> bytes:
         message = {"v": WIRE_VERSION, "t": kind, "n": next(self._numbers), "ts": time.time_ns(),

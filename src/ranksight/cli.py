@@ -47,6 +47,7 @@ COMMANDS: dict[str, str] = {
             "silence",
             "incidents",
             "action",
+            "job",
         ],
         "ranksight.api.cli",
     ),

@@ -35,6 +35,7 @@ from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.api.front import QueryFront
 from ranksight.aggregator.api.service import start_services
 from ranksight.aggregator.api.sql import SqlSandbox
+from ranksight.aggregator.hang_forensics import HangForensics
 from ranksight.aggregator.history import retention_loop, shard_export_loop
 from ranksight.aggregator.http.server import HttpFace
 from ranksight.aggregator.lead import AnalysisLead
@@ -176,6 +177,7 @@ class Aggregator:
         self.http = HttpFace(self)
         self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
         self.profiling = ProfileOnDemand(settings.aggregator.profile_on_demand)
+        self.hang_forensics = HangForensics(settings.aggregator.hang_forensics)
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
         self.nc: Client | None = None
         self.lead: AnalysisLead | None = None  # sharded: this shard's candidacy for the analysis lead
@@ -209,6 +211,7 @@ class Aggregator:
             "alerts_firing": len(self.engine.active),
             "raw_evidence": self.raw_evidence.stats.__dict__,
             "profile_on_demand": {**self.profiling.stats.__dict__, "active": len(self.profiling.active)},
+            "hang_forensics": self.hang_forensics.stats.__dict__,
             "stragglers": {
                 "queued": self.state.stragglers.queued,
                 "dropped": self.state.stragglers.dropped,
@@ -287,6 +290,7 @@ class Aggregator:
                     await self.lead.stop()  # the next lead need not wait for the lease to expire
                 await self.raw_evidence.stop()
                 await self.profiling.stop(self)
+                await self.hang_forensics.stop()
                 await asyncio.wait(tasks[:1], timeout=5)  # ingest: let the current batch commit and be acked
                 await cancel_all(tasks[:1])
                 for service in services:
@@ -521,6 +525,9 @@ class Aggregator:
             self.alertmanager.transitions(transitions)
             self.raw_evidence.submit(self, transitions)  # after the write: its evidence update comes later
             self.profiling.submit(self, transitions)
+            self.hang_forensics.submit(
+                self, transitions
+            )  # its report raises flight_recorder_hang on a later tick
         return transitions
 
     async def _claim_action(self, action: Action) -> bool:

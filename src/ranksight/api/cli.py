@@ -139,6 +139,8 @@ def call_api(
     settings = settings_from_args(args)
     # An endpoint that may use the whole SQL time limit on the server: wait a little longer than that.
     timeout = settings.aggregator.query.sql_time_limit_s + 5 if SPECS[endpoint].sql_time else 10.0
+    if (wait_s := SPECS[endpoint].wait_s) is not None:
+        timeout = wait_s(settings)
     try:
         response = asyncio.run(query(settings, endpoint, params, timeout=timeout))
     except ApiUnavailable as exc:

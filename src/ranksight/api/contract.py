@@ -14,12 +14,15 @@ import datetime
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from ranksight.errors import UsageError
 from ranksight.schemas.api import ApiResponse
+
+if TYPE_CHECKING:
+    from ranksight.core.config import Settings
 
 
 class RequestError(UsageError, ValueError):
@@ -140,6 +143,7 @@ class EndpointSpec(Generic[P]):
     command: Command
     http: bool = True
     sql_time: bool = False
+    wait_s: Callable[[Settings], float] | None = None  # how long a client waits, when not the usual
 
     @property
     def command_path(self) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ import argparse
 import getpass
 from typing import Any
 
+from ranksight.api import forensics
 from ranksight.api.contract import (
     ClusterParams,
     Command,
@@ -34,6 +35,7 @@ from ranksight.api.params import (
     DrainsParams,
     ExportParams,
     IncidentsParams,
+    JobDumpParams,
     JobParams,
     MarkersParams,
     NodesParams,
@@ -77,6 +79,7 @@ COMMAND_GROUPS = {
     "node": "planned changes to a node (drain: its silence raises nothing)",
     "silence": "maintenance windows: alerts matching a silence are not announced",
     "action": "acting on findings: plans, approvals, undo and the audit trail (docs/actions.md)",
+    "job": "hang forensics of a job: its ranks' Flight Recorder and Python stacks, matched; an evidence file",
 }
 SINCE_AGO = Flag(type=ago, metavar="AGO", help="only what happened within AGO (e.g. 1h)")
 
@@ -223,6 +226,15 @@ _SPECS: list[EndpointSpec[Any]] = [
         flags={"id": Flag(positional=True, metavar="ID"), "who": Flag(default=_user(), help="default: your user name"),
                "reason": Flag(help="why (kept in the audit)")}),
         http=False),
+    EndpointSpec("job_dump", JobDumpParams, Command(
+        "ask a job's agents for every process's Flight Recorder and Python stacks now and match them across ranks",
+        forensics.FINDING_COLUMNS, path=("job", "dump"), notes=forensics.notes,
+        flags={"job": forensics.JOB_FLAG, "include_dumps": Flag(help="the dumps too (in meta.dumps)")}),
+        http=False, wait_s=forensics.wait_s),
+    EndpointSpec("job_evidence", JobDumpParams, Command(
+        "write a hang's evidence (dumps, stacks, RAS status, Inspector tail, GPU/NIC state, alerts) to a .tar.gz",
+        forensics.FINDING_COLUMNS, path=("job", "evidence"), flags={"job": forensics.JOB_FLAG},
+        extend=forensics.add_output_flag, instead=forensics.write_evidence), http=False, wait_s=forensics.wait_s),
     EndpointSpec("incidents", IncidentsParams, Command(
         "one row per alert: fired, resolved, duration, flaps", INCIDENT_COLUMNS,
         flags={"since": SINCE_AGO})),

@@ -160,3 +160,9 @@ class ActionDecisionParams(Params):
 
 class ActionUndoParams(ActionDecisionParams):
     reason: str = Field("", max_length=1000)
+
+
+class JobDumpParams(Params):
+    job: str
+    cluster: str | None = None
+    include_dumps: bool = False

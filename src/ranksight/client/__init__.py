@@ -51,11 +51,15 @@ From the agent (the same connection, the other way): ``{"v": 1, "t": "action", "
 without the bad node (docs/actions.md). A process that registered :func:`on_action` gets it as a dict in its callback;
 the callback runs on the client's listener thread (keep it short: set a flag the training loop reads). Delivery needs
 the connection, so it starts once the process has sent anything (``start`` or a heartbeat).
+
+After the first message is sent, a second connection answers the agent's hang-dump requests from a thread of its own
+(Python stacks and torch's Flight Recorder): :mod:`ranksight.client.dumps`.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import os
 import select
@@ -67,6 +71,8 @@ from types import TracebackType
 from typing import Any
 
 import msgpack
+
+from ranksight.client.dumps import ensure_responder
 
 SOCKET_ENV = "RANKSIGHT_APP_SOCKET"
 DEFAULT_SOCKET = "/run/ranksight/app.sock"  # where the systemd unit's agent listens
@@ -136,6 +142,7 @@ class Client:
             None  # (monotonic, step) of the last heartbeat with a step
         )
         self._ended = False
+        self._responding = False  # this process's dump responder was started
         self.sent = 0
         self.dropped = 0
         self.coalesced = 0
@@ -256,6 +263,12 @@ class Client:
             self.sent += 1
             if kind != "end":
                 _register_exit_hook()
+                if not self._responding:
+                    self._responding = True
+                    with contextlib.suppress(
+                        Exception
+                    ):  # no thread to spare: hang dumps go unanswered, training goes on
+                        ensure_responder(self.socket_path, self._ident)
 
     def _encode(self, kind: str, body: dict[str, Any], fields: dict[str, Any]) -> bytes:
         message = {"v": WIRE_VERSION, "t": kind, "n": next(self._numbers), "ts": time.time_ns(),

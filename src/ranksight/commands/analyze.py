@@ -10,6 +10,7 @@ from pathlib import Path
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
+from ranksight.aggregator.hang_cli import register_hang
 from ranksight.api.endpoints import STRAGGLER_COLUMNS
 from ranksight.core.cliutil import EXIT_USAGE, print_json, print_table
 
@@ -25,6 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     insp.add_argument("--window-s", type=float, default=StragglerParams.window_s,
                       help="analysis window in seconds of dump time (default %(default)s)")  # fmt: skip
     insp.set_defaults(func=analyze_inspector)
+    register_hang(what)
 
 
 def analyze_inspector(args: argparse.Namespace) -> int:

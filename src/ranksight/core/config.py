@@ -378,6 +378,49 @@ class AppSettings(CollectorSettings):
     section_timeouts: dict[str, float] = Field(
         {}, description="per section name, e.g. {checkpoint_save = 3600}"
     )
+    dump_max_bytes: int = Field(
+        64 * 1024 * 1024,
+        ge=64 * 1024,
+        description="hang dumps: the most one process's dump may hold (its Flight Recorder is left out beyond); also "
+        "the largest file `ranksight analyze hang` reads",
+    )
+    dump_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        description="hang dumps: how long the agent waits for one process to answer a dump request",
+    )
+    dump_concurrency: int = Field(
+        4, ge=1, description="hang dumps: processes asked at once (each answer is built in its own process)"
+    )
+    dump_max_processes: int = Field(
+        4096, ge=1, description="hang dumps: processes of this node that may hold a dump connection at once"
+    )
+    dump_collective_frames: bool = Field(
+        False,
+        description="hang dumps: ask torch for each recorded collective's Python call site too (torch symbolizes "
+        "them: seconds of the process's CPU the first time; every thread's stack is always included)",
+    )
+    torch_dump_dir: Path | None = Field(
+        None,
+        description="hang dumps: also read the Flight Recorder files torch writes on a watchdog timeout here (the "
+        "directory of the jobs' TORCH_NCCL_DEBUG_INFO_TEMP_FILE; the rank is the trailing number of each name)",
+    )
+    torch_dump_max_age_s: float = Field(
+        900.0,
+        gt=0,
+        description="hang dumps: torch's files older than this belong to an earlier hang: not read",
+    )
+    dump_entries_per_group: int = Field(
+        64,
+        ge=1,
+        le=100_000,
+        description="hang dumps: the last entries of each process group an agent's reply keeps",
+    )
+    dump_max_files: int = Field(
+        100_000,
+        ge=1,
+        description="the most dump files read from one directory (`ranksight analyze hang`, torch_dump_dir)",
+    )
 
 
 class XidSettings(CollectorSettings):
@@ -755,6 +798,43 @@ class RawEvidenceSettings(Section):
     retry_delay_s: float = Field(1.0, ge=0)
 
 
+class HangForensicsSettings(Section):
+    """Hang forensics (``aggregator.hang_forensics``): when a hang alert of ``rules`` fires for a job, the aggregator asks
+    the agents of the job's nodes for every process's Flight Recorder and Python stacks (``hang_dump``), matches them
+    across ranks and raises ``flight_recorder_hang`` naming the rank that never arrived, its op and its frame."""
+
+    enabled: bool = True
+    rules: list[str] = Field(
+        default_factory=lambda: [
+            "collective_hang",
+            "comm_hang",
+            "rank_heartbeat_overdue",
+            "rank_section_overdue",
+        ],
+        description="the alerts whose firing asks the job's agents for dumps",
+    )
+    request_timeout_s: float = Field(
+        20.0,
+        gt=0,
+        description="how long one agent's hang_dump answer may take (its processes answer within "
+        "agent.collectors.app.dump_timeout_s)",
+    )
+    max_nodes_per_job: int = Field(256, ge=1, description="agents asked per job at most")
+    max_concurrent_requests: int = Field(8, ge=1, description="agent requests in flight at once, all jobs")
+    cooldown_s: float = Field(
+        60.0, ge=0, description="a job is dumped again on a new alert only this long after its previous dump"
+    )
+    min_wait_s: float = Field(
+        2.0,
+        ge=0,
+        description="a rank behind its peers is named only once the peers waited this long in the op (dumps of a "
+        "healthy job, taken a moment apart, may catch one rank an op ahead)",
+    )
+    retain_s: float = Field(
+        1800.0, gt=0, description="a job's hang report is kept (and its alert firing) at most this long"
+    )
+
+
 class HardwareAlertSettings(Section):
     """Thresholds of the GPU and NIC alerts, and the live NIC state's bound (``aggregator.hardware``)."""
 
@@ -827,6 +907,7 @@ RULE_TIMINGS: dict[str, tuple[float, float]] = {
     "ras_diag_nvlink": (0, 60),
     "ras_diag_nccl_env": (0, 60),
     "ras_diag_ecc": (0, 60),
+    "flight_recorder_hang": (0, 30),  # fires on a matched dump; resolves when the named ranks heartbeat again
 }
 
 
@@ -1202,6 +1283,7 @@ class AggregatorSettings(Section):
     stragglers: StragglerSettings = StragglerSettings()
     raw_evidence: RawEvidenceSettings = RawEvidenceSettings()
     profile_on_demand: ProfileOnDemandSettings = ProfileOnDemandSettings()
+    hang_forensics: HangForensicsSettings = HangForensicsSettings()
     hardware: HardwareAlertSettings = HardwareAlertSettings()
     ras: RasAlertSettings = RasAlertSettings()
     alerts: AlertSettings = AlertSettings()

@@ -155,6 +155,15 @@ class AppSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     heartbeat_initial_timeout_s: float
     section_timeout_s: float
     section_timeouts: dict[str, float]
+    dump_max_bytes: int
+    dump_timeout_s: float
+    dump_concurrency: int
+    dump_max_processes: int
+    dump_collective_frames: bool
+    torch_dump_dir: Path | None
+    torch_dump_max_age_s: float
+    dump_entries_per_group: int
+    dump_max_files: int
 
 
 class XidSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -324,6 +333,19 @@ class ProfileOnDemandSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_
     on_s: float
     max_jobs: int
     timeout_s: float
+
+
+class HangForensicsSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.HangForensicsSettings`."""
+
+    enabled: bool
+    rules: list[str]
+    request_timeout_s: float
+    max_nodes_per_job: int
+    max_concurrent_requests: int
+    cooldown_s: float
+    min_wait_s: float
+    retain_s: float
 
 
 class HardwareAlertSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -504,6 +526,7 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkno
     stragglers: StragglerSettings
     raw_evidence: RawEvidenceSettings
     profile_on_demand: ProfileOnDemandSettings
+    hang_forensics: HangForensicsSettings
     hardware: HardwareAlertSettings
     ras: RasAlertSettings
     alerts: AlertSettings

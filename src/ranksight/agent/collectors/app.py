@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
-from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
+from ranksight.agent.collectors.app_dumps import DumpChannels, fit_reply, torch_dump_files
+from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, dump_hello, parse_message
 from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
 from ranksight.client import ACTIONS, MAX_MESSAGE, WIRE_VERSION
 from ranksight.core.settings_twins import AppSettings
@@ -89,6 +90,24 @@ class AppCollector(StreamingCollector):
         self._inode = 0  # of the socket file we bound, to never remove a newer agent's
         self.processes: dict[socket.socket, AppRecord] = {}  # connection -> the last record its process sent
         ctx.add_command("app_signal", self.signal)
+        self.dumps = DumpChannels(settings)
+        ctx.add_command("hang_dump", self._hang_dump)
+
+    async def _hang_dump(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Dumps of this node's processes of ``job`` (every process when absent): Flight Recorder and Python stacks."""
+        job = request.get("job")
+        if job is not None and not isinstance(job, str):
+            raise ValueError("job must be a string")
+        per_group = request.get("entries_per_group", self.app_settings.dump_entries_per_group)
+        if not isinstance(per_group, int) or not 1 <= per_group <= self.app_settings.dump_entries_per_group:
+            raise ValueError(f"entries_per_group must be 1..{self.app_settings.dump_entries_per_group}")
+        processes = await self.dumps.dump_job(job, per_group)
+        cfg = self.app_settings
+        if cfg.torch_dump_dir is not None:
+            processes += await asyncio.to_thread(torch_dump_files, cfg.torch_dump_dir, cfg.dump_max_bytes,
+                                                 cfg.torch_dump_max_age_s, cfg.dump_max_files, per_group)  # fmt: skip
+        # half the server's max_payload: the reply's JSON framing stays well within it
+        return {"node": self.ctx.node, "processes": fit_reply(processes, self.ctx.nc.max_payload // 2)}
 
     async def run(self, emit: Emit) -> None:
         path = self.ctx.settings.app_socket_path()
@@ -116,8 +135,12 @@ class AppCollector(StreamingCollector):
         with contextlib.suppress(OSError):  # a larger buffer absorbs bursts; the kernel may cap it
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER_BYTES)
         try:
+            first = await loop.sock_recv(conn, MAX_MESSAGE + 1)
+            hello = dump_hello(first)
+            if hello is not None:  # the process's dump connection (ranksight.client.dumps), not its signals
+                await self.dumps.serve(conn, hello)
+                return
             while True:
-                first = await loop.sock_recv(conn, MAX_MESSAGE + 1)
                 if not first:
                     return  # the process closed its end (exited)
                 records = self._parse_all([first, *self._drain(conn)])
@@ -125,6 +148,7 @@ class AppCollector(StreamingCollector):
                     self.processes[conn] = records[-1]
                     await emit(records)
                     self.health.success(0.0)
+                first = await loop.sock_recv(conn, MAX_MESSAGE + 1)
         except ConnectionError:
             return
         finally:

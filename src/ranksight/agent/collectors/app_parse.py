@@ -60,3 +60,14 @@ def parse_message(data: bytes, timeouts: Timeouts) -> AppRecord:
         return msgspec.convert(values, AppRecord, strict=False)
     except msgspec.ValidationError as exc:
         raise AppMessageError(str(exc)) from None
+
+
+def dump_hello(data: bytes) -> dict[str, Any] | None:
+    """The ``listen`` packet a process's dump connection opens with (:mod:`ranksight.client.dumps`), else None."""
+    try:
+        raw = unpack(data)
+    except DecodeError:
+        return None
+    if isinstance(raw, dict) and raw.get("v") == SUPPORTED_VERSION and raw.get("t") == "listen":
+        return raw
+    return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ranksight.aggregator.alerts import Rule
 from ranksight.aggregator.analysis.app import RankHeartbeatOverdueRule, RankSectionOverdueRule
+from ranksight.aggregator.analysis.forensics import FlightRecorderHangRule
 from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule
 from ranksight.aggregator.analysis.hardware import hardware_rules
 from ranksight.aggregator.analysis.links import LinkDegradedRule
@@ -30,4 +31,5 @@ def default_rules(settings: Settings | None = None) -> list[Rule]:
         RankHeartbeatOverdueRule(),
         RankSectionOverdueRule(),
         GpuXidRule(settings.aggregator.actions.xid),
+        FlightRecorderHangRule(),
     ]

@@ -19,6 +19,7 @@ from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
+    from ranksight.core.config import Settings
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class Endpoint(Generic[P]):
     spec: EndpointSpec[P]
     handler: Callable[[Aggregator, P], Awaitable[ApiResponse]]
     merge: Merge[P] | None = None
+    wait_s: Callable[[Settings], float] | None = None  # how long a client waits, when not the usual
 
     @property
     def name(self) -> str:

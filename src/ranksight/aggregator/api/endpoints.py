@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ranksight.aggregator.api import actions, alerting, queries, ras_queries, views
+from ranksight.aggregator.api import actions, alerting, forensics, queries, ras_queries, views
 from ranksight.aggregator.api.endpoint import Endpoint
 from ranksight.aggregator.api.gpu_probes import gpu_probes
 from ranksight.aggregator.api.markers import markers
@@ -62,6 +62,8 @@ _BINDINGS: dict[str, tuple[Any, Merge[Any] | None]] = {
     "action_approve": (actions.action_approve, None),
     "action_reject": (actions.action_reject, None),
     "action_undo": (actions.action_undo, None),
+    "job_dump": (forensics.job_dump, None),
+    "job_evidence": (forensics.job_dump, None),
     "incidents": (alerting.incidents, None),
 }  # fmt: skip
 

@@ -20,6 +20,7 @@ from ranksight.aggregator.analysis.hangs import Hang
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.state.app import AppTracker
 from ranksight.aggregator.state.devices import GpuTracker, NicTracker
+from ranksight.aggregator.state.forensics import ForensicsTracker
 from ranksight.aggregator.state.gpu_probes import GpuProbeTracker
 from ranksight.aggregator.state.inspector_drops import InspectorDropTracker
 from ranksight.aggregator.state.jobs import JobTracker
@@ -66,6 +67,9 @@ class LiveState:
         self.inspector_drops = InspectorDropTracker()
         self.trackers: list[Tracker] = [self.nodes, self.jobs, self.gpus, self.nics, self.links, self.gpu_probes,
                                         self.app, self.stragglers, self.xids, self.inspector_drops]  # fmt: skip
+        self.forensics = (
+            ForensicsTracker()
+        )  # hang reports: made by aggregator.hang_forensics, not fed by records
         self.now_ns = 0
 
     @property
@@ -84,6 +88,7 @@ class LiveState:
         self.last_seen_ns = without_nodes(self.last_seen_ns, nodes)
         for tracker in self.trackers:
             tracker.forget(nodes)
+        self.forensics.forget(nodes)
 
     def hangs(self, cluster: str, now_ns: int) -> list[Hang]:
         """The cluster's stalled collectives, judging only ranks whose agents' heartbeats say they have read their dump
@@ -100,3 +105,4 @@ class LiveState:
             self.forget(forgotten)
         for tracker in self.trackers:
             tracker.tick(now_ns)
+        self.forensics.tick(now_ns)

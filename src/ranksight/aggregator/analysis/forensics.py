@@ -1,0 +1,58 @@
+"""``flight_recorder_hang``: a job's hang, named from its ranks' own Flight Recorder and Python stacks.
+
+One condition per finding of the job's latest hang report (:class:`aggregator.state.forensics.JobReport`, made by
+:mod:`aggregator.hang_forensics` when a hang alert fired): the rank that never arrived (or called something else), its
+node, host, pid and GPU, the process group, op and sequence id, how long its peers have waited, the frame it is in, and
+what RAS, Inspector and its own heartbeats say about it. Resolves when every rank of the job heartbeats again after the
+dump (the job moved on) or the report ages out (``aggregator.hang_forensics.retain_s``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.state.forensics import JobReport
+from ranksight.aggregator.timefmt import iso
+
+
+def _moved_on(state: LiveState, report: JobReport) -> bool:
+    ranks = [st for st in state.app.ranks.values() if st.cluster == report.cluster and st.job == report.job]
+    return bool(ranks) and all((st.last_heartbeat_ns or 0) > report.collected_ns for st in ranks)
+
+
+class FlightRecorderHangRule:
+    name = "flight_recorder_hang"
+
+    def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
+        for report in state.forensics.reports.values():
+            if _moved_on(state, report):
+                continue
+            for finding in report.report.findings:
+                for rank in finding.missing_ranks or finding.mismatched_ranks:  # one alert per rank named
+                    frame = finding.frames.get(rank, {})
+                    seen = report.corroboration.get(rank, {})
+                    yield Condition(
+                        rule=self.name, severity="critical", cluster=report.cluster, summary=_summary(report, rank,
+                        finding.kind, finding.collective, finding.seq, finding.process_group, finding.waiting_s, frame),
+                        node=report.nodes.get(rank), job=report.job, rank=rank,
+                        key=f"{finding.process_group} {finding.seq_kind} {finding.seq} {finding.kind}",
+                        evidence={**finding.as_dict(), "host": frame.get("host") or seen.get("host"),
+                                  "pid": frame.get("pid") or seen.get("pid"), "gpu": frame.get("gpu") if frame.get("gpu") is not None else seen.get("gpu"),
+                                  "where": frame.get("where"), "corroboration": seen,
+                                  "ranks_seen": report.report.ranks_seen,
+                                  "ranks_missing_dump": report.report.ranks_missing_dump,
+                                  "dump_errors": report.errors, "collected": iso(report.collected_ns)},
+                    )  # fmt: skip
+
+
+def _summary(report: JobReport, rank: int, kind: str, collective: str, seq: int, group: str,
+             waiting_s: float | None, frame: dict[str, object]) -> str:  # fmt: skip
+    who = f"rank {rank}" + (f" ({frame['host']} pid {frame.get('pid')})" if frame.get("host") else "")
+    what = {"collective_mismatch": f"called another op than {collective} at",
+            "rank_without_dump": f"gave no dump (dead or unreachable); its peers last entered {collective}"}.get(
+                kind, f"never entered {collective}")  # fmt: skip
+    waited = f"; peers waited {waiting_s:.0f}s" if waiting_s is not None else ""
+    where = f"; at {frame['where']}" if frame.get("where") else ""
+    return f"job {report.job}: {who} {what} seq {seq} of group {group}{waited}{where}"

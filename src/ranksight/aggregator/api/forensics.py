@@ -1,0 +1,37 @@
+"""The ``job_dump`` and ``job_evidence`` endpoints' handler: a job's hang dumps on demand, matched across ranks (the
+commands and the evidence file: :mod:`ranksight.api.forensics`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ranksight.api.contract import RequestError
+from ranksight.api.params import JobDumpParams
+from ranksight.schemas.api import ApiResponse
+
+if TYPE_CHECKING:
+    from ranksight.aggregator.runtime import Aggregator
+
+
+async def job_dump(agg: Aggregator, p: JobDumpParams) -> ApiResponse:
+    """Ask the job's agents for every process's Flight Recorder and Python stacks now, and match them across ranks."""
+    cluster = p.cluster or agg.settings.cluster
+    state = agg.analysis_state or agg.state
+    if not any(st.cluster == cluster and st.job == p.job for st in state.app.ranks.values()):
+        raise RequestError(f"no rank of job {p.job!r} in cluster {cluster!r} is known: its processes report through "
+                           "ranksight.client (RANK and a scheduler job id in their environment)")  # fmt: skip
+    report = await agg.hang_forensics.dump_now(agg, cluster, p.job)
+    rows = []
+    for finding in report.report.findings:
+        for rank in finding.missing_ranks or finding.mismatched_ranks:
+            rows.append({**finding.as_dict(), "rank": rank, "where": finding.frames.get(rank, {}).get("where"),
+                         "node": report.nodes.get(rank)})  # fmt: skip
+    meta: dict[str, Any] = {
+        "job": p.job, "cluster": cluster, "ranks_seen": report.report.ranks_seen,
+        "ranks_missing_dump": report.report.ranks_missing_dump, "world_size": report.report.world_size,
+        "dump_errors": report.errors, "corroboration": {str(r): v for r, v in report.corroboration.items()},
+        "nodes": {str(r): n for r, n in sorted(report.nodes.items())},
+    }  # fmt: skip
+    if p.include_dumps:
+        meta["dumps"] = report.raw_dumps
+    return ApiResponse.success(rows, meta=meta)

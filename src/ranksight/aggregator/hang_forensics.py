@@ -1,0 +1,222 @@
+"""Hang forensics, live: when a hang alert fires for a job, ask its agents for every process's dump and match them.
+
+On a firing alert of ``aggregator.hang_forensics.rules`` that names a job, the aggregator finds the job's nodes (the
+agents its ranks' ``ranksight.client`` signals came through), asks each agent's ``hang_dump`` command at once (bounded
+by ``max_concurrent_requests``, ``request_timeout_s``, ``max_nodes_per_job``; one dump per job per ``cooldown_s``),
+checks every process's dump with the same parser as ``ranksight analyze hang`` (an agent's answer is input like any
+other), matches them across ranks (:func:`ranksight.core.flightrec.analyze`) and keeps the report in live state, where
+``flight_recorder_hang`` raises it. Each named rank is corroborated or contradicted by what live state already holds:
+RAS (its process dead or missing, its GPUs), Inspector (its last ``coll_sn`` against its communicator's) and its own
+heartbeats. A failure is part of the report (``dump_errors``), never a crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import nats.errors
+
+from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.state.forensics import JobReport
+from ranksight.aggregator.timefmt import iso
+from ranksight.core.config import HangForensicsSettings
+from ranksight.core.flightrec import DumpError, RankDump, analyze, parse_dump
+from ranksight.schemas.alerts import Alert
+
+if TYPE_CHECKING:
+    from ranksight.aggregator.runtime import Aggregator
+
+log = logging.getLogger(__name__)
+COMMAND = "hang_dump"
+
+
+@dataclass
+class ForensicsStats:
+    jobs: int = 0
+    dumps: int = 0
+    errors: int = 0
+    skipped_cooldown: int = 0
+
+
+class HangForensics:
+    def __init__(self, settings: HangForensicsSettings) -> None:
+        self.settings = settings
+        self.stats = ForensicsStats()
+        self._tasks: dict[tuple[str, str], asyncio.Task[JobReport | None]] = {}
+        self._last: dict[tuple[str, str], float] = {}  # (cluster, job) -> monotonic time of its last dump
+        self._slots = asyncio.Semaphore(settings.max_concurrent_requests)
+
+    def submit(self, agg: Aggregator, transitions: list[Alert]) -> None:
+        """Start a dump of each job a firing hang alert names (not twice at once, not again within the cooldown)."""
+        cfg = self.settings
+        if not cfg.enabled or agg.nc is None:
+            return
+        for alert in transitions:
+            if alert.state != "firing" or alert.rule not in cfg.rules or not alert.job:
+                continue
+            self.start(agg, alert.cluster, alert.job)
+
+    def start(self, agg: Aggregator, cluster: str, job: str) -> asyncio.Task[JobReport | None] | None:
+        key = (cluster, job)
+        if key in self._tasks:
+            return self._tasks[key]
+        last = self._last.get(key)
+        if last is not None and time.monotonic() - last < self.settings.cooldown_s:
+            self.stats.skipped_cooldown += 1
+            return None
+        self._last[key] = time.monotonic()
+        task = asyncio.create_task(self._run(agg, cluster, job), name=f"hang-forensics-{job}")
+        self._tasks[key] = task
+        task.add_done_callback(lambda _: self._tasks.pop(key, None))
+        return task
+
+    async def dump_now(self, agg: Aggregator, cluster: str, job: str) -> JobReport:
+        """An operator's dump (``ranksight job dump``): no cooldown; the report is kept like an alert's."""
+        report = await self.collect(agg, cluster, job)
+        self._last[(cluster, job)] = time.monotonic()
+        (agg.analysis_state or agg.state).forensics.put(report)
+        return report
+
+    async def stop(self) -> None:
+        for task in list(self._tasks.values()):
+            task.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+
+    async def _run(self, agg: Aggregator, cluster: str, job: str) -> JobReport | None:
+        try:
+            report = await self.collect(agg, cluster, job)
+        except Exception:  # a bug must not take the aggregator down: say so in the log
+            log.exception("hang forensics of job %s failed", job)
+            return None
+        state = agg.analysis_state or agg.state
+        state.forensics.put(report)
+        return report
+
+    async def collect(self, agg: Aggregator, cluster: str, job: str) -> JobReport:
+        """Ask the job's agents, match their dumps; the report (not yet kept in live state)."""
+        state = agg.analysis_state or agg.state
+        ranks = [st for st in state.app.ranks.values() if st.cluster == cluster and st.job == job]
+        nodes = sorted({st.node for st in ranks})
+        keep = self.settings.max_nodes_per_job
+        errors: list[dict[str, Any]] = [{"node": n, "error": f"not asked: beyond max_nodes_per_job ({keep})"}
+                                        for n in nodes[keep:]]  # fmt: skip
+        answers = await asyncio.gather(*(self._ask(agg, cluster, node, job) for node in nodes[:keep]))
+        chosen: dict[
+            int, tuple[RankDump, str, dict[str, Any]]
+        ] = {}  # rank -> (dump, node, as the agent sent it)
+        for node, (processes, error) in zip(nodes[:keep], answers, strict=True):
+            if error:
+                errors.append({"node": node, "error": error})
+            for proc in processes:
+                dump, why = _dump_of(node, proc)
+                if dump is None:
+                    errors.append(
+                        {"node": node, "pid": proc.get("pid"), "rank": proc.get("rank"), "error": why}
+                    )
+                    continue
+                kept = chosen.get(dump.rank)
+                if kept is None or _speaks_better(dump, kept[0]):
+                    chosen[dump.rank] = (dump, node, proc["dump"])
+                if kept is not None:
+                    errors.append({"node": node, "rank": dump.rank, "error": f"rank {dump.rank} answered twice; "
+                                   f"pid {chosen[dump.rank][0].pid} speaks for it"})  # fmt: skip
+        dumps = [dump for dump, _, _ in chosen.values()]
+        raw_dumps = [raw for _, _, raw in chosen.values()]
+        by_rank = {rank: node for rank, (_, node, _) in chosen.items()}
+        world = max((st.world_size or 0 for st in ranks), default=0) or None
+        report = analyze(dumps, world_size=world, min_wait_s=self.settings.min_wait_s)
+        for st in ranks:  # a rank without a dump still has the node its signals came from
+            if st.rank is not None:
+                by_rank.setdefault(st.rank, st.node)
+        s = self.stats
+        s.jobs, s.dumps, s.errors = s.jobs + 1, s.dumps + len(dumps), s.errors + len(errors)
+        named = {r for f in report.findings for r in (*f.missing_ranks, *f.mismatched_ranks)}
+        return JobReport(cluster, job, time.time_ns(), report, by_rank, errors,
+                         {r: corroborate(state, cluster, job, r, dumps) for r in sorted(named)}, raw_dumps)  # fmt: skip
+
+    async def _ask(
+        self, agg: Aggregator, cluster: str, node: str, job: str
+    ) -> tuple[list[dict[str, Any]], str | None]:
+        assert agg.nc is not None
+        subject = agg.subjects.agent(cluster, node, COMMAND)
+        cfg = self.settings
+        async with self._slots:
+            try:
+                msg = await agg.nc.request(
+                    subject, json.dumps({"job": job}).encode(), timeout=cfg.request_timeout_s
+                )
+            except nats.errors.NoRespondersError:
+                return [], "no agent answers (down, or its app collector is off)"
+            except nats.errors.TimeoutError:
+                return [], f"no answer within {cfg.request_timeout_s:g} s"
+        refused = (msg.headers or {}).get("Nats-Service-Error")
+        if refused:
+            return [], f"the agent refused: {refused}"
+        try:
+            answer = json.loads(msg.data)
+            processes = answer["processes"]
+            if not isinstance(processes, list):
+                raise ValueError("processes is not a list")
+        except (ValueError, KeyError, TypeError) as exc:
+            return [], f"bad answer: {str(exc)[:200]}"
+        return [p for p in processes if isinstance(p, dict)], None
+
+
+def _speaks_better(dump: RankDump, kept: RankDump) -> bool:
+    """Of two answers for one rank (a data loader worker inherits RANK; a torch file beside its process's own answer),
+    the one with more of the Flight Recorder, then with stacks, speaks for the rank."""
+    return (len(dump.entries), len(dump.threads)) > (len(kept.entries), len(kept.threads))
+
+
+def _dump_of(node: str, proc: dict[str, Any]) -> tuple[RankDump | None, str]:
+    if proc.get("dump") is None:
+        return None, str(proc.get("error") or "no dump")[:500]
+    try:
+        return parse_dump(json.dumps(proc["dump"]).encode(), f"{node} pid {proc.get('pid')}"), ""
+    except (DumpError, TypeError, ValueError) as exc:
+        return None, str(exc)[:500]
+
+
+def corroborate(state: LiveState, cluster: str, job: str, rank: int, dumps: list[RankDump]) -> dict[str, Any]:
+    """What RAS, Inspector and the rank's own heartbeats say about a rank a finding names."""
+    app = next((st for st in state.app.ranks.values() if st.cluster == cluster and st.job == job and st.rank == rank),
+               None)  # fmt: skip
+    dump = next((d for d in dumps if d.rank == rank), None)
+    host = dump.host if dump is not None else None
+    pid = dump.pid if dump is not None else (app.pid if app is not None else None)
+    out: dict[str, Any] = {"host": host, "pid": pid, "gpu": None, "ras": "no RAS data for this process",
+                           "inspector": "no Inspector data for this process", "verdict": "no corroborating data"}  # fmt: skip
+    if app is not None:
+        out["heartbeat"] = {"last": iso(app.last_heartbeat_ns), "step": app.step, "node": app.node}
+    agreeing: list[str] = []
+    for ras_job in state.jobs.live():
+        if ras_job.cluster != cluster:
+            continue
+        for kind, procs in (("dead", ras_job.dead_processes), ("missing", ras_job.missing_processes)):
+            for p in procs:
+                if p.pid == pid and (host is None or p.host == host):
+                    out["ras"] = f"RAS lists the process as {kind} (job {ras_job.job_id})"
+                    out["gpu"] = p.gpus or None
+                    agreeing.append("ras")
+    finder = state.stragglers.hang_finders.get(cluster)
+    if finder is not None and host is not None and pid is not None:
+        behind = [(c.label, sn, c.top) for c in finder.comm_ops.values() for sn, proc in c.last.values()
+                  if proc == (host, pid)]  # fmt: skip
+        if behind:
+            out["inspector"] = [
+                {"comm": label, "last_coll_sn": sn, "comm_top_coll_sn": top} for label, sn, top in behind
+            ]
+            if any(sn < top for _, sn, top in behind):
+                agreeing.append("inspector")
+    if agreeing:
+        out["verdict"] = "corroborated by " + " and ".join(agreeing)
+    elif out["inspector"] != "no Inspector data for this process":
+        out["verdict"] = "contradicted: Inspector shows the process level with its peers"
+    return out

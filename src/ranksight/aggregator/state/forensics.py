@@ -1,0 +1,51 @@
+"""Hang reports: the cross-rank Flight Recorder match of a job's dumps (:mod:`aggregator.hang_forensics` fills it,
+the ``flight_recorder_hang`` rule reads it). Kept per (cluster, job) until ``retain_s`` or until the job's ranks named
+by the report heartbeat again after the dump (then the hang is over)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ranksight.aggregator.forgetting import NodeKey
+from ranksight.core.flightrec import HangReport
+
+
+@dataclass
+class JobReport:
+    cluster: str
+    job: str
+    collected_ns: int
+    report: HangReport
+    nodes: dict[int, str]  # rank -> the agent's node it answered through
+    errors: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # processes or agents that gave no dump, and why
+    corroboration: dict[int, dict[str, Any]] = field(
+        default_factory=dict
+    )  # rank -> RAS / Inspector / app view
+    raw_dumps: list[dict[str, Any]] = field(
+        default_factory=list, repr=False
+    )  # as the agents sent them (evidence)
+
+
+class ForensicsTracker:
+    def __init__(self, retain_s: float = 1800.0) -> None:
+        self.retain_ns = int(retain_s * 1e9)
+        self.reports: dict[tuple[str, str], JobReport] = {}
+
+    def put(self, report: JobReport) -> None:
+        self.reports[(report.cluster, report.job)] = report
+
+    def drop(self, cluster: str, job: str) -> None:
+        self.reports.pop((cluster, job), None)
+
+    def tick(self, now_ns: int) -> None:
+        self.reports = {k: r for k, r in self.reports.items() if now_ns - r.collected_ns <= self.retain_ns}
+
+    def forget(self, nodes: set[NodeKey]) -> None:
+        self.reports = {
+            k: r
+            for k, r in self.reports.items()
+            if not any((r.cluster, n) in nodes for n in r.nodes.values())
+        }

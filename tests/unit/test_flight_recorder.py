@@ -1,0 +1,219 @@
+"""Flight Recorder dumps from real gloo jobs (``fixtures/flight_recorder/``): read safely, matched across ranks, and
+``ranksight analyze hang`` on each failure shape; hostile and broken input gets a clear error."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ranksight.aggregator.hang_cli import analyze_hang
+from ranksight.core.cliutil import EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from ranksight.core.flightrec import DumpError, analyze, parse_dump, read_directory
+from ranksight.core.flightrec.load import rank_from_name
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "flight_recorder"
+JOB_FILE = "tests/fr_job.py"
+
+
+def report(scenario: str, **kwargs: object) -> dict[str, object]:
+    read = read_directory(FIXTURES / scenario, max_bytes=1 << 20, max_files=100)
+    assert not read.errors
+    return analyze(read.dumps, **kwargs).as_dict()  # type: ignore[arg-type]
+
+
+def only_finding(scenario: str) -> dict[str, object]:
+    findings = report(scenario)["findings"]
+    assert isinstance(findings, list) and len(findings) == 1, findings
+    finding: dict[str, object] = findings[0]
+    assert finding["process_group"] == "0:default_pg" and finding["seq"] == 4 and finding["first_divergence"]
+    return finding
+
+
+def test_healthy_job_has_no_finding() -> None:
+    result = report("healthy")
+    assert (
+        result["findings"] == [] and result["ranks_seen"] == [0, 1, 2] and result["ranks_missing_dump"] == []
+    )
+
+
+def test_rank_that_stopped_entering_collectives() -> None:
+    finding = only_finding("stopped")
+    assert finding["kind"] == "collective_hang" and finding["collective"] == "gloo:all_reduce"
+    assert finding["missing_ranks"] == [2] and finding["waiting_ranks"] == [0, 1]
+    assert finding["waiting_s"] is None  # torch's own files carry no dump time
+    frame = finding["frames"]["2"]  # type: ignore[index]
+    # torch's pickle has no thread stacks: the call site of the last collective rank 2 entered
+    assert frame["source"] == "collective_call" and frame["seq"] == 3
+    assert frame["where"].startswith("train at ") and frame["where"].endswith(f"{JOB_FILE}:73")
+
+
+def test_rank_calling_another_collective() -> None:
+    finding = only_finding("mismatch")
+    assert finding["kind"] == "collective_mismatch" and finding["mismatched_ranks"] == [1]
+    verdict = finding["verdicts"]["1"]  # type: ignore[index]
+    assert verdict["verdict"] == "COLLECTIVE_TYPE_MISMATCH" and verdict["collective"] == "gloo:broadcast"
+    assert verdict["expected"]["collective"] == "gloo:all_reduce"
+    assert finding["frames"]["1"]["where"].endswith(f"{JOB_FILE}:71")  # type: ignore[index]  # the broadcast call
+
+
+def test_rank_stuck_in_python_named_with_its_frame() -> None:
+    finding = only_finding("python_stuck")
+    assert finding["kind"] == "collective_hang" and finding["missing_ranks"] == [2]
+    assert isinstance(finding["waiting_s"], float) and 2.5 < finding["waiting_s"] < 30
+    frame = finding["frames"]["2"]  # type: ignore[index]
+    assert frame["source"] == "python_stack" and frame["where"].startswith("next_batch at ")
+    assert frame["host"] and isinstance(frame["pid"], int)
+
+
+def test_killed_rank_has_no_dump() -> None:
+    result = report("killed")
+    assert result["ranks_missing_dump"] == [2]
+    finding = only_finding("killed")
+    assert finding["kind"] == "rank_without_dump" and finding["missing_ranks"] == [2]
+    assert finding["collective"] == "gloo:all_reduce"
+
+
+def test_world_size_flag_names_ranks_without_dumps() -> None:
+    result = report("healthy", world_size=4)
+    assert result["ranks_missing_dump"] == [3] and [f["kind"] for f in result["findings"]] == [
+        "rank_without_dump"
+    ]
+
+
+def test_min_wait_hides_a_rank_only_just_behind() -> None:
+    assert report("python_stuck", min_wait_s=600)["findings"] == []
+
+
+def test_pickle_and_json_forms_read_the_same() -> None:
+    pickled = parse_dump((FIXTURES / "stopped" / "trace_rank_0").read_bytes(), "trace_rank_0")
+    as_json = json.dumps(pickle.loads((FIXTURES / "stopped" / "trace_rank_0").read_bytes()), default=list)
+    from_json = parse_dump(as_json.encode(), "rank0.json")
+    assert pickled.form == "torch-pickle" and from_json.form == "torch-json"
+    assert pickled.entries == from_json.entries and pickled.pg_status == from_json.pg_status
+
+
+def test_rank_from_torch_file_names() -> None:
+    assert rank_from_name("/d/nccl_trace_rank_12") == 12
+    assert rank_from_name("fr-3.json") == 3 and rank_from_name("rank7.ranksight.json") == 7
+    assert rank_from_name("trace.pkl") is None
+
+
+class Hostile:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (print, ("pwned",))
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (
+            pickle.dumps({"version": "2.10", "entries": [Hostile()]}),
+            "refused: the pickle names builtins.print",
+        ),
+        (pickle.dumps({"version": "2.10", "entries": [Path("/")]}), "refused: the pickle names pathlib"),
+        ((FIXTURES / "stopped" / "trace_rank_0").read_bytes()[:700], "not a readable pickle"),
+        (b'{"version": "2.10", "entries": [', "not valid JSON"),
+        (b"[" * 100_000 + b"]" * 100_000, "neither a pickle nor a JSON object"),
+        (b'{"version": "2.10", "entries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not valid JSON"),
+        (b'{"version": "2.10", "entries": [{"process_group": ["0", ""]}]}', "missing 'profiling_name'"),
+        (
+            b'{"version": "2.10", "entries": [], "pg_status": {"0": {"last_enqueued_collective": "x"}}}',
+            "not an integer",
+        ),
+        (b'{"entries": []}', "not a Flight Recorder dump"),
+        (b"", "empty"),
+        (
+            b'{"version": "2.10", "entries": [], "ranksight": {"rank": 0, "world_size": 1000000000000}}',
+            "ranksight.world_size 999999999999 is not a rank",
+        ),
+        (
+            b'{"version": "2.10", "entries": [], "pg_config": {"0": {"ranks": "[0, 99999999]"}}}',
+            "pg_config ranks 99999999 is not a rank",
+        ),
+        (b'{"version": "2.10", "entries": [], "ranksight": {"rank": -3}}', "rank -3 is not a rank"),
+        (b"GIF89a", "neither a pickle nor a JSON object"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(data: bytes, message: str) -> None:
+    with pytest.raises(DumpError, match=message):
+        parse_dump(data, "rank0.pkl")
+
+
+def test_self_referencing_pickle_is_refused_not_followed() -> None:
+    sizes: list[object] = []
+    sizes.append(sizes)
+    entry = {
+        "process_group": ("0", ""),
+        "profiling_name": "gloo:all_reduce",
+        "collective_seq_id": 1,
+        "input_sizes": sizes,
+    }
+    with pytest.raises(DumpError, match="not an integer"):
+        parse_dump(pickle.dumps({"version": "2.10", "entries": [entry]}), "rank0.pkl")
+
+
+def test_pickle_that_shares_one_list_everywhere_is_refused_quickly() -> None:
+    """A few kilobytes that reference one large list from every entry would stand for billions of elements."""
+    sizes = [list(range(100_000))]
+    entry = {"process_group": ("0", ""), "profiling_name": "gloo:all_reduce", "collective_seq_id": 1,
+             "input_sizes": sizes, "output_sizes": sizes}  # fmt: skip
+    data = pickle.dumps({"version": "2.10", "entries": [entry] * 100_000})
+    assert len(data) < 1_000_000  # stands for 2e10 integers
+    with pytest.raises(DumpError, match="beyond its own size"):
+        parse_dump(data, "rank0.pkl")
+
+
+def test_huge_file_is_refused_by_size(tmp_path: Path) -> None:
+    (tmp_path / "rank0.json").write_bytes(b'{"version": "2.10", "entries": []}' + b" " * 2048)
+    (tmp_path / "rank1.json").write_bytes(b'{"version": "2.10", "entries": []}')
+    read = read_directory(tmp_path, max_bytes=1024, max_files=10)
+    assert [d.rank for d in read.dumps] == [1] and "over the 1024-byte limit" in read.errors[0]
+
+
+def test_cli_exit_codes_and_json_shape(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from ranksight.cli import build_parser
+
+    def run(*argv: str) -> int:
+        args = build_parser(["analyze", "hang", *argv]).parse_args(["analyze", "hang", *argv])
+        return int(analyze_hang(args))
+
+    assert run(str(FIXTURES / "healthy"), "--json") == EXIT_OK
+    assert json.loads(capsys.readouterr().out)["findings"] == []
+    assert run(str(FIXTURES / "python_stuck"), "--json") == EXIT_FAILED
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {"findings", "ranks_seen", "ranks_missing_dump"}
+    assert set(out["findings"][0]) >= {"kind", "process_group", "collective", "seq", "missing_ranks",
+                                       "mismatched_ranks", "waiting_s", "frames"}  # fmt: skip
+    (tmp_path / "notes.txt").write_text("\x1b[31mnot a dump\n")
+    assert run(str(tmp_path)) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "no Flight Recorder dump found" in err and "\x1b" not in err and "\\x1b" in err
+    assert run(str(tmp_path / "absent")) == EXIT_USAGE
+
+
+def test_command_line_end_to_end() -> None:
+    proc = subprocess.run([sys.executable, "-m", "ranksight.cli", "analyze", "hang", str(FIXTURES / "mismatch")],
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == EXIT_FAILED, proc.stderr
+    assert (
+        "COLLECTIVE_TYPE_MISMATCH, called gloo:broadcast" in proc.stdout
+        and "rank 1 is at train at" in proc.stdout
+    )
+
+
+def test_gpu_of_a_named_rank_comes_from_its_dump() -> None:
+    dumps = []
+    for path in sorted((FIXTURES / "python_stuck").iterdir()):
+        raw = json.loads(path.read_bytes())
+        raw["ranksight"]["gpu"] = {"index": raw["ranksight"]["rank"] + 4, "visible_devices": "4,5,6"}
+        dumps.append(parse_dump(json.dumps(raw).encode(), path.name))
+    (finding,) = analyze(dumps).findings
+    assert finding.frames[2]["gpu"] == 6
+    raw["ranksight"]["gpu"] = [6]
+    with pytest.raises(DumpError, match=r"ranksight\.gpu is a list, not a map"):
+        parse_dump(json.dumps(raw).encode(), path.name)

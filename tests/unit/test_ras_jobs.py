@@ -41,10 +41,12 @@ class Harness:
         )
         self.fired: list[str] = []
 
-    def feed(self, kind: str, rec: object, polled_ago_s: float = 0.0) -> list[tuple[str, str]]:
+    def feed(
+        self, kind: str, rec: object, polled_ago_s: float = 0.0, node: str = "node-a"
+    ) -> list[tuple[str, str]]:
         self.now += 10 * NS
         self.seq += 1
-        env = envelope(kind, [rec], seq=self.seq, ts=self.now - int(polled_ago_s * NS))  # type: ignore[list-item]
+        env = envelope(kind, [rec], node=node, seq=self.seq, ts=self.now - int(polled_ago_s * NS))  # type: ignore[list-item]
         self.state.observe(env, self.now)
         self.state.tick(self.now)
         transitions = self.engine.evaluate(self.rules, self.state, self.now)
@@ -211,6 +213,23 @@ def test_a_poll_taken_before_the_close_and_arriving_after_it_is_not_a_new_cycle(
     assert job.state == "ended" and late == []
     h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json")))  # polled after: a new cycle
     assert h.state.jobs.jobs[("test", "slurm-1")].state == "running"
+
+
+def test_the_poller_s_status_after_another_node_s_close_is_the_ended_cycle_s() -> None:
+    """Issue 47: one agent polls the job (the lease holder); another node's endpoint closes first and ends the job.
+    The poller's next status, taken after that close by the wall clock but before its own endpoint closed, belongs to
+    the ended cycle: a new cycle there fired ``job_started`` again and left the ended job's straggler without a job."""
+    h = Harness()
+    healthy = record(status("nccl_2.28.9_json_status_healthy_2rank.json"))
+    h.feed("ras", healthy, node="poller")
+    h.feed("ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"), node="early")
+    assert h.feed("ras", healthy, node="poller") == []  # stamped after the early close, before its own
+    assert h.state.jobs.jobs[("test", "slurm-1")].state == "ended"
+    h.feed("ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"), node="poller")
+    assert h.feed("ras", healthy, node="poller", polled_ago_s=15) == []  # queued before its own close
+    assert ("job_started", "firing") in h.feed("ras", healthy, node="poller")  # after its close: a new cycle
+    h.feed("ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"), node="poller")
+    assert ("job_started", "firing") in h.feed("ras", healthy, node="elsewhere")  # a node new to the job
 
 
 def test_replayed_history_refires_nothing() -> None:

@@ -27,19 +27,16 @@ async def test_cluster_map_health_follows_alerts(settings: Settings) -> None:
         assert nodes["node001"]["gpus"] == [
             {"gpu": 0, "health": "ok", "utilization_pct": 90.0, "name": "MI300X"}
         ]
-        # one vocabulary: the map's words and levels are status's and nodes'
+        # one vocabulary: the map's states and health words are status's and nodes'
+        assert body["meta"]["health_words"] == ["ok", "warning", "critical"]
         _, _, listed = await get(agg, "/api/status")
         _, _, nodes_body = await get(agg, "/api/nodes")
         for rows in (listed["rows"], nodes_body["rows"]):
-            assert {r["node"]: (r["health"], r["severity"]) for r in rows} == {
-                n: (r["node_health"], r["severity"]) for n, r in nodes.items()
+            assert {r["node"]: (r["state"], r["health"]) for r in rows} == {
+                n: (r["state"], r["health"]) for n, r in nodes.items()
             }
-        assert (
-            (src["node_health"], src["severity"])
-            == ("degraded", "warning")
-            == (src["node_health"], src["health"])
-        )
-        assert (nodes["node003"]["node_health"], nodes["node003"]["severity"]) == ("alive", "ok")
+        assert (src["state"], src["health"], src["node_wide"]) == ("alive", "warning", "warning")
+        assert (nodes["node003"]["state"], nodes["node003"]["health"]) == ("alive", "ok")
 
 
 async def test_series_bounds(settings: Settings) -> None:

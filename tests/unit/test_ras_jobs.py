@@ -225,10 +225,14 @@ def test_the_poller_s_status_after_another_node_s_close_is_the_ended_cycle_s() -
     h.feed("ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"), node="early")
     assert h.feed("ras", healthy, node="poller") == []  # stamped after the early close, before its own
     assert h.state.jobs.jobs[("test", "slurm-1")].state == "ended"
-    h.feed("ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"), node="poller")
+    h.feed(
+        "ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"), node="poller"
+    )
     assert h.feed("ras", healthy, node="poller", polled_ago_s=15) == []  # queued before its own close
     assert ("job_started", "firing") in h.feed("ras", healthy, node="poller")  # after its close: a new cycle
-    h.feed("ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"), node="poller")
+    h.feed(
+        "ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"), node="poller"
+    )
     assert ("job_started", "firing") in h.feed("ras", healthy, node="elsewhere")  # a node new to the job
 
 

@@ -114,7 +114,8 @@ _ENDPOINTS: list[Endpoint[Any]] = [
         json_keys=lambda r: {"nodes": r.rows, "aggregator": r.meta}), merge=BY_NODE),
     Endpoint("nodes", queries.NodesParams, queries.nodes, Command(
         "nodes, their state and agent health", NODE_COLUMNS,
-        flags={"health": Flag(help="only nodes of this health (degraded: alive with firing alerts)")}),
+        flags={"health": Flag(help="only nodes of this health: ok, warning or critical (the worst of its state, "
+                                   "its firing alerts and its GPUs)")}),
         merge=BY_NODE),
     Endpoint("alerts", queries.AlertsParams, queries.alerts, Command(
         "firing alerts; --follow prints each alert as it fires or resolves", ALERT_COLUMNS,

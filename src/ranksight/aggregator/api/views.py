@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field
 
+from ranksight.aggregator.alerts import LIFECYCLE_RULES
 from ranksight.aggregator.api.endpoint import ClusterParams, Params, RequestError
 from ranksight.aggregator.api.health import (
     HEALTH_RANK,
@@ -27,7 +28,6 @@ from ranksight.aggregator.api.health import (
     node_health,
     worst,
 )
-from ranksight.aggregator.alerts import LIFECYCLE_RULES
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.device_jobs import device_jobs
 from ranksight.aggregator.timefmt import utc

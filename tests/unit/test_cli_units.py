@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from ranksight.core.cliutil import human, print_table
@@ -47,3 +49,41 @@ def test_tables_use_human_units(capsys: pytest.CaptureFixture[str]) -> None:
     )
     out = capsys.readouterr().out
     assert "300 Mbit/s" in out and "32 GiB" in out and "e+" not in out
+
+
+def test_the_banner_names_ranksight_as_this_shell_can_run_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 47: after ``make up`` the console script is in .venv/bin, not on PATH: the banner names that path."""
+    from ranksight.commands.up import command_name
+
+    script = tmp_path / ".venv" / "bin" / "ranksight"
+    script.parent.mkdir(parents=True)
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o755)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert command_name(".venv/bin/ranksight") == ".venv/bin/ranksight"
+    assert command_name(str(script)) == ".venv/bin/ranksight"
+    monkeypatch.setenv("PATH", f"{script.parent}:/usr/bin")
+    assert command_name(str(script)) == "ranksight"
+    assert command_name("/x/ranksight/cli.py").endswith(" -m ranksight.cli")
+
+
+def test_empty_answers_and_skipped_probes_are_one_line_each(capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from ranksight.aggregator.api.cli import print_rows
+    from ranksight.aggregator.api.endpoints import ENDPOINTS
+    from ranksight.schemas.api import ApiResponse
+
+    args = argparse.Namespace(json=False)
+    print_rows(args, ApiResponse.success([]), ENDPOINTS["alerts"])
+    out, err = capsys.readouterr()
+    assert out.startswith("UPDATED_AT") and err == "ranksight: nothing to show (alerts: 0 rows)\n"
+    skipped = [{"cluster": "c", "node": f"n{i}", "reason": "runs a job"} for i in range(8)]
+    print_rows(args, ApiResponse.success([], meta={"skipped": skipped}), ENDPOINTS["links"])
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["ranksight: nothing to show (links: 0 rows)",
+                   "ranksight: heavy probes skipped on 8 nodes running a job (RTT only there): n0, n1, n2, n3, n4 "
+                   "and 3 more"]  # fmt: skip

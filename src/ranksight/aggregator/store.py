@@ -272,7 +272,9 @@ class Store:
                 con.execute("ROLLBACK")
                 raise
             applied.append(version)
-            log.info("applied migration %s", version)
+        if applied:  # one line: a fresh database applies every migration, which is no news to the operator
+            log.info("applied %d migration%s (%s)", len(applied), "s" if len(applied) > 1 else "",
+                     applied[0] if len(applied) == 1 else f"{applied[0]} .. {applied[-1]}")  # fmt: skip
         self._derive_kind_tables()
         return applied
 

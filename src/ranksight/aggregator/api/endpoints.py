@@ -94,8 +94,21 @@ def _series_table(rows: Rows) -> Rows:
     ]
 
 
+MAX_NAMED_NODES = 5  # nodes named in a one-line note
+
+
 def _skipped(args: argparse.Namespace, response: ApiResponse) -> list[str]:
-    return [f"{s['node']}: {s['reason']}" for s in response.meta.get("skipped", [])]
+    """One line for every node whose heavy probes are skipped (not one line per node: a job covers many)."""
+    nodes = sorted({s["node"] for s in response.meta.get("skipped", [])})
+    if not nodes:
+        return []
+    named = ", ".join(nodes[:MAX_NAMED_NODES]) + (
+        f" and {len(nodes) - MAX_NAMED_NODES} more" if len(nodes) > MAX_NAMED_NODES else ""
+    )
+    return [
+        f"heavy probes skipped on {len(nodes)} node{'s' if len(nodes) > 1 else ''} running a job "
+        f"(RTT only there): {named}"
+    ]
 
 
 def _drained(args: argparse.Namespace, response: ApiResponse) -> list[str]:

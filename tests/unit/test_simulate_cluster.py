@@ -94,3 +94,32 @@ async def test_demo_status_lists_the_lost_rank_before_peer_dead_is_sent(
     monkeypatch.setattr(FakeRasServer, "push_event", push_event)
     await demo._lose_rank(job)
     assert seen == [[job.spec.pid(3, 5)]] * 4  # every endpoint already says so
+
+
+async def test_demo_nic_counters_keep_moving_while_the_job_loop_is_slow(tmp_path: Path) -> None:
+    """Issue 47: 141 of 656 demo NIC rows had ``tx_bps=0`` between 171 and 177 Gbit/s. The counters were written only
+    by the job loop, which under load took longer than the NIC collector's 2 s interval: two samples saw the same
+    counters (0 bit/s), the next twice the traffic. Read here as the agent does, every 0.5 s, with the job loop
+    stalled throughout: every rate is the simulated traffic, none is zero."""
+    import asyncio
+    import time
+
+    from ranksight.agent.collectors.nic.rates import RateTracker
+    from ranksight.commands.demo import advance_counters
+
+    tree = NodeSysfs(tmp_path / "sys", gpus=1)
+    tree.write(time.time())  # the job loop's one write; it does not come back during the test
+    stop, tracker, rates = asyncio.Event(), RateTracker(), []
+    task = asyncio.create_task(advance_counters([tree], stop))
+    try:
+        for _ in range(6):
+            [nic] = tracker.update(read_nics(tree.root), time.monotonic())
+            rates.append(nic.tx_bps)
+            await asyncio.sleep(0.5)
+    finally:
+        stop.set()
+        await task
+    expected = tree.nic_bytes_per_s * 8
+    assert rates[0] is None and all(
+        r is not None and 0.3 * expected < r < 1.7 * expected for r in rates[1:]
+    ), rates

@@ -35,7 +35,14 @@ from ranksight.core.cliutil import (
 )
 from ranksight.core.config import Settings, twin_settings
 from ranksight.schemas.records.ras import RasEvent
-from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
+from ranksight.simulate.cluster import (
+    COUNTER_PERIOD_S,
+    US,
+    LiveJob,
+    NodeSysfs,
+    ras_status_json,
+    ras_status_text,
+)
 from ranksight.simulate.inspector import Fault, JobSpec
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 
@@ -151,6 +158,7 @@ class Demo:
             for agent, task in zip(agents, tasks[1:], strict=True):
                 await first(agent.ready.wait(), task)
             self._banner(aggregator)
+            tasks.append(asyncio.create_task(advance_counters(self.sysfs, stop)))
             if duration_s is not None:
                 tasks.append(asyncio.create_task(_stop_after(stop, duration_s)))
             run_started = time.monotonic()
@@ -239,6 +247,21 @@ class Demo:
 def _endpoint(port: int = 0) -> FakeRasServer:
     """One process's RAS endpoint, NCCL 2.29 (text and JSON status, MONITOR)."""
     return FakeRasServer(PROFILES["2.29"], status_text=b"", port=port)
+
+
+async def advance_counters(trees: list[NodeSysfs], stop: asyncio.Event) -> None:
+    """Keep the simulated NIC counters moving every ``COUNTER_PERIOD_S``, apart from the job's slower loop (which
+    can take longer than the NIC collector's interval on a loaded machine: a reader would see counters stand still)."""
+
+    def write() -> None:
+        now = time.time()
+        for tree in trees:
+            tree.write_counters(now)
+
+    while not stop.is_set():
+        await asyncio.to_thread(write)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=COUNTER_PERIOD_S)
 
 
 async def _stop_after(stop: asyncio.Event, seconds: float) -> None:

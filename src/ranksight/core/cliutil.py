@@ -66,11 +66,29 @@ def print_json(obj: Any) -> None:
         sys.stdout.write(text[start : start + JSON_WRITE_CHUNK])
 
 
+# Column headers that say more than the field name once its unit suffix is gone.
+_HEADERS = {"sclk_hz": "clock", "temperature_junction_c": "temp junction", "temperature_edge_c": "temp edge",
+            "ecc_uncorrectable": "ecc uncorr", "utilization_pct": "util", "clock_skew_s": "clock skew"}  # fmt: skip
+
+
+def header(column: str) -> str:
+    """A column's header: ``memory_used_bytes`` -> ``MEMORY USED`` (its unit is in every cell), ``sclk_hz`` ->
+    ``CLOCK``."""
+    if column in _HEADERS:
+        return _HEADERS[column].upper()
+    for suffix in ("_us", *_UNITS):
+        if column.endswith(suffix) and column != suffix.lstrip("_"):
+            column = column.removesuffix(suffix)
+            break
+    return column.replace("_", " ").upper()
+
+
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """A plain aligned table on stdout, numbers in human units (:func:`human`)."""
+    """A plain aligned table on stdout: readable headers (:func:`header`), numbers in human units (:func:`human`)."""
     cells = [[human(c, r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    names = [header(c) for c in columns]
+    widths = [max([len(n)] + [len(row[i]) for row in cells]) for i, n in enumerate(names)]
+    print("  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)).rstrip())
     for row in cells:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import math
+import statistics
 from typing import Any
 
 from ranksight.aggregator.api import alerting, queries, ras_queries, views
@@ -28,12 +30,13 @@ from ranksight.aggregator.api.follow import add_follow_flag, follow_if_asked
 from ranksight.aggregator.api.gpu_probes import gpu_probes
 from ranksight.aggregator.api.markers import MarkersParams, markers
 from ranksight.aggregator.api.merge import Merge
+from ranksight.core.cliutil import human
 from ranksight.schemas.api import ApiResponse
 
 NODE_COLUMNS = ["node", "cluster", "state", "health", "last_seen", "version", "clock_skew_s"]
 ALERT_COLUMNS = ["updated_at", "state", "severity", "rule", "node", "job", "rank", "summary"]
 GPU_COLUMNS = ["node", "index", "name", "utilization_pct", "memory_used_bytes", "memory_total_bytes", "power_w",
-               "temperature_edge_c", "sclk_hz", "ecc_uncorrectable", "throttled", "freshness"]  # fmt: skip
+               "temperature_c", "sclk_hz", "ecc_uncorrectable", "throttled", "freshness"]  # fmt: skip
 NIC_COLUMNS = ["node", "name", "kind", "state", "speed_bps", "tx_bps", "rx_bps", "errors_per_s", "link_flaps",
                "freshness"]  # fmt: skip
 LINK_COLUMNS = ["cluster", "src", "dst", "transport", "dst_addr", "upload_bps", "download_bps", "rtt_us", "jitter_us",
@@ -88,10 +91,33 @@ def _status_table(rows: Rows) -> Rows:
     return [{**r, "alerts": ", ".join(a["rule"] for a in r.get("alerts", []))} for r in rows]
 
 
+# A series' unit (``meta.unit``) as the column suffix that makes :func:`~ranksight.core.cliutil.human` print it.
+_UNIT_SUFFIX = {"s": "_s", "us": "_us", "%": "_pct", "Hz": "_hz", "W": "_w", "C": "_c", "B": "_bytes",
+                "bit/s": "_bps", "1/s": "_per_s", "GB/s": "_gbs"}  # fmt: skip
+
+
+def _gpu_table(rows: Rows) -> Rows:
+    """The temperature the web page and the series show: junction (the hottest die sensor, what throttles), else
+    edge where the GPU has no junction sensor."""
+    return [{**r, "temperature_c": r.get("temperature_junction_c") if r.get("temperature_junction_c") is not None
+             else r.get("temperature_edge_c")} for r in rows]  # fmt: skip
+
+
 def _series_table(rows: Rows) -> Rows:
-    return [
-        {"series": r["series"], "points": len(r["v"]), "last": r["v"][-1] if r["v"] else None} for r in rows
-    ]
+    """One row per line: its last and mean values in the series' unit, and its mean against the median of the lines'
+    means; the line furthest from the others first (the outlier is what a reader looks for)."""
+    means = {r["series"]: statistics.fmean(vs) for r in rows if (vs := [v for v in r["v"] if v is not None])}
+    typical = statistics.median(means.values()) if means else None
+    table = []
+    for r in rows:
+        suffix = _UNIT_SUFFIX.get(r.get("unit", ""), "")
+        mean = means.get(r["series"])
+        ratio = mean / typical if mean is not None and typical else None
+        table.append({"series": r["series"], "points": len(r["v"]), "last": human(f"last{suffix}", r["v"][-1] if r["v"] else None),
+                      "mean": human(f"mean{suffix}", mean), "vs_median": None if ratio is None else f"{ratio:.2f}x",
+                      "_off": abs(math.log(ratio)) if ratio and ratio > 0 else -1.0})  # fmt: skip
+    table.sort(key=lambda t: -t["_off"])
+    return table
 
 
 MAX_NAMED_NODES = 5  # nodes named in a one-line note
@@ -161,7 +187,8 @@ _ENDPOINTS: list[Endpoint[Any]] = [
         ["job", "hash", "size", "status", "errors", "missing_ranks", "op_count", "stalled_polls"],
         json_keys=_rows_as("comms")), merge=Merge(key=("cluster", "job", "hash"), order=("cluster", "job", "hash"))),
     Endpoint("gpus", DeviceParams, queries.gpus, Command(
-        "live GPU state per node: utilization, memory, power, temperature, clocks, ECC", GPU_COLUMNS),
+        "live GPU state per node: utilization, memory, power, temperature, clocks, ECC", GPU_COLUMNS,
+        table_rows=_gpu_table),
         merge=Merge(key=("cluster", "node", "index"), order=("cluster", "node", "index"), newest="last_seen")),
     Endpoint("nics", DeviceParams, queries.nics, Command(
         "live NIC state per node: link, speed, rates, errors, flaps", NIC_COLUMNS),
@@ -190,7 +217,7 @@ _ENDPOINTS: list[Endpoint[Any]] = [
         ["cluster", "node", "state", "health", "alerts"]), merge=Merge(key=("cluster", "node"), order=("cluster", "node"))),
     Endpoint("series", views.SeriesParams, views.series, Command(
         "a metric over time from history, one line per GPU, port, rank or communicator",
-        ["series", "points", "last"], table_rows=_series_table,
+        ["series", "points", "last", "mean", "vs_median"], table_rows=_series_table,
         flags={"since": Flag(type=timestamp, help="ISO start (default: until minus 15 minutes)"),
                "until": Flag(type=timestamp, help="ISO end (default: now)")}),
         sql_time=True),

@@ -256,7 +256,7 @@ def _series(
     rows = cur.execute(sql, [*args, *q.nodes, q.max_lines + 1, q.step_us, q.step_us]).fetchall()
     out: dict[str, dict[str, Any]] = {}
     for line, bucket, value in rows:
-        entry = out.setdefault(str(line), {"series": str(line), "t": [], "v": []})
+        entry = out.setdefault(str(line), {"series": str(line), "unit": s.unit, "t": [], "v": []})
         entry["t"].append(bucket / US)
         entry["v"].append(None if value is None else float(value))
     lines = list(out.values())

@@ -235,6 +235,15 @@ class Store:
         [(fetched,)] = self.con.execute("SELECT count(*) FROM inspector WHERE seq = 0").fetchall()
         self._fetched_rows = fetched > 0
 
+    def open_read_only(self) -> None:
+        """Open an existing history file to read it, and nothing else (``ranksight sql --db``): no migration, no
+        write; DuckDB refuses while an aggregator holds the file (its lock)."""
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no such history file: {self.path}")
+        self._con = duckdb.connect()
+        self._con.execute(f"ATTACH {sql_text(str(self.path))} AS {self._catalog} (READ_ONLY)")
+        self._con.execute(f"USE {self._catalog}")
+
     def close_connection(self) -> None:
         """Close the database (run on the writer thread)."""
         if self._con is not None:

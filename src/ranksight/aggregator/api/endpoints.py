@@ -12,6 +12,7 @@ import argparse
 import getpass
 import math
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 from ranksight.aggregator.api import alerting, queries, ras_queries, views
@@ -30,6 +31,7 @@ from ranksight.aggregator.api.follow import add_follow_flag, follow_if_asked
 from ranksight.aggregator.api.gpu_probes import gpu_probes
 from ranksight.aggregator.api.markers import MarkersParams, markers
 from ranksight.aggregator.api.merge import Merge
+from ranksight.aggregator.api.offline import add_db_flag, offline_if_asked
 from ranksight.core.cliutil import human
 from ranksight.schemas.api import ApiResponse
 
@@ -141,6 +143,14 @@ def _drained(args: argparse.Namespace, response: ApiResponse) -> list[str]:
     return [f"{' '.join(args.nodes)} {'undrained' if args.undrain else 'drained'}"]
 
 
+def _both(*extend: Callable[[argparse.ArgumentParser], None]) -> Callable[[argparse.ArgumentParser], None]:
+    def both(parser: argparse.ArgumentParser) -> None:
+        for each in extend:
+            each(parser)
+
+    return both
+
+
 def _rows_as(key: str) -> Any:
     """The key a command's ``--json`` held its rows under before every command printed the one response shape."""
     return lambda response: {key: response.rows}
@@ -160,7 +170,7 @@ _ENDPOINTS: list[Endpoint[Any]] = [
         "firing alerts; --follow prints each alert as it fires or resolves", ALERT_COLUMNS,
         flags={"since": SINCE_AGO, "state": Flag(help="firing (default: now), or transitions from history: "
                                                       "resolved, all")},
-        extend=add_follow_flag, instead=follow_if_asked), merge=ALERTS),
+        extend=_both(add_follow_flag, add_db_flag), instead=offline_if_asked("alerts", follow_if_asked)), merge=ALERTS),
     Endpoint("sql", queries.SqlParams, queries.sql, Command(
         "a read-only SQL query over the history", csv=True,
         flags={"sql": Flag(positional=True, metavar="SQL", type=_statement,
@@ -169,7 +179,8 @@ _ENDPOINTS: list[Endpoint[Any]] = [
                "time_limit_s": Flag(names=("--time-limit",), metavar="S",
                                     help="seconds (capped by aggregator.query.sql_time_limit_s)"),
                "shards": Flag(help="over every shard's Parquet export (aggregator.shards.export_dir), not this "
-                                   "aggregator's database")}),
+                                   "aggregator's database")},
+        extend=add_db_flag, instead=offline_if_asked("sql")),
         sql_time=True),
     Endpoint("export", queries.ExportParams, queries.export, Command(
         "write history to Parquet, partitioned by day (on the aggregator's host)", ["table", "rows", "days", "path"],
@@ -219,7 +230,8 @@ _ENDPOINTS: list[Endpoint[Any]] = [
         "a metric over time from history, one line per GPU, port, rank or communicator",
         ["series", "points", "last", "mean", "vs_median"], table_rows=_series_table,
         flags={"since": Flag(type=timestamp, help="ISO start (default: until minus 15 minutes)"),
-               "until": Flag(type=timestamp, help="ISO end (default: now)")}),
+               "until": Flag(type=timestamp, help="ISO end (default: now)")},
+        extend=add_db_flag, instead=offline_if_asked("series")),
         sql_time=True),
     Endpoint("drain", alerting.DrainParams, alerting.drain, Command(
         "expect NODE to go silent (maintenance, removal); --undrain ends it", DRAIN_COLUMNS, path=("node", "drain"),
@@ -251,6 +263,6 @@ _ENDPOINTS: list[Endpoint[Any]] = [
         flags={"id": Flag(positional=True, metavar="ID")}), http=False),
     Endpoint("incidents", alerting.IncidentsParams, alerting.incidents, Command(
         "one row per alert: fired, resolved, duration, flaps", INCIDENT_COLUMNS,
-        flags={"since": SINCE_AGO})),
+        flags={"since": SINCE_AGO}, extend=add_db_flag, instead=offline_if_asked("incidents"))),
 ]  # fmt: skip
 ENDPOINTS: dict[str, Endpoint[Any]] = {e.name: e for e in _ENDPOINTS}

@@ -27,7 +27,7 @@ Health = Literal["ok", "warning", "critical"]
 Severity = Health  # an alert's severity above info is a health word: the two never disagree
 HEALTH_WORDS: tuple[Health, ...] = ("ok", "warning", "critical")
 HEALTH_RANK: dict[str, int] = {word: rank for rank, word in enumerate(HEALTH_WORDS)}
-NodeState = Literal["alive", "stale", "gone", "drained"]
+NodeStateWord = Literal["alive", "stale", "gone", "drained"]
 NODE_STATE_HEALTH: dict[str, Health] = {
     "alive": "ok",
     "stale": "warning",
@@ -91,12 +91,12 @@ def gpu_health(dev: DeviceState[GpuRecord]) -> Health:
 
 def node_health(
     state: str, drained: bool, alerts: Health = "ok", gpus: Iterable[Health] = ()
-) -> tuple[NodeState, Health]:
+) -> tuple[NodeStateWord, Health]:
     """(state, health) of a node in liveness ``state`` with the worst of its firing alerts and its GPUs' health; a
     drained node is expected to be silent: ``drained``, ok."""
     if drained:
         return "drained", "ok"
-    node_state: NodeState = state if state in ("alive", "stale", "gone") else "alive"  # type: ignore[assignment]
+    node_state: NodeStateWord = state if state in ("alive", "stale", "gone") else "alive"  # type: ignore[assignment]
     return node_state, worst(NODE_STATE_HEALTH[node_state], alerts, *gpus)
 
 
@@ -107,7 +107,7 @@ def job_health(ras_health: str | None) -> Health | None:
 
 def nodes_health(
     state: LiveState, alerts: Iterable[Alert], drained: set[tuple[str, str]]
-) -> dict[tuple[str, str], tuple[NodeState, Health]]:
+) -> dict[tuple[str, str], tuple[NodeStateWord, Health]]:
     """(state, health) of every node the live state knows, by (cluster, node): what ``status``, ``nodes`` and
     ``/metrics`` show."""
     by_node = alert_severity(alerts)

@@ -18,7 +18,7 @@ from ranksight.aggregator.api.endpoint import (
     Params,
     RequestError,
 )
-from ranksight.aggregator.api.health import Health, NodeStateWord, nodes_health
+from ranksight.aggregator.api.health import Health, nodes_health
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.history import export_parquet, exported_until
 from ranksight.aggregator.state.devices import DeviceState

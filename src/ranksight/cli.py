@@ -27,6 +27,7 @@ COMMANDS: dict[str, str] = {
     "probe": "ranksight.commands.probe",
     "deploy": "ranksight.deploy.cli",
     "analyze": "ranksight.aggregator.stragglers_cli",
+    "report": "ranksight.aggregator.report.cli",
     # the query commands, one per endpoint of the registry (ranksight.aggregator.api.endpoints)
     **dict.fromkeys(
         [

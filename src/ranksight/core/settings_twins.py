@@ -377,6 +377,18 @@ class ShardSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fi
     alerts_bucket_max_bytes: int
 
 
+class ReportSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.ReportSettings`."""
+
+    on_job_end: bool
+    max_ranks: int
+    max_points: int
+    max_comms: int
+    max_findings: int
+    max_links: int
+    max_reports: int
+
+
 class AggregatorSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """The twin of :class:`ranksight.core.config.AggregatorSettings`."""
 
@@ -402,6 +414,7 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkno
     alerts: AlertSettings
     http: HttpSettings
     shards: ShardSettings
+    report: ReportSettings
 
 
 class DeploySettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

@@ -85,8 +85,7 @@ def test_empty_answers_and_skipped_probes_are_one_line_each(capsys: pytest.Captu
     print_rows(args, ApiResponse.success([], meta={"skipped": skipped}), ENDPOINTS["links"])
     err = capsys.readouterr().err.splitlines()
     assert err == ["ranksight: nothing to show (links: 0 rows)",
-                   "ranksight: heavy probes skipped on 8 nodes running a job (RTT only there): n0, n1, n2, n3, n4 "
-                   "and 3 more"]  # fmt: skip
+                   "ranksight: n0, n1, n2, n3, n4 and 3 more: runs a job"]  # fmt: skip
 
 
 def test_headers_read_as_words_and_gpus_show_the_junction_temperature(

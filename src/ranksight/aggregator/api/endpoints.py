@@ -126,17 +126,17 @@ MAX_NAMED_NODES = 5  # nodes named in a one-line note
 
 
 def _skipped(args: argparse.Namespace, response: ApiResponse) -> list[str]:
-    """One line for every node whose heavy probes are skipped (not one line per node: a job covers many)."""
-    nodes = sorted({s["node"] for s in response.meta.get("skipped", [])})
-    if not nodes:
-        return []
-    named = ", ".join(nodes[:MAX_NAMED_NODES]) + (
-        f" and {len(nodes) - MAX_NAMED_NODES} more" if len(nodes) > MAX_NAMED_NODES else ""
-    )
-    return [
-        f"heavy probes skipped on {len(nodes)} node{'s' if len(nodes) > 1 else ''} running a job "
-        f"(RTT only there): {named}"
-    ]
+    """One line per reason heavy probes are skipped, naming its first nodes (a job covers many: not a line each)."""
+    by_reason: dict[str, list[str]] = {}
+    for skipped in response.meta.get("skipped", []):
+        by_reason.setdefault(skipped["reason"], []).append(skipped["node"])
+    lines = []
+    for reason, nodes in by_reason.items():
+        more = len(nodes) - MAX_NAMED_NODES
+        lines.append(
+            f"{', '.join(sorted(nodes)[:MAX_NAMED_NODES])}{f' and {more} more' if more > 0 else ''}: {reason}"
+        )
+    return lines
 
 
 def _drained(args: argparse.Namespace, response: ApiResponse) -> list[str]:

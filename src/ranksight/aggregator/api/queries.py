@@ -18,7 +18,7 @@ from ranksight.aggregator.api.endpoint import (
     Params,
     RequestError,
 )
-from ranksight.aggregator.api.health import Health, nodes_health
+from ranksight.aggregator.api.health import Health, NodeStateWord, nodes_health
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.history import export_parquet, exported_until
 from ranksight.aggregator.state.devices import DeviceState
@@ -88,7 +88,7 @@ async def status(agg: Aggregator, p: StatusParams) -> ApiResponse:
 class NodesParams(Params):
     cluster: str | None = None
     node: str | None = None
-    state: NodeState | None = Field(
+    state: NodeStateWord | None = Field(
         None, description="alive, stale, gone, or drained (expected to be silent)"
     )
     health: Health | None = Field(

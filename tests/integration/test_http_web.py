@@ -74,6 +74,7 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
         overview = await show(browser, agg, "overview", tmp_path)
         assert 'data-state="alive"><b>4</b>' in overview
         assert "job_started" not in overview  # a lifecycle event, not an active alert
+        assert 'class="report" href="reports/' in overview  # alerts link their job's report
         # live updates: a node that appears shows up without a reload
         await browser.wait_js("document.getElementById('live').textContent === 'live: on'")
         await pub.send("node004", "heartbeat", [HeartbeatRecord(hostname="node004", version="sim", pid=9,
@@ -137,6 +138,7 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
 
         job = await show(browser, agg, f"job/{STRAGGLER_JOB}", tmp_path)
         assert "no data in the range" not in job
+        assert f'class="report" href="reports/{STRAGGLER_JOB}.html"' in job  # the job's report, linked
         ink = await browser.canvas_ink()
         assert {c["id"] for c in ink} == {"chart-step_time_s", "chart-busbw_gbs", "chart-lateness_us"}
         assert not inked(ink, 2000), ink

@@ -36,6 +36,8 @@ from ranksight.core.cliutil import human, print_table
         ("state", "alive", "alive"),
         ("power_w", None, "-"),
         ("power_w", 0.0, "0 W"),
+        ("errors", ["INCOMPLETE", "MISMATCH"], "INCOMPLETE, MISMATCH"),
+        ("missing_ranks", [], "-"),
     ],
 )
 def test_human(column: str, value: object, shown: str) -> None:

@@ -119,6 +119,8 @@ _BYTE_RATE_COLUMNS = frozenset({"mem_bandwidth_bps"})
 def human(column: str, value: Any) -> str:
     """One table cell: ``memory_used_bytes`` 68719476736 -> ``64 GiB``, ``speed_bps`` 4e11 -> ``400 Gbit/s``,
     ``rtt_us`` 1500 -> ``1.5 ms``, ``power_w`` 291.5 -> ``292 W``; other numbers without exponents."""
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return ", ".join(map(str, value)) or "-"  # ["INCOMPLETE"] reads INCOMPLETE in a table
     if isinstance(value, bool) or not isinstance(value, int | float):
         return _cell(value)
     if column.endswith("_us"):

@@ -20,7 +20,7 @@ hostname), and carries the exact status lines behind it (``evidence.lines``):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from ranksight.aggregator.alerts import Condition, Rule
 from ranksight.aggregator.analysis.hangs import comm_hash, lagging_evidence
@@ -61,6 +61,12 @@ def widest_rank(job: JobState, proc: RasProcess) -> int | None:
     return max(held)[1] if held else None
 
 
+def _only(rank_lists: Iterable[list[int]]) -> int | None:
+    """The rank when the lists name exactly one, else None."""
+    ranks = {r for ranks in rank_lists for r in ranks}
+    return ranks.pop() if len(ranks) == 1 else None
+
+
 def _gpus(gpus: list[int]) -> str:
     return f"GPU{'s' if len(gpus) > 1 else ''} {','.join(map(str, gpus))}" if gpus else "no known GPU"
 
@@ -94,6 +100,7 @@ class RankMissingRule:
                 yield Condition(self.name, "warning", job.cluster,
                                 f"job {job.job_id}: {sum(map(len, unnamed.values()))} ranks not answering whose "
                                 f"process the status does not name", job=job.job_id, key="unnamed",
+                                about_rank=_only(unnamed.values()),
                                 evidence={"comms": unnamed, "lines": lines, "endpoint": job.endpoint})  # fmt: skip
 
     def _condition(self, state: LiveState, job: JobState, proc: RasProcess, how: str, lines: list[str],

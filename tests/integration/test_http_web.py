@@ -68,8 +68,10 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
         await wait_for(lambda: any(a.rule == "link_degraded" for a in agg.engine.active.values()), timeout=15)
         await wait_for(lambda: any(f.hostname == slow_host for r in agg.state.stragglers.clusters.values()
                                    for f in r.findings), timeout=20)  # fmt: skip
-        await wait_for(lambda: agg.store.rows("SELECT 1 FROM straggler_finding_history LIMIT 1"), timeout=10)
-        await wait_for(lambda: agg.store.rows("SELECT 1 FROM app LIMIT 1"), timeout=10)
+        await wait_for(
+            lambda: list(agg.store.rows("SELECT 1 FROM straggler_finding_history LIMIT 1")), timeout=10
+        )
+        await wait_for(lambda: list(agg.store.rows("SELECT 1 FROM app LIMIT 1")), timeout=10)
 
         overview = await show(browser, agg, "overview", tmp_path)
         assert 'data-state="alive"><b>4</b>' in overview

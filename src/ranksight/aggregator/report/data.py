@@ -24,6 +24,7 @@ from typing import Any
 import duckdb
 
 from ranksight.core.config import ReportSettings
+from ranksight.core.errors import QueryFailed
 
 US = 1_000_000
 COMM = "'0x' || ltrim(lower(regexp_replace(comm_id, '^0[xX]', '')), '0')"  # as RAS hashes are normalized
@@ -34,8 +35,8 @@ MAX_EVIDENCE_NODES = 32  # nodes named by findings whose GPU and NIC samples are
 MATRIX_NODES = 48  # up to this many probed nodes: a matrix; beyond, the slowest links as a list
 
 
-class JobNotFound(LookupError):
-    """No history names this job (RAS, the training client, alerts)."""
+class JobNotFound(QueryFailed, LookupError):
+    """No history names this job (RAS polls, the training client's reports)."""
 
 
 @dataclass

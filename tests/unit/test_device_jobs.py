@@ -44,7 +44,7 @@ def test_ras_processes_and_the_polling_node() -> None:
     state.observe(envelope("app", "n4", 1, [beat("slurm-9", 7, None, 400, timeout_s=None)]), 1 * NS)
     state.tick(2 * NS)
     jobs = device_jobs(state)
-    assert jobs.gpu("c", "n3", 5) == "slurm-9" and jobs.gpu("c", "n3", 4) == ""
+    assert jobs.gpu("c", "n3", 5) == "slurm-9" and jobs.gpu("c", "n3", 4) == "slurm-9"  # n3's only job
     assert jobs.node("c", "n1") == jobs.node("c", "n3") == jobs.node("c", "n4") == "slurm-9"
     assert jobs.gpus.keys() == {("c", "n3", 5)}  # no local rank: no GPU claimed
     state.tick(

@@ -358,3 +358,19 @@ def test_a_job_with_text_statuses_only_gets_its_hang_named_from_the_ranks_behind
     assert alert.evidence["comms"] == {"0xcfff7cc6f2419b84": None}
     assert "the same ranks behind" in alert.evidence["lines"][0]
     assert ("comm_hang", "resolved") in h.feed("ras", text("dead4"))  # the killed rank: rank_missing speaks
+
+
+def test_a_missing_process_alert_learns_its_rank_from_the_next_status() -> None:
+    """Issue 47: the demo's rank_missing alert (fired on MONITOR's PEER_DEAD, which names no rank) showed rank ``-``
+    although the next status lists the process with its rank; the alert keeps its fingerprint and gains the rank."""
+    h = Harness()
+    h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json")))
+    dead = RasEventRecord(
+        job_id="slurm-1", endpoint="e", event="PEER_DEAD", host="172.16.64.245", pid=1524345
+    )
+    h.feed("ras_event", dead)
+    [alert] = [a for a in h.engine.active.values() if a.rule == "rank_missing"]
+    assert alert.rank is None
+    h.feed("ras", record(status("nccl_2.29.1_json_status_docs_sample_missing_rank.json")))
+    [again] = [a for a in h.engine.active.values() if a.rule == "rank_missing" and a.entity != "unnamed"]
+    assert again.fingerprint == alert.fingerprint and again.rank == 1

@@ -148,6 +148,8 @@ class AlertEngine:
         for fp, cond in seen.items():
             if fp in self.active:
                 self.last_seen[fp] = now_ns
+                if self.active[fp].rank is None and cond.about_rank is not None:
+                    self.active[fp].rank = cond.about_rank  # learnt later (a MONITOR PEER_DEAD names no rank)
                 continue
             for_ns, _ = self._timing_ns(cond.rule)
             first = self.pending.setdefault(fp, now_ns)

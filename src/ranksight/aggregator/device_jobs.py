@@ -6,8 +6,8 @@
 - a node runs a job when such a rank reports from it, when its agent polls the job's RAS endpoint, when RAS lists a
   process of the job on it, or when a process on it reports Inspector records of one of the job's communicators (every
   node of a job, without any training-side client). A NIC serves every process of its node, so it is labelled only
-  when the node runs exactly one job; so are the GPUs of a node where nothing names a GPU per job (a job that runs
-  alone on a node, seen through RAS or Inspector only, has its GPUs).
+  when the node runs exactly one job; so are the GPUs of such a node whose ranks do not say which GPU each drives (a
+  job that runs alone on a node, seen through RAS or Inspector only, has its GPUs).
 
 A rank counts while its heartbeat is not overdue (or for ``HOLD_S`` after its last message when it sends none); RAS facts
 while the job is running. Each device gets at most one job, so the label adds no series. Pure: reads state only.
@@ -33,12 +33,13 @@ class DeviceJobs:
     gpus: dict[tuple[str, str, int], str] = field(default_factory=dict)
     nodes: defaultdict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
     processes: dict[tuple[str, str, int], str] = field(default_factory=dict)  # (cluster, node, pid) -> job
+    # nodes whose ranks say which GPU each drives: a GPU none of them names runs nothing
+    ranked: set[tuple[str, str]] = field(default_factory=set)
 
     def gpu(self, cluster: str, node: str, index: int) -> str:
         if (cluster, node, index) in self.gpus:
             return self.gpus[(cluster, node, index)]
-        named = any(c == cluster and n == node for c, n, _ in self.gpus)
-        return "" if named else self.node(cluster, node)
+        return "" if (cluster, node) in self.ranked else self.node(cluster, node)
 
     def node(self, cluster: str, node: str) -> str:
         """The job of a node that runs exactly one; "" (no label) otherwise."""
@@ -60,6 +61,7 @@ def device_jobs(state: LiveState) -> DeviceJobs:
         found.processes[(rank.cluster, rank.node, rank.pid)] = rank.job
         if rank.local_rank is not None:
             found.gpus[(rank.cluster, rank.node, rank.local_rank)] = rank.job
+            found.ranked.add((rank.cluster, rank.node))
     tracker = state.stragglers
     for job in state.jobs.live():
         found.nodes[(job.cluster, job.node)].add(job.job_id)

@@ -300,6 +300,7 @@ class Store:
         ).fetchall():
             existing[table].add(column)
         envelope = {name for name, _ in ENVELOPE_FIELDS}
+        changed: list[str] = []
         for kind in RECORD_MODELS:
             columns = table_columns(kind)
             if kind not in existing:
@@ -307,12 +308,14 @@ class Store:
                     f'"{c}" {t}' + (" NOT NULL" if c in envelope else "") for c, t in columns.items()
                 )
                 con.execute(f'CREATE TABLE "{kind}" ({spec})')
-                log.info("created table %s from its record model", kind)
+                changed.append(f"table {kind}")
                 continue
             for column, sql_type in columns.items():
                 if column not in existing[kind]:
                     con.execute(f'ALTER TABLE "{kind}" ADD COLUMN "{column}" {sql_type}')
-                    log.info("added column %s.%s from its record model", kind, column)
+                    changed.append(f"column {kind}.{column}")
+        if changed:  # one line, as for the migrations
+            log.info("from the record models: added %s", ", ".join(changed))
 
     def _load_seq(self) -> None:
         """Load the sequence state of the nodes seen within ``node_forget_after_s``, the newest incarnations of each."""

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.commands.up import first, http_line, port_busy, with_embedded_nats
+from ranksight.commands.up import command_name, first, http_line, port_busy, with_embedded_nats
 from ranksight.core.aio import cancel_all
 from ranksight.core.cliutil import (
     EXIT_USAGE,
@@ -227,6 +227,7 @@ class Demo:
     def _banner(self, aggregator: Aggregator) -> None:
         url = self.settings.nats.url
         hosts = self.hosts
+        me = command_name()
         print(
             f"ranksight demo: {self.nodes} simulated nodes x 8 GPUs ({hosts[0]}..{hosts[-1]}), "
             f"cluster demo\n"
@@ -236,9 +237,11 @@ class Demo:
             f"  faults      GPU {SLOW_GPU[1]} of {hosts[SLOW_GPU[0]]} is 1.6x slow (straggler, ~20 s); "
             f"{hosts[NIC_ERRORS_NODE]}'s RDMA port counts symbol errors (nic_errors_rising); a rank on "
             f"{hosts[-1]} stops answering after {self.fault_after_s:g} s (rank_missing)\n"
-            f"  try         ranksight alerts --follow --nats {url}\n"
-            f"              ranksight stragglers --nats {url}\n"
-            f"              ranksight jobs --nats {url}\n"
+            f"  try         {me} alerts --follow --nats {url}\n"
+            f"              {me} stragglers --nats {url}\n"
+            f"              {me} jobs --nats {url}\n"
+            f'  history     {me} sql --db {self.settings.db_path()} "SELECT ..." (once the demo has stopped; '
+            f"with --state-dir, which keeps it)\n"
             f"Ctrl-C stops everything.",
             flush=True,
         )

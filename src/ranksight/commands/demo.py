@@ -20,6 +20,7 @@ import contextlib
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -151,6 +152,10 @@ class Demo:
         aggregator = Aggregator(self.settings)
         agg_task = asyncio.create_task(aggregator.run(stop))
         tasks = [agg_task]
+        counters_stop = threading.Event()
+        counters = threading.Thread(target=advance_counters, args=(self.sysfs, counters_stop), name="demo-nic-counters",
+                                    daemon=True)  # fmt: skip
+        counters.start()
         try:
             await first(aggregator.ready.wait(), agg_task)
             agents = [AgentRuntime(twin_settings(self.agent_settings(i, job))) for i in range(self.nodes)]
@@ -158,7 +163,6 @@ class Demo:
             for agent, task in zip(agents, tasks[1:], strict=True):
                 await first(agent.ready.wait(), task)
             self._banner(aggregator)
-            tasks.append(asyncio.create_task(advance_counters(self.sysfs, stop)))
             if duration_s is not None:
                 tasks.append(asyncio.create_task(_stop_after(stop, duration_s)))
             run_started = time.monotonic()
@@ -186,9 +190,11 @@ class Demo:
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
             await asyncio.gather(*services)
         finally:
+            counters_stop.set()
             await cancel_all(tasks)
             for ras in self.ras:
                 await ras.stop()
+            await asyncio.to_thread(counters.join)
 
     async def _restart_endpoints(self) -> None:
         """The job's processes exit (their RAS endpoints close); the next job's processes listen on the same ports."""
@@ -252,19 +258,15 @@ def _endpoint(port: int = 0) -> FakeRasServer:
     return FakeRasServer(PROFILES["2.29"], status_text=b"", port=port)
 
 
-async def advance_counters(trees: list[NodeSysfs], stop: asyncio.Event) -> None:
-    """Keep the simulated NIC counters moving every ``COUNTER_PERIOD_S``, apart from the job's slower loop (which
-    can take longer than the NIC collector's interval on a loaded machine: a reader would see counters stand still)."""
-
-    def write() -> None:
+def advance_counters(trees: list[NodeSysfs], stop: threading.Event) -> None:
+    """Keep the simulated NIC counters moving every ``COUNTER_PERIOD_S`` until ``stop``: on a thread of its own, apart
+    from the job's loop and the event loop, either of which can be busy longer than the NIC collector's interval on a
+    loaded machine (a reader would then see counters stand still)."""
+    while not stop.is_set():
         now = time.time()
         for tree in trees:
             tree.write_counters(now)
-
-    while not stop.is_set():
-        await asyncio.to_thread(write)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), timeout=COUNTER_PERIOD_S)
+        stop.wait(COUNTER_PERIOD_S)
 
 
 async def _stop_after(stop: asyncio.Event, seconds: float) -> None:

@@ -187,7 +187,7 @@ class NodeSysfs:
     _last: float | None = field(default=None, repr=False)
 
     def write(self, now: float) -> None:
-        """Every file: the GPUs' (steady values) and the RDMA port's, its counters advanced to ``now``."""
+        """Every file: the GPUs' (steady values) and the RDMA port's; its counters the first time only."""
         for index in range(self.gpus):
             slow = index == self.slow_gpu
             device = self.root / "class" / "drm" / f"card{index}" / "device"
@@ -209,7 +209,8 @@ class NodeSysfs:
         port = self.root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
         _files(port, {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
                       "link_layer": "InfiniBand"})  # fmt: skip
-        self.write_counters(now)
+        if self._last is None:  # then the counters' own writer keeps them moving (write_counters)
+            self.write_counters(now)
 
     def write_counters(self, now: float) -> None:
         """The RDMA port's counters, advanced to ``now``. A real port's counters move continuously; a file written

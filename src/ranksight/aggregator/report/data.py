@@ -4,13 +4,14 @@ Inspector summaries, which cover every record), the findings (alerts, straggler 
 hardware evidence (GPU and NIC samples), the link map (probes) and what the data covered. Every list is bounded by
 :class:`~ranksight.core.config.ReportSettings`; what a bound leaves out is counted, never dropped silently.
 
-GPU-hours lost per cause (each clipped to the job's window, times the job's GPUs):
+GPU-hours lost per cause (each clipped to the job's window):
 
-- ``straggler``: compute stragglers' cost (the share of job time lost waiting for the slowest rank), the worst
+- ``straggler``: the job's GPUs times compute stragglers' cost (the share of job time lost waiting for the slowest rank), the worst
   finding of each evaluation integrated over time: the job runs at its slowest rank's pace, so costs do not add up;
 - ``degraded link``: the same for communication stragglers (slow cross-node communicators);
-- ``hang``: the time a hang alert (``comm_hang``, ``collective_hang``) fired: no collective advanced;
-- ``dead rank``: the time a ``rank_missing`` or ``process_dead`` alert fired: the job's next collective waits for it.
+- ``hang``: the job's GPUs times the time a hang alert (``comm_hang``, ``collective_hang``) fired: no collective advanced;
+- ``dead rank``: the time a ``rank_missing`` or ``process_dead`` alert fired, times the GPUs of that process (they do
+  nothing); when the job then stops, waiting for it, that is a hang.
 """
 
 from __future__ import annotations
@@ -239,7 +240,7 @@ def _findings(cur: duckdb.DuckDBPyConnection, report: JobReport, job: str, since
     span = [datetime.datetime.fromtimestamp(t, datetime.UTC).replace(tzinfo=None) for t in (since, until)]
     alerts = cur.execute("""SELECT 'alert', rule, any_value(severity), any_value(node), any_value(rank),
             arg_max(summary, updated_at), min(started_at), max(coalesce(resolved_at, updated_at)),
-            arg_max(state, updated_at)
+            arg_max(state, updated_at), coalesce(json_array_length(arg_max(evidence, updated_at), '$.gpus'), 1)
         FROM alerts WHERE cluster = ? AND rule NOT IN ('job_started', 'job_ended')
             AND (job = ? OR node IN (SELECT DISTINCT hostname FROM report_summary))
         GROUP BY fingerprint, rule HAVING min(started_at) <= ? AND max(coalesce(resolved_at, updated_at)) >= ?
@@ -254,13 +255,14 @@ def _findings(cur: duckdb.DuckDBPyConnection, report: JobReport, job: str, since
         SELECT 'straggler', kind || ' straggler', CASE WHEN max(slowdown) >= 1.5 THEN 'critical' ELSE 'warning' END,
             hostname, any_value(rank), kind || ' straggler on ' || hostname || coalesce(' pid ' || pid, '')
             || ': up to ' || round(max(slowdown), 2) || 'x slower, ' || round(100 * coalesce(avg(cost), 0), 1)
-            || ' % of job time', min(evaluated_at), max(evaluated_at), 'run'
+            || ' % of job time', min(evaluated_at), max(evaluated_at), 'run', 0
         FROM r GROUP BY hostname, pid, kind, run ORDER BY 7 LIMIT ?""",
                        [report.cluster, *span, limits.max_findings + 1]).fetchall()  # fmt: skip
     rows = sorted([*alerts, *runs], key=lambda r: _ts(r[6]))
+    # an alert still firing lasts to the end of the window
     report.findings = [(str(k), str(rule), str(sev), str(node or ""), None if rank is None else int(rank),
-                        str(summary), max(since, _ts(a)), min(until, max(_ts(b), _ts(a))))
-                       for k, rule, sev, node, rank, summary, a, b, _ in rows[: limits.max_findings]]  # fmt: skip
+                        str(summary), max(since, _ts(a)), until if last == "firing" else min(until, max(_ts(b), _ts(a))))
+                       for k, rule, sev, node, rank, summary, a, b, last, _ in rows[: limits.max_findings]]  # fmt: skip
     report.findings_left_out = len(rows) - len(report.findings)
     # the worst straggler cost of each evaluation, per kind, for GPU-hours lost
     costs = cur.execute("""SELECT kind, evaluated_at, max(cost) FROM straggler_finding_history
@@ -278,17 +280,20 @@ def _findings(cur: duckdb.DuckDBPyConnection, report: JobReport, job: str, since
             cost * min(gap, 2 * typical) for (_, cost), gap in zip(points, [*gaps, typical], strict=True)
         )
         report.gpu_hours["straggler" if kind == "compute" else "degraded link"] += seconds
-    for _, rule, _, _, _, _, a, b in report.findings:
-        if rule in HANG_RULES:
-            report.gpu_hours["hang"] += b - a
-        elif rule in DEAD_RULES:
-            report.gpu_hours["dead rank"] += b - a
+    gpus = report.coverage.ras_gpus or report.coverage.ranks_seen
+    for cause in ("straggler", "degraded link"):
+        report.gpu_hours[cause] *= gpus  # the whole job waits
+    for (_, rule, _, _, _, _, a, b), held in zip(report.findings, [r[9] for r in rows], strict=False):
+        if rule in HANG_RULES:  # the whole job stands still
+            report.gpu_hours["hang"] += (b - a) * gpus
+        elif rule in DEAD_RULES:  # its own GPUs do nothing; a job that stops waiting for it hangs (above)
+            report.gpu_hours["dead rank"] += (b - a) * max(1, int(held or 1))
 
 
 def _gpu_hours(report: JobReport) -> None:
-    """Seconds of the job lost per cause (collected by :func:`_findings`) to GPU-hours, at the job's GPU count."""
+    """GPU-seconds lost per cause (collected by :func:`_findings`) to GPU-hours, and the job's own."""
     gpus = report.coverage.ras_gpus or report.coverage.ranks_seen
-    report.gpu_hours = {cause: round(seconds * gpus / 3600, 3) for cause, seconds in report.gpu_hours.items()}
+    report.gpu_hours = {cause: round(seconds / 3600, 3) for cause, seconds in report.gpu_hours.items()}
     report.job_gpu_hours = round(report.coverage.duration_s * gpus / 3600, 3)
 
 

@@ -51,7 +51,9 @@ def _section(ident: str, title: str, body: str) -> str:
 
 
 def _summary(r: JobReport) -> str:
-    lost = sum(r.gpu_hours.values())
+    lost = min(
+        sum(r.gpu_hours.values()), r.job_gpu_hours
+    )  # causes that overlap in time do not lose more than all
     worst = max(r.gpu_hours.items(), key=lambda kv: kv[1], default=("", 0.0))
     cards = [("GPU-hours", f"{r.job_gpu_hours:.1f}"), ("lost", f"{lost:.1f} ({_share(lost, r.job_gpu_hours)})"),
              ("ranks seen", str(r.coverage.ranks_seen)), ("nodes", str(r.coverage.nodes_seen)),
@@ -186,8 +188,9 @@ def _gpu_hours(r: JobReport) -> str:
         for c in CAUSES)  # fmt: skip
     return (f'<table id="gpu-hours-table"><tr><th>cause</th><th>GPU-hours</th><th>of the job\'s '
             f"{r.job_gpu_hours:.1f}</th><th></th></tr>{rows}</table><p class=\"muted\">straggler and degraded link: "
-            "the worst finding's cost (share of job time spent waiting) integrated over its evaluations; hang and "
-            "dead rank: the time the alert fired; each times the job's GPUs</p>")  # fmt: skip
+            "the job's GPUs times the worst finding's cost (share of job time spent waiting) over its evaluations; "
+            "hang: the job's GPUs while the alert fired; dead rank: the process's own GPUs while its alert fired. "
+            "Causes can overlap in time: the total lost is at most the job's GPU-hours</p>")  # fmt: skip
 
 
 def _hardware(r: JobReport) -> str:
@@ -206,9 +209,13 @@ def _unit(value: float, unit: str) -> str:
 def _links(r: JobReport) -> str:
     if not r.links:
         return '<p class="muted">no link probe between the job\'s nodes in its window</p>'
-    head = (f"<p>{r.links_total} links measured, median {r.link_median_gbps or 0:.1f} Gbit/s; "
-            f"{'all of them' if r.link_nodes else f'the {len(r.links)} slowest'} below.</p>")  # fmt: skip
-    if r.link_nodes:
+    if r.link_median_gbps is None:
+        head = (f"<p>{r.links_total} links measured for RTT only: heavy (bandwidth) probes skip nodes that run a "
+                "job.</p>")  # fmt: skip
+    else:
+        head = (f"<p>{r.links_total} links measured, median {r.link_median_gbps:.1f} Gbit/s; "
+                f"{'all of them' if r.link_nodes else f'the {len(r.links)} slowest'} below.</p>")  # fmt: skip
+    if r.link_nodes and r.link_median_gbps is not None:
         by = {(s, d): b for s, d, b, _ in r.links}
         top = max((b for b in by.values() if b), default=1.0)
         cell = max(8, min(24, 560 // len(r.link_nodes)))

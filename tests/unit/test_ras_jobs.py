@@ -374,3 +374,21 @@ def test_a_missing_process_alert_learns_its_rank_from_the_next_status() -> None:
     h.feed("ras", record(status("nccl_2.29.1_json_status_docs_sample_missing_rank.json")))
     [again] = [a for a in h.engine.active.values() if a.rule == "rank_missing" and a.entity != "unnamed"]
     assert again.fingerprint == alert.fingerprint and again.rank == 1
+
+
+async def test_lifecycle_events_name_the_job_and_an_ended_job_s_communicators_are_ended() -> None:
+    """Issue 47: ``incidents`` showed a raw epoch as ``job_started``'s entity and its summary an endpoint other than
+    ``jobs`` showed; the communicators of an ended job stayed RUNNING."""
+    import types
+
+    from ranksight.aggregator.api.ras_queries import JobParams, comms
+
+    h = Harness()
+    h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json")))
+    [started] = [a for a in h.engine.active.values() if a.rule == "job_started"]
+    assert (started.entity, started.summary, started.job) == ("job slurm-1", "job slurm-1 started", "slurm-1")
+    agg = types.SimpleNamespace(state=h.state)
+    assert {r["status"] for r in (await comms(agg, JobParams())).rows} == {"RUNNING"}  # type: ignore[arg-type]
+    h.feed("ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"))
+    rows = (await comms(agg, JobParams())).rows  # type: ignore[arg-type]
+    assert {(r["status"], r["last_status"], r["job_state"]) for r in rows} == {("ENDED", "RUNNING", "ended")}

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from ranksight.schemas.records import GpuRecord
 
 Health = Literal["ok", "warning", "critical"]
-Severity = Health  # an alert's severity above info is a health word: the two never disagree
 HEALTH_WORDS: tuple[Health, ...] = ("ok", "warning", "critical")
 HEALTH_RANK: dict[str, int] = {word: rank for rank, word in enumerate(HEALTH_WORDS)}
 NodeStateWord = Literal["alive", "stale", "gone", "drained"]

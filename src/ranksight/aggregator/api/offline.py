@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,7 +94,7 @@ class OfflineHistory:
         self.store = Store(path)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
         self.state = LiveState()
-        self.engine = argparse.Namespace(active={}, drained=set())
+        self.engine = types.SimpleNamespace(active={}, drained=set())
         self.lead = None
 
     async def open(self) -> None:

@@ -149,6 +149,7 @@ def test_the_agent_runs_on_gpu_nodes_and_tolerates_only_their_taints() -> None:
     anywhere = render({"agent": {"gpuNodeLabels": [], "runtimeClassName": "nvidia"}})
     spec = anywhere[("DaemonSet", "rs-ranksight-agent")]["spec"]["template"]["spec"]
     assert "affinity" not in spec and spec["runtimeClassName"] == "nvidia"
+    assert env_of(spec["containers"][0])["NVIDIA_VISIBLE_DEVICES"] == "all"  # NVML without claiming a GPU
 
 
 def test_the_dockerfile_builds_a_variant_per_gpu_vendor() -> None:

@@ -18,7 +18,7 @@ from ranksight.schemas.twins import RasEventRecord, RasRecord
 from ranksight.simulate.history import SLOW, SLOW_LINK, host, write_job_history
 from tests.browser import CHROMIUM, Browser
 from tests.http_cluster import Publisher, http_settings
-from tests.support import aggregator, run_cli, wait_for
+from tests.support import aggregator, run_cli, run_cli_async, settings_env, wait_for
 
 JOB = "slurm-4242"
 NODES, GPUS = 1024, 8
@@ -115,6 +115,13 @@ async def test_the_aggregator_writes_it_at_the_job_end_and_serves_it(
                 assert "running when written" in await resp.text()
             async with http.get(f"{agg.http.url}/reports/nope.html") as resp:
                 assert resp.status == 404
+        # the command asks the aggregator's HTTP face for it
+        env = {**settings_env(cfg), "RANKSIGHT_AGGREGATOR__HTTP__PORT": agg.http.url.rsplit(":", 1)[1]}
+        out = tmp_path / "slurm-7.html"
+        done = await run_cli_async("report", "slurm-7", "-o", str(out), env=env)
+        assert done.returncode == 0 and "ranksight report: job slurm-7" in out.read_text(), done.stderr
+        missing = await run_cli_async("report", "nope", "-o", str(tmp_path / "nope.html"), env=env)
+        assert missing.returncode == 1 and "no history names job 'nope'" in missing.stderr
         await pub.send(
             "node000", "ras_event", [RasEventRecord(job_id="slurm-7", endpoint="e", event="ENDPOINT_CLOSED")]
         )

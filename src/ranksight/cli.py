@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "probe": "ranksight.commands.probe",
     "deploy": "ranksight.deploy.cli",
     "analyze": "ranksight.commands.analyze",
+    "report": "ranksight.aggregator.report.cli",
     # the query commands, one per endpoint declared in ranksight.api.endpoints
     **dict.fromkeys(
         [

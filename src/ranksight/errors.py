@@ -13,6 +13,7 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     │   ├── SqlRefused              ranksight.aggregator.api.sql: not a plain read-only query (also a SqlError)
     │   └── TargetRefused           ranksight.agent.probe.targets: a probe command this agent will not run
     ├── QueryFailed                 an allowed query that failed: exit 1, API 422
+    │   ├── JobNotFound             ranksight.aggregator.report.data: no history names the job a report is asked for
     │   └── SqlFailed               ranksight.aggregator.api.sql: DuckDB failed it (syntax, unknown column, time limit; a SqlError)
     │       └── _FileVanished       ranksight.aggregator.api.sql: a file it was planned over could not be read (exports: tried again)
     ├── NoEndpoint                  nothing answers at the address asked: exit 3

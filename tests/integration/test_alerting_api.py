@@ -137,17 +137,17 @@ async def test_a_node_with_a_firing_alert_is_degraded_and_metrics_count_by_rule(
             await wait_for(lambda: agg.engine.active)
 
             async def degraded() -> list[dict[str, Any]]:
-                return (await query(settings, "nodes", {"health": "degraded"})).rows
+                return (await query(settings, "nodes", {"health": "warning"})).rows
 
             [row] = await wait_for(degraded)  # the node's health follows the alert on the next state read
-            assert row["node"] == "node-a" and row["state"] == "alive" and row["health"] == "degraded"
+            assert row["node"] == "node-a" and row["state"] == "alive" and row["health"] == "warning"
             assert [(a["rule"], a["entity"]) for a in row["alerts"]] == [("gpu_overheating", "gpu 3")]
             status = await run_cli_async("status", env=env)
-            assert "degraded" in status.stdout and "gpu_overheating" in status.stdout
+            assert "warning" in status.stdout and "gpu_overheating" in status.stdout
             rule.hot = False
             await wait_for(lambda: not agg.engine.active)
             [row] = (await query(settings, "status")).rows
-            assert row["health"] == "alive" and row["alerts"] == []
+            assert row["health"] == "ok" and row["alerts"] == []
             rule.hot = True
             await wait_for(lambda: agg.engine.active)
             assert agg.http.url is not None
@@ -156,3 +156,6 @@ async def test_a_node_with_a_firing_alert_is_degraded_and_metrics_count_by_rule(
             counted = {(s.labels["rule"], s.labels["state"]): s.value
                        for s in families["ranksight_alert_transitions"].samples if s.name.endswith("_total")}  # fmt: skip
             assert counted == {("gpu_overheating", "firing"): 2, ("gpu_overheating", "resolved"): 1}
+            # /metrics speaks the same health words as nodes and the web page
+            health = {s.labels["health"]: s.value for s in families["ranksight_node_health"].samples}
+            assert health == {"ok": 0, "warning": 1, "critical": 0}

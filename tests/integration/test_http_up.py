@@ -23,7 +23,7 @@ def test_up_prints_the_http_address_and_serves_it(settings, tmp_path: Path) -> N
     proc = subprocess.Popen([*ranksight_cmd("up", "--state-dir", str(tmp_path / "up"), "--nats-port", "0")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
     try:
-        url = None
+        url, text = None, ""
         deadline = time.monotonic() + 30
         assert proc.stdout is not None
         while url is None and time.monotonic() < deadline:
@@ -32,6 +32,15 @@ def test_up_prints_the_http_address_and_serves_it(settings, tmp_path: Path) -> N
             match = re.search(r"^\s+http\s+(http://127\.0\.0\.1:\d+)$", line.rstrip())
             url = match.group(1) if match else None
         assert url, "no http address printed"
+        banner = [line]
+        while not banner[-1].startswith("Ctrl-C"):
+            banner.append(proc.stdout.readline())
+        text = "".join(banner)
+        # the banner says where the state lives and names a command that works from this shell
+        assert re.search(rf"^\s+state\s+{re.escape(str(tmp_path / 'up'))}\s", text, re.M), text
+        [tried] = re.findall(r"^\s+try\s+(.+)$", text, re.M)
+        answer = subprocess.run(tried, shell=True, capture_output=True, text=True, env=env, timeout=60)
+        assert answer.returncode == 0 and "alive" in answer.stdout, (tried, answer.stderr)
         body: dict = {}
         while time.monotonic() < deadline and not body.get("rows"):
             with urllib.request.urlopen(f"{url}/api/status", timeout=5) as resp:
@@ -44,6 +53,8 @@ def test_up_prints_the_http_address_and_serves_it(settings, tmp_path: Path) -> N
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=30)
     assert proc.returncode == 130  # Ctrl-C, as a shell reports it
+    assert proc.stderr is not None
+    assert proc.stderr.read().count("migration") <= 1  # a fresh database: one line, not one per migration
     assert proc.stdout is not None
-    rest = proc.stdout.read()  # the banner lists every port and socket it listens on
-    assert re.search(r"^\s+probe\s+port ", rest, re.M) and re.search(r"^\s+app socket\s+/", rest, re.M), rest
+    # the banner lists every port and socket it listens on
+    assert re.search(r"^\s+probe\s+port ", text, re.M) and re.search(r"^\s+app socket\s+/", text, re.M), text

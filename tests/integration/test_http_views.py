@@ -27,19 +27,16 @@ async def test_cluster_map_health_follows_alerts(settings: Settings) -> None:
         assert nodes["node001"]["gpus"] == [
             {"gpu": 0, "health": "ok", "utilization_pct": 90.0, "name": "MI300X"}
         ]
-        # one vocabulary: the map's words and levels are status's and nodes'
+        # one vocabulary: the map's states and health words are status's and nodes'
+        assert body["meta"]["health_words"] == ["ok", "warning", "critical"]
         _, _, listed = await get(agg, "/api/status")
         _, _, nodes_body = await get(agg, "/api/nodes")
         for rows in (listed["rows"], nodes_body["rows"]):
-            assert {r["node"]: (r["health"], r["severity"]) for r in rows} == {
-                n: (r["node_health"], r["severity"]) for n, r in nodes.items()
+            assert {r["node"]: (r["state"], r["health"]) for r in rows} == {
+                n: (r["state"], r["health"]) for n, r in nodes.items()
             }
-        assert (
-            (src["node_health"], src["severity"])
-            == ("degraded", "warning")
-            == (src["node_health"], src["health"])
-        )
-        assert (nodes["node003"]["node_health"], nodes["node003"]["severity"]) == ("alive", "ok")
+        assert (src["state"], src["health"], src["node_wide"]) == ("alive", "warning", "warning")
+        assert (nodes["node003"]["state"], nodes["node003"]["health"]) == ("alive", "ok")
 
 
 async def test_series_bounds(settings: Settings) -> None:
@@ -69,3 +66,23 @@ async def test_series_bounds(settings: Settings) -> None:
                     f"metric=gpu_power_w&since={(now - datetime.timedelta(days=30)).isoformat()}", "metric=gpu_power_w&until=0001-01-01T00:00:00"):  # fmt: skip
             status, _, body = await get(agg, f"/api/series?{bad.replace('+', '%2B')}")
             assert status == 400 and not body["ok"], (bad, body)
+
+
+async def test_step_time_of_a_job_without_step_reports_comes_from_inspector(settings: Settings) -> None:
+    """Issue 47: during a running job without ``ranksight.client`` (the demo), "Step time per rank" had no data; each
+    rank's collective cadence stands in, and ``meta.source`` says so."""
+    from tests.http_cluster import STRAGGLER_JOB
+
+    cfg = http_settings(settings)
+    async with aggregator(cfg) as agg, Publisher(cfg) as pub:
+        await publish_cluster(pub)
+        await wait_for(lambda: list(agg.store.rows("SELECT 1 FROM app LIMIT 1")), timeout=20)
+        await wait_for(lambda: list(agg.store.rows("SELECT 1 FROM inspector_summary LIMIT 1")), timeout=20)
+        _, _, reported = await get(agg, f"/api/series?metric=step_time_s&job={STRAGGLER_JOB}")
+        assert reported["rows"] and reported["meta"]["source"] == "step_time_s"
+        await agg.store.call(lambda: agg.store.con.execute("DELETE FROM app"))  # a job that reports no steps
+        _, _, derived = await get(agg, f"/api/series?metric=step_time_s&job={STRAGGLER_JOB}")
+        assert derived["meta"]["source"] == "step_period_s" and derived["meta"]["unit"] == "s"
+        assert len(derived["rows"]) == 16 and all(
+            v > 0 for r in derived["rows"] for v in r["v"] if v is not None
+        )

@@ -6,6 +6,7 @@ browser's console (no error, no uncaught exception, no failed load); at 4 and at
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import subprocess
 import time
@@ -26,6 +27,7 @@ from tests.http_cluster import (
     http_settings,
     publish_cluster,
 )
+from tests.integration.test_http_api import get
 from tests.support import aggregator, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -66,11 +68,15 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
         await wait_for(lambda: any(a.rule == "link_degraded" for a in agg.engine.active.values()), timeout=15)
         await wait_for(lambda: any(f.hostname == slow_host for r in agg.state.stragglers.clusters.values()
                                    for f in r.findings), timeout=20)  # fmt: skip
-        await wait_for(lambda: agg.store.rows("SELECT 1 FROM straggler_finding_history LIMIT 1"), timeout=10)
-        await wait_for(lambda: agg.store.rows("SELECT 1 FROM app LIMIT 1"), timeout=10)
+        await wait_for(
+            lambda: list(agg.store.rows("SELECT 1 FROM straggler_finding_history LIMIT 1")), timeout=10
+        )
+        await wait_for(lambda: list(agg.store.rows("SELECT 1 FROM app LIMIT 1")), timeout=10)
 
         overview = await show(browser, agg, "overview", tmp_path)
         assert 'data-state="alive"><b>4</b>' in overview
+        assert "job_started" not in overview  # a lifecycle event, not an active alert
+        assert 'class="report" href="reports/' in overview  # alerts link their job's report
         # live updates: a node that appears shows up without a reload
         await browser.wait_js("document.getElementById('live').textContent === 'live: on'")
         await pub.send("node004", "heartbeat", [HeartbeatRecord(hostname="node004", version="sim", pid=9,
@@ -87,14 +93,38 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
         cluster_map = await show(browser, agg, "map", tmp_path)
         assert 'data-nodes="5"' in cluster_map and not inked(await browser.canvas_ink(), 400)
         assert f'data-health="ok"><b>{5 - len(alerted)}</b>' in cluster_map
+        words = re.findall(r'class="card health-(\w+)" data-health="(\w+)"', cluster_map)
+        assert (
+            {w for w, _ in words} == {w for _, w in words} == {"ok", "warning", "critical"}
+        )  # the one vocabulary
         # zoom to a node: a click on its cell opens its GPUs and NICs
         await browser.js("""(() => { const c = document.getElementById('map-canvas'), r = c.getBoundingClientRect();
             c.dispatchEvent(new MouseEvent('click', {clientX: r.left + 125, clientY: r.top + 22 + 5})); })()""")
         await browser.wait_js("document.getElementById('view').dataset.view === 'node'")
         assert await browser.js("location.hash") == "#node/node001"
 
+        # where exactly: the straggler's alert names its rank and GPU; the map and node page mark that GPU alone
+        straggler = await wait_for(lambda: next((a for a in agg.engine.active.values() if a.rule == "straggler"
+                                                 and a.node == slow_host), None), timeout=30)  # fmt: skip
+        assert straggler.rank is not None and straggler.evidence["gpu"] == SLOW[1]
+        await pub.send(slow_host, "gpu", [GpuRecord(index=g, name="MI300X", utilization_pct=90.0, sclk_hz=2.1e9, power_w=600.0,
+                                                    memory_used_bytes=1 << 34, temperature_edge_c=55.0,
+                                                    uuid=f"GPU-slow-{g}") for g in range(1, 4)], ttl=60.0)  # fmt: skip
+        await wait_for(lambda: sum(n == slow_host for _, n, _ in agg.state.gpus.devices) == 4)
+        _, _, mapped = await get(agg, "/api/cluster_map")
+        row = next(r for r in mapped["rows"] if r["node"] == slow_host)
+        by_gpu = {g["gpu"]: g for g in row["gpus"]}
+        assert by_gpu[SLOW[1]]["health"] == straggler.severity and by_gpu[0]["health"] == "ok"
+        colours = [
+            await browser.js(f"cellColour({json.dumps(row)}, {json.dumps(by_gpu[g])})") for g in (SLOW[1], 0)
+        ]
+        assert colours[0] == await browser.js(f"HEALTH_COLOUR[{json.dumps(straggler.severity)}]")
+        assert colours[1].startswith("hsl(140"), colours  # its neighbour stays green
         node = await show(browser, agg, f"node/{slow_host}", tmp_path)
-        assert node.count('data-metric="gpu_power_w"') == 1 and node.count('data-metric="nic_rate_bps"') == 1
+        assert f'data-gpu="{SLOW[1]}" data-health="{straggler.severity}"' in node
+        assert 'data-gpu="0" data-health="ok"' in node
+        assert f"<td>straggler</td><td>{SLOW[1]}</td><td>{straggler.rank}</td>" in node
+        assert node.count('data-metric="gpu_power_w"') == 4 and node.count('data-metric="nic_rate_bps"') == 1
         assert not inked(await browser.canvas_ink())
         for metric in (
             "gpu_power_w",
@@ -110,6 +140,7 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
 
         job = await show(browser, agg, f"job/{STRAGGLER_JOB}", tmp_path)
         assert "no data in the range" not in job
+        assert f'class="report" href="reports/{STRAGGLER_JOB}.html"' in job  # the job's report, linked
         ink = await browser.canvas_ink()
         assert {c["id"] for c in ink} == {"chart-step_time_s", "chart-busbw_gbs", "chart-lateness_us"}
         assert not inked(ink, 2000), ink
@@ -136,9 +167,9 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
         heat_rows = re.findall(r"<tr><th>([^<]+ pid \d+)</th>", stragglers)
         assert heat_rows and len(heat_rows) == len(set(heat_rows)), heat_rows
 
-        for view, table_id in (("gpus", "gpu-table"), ("nics", "nic-table")):
+        for view, table_id, devices in (("gpus", "gpu-table", 7), ("nics", "nic-table", 4)):
             page = await show(browser, agg, view, tmp_path)
-            assert f'id="{table_id}"' in page and "(4)" in page
+            assert f'id="{table_id}"' in page and f"({devices})" in page
             assert not inked(await browser.canvas_ink())
 
         links = await show(browser, agg, "links", tmp_path)
@@ -165,6 +196,13 @@ async def test_headless_screenshot_with_live_updates_on(settings: Settings, tmp_
         proc = await asyncio.to_thread(subprocess.run, cmd, capture_output=True, text=True, timeout=60)
         assert shot.exists() and shot.stat().st_size > 5000, proc.stderr[-2000:]
         assert time.monotonic() - started < 45
+        # what that screenshot shows: the badge says when its data is from, never a "connecting" that never ends
+        dump = [*cmd[:-2], "--dump-dom", cmd[-1]]
+        dom = (
+            await asyncio.to_thread(subprocess.run, dump, capture_output=True, text=True, timeout=60)
+        ).stdout
+        badge = re.search(r'<span id="live">([^<]*)</span>', dom)
+        assert badge and re.fullmatch(r"(as of \d\d:\d\d:\d\d UTC|live: on)", badge[1]), dom[:2000]
 
 
 async def test_every_view_at_1000_nodes(settings: Settings, tmp_path: Path) -> None:

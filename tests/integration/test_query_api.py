@@ -46,7 +46,9 @@ async def test_nodes_endpoint_validation_and_service_stats(settings: Settings) -
         assert (await query(settings, "nodes", {"state": "gone"})).rows == []
 
         bad = await query(settings, "nodes", {"state": "dead"})
-        assert not bad.ok and "state: Input should be 'alive', 'stale' or 'gone'" in (bad.error or "")
+        assert not bad.ok and "state: Input should be 'alive', 'stale', 'gone' or 'drained'" in (
+            bad.error or ""
+        )
         proc = await run_cli_async("nodes", "--json", env=settings_env(settings))
         assert proc.returncode == 0, proc.stderr
         assert json.loads(proc.stdout)["rows"][0]["node"] == "node-a"

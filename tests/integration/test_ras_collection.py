@@ -124,8 +124,8 @@ async def test_job_alert_lifecycle_through_ingest_and_replay(settings: Settings,
             proc_out = await run_cli_async("jobs", "--json", env=settings_env(s))
             assert proc_out.returncode == 0, proc_out.stderr
             rows = json.loads(proc_out.stdout)["jobs"]
-            assert [(r["job"], r["health"], r["state"]) for r in rows] == [
-                ("slurm-42", "degraded", "running")
+            assert [(r["job"], r["health"], r["ras_health"], r["state"]) for r in rows] == [
+                ("slurm-42", "warning", "degraded", "running")  # the one vocabulary; RAS's own word beside it
             ]
             proc_out = await run_cli_async("comms", "--json", env=settings_env(s))
             assert json.loads(proc_out.stdout)["comms"][0]["missing_ranks"] == [1]

@@ -113,7 +113,15 @@ def test_analyze_inspector_cli_json(tmp_path: Path) -> None:
     proc = run_cli("analyze", "inspector", str(tmp_path / "d"), "--json", "--window-s", "2")
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
-    assert set(out) == {"records", "operations", "capture_model", "stragglers", "bad_lines"}
+    assert set(out) == {
+        "records",
+        "operations",
+        "capture_model",
+        "stragglers",
+        "bad_lines",
+        "files",
+        "files_not_read",
+    }
     assert out["capture_model"] == "sampled" and out["bad_lines"] == 1 and out["records"] > 1000
     assert out["stragglers"] == [{**out["stragglers"][0], "hostname": "node002", "pid": None,
                                   "kind": "communication", "rank": None}]  # fmt: skip

@@ -132,8 +132,6 @@ FILE_COMMANDS = [c for c in FILE_COMMANDS if c not in ("sql", "probe run")]
 def test_bad_input_files_fail_with_a_message(
     command: str, bad: str, bad_files: dict[str, Path], capfd: pytest.CaptureFixture[str]
 ) -> None:
-    if (command, bad) == ("analyze inspector", "directory"):
-        pytest.skip("an empty directory is a valid (empty) dump directory")
     parser = COMMANDS[command]
     variants = [_positionals(parser, str(bad_files[bad]))]
     source = next((a for a in parser._actions if "--source" in a.option_strings), None)
@@ -172,3 +170,16 @@ def test_version(capfd: pytest.CaptureFixture[str]) -> None:
         main(["--version"])
     assert exc.value.code == 0
     assert capfd.readouterr().out.startswith("ranksight ")
+
+
+def test_analyze_inspector_says_what_it_did_not_read(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 47: an empty directory is nothing to analyze (exit 2, as a path that is no directory); a ``.json`` beside
+    the dumps is named, not skipped silently; dumps without one record exit 1."""
+    code, err = _run(["analyze", "inspector", str(tmp_path)], capfd)
+    assert code == 2 and "no Inspector dump files" in err and "nothing to analyze" in err
+    (tmp_path / "meta.json").write_text("{}")
+    (tmp_path / "host-pid1.log").write_text("not json\n")
+    code, err = _run(["analyze", "inspector", str(tmp_path)], capfd)
+    assert code == 1 and "1 file not read" in err and "meta.json" in err and "1 bad lines" in err

@@ -28,9 +28,16 @@ EXTERNAL = {
 }  # fmt: skip
 
 
-def render(values: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+IMAGE = {"repository": "registry.example/ranksight"}  # required: there is no public image
+
+
+def with_image(values: dict[str, Any]) -> dict[str, Any]:
+    return {**values, "image": {**IMAGE, **values.get("image", {})}}
+
+
+def render(values: dict[str, Any], image: bool = True) -> dict[tuple[str, str], dict[str, Any]]:
     with helm.Chart.load(CHART) as chart:
-        manifests = chart.render(values, name="rs", namespace="ranksight")
+        manifests = chart.render(with_image(values) if image else values, name="rs", namespace="ranksight")
     docs = [d for text in manifests.values() for d in yaml.safe_load_all(text) if d]
     return {(d["kind"], d["metadata"]["name"]): d for d in docs}
 
@@ -41,7 +48,7 @@ def env_of(container: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.mark.parametrize("values", [{}, EXTERNAL], ids=["bundled-nats", "external-nats-secrets-devices"])
 def test_chart_lints_and_renders_valid_objects(values: dict[str, Any]) -> None:
-    report = helm.chart.lint(str(CHART), values, strict=True, kube_version=f"v{KUBE_VERSION}")
+    report = helm.chart.lint(str(CHART), with_image(values), strict=True, kube_version=f"v{KUBE_VERSION}")
     assert not report["errors"] and not [m for m in report["messages"] if m["severity"] >= 2], report
     objects = render(values)
     assert objects
@@ -118,3 +125,36 @@ def test_settings_the_chart_sets_exist() -> None:
             for key, value in env.items():
                 mp.setenv(key, value)
             load_settings(None)  # raises ConfigError naming an unknown or invalid key
+
+
+def test_the_image_repository_is_required_with_a_clear_message() -> None:
+    """Issue 47: the chart pointed at ghcr.io/example/ranksight, which does not exist, and nothing said to build one."""
+    with pytest.raises(helm.errors.HelmError, match=r"image\.repository is required: build and push"):
+        render({}, image=False)
+    agent = render({"image": {"tag": "0.1.0-nvidia"}})[("DaemonSet", "rs-ranksight-agent")]
+    assert (
+        agent["spec"]["template"]["spec"]["containers"][0]["image"]
+        == "registry.example/ranksight:0.1.0-nvidia"
+    )
+
+
+def test_the_agent_runs_on_gpu_nodes_and_tolerates_only_their_taints() -> None:
+    spec = render({})[("DaemonSet", "rs-ranksight-agent")]["spec"]["template"]["spec"]
+    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    assert [t["matchExpressions"][0]["key"] for t in terms] == ["nvidia.com/gpu.present",
+                                                                "feature.node.kubernetes.io/amd-gpu"]  # fmt: skip
+    assert spec["tolerations"] and all(t.get("key") for t in spec["tolerations"])  # no tolerate-everything
+    anywhere = render({"agent": {"gpuNodeLabels": [], "runtimeClassName": "nvidia"}})
+    spec = anywhere[("DaemonSet", "rs-ranksight-agent")]["spec"]["template"]["spec"]
+    assert "affinity" not in spec and spec["runtimeClassName"] == "nvidia"
+    assert env_of(spec["containers"][0])["NVIDIA_VISIBLE_DEVICES"] == "all"  # NVML without claiming a GPU
+
+
+def test_the_dockerfile_builds_a_variant_per_gpu_vendor() -> None:
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert "ARG GPU_VENDOR=none" in dockerfile
+    extras = {line.split("=")[0].strip() for line in (REPO / "pyproject.toml").read_text().splitlines()
+              if line.startswith(("nvidia =", "amd ="))}  # fmt: skip
+    assert extras == {"nvidia", "amd"}

@@ -12,7 +12,9 @@ import pytest
 import yaml
 
 from ranksight.core.natsserver import find_nats_server
-from ranksight.deploy.plan import Layout, systemd_unit
+from ranksight.deploy.plan import UNIT_TEMPLATE, Layout, systemd_unit
+
+UNITS = UNIT_TEMPLATE.parent  # the systemd units ship inside the package (ranksight deploy writes them)
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 UNITS = (
@@ -98,3 +100,14 @@ def test_slurm_scripts_exit_0_when_they_cannot_work(tmp_path: Path) -> None:
             _run(script, {"RANKSIGHT_JOBS_DIR": str(blocked / "jobs"), "SLURM_JOB_ID": "1"}).returncode == 0
         )
         assert _run(script, {}).returncode == 0
+
+
+def test_both_units_read_their_config_from_etc_ranksight_and_deploy_points_at_its_own() -> None:
+    """Issue 47: the agent unit read /opt/ranksight/agent.toml, the aggregator's /etc/ranksight/aggregator.toml."""
+    for name in ("agent", "aggregator"):
+        text = (UNITS / f"ranksight-{name}.service").read_text()
+        [start] = [line for line in text.splitlines() if line.startswith("ExecStart=")]
+        assert start.endswith(f" {name} --config /etc/ranksight/{name}.toml"), start
+    layout = Layout("/home/ops/.ranksight")
+    [start] = [line for line in systemd_unit(layout).splitlines() if line.startswith("ExecStart=")]
+    assert start == f"ExecStart={layout.agent_bin} agent --config {layout.config}"

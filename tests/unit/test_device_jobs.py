@@ -44,10 +44,30 @@ def test_ras_processes_and_the_polling_node() -> None:
     state.observe(envelope("app", "n4", 1, [beat("slurm-9", 7, None, 400, timeout_s=None)]), 1 * NS)
     state.tick(2 * NS)
     jobs = device_jobs(state)
-    assert jobs.gpu("c", "n3", 5) == "slurm-9" and jobs.gpu("c", "n3", 4) == ""
+    assert jobs.gpu("c", "n3", 5) == "slurm-9" and jobs.gpu("c", "n3", 4) == "slurm-9"  # n3's only job
     assert jobs.node("c", "n1") == jobs.node("c", "n3") == jobs.node("c", "n4") == "slurm-9"
     assert jobs.gpus.keys() == {("c", "n3", 5)}  # no local rank: no GPU claimed
     state.tick(
         (HOLD_S + 2) * NS
     )  # no heartbeat timeout: held HOLD_S after its last message; the RAS job went stale
     assert device_jobs(state).nodes == {}
+
+
+def test_every_gpu_of_a_node_that_runs_one_job_seen_through_inspector() -> None:
+    """Issue 47: in the demo (no training-side client) 1 of 64 GPUs carried ``job_id``: only RAS's polling node was
+    known to run the job. A node whose processes report the job's communicators runs it, and so do its GPUs."""
+    from ranksight.schemas.twins import InspectorSummaryRecord, RasCommunicator
+
+    state = LiveState()
+    rec = RasRecord(job_id="slurm-9", endpoint="localhost:28028", format="json", health="ok",
+                    communicators=[RasCommunicator(hash="0x00ab", size=16)])  # fmt: skip
+    state.observe(envelope("ras", "n1", 1, [rec]), 1 * NS)
+    for node in ("n1", "n2"):
+        summary = InspectorSummaryRecord(comm_id="0xab", rank=0, n_ranks=16, hostname=node, pid=7, op_kind="coll",
+                                         op="AllReduce", window_start_us=0, window_us=1_000_000, slice_us=100_000,
+                                         size_bucket=20, count=10, bytes=10 << 20, sn_first=0, sn_last=9,
+                                         last_dump_ts_us=1_000_000)  # fmt: skip
+        state.observe(envelope("inspector_summary", node, 2, [summary]), 1 * NS)
+    state.tick(2 * NS)
+    jobs = device_jobs(state)
+    assert [jobs.gpu("c", n, g) for n in ("n1", "n2") for g in (0, 7)] == ["slurm-9"] * 4

@@ -41,10 +41,12 @@ class Harness:
         )
         self.fired: list[str] = []
 
-    def feed(self, kind: str, rec: object, polled_ago_s: float = 0.0) -> list[tuple[str, str]]:
+    def feed(
+        self, kind: str, rec: object, polled_ago_s: float = 0.0, node: str = "node-a"
+    ) -> list[tuple[str, str]]:
         self.now += 10 * NS
         self.seq += 1
-        env = envelope(kind, [rec], seq=self.seq, ts=self.now - int(polled_ago_s * NS))  # type: ignore[list-item]
+        env = envelope(kind, [rec], node=node, seq=self.seq, ts=self.now - int(polled_ago_s * NS))  # type: ignore[list-item]
         self.state.observe(env, self.now)
         self.state.tick(self.now)
         transitions = self.engine.evaluate(self.rules, self.state, self.now)
@@ -213,6 +215,27 @@ def test_a_poll_taken_before_the_close_and_arriving_after_it_is_not_a_new_cycle(
     assert h.state.jobs.jobs[("test", "slurm-1")].state == "running"
 
 
+def test_the_poller_s_status_after_another_node_s_close_is_the_ended_cycle_s() -> None:
+    """Issue 47: one agent polls the job (the lease holder); another node's endpoint closes first and ends the job.
+    The poller's next status, taken after that close by the wall clock but before its own endpoint closed, belongs to
+    the ended cycle: a new cycle there fired ``job_started`` again and left the ended job's straggler without a job."""
+    h = Harness()
+    healthy = record(status("nccl_2.28.9_json_status_healthy_2rank.json"))
+    h.feed("ras", healthy, node="poller")
+    h.feed("ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"), node="early")
+    assert h.feed("ras", healthy, node="poller") == []  # stamped after the early close, before its own
+    assert h.state.jobs.jobs[("test", "slurm-1")].state == "ended"
+    h.feed(
+        "ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"), node="poller"
+    )
+    assert h.feed("ras", healthy, node="poller", polled_ago_s=15) == []  # queued before its own close
+    assert ("job_started", "firing") in h.feed("ras", healthy, node="poller")  # after its close: a new cycle
+    h.feed(
+        "ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"), node="poller"
+    )
+    assert ("job_started", "firing") in h.feed("ras", healthy, node="elsewhere")  # a node new to the job
+
+
 def test_replayed_history_refires_nothing() -> None:
     h = Harness()
     missing = record(status("nccl_2.29.1_json_status_docs_sample_missing_rank.json"))
@@ -335,3 +358,37 @@ def test_a_job_with_text_statuses_only_gets_its_hang_named_from_the_ranks_behind
     assert alert.evidence["comms"] == {"0xcfff7cc6f2419b84": None}
     assert "the same ranks behind" in alert.evidence["lines"][0]
     assert ("comm_hang", "resolved") in h.feed("ras", text("dead4"))  # the killed rank: rank_missing speaks
+
+
+def test_a_missing_process_alert_learns_its_rank_from_the_next_status() -> None:
+    """Issue 47: the demo's rank_missing alert (fired on MONITOR's PEER_DEAD, which names no rank) showed rank ``-``
+    although the next status lists the process with its rank; the alert keeps its fingerprint and gains the rank."""
+    h = Harness()
+    h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json")))
+    dead = RasEventRecord(
+        job_id="slurm-1", endpoint="e", event="PEER_DEAD", host="172.16.64.245", pid=1524345
+    )
+    h.feed("ras_event", dead)
+    [alert] = [a for a in h.engine.active.values() if a.rule == "rank_missing"]
+    assert alert.rank is None
+    h.feed("ras", record(status("nccl_2.29.1_json_status_docs_sample_missing_rank.json")))
+    [again] = [a for a in h.engine.active.values() if a.rule == "rank_missing" and a.entity != "unnamed"]
+    assert again.fingerprint == alert.fingerprint and again.rank == 1
+
+
+async def test_lifecycle_events_name_the_job_and_an_ended_job_s_communicators_are_ended() -> None:
+    """Issue 47: ``incidents`` showed a raw epoch as ``job_started``'s entity and its summary an endpoint other than
+    ``jobs`` showed; the communicators of an ended job stayed RUNNING."""
+    import types
+
+    from ranksight.aggregator.api.ras_queries import JobParams, comms
+
+    h = Harness()
+    h.feed("ras", record(status("nccl_2.28.9_json_status_healthy_2rank.json")))
+    [started] = [a for a in h.engine.active.values() if a.rule == "job_started"]
+    assert (started.entity, started.summary, started.job) == ("job slurm-1", "job slurm-1 started", "slurm-1")
+    agg = types.SimpleNamespace(state=h.state)
+    assert {r["status"] for r in (await comms(agg, JobParams())).rows} == {"RUNNING"}  # type: ignore[arg-type]
+    h.feed("ras_event", RasEventRecord(job_id="slurm-1", endpoint="e", event="ENDPOINT_CLOSED"))
+    rows = (await comms(agg, JobParams())).rows  # type: ignore[arg-type]
+    assert {(r["status"], r["last_status"], r["job_state"]) for r in rows} == {("ENDED", "RUNNING", "ended")}

@@ -70,7 +70,7 @@ def test_sysfs_tree_reads_as_gpus_and_an_rdma_port_whose_counters_advance(tmp_pa
     gpus = read_amdgpu_sysfs(tree.root)
     assert [(g.index, g.sclk_hz, g.power_w) for g in gpus] == [(0, 2.1e9, 712.0), (1, 1.3e9, 402.0)]
     [before] = read_nics(tree.root)
-    tree.write(102.0)
+    tree.write_counters(102.0)  # the demo's counter thread, between the job loop's writes
     [after] = read_nics(tree.root)
     assert after.counters["symbol_error"] - before.counters["symbol_error"] == 8
     assert (after.tx_bytes or 0) - (before.tx_bytes or 0) == 2 * tree.nic_bytes_per_s
@@ -94,3 +94,33 @@ async def test_demo_status_lists_the_lost_rank_before_peer_dead_is_sent(
     monkeypatch.setattr(FakeRasServer, "push_event", push_event)
     await demo._lose_rank(job)
     assert seen == [[job.spec.pid(3, 5)]] * 4  # every endpoint already says so
+
+
+def test_demo_nic_counters_keep_moving_while_the_job_loop_is_slow(tmp_path: Path) -> None:
+    """Issue 47: 141 of 656 demo NIC rows had ``tx_bps=0`` between 171 and 177 Gbit/s. The counters were written only
+    by the job loop, which under load took longer than the NIC collector's 2 s interval: two samples saw the same
+    counters (0 bit/s), the next twice the traffic. Read here as the agent does, every 0.5 s, with the job loop
+    stalled throughout: every rate is the simulated traffic, none is zero."""
+    import threading
+    import time
+
+    from ranksight.agent.collectors.nic.rates import RateTracker
+    from ranksight.commands.demo import advance_counters
+
+    tree = NodeSysfs(tmp_path / "sys", gpus=1)
+    tree.write(time.time())  # the job loop's one write; it does not come back during the test
+    stop, tracker, rates = threading.Event(), RateTracker(), []
+    writer = threading.Thread(target=advance_counters, args=([tree], stop))
+    writer.start()
+    try:
+        for _ in range(6):
+            [nic] = tracker.update(read_nics(tree.root), time.monotonic())
+            rates.append(nic.tx_bps)
+            time.sleep(0.5)  # the reading thread busy or asleep: the counters move regardless
+    finally:
+        stop.set()
+        writer.join()
+    expected = tree.nic_bytes_per_s * 8
+    assert rates[0] is None and all(
+        r is not None and 0.3 * expected < r < 1.7 * expected for r in rates[1:]
+    ), rates

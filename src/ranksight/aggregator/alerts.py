@@ -55,6 +55,9 @@ class Condition:
     evidence: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     # what it is about, when ``key`` does not say it well (not identity: the fingerprint ignores it)
     entity: str | None = field(default=None, compare=False)
+    # the rank it is about when that is not part of its identity (a straggler's rank may differ per communicator):
+    # shown in the alert's ``rank``, never moving its fingerprint
+    about_rank: int | None = field(default=None, compare=False)
 
     @property
     def fingerprint(self) -> str:
@@ -145,6 +148,8 @@ class AlertEngine:
         for fp, cond in seen.items():
             if fp in self.active:
                 self.last_seen[fp] = now_ns
+                if self.active[fp].rank is None and cond.about_rank is not None:
+                    self.active[fp].rank = cond.about_rank  # learnt later (a MONITOR PEER_DEAD names no rank)
                 continue
             for_ns, _ = self._timing_ns(cond.rule)
             first = self.pending.setdefault(fp, now_ns)
@@ -153,7 +158,8 @@ class AlertEngine:
             del self.pending[fp]
             alert = Alert(
                 rule=cond.rule, severity=cond.severity, fingerprint=fp, state="firing", cluster=cond.cluster,
-                node=cond.node, job=cond.job, comm=cond.comm, rank=cond.rank, entity=cond.where,
+                node=cond.node, job=cond.job, comm=cond.comm, rank=cond.rank if cond.rank is not None else cond.about_rank,
+                entity=cond.where,
                 summary=cond.summary, evidence=cond.evidence, started_at=iso(now_ns) or "",
                 updated_at=iso(now_ns) or "",
             )  # fmt: skip

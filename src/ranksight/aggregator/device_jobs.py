@@ -3,9 +3,11 @@
 - a GPU is in use by a job when a rank of that job reports (``ranksight.client``) from its node with that local rank (the
   launchers' convention: one process per GPU, ``LOCAL_RANK`` = the GPU it drives), or when RAS lists a dead or missing
   process of the job with that GPU;
-- a node runs a job when such a rank reports from it, when its agent polls the job's RAS endpoint, or when RAS lists a
-  process of the job on it. A NIC serves every process of its node, so it is labelled only when the node runs exactly
-  one job.
+- a node runs a job when such a rank reports from it, when its agent polls the job's RAS endpoint, when RAS lists a
+  process of the job on it, or when a process on it reports Inspector records of one of the job's communicators (every
+  node of a job, without any training-side client). A NIC serves every process of its node, so it is labelled only
+  when the node runs exactly one job; so are the GPUs of such a node whose ranks do not say which GPU each drives (a
+  job that runs alone on a node, seen through RAS or Inspector only, has its GPUs).
 
 A rank counts while its heartbeat is not overdue (or for ``HOLD_S`` after its last message when it sends none); RAS facts
 while the job is running. Each device gets at most one job, so the label adds no series. Pure: reads state only.
@@ -17,6 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ranksight.aggregator.analysis.hangs import comm_hash
 from ranksight.aggregator.state import NS
 
 if TYPE_CHECKING:
@@ -30,9 +33,13 @@ class DeviceJobs:
     gpus: dict[tuple[str, str, int], str] = field(default_factory=dict)
     nodes: defaultdict[tuple[str, str], set[str]] = field(default_factory=lambda: defaultdict(set))
     processes: dict[tuple[str, str, int], str] = field(default_factory=dict)  # (cluster, node, pid) -> job
+    # nodes whose ranks say which GPU each drives: a GPU none of them names runs nothing
+    ranked: set[tuple[str, str]] = field(default_factory=set)
 
     def gpu(self, cluster: str, node: str, index: int) -> str:
-        return self.gpus.get((cluster, node, index), "")
+        if (cluster, node, index) in self.gpus:
+            return self.gpus[(cluster, node, index)]
+        return "" if (cluster, node) in self.ranked else self.node(cluster, node)
 
     def node(self, cluster: str, node: str) -> str:
         """The job of a node that runs exactly one; "" (no label) otherwise."""
@@ -54,8 +61,15 @@ def device_jobs(state: LiveState) -> DeviceJobs:
         found.processes[(rank.cluster, rank.node, rank.pid)] = rank.job
         if rank.local_rank is not None:
             found.gpus[(rank.cluster, rank.node, rank.local_rank)] = rank.job
+            found.ranked.add((rank.cluster, rank.node))
+    tracker = state.stragglers
     for job in state.jobs.live():
         found.nodes[(job.cluster, job.node)].add(job.job_id)
+        hashes = {comm_hash(h) for h in job.comms}
+        for (comm_id, _, host, _), seen_ns in tracker.followed_ranks.get(job.cluster, {}).items():
+            if now - seen_ns <= HOLD_S * NS and comm_hash(comm_id) in hashes:
+                node = tracker.host_nodes.get((job.cluster, host), (host, 0))[0]
+                found.nodes[(job.cluster, node)].add(job.job_id)
         for proc in [*job.dead_processes, *job.missing_processes]:
             found.nodes[(job.cluster, proc.host)].add(job.job_id)
             if proc.pid is not None:

@@ -34,7 +34,7 @@ from ranksight.aggregator.alerts import AlertEngine, Rule
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.api.front import QueryFront
 from ranksight.aggregator.api.service import start_services
-from ranksight.aggregator.api.sql import SqlSandbox
+from ranksight.aggregator.api.sql import SqlError, SqlSandbox
 from ranksight.aggregator.hang_forensics import HangForensics
 from ranksight.aggregator.history import retention_loop, shard_export_loop
 from ranksight.aggregator.http.server import HttpFace
@@ -43,6 +43,7 @@ from ranksight.aggregator.probes import ProbePlanner
 from ranksight.aggregator.profiling import ProfileOnDemand
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.raw_evidence import RawEvidence
+from ranksight.aggregator.report import JobNotFound, job_report, write_report
 from ranksight.aggregator.shards import NodeKey, ShardOwner
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import BatchResult, Incoming, Store, out_of_memory
@@ -178,6 +179,7 @@ class Aggregator:
         self.raw_evidence = RawEvidence(settings.aggregator.raw_evidence)
         self.profiling = ProfileOnDemand(settings.aggregator.profile_on_demand)
         self.hang_forensics = HangForensics(settings.aggregator.hang_forensics)
+        self._report_tasks: set[asyncio.Task[None]] = set()  # reports being written at job ends
         self.alertmanager = AlertmanagerPush(settings.aggregator.alerts.alertmanager, lambda: self.http.url)
         self.nc: Client | None = None
         self.lead: AnalysisLead | None = None  # sharded: this shard's candidacy for the analysis lead
@@ -528,7 +530,29 @@ class Aggregator:
             self.hang_forensics.submit(
                 self, transitions
             )  # its report raises flight_recorder_hang on a later tick
+            self._reports_at_job_end(transitions)
         return transitions
+
+    def _reports_at_job_end(self, transitions: list[Alert]) -> None:
+        """Each job that just ended gets its report written to ``<state_dir>/reports``, off the tick."""
+        if not self.settings.aggregator.report.on_job_end:
+            return
+        for alert in transitions:
+            if alert.rule == "job_ended" and alert.state == "firing" and alert.job:
+                task = asyncio.create_task(self._write_report(alert.cluster, alert.job))
+                self._report_tasks.add(task)
+                task.add_done_callback(self._report_tasks.discard)
+
+    async def _write_report(self, cluster: str, job: str) -> None:
+        cfg = self.settings.aggregator
+        try:
+            text = await job_report(self.sandbox, cfg.report, job, cluster, cfg.query.sql_time_limit_s)
+            path = await asyncio.to_thread(write_report, self.settings.state_dir / "reports", job, text,
+                                           cfg.report.max_reports)  # fmt: skip
+        except (JobNotFound, SqlError, OSError) as exc:
+            log.warning("report of job %s not written: %s", job, exc)
+            return
+        log.info("report of job %s: %s", job, path)
 
     async def _claim_action(self, action: Action) -> bool:
         """Sharded: whether this analysis lead may run ``action`` (no lead before it did); unsharded, always."""

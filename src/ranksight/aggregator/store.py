@@ -235,6 +235,15 @@ class Store:
         [(fetched,)] = self.con.execute("SELECT count(*) FROM inspector WHERE seq = 0").fetchall()
         self._fetched_rows = fetched > 0
 
+    def open_read_only(self) -> None:
+        """Open an existing history file to read it, and nothing else (``ranksight sql --db``): no migration, no
+        write; DuckDB refuses while an aggregator holds the file (its lock)."""
+        if not self.path.is_file():
+            raise FileNotFoundError(f"no such history file: {self.path}")
+        self._con = duckdb.connect()
+        self._con.execute(f"ATTACH {sql_text(str(self.path))} AS {self._catalog} (READ_ONLY)")
+        self._con.execute(f"USE {self._catalog}")
+
     def close_connection(self) -> None:
         """Close the database (run on the writer thread)."""
         if self._con is not None:
@@ -272,7 +281,9 @@ class Store:
                 con.execute("ROLLBACK")
                 raise
             applied.append(version)
-            log.info("applied migration %s", version)
+        if applied:  # one line: a fresh database applies every migration, which is no news to the operator
+            log.info("applied %d migration%s (%s)", len(applied), "s" if len(applied) > 1 else "",
+                     applied[0] if len(applied) == 1 else f"{applied[0]} .. {applied[-1]}")  # fmt: skip
         self._derive_kind_tables()
         return applied
 
@@ -289,6 +300,7 @@ class Store:
         ).fetchall():
             existing[table].add(column)
         envelope = {name for name, _ in ENVELOPE_FIELDS}
+        changed: list[str] = []
         for kind in RECORD_MODELS:
             columns = table_columns(kind)
             if kind not in existing:
@@ -296,12 +308,14 @@ class Store:
                     f'"{c}" {t}' + (" NOT NULL" if c in envelope else "") for c, t in columns.items()
                 )
                 con.execute(f'CREATE TABLE "{kind}" ({spec})')
-                log.info("created table %s from its record model", kind)
+                changed.append(f"table {kind}")
                 continue
             for column, sql_type in columns.items():
                 if column not in existing[kind]:
                     con.execute(f'ALTER TABLE "{kind}" ADD COLUMN "{column}" {sql_type}')
-                    log.info("added column %s.%s from its record model", kind, column)
+                    changed.append(f"column {kind}.{column}")
+        if changed:  # one line, as for the migrations
+            log.info("from the record models: added %s", ", ".join(changed))
 
     def _load_seq(self) -> None:
         """Load the sequence state of the nodes seen within ``node_forget_after_s``, the newest incarnations of each."""

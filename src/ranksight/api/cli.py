@@ -160,6 +160,8 @@ def print_rows(args: argparse.Namespace, response: ApiResponse, endpoint: Endpoi
     rows = command.table_rows(response.rows) if command.table_rows else response.rows
     columns = command.columns or response.meta.get("columns") or list(rows[0] if rows else [])
     (print_csv if getattr(args, "csv", False) else print_table)(rows, columns)
+    if not rows:  # a header alone looks like a failure: say that the answer is empty
+        print(f"ranksight: nothing to show ({' '.join(endpoint.command_path)}: 0 rows)", file=sys.stderr)
     for note in command.notes(args, response) if command.notes else []:
         print(f"ranksight: {note}", file=sys.stderr)
     if response.truncated:

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import math
+import statistics
+from collections.abc import Callable
 from typing import Any
 
 from ranksight.api import forensics
@@ -24,6 +27,7 @@ from ranksight.api.contract import (
     timestamp,
 )
 from ranksight.api.follow import add_follow_flag, follow_if_asked
+from ranksight.api.offline import add_db_flag, offline_if_asked
 from ranksight.api.params import (
     ActionAuditParams,
     ActionDecisionParams,
@@ -46,12 +50,13 @@ from ranksight.api.params import (
     SqlParams,
     StatusParams,
 )
+from ranksight.core.cliutil import human
 from ranksight.schemas.api import ApiResponse
 
 NODE_COLUMNS = ["node", "cluster", "state", "health", "last_seen", "version", "clock_skew_s"]
 ALERT_COLUMNS = ["updated_at", "state", "severity", "rule", "node", "job", "rank", "summary"]
 GPU_COLUMNS = ["node", "index", "name", "utilization_pct", "memory_used_bytes", "memory_total_bytes", "power_w",
-               "temperature_edge_c", "sclk_hz", "ecc_uncorrectable", "throttled", "freshness"]  # fmt: skip
+               "temperature_c", "sclk_hz", "ecc_uncorrectable", "throttled", "freshness"]  # fmt: skip
 NIC_COLUMNS = ["node", "name", "kind", "state", "speed_bps", "tx_bps", "rx_bps", "errors_per_s", "link_flaps",
                "freshness"]  # fmt: skip
 LINK_COLUMNS = ["cluster", "src", "dst", "transport", "dst_addr", "upload_bps", "download_bps", "rtt_us", "jitter_us",
@@ -101,18 +106,62 @@ def _status_table(rows: Rows) -> Rows:
     return [{**r, "alerts": ", ".join(a["rule"] for a in r.get("alerts", []))} for r in rows]
 
 
+# A series' unit (``meta.unit``) as the column suffix that makes :func:`~ranksight.core.cliutil.human` print it.
+_UNIT_SUFFIX = {"s": "_s", "us": "_us", "%": "_pct", "Hz": "_hz", "W": "_w", "C": "_c", "B": "_bytes",
+                "bit/s": "_bps", "1/s": "_per_s", "GB/s": "_gbs"}  # fmt: skip
+
+
+def _gpu_table(rows: Rows) -> Rows:
+    """The temperature the web page and the series show: junction (the hottest die sensor, what throttles), else
+    edge where the GPU has no junction sensor."""
+    return [{**r, "temperature_c": r.get("temperature_junction_c") if r.get("temperature_junction_c") is not None
+             else r.get("temperature_edge_c")} for r in rows]  # fmt: skip
+
+
 def _series_table(rows: Rows) -> Rows:
-    return [
-        {"series": r["series"], "points": len(r["v"]), "last": r["v"][-1] if r["v"] else None} for r in rows
-    ]
+    """One row per line: its last and mean values in the series' unit, and its mean against the median of the lines'
+    means; the line furthest from the others first (the outlier is what a reader looks for)."""
+    means = {r["series"]: statistics.fmean(vs) for r in rows if (vs := [v for v in r["v"] if v is not None])}
+    typical = statistics.median(means.values()) if means else None
+    table = []
+    for r in rows:
+        suffix = _UNIT_SUFFIX.get(r.get("unit", ""), "")
+        mean = means.get(r["series"])
+        ratio = mean / typical if mean is not None and typical else None
+        table.append({"series": r["series"], "points": len(r["v"]), "last": human(f"last{suffix}", r["v"][-1] if r["v"] else None),
+                      "mean": human(f"mean{suffix}", mean), "vs_median": None if ratio is None else f"{ratio:.2f}x",
+                      "_off": abs(math.log(ratio)) if ratio and ratio > 0 else -1.0})  # fmt: skip
+    table.sort(key=lambda t: -t["_off"])
+    return table
+
+
+MAX_NAMED_NODES = 5  # nodes named in a one-line note
 
 
 def _skipped(args: argparse.Namespace, response: ApiResponse) -> list[str]:
-    return [f"{s['node']}: {s['reason']}" for s in response.meta.get("skipped", [])]
+    """One line per reason heavy probes are skipped, naming its first nodes (a job covers many: not a line each)."""
+    by_reason: dict[str, list[str]] = {}
+    for skipped in response.meta.get("skipped", []):
+        by_reason.setdefault(skipped["reason"], []).append(skipped["node"])
+    lines = []
+    for reason, nodes in by_reason.items():
+        more = len(nodes) - MAX_NAMED_NODES
+        lines.append(
+            f"{', '.join(sorted(nodes)[:MAX_NAMED_NODES])}{f' and {more} more' if more > 0 else ''}: {reason}"
+        )
+    return lines
 
 
 def _drained(args: argparse.Namespace, response: ApiResponse) -> list[str]:
     return [f"{' '.join(args.nodes)} {'undrained' if args.undrain else 'drained'}"]
+
+
+def _both(*extend: Callable[[argparse.ArgumentParser], None]) -> Callable[[argparse.ArgumentParser], None]:
+    def both(parser: argparse.ArgumentParser) -> None:
+        for each in extend:
+            each(parser)
+
+    return both
 
 
 def _rows_as(key: str) -> Any:
@@ -127,12 +176,13 @@ _SPECS: list[EndpointSpec[Any]] = [
         json_keys=lambda r: {"nodes": r.rows, "aggregator": r.meta})),
     EndpointSpec("nodes", NodesParams, Command(
         "nodes, their state and agent health", NODE_COLUMNS,
-        flags={"health": Flag(help="only nodes of this health (degraded: alive with firing alerts)")})),
+        flags={"health": Flag(help="only nodes of this health: ok, warning or critical (the worst of its state, "
+                                   "its firing alerts and its GPUs)")})),
     EndpointSpec("alerts", AlertsParams, Command(
         "firing alerts; --follow prints each alert as it fires or resolves", ALERT_COLUMNS,
         flags={"since": SINCE_AGO, "state": Flag(help="firing (default: now), or transitions from history: "
                                                       "resolved, all")},
-        extend=add_follow_flag, instead=follow_if_asked)),
+        extend=_both(add_follow_flag, add_db_flag), instead=offline_if_asked("alerts", follow_if_asked))),
     EndpointSpec("sql", SqlParams, Command(
         "a read-only SQL query over the history", csv=True,
         flags={"sql": Flag(positional=True, metavar="SQL", type=_statement,
@@ -141,7 +191,8 @@ _SPECS: list[EndpointSpec[Any]] = [
                "time_limit_s": Flag(names=("--time-limit",), metavar="S",
                                     help="seconds (capped by aggregator.query.sql_time_limit_s)"),
                "shards": Flag(help="over every shard's Parquet export (aggregator.shards.export_dir), not this "
-                                   "aggregator's database")}), sql_time=True),
+                                   "aggregator's database")},
+        extend=add_db_flag, instead=offline_if_asked("sql")), sql_time=True),
     EndpointSpec("export", ExportParams, Command(
         "write history to Parquet, partitioned by day (on the aggregator's host)", ["table", "rows", "days", "path"],
         flags={"since": Flag(type=timestamp, help="ISO date or time (UTC unless an offset is given)"),
@@ -156,7 +207,8 @@ _SPECS: list[EndpointSpec[Any]] = [
         ["job", "hash", "size", "status", "errors", "missing_ranks", "op_count", "stalled_polls"],
         json_keys=_rows_as("comms"))),
     EndpointSpec("gpus", DeviceParams, Command(
-        "live GPU state per node: utilization, memory, power, temperature, clocks, ECC", GPU_COLUMNS)),
+        "live GPU state per node: utilization, memory, power, temperature, clocks, ECC", GPU_COLUMNS,
+        table_rows=_gpu_table)),
     EndpointSpec("nics", DeviceParams, Command(
         "live NIC state per node: link, speed, rates, errors, flaps", NIC_COLUMNS)),
     EndpointSpec("links", ClusterParams, Command(
@@ -176,9 +228,10 @@ _SPECS: list[EndpointSpec[Any]] = [
         ["cluster", "node", "state", "health", "alerts"])),
     EndpointSpec("series", SeriesParams, Command(
         "a metric over time from history, one line per GPU, port, rank or communicator",
-        ["series", "points", "last"], table_rows=_series_table,
+        ["series", "points", "last", "mean", "vs_median"], table_rows=_series_table,
         flags={"since": Flag(type=timestamp, help="ISO start (default: until minus 15 minutes)"),
-               "until": Flag(type=timestamp, help="ISO end (default: now)")}), sql_time=True),
+               "until": Flag(type=timestamp, help="ISO end (default: now)")},
+        extend=add_db_flag, instead=offline_if_asked("series")), sql_time=True),
     EndpointSpec("drain", DrainParams, Command(
         "expect NODE to go silent (maintenance, removal); --undrain ends it", DRAIN_COLUMNS, path=("node", "drain"),
         flags={"nodes": Flag(positional=True, metavar="NODE"),
@@ -237,6 +290,6 @@ _SPECS: list[EndpointSpec[Any]] = [
         extend=forensics.add_output_flag, instead=forensics.write_evidence), http=False, wait_s=forensics.wait_s),
     EndpointSpec("incidents", IncidentsParams, Command(
         "one row per alert: fired, resolved, duration, flaps", INCIDENT_COLUMNS,
-        flags={"since": SINCE_AGO})),
+        flags={"since": SINCE_AGO}, extend=add_db_flag, instead=offline_if_asked("incidents"))),
 ]  # fmt: skip
 SPECS: dict[str, EndpointSpec[Any]] = {e.name: e for e in _SPECS}

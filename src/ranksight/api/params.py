@@ -11,10 +11,14 @@ from pydantic import Field, field_validator
 
 from ranksight.api.contract import Params
 
-NodeHealth = Literal["alive", "degraded", "drained", "stale", "gone"]
+# The one health vocabulary, best to worst (what each word means for a node, a job, a GPU:
+# :mod:`ranksight.aggregator.api.health`); what a node is doing is its state, never a health word.
+Health = Literal["ok", "warning", "critical"]
+HEALTH_WORDS: tuple[Health, ...] = ("ok", "warning", "critical")
+NodeStateWord = Literal["alive", "stale", "gone", "drained"]
 # The metrics of the ``series`` endpoint; the aggregator declares each one's query (aggregator.api.views.SERIES, which
 # tests/unit/test_endpoint_registry.py checks against this list).
-SeriesMetric = Literal["step_time_s", "busbw_gbs", "lateness_us", "gpu_utilization_pct", "gpu_clock_hz", "gpu_power_w",
+SeriesMetric = Literal["step_time_s", "step_period_s", "busbw_gbs", "lateness_us", "gpu_utilization_pct", "gpu_clock_hz", "gpu_power_w",
                        "gpu_temperature_c", "gpu_memory_used_bytes", "gpu_ecc_uncorrectable", "nic_rate_bps",
                        "nic_errors_per_s", "nic_link_flaps"]  # fmt: skip
 MARKERS_MAX_LIMIT = 10_000
@@ -27,10 +31,11 @@ class StatusParams(Params):
 class NodesParams(Params):
     cluster: str | None = None
     node: str | None = None
-    state: Literal["alive", "stale", "gone"] | None = None
-    health: NodeHealth | None = Field(
-        None,
-        description="alive with firing alerts or unhealthy GPUs: degraded; expected to be silent: drained",
+    state: NodeStateWord | None = Field(
+        None, description="alive, stale, gone, or drained (expected to be silent)"
+    )
+    health: Health | None = Field(
+        None, description="ok, warning or critical: the worst of its state, its firing alerts and its GPUs"
     )
 
 
@@ -44,6 +49,10 @@ class AlertsParams(Params):
     node: str | None = None
     since: datetime.datetime | None = Field(None, description="history only: transitions at or after this")
     limit: int = Field(1000, ge=1, le=100_000)
+    lifecycle: bool = Field(
+        False,
+        description="firing: also the job lifecycle events (job_started, job_ended), which are not alerts",
+    )
 
 
 class SqlParams(Params):

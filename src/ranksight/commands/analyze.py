@@ -8,11 +8,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from ranksight.agent.collectors.inspector.dumps import DumpReader
+from ranksight.agent.collectors.inspector.dumps import SUFFIXES, DumpReader, other_files
 from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
 from ranksight.aggregator.hang_cli import register_hang
 from ranksight.api.endpoints import STRAGGLER_COLUMNS
-from ranksight.core.cliutil import EXIT_USAGE, print_json, print_table
+from ranksight.core.cliutil import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_json, print_table
+
+MAX_NAMED = 5  # files named in the note on files not read
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -39,13 +41,29 @@ def analyze_inspector(args: argparse.Namespace) -> int:
     reader = DumpReader(args.directory)
     result = analyze_records(reader.records(), StragglerParams(window_s=args.window_s))
     result.bad_lines = reader.bad_lines
+    others = other_files(args.directory)
+    if others:
+        named = ", ".join(str(p.relative_to(args.directory)) for p in others[:MAX_NAMED])
+        print(f"ranksight: {len(others)} file{'s' if len(others) > 1 else ''} not read (not {', '.join(SUFFIXES)}): "
+              f"{named}{' ...' if len(others) > MAX_NAMED else ''}", file=sys.stderr)  # fmt: skip
+    if (
+        reader.files == 0
+    ):  # the directory asked holds no dumps: as wrong an argument as a path that is no directory
+        print(f"ranksight: no Inspector dump files ({', '.join('*' + s for s in SUFFIXES)}) under {args.directory}: "
+              "nothing to analyze", file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
+    if result.records == 0:  # dumps, none of whose lines is a record: nothing was analyzed
+        print(f"ranksight: no Inspector record in {reader.files} dump files ({result.bad_lines} bad lines): "
+              "nothing to analyze", file=sys.stderr)  # fmt: skip
+        return EXIT_FAILED
     if args.json:
-        print_json(result.as_dict())
-        return 0
-    print(f"{result.records} records, {result.operations} operations, capture model {result.capture_model}, "
-          f"{result.bad_lines} bad lines, {result.bw_mismatches} bandwidth mismatches", file=sys.stderr)  # fmt: skip
+        print_json({**result.as_dict(), "files": reader.files, "files_not_read": [str(p) for p in others]})
+        return EXIT_OK
+    print(f"{reader.files} files, {result.records} records, {result.operations} operations, capture model "
+          f"{result.capture_model}, {result.bad_lines} bad lines, {result.bw_mismatches} bandwidth mismatches",
+          file=sys.stderr)  # fmt: skip
     if result.stragglers:
         print_table([f.as_dict() for f in result.stragglers], STRAGGLER_COLUMNS[1:])
     else:
-        print("no stragglers found")
-    return 0
+        print(f"no stragglers found in {result.records} records of {reader.files} files")
+    return EXIT_OK

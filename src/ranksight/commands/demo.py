@@ -20,12 +20,13 @@ import contextlib
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.commands.up import first, http_line, with_embedded_nats
+from ranksight.commands.up import command_name, first, http_line, with_embedded_nats
 from ranksight.core.aio import cancel_all
 from ranksight.core.cliutil import (
     EXIT_USAGE,
@@ -36,7 +37,14 @@ from ranksight.core.cliutil import (
 )
 from ranksight.core.config import Settings, twin_settings
 from ranksight.schemas.records.ras import RasEvent
-from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
+from ranksight.simulate.cluster import (
+    COUNTER_PERIOD_S,
+    US,
+    LiveJob,
+    NodeSysfs,
+    ras_status_json,
+    ras_status_text,
+)
 from ranksight.simulate.inspector import Fault, JobSpec
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 
@@ -147,6 +155,10 @@ class Demo:
         aggregator = Aggregator(self.settings)
         agg_task = asyncio.create_task(aggregator.run(stop))
         tasks = [agg_task]
+        counters_stop = threading.Event()
+        counters = threading.Thread(target=advance_counters, args=(self.sysfs, counters_stop), name="demo-nic-counters",
+                                    daemon=True)  # fmt: skip
+        counters.start()
         try:
             await first(aggregator.ready.wait(), agg_task)
             agents = [AgentRuntime(twin_settings(self.agent_settings(i, job))) for i in range(self.nodes)]
@@ -181,9 +193,11 @@ class Demo:
                     await asyncio.wait_for(stop.wait(), timeout=1.0)
             await asyncio.gather(*services)
         finally:
+            counters_stop.set()
             await cancel_all(tasks)
             for ras in self.ras:
                 await ras.stop()
+            await asyncio.to_thread(counters.join)
 
     async def _restart_endpoints(self) -> None:
         """The job's processes exit (their RAS endpoints close); the next job's processes listen on the same ports."""
@@ -222,6 +236,7 @@ class Demo:
     def _banner(self, aggregator: Aggregator) -> None:
         url = self.settings.nats.url
         hosts = self.hosts
+        me = command_name()
         print(
             f"ranksight demo: {self.nodes} simulated nodes x 8 GPUs ({hosts[0]}..{hosts[-1]}), "
             f"cluster demo\n"
@@ -231,9 +246,11 @@ class Demo:
             f"  faults      GPU {SLOW_GPU[1]} of {hosts[SLOW_GPU[0]]} is 1.6x slow (straggler, ~20 s); "
             f"{hosts[NIC_ERRORS_NODE]}'s RDMA port counts symbol errors (nic_errors_rising); a rank on "
             f"{hosts[-1]} stops answering after {self.fault_after_s:g} s (rank_missing)\n"
-            f"  try         ranksight alerts --follow --nats {url}\n"
-            f"              ranksight stragglers --nats {url}\n"
-            f"              ranksight jobs --nats {url}\n"
+            f"  try         {me} alerts --follow --nats {url}\n"
+            f"              {me} stragglers --nats {url}\n"
+            f"              {me} jobs --nats {url}\n"
+            f'  history     {me} sql --db {self.settings.db_path()} "SELECT ..." (once the demo has stopped; '
+            f"with --state-dir, which keeps it)\n"
             f"Ctrl-C stops everything.",
             flush=True,
         )
@@ -242,6 +259,17 @@ class Demo:
 def _endpoint(port: int = 0) -> FakeRasServer:
     """One process's RAS endpoint, NCCL 2.29 (text and JSON status, MONITOR)."""
     return FakeRasServer(PROFILES["2.29"], status_text=b"", port=port)
+
+
+def advance_counters(trees: list[NodeSysfs], stop: threading.Event) -> None:
+    """Keep the simulated NIC counters moving every ``COUNTER_PERIOD_S`` until ``stop``: on a thread of its own, apart
+    from the job's loop and the event loop, either of which can be busy longer than the NIC collector's interval on a
+    loaded machine (a reader would then see counters stand still)."""
+    while not stop.is_set():
+        now = time.time()
+        for tree in trees:
+            tree.write_counters(now)
+        stop.wait(COUNTER_PERIOD_S)
 
 
 async def _stop_after(stop: asyncio.Event, seconds: float) -> None:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
+import shlex
+import shutil
 import sys
 from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
@@ -104,6 +107,7 @@ async def _serve(settings: Settings, server: EmbeddedNats, stop: asyncio.Event) 
     collectors = settings.agent.collectors
     probe = f"port {collectors.probe.port or 'any free'} (link probes)" if collectors.probe.enabled else "off"
     app = settings.app_socket_path()
+    me = command_name()
     print(
         f"ranksight up\n"
         f"  nats        {server.url}  (JetStream store {server.store_dir}{replication(settings)})\n"
@@ -112,11 +116,25 @@ async def _serve(settings: Settings, server: EmbeddedNats, stop: asyncio.Event) 
         f"  http        {http_line(aggregator)}\n"
         f"  probe       {probe}\n"
         f"  app socket  {f'{app}  (jobs: export RANKSIGHT_APP_SOCKET={app})' if collectors.app.enabled else 'off'}\n"
-        f"  try         ranksight status --nats {server.url}\n"
+        f"  state       {settings.state_dir}  (kept after Ctrl-C; history offline: "
+        f'{me} sql --db {settings.db_path()} "SELECT ...")\n'
+        f"  try         {me} status --nats {server.url}\n"
         f"Ctrl-C stops everything.",
         flush=True,
     )
     await asyncio.gather(agg_task, agent_task)
+
+
+def command_name(argv0: str | None = None) -> str:
+    """How to run ranksight again from this shell: ``ranksight`` when that name on PATH is the program running,
+    else the path it was started by (``.venv/bin/ranksight`` after ``make up``), else ``python -m ranksight.cli``."""
+    started = Path(argv0 if argv0 is not None else sys.argv[0])
+    if started.name == "ranksight":
+        on_path = shutil.which("ranksight")
+        if on_path and Path(on_path).resolve() == started.resolve():
+            return "ranksight"
+        return shlex.quote(os.path.relpath(started) if started.is_absolute() else str(started))
+    return f"{shlex.quote(sys.executable)} -m ranksight.cli"
 
 
 def replication(settings: Settings) -> str:

@@ -94,11 +94,29 @@ def print_json(obj: Any) -> None:
         sys.stdout.write(text[start : start + JSON_WRITE_CHUNK])
 
 
+# Column headers that say more than the field name once its unit suffix is gone.
+_HEADERS = {"sclk_hz": "clock", "temperature_junction_c": "temp junction", "temperature_edge_c": "temp edge",
+            "ecc_uncorrectable": "ecc uncorr", "utilization_pct": "util", "clock_skew_s": "clock skew"}  # fmt: skip
+
+
+def header(column: str) -> str:
+    """A column's header: ``memory_used_bytes`` -> ``MEMORY USED`` (its unit is in every cell), ``sclk_hz`` ->
+    ``CLOCK``."""
+    if column in _HEADERS:
+        return _HEADERS[column].upper()
+    for suffix in ("_us", *_UNITS):
+        if column.endswith(suffix) and column != suffix.lstrip("_"):
+            column = column.removesuffix(suffix)
+            break
+    return column.replace("_", " ").upper()
+
+
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """A plain aligned table on stdout, numbers in human units (:func:`human`)."""
+    """A plain aligned table on stdout: readable headers (:func:`header`), numbers in human units (:func:`human`)."""
     cells = [[human(c, r.get(c)) for c in columns] for r in rows]
-    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    print("  ".join(c.upper().ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip())
+    names = [header(c) for c in columns]
+    widths = [max([len(n)] + [len(row[i]) for row in cells]) for i, n in enumerate(names)]
+    print("  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)).rstrip())
     for row in cells:
         print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
 
@@ -129,6 +147,8 @@ _BYTE_RATE_COLUMNS = frozenset({"mem_bandwidth_bps"})
 def human(column: str, value: Any) -> str:
     """One table cell: ``memory_used_bytes`` 68719476736 -> ``64 GiB``, ``speed_bps`` 4e11 -> ``400 Gbit/s``,
     ``rtt_us`` 1500 -> ``1.5 ms``, ``power_w`` 291.5 -> ``292 W``; other numbers without exponents."""
+    if isinstance(value, list) and all(isinstance(v, str | int | float) for v in value):
+        return ", ".join(map(str, value)) or "-"  # ["INCOMPLETE"] reads INCOMPLETE in a table
     if isinstance(value, bool) or not isinstance(value, int | float):
         return _cell(value)
     if column.endswith("_us"):

@@ -1260,6 +1260,25 @@ class ProfileOnDemandSettings(Section):
     timeout_s: float = Field(30.0, gt=0, description="limit of one agent request")
 
 
+class ReportSettings(Section):
+    """Per-job reports (``ranksight report JOB``, ``/reports/<job>.html``, written at each job's end): one
+    self-contained HTML file, bounded whatever the job's size."""
+
+    on_job_end: bool = Field(True, description="write <state_dir>/reports/<job>.html when a job ends")
+    max_ranks: int = Field(
+        16_384, ge=1, description="ranks in the compute-share heatmap; beyond, the report says so"
+    )
+    max_points: int = Field(120, ge=10, description="time buckets of the step-time chart")
+    max_comms: int = Field(
+        64, ge=1, description="communicators in the bus-bandwidth chart (the slowest first)"
+    )
+    max_findings: int = Field(500, ge=1, description="alerts and straggler runs on the findings timeline")
+    max_links: int = Field(200, ge=1, description="links listed in the link map (the slowest first)")
+    max_reports: int = Field(
+        200, ge=1, description="report files kept in <state_dir>/reports (the oldest go)"
+    )
+
+
 class AggregatorSettings(Section):
     db_path: Path | None = Field(None, description="DuckDB file; default <state_dir>/ranksight.duckdb")
     stream: str = "RANKSIGHT_EVENTS"
@@ -1290,6 +1309,7 @@ class AggregatorSettings(Section):
     http: HttpSettings = HttpSettings()
     shards: ShardSettings = ShardSettings()
     actions: ActionSettings = ActionSettings()
+    report: ReportSettings = ReportSettings()
 
 
 class DeploySettings(Section):

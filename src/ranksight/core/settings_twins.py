@@ -505,6 +505,18 @@ class ActionSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     command: CommandActionSettings
 
 
+class ReportSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
+    """The twin of :class:`ranksight.core.config.ReportSettings`."""
+
+    on_job_end: bool
+    max_ranks: int
+    max_points: int
+    max_comms: int
+    max_findings: int
+    max_links: int
+    max_reports: int
+
+
 class AggregatorSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
     """The twin of :class:`ranksight.core.config.AggregatorSettings`."""
 
@@ -533,6 +545,7 @@ class AggregatorSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unkno
     http: HttpSettings
     shards: ShardSettings
     actions: ActionSettings
+    report: ReportSettings
 
 
 class DeploySettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):

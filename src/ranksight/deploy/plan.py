@@ -25,6 +25,9 @@ from ranksight.schemas.subjects import inbox_prefix
 UNIT_NAME = "ranksight-agent.service"
 UNIT_TEMPLATE = Path(__file__).resolve().parent / "systemd" / UNIT_NAME
 TEMPLATE_DIR = "/opt/ranksight"
+TEMPLATE_CONFIG = (
+    "/etc/ranksight/agent.toml"  # where the unit as shipped reads its config (the aggregator's beside it)
+)
 MARKER = ".ranksight-deploy"  # only a folder holding this file is ever removed by --uninstall
 SYSTEM_UNIT_DIR = "/etc/systemd/system"
 USER_UNIT_DIR = ".config/systemd/user"
@@ -134,7 +137,11 @@ def agent_config(settings: Settings, host: Host, layout: Layout) -> bytes:
 
 
 def systemd_unit(layout: Layout) -> str:
-    return UNIT_TEMPLATE.read_text().replace(TEMPLATE_DIR, layout.root)
+    """The shipped unit, for deploy's install folder: its program and its config (written there, as a user-level
+    install cannot write /etc)."""
+    return (
+        UNIT_TEMPLATE.read_text().replace(TEMPLATE_CONFIG, layout.config).replace(TEMPLATE_DIR, layout.root)
+    )
 
 
 def user_start_command(layout: Layout) -> str:

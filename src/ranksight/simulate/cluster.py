@@ -169,6 +169,9 @@ def ras_status_text(job: LiveJob, missing: set[tuple[int, int]], version: str = 
     return "\n".join(out).encode()
 
 
+COUNTER_PERIOD_S = 0.25  # how often the demo advances the simulated NIC counters
+
+
 @dataclass
 class NodeSysfs:
     """A node's sysfs tree under ``root``. ``slow_gpu`` runs at a reduced clock; ``nic_errors_per_s`` symbol errors
@@ -184,8 +187,7 @@ class NodeSysfs:
     _last: float | None = field(default=None, repr=False)
 
     def write(self, now: float) -> None:
-        dt = 0.0 if self._last is None else now - self._last
-        self._last = now
+        """Every file: the GPUs' (steady values) and the RDMA port's; its counters the first time only."""
         for index in range(self.gpus):
             slow = index == self.slow_gpu
             device = self.root / "class" / "drm" / f"card{index}" / "device"
@@ -204,11 +206,22 @@ class NodeSysfs:
                 "power1_average": "402000000" if slow else "712000000", "power1_cap": "750000000",
                 "freq1_input": "1300000000" if slow else "2100000000",
             })  # fmt: skip
-        self._words += int(self.nic_bytes_per_s * dt / 4)
-        self._errors += self.nic_errors_per_s * dt
         port = self.root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
         _files(port, {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
                       "link_layer": "InfiniBand"})  # fmt: skip
+        if self._last is None:  # then the counters' own writer keeps them moving (write_counters)
+            self.write_counters(now)
+
+    def write_counters(self, now: float) -> None:
+        """The RDMA port's counters, advanced to ``now``. A real port's counters move continuously; a file written
+        now and then holds still between writes, so a reader sampling twice between two writes sees no traffic (a
+        0 bit/s rate) and then twice the traffic: the demo writes them every ``COUNTER_PERIOD_S``, well within the
+        NIC collector's interval, apart from the job's slower work."""
+        dt = 0.0 if self._last is None else now - self._last
+        self._last = now
+        self._words += int(self.nic_bytes_per_s * dt / 4)
+        self._errors += self.nic_errors_per_s * dt
+        port = self.root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
         _files(port / "counters", {
             "port_xmit_data": str(self._words), "port_rcv_data": str(self._words), "port_xmit_packets": str(
                 self._words // 1024), "port_rcv_packets": str(self._words // 1024), "symbol_error": str(

@@ -11,7 +11,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
 {{- define "ranksight.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{ required "image.repository is required: build and push the ranksight image (docs/deploy.md), then --set image.repository=REGISTRY/ranksight" .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
 {{- define "ranksight.natsUrl" -}}

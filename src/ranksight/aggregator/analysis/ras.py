@@ -20,7 +20,7 @@ hostname), and carries the exact status lines behind it (``evidence.lines``):
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from ranksight.aggregator.alerts import Condition, Rule
 from ranksight.aggregator.analysis.hangs import comm_hash, lagging_evidence
@@ -52,6 +52,19 @@ def node_of(state: LiveState, cluster: str, host: str | None) -> str | None:
         if node.cluster == cluster and host in names:
             return node.node
     return None
+
+
+def widest_rank(job: JobState, proc: RasProcess) -> int | None:
+    """The process's rank in the widest communicator it holds one rank of (the world's, when it is listed)."""
+    held = [(job.comms[h].size or 0 if h in job.comms else 0, ranks[0]) for h, ranks in proc.comms.items()
+            if len(ranks) == 1]  # fmt: skip
+    return max(held)[1] if held else None
+
+
+def _only(rank_lists: Iterable[list[int]]) -> int | None:
+    """The rank when the lists name exactly one, else None."""
+    ranks = {r for ranks in rank_lists for r in ranks}
+    return ranks.pop() if len(ranks) == 1 else None
 
 
 def _gpus(gpus: list[int]) -> str:
@@ -87,6 +100,7 @@ class RankMissingRule:
                 yield Condition(self.name, "warning", job.cluster,
                                 f"job {job.job_id}: {sum(map(len, unnamed.values()))} ranks not answering whose "
                                 f"process the status does not name", job=job.job_id, key="unnamed",
+                                about_rank=_only(unnamed.values()),
                                 evidence={"comms": unnamed, "lines": lines, "endpoint": job.endpoint})  # fmt: skip
 
     def _condition(self, state: LiveState, job: JobState, proc: RasProcess, how: str, lines: list[str],
@@ -97,6 +111,7 @@ class RankMissingRule:
             f"job {job.job_id}: process {proc.pid} on {proc.host} ({_gpus(proc.gpus)}) is not answering "
             f"({'reported dead by MONITOR' if how == 'peer_dead' else how})" + (f": {ranks}" if ranks else ""),
             node=node_of(state, job.cluster, proc.host), job=job.job_id, key=key or process_key(proc.host, proc.pid),
+            about_rank=widest_rank(job, proc),
             evidence={"host": proc.host, "pid": proc.pid, "gpus": proc.gpus, "state": how, "comms": proc.comms,
                       "lines": lines, "endpoint": job.endpoint},
         )  # fmt: skip
@@ -111,7 +126,7 @@ class ProcessDeadRule:
                 yield Condition(self.name, "critical", job.cluster,
                                 f"job {job.job_id}: process {proc.pid} on {proc.host} ({_gpus(proc.gpus)}) is dead",
                                 node=node_of(state, job.cluster, proc.host), job=job.job_id,
-                                key=process_key(proc.host, proc.pid),
+                                key=process_key(proc.host, proc.pid), about_rank=widest_rank(job, proc),
                                 evidence={"host": proc.host, "pid": proc.pid, "gpus": proc.gpus, "comms": proc.comms,
                                           "lines": proc.evidence})  # fmt: skip
 
@@ -215,9 +230,11 @@ class JobStartedRule:
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.jobs.values():
             if job.state != "ended":
-                yield Condition(self.name, "info", job.cluster, f"job {job.job_id} started on {job.endpoint}",
-                                job=job.job_id, key=cycle(job),
-                                evidence={"first_seen": iso(job.first_seen_ns), "version": job.version})  # fmt: skip
+                # the endpoint and node are those of the poll that found it: the lease holder's, which moves
+                yield Condition(self.name, "info", job.cluster, f"job {job.job_id} started", job=job.job_id,
+                                key=cycle(job), entity=f"job {job.job_id}",
+                                evidence={"first_seen": iso(job.first_seen_ns), "version": job.version,
+                                          "endpoint": job.endpoint, "node": job.node})  # fmt: skip
 
 
 class JobEndedRule:
@@ -229,6 +246,7 @@ class JobEndedRule:
                 how = "normally" if job.normal_end else "after a failure"
                 yield Condition(self.name, "info" if job.normal_end else "warning", job.cluster,
                                 f"job {job.job_id} ended {how}", job=job.job_id, key=cycle(job),
+                                entity=f"job {job.job_id}",
                                 evidence={"ended": iso(job.ended_ns), "normal": job.normal_end,
                                           "last_health": job.health})  # fmt: skip
 

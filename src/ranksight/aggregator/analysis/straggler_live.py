@@ -22,23 +22,7 @@ from ranksight.schemas.records import GpuRecord
 
 def corroboration(state: LiveState, cluster: str, hostname: str) -> list[str]:
     """What the GPU and NIC samples of the node say (the node name is the hostname unless configured otherwise)."""
-    notes = []
-    # the typical value of a gauge is the cluster's GPUs' median (every node's: keyed by index alone, it was one node's)
-    gpus = [dev.record for (c, _, _), dev in state.gpus.devices.items() if c == cluster]
-    mine = {dev.record.index: dev.record for (c, node, _), dev in state.gpus.devices.items()
-            if c == cluster and node == hostname}  # fmt: skip
-    for index, gpu in sorted(mine.items()):
-        if gpu.throttled:
-            notes.append(f"GPU {index} throttled ({', '.join(gpu.throttle_reasons) or 'reason unknown'})")
-        if gpu.ecc_uncorrectable:
-            notes.append(f"GPU {index} has {gpu.ecc_uncorrectable} uncorrectable ECC errors")
-    for what, unit, scale, get in _GPU_GAUGES:
-        values = [v for g in gpus if (v := get(g))]
-        if len(values) < 3:
-            continue
-        typical = statistics.median(values)
-        notes += [f"GPU {i} {what} {v / scale:.0f} {unit} vs {typical / scale:.0f} {unit} typical"
-                  for i, g in sorted(mine.items()) if (v := get(g)) and abs(v - typical) > 0.1 * typical]  # fmt: skip
+    notes = [note for _, note in gpu_notes(state, cluster, hostname)]
     nics = {key: dev.record for key, dev in state.nics.devices.items() if key[0] == cluster}
     speeds = [n.speed_bps for n in nics.values() if n.speed_bps]
     typical_speed = statistics.median(speeds) if speeds else None
@@ -56,6 +40,41 @@ def corroboration(state: LiveState, cluster: str, hostname: str) -> list[str]:
                 f"NIC {name} rate {nic.speed_bps / 1e9:.0f} Gb/s vs {typical_speed / 1e9:.0f} Gb/s typical"
             )
     return notes
+
+
+def gpu_notes(state: LiveState, cluster: str, hostname: str) -> list[tuple[int, str]]:
+    """(GPU index, what is wrong with it) for the node's GPUs that are throttled, have uncorrectable ECC errors, or
+    whose clock, power or junction temperature is off the cluster's typical value by more than 10 %."""
+    notes: list[tuple[int, str]] = []
+    # the typical value of a gauge is the cluster's GPUs' median (every node's: keyed by index alone, it was one node's)
+    gpus = [dev.record for (c, _, _), dev in state.gpus.devices.items() if c == cluster]
+    mine = {dev.record.index: dev.record for (c, node, _), dev in state.gpus.devices.items()
+            if c == cluster and node == hostname}  # fmt: skip
+    for index, gpu in sorted(mine.items()):
+        if gpu.throttled:
+            notes.append(
+                (index, f"GPU {index} throttled ({', '.join(gpu.throttle_reasons) or 'reason unknown'})")
+            )
+        if gpu.ecc_uncorrectable:
+            notes.append((index, f"GPU {index} has {gpu.ecc_uncorrectable} uncorrectable ECC errors"))
+    for what, unit, scale, get in _GPU_GAUGES:
+        values = [v for g in gpus if (v := get(g))]
+        if len(values) < 3:
+            continue
+        typical = statistics.median(values)
+        notes += [(i, f"GPU {i} {what} {v / scale:.0f} {unit} vs {typical / scale:.0f} {unit} typical")
+                  for i, g in sorted(mine.items()) if (v := get(g)) and abs(v - typical) > 0.1 * typical]  # fmt: skip
+    return notes
+
+
+def gpu_of(state: LiveState, cluster: str, hostname: str, pid: int | None) -> int | None:
+    """The GPU a straggling process drives: its local rank as the training client reports it (one process per GPU,
+    ``LOCAL_RANK`` = the GPU), else the one GPU of its node whose samples stand out; None when neither says."""
+    for rank in state.app.ranks.values():
+        if (rank.cluster, rank.node, rank.pid) == (cluster, hostname, pid) and rank.local_rank is not None:
+            return rank.local_rank
+    odd = {index for index, _ in gpu_notes(state, cluster, hostname)}
+    return odd.pop() if len(odd) == 1 else None
 
 
 _GPU_GAUGES: list[tuple[str, str, float, Callable[[GpuRecord], float | None]]] = [
@@ -111,8 +130,13 @@ class StragglerRule:
                     job=job.job_id if job is not None else None,
                     key=f"{f.kind}:{f.pid}",  # comm and rank stay in the evidence: the fingerprint must not move
                     entity=f"pid {f.pid}" if f.pid is not None else "node",
+                    about_rank=f.rank,
                     summary=summary(f, notes),
-                    evidence={**f.as_dict(), "corroboration": notes},
+                    evidence={
+                        **f.as_dict(),
+                        "corroboration": notes,
+                        "gpu": gpu_of(state, cluster, f.hostname, f.pid),
+                    },
                 )
 
 

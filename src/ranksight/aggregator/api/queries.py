@@ -7,8 +7,9 @@ import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ranksight.aggregator.alerts import LIFECYCLE_RULES
 from ranksight.aggregator.api.endpoint import Forbidden
-from ranksight.aggregator.api.health import Severity, alert_severity, gpu_health, node_health
+from ranksight.aggregator.api.health import nodes_health
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.history import export_parquet, exported_until
 from ranksight.aggregator.state.devices import DeviceState
@@ -42,19 +43,16 @@ def _node_alerts(agg: Aggregator) -> dict[tuple[str, str], list[dict[str, Any]]]
 
 def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
     rows = []
-    alerts, drained = _node_alerts(agg), agg.engine.drained
-    by_node = alert_severity(agg.engine.active.values())
-    gpus: dict[tuple[str, str], list[Severity]] = {}
-    for (cluster, node, _), dev in agg.state.gpus.devices.items():
-        gpus.setdefault((cluster, node), []).append(gpu_health(dev))
+    alerts = _node_alerts(agg)
+    healths = nodes_health(agg.state, agg.engine.active.values(), agg.engine.drained)
     for n in _sorted_nodes(agg):
         key = (n.cluster, n.node)
         mine = alerts.get(key, [])
-        health, severity = node_health(n.state, key in drained, by_node.get(key, "ok"), gpus.get(key, ()))
+        state, health = healths[key]
         rows.append({
             "node": n.node,
             "cluster": n.cluster,
-            "state": n.state,
+            "state": state,
             "last_seen": iso(n.last_seen_ns),
             "expires": iso(n.expires_ns),
             "agent": n.agent,
@@ -64,7 +62,7 @@ def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
             "collectors": n.collectors,
             "jobs": n.jobs,
             "health": health,
-            "severity": severity,
+            "severity": health,  # the same word (health.py); kept for scripts that read it
             "alerts": mine,
         })  # fmt: skip
     return rows
@@ -81,7 +79,7 @@ async def nodes(agg: Aggregator, p: NodesParams) -> ApiResponse:
     rows = []
     for row, n in zip(_node_rows(agg), _sorted_nodes(agg), strict=True):
         wanted = (p.cluster, p.node, p.state, p.health)
-        have = (n.cluster, n.node, n.state, row["health"])
+        have = (n.cluster, n.node, row["state"], row["health"])
         if any(w not in (None, h) for w, h in zip(wanted, have, strict=True)):
             continue
         rows.append({**row, "started": iso(n.started_ns), "publisher": n.publisher})
@@ -92,11 +90,13 @@ _ALERT_FILTERS = ("cluster", "rule", "severity", "node")
 
 
 async def alerts(agg: Aggregator, p: AlertsParams) -> ApiResponse:
-    """Firing alerts from live state, or (state=resolved|all) alert transitions from history, newest first."""
+    """Firing alerts from live state (job lifecycle events aside unless asked), or (state=resolved|all) alert transitions from history, newest first."""
     if p.state == "firing":
+        events = p.lifecycle or p.rule in LIFECYCLE_RULES
         taken = agg.actions.by_fingerprint()  # what the action policies did about each (docs/actions.md)
         found = [a.model_dump() | {"actions": taken.get(a.fingerprint, [])} for a in agg.engine.active.values()
-                 if all(getattr(p, k) in (None, getattr(a, k)) for k in _ALERT_FILTERS)]  # fmt: skip
+                 if all(getattr(p, k) in (None, getattr(a, k)) for k in _ALERT_FILTERS)
+                 and (events or a.rule not in LIFECYCLE_RULES)]  # fmt: skip
         found.sort(key=lambda a: a["started_at"], reverse=True)
         return ApiResponse.success(found[: p.limit], truncated=len(found) > p.limit)
     where, args = ["TRUE"], []

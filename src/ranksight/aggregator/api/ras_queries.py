@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ranksight.aggregator.api.health import job_health
 from ranksight.aggregator.state.jobs import JobState
 from ranksight.aggregator.timefmt import iso
 from ranksight.api.params import JobParams
@@ -20,9 +21,11 @@ def _selected(agg: Aggregator, p: JobParams) -> list[JobState]:
 
 
 async def jobs(agg: Aggregator, p: JobParams) -> ApiResponse:
-    """RCCL/NCCL jobs seen through RAS, their state and health."""
+    """RCCL/NCCL jobs seen through RAS, their state and health (``health``: the one vocabulary, ok/warning/critical;
+    ``ras_health``: RAS's own word for its last status)."""
     rows = [{
-        "job": j.job_id, "cluster": j.cluster, "state": j.state, "health": j.health, "endpoint": j.endpoint,
+        "job": j.job_id, "cluster": j.cluster, "state": j.state, "health": job_health(j.health),
+        "ras_health": j.health, "endpoint": j.endpoint,
         "node": j.node, "version": j.version, "ranks": j.ranks, "comms": len(j.comms), "polls": j.polls,
         "first_seen": iso(j.first_seen_ns), "last_poll": iso(j.last_poll_ns), "ended": iso(j.ended_ns),
         "normal_end": j.normal_end,
@@ -33,9 +36,11 @@ async def jobs(agg: Aggregator, p: JobParams) -> ApiResponse:
 
 
 async def comms(agg: Aggregator, p: JobParams) -> ApiResponse:
-    """Communicators of the live jobs."""
+    """Communicators of the jobs RAS watches; those of an ended job are ``ENDED`` (``last_status``: what its last
+    status said)."""
     rows = [{
-        "job": j.job_id, "cluster": j.cluster, "hash": c.hash, "size": c.size, "status": c.status,
+        "job": j.job_id, "cluster": j.cluster, "hash": c.hash, "size": c.size,
+        "status": "ENDED" if j.state == "ended" else c.status, "last_status": c.status, "job_state": j.state,
         "errors": c.errors, "missing_ranks": c.missing_ranks, "rank_status": c.rank_status, "op_count": c.op_total,
         "mismatch_polls": c.mismatch_polls, "stalled_polls": c.stalled_polls,
     } for j in _selected(agg, p) for c in j.comms.values()]  # fmt: skip

@@ -8,11 +8,23 @@ with an alert is never shown healthy whatever its heartbeat says. Each series is
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from ranksight.aggregator.api.health import HEALTH_RANK, alert_severity, gpu_health, node_health
+from ranksight.aggregator.alerts import LIFECYCLE_RULES
+from ranksight.aggregator.api.health import (
+    HEALTH_RANK,
+    HEALTH_WORDS,
+    NODE_STATE_HEALTH,
+    alert_gpu,
+    alert_severity,
+    gpu_alert_severity,
+    gpu_health,
+    node_health,
+    worst,
+)
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.device_jobs import device_jobs
 from ranksight.aggregator.timefmt import utc
@@ -31,34 +43,52 @@ EPOCH = datetime.datetime(1970, 1, 1)
 
 
 async def cluster_map(agg: Aggregator, p: ClusterParams) -> ApiResponse:
-    """Every node with its health (from state and firing alerts) and its GPUs' health and utilization."""
+    """Every node with its health (from state and firing alerts) and its GPUs' health and utilization. A GPU's health
+    counts the alerts about it alone; ``node_wide`` is what concerns the whole node (its state and the alerts about
+    no single GPU): a straggling GPU marks that GPU, not its node's others. ``meta.health_words``: the vocabulary,
+    best first."""
     active = [a for a in agg.engine.active.values() if p.cluster in (None, a.cluster)]
-    by_node = alert_severity(active)
+    by_node, whole_node, by_gpu = (
+        alert_severity(active),
+        alert_severity(active, node_wide=True),
+        gpu_alert_severity(active),
+    )
     node_alerts: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for a in sorted(active, key=lambda a: -HEALTH_RANK.get(a.severity, 0)):
         if a.node is not None:
             node_alerts.setdefault((a.cluster, a.node), []).append(
-                {"rule": a.rule, "severity": a.severity, "summary": a.summary}
+                {
+                    "rule": a.rule,
+                    "severity": a.severity,
+                    "summary": a.summary,
+                    "rank": a.rank,
+                    "gpu": alert_gpu(a),
+                }
             )
     gpus: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for (cluster, node, _), dev in sorted(agg.state.gpus.devices.items(), key=lambda kv: kv[1].record.index):
         g = dev.record
         gpus.setdefault((cluster, node), []).append(
-            {"gpu": g.index, "health": gpu_health(dev), "utilization_pct": g.utilization_pct, "name": g.name}
+            {
+                "gpu": g.index,
+                "health": worst(gpu_health(dev), by_gpu.get((cluster, node, g.index), "ok")),
+                "utilization_pct": g.utilization_pct,
+                "name": g.name,
+            }
         )
     rows = []
     for (cluster, node), n in sorted(agg.state.nodes.nodes.items()):
         if p.cluster not in (None, cluster):
             continue
         devices = gpus.get((cluster, node), [])
-        health, severity = node_health(n.state, (cluster, node) in agg.engine.drained,
-                                       by_node.get((cluster, node), "ok"), (d["health"] for d in devices))  # fmt: skip
+        state, health = node_health(n.state, (cluster, node) in agg.engine.drained,
+                                    by_node.get((cluster, node), "ok"), (d["health"] for d in devices))  # fmt: skip
+        node_wide = worst(NODE_STATE_HEALTH[state], whole_node.get((cluster, node), "ok"))
         listed = node_alerts.get((cluster, node), [])
-        # "health" here predates the one vocabulary: it is the severity; "node_health" is status's and nodes' health
-        rows.append({"cluster": cluster, "node": node, "state": n.state, "health": severity, "severity": severity,
-                     "node_health": health, "alerts": len(listed), "alert_rules": listed[:MAX_NODE_ALERTS],
-                     "gpus": devices})  # fmt: skip
-    return ApiResponse.success(rows)
+        rows.append({"cluster": cluster, "node": node, "state": state, "health": health, "severity": health,
+                     "node_wide": "ok" if state == "drained" else node_wide, "alerts": len(listed),
+                     "alert_rules": listed[:MAX_NODE_ALERTS], "gpus": devices})  # fmt: skip
+    return ApiResponse.success(rows, meta={"health_words": list(HEALTH_WORDS)})
 
 
 @dataclass(frozen=True)
@@ -76,6 +106,7 @@ class Series:
     where: str = "TRUE"
     job: Literal["app", "comms"] | None = None
     computed: str = ""  # columns computed over the rows of the range (window functions), for ``value``
+    fallback: str | None = None  # the series asked instead when this one has no line in the range
 
 
 _EPOCH_US = "epoch_us(recv_ts)"
@@ -91,9 +122,19 @@ _LATENESS = (f"max({_MEAN_EXEC}) OVER (PARTITION BY comm_id, op, size_bucket, wi
 _RANK_WINDOWS = ("(SELECT cluster, comm_id, op, op_kind, size_bucket, window_start_us, hostname, pid, rank, "
                  "sum(exec_sum_us) AS exec_sum_us, sum(timed) AS timed FROM inspector_summary GROUP BY ALL)")  # fmt: skip
 
+# A rank's iteration period from Inspector, for jobs that do not report steps (no ranksight.client): per window, the
+# window's length over how often the rank ran its largest collective (a training step issues its largest gradient
+# collective a fixed number of times, usually once).
+_PERIODS = ("(SELECT *, max(size_bucket) OVER (PARTITION BY comm_id, rank, window_start_us) AS largest FROM "
+            "(SELECT cluster, comm_id, op, op_kind, size_bucket, window_start_us, window_us, hostname, pid, rank, "
+            "sum(count) AS count FROM inspector_summary WHERE op_kind = 'coll' GROUP BY ALL))")  # fmt: skip
+
 SERIES: dict[str, Series] = {
     "step_time_s": Series("app", "client_ts // 1000", "avg(step_time_s)", "'rank ' || coalesce(rank::VARCHAR, node || ' pid ' || pid)",
-                          "node", "s", "event = 'heartbeat' AND step_time_s IS NOT NULL", job="app"),
+                          "node", "s", "event = 'heartbeat' AND step_time_s IS NOT NULL", job="app",
+                          fallback="step_period_s"),
+    "step_period_s": Series(_PERIODS, "window_start_us", "avg(window_us / count) / 1e6", "hostname || ' pid ' || pid",
+                            "hostname", "s", "size_bucket = largest AND count > 0", job="comms"),
     "busbw_gbs": Series("inspector_summary", "window_start_us", "avg(busbw_gbs)", "coalesce(comm_name, comm_id)",
                         "hostname", "GB/s", "op_kind = 'coll' AND busbw_gbs IS NOT NULL", job="comms"),
     "lateness_us": Series(_RANK_WINDOWS, "window_start_us", "avg(lateness_us)", "hostname || ' pid ' || pid",
@@ -160,8 +201,13 @@ async def series(agg: Aggregator, p: SeriesParams) -> ApiResponse:
     q = SeriesQuery(SERIES[p.metric], since_us, until_us, max(1, -(-(until_us - since_us) // points)), p.cluster,
                     nodes, p.job, comms, cfg.series_max_lines)  # fmt: skip
     lines, truncated, windows = await agg.sandbox.run(_series, q, time_limit_s=cfg.sql_time_limit_s)
-    meta = {"metric": p.metric, "unit": q.series.unit, "since": jsonable(since), "until": jsonable(until),
-            "step_s": q.step_us / US, "windows": windows}  # fmt: skip
+    source: str = p.metric
+    if not lines and (fallback := q.series.fallback) is not None:  # e.g. no step reports: Inspector's periods
+        q = dataclasses.replace(q, series=SERIES[fallback])
+        lines, truncated, windows = await agg.sandbox.run(_series, q, time_limit_s=cfg.sql_time_limit_s)
+        source = fallback
+    meta = {"metric": p.metric, "source": source, "unit": q.series.unit, "since": jsonable(since),
+            "until": jsonable(until), "step_s": q.step_us / US, "windows": windows}  # fmt: skip
     return ApiResponse.success(lines, truncated=truncated, meta=meta)
 
 
@@ -199,7 +245,7 @@ def _series(
     rows = cur.execute(sql, [*args, *q.nodes, q.max_lines + 1, q.step_us, q.step_us]).fetchall()
     out: dict[str, dict[str, Any]] = {}
     for line, bucket, value in rows:
-        entry = out.setdefault(str(line), {"series": str(line), "t": [], "v": []})
+        entry = out.setdefault(str(line), {"series": str(line), "unit": s.unit, "t": [], "v": []})
         entry["t"].append(bucket / US)
         entry["v"].append(None if value is None else float(value))
     lines = list(out.values())
@@ -207,7 +253,8 @@ def _series(
 
 
 def _windows(cur: duckdb.DuckDBPyConnection, q: SeriesQuery) -> list[dict[str, Any]]:
-    """Straggler runs (consecutive evaluations of one process) and alerts of the job or nodes within the range."""
+    """Straggler runs (consecutive evaluations of one process) and alerts of the job or nodes within the range; the
+    job's lifecycle (started, ended) as ``event`` marks, never as alert windows."""
     hosts = list(q.nodes)
     if q.job is not None and q.comms:
         hosts += [r[0] for r in cur.execute(
@@ -230,6 +277,7 @@ def _windows(cur: duckdb.DuckDBPyConnection, q: SeriesQuery) -> list[dict[str, A
     alerts = cur.execute(f"""SELECT rule, severity, node, summary, started_at, resolved_at FROM alert_current
         WHERE (job = ? OR node IN ({marks})) AND started_at < ? AND coalesce(resolved_at, ?) >= ?
         ORDER BY started_at LIMIT 200""", [q.job, *hosts, until, until, since]).fetchall()  # fmt: skip
-    windows += [{"kind": "alert", "start": jsonable(a), "end": jsonable(b), "severity": sev,
+    windows += [{"kind": "event" if rule in LIFECYCLE_RULES else "alert", "start": jsonable(a),
+                 "end": jsonable(a) if rule in LIFECYCLE_RULES else jsonable(b), "severity": sev,
                  "label": f"{rule} {node or ''}: {summary}"} for rule, sev, node, summary, a, b in alerts]  # fmt: skip
     return windows

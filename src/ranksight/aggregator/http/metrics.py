@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from ranksight.aggregator.api.health import HEALTH_WORDS, job_health, nodes_health
 from ranksight.aggregator.device_jobs import DeviceJobs, device_jobs
 from ranksight.aggregator.state.devices import link_up
 
@@ -159,10 +160,16 @@ class ClusterCollector(Collector):
         skew = f.gauge(
             "ranksight_node_clock_skew_seconds", "agent clock minus receipt time", ["cluster", "node"]
         )
+        health = f.gauge("ranksight_node_health", "1 for the node's health word (ok, warning, critical), 0 for the "
+                         "others: the vocabulary of status, nodes and the web page", ["cluster", "node", "health"])  # fmt: skip
+        healths = nodes_health(self.agg.state, self.agg.engine.active.values(), self.agg.engine.drained)
         for n in sorted(nodes, key=lambda n: (n.cluster, n.node)):
             if n.state != "gone":
                 f.add(up, [n.cluster, n.node], n.state == "alive")
                 f.add(skew, [n.cluster, n.node], n.clock_skew_s)
+            _, word = healths[(n.cluster, n.node)]
+            for each in HEALTH_WORDS:
+                f.add(health, [n.cluster, n.node, each], int(each == word))
 
     def _hardware(self, f: _Families, jobs: DeviceJobs) -> None:
         state = self.agg.state
@@ -230,8 +237,13 @@ class ClusterCollector(Collector):
         ranks = f.gauge("ranksight_job_ranks", "ranks of a running job", labels)
         dead = f.gauge("ranksight_job_dead_processes", "processes RAS reports dead", labels)
         missing = f.gauge("ranksight_job_missing_processes", "processes RAS cannot reach", labels)
+        health = f.gauge("ranksight_job_health", "1 for the running job's health word, 0 for the others",
+                         [*labels, "health"])  # fmt: skip
         for job in self.agg.state.jobs.live():
             values = [job.cluster, job.job_id, job.job_id]
+            if (word := job_health(job.health)) is not None:
+                for each in HEALTH_WORDS:
+                    f.add(health, [*values, each], int(each == word))
             f.add(ranks, values, job.ranks)
             f.add(dead, values, len(job.dead_processes))
             f.add(missing, values, len(job.missing_processes))

@@ -23,10 +23,12 @@ from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4, generate_late
 
 from ranksight.aggregator.api.endpoint import answer
 from ranksight.aggregator.api.endpoints import ENDPOINTS
+from ranksight.aggregator.api.sql import SqlError
 from ranksight.aggregator.http.events import LiveEvents
 from ranksight.aggregator.http.guard import ConnectionGuard
 from ranksight.aggregator.http.metrics import metrics_registry
 from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS, openapi_document
+from ranksight.aggregator.report import JobNotFound, job_report
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
@@ -96,6 +98,7 @@ class HttpFace:
         app.router.add_get("/openapi.json", self._openapi)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/events", self._stream)
+        app.router.add_get("/reports/{job}.html", self._report)
         for name in HTTP_ENDPOINTS:
             app.router.add_get(f"/api/{name}", self._endpoint(name))
         return app
@@ -135,6 +138,19 @@ class HttpFace:
     async def _page(self, request: web.Request) -> web.StreamResponse:
         html = STATIC_DIR.joinpath("index.html").read_text()
         return web.Response(text=html, content_type="text/html")
+
+    async def _report(self, request: web.Request) -> web.StreamResponse:
+        """A job's report, rendered from history now (a running job's so far): one self-contained HTML file."""
+        try:
+            text = await job_report(self.agg.sandbox, self.agg.settings.aggregator.report, request.match_info["job"],
+                                    request.query.get("cluster") or None,
+                                    self.agg.settings.aggregator.query.sql_time_limit_s)  # fmt: skip
+        except JobNotFound as exc:
+            return web.Response(status=404, text=f"{exc}\n", content_type="text/plain")
+        except SqlError as exc:
+            return web.Response(status=503, text=f"the report could not be read from history: {exc}\n",
+                                content_type="text/plain")  # fmt: skip
+        return web.Response(text=text, content_type="text/html")
 
     async def _openapi(self, request: web.Request) -> web.StreamResponse:
         return web.json_response(openapi_document(self.agg.version, self.settings.token is not None))

@@ -6,8 +6,9 @@ a MISMATCH (routinely transient, so rules wait for it to persist) and keeps its 
 last changed (first seen counts as a change), carried over polls without JSON detail (a text status lists only flagged
 communicators: the others carry over, unflagged), so a hang is judged on time, not on poll counts. A MONITOR ``PEER_DEAD`` is kept as a pending dead peer, with the number of statuses since that did not
 list it, until a status lists the process (then the status speaks for it). A job ends when its endpoint closes
-(``ENDPOINT_CLOSED``); the end is normal when the last poll had no ERROR/DEAD/ABORT and no peer died. Pure: no clock,
-no I/O.
+(``ENDPOINT_CLOSED``); the end is normal when the last poll had no ERROR/DEAD/ABORT and no peer died. Endpoints close
+one after the other: a status polled by an agent whose own endpoint had not closed yet is the ended cycle's, whenever
+it arrives (agent time is compared only with the same agent's clock). Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -85,8 +86,9 @@ class JobState:
     last_poll_ns: int | None = None
     expires_ns: int = 0
     ended_ns: int | None = None
-    # the close event's agent timestamp (survives replay, unlike receipt time): polls taken before it are this cycle's
-    ended_agent_ns: int | None = None
+    # per agent incarnation that sent facts of this cycle: the agent time of its endpoint's close (None: not closed
+    # yet). Agent time survives replay (receipt time does not) and is compared only with the same agent's clock.
+    agents: dict[str, int | None] = field(default_factory=dict)
     normal_end: bool | None = None
     polls: int = 0
     ranks: int | None = None
@@ -142,6 +144,24 @@ def _moved(before: list[RasLaggingRank], now: list[RasLaggingRank]) -> bool:
     )
 
 
+def _incarnation(env: Envelope) -> str:
+    return f"{env.node}/{env.agent}"
+
+
+def _of_ended_cycle(job: JobState, env: Envelope) -> bool:
+    """Whether a status arriving after the job ended belongs to the ended cycle, by the polling agent's own clock.
+
+    Endpoints close one after the other (the first close ends the job); an agent still polling its open endpoint
+    then reports the same processes, stamped later than another node's close. It is a new cycle only once the
+    polling agent's own endpoint closed before it polled, or when the agent (a node, or a restarted agent) took no
+    part in the ended cycle."""
+    incarnation = _incarnation(env)
+    if incarnation not in job.agents:
+        return False
+    closed_ns = job.agents[incarnation]
+    return closed_ns is None or env.ts <= closed_ns
+
+
 class JobTracker:
     kinds = frozenset({"ras", "ras_event", "ras_diagnostics"})
 
@@ -174,17 +194,13 @@ class JobTracker:
         job = self.jobs.get(key)
         if job is not None and job.last_poll_ns is not None and job.last_poll_ns > recv_ns:
             return  # an older poll never replaces a newer one
-        if (
-            job is not None
-            and job.state == "ended"
-            and job.ended_agent_ns is not None
-            and env.ts <= job.ended_agent_ns
-        ):
-            return  # polled before the end, arriving after the close: the ended cycle's, not a new one's
+        if job is not None and job.state == "ended" and _of_ended_cycle(job, env):
+            return  # polled before its own endpoint closed, arriving after another's close: the ended cycle's
         if job is None or job.state == "ended":  # a new job, or a new cycle under the same id
             job = self.jobs[key] = JobState(
                 env.cluster, key[1], rec.endpoint, env.node, first_seen_ns=recv_ns
             )
+        job.agents.setdefault(_incarnation(env), None)
         comms = {}
         for c in rec.communicators:
             op_total = sum(c.op_counts.values()) if c.op_counts else None
@@ -223,10 +239,13 @@ class JobTracker:
             return  # events before any status: kept in history (ras_event table), not in live state
         job.events.append(rec)
         if rec.event == ENDPOINT_CLOSED:
+            job.agents[_incarnation(env)] = env.ts
             if job.state != "ended":
-                job.state, job.ended_ns, job.ended_agent_ns = "ended", recv_ns, env.ts
+                job.state, job.ended_ns = "ended", recv_ns
                 job.normal_end = job.health in ("ok", "warning") and job.failure_events == 0
-        elif any(word in rec.event.upper() for word in FAILURE_EVENT_WORDS):
+            return
+        job.agents.setdefault(_incarnation(env), None)
+        if any(word in rec.event.upper() for word in FAILURE_EVENT_WORDS):
             job.failure_events += 1
             peer = process_key(rec.host, rec.pid, rec.addr)
             if rec.event == PEER_DEAD and (peer in job.peers_dead or len(job.peers_dead) < MAX_PENDING_PEERS):

@@ -1,6 +1,7 @@
 """Offline reading of an Inspector dump directory: every ``*.log`` / ``*.jsonl`` (optionally ``.gz``) below it.
 
-Lines are streamed (memory stays flat on big files); bad lines are counted, never fatal.
+Lines are streamed (memory stays flat on big files); bad lines are counted, never fatal. Other files below it (a
+``.json`` beside the dumps, a README) are not read, and listed (:func:`other_files`) so that a reader can say so.
 """
 
 from __future__ import annotations
@@ -20,13 +21,20 @@ def dump_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.rglob("*") if p.is_file() and p.name.endswith(SUFFIXES))
 
 
+def other_files(directory: Path) -> list[Path]:
+    """The files below ``directory`` that are not dump files: not read."""
+    return sorted(p for p in directory.rglob("*") if p.is_file() and not p.name.endswith(SUFFIXES))
+
+
 @dataclass
 class DumpReader:
     directory: Path
     bad_lines: int = 0
+    files: int = 0  # dump files read
 
     def records(self) -> Iterator[InspectorRecord]:
         for path in dump_files(self.directory):
+            self.files += 1
             opener = gzip.open if path.name.endswith(".gz") else open
             with opener(path, "rb") as fh:
                 yield from parse_lines(fh, self._bad)

@@ -221,6 +221,7 @@ def ras_diagnostics(args: argparse.Namespace) -> int:
 
 
 def ras_profile(args: argparse.Namespace) -> int:
+    settings_from_args(args)  # a bad configuration is reported first, as by every command
     value = profile_value(args.value)
     mask = parse_profiler_mask(value)
     if mask is None:

@@ -195,6 +195,7 @@ class Aggregator:
             "ingest": self.stats.__dict__,
             "sequence": self.store.sequence_stats(),
             "alerts_firing": len(self.engine.active),
+            "rule_errors": dict(self.engine.rule_errors),
             "raw_evidence": self.raw_evidence.stats.__dict__,
             "stragglers": {
                 "queued": self.state.stragglers.queued,

@@ -117,6 +117,12 @@ class RasSettings(CollectorSettings):
     verbose: bool = Field(False, description="VERBOSE STATUS instead of STATUS")
     monitor: bool = Field(True, description="hold a MONITOR connection where the endpoint supports it")
     lease_ttl_s: float | None = Field(None, gt=0, description="poll lease lifetime; default 3 x interval")
+    lease_bucket_max_bytes: int = Field(
+        1 << 20,
+        ge=64 << 10,
+        description="size limit of the RAS lease bucket (JetStream KV ranksight_ras_leases) the aggregator creates "
+        "at startup with this and the lease lifetime of its own config (agents may not create it)",
+    )
     proc_root: Path = Field(
         Path("/proc"), description="where to find the RAS port's process and its scheduler env"
     )

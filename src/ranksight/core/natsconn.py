@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import re
 import ssl
+import time
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from nats.aio.client import Client
@@ -47,15 +51,45 @@ def connect_options(cfg: NatsSettingsLike, name: str) -> dict[str, Any]:
     return opts
 
 
+log = logging.getLogger(__name__)
+_VIOLATION = re.compile(r'permissions violation for (publish|subscription) to "([^"]*)"', re.IGNORECASE)
+
+
+@dataclass
+class NatsProblems:
+    """What the server refused this process (permission violations), by (operation, subject): the server drops the
+    message and tells only the error callback, so a request on a refused subject would otherwise just time out."""
+
+    violations: dict[tuple[str, str], int] = field(default_factory=dict)
+    last_ns: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def note(self, exc: Exception) -> bool:
+        """Record ``exc`` if it is a permission violation (logged as an error, with its subject, the first time)."""
+        found = _VIOLATION.search(str(exc))
+        if found is None:
+            return False
+        key = (found.group(1).lower(), found.group(2))
+        if key not in self.violations:
+            log.error("NATS refused %s to %s: a permissions violation (this user's NATS permissions lack it)", *key)
+        self.violations[key] = self.violations.get(key, 0) + 1
+        self.last_ns[key] = time.time_ns()
+        return True
+
+    def lines(self) -> list[str]:
+        return [f"NATS permissions violation: {op} to {subject} ({n}x)"
+                for (op, subject), n in sorted(self.violations.items())]  # fmt: skip
+
+
 class NatsUnreachable(RanksightError, ConnectionError):
     """The first connection to NATS did not succeed within ``nats.connect_timeout_s``."""
 
 
-async def connect(cfg: NatsSettingsLike, name: str, **extra: Any) -> Client:
+async def connect(cfg: NatsSettingsLike, name: str, problems: NatsProblems | None = None, **extra: Any) -> Client:
     """A connected client, or :class:`NatsUnreachable` after ``cfg.connect_timeout_s``.
 
     nats-py retries its first connect for as long as reconnects are allowed (forever with ``max_reconnect_attempts``
     -1, and also with 0), so the first connect is bounded here; once connected, reconnects go on as configured.
+    ``problems`` records the permission violations the server reports on this connection.
     """
     last_error: list[Exception] = []
 
@@ -63,6 +97,8 @@ async def connect(cfg: NatsSettingsLike, name: str, **extra: Any) -> Client:
         # Reconnects are expected (server restarts); the publisher counts what they cost. Keep the last one as the
         # reason a first connect gives up.
         last_error[:] = [exc]
+        if problems is not None:
+            problems.note(exc)
 
     opts = connect_options(cfg, name)
     opts.setdefault("error_cb", _remember)

@@ -39,6 +39,7 @@ class RasSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     verbose: bool
     monitor: bool
     lease_ttl_s: float | None
+    lease_bucket_max_bytes: int
     proc_root: Path
 
 

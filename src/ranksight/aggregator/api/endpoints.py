@@ -94,6 +94,10 @@ def _series_table(rows: Rows) -> Rows:
     ]
 
 
+def _problems(args: argparse.Namespace, response: ApiResponse) -> list[str]:
+    return [f"error: {line}" for line in response.meta.get("problems", [])]
+
+
 def _skipped(args: argparse.Namespace, response: ApiResponse) -> list[str]:
     return [f"{s['node']}: {s['reason']}" for s in response.meta.get("skipped", [])]
 
@@ -111,7 +115,7 @@ _ENDPOINTS: list[Endpoint[Any]] = [
     Endpoint("status", queries.StatusParams, queries.status, Command(
         "nodes and their state, from the running aggregator",
         ["node", "state", "health", "last_seen", "version", "clock_skew_s", "alerts"], table_rows=_status_table,
-        json_keys=lambda r: {"nodes": r.rows, "aggregator": r.meta}), merge=BY_NODE),
+        json_keys=lambda r: {"nodes": r.rows, "aggregator": r.meta}, notes=_problems), merge=BY_NODE),
     Endpoint("nodes", queries.NodesParams, queries.nodes, Command(
         "nodes, their state and agent health", NODE_COLUMNS,
         flags={"health": Flag(help="only nodes of this health (degraded: alive with firing alerts)")}),

@@ -68,7 +68,7 @@ class NatsProblems:
         found = _VIOLATION.search(str(exc))
         if found is None:
             return False
-        key = (found.group(1).lower(), found.group(2))
+        key = (found.group(1).lower(), _reserved_case(found.group(2)))
         if key not in self.violations:
             log.error("NATS refused %s to %s: a permissions violation (this user's NATS permissions lack it)", *key)
         self.violations[key] = self.violations.get(key, 0) + 1
@@ -78,6 +78,20 @@ class NatsProblems:
     def lines(self) -> list[str]:
         return [f"NATS permissions violation: {op} to {subject} ({n}x)"
                 for (op, subject), n in sorted(self.violations.items())]  # fmt: skip
+
+
+# nats-py hands the server's error line over lowercased: the reserved prefixes get their case back (ranksight's own
+# subjects, buckets and tokens are lowercase already, but a stream name may read lowercased)
+_RESERVED = {"$kv": "$KV", "$js": "$JS", "$js.api": "$JS.API", "$js.ack": "$JS.ACK", "$srv": "$SRV", "_inbox": "_INBOX"}
+
+
+def _reserved_case(subject: str) -> str:
+    tokens = subject.split(".")
+    for n in (2, 1):
+        head = ".".join(tokens[:n])
+        if head in _RESERVED:
+            return ".".join([_RESERVED[head], *tokens[n:]])
+    return subject
 
 
 class NatsUnreachable(RanksightError, ConnectionError):

@@ -178,8 +178,9 @@ def _block(role: Role) -> list[str]:
     return lines
 
 
-def server_conf(settings: Settings | None = None) -> str:
-    table = roles(settings)
+def server_conf(settings: Settings | None = None, table: list[Role] | None = None) -> str:
+    """The server config of ``table`` (default: :func:`roles` of ``settings``)."""
+    table = table if table is not None else roles(settings)
     lines = [_HEAD.rstrip("\n"), "", "authorization {"]
     for role in table:
         lines += _block(role)

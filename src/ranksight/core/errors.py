@@ -46,8 +46,10 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     ├── RowTooLarge                 ranksight.aggregator.api.paging: one row alone does not fit in a message
     ├── ApiUnavailable              ranksight.aggregator.api.client: no aggregator answered
     ├── RawFetchError               ranksight.aggregator.raw_evidence: an agent's raw records could not be had
-    ├── NatsUnreachable             ranksight.core.natsconn: no NATS connection within nats.connect_timeout_s
+    ├── NatsUnreachable             ranksight.core.natsconn: no NATS connection (every server refused, or none in time)
+    │   └── NatsUrlError            ranksight.core.natsconn: nats.url is not a list of NATS URLs (a UsageError: exit 2)
     ├── NatsServerError             ranksight.core.natsserver: the server binary is missing or did not start or stop
+    ├── MissingBucketError          ranksight.core.kvlease: a KV bucket this process only uses is not there yet
     ├── HostFailed                  ranksight.deploy.ssh: one host's rollout step failed
     └── WheelError                  ranksight.deploy.wheel: the wheel could not be built
 

@@ -16,6 +16,8 @@ import nats.js.errors
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
+from ranksight.core.errors import RanksightError
+
 # A lease's value is its holder's name (node and incarnation, or a shard id): the buckets refuse larger values.
 LEASE_VALUE_BYTES = 1024
 
@@ -23,11 +25,14 @@ LEASE_VALUE_BYTES = 1024
 NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError)
 
 
-class MissingBucketError(nats.js.errors.BucketNotFoundError):
+class MissingBucketError(RanksightError, nats.js.errors.BucketNotFoundError):
     """A bucket this process only uses, and that nobody has created yet."""
 
     def __init__(self, bucket: str) -> None:
         super().__init__(description=f"KV bucket {bucket} does not exist yet (the aggregator creates it at startup)")
+
+    def __str__(self) -> str:
+        return str(self.description)
 
 
 async def key_value(js: JetStreamContext, bucket: str, create: bool = True, **config: Any) -> KeyValue:

@@ -15,7 +15,7 @@ from nats.aio.client import Client
 from ranksight.aggregator.api.paging import NEXT
 from ranksight.core.config import Settings
 from ranksight.core.errors import RanksightError
-from ranksight.core.natsconn import NatsUnreachable, connect
+from ranksight.core.natsconn import NatsUnreachable, NatsUrlError, connect
 from ranksight.core.redact import redact
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.subjects import Subjects
@@ -31,6 +31,8 @@ async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None
         nc = await connect(
             settings.nats, name="ranksight-cli", max_reconnect_attempts=0, allow_reconnect=False
         )
+    except NatsUrlError:
+        raise  # asked wrongly, not unavailable
     except NatsUnreachable as exc:
         raise ApiUnavailable(str(exc)) from None
     try:

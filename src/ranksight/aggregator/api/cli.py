@@ -29,6 +29,7 @@ from ranksight.core.cliutil import (
     add_config_flags,
     print_csv,
     print_json,
+    print_line,
     print_table,
     settings_from_args,
 )
@@ -142,10 +143,10 @@ def call_api(
     try:
         response = asyncio.run(query(settings, endpoint, params, timeout=timeout))
     except ApiUnavailable as exc:
-        print(f"ranksight: {exc}", file=sys.stderr)
+        print_line(f"ranksight: {exc}", sys.stderr)
         return None
     if not response.ok:
-        print(f"ranksight: {response.error}", file=sys.stderr)
+        print_line(f"ranksight: {response.error}", sys.stderr)
         return None
     return response
 
@@ -159,9 +160,9 @@ def print_rows(args: argparse.Namespace, response: ApiResponse, endpoint: Endpoi
     columns = command.columns or response.meta.get("columns") or list(rows[0] if rows else [])
     (print_csv if getattr(args, "csv", False) else print_table)(rows, columns)
     for note in command.notes(args, response) if command.notes else []:
-        print(f"ranksight: {note}", file=sys.stderr)
+        print_line(f"ranksight: {note}", sys.stderr)
     if response.truncated:
         print(f"ranksight: output truncated at {len(response.rows)} rows", file=sys.stderr)
     if response.partial:
         missing = ", ".join(response.missing_shards) or "unknown (the shard membership could not be read)"
-        print(f"ranksight: partial answer: shards that did not answer: {missing}", file=sys.stderr)
+        print_line(f"ranksight: partial answer: shards that did not answer: {missing}", sys.stderr)

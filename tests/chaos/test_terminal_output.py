@@ -10,14 +10,19 @@ import csv
 import io
 import re
 
+import nats
 import pytest
+from nats.aio.msg import Msg
 
 from ranksight.aggregator.api.cli import print_rows
 from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.aggregator.api.follow import _alert_line
 from ranksight.core.cliutil import print_line
 from ranksight.schemas.alerts import Alert
+from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.api import ApiResponse
+from ranksight.schemas.subjects import Subjects
+from tests.support import run_cli_async
 
 pytestmark = pytest.mark.chaos
 
@@ -70,3 +75,26 @@ def test_csv_neutralizes_formulas_and_keeps_numbers(capsys: pytest.CaptureFixtur
     assert [r[0] for r in read[1:]] == ['\'=HYPERLINK("http://evil","x")', "'+1+1", "'-2+3", "'@SUM(A1)", "'\\tx",
                                         "'\\rx", "plain", "eth0\\x1b]0;T\\x07\\n<fake row>\\r\\x9b2J\\u202etxt.exe\\u2028"]  # fmt: skip
     assert {r[1] for r in read[1:]} == {"-5"}  # a number is not a formula
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [b"not json", b"[]", b'{"ok": "maybe"}', b'{"ok": true, "rows": "x"}', b'{"ok": true, "rows": [1, 2]}',
+     b'{"ok": true, "rows": [{"node": "n", "alerts": 7}]}'],  # fmt: skip
+)
+async def test_an_answer_not_of_the_api_shape_is_one_line(nats_server: NatsServer, answer: bytes) -> None:
+    """Whatever answers on the API subject (here: not an aggregator), ``ranksight status`` says it in one line."""
+    nc = await nats.connect(nats_server.url)
+    try:
+
+        async def reply(msg: Msg) -> None:
+            await msg.respond(answer)
+
+        await nc.subscribe(Subjects().api("status"), cb=reply)
+        await nc.flush()
+        done = await run_cli_async("status", "--nats", nats_server.url)
+    finally:
+        await nc.close()
+    assert done.returncode == 1 and done.stdout == "" and "Traceback" not in done.stderr, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("ranksight: malformed ") and "answer" in line

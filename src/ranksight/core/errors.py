@@ -45,6 +45,7 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     ├── PageExpired                 ranksight.aggregator.api.paging: a next token unknown, expired or dropped
     ├── RowTooLarge                 ranksight.aggregator.api.paging: one row alone does not fit in a message
     ├── ApiUnavailable              ranksight.aggregator.api.client: no aggregator answered
+    │   └── MalformedAnswer         ranksight.aggregator.api.client: the answer is not the API's response shape
     ├── RawFetchError               ranksight.aggregator.raw_evidence: an agent's raw records could not be had
     ├── NatsUnreachable             ranksight.core.natsconn: no NATS connection (every server refused, or none in time)
     │   └── NatsUrlError            ranksight.core.natsconn: nats.url is not a list of NATS URLs (a UsageError: exit 2)

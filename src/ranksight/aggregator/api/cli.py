@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic.fields import FieldInfo
 
-from ranksight.aggregator.api.client import ApiUnavailable, query
+from ranksight.aggregator.api.client import ApiUnavailable, MalformedAnswer, query
 from ranksight.aggregator.api.endpoint import Endpoint, Flag, timestamp
 from ranksight.aggregator.api.endpoints import COMMAND_GROUPS, ENDPOINTS
 from ranksight.core.cliutil import (
@@ -129,7 +129,11 @@ def run_command(endpoint: Endpoint[Any], args: argparse.Namespace) -> int:
     response = call_api(args, endpoint.name, command_params(endpoint, args))
     if response is None:
         return EXIT_FAILED
-    print_rows(args, response, endpoint)
+    try:
+        print_rows(args, response, endpoint)
+    except MalformedAnswer as exc:
+        print_line(f"ranksight: {exc}", sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 
@@ -156,7 +160,10 @@ def print_rows(args: argparse.Namespace, response: ApiResponse, endpoint: Endpoi
     if args.json:
         print_json({**response.model_dump(), **(command.json_keys(response) if command.json_keys else {})})
         return
-    rows = command.table_rows(response.rows) if command.table_rows else response.rows
+    try:
+        rows = command.table_rows(response.rows) if command.table_rows else response.rows
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:  # rows not of the endpoint's shape
+        raise MalformedAnswer(f"malformed {endpoint.name} answer: {type(exc).__name__}: {exc}") from None
     columns = command.columns or response.meta.get("columns") or list(rows[0] if rows else [])
     (print_csv if getattr(args, "csv", False) else print_table)(rows, columns)
     for note in command.notes(args, response) if command.notes else []:

@@ -258,7 +258,8 @@ class ProbeSettings(CollectorSettings):
             "fc00::/7",
             "::1/128",
         ],
-        description="CIDRs whose clients the probe server accepts",
+        description="the cluster's probe networks (CIDRs): the probe server accepts clients from these, and the "
+        "agent probes only endpoints its peers announce inside them",
     )
     max_concurrent: int = Field(2, ge=1, description="probes served at once; more are answered busy")
     max_per_peer: int = Field(
@@ -274,7 +275,10 @@ class ProbeSettings(CollectorSettings):
         description="bytes all probes served together move per minute (charged as they move)",
     )
     max_bytes_per_peer_per_minute: int = Field(
-        1024**3, ge=1, description="bytes the probes of one address move per minute"
+        1024**3,
+        ge=1,
+        description="bytes the probes of one address move per minute: those this server serves it, and those this "
+        "agent's own probes send it",
     )
     max_peers: int = Field(
         100_000,
@@ -357,6 +361,9 @@ class AppSettings(CollectorSettings):
     section_timeouts: dict[str, float] = Field(
         {}, description="per section name, e.g. {checkpoint_save = 3600}"
     )
+    max_markers_per_minute: int = Field(
+        600, ge=1, description="markers one training process may post per minute; more are dropped and counted"
+    )
 
 
 class CollectorsSettings(Section):
@@ -428,6 +435,12 @@ class IngestSettings(Section):
     )
     max_nodes: int = Field(
         20_000, ge=1, description="nodes tracked at once; events of further nodes are dead-lettered"
+    )
+    max_sub_records: int = Field(
+        65_536,
+        ge=1024,
+        description="entries of a record's lists and maps together (a GPU's links, a port's counters, a job's "
+        "communicators) at most; a record with more is dead-lettered (too_many_sub_records)",
     )
     node_forget_after_s: float = Field(
         86400,

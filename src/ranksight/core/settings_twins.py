@@ -149,6 +149,7 @@ class AppSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     heartbeat_initial_timeout_s: float
     section_timeout_s: float
     section_timeouts: dict[str, float]
+    max_markers_per_minute: int
 
 
 class CollectorsSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -232,6 +233,7 @@ class IngestSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     max_incarnations_per_node: int
     conflict_window: int
     max_nodes: int
+    max_sub_records: int
     node_forget_after_s: float
     checkpoint_wal_mib: int
     row_group_rows: int

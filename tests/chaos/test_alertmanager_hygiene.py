@@ -26,11 +26,15 @@ def test_labels_and_annotations_carry_no_markup_or_control_characters() -> None:
     for value in values:
         assert not re.search("[<>\x00-\x1f\x7f-\x9f\u202a-\u202e]", value), value
     assert body["labels"]["entity"] == (
-        "eth0&lt;script&gt;alert(1)&lt;/script&gt;\\x1b]0;T\\x07\\n&lt;img src=x onerror=\"y\"&gt;\\u202e"
+        'eth0&lt;script&gt;alert(1)&lt;/script&gt;\\x1b]0;T\\x07\\n&lt;img src=x onerror="y"&gt;\\u202e'
     )
-    assert "<" not in json.loads(body["annotations"]["evidence"])["nic"]  # still JSON (its escapes are plain text)
+    assert (
+        "<" not in json.loads(body["annotations"]["evidence"])["nic"]
+    )  # still JSON (its escapes are plain text)
     silence = Silence(id="s1", matchers=[Matcher(name="entity", value=HOSTILE)], starts_at="a", ends_at="b",
                       comment="<b>maintenance</b>\n")  # fmt: skip
     sent = silence_body(silence)
-    assert sent["matchers"][0]["value"] == body["labels"]["entity"]  # matches the label as Alertmanager has it
+    assert (
+        sent["matchers"][0]["value"] == body["labels"]["entity"]
+    )  # matches the label as Alertmanager has it
     assert "<" not in sent["comment"] and "\n" not in sent["comment"]

@@ -34,11 +34,15 @@ def test_a_refused_connection_is_one_line(command: list[str]) -> None:
 async def test_a_refused_connection_fails_at_once() -> None:
     """The long-running components reconnect forever once connected; their first connect does not wait out the
     connect timeout when every server refused it (timed in this process: a child's start is Python's, not ours)."""
-    cfg = NatsSettings(url=f"nats://127.0.0.1:{_free_port()},nats://127.0.0.1:{_free_port()}", connect_timeout_s=5)
+    cfg = NatsSettings(
+        url=f"nats://127.0.0.1:{_free_port()},nats://127.0.0.1:{_free_port()}", connect_timeout_s=5
+    )
     started = time.monotonic()
     with pytest.raises(NatsUnreachable, match="connection refused"):
         await connect(cfg, "refused")
-    assert time.monotonic() - started < 2.5  # two refusals and one reconnect wait (0.5 s), not the 5 s timeout
+    assert (
+        time.monotonic() - started < 2.5
+    )  # two refusals and one reconnect wait (0.5 s), not the 5 s timeout
 
 
 @pytest.mark.parametrize(

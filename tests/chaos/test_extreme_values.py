@@ -53,7 +53,9 @@ class Pipeline:
         for seq, records in enumerate(batches, 1):
             env = {"type": event_type(kind), "cluster": CLUSTER, "node": "n1", "agent": incarnation, "seq": seq,
                    "ts": recv, "ttl": ttl, "records": records}  # fmt: skip
-            messages.append(Incoming(self.subjects.event(CLUSTER, "n1", kind), msgpack.packb(env), recv + seq))
+            messages.append(
+                Incoming(self.subjects.event(CLUSTER, "n1", kind), msgpack.packb(env), recv + seq)
+            )
         result = self.store.commit_batch(messages)
         assert result.dead_letters == 0 and len(result.accepted) == len(batches)  # valid values are all taken
         live = LiveState()

@@ -34,7 +34,11 @@ from tests.support import aggregator, wait_for
 pytestmark = pytest.mark.chaos
 
 CLUSTER, NODE = "prod-a", "gpu-node-001"
-PASSWORDS = {NODE: "change-me-node-001", "aggregator": "change-me-aggregator", "operator": "change-me-operator"}
+PASSWORDS = {
+    NODE: "change-me-node-001",
+    "aggregator": "change-me-aggregator",
+    "operator": "change-me-operator",
+}
 STORE_DIR_LINE = '  store_dir: "/var/lib/nats"\n'
 
 
@@ -53,7 +57,9 @@ def serving(topology: str, tmp_path: Path, server_text: str | None = None) -> It
             server.stop()
         return
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("NATS_SERVER_NAME", "from-the-file")  # the file's variable; the command line names each member
+        env.setenv(
+            "NATS_SERVER_NAME", "from-the-file"
+        )  # the file's variable; the command line names each member
         cluster = NatsCluster(tmp_path / "nats", 3, config_file=tmp_path / "nats-cluster.conf",
                               route_auth="route:change-me-route").start()  # fmt: skip
     try:
@@ -72,7 +78,9 @@ def as_user(tmp_path: Path, servers: list[NatsServer], user: str, **aggregator: 
     return cfg
 
 
-async def refusals(cfg: Settings, publish: Sequence[str] = (), subscribe: Sequence[str] = ()) -> dict[str, str]:
+async def refusals(
+    cfg: Settings, publish: Sequence[str] = (), subscribe: Sequence[str] = ()
+) -> dict[str, str]:
     """Try each publish and subscription as ``cfg``'s user; the server's refusal per subject (none: allowed)."""
     errors: list[str] = []
 
@@ -113,7 +121,9 @@ async def _node_does_its_job(node: Settings, subjects: Subjects) -> None:
 
 @pytest.mark.parametrize("sharded", [False, True], ids=["unsharded", "sharded"])
 @pytest.mark.parametrize("topology", ["single", "cluster"])
-async def test_each_role_can_do_its_job_and_nothing_else(tmp_path: Path, topology: str, sharded: bool) -> None:
+async def test_each_role_can_do_its_job_and_nothing_else(
+    tmp_path: Path, topology: str, sharded: bool
+) -> None:
     subjects = Subjects()
     with serving(topology, tmp_path) as servers:
         node, operator = as_user(tmp_path, servers, NODE), as_user(tmp_path, servers, "operator")
@@ -134,7 +144,9 @@ async def test_each_role_can_do_its_job_and_nothing_else(tmp_path: Path, topolog
             for user in (agg_cfg, operator):
                 for _ in range(3):
                     answer = await query(user, "status", timeout=10)
-                    assert answer.ok and answer.meta["health"] == "ok" and answer.meta["problems"] == [], answer
+                    assert answer.ok and answer.meta["health"] == "ok" and answer.meta["problems"] == [], (
+                        answer
+                    )
                     assert NODE in {row["node"] for row in answer.rows}
 
             events = subjects.events_filter()
@@ -189,10 +201,15 @@ async def test_a_refused_subject_is_an_error_in_status_metrics_and_the_log(
                 await wait_for(lambda: any("partitions held by no shard: 0, 1" in p for p in agg.problems()),
                                timeout=30, interval=0.5)  # fmt: skip
                 metrics = await asyncio.to_thread(_get, f"{agg.http.url}/metrics")
-        assert 'ranksight_nats_permission_violations_total{op="publish",subject="$KV.ranksight_shards.' in metrics
+        assert (
+            'ranksight_nats_permission_violations_total{op="publish",subject="$KV.ranksight_shards.'
+            in metrics
+        )
         problems = re.search(r"^ranksight_problems ([0-9.]+)$", metrics, re.MULTILINE)
         assert problems is not None and float(problems.group(1)) >= 2, metrics[-2000:]
-        assert any("$KV.ranksight_shards." in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR)
+        assert any(
+            "$KV.ranksight_shards." in r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR
+        )
 
 
 def _get(url: str) -> str:

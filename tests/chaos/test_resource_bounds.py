@@ -96,5 +96,7 @@ def test_probe_bytes_to_one_address_are_bounded_per_minute() -> None:
             targets.check(full, now=1.0)
             runs += 1
     assert runs == per_minute // (2 * full.bytes)
-    targets.check(ProbeCommand(peer="b", addr="10.0.0.2", port=28100, mode="light"), now=2.0)  # echoes: no bulk
+    targets.check(
+        ProbeCommand(peer="b", addr="10.0.0.2", port=28100, mode="light"), now=2.0
+    )  # echoes: no bulk
     targets.check(full, now=61.0)  # a new minute

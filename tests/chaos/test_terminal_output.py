@@ -9,6 +9,7 @@ import argparse
 import csv
 import io
 import re
+from typing import Any
 
 import nats
 import pytest
@@ -18,8 +19,8 @@ from ranksight.aggregator.api.cli import print_rows
 from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.aggregator.api.follow import _alert_line
 from ranksight.core.cliutil import print_line
-from ranksight.schemas.alerts import Alert
 from ranksight.core.natsserver import NatsServer
+from ranksight.schemas.alerts import Alert
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.subjects import Subjects
 from tests.support import run_cli_async
@@ -39,10 +40,15 @@ def _printed(capsys: pytest.CaptureFixture[str], command: str, response: ApiResp
 
 
 @pytest.mark.parametrize("command", ["alerts", "status", "nodes", "markers", "nics", "links", "sql"])
-def test_tables_escape_control_characters_and_newlines(capsys: pytest.CaptureFixture[str], command: str) -> None:
+def test_tables_escape_control_characters_and_newlines(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
     endpoint = ENDPOINTS[command]
     columns = list(endpoint.command.columns) or ["name", "value"]
-    rows = [{column: HOSTILE for column in columns}, {column: "ok" for column in columns}]
+    rows: list[dict[str, Any]] = [
+        {column: HOSTILE for column in columns},
+        {column: "ok" for column in columns},
+    ]
     if command == "status":  # its answer lists each node's alerts
         rows = [{**row, "alerts": [{"rule": row["node"]}]} for row in rows]
     meta = {"columns": columns, "problems": [HOSTILE], "skipped": [{"node": HOSTILE, "reason": HOSTILE}]}
@@ -79,8 +85,14 @@ def test_csv_neutralizes_formulas_and_keeps_numbers(capsys: pytest.CaptureFixtur
 
 @pytest.mark.parametrize(
     "answer",
-    [b"not json", b"[]", b'{"ok": "maybe"}', b'{"ok": true, "rows": "x"}', b'{"ok": true, "rows": [1, 2]}',
-     b'{"ok": true, "rows": [{"node": "n", "alerts": 7}]}'],  # fmt: skip
+    [
+        b"not json",
+        b"[]",
+        b'{"ok": "maybe"}',
+        b'{"ok": true, "rows": "x"}',
+        b'{"ok": true, "rows": [1, 2]}',
+        b'{"ok": true, "rows": [{"node": "n", "alerts": 7}]}',
+    ],
 )
 async def test_an_answer_not_of_the_api_shape_is_one_line(nats_server: NatsServer, answer: bytes) -> None:
     """Whatever answers on the API subject (here: not an aggregator), ``ranksight status`` says it in one line."""

@@ -109,10 +109,15 @@ def _unranged_numbers(annotation: Any, where: str, metadata: list[Any]) -> Itera
             yield from _unranged_numbers(arg, where, [] if origin in (list, dict) else metadata)
     elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
         for name, info in annotation.model_fields.items():
-            yield from _unranged_numbers(info.annotation, f"{annotation.__name__}.{name}", list(info.metadata))
+            yield from _unranged_numbers(
+                info.annotation, f"{annotation.__name__}.{name}", list(info.metadata)
+            )
     elif annotation in (int, float):
         kinds = {type(m) for m in metadata}
-        if not (kinds & {annotated_types.Ge, annotated_types.Gt} and kinds & {annotated_types.Le, annotated_types.Lt}):
+        if not (
+            kinds & {annotated_types.Ge, annotated_types.Gt}
+            and kinds & {annotated_types.Le, annotated_types.Lt}
+        ):
             yield where
 
 

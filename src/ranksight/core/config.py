@@ -362,7 +362,9 @@ class AppSettings(CollectorSettings):
         {}, description="per section name, e.g. {checkpoint_save = 3600}"
     )
     max_markers_per_minute: int = Field(
-        600, ge=1, description="markers one training process may post per minute; more are dropped and counted"
+        600,
+        ge=1,
+        description="markers one training process may post per minute; more are dropped and counted",
     )
 
 

@@ -29,7 +29,9 @@ class MissingBucketError(RanksightError, nats.js.errors.BucketNotFoundError):
     """A bucket this process only uses, and that nobody has created yet."""
 
     def __init__(self, bucket: str) -> None:
-        super().__init__(description=f"KV bucket {bucket} does not exist yet (the aggregator creates it at startup)")
+        super().__init__(
+            description=f"KV bucket {bucket} does not exist yet (the aggregator creates it at startup)"
+        )
 
     def __str__(self) -> str:
         return str(self.description)
@@ -50,7 +52,13 @@ class KvLeases:
     """The keys of one bucket that ``holder`` holds; each ``hold`` takes or renews one."""
 
     def __init__(
-        self, js: JetStreamContext, bucket: str, ttl_s: float, holder: str, replicas: int = 1, create: bool = True
+        self,
+        js: JetStreamContext,
+        bucket: str,
+        ttl_s: float,
+        holder: str,
+        replicas: int = 1,
+        create: bool = True,
     ) -> None:
         self.js, self.bucket, self.ttl_s, self.holder, self.replicas = js, bucket, ttl_s, holder, replicas
         self.create = create  # False: the bucket must exist (made by whoever may create streams)
@@ -60,7 +68,9 @@ class KvLeases:
     async def kv(self) -> KeyValue:
         """The bucket, created (TTL = the lease time) when it does not exist yet."""
         if self._kv is None:
-            self._kv = await key_value(self.js, self.bucket, self.create, ttl=self.ttl_s, replicas=self.replicas)
+            self._kv = await key_value(
+                self.js, self.bucket, self.create, ttl=self.ttl_s, replicas=self.replicas
+            )
         return self._kv
 
     def holds(self, key: str) -> bool:

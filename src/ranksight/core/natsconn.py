@@ -97,7 +97,9 @@ class NatsProblems:
             return False
         key = (found.group(1).lower(), _reserved_case(found.group(2)))
         if key not in self.violations:
-            log.error("NATS refused %s to %s: a permissions violation (this user's NATS permissions lack it)", *key)
+            log.error(
+                "NATS refused %s to %s: a permissions violation (this user's NATS permissions lack it)", *key
+            )
         self.violations[key] = self.violations.get(key, 0) + 1
         self.last_ns[key] = time.time_ns()
         return True
@@ -109,7 +111,14 @@ class NatsProblems:
 
 # nats-py hands the server's error line over lowercased: the reserved prefixes get their case back (ranksight's own
 # subjects, buckets and tokens are lowercase already, but a stream name may read lowercased)
-_RESERVED = {"$kv": "$KV", "$js": "$JS", "$js.api": "$JS.API", "$js.ack": "$JS.ACK", "$srv": "$SRV", "_inbox": "_INBOX"}
+_RESERVED = {
+    "$kv": "$KV",
+    "$js": "$JS",
+    "$js.api": "$JS.API",
+    "$js.ack": "$JS.ACK",
+    "$srv": "$SRV",
+    "_inbox": "_INBOX",
+}
 
 
 def _reserved_case(subject: str) -> str:
@@ -130,7 +139,9 @@ class NatsUrlError(NatsUnreachable, UsageError):
     """Setting ``nats.url`` is not a list of NATS URLs (so no server can be reached)."""
 
 
-async def connect(cfg: NatsSettingsLike, name: str, problems: NatsProblems | None = None, **extra: Any) -> Client:
+async def connect(
+    cfg: NatsSettingsLike, name: str, problems: NatsProblems | None = None, **extra: Any
+) -> Client:
     """A connected client, or :class:`NatsUnreachable` after ``cfg.connect_timeout_s``.
 
     nats-py retries its first connect for as long as reconnects are allowed (forever with ``max_reconnect_attempts``
@@ -177,7 +188,9 @@ async def connect(cfg: NatsSettingsLike, name: str, problems: NatsProblems | Non
         if isinstance(reason, ConnectionRefusedError):
             why = f"cannot connect to NATS at {cfg.url}: connection refused (no NATS server listens there)"
         else:
-            why = f"cannot connect to NATS at {cfg.url} within {cfg.connect_timeout_s:g}s: {_describe(reason)}"
+            why = (
+                f"cannot connect to NATS at {cfg.url} within {cfg.connect_timeout_s:g}s: {_describe(reason)}"
+            )
         raise NatsUnreachable(redact(why)) from None
     finally:
         refusal.cancel()

@@ -62,7 +62,9 @@ def _stream_api(stream: str, *calls: str) -> list[str]:
     return [f"$JS.API.{call}.{stream}" for call in calls]
 
 
-def roles(settings: Settings | None = None, cluster: str = EXAMPLE_CLUSTER, node: str = EXAMPLE_NODE) -> list[Role]:
+def roles(
+    settings: Settings | None = None, cluster: str = EXAMPLE_CLUSTER, node: str = EXAMPLE_NODE
+) -> list[Role]:
     """Every role's grants, with the subject prefix, stream and bucket names of ``settings``."""
     settings = settings or Settings()
     subjects = Subjects(settings.subject_prefix)
@@ -166,12 +168,25 @@ def _quoted(grants: list[Grant], indent: str) -> list[str]:
 
 
 def _block(role: Role) -> list[str]:
-    lines = [f"  # {line}" for line in textwrap.wrap(role.does, 112)] + [f"  {role.name} = {{", "    publish: {", "      allow: ["]
-    lines += _quoted(role.publish, "        ")
-    lines.append("      ]")
+    indent = "        "
+    lines = [f"  # {line}" for line in textwrap.wrap(role.does, 112)]
+    lines += [
+        f"  {role.name} = {{",
+        "    publish: {",
+        "      allow: [",
+        *_quoted(role.publish, indent),
+        "      ]",
+    ]
     if role.deny_publish:
-        lines += ["      deny: ["] + _quoted(role.deny_publish, "        ") + ["      ]"]
-    lines += ["    }", "    subscribe: {", "      allow: ["] + _quoted(role.subscribe, "        ") + ["      ]", "    }"]
+        lines += ["      deny: [", *_quoted(role.deny_publish, indent), "      ]"]
+    lines += [
+        "    }",
+        "    subscribe: {",
+        "      allow: [",
+        *_quoted(role.subscribe, indent),
+        "      ]",
+        "    }",
+    ]
     if role.allow_responses:
         lines.append("    allow_responses: true  # answers to the requests it received, nothing else")
     lines.append("  }")
@@ -216,7 +231,9 @@ def doc_with_permissions(text: str, settings: Settings | None = None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="write the NATS server config and the security doc from the table")
+    parser = argparse.ArgumentParser(
+        description="write the NATS server config and the security doc from the table"
+    )
     parser.add_argument("--check", action="store_true", help="exit 1 if either file differs from the table")
     args = parser.parse_args(argv)
     wanted = {SERVER_CONF: server_conf(), SECURITY_DOC: doc_with_permissions(SECURITY_DOC.read_text())}

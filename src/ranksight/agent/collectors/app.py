@@ -89,7 +89,9 @@ class MarkerLimit:
 def peer_pid(conn: socket.socket) -> int:
     """The pid of the process at the other end of a Unix socket, as the kernel has it (-1 where unknown)."""
     try:
-        pid, _, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        pid, _, _ = struct.unpack(
+            "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        )
     except OSError:
         return -1
     return int(pid)

@@ -46,7 +46,9 @@ class ProbeTargets:
     networks: Sequence[IpNetwork] = ()  # announced addresses outside these are dropped (empty: any)
     max_bytes_per_target_per_minute: int | None = None  # None: unbounded
     _endpoints: dict[str, _Endpoint] = field(default_factory=dict)  # node token -> its announcement
-    _sent: dict[str, tuple[float, int]] = field(default_factory=dict)  # address -> (minute began, bytes planned)
+    _sent: dict[str, tuple[float, int]] = field(
+        default_factory=dict
+    )  # address -> (minute began, bytes planned)
 
     def observe(self, node: str, addrs: list[str], port: int, ttl_s: float, now: float) -> None:
         """Remember ``node``'s announced endpoint (``node``: its subject token) until ``now + ttl_s``: those of its

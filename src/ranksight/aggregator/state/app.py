@@ -76,7 +76,9 @@ class RankState:
         if self.last_heartbeat_ns is not None and self.heartbeat_timeout_s is not None:
             return HeartbeatDeadline(self.last_heartbeat_ns, self.heartbeat_timeout_s, first=False)
         if self.announced_ns is not None and self.initial_timeout_s is not None:
-            return HeartbeatDeadline(self.announced_ns, self.initial_timeout_s, first=self.last_heartbeat_ns is None)
+            return HeartbeatDeadline(
+                self.announced_ns, self.initial_timeout_s, first=self.last_heartbeat_ns is None
+            )
         return None
 
     @property

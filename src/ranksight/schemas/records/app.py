@@ -12,8 +12,16 @@ from typing import Literal
 from pydantic import Field
 
 from ranksight.schemas.records.base import Record
-from ranksight.schemas.records.quantities import Gauge, Integer
-from ranksight.schemas.records.quantities import Count, Pid, Rank, RankCount, Seconds, TimestampNs
+from ranksight.schemas.records.quantities import (
+    Count,
+    Gauge,
+    Integer,
+    Pid,
+    Rank,
+    RankCount,
+    Seconds,
+    TimestampNs,
+)
 
 AppEvent = Literal["start", "heartbeat", "section_open", "section_close", "marker", "end"]
 FieldValue = str | Integer | Gauge | bool | None
@@ -30,7 +38,9 @@ class AppRecord(Record):
     client_ts: TimestampNs = Field(description="the process's clock, ns since the epoch")
     dropped: Count = Field(0, description="messages this process dropped so far (agent absent or slow)")
     step: Count | None = None
-    step_time_s: Seconds | None = Field(None, description="mean seconds per step since the previous heartbeat")
+    step_time_s: Seconds | None = Field(
+        None, description="mean seconds per step since the previous heartbeat"
+    )
     open_sections: list[Count] = Field([], description="heartbeat: ids of the sections open when it was sent")
     section: str | None = None
     section_id: Count | None = None

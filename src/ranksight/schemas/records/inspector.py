@@ -12,7 +12,16 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ranksight.schemas.records.base import Record
-from ranksight.schemas.records.quantities import Bytes, Count, Gauge, Micros, Pid, Rank, RankCount, TimestampUs
+from ranksight.schemas.records.quantities import (
+    Bytes,
+    Count,
+    Gauge,
+    Micros,
+    Pid,
+    Rank,
+    RankCount,
+    TimestampUs,
+)
 from ranksight.schemas.wire import RawWindow
 
 CaptureModel = Literal["ring", "sampled"]

@@ -37,7 +37,9 @@ from ranksight.schemas.records.quantities import (
 
 class InspectorSummaryRecord(InspectorOperation):
     schema_version: ClassVar[int] = 2  # 2: `part_us`
-    window_start_us: TimestampUs  # dump time (µs since the epoch) where the window starts: a multiple of window_us
+    window_start_us: (
+        TimestampUs  # dump time (µs since the epoch) where the window starts: a multiple of window_us
+    )
     window_us: MicrosSpan
     slice_us: MicrosSpan  # the per-slice lists' resolution
     size_bucket: Bytes  # see schemas.wire.size_bucket(); the exact sizes add up in `bytes`

@@ -117,7 +117,9 @@ class RasEvent(BaseModel):
     host: str | None = None
     pid: Pid | None = None
     gpus: list[Index] = Field(default_factory=list)
-    nvml_gpus: list[Index] = Field(default_factory=list)  # NVML numbers: text `` (NVML n)`` (printed when they
+    nvml_gpus: list[Index] = Field(
+        default_factory=list
+    )  # NVML numbers: text `` (NVML n)`` (printed when they
     # differ from the CUDA numbers, else equal to ``gpus``), JSON ``nvml_devs``
     addr: str | None = None  # a peer the server cannot name: its address, e.g. ``10.9.9.9<1234>``
     details: str = ""

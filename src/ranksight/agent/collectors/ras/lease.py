@@ -14,7 +14,12 @@ class Lease:
     """This agent's lease on (at most) one job at a time."""
 
     def __init__(
-        self, js: JetStreamContext, ttl_s: float, holder: str, bucket: str = RAS_LEASE_BUCKET, replicas: int = 1
+        self,
+        js: JetStreamContext,
+        ttl_s: float,
+        holder: str,
+        bucket: str = RAS_LEASE_BUCKET,
+        replicas: int = 1,
     ) -> None:
         self.leases = KvLeases(js, bucket, ttl_s, holder, replicas, create=False)
         self.key: str | None = None

@@ -25,6 +25,7 @@ from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Incoming, Store
+from ranksight.aggregator.timefmt import naive_utc
 from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.records.quantities import MAX_SECONDS
 from ranksight.schemas.subjects import Subjects
@@ -143,3 +144,21 @@ def test_a_start_with_an_endless_initial_timeout_is_dead_lettered(pipeline: Pipe
     assert reason == "bad_record" and "initial_timeout_s" in detail
     # the largest timeout that is accepted still makes a deadline the rules can compute, live and replayed
     pipeline.run("app", [[{**record, "initial_timeout_s": float(MAX_SECONDS)}]], 60.0)
+
+
+def test_a_pill_already_in_history_is_skipped_by_replay(pipeline: Pipeline) -> None:
+    """A history written before the fix holds the start with the endless timeout: a restart replays around it (the
+    row is checked like incoming data, and counted), where before it died on it at every start."""
+    recv = T0 + 10**6 * NS
+    row = {"cluster": CLUSTER, "node": "n1", "agent": "old-release", "seq": 1, "ts": recv, "recv_ts": recv,
+           "ttl": 60.0, "event": "start", "pid": 7, "n": 1, "client_ts": T0, "initial_timeout_s": 1e308}  # fmt: skip
+    names = ", ".join(row)
+    pipeline.store.con.execute(
+        f"INSERT INTO app ({names}) SELECT {', '.join('?' for _ in row)}",
+        [naive_utc(v) if k in ("ts", "recv_ts") else v for k, v in row.items()],
+    )
+    skipped = pipeline.store.replay_skipped
+    replayed = pipeline.store.replay({"app"}, recv - NS)
+    assert [env for env, _ in replayed if env.agent == "old-release"] == []
+    assert pipeline.store.replay_skipped == skipped + 1
+    Pipeline._judge(LiveState(), replayed, recv, 60.0)

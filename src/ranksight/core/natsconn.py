@@ -7,7 +7,6 @@ import contextlib
 import logging
 import re
 import ssl
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -79,6 +78,7 @@ def connect_options(cfg: NatsSettingsLike, name: str) -> dict[str, Any]:
 
 
 log = logging.getLogger(__name__)
+MAX_VIOLATION_SUBJECTS = 256
 _VIOLATION = re.compile(r'permissions violation for (publish|subscription) to "([^"]*)"', re.IGNORECASE)
 
 
@@ -88,7 +88,6 @@ class NatsProblems:
     message and tells only the error callback, so a request on a refused subject would otherwise just time out."""
 
     violations: dict[tuple[str, str], int] = field(default_factory=dict)
-    last_ns: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def note(self, exc: Exception) -> bool:
         """Record ``exc`` if it is a permission violation (logged as an error, with its subject, the first time)."""
@@ -96,12 +95,13 @@ class NatsProblems:
         if found is None:
             return False
         key = (found.group(1).lower(), _reserved_case(found.group(2)))
+        if key not in self.violations and len(self.violations) >= MAX_VIOLATION_SUBJECTS:
+            key = (key[0], "(further subjects)")  # bounded: a refused inbox per request would be endless
         if key not in self.violations:
             log.error(
                 "NATS refused %s to %s: a permissions violation (this user's NATS permissions lack it)", *key
             )
         self.violations[key] = self.violations.get(key, 0) + 1
-        self.last_ns[key] = time.time_ns()
         return True
 
     def lines(self) -> list[str]:

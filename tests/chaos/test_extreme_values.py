@@ -9,6 +9,7 @@ are short and hostile; lists and maps hold a few entries.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import Iterator
@@ -23,6 +24,8 @@ from hypothesis import strategies as st
 from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, parse_message
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
+from ranksight.aggregator.api.endpoints import ENDPOINTS
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Incoming, Store
 from ranksight.aggregator.timefmt import naive_utc
@@ -30,6 +33,7 @@ from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.records.quantities import MAX_SECONDS
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.wire import event_type
+from tests.conftest import fast_settings
 from tests.model_values import record
 
 pytestmark = pytest.mark.chaos
@@ -46,6 +50,11 @@ class Pipeline:
         self.subjects = Subjects()
         self.store = Store(path, self.subjects)
         self.store.open()
+        # the query API over the live state judged (never started: its endpoints read what they are handed)
+        self.agg = Aggregator(fast_settings(path.parent, nats={"url": "nats://127.0.0.1:1"}))
+        self.agg.store.shutdown()
+        self.agg.store = self.store
+        self.loop = asyncio.new_event_loop()  # one loop: what the endpoints keep is bound to it
 
     def run(self, kind: str, batches: list[list[dict[str, Any]]], ttl: float) -> None:
         incarnation = f"inc{next(_counter)}"
@@ -60,19 +69,32 @@ class Pipeline:
         result = self.store.commit_batch(messages)
         assert result.dead_letters == 0 and len(result.accepted) == len(batches)  # valid values are all taken
         live = LiveState()
-        self._judge(live, result.accepted, recv, ttl)
+        self.judge(live, result.accepted, recv, ttl)
         replayed = LiveState()
-        self._judge(replayed, self.store.replay(replayed.kinds, recv - NS), recv, ttl)
+        self.judge(replayed, self.store.replay(replayed.kinds, recv - NS), recv, ttl)
 
-    @staticmethod
-    def _judge(state: LiveState, accepted: list[Any], recv: int, ttl: float) -> None:
+    def judge(self, state: LiveState, accepted: list[Any], recv: int, ttl: float) -> None:
         rules, engine = default_rules(), AlertEngine()
         for env, recv_ns in accepted:
             state.observe(env, recv_ns)
-        for now in _moments(recv, ttl):
+        for i, now in enumerate(_moments(recv, ttl)):
             state.tick(now)
             engine.evaluate(rules, state, now)
+            if i == 0:  # while the facts are live
+                self.loop.run_until_complete(self._answers(state, engine))
         state.stragglers.close()
+
+    async def _answers(self, state: LiveState, engine: AlertEngine) -> None:
+        """Every query endpoint that reads live state answers, in JSON, what it was handed."""
+        self.agg.state, self.agg.engine = state, engine
+        for name in LIVE_ENDPOINTS:
+            response = await ENDPOINTS[name].call(self.agg, {})
+            assert response.ok, (name, response.error)
+            response.model_dump_json()
+
+
+LIVE_ENDPOINTS = ["status", "nodes", "alerts", "jobs", "comms", "gpus", "nics", "links", "gpu_probes", "stragglers",
+                  "cluster_map"]  # fmt: skip
 
 
 def _moments(recv: int, ttl: float) -> Iterator[int]:
@@ -87,6 +109,7 @@ def _moments(recv: int, ttl: float) -> Iterator[int]:
 def pipeline(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pipeline]:
     pipe = Pipeline(tmp_path_factory.mktemp("extreme") / "history.duckdb")
     yield pipe
+    pipe.loop.close()
     pipe.store.close_connection()
     pipe.store.shutdown()
 
@@ -161,4 +184,4 @@ def test_a_pill_already_in_history_is_skipped_by_replay(pipeline: Pipeline) -> N
     replayed = pipeline.store.replay({"app"}, recv - NS)
     assert [env for env, _ in replayed if env.agent == "old-release"] == []
     assert pipeline.store.replay_skipped == skipped + 1
-    Pipeline._judge(LiveState(), replayed, recv, 60.0)
+    pipeline.judge(LiveState(), replayed, recv, 60.0)

@@ -173,7 +173,7 @@ def test_a_pill_already_in_history_is_skipped_by_replay(pipeline: Pipeline) -> N
     """A history written before the fix holds the start with the endless timeout: a restart replays around it (the
     row is checked like incoming data, and counted), where before it died on it at every start."""
     recv = T0 + 10**6 * NS
-    row = {"cluster": CLUSTER, "node": "n1", "agent": "old-release", "seq": 1, "ts": recv, "recv_ts": recv,
+    row: dict[str, Any] = {"cluster": CLUSTER, "node": "n1", "agent": "old-release", "seq": 1, "ts": recv, "recv_ts": recv,
            "ttl": 60.0, "event": "start", "pid": 7, "n": 1, "client_ts": T0, "initial_timeout_s": 1e308}  # fmt: skip
     names = ", ".join(row)
     pipeline.store.con.execute(

@@ -16,7 +16,7 @@ import nats.errors
 import nats.js.errors
 
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.aggregator.runtime import Aggregator
+from ranksight.aggregator.runtime import Aggregator, ensure_buckets
 from ranksight.core.config import Settings, twin_settings
 from ranksight.core.natsconn import connect
 
@@ -64,6 +64,12 @@ async def aggregator(settings: Settings) -> AsyncIterator[Aggregator]:
 
 @contextlib.asynccontextmanager
 async def agent(settings: Settings, only: list[str] | None = None) -> AsyncIterator[AgentRuntime]:
+    """An agent; the buckets it uses exist first, as a running aggregator makes them (agents may not create them)."""
+    nc = await connect(settings.nats, "test-buckets")
+    try:
+        await ensure_buckets(nc.jetstream(), settings)
+    finally:
+        await nc.close()
     async with running(AgentRuntime(twin_settings(settings), only=only)) as rt:
         yield rt
 

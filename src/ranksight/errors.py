@@ -25,6 +25,8 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     │   ├── ProbeProtocolError      ranksight.agent.probe.protocol: not a probe frame (magic, op, status, size)
     │   ├── GpuProbeProtocolError   ranksight.agent.gpuprobe.protocol: a worker line that is not a protocol message
     │   ├── InspectorParseError     ranksight.agent.collectors.inspector.parse: not an Inspector record
+    │   ├── InspectorMetricsError   ranksight.agent.collectors.inspector.metrics: not an Inspector textfile or OTLP body
+    │   ├── DumpError               ranksight.core.flightrec.load: not a Flight Recorder dump (or one too large)
     │   ├── AppMessageError         ranksight.agent.collectors.app_parse: not a client message
     │   ├── KmsgParseError          ranksight.agent.collectors.xid_parse: not a /dev/kmsg record
     │   ├── GpuToolParseError       ranksight.agent.collectors.gpu.amd_smi: GPU tool output (amd-smi, rocm-smi, nvidia-smi)
@@ -34,6 +36,7 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     │   ├── AmdSmiUnavailable       ranksight.agent.collectors.gpu.amdsmi_lib: no amdsmi library or amdgpu driver
     │   └── NvmlUnavailable         ranksight.agent.collectors.gpu.nvml: no nvidia-ml-py or NVML
     ├── CommandFailed               ranksight.agent.collectors.command: a tool exited non-zero, timed out or did not start
+    ├── OtlpRefused                 ranksight.agent.collectors.inspector.otlp: a request the OTLP receiver answers with an HTTP error
     ├── RasError                    ranksight.agent.collectors.ras.errors: the RAS tree
     │   ├── RasParseError           (above)
     │   └── RasClientError          talking to a RAS endpoint failed
@@ -47,11 +50,14 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     ├── PageExpired                 ranksight.aggregator.api.paging: a next token unknown, expired or dropped
     ├── RowTooLarge                 ranksight.aggregator.api.paging: one row alone does not fit in a message
     ├── ApiUnavailable              ranksight.api.client: no aggregator answered
+    │   └── MalformedAnswer         ranksight.api.client: the answer is not the API's response shape
     ├── ActionFailed                ranksight.aggregator.actions.model: an action's try failed (retried, bounded)
     ├── ActionRefused               ranksight.aggregator.actions.model: an action must not be taken (drained by someone else)
     ├── RawFetchError               ranksight.aggregator.raw_evidence: an agent's raw records could not be had
-    ├── NatsUnreachable             ranksight.core.natsconn: no NATS connection within nats.connect_timeout_s
+    ├── NatsUnreachable             ranksight.core.natsconn: no NATS connection (every server refused, or none in time)
+    │   └── NatsUrlError            ranksight.core.natsconn: nats.url is not a list of NATS URLs (a UsageError: exit 2)
     ├── NatsServerError             ranksight.core.natsserver: the server binary is missing or did not start or stop
+    ├── MissingBucketError          ranksight.core.kvlease: a KV bucket this process only uses is not there yet
     ├── HostFailed                  ranksight.deploy.ssh: one host's rollout step failed
     └── WheelError                  ranksight.deploy.wheel: the wheel could not be built
 

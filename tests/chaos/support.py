@@ -8,7 +8,7 @@ import subprocess
 import time
 import types
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import duckdb
 import msgpack
@@ -117,6 +117,7 @@ def good_once(settings: Settings, node: str) -> tuple[int, int]:
 # -- hostile envelopes ------------------------------------------------------------------------------------------
 def _value(annotation: Any) -> Any:
     """A valid value for an annotation: the smallest thing that decodes."""
+    annotation = _bare(annotation)
     origin, args = get_origin(annotation), get_args(annotation)
     if origin in (Union, types.UnionType):
         return _value(next(a for a in args if a is not type(None)))
@@ -135,10 +136,15 @@ def minimal_record(model: type[BaseModel]) -> dict[str, Any]:
     return {name: _value(info.annotation) for name, info in model.model_fields.items() if info.is_required()}
 
 
+def _bare(annotation: Any) -> Any:
+    return _bare(get_args(annotation)[0]) if get_origin(annotation) is Annotated else annotation
+
+
 def _is_int(annotation: Any) -> bool:
     if get_origin(annotation) in (Union, types.UnionType):
-        return int in get_args(annotation) and float not in get_args(annotation)
-    return annotation is int
+        members = [_bare(a) for a in get_args(annotation)]
+        return int in members and float not in members
+    return _bare(annotation) is int
 
 
 def envelope(kind: str, node: str, agent: str, records: list[Any] | None = None, **fields: Any) -> bytes:

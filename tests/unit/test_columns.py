@@ -113,12 +113,13 @@ def test_an_integer_in_a_float_column_is_stored_as_its_record_holds_it() -> None
         for i in range(3)
     ]
     payload = msgpack.unpackb(encode_event(_env("nic", 1, records)))
-    payload["columns"][payload["fields"].index("tx_bps")] = [2**62 + 1, 3, -(2**63)]
+    # beyond 2^53 (a double cannot hold it exactly) and within the field's declared range (quantities.Gauge)
+    payload["columns"][payload["fields"].index("tx_bps")] = [2**59 + 1, 3, -(2**59)]
     decoded = decode_columns(msgpack.packb(payload))
     assert decoded.columns is not None and [r.tx_bps for r in decoded.envelope.records] == [
-        2.0**62,
+        2.0**59,
         3.0,
-        -(2.0**63),
+        -(2.0**59),
     ]
     batches = [("nic", list(decoded.envelope.records))]
     assert _committed_rows(batches, "compact") == _committed_rows(batches, "map")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import types
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import msgpack
 import pytest
@@ -22,6 +22,7 @@ from ranksight.schemas.twins import Envelope, GpuRecord, HeartbeatRecord, Inspec
 from ranksight.schemas.wire import MAX_RECORDS, event_type
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests import previous_codec
+from tests.model_values import bounds, number
 
 
 def _env(kind: str, records: list[Any]) -> Envelope:
@@ -30,17 +31,16 @@ def _env(kind: str, records: list[Any]) -> Envelope:
 
 
 # -- valid records of every kind, drawn from the models -------------------------------------------------------------
-_SMALL = {int: st.integers(-2, 2), float: st.sampled_from([0.5, 1.0, 2.5]), str: st.sampled_from(["a", "b"])}
-_FULL = {
-    int: st.integers(-(2**63), 2**63 - 1),
-    float: st.floats(allow_nan=False, allow_infinity=False),
-    str: st.text(max_size=6),
-}
+_SMALL = {str: st.sampled_from(["a", "b"])}
+_SMALL_NUMBERS: dict[Any, list[Any]] = {int: [-2, -1, 0, 1, 2], float: [0.5, 1.0, 2.5]}
+_FULL = {str: st.text(max_size=6)}
 
 
-def _values(annotation: Any) -> st.SearchStrategy[Any]:
+def _values(annotation: Any, metadata: list[Any] | None = None) -> st.SearchStrategy[Any]:
     """Any valid value for an annotation; small domains often, so that columns of a batch repeat their values."""
     origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _values(args[0], [*(metadata or []), *args[1].metadata])
     if origin in (Union, types.UnionType):
         return st.one_of([_values(a) for a in args])
     if origin is Literal:
@@ -55,11 +55,15 @@ def _values(annotation: Any) -> st.SearchStrategy[Any]:
         return st.none()
     if annotation is bool:
         return st.booleans()
-    return st.one_of(_SMALL[annotation], _FULL[annotation])
+    if annotation is str:
+        return st.one_of(_SMALL[str], _FULL[str])
+    low, high, _, _ = bounds(annotation, metadata or [])
+    small = [v for v in _SMALL_NUMBERS[annotation] if low < v < high]
+    return st.one_of(st.sampled_from(small or [low]), number(annotation, metadata or []))
 
 
 def _records(model: type[BaseModel]) -> st.SearchStrategy[Any]:
-    fields = {name: _values(info.annotation) for name, info in model.model_fields.items()}
+    fields = {name: _values(info.annotation, info.metadata) for name, info in model.model_fields.items()}
     optional = [name for name, info in model.model_fields.items() if not info.is_required()]
     return st.builds(
         lambda values, absent: model.model_validate({k: v for k, v in values.items() if k not in absent}),
@@ -149,7 +153,7 @@ _DROP = object()
         (
             _compact(columns=[[0, 2**63], ["x", "y"]]),
             "bad_record",
-            "<= 9223372036854775807 - at `records[1].index`",
+            "<= 2147483647 - at `records[1].index`",
         ),
         (_compact(constants={"power_w": float("inf")}), "bad_record", "at `records[0].power_w`"),
         (_compact(constants={"ecc_correctable": 2**64 - 1}), "bad_record", "at `records[0].ecc_correctable`"),

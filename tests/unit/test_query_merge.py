@@ -69,4 +69,6 @@ def test_missing_values_sort_last_both_ways() -> None:
 
 def test_what_is_not_merged_is_said() -> None:
     unmerged = {name for name, e in ENDPOINTS.items() if e.merge is None}
-    assert unmerged == {"sql", "export", "series", "incidents", "drain", "silence_add", "silence_expire"}
+    # requests that change state, or ask one job's agents, are answered by the shard that takes them
+    assert unmerged == {"sql", "export", "series", "incidents", "drain", "silence_add", "silence_expire",
+                        "action_approve", "action_reject", "action_undo", "job_dump", "job_evidence"}  # fmt: skip

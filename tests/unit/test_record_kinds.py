@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import types
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Annotated, Any, Union, get_args, get_origin
 
+import annotated_types
 import msgpack
 import pytest
+from pydantic import BaseModel
 
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.aggregator.columns import kind_columns, table_columns
@@ -93,3 +97,31 @@ def test_a_field_without_a_column_gets_one_on_open_and_its_rows_are_written(tmp_
     finally:
         store.close_connection()
         store.shutdown()
+
+
+def _unranged_numbers(annotation: Any, where: str, metadata: list[Any]) -> Iterator[str]:
+    """Where ``annotation`` holds an int or a float without both a lower and an upper bound of its own."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        yield from _unranged_numbers(args[0], where, [*metadata, *args[1].metadata])
+    elif origin in (Union, types.UnionType, list, dict):
+        for arg in args:
+            yield from _unranged_numbers(arg, where, [] if origin in (list, dict) else metadata)
+    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        for name, info in annotation.model_fields.items():
+            yield from _unranged_numbers(
+                info.annotation, f"{annotation.__name__}.{name}", list(info.metadata)
+            )
+    elif annotation in (int, float):
+        kinds = {type(m) for m in metadata}
+        if not (
+            kinds & {annotated_types.Ge, annotated_types.Gt}
+            and kinds & {annotated_types.Le, annotated_types.Lt}
+        ):
+            yield where
+
+
+@pytest.mark.parametrize("kind", sorted(RECORD_KINDS))
+def test_every_number_a_record_carries_declares_its_range(kind: str) -> None:
+    """What later arithmetic makes of a number is bounded only if the number is (``schemas.records.quantities``)."""
+    assert list(_unranged_numbers(RECORD_MODELS[kind], kind, [])) == []

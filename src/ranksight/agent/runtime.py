@@ -32,7 +32,7 @@ from ranksight.agent.collectors.base import (
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.agent.publisher import Publisher
 from ranksight.core.aio import cancel_all
-from ranksight.core.natsconn import connect, disconnect
+from ranksight.core.natsconn import NatsProblems, connect, disconnect
 from ranksight.core.settings_rules import CollectorSection
 from ranksight.core.settings_twins import Settings
 from ranksight.core.version import ranksight_version, service_version
@@ -84,10 +84,12 @@ class AgentRuntime:
         self.incarnation = uuid.uuid4().hex[:16]
         self.ctx: AgentContext | None = None
         self.ready = asyncio.Event()
+        self.nats_problems = NatsProblems()
 
     async def run(self, stop: asyncio.Event) -> None:
         cfg = self.settings.agent
-        nc = await connect(self.settings.nats, name=f"ranksight-agent:{cfg.node}")
+        # a refused subject is logged with the subject, not left to time out silently
+        nc = await connect(self.settings.nats, f"ranksight-agent:{cfg.node}", self.nats_problems)
         js = nc.jetstream(publish_async_max_pending=cfg.max_inflight * 2)
         publisher = Publisher(js, cfg.queue_max_messages, cfg.max_inflight, cfg.publish_timeout_s)
         subjects = Subjects(self.settings.subject_prefix)

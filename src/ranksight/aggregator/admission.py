@@ -8,14 +8,22 @@ undecodable message:
 - ``identity_mismatch``: the envelope's cluster or node is not the one of its subject. Per-node NATS permissions let a
   node publish only on its own subjects; this check makes that confine its *data* too;
 - ``ts_out_of_range`` / ``ttl_out_of_range``: the agent clock or the TTL is beyond the configured bounds, relative to
-  receipt (a fact that would never expire, or a timestamp the store cannot turn back into nanoseconds).
+  receipt (a fact that would never expire, or a timestamp the store cannot turn back into nanoseconds);
+- ``too_many_sub_records``: a record whose lists and maps hold more than ``max_sub_records`` entries together (each
+  costs memory in live state and a row's JSON in history, many times its bytes on the wire).
 """
 
 from __future__ import annotations
 
+from functools import cache
+
+import msgspec
+
 from ranksight.aggregator.timefmt import NS
 from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import DecodeError
+from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.structs import struct_for
 from ranksight.schemas.subjects import SubjectError, Subjects
 from ranksight.schemas.twins import Envelope
 
@@ -26,6 +34,28 @@ def check_times(env: Envelope, recv_ns: int, limits: IngestSettings) -> None:
         raise DecodeError("ts_out_of_range", f"ts {env.ts} is too far from receipt time {recv_ns}")
     if not 0 <= env.ttl <= limits.max_ttl_s:
         raise DecodeError("ttl_out_of_range", f"ttl {env.ttl} is not within [0, {limits.max_ttl_s}] s")
+
+
+@cache
+def _containers(kind: str) -> tuple[str, ...]:
+    """The fields of a kind's records that hold lists or maps."""
+    twin = struct_for(RECORD_MODELS[kind])
+    return tuple(f.name for f in msgspec.structs.fields(twin)
+                 if isinstance(msgspec.inspect.type_info(f.type), _CONTAINER_TYPES))  # fmt: skip
+
+
+_CONTAINER_TYPES = (msgspec.inspect.ListType, msgspec.inspect.DictType)
+
+
+def check_sub_records(env: Envelope, limit: int) -> None:
+    names = _containers(env.kind) if env.kind in RECORD_MODELS else ()
+    if not names:
+        return
+    for i, rec in enumerate(env.records):
+        entries = sum(len(getattr(rec, name)) for name in names)
+        if entries > limit:
+            raise DecodeError("too_many_sub_records", f"record {i} holds {entries} list and map entries (at most "
+                              f"{limit}: aggregator.ingest.max_sub_records)")  # fmt: skip
 
 
 def admit(env: Envelope, subject: str, recv_ns: int, subjects: Subjects, limits: IngestSettings) -> None:
@@ -42,3 +72,4 @@ def admit(env: Envelope, subject: str, recv_ns: int, subjects: Subjects, limits:
             f"envelope of {env.cluster}/{env.node} on the subject of {where.cluster}/{where.node}",
         )
     check_times(env, recv_ns, limits)
+    check_sub_records(env, limits.max_sub_records)

@@ -14,6 +14,7 @@ and ``fingerprint`` (keeps alerts that share the other labels apart). Annotation
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import logging
 import time
@@ -26,6 +27,7 @@ from typing import Any
 import aiohttp
 
 from ranksight.aggregator.timefmt import NS, iso, ns_of
+from ranksight.core.cliutil import printable
 from ranksight.core.config import AlertmanagerSettings
 from ranksight.schemas.alerts import Alert, Silence
 
@@ -34,12 +36,20 @@ TAG = "[ranksight:{}]"  # in an Alertmanager silence's comment: which ranksight 
 MAX_BACKOFF_S = 60.0
 
 
+def clean(value: str) -> str:
+    """A label or annotation value as Alertmanager passes it on: to HTML mail, chat and pager templates. Control
+    characters are escaped (:func:`~ranksight.core.cliutil.printable`) and so is HTML, since not every receiver's
+    template escapes it. Silence matchers on a label get the same treatment, so they still match."""
+    return html.escape(printable(value), quote=False)  # quotes stay: evidence stays JSON
+
+
 def alert_body(alert: Alert, valid_until_ns: int, page_url: str | None) -> dict[str, Any]:
-    """One alert in Alertmanager's ``postableAlert`` shape."""
+    """One alert in Alertmanager's ``postableAlert`` shape, every value :func:`clean`."""
     labels = {"alertname": alert.rule, **alert.labels(), "fingerprint": alert.fingerprint}
+    labels = {name: clean(value) for name, value in labels.items()}
     annotations = {
-        "summary": alert.summary,
-        "evidence": json.dumps(alert.evidence, default=str, sort_keys=True),
+        "summary": clean(alert.summary),
+        "evidence": clean(json.dumps(alert.evidence, default=str, sort_keys=True)),
     }
     body: dict[str, Any] = {"labels": labels, "annotations": annotations, "startsAt": alert.started_at,
                             "endsAt": alert.resolved_at if alert.state == "resolved" else iso(valid_until_ns)}  # fmt: skip
@@ -52,9 +62,10 @@ def alert_body(alert: Alert, valid_until_ns: int, page_url: str | None) -> dict[
 
 
 def silence_body(silence: Silence) -> dict[str, Any]:
-    matchers = [{"name": "alertname" if m.name == "rule" else m.name, "value": m.value, "isRegex": m.is_regex,
+    matchers = [{"name": "alertname" if m.name == "rule" else m.name,
+                 "value": m.value if m.is_regex else clean(m.value), "isRegex": m.is_regex,
                  "isEqual": m.is_equal} for m in silence.matchers]  # fmt: skip
-    comment = f"{silence.comment} {TAG.format(silence.id)}".strip()
+    comment = f"{clean(silence.comment)} {TAG.format(silence.id)}".strip()
     return {"matchers": matchers, "startsAt": silence.starts_at, "endsAt": silence.ends_at,
             "createdBy": silence.created_by or "ranksight", "comment": comment}  # fmt: skip
 

@@ -23,6 +23,7 @@ publisher mutes them.
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso, ns_of
 from ranksight.core.config import AlertSettings
 from ranksight.schemas.alerts import Alert, Severity, Silence
+
+log = logging.getLogger(__name__)
 
 LIFECYCLE_RULES = frozenset({"job_started", "job_ended"})
 # Rules that judge silence (no heartbeat, no progress, no data by receipt time): an aggregator behind its own ingest
@@ -116,6 +119,7 @@ class AlertEngine:
         self.silences: dict[str, Silence] = {}
         self.transitions: Counter[tuple[str, str, str]] = Counter()  # (cluster, rule, state) since start
         self.inhibited: dict[str, str] = {}  # fingerprint -> the rule inhibiting it, this round
+        self.rule_errors: Counter[str] = Counter()  # rule -> evaluations that raised, since start
 
     def _timing_ns(self, rule: str) -> tuple[int, int]:
         if self.settings is None:
@@ -137,8 +141,14 @@ class AlertEngine:
         evaluated: set[str] = set()
         seen: dict[str, Condition] = {}
         for rule in rules:
+            try:
+                conditions = list(rule.evaluate(state, now_ns))
+            except Exception:  # one rule's bug must not stop the others, nor the aggregator: told, not fatal
+                self.rule_errors[rule.name] += 1
+                log.exception("rule %s failed; its alerts stay as they are", rule.name)
+                continue
             evaluated.add(rule.name)
-            for cond in rule.evaluate(state, now_ns):
+            for cond in conditions:
                 seen[cond.fingerprint] = cond
         planned = self._drop_planned(seen)
         behind = self.settings is not None and ingest_behind_s > self.settings.max_ingest_behind_s

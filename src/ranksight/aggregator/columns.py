@@ -13,7 +13,7 @@ import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import pyarrow as pa
 
@@ -47,7 +47,13 @@ class KindColumns:
     record_schema: pa.Schema
 
 
+def _bare(annotation: Any) -> Any:
+    """The type under a declared range (``schemas.records.quantities``): the column is the type's."""
+    return _bare(get_args(annotation)[0]) if get_origin(annotation) is Annotated else annotation
+
+
 def _scalar(annotation: Any) -> pa.DataType | None:
+    annotation = _bare(annotation)
     if get_origin(annotation) is Literal:
         return pa.string()
     return _SCALARS.get(annotation)
@@ -60,6 +66,7 @@ def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
     migration may have made their column a native list); sub-models and str-keyed maps go through JSON text (msgspec
     writes a map of hundreds of NIC counters about 5x faster than Arrow builds it and DuckDB casts it to JSON).
     """
+    annotation = _bare(annotation)
     origin = get_origin(annotation)
     if origin in (Union, types.UnionType):
         inner = [a for a in get_args(annotation) if a is not type(None)]

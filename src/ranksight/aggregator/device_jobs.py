@@ -54,7 +54,8 @@ def device_jobs(state: LiveState) -> DeviceJobs:
     found = DeviceJobs()
     now = state.now_ns
     for rank in sorted(state.app.ranks.values(), key=lambda r: r.last_seen_ns):  # the newest fact wins
-        deadline = rank.heartbeat_deadline_ns() or rank.last_seen_ns + HOLD_S * NS
+        expected = rank.heartbeat_deadline()
+        deadline = expected.at_ns if expected is not None else rank.last_seen_ns + HOLD_S * NS
         if rank.job is None or now > deadline:
             continue
         found.nodes[(rank.cluster, rank.node)].add(rank.job)

@@ -49,10 +49,11 @@ from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import BatchResult, Incoming, Store, out_of_memory
 from ranksight.core.aio import cancel_all
 from ranksight.core.config import Settings
-from ranksight.core.natsconn import connect, disconnect
+from ranksight.core.kvlease import LEASE_VALUE_BYTES, key_value
+from ranksight.core.natsconn import NatsProblems, connect, disconnect
 from ranksight.core.version import ranksight_version
 from ranksight.schemas.alerts import Alert
-from ranksight.schemas.subjects import Subjects
+from ranksight.schemas.subjects import RAS_LEASE_BUCKET, Subjects
 from ranksight.schemas.twins import Envelope
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,15 @@ async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
         await js.add_stream(stream)
 
 
+async def ensure_buckets(js: JetStreamContext, settings: Settings) -> None:
+    """The KV buckets agents use but may not create (deploy/nats/nats-server.conf): the RAS status-poll lease bucket,
+    its TTL the agents' lease time, its size bounded."""
+    ras = settings.agent.collectors.ras
+    await key_value(js, RAS_LEASE_BUCKET, ttl=ras.lease_ttl_s or 3 * ras.interval_s,
+                    replicas=settings.nats.jetstream_replicas, max_bytes=ras.lease_bucket_max_bytes,
+                    max_value_size=LEASE_VALUE_BYTES)  # fmt: skip
+
+
 async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
     """Wait for ``stop``; re-raise the first task that fails. A task that returns (a part disabled by its ``enabled``
     setting, e.g. the probe planner) leaves the others running."""
@@ -188,6 +198,7 @@ class Aggregator:
         self.shards: ShardOwner | None = None  # sharded: the partitions this aggregator holds
         self._stopping = asyncio.Event()
         self.gc = IngestGc()
+        self.nats_problems = NatsProblems()
 
     def new_state(self) -> LiveState:
         cfg = self.settings.aggregator
@@ -203,14 +214,26 @@ class Aggregator:
             return self.state
         return self.lead.state if self.lead.ready() else None
 
+    def problems(self) -> list[str]:
+        """What keeps this aggregator from doing its job now, each line naming its cause (a refused subject, a
+        partition nobody ingests): ``status`` reports them as errors, never as a silent timeout."""
+        found = self.nats_problems.lines()
+        if self.shards is not None:
+            found += self.shards.problems()
+        return found
+
     def status_meta(self) -> dict[str, Any]:
+        problems = self.problems()
         return {
+            "health": "error" if problems else "ok",
+            "problems": problems,
             "cluster": self.settings.cluster,
             "version": self.version,
             "started_ns": self.started_ns,
             "ingest": self.stats.__dict__,
             "sequence": self.store.sequence_stats(),
             "alerts_firing": len(self.engine.active),
+            "rule_errors": dict(self.engine.rule_errors),
             "raw_evidence": self.raw_evidence.stats.__dict__,
             "profile_on_demand": {**self.profiling.stats.__dict__, "active": len(self.profiling.active)},
             "hang_forensics": self.hang_forensics.stats.__dict__,
@@ -241,9 +264,10 @@ class Aggregator:
             await self.sandbox.open()
             await self._rebuild()
             self.gc.start()
-            nc = self.nc = await connect(self.settings.nats, name="ranksight-aggregator")
+            nc = self.nc = await connect(self.settings.nats, "ranksight-aggregator", self.nats_problems)
             js = nc.jetstream()
             await ensure_stream(js, self.settings)
+            await ensure_buckets(js, self.settings)
             if self.settings.aggregator.shards.partitions:
                 self.lead = AnalysisLead(self, js, on_change=self._lead_changed)
             services = await start_services(nc, self)

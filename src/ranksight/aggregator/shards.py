@@ -119,6 +119,25 @@ class ShardOwner:
         self.held: dict[int, PartitionIngest] = {}
         self.members: list[str] = []
         self._free_since: dict[int, float] = {}
+        self.started = time.monotonic()
+        self.covered: set[int] = set()  # partitions some shard held at the last round that succeeded
+        self.round_error: str | None = None  # why the last round failed; None once one succeeds
+        self._told: set[str] = set()
+
+    def problems(self) -> list[str]:
+        """What keeps partitions from being ingested, once the shards have had two lease times to take them: the
+        failing rounds' error, and the partitions no shard holds."""
+        if time.monotonic() - self.started < 2 * self.ttl_s:
+            return []
+        found = [f"shard rounds fail: {self.round_error}"] if self.round_error else []
+        untaken = [p for p in range(self.partitions) if p not in self.covered]
+        if untaken:
+            found.append(f"partitions held by no shard: {', '.join(map(str, untaken))}")
+        for line in found:
+            if line not in self._told:  # once each, not every round
+                self._told.add(line)
+                log.error("sharded ingest: %s", line)
+        return found
 
     @property
     def ingesting(self) -> list[int]:
@@ -131,9 +150,12 @@ class ShardOwner:
             while not stop.is_set():
                 try:
                     await self.round()
+                    self.round_error = None
                 except NATS_ERRORS as exc:
+                    self.round_error = str(exc) or type(exc).__name__
                     log.warning("shard round failed (%s); next round in %.1f s", exc, self.interval_s)
                     self._drop_expired()
+                self.problems()
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(stop.wait(), self.interval_s)
         finally:
@@ -170,6 +192,7 @@ class ShardOwner:
             elif now - free_since >= self.ttl_s:
                 await self._take(partition, adopted_among=members)
         await self._publish_member(kv)
+        self.covered = taken | set(self.held)
 
     def _check_ingest(self) -> None:
         """An ingest loop stopped by NATS (its consumer not reachable while a server is lost) starts again; one that

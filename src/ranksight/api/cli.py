@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic.fields import FieldInfo
 
-from ranksight.api.client import ApiUnavailable, query
+from ranksight.api.client import ApiUnavailable, MalformedAnswer, query
 from ranksight.api.contract import EndpointSpec, Flag, timestamp
 from ranksight.api.endpoints import COMMAND_GROUPS, SPECS
 from ranksight.core.cliutil import (
@@ -29,6 +29,7 @@ from ranksight.core.cliutil import (
     add_config_flags,
     print_csv,
     print_json,
+    print_line,
     print_table,
     settings_from_args,
 )
@@ -128,7 +129,11 @@ def run_command(endpoint: EndpointSpec[Any], args: argparse.Namespace) -> int:
     response = call_api(args, endpoint.name, command_params(endpoint, args))
     if response is None:
         return EXIT_FAILED
-    print_rows(args, response, endpoint)
+    try:
+        print_rows(args, response, endpoint)
+    except MalformedAnswer as exc:
+        print_line(f"ranksight: {exc}", sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
 
 
@@ -144,10 +149,10 @@ def call_api(
     try:
         response = asyncio.run(query(settings, endpoint, params, timeout=timeout))
     except ApiUnavailable as exc:
-        print(f"ranksight: {exc}", file=sys.stderr)
+        print_line(f"ranksight: {exc}", sys.stderr)
         return None
     if not response.ok:
-        print(f"ranksight: {response.error}", file=sys.stderr)
+        print_line(f"ranksight: {response.error}", sys.stderr)
         return None
     return response
 
@@ -157,15 +162,18 @@ def print_rows(args: argparse.Namespace, response: ApiResponse, endpoint: Endpoi
     if args.json:
         print_json({**response.model_dump(), **(command.json_keys(response) if command.json_keys else {})})
         return
-    rows = command.table_rows(response.rows) if command.table_rows else response.rows
+    try:
+        rows = command.table_rows(response.rows) if command.table_rows else response.rows
+    except (TypeError, KeyError, AttributeError, ValueError) as exc:  # rows not of the endpoint's shape
+        raise MalformedAnswer(f"malformed {endpoint.name} answer: {type(exc).__name__}: {exc}") from None
     columns = command.columns or response.meta.get("columns") or list(rows[0] if rows else [])
     (print_csv if getattr(args, "csv", False) else print_table)(rows, columns)
     if not rows:  # a header alone looks like a failure: say that the answer is empty
         print(f"ranksight: nothing to show ({' '.join(endpoint.command_path)}: 0 rows)", file=sys.stderr)
     for note in command.notes(args, response) if command.notes else []:
-        print(f"ranksight: {note}", file=sys.stderr)
+        print_line(f"ranksight: {note}", sys.stderr)
     if response.truncated:
         print(f"ranksight: output truncated at {len(response.rows)} rows", file=sys.stderr)
     if response.partial:
         missing = ", ".join(response.missing_shards) or "unknown (the shard membership could not be read)"
-        print(f"ranksight: partial answer: shards that did not answer: {missing}", file=sys.stderr)
+        print_line(f"ranksight: partial answer: shards that did not answer: {missing}", sys.stderr)

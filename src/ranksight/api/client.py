@@ -11,9 +11,10 @@ from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
+from pydantic import ValidationError
 
 from ranksight.core.config import Settings
-from ranksight.core.natsconn import NatsUnreachable, connect
+from ranksight.core.natsconn import NatsUnreachable, NatsUrlError, connect
 from ranksight.core.redact import redact
 from ranksight.errors import RanksightError
 from ranksight.schemas.api import NEXT, ApiResponse
@@ -24,12 +25,29 @@ class ApiUnavailable(RanksightError, RuntimeError):
     """No aggregator answered (not running, or unreachable)."""
 
 
+class MalformedAnswer(ApiUnavailable, ValueError):
+    """What answered is not the API's response shape (not an aggregator, or a broken one): no usable answer."""
+
+
+def parse_answer(subject: str, data: bytes) -> ApiResponse:
+    """The response in ``data``, or :class:`MalformedAnswer` saying where it first breaks the response shape."""
+    try:
+        return ApiResponse.model_validate_json(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(map(str, first["loc"])) or "the answer"
+        raise MalformedAnswer(f"malformed answer on {subject}: {where}: {first['msg']} ({exc.error_count()} "
+                              f"problem{'s' if exc.error_count() > 1 else ''}, {len(data)} bytes)") from None  # fmt: skip
+
+
 async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None = None,
                 timeout: float = 10.0) -> ApiResponse:  # fmt: skip
     try:
         nc = await connect(
             settings.nats, name="ranksight-cli", max_reconnect_attempts=0, allow_reconnect=False
         )
+    except NatsUrlError:
+        raise  # asked wrongly, not unavailable
     except NatsUnreachable as exc:
         raise ApiUnavailable(str(exc)) from None
     try:
@@ -47,10 +65,10 @@ async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None
 async def request_pages(nc: Client, subject: str, params: dict[str, Any], timeout: float) -> ApiResponse:
     """Ask ``subject`` and every following page; the whole answer as one response (nats-py errors pass through)."""
     msg = await nc.request(subject, json.dumps(params).encode(), timeout=timeout)
-    response = ApiResponse.model_validate_json(msg.data)
+    response = parse_answer(subject, msg.data)
     rows = response.rows
     while response.ok and response.next:
         msg = await nc.request(subject, json.dumps({NEXT: response.next}).encode(), timeout=timeout)
-        response = ApiResponse.model_validate_json(msg.data)
+        response = parse_answer(subject, msg.data)
         rows.extend(response.rows)
     return response if not response.ok else response.model_copy(update={"rows": rows})

@@ -135,6 +135,10 @@ def _series_table(rows: Rows) -> Rows:
     return table
 
 
+def _problems(args: argparse.Namespace, response: ApiResponse) -> list[str]:
+    return [f"error: {line}" for line in response.meta.get("problems", [])]
+
+
 MAX_NAMED_NODES = 5  # nodes named in a one-line note
 
 
@@ -173,7 +177,7 @@ _SPECS: list[EndpointSpec[Any]] = [
     EndpointSpec("status", StatusParams, Command(
         "nodes and their state, from the running aggregator",
         ["node", "state", "health", "last_seen", "version", "clock_skew_s", "alerts"], table_rows=_status_table,
-        json_keys=lambda r: {"nodes": r.rows, "aggregator": r.meta})),
+        json_keys=lambda r: {"nodes": r.rows, "aggregator": r.meta}, notes=_problems)),
     EndpointSpec("nodes", NodesParams, Command(
         "nodes, their state and agent health", NODE_COLUMNS,
         flags={"health": Flag(help="only nodes of this health: ok, warning or critical (the worst of its state, "

@@ -8,7 +8,7 @@ import json
 import sys
 
 from ranksight.core.aio import run_until_signalled
-from ranksight.core.cliutil import interrupted_exit, settings_from_args
+from ranksight.core.cliutil import interrupted_exit, print_line, settings_from_args
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect, disconnect
 from ranksight.schemas.alerts import Alert
@@ -50,12 +50,13 @@ async def _follow(settings: Settings, cluster: str | None, as_json: bool, stop: 
             try:
                 alert = Alert.model_validate_json(msg.data)
             except ValueError as exc:
-                print(f"ranksight: skipping a malformed alert on {msg.subject}: {exc}", file=sys.stderr)
+                print_line(f"ranksight: skipping a malformed alert on {msg.subject}: {exc}", sys.stderr)
                 continue
             if as_json:
                 print(json.dumps(alert.model_dump()), flush=True)
             else:
-                print(_alert_line(alert), flush=True)
+                print_line(_alert_line(alert))
+                sys.stdout.flush()
     finally:
         await disconnect(nc, settings.nats.connect_timeout_s)
 

@@ -6,6 +6,7 @@ import argparse
 import csv
 import json
 import math
+import re
 import signal
 import socket
 import sys
@@ -111,10 +112,30 @@ def header(column: str) -> str:
     return column.replace("_", " ").upper()
 
 
+# What must not reach a terminal as it is: C0 and C1 controls (escape sequences retitle or clear it; a newline or a
+# carriage return forges a row), the Unicode line and paragraph separators, and the bidirectional overrides (text
+# that reads other than it is). Written as Python escapes (``\x1b``, ``\n``, ``\u202e``).
+_UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+# A spreadsheet runs a cell that begins with one of these as a formula (CSV injection): such text cells get a leading '.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def printable(text: str) -> str:
+    """``text`` safe to print: every control character as its escape. Every table, CSV cell and plain line the CLI
+    prints from data goes through here."""
+    return _UNPRINTABLE.sub(lambda found: found.group().encode("unicode_escape").decode("ascii"), text)
+
+
+def print_line(text: str, file: Any = None) -> None:
+    """One line of plain output (to stdout, or ``file``), its data made :func:`printable`."""
+    print(printable(text), file=file or sys.stdout)
+
+
 def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
-    """A plain aligned table on stdout: readable headers (:func:`header`), numbers in human units (:func:`human`)."""
-    cells = [[human(c, r.get(c)) for c in columns] for r in rows]
-    names = [header(c) for c in columns]
+    """A plain aligned table on stdout: readable headers (:func:`header`), numbers in human units (:func:`human`),
+    every cell :func:`printable`."""
+    cells = [[printable(human(c, r.get(c))) for c in columns] for r in rows]
+    names = [printable(header(c)) for c in columns]
     widths = [max([len(n)] + [len(row[i]) for row in cells]) for i, n in enumerate(names)]
     print("  ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)).rstrip())
     for row in cells:
@@ -122,10 +143,21 @@ def print_table(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
 
 
 def print_csv(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> None:
+    """CSV on stdout: cells :func:`printable`, and text that a spreadsheet would run as a formula neutralized with a
+    leading ``'`` (numbers stay numbers)."""
     writer = csv.writer(sys.stdout)
-    writer.writerow(columns)
+    writer.writerow([csv_text(c) for c in columns])
     for r in rows:
-        writer.writerow([_cell(r.get(c)) for c in columns])
+        writer.writerow([csv_cell(r.get(c)) for c in columns])
+
+
+def csv_text(text: str) -> str:
+    return printable("'" + text if text.startswith(_FORMULA_START) else text)
+
+
+def csv_cell(value: Any) -> str:
+    cell = _cell(value)
+    return printable(cell) if isinstance(value, int | float) else csv_text(cell)
 
 
 # Column-name suffix -> (unit, step, prefixes): records carry base units and say which in their field names.

@@ -117,6 +117,12 @@ class RasSettings(CollectorSettings):
     verbose: bool = Field(False, description="VERBOSE STATUS instead of STATUS")
     monitor: bool = Field(True, description="hold a MONITOR connection where the endpoint supports it")
     lease_ttl_s: float | None = Field(None, gt=0, description="poll lease lifetime; default 3 x interval")
+    lease_bucket_max_bytes: int = Field(
+        1 << 20,
+        ge=64 << 10,
+        description="size limit of the RAS lease bucket (JetStream KV ranksight_ras_leases) the aggregator creates "
+        "at startup with this and the lease lifetime of its own config (agents may not create it)",
+    )
     proc_root: Path = Field(
         Path("/proc"), description="where to find the RAS port's process and its scheduler env"
     )
@@ -279,7 +285,8 @@ class ProbeSettings(CollectorSettings):
             "fc00::/7",
             "::1/128",
         ],
-        description="CIDRs whose clients the probe server accepts",
+        description="the cluster's probe networks (CIDRs): the probe server accepts clients from these, and the "
+        "agent probes only endpoints its peers announce inside them",
     )
     max_concurrent: int = Field(2, ge=1, description="probes served at once; more are answered busy")
     max_per_peer: int = Field(
@@ -295,7 +302,10 @@ class ProbeSettings(CollectorSettings):
         description="bytes all probes served together move per minute (charged as they move)",
     )
     max_bytes_per_peer_per_minute: int = Field(
-        1024**3, ge=1, description="bytes the probes of one address move per minute"
+        1024**3,
+        ge=1,
+        description="bytes the probes of one address move per minute: those this server serves it, and those this "
+        "agent's own probes send it",
     )
     max_peers: int = Field(
         100_000,
@@ -422,6 +432,12 @@ class AppSettings(CollectorSettings):
         description="the most dump files read from one directory (`ranksight analyze hang`, torch_dump_dir)",
     )
 
+    max_markers_per_minute: int = Field(
+        600,
+        ge=1,
+        description="markers one training process may post per minute; more are dropped and counted",
+    )
+
 
 class XidSettings(CollectorSettings):
     """GPU Xid / NVSwitch SXid events from the kernel log (``gpu_xid`` records, the ``gpu_xid`` rule)."""
@@ -506,6 +522,12 @@ class IngestSettings(Section):
     )
     max_nodes: int = Field(
         20_000, ge=1, description="nodes tracked at once; events of further nodes are dead-lettered"
+    )
+    max_sub_records: int = Field(
+        65_536,
+        ge=1024,
+        description="entries of a record's lists and maps together (a GPU's links, a port's counters, a job's "
+        "communicators) at most; a record with more is dead-lettered (too_many_sub_records)",
     )
     node_forget_after_s: float = Field(
         86400,

@@ -16,15 +16,35 @@ import nats.js.errors
 from nats.js.client import JetStreamContext
 from nats.js.kv import KeyValue
 
+from ranksight.errors import RanksightError
+
+# A lease's value is its holder's name (node and incarnation, or a shard id): the buckets refuse larger values.
+LEASE_VALUE_BYTES = 1024
+
 # KV calls fail for a moment while a NATS server is lost, or time out: a caller's next round tries again.
 NATS_ERRORS = (nats.errors.Error, nats.js.errors.Error, asyncio.TimeoutError)
 
 
-async def key_value(js: JetStreamContext, bucket: str, **config: Any) -> KeyValue:
-    """The KV bucket ``bucket``, created with ``config`` (and history 1) when it does not exist yet."""
+class MissingBucketError(RanksightError, nats.js.errors.BucketNotFoundError):
+    """A bucket this process only uses, and that nobody has created yet."""
+
+    def __init__(self, bucket: str) -> None:
+        super().__init__(
+            description=f"KV bucket {bucket} does not exist yet (the aggregator creates it at startup)"
+        )
+
+    def __str__(self) -> str:
+        return str(self.description)
+
+
+async def key_value(js: JetStreamContext, bucket: str, create: bool = True, **config: Any) -> KeyValue:
+    """The KV bucket ``bucket``, created with ``config`` (and history 1) when it does not exist yet; without
+    ``create``, :class:`MissingBucketError` then (a node's credentials may not create a stream)."""
     try:
         return await js.key_value(bucket)
     except nats.js.errors.BucketNotFoundError:
+        if not create:
+            raise MissingBucketError(bucket) from None
         return await js.create_key_value(bucket=bucket, history=1, **config)
 
 
@@ -32,16 +52,25 @@ class KvLeases:
     """The keys of one bucket that ``holder`` holds; each ``hold`` takes or renews one."""
 
     def __init__(
-        self, js: JetStreamContext, bucket: str, ttl_s: float, holder: str, replicas: int = 1
+        self,
+        js: JetStreamContext,
+        bucket: str,
+        ttl_s: float,
+        holder: str,
+        replicas: int = 1,
+        create: bool = True,
     ) -> None:
         self.js, self.bucket, self.ttl_s, self.holder, self.replicas = js, bucket, ttl_s, holder, replicas
+        self.create = create  # False: the bucket must exist (made by whoever may create streams)
         self._kv: KeyValue | None = None
         self.revisions: dict[str, int] = {}  # key -> the revision this holder wrote last
 
     async def kv(self) -> KeyValue:
         """The bucket, created (TTL = the lease time) when it does not exist yet."""
         if self._kv is None:
-            self._kv = await key_value(self.js, self.bucket, ttl=self.ttl_s, replicas=self.replicas)
+            self._kv = await key_value(
+                self.js, self.bucket, self.create, ttl=self.ttl_s, replicas=self.replicas
+            )
         return self._kv
 
     def holds(self, key: str) -> bool:

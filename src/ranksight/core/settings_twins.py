@@ -39,6 +39,7 @@ class RasSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     verbose: bool
     monitor: bool
     lease_ttl_s: float | None
+    lease_bucket_max_bytes: int
     proc_root: Path
     diagnostics: bool
     profile_control: bool
@@ -164,6 +165,7 @@ class AppSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     torch_dump_max_age_s: float
     dump_entries_per_group: int
     dump_max_files: int
+    max_markers_per_minute: int
 
 
 class XidSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_fields=True):
@@ -257,6 +259,7 @@ class IngestSettings(msgspec.Struct, kw_only=True, frozen=True, forbid_unknown_f
     max_incarnations_per_node: int
     conflict_window: int
     max_nodes: int
+    max_sub_records: int
     node_forget_after_s: float
     checkpoint_wal_mib: int
     row_group_rows: int

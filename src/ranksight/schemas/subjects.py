@@ -53,6 +53,12 @@ def require_token(setting: str, value: str) -> str:
     return value
 
 
+# The RAS status-poll lease bucket (JetStream KV): the aggregator creates it at startup, agents hold keys
+# ``<RAS_LEASE_KEY_PREFIX>.<job token>`` in it (and may touch nothing else: deploy/nats/nats-server.conf).
+RAS_LEASE_BUCKET = "ranksight_ras_leases"
+RAS_LEASE_KEY_PREFIX = "job"
+
+
 def inbox_prefix(user: str) -> str:
     """The reply-subject prefix (setting ``nats.inbox_prefix``) of NATS user ``user``: the shipped NATS config
     (deploy/nats/nats-server.conf) lets each user subscribe to ``<this>.>`` only."""

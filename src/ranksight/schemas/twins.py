@@ -23,21 +23,21 @@ class CollectorHealth(msgspec.Struct, kw_only=True, gc=False):
     name: str
     state: Literal['ok', 'error', 'absent', 'disabled', 'starting']
     source: str | None = None
-    last_success_ns: StoredInt | None = None
+    last_success_ns: Annotated[int, msgspec.Meta(ge=0, le=4611686018427387904)] | None = None
     last_error: str | None = None
-    last_duration_s: StoredFloat | None = None
-    runs: StoredInt = 0
-    errors: StoredInt = 0
+    last_duration_s: Annotated[float, msgspec.Meta(ge=0, le=31622400)] | None = None
+    runs: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    errors: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
 
 
 class PublisherStats(msgspec.Struct, kw_only=True, gc=False):
     """The twin of :class:`ranksight.schemas.records.heartbeat.PublisherStats`."""
 
-    published: StoredInt = 0
-    acked: StoredInt = 0
-    retries: StoredInt = 0
-    dropped: StoredInt = 0
-    pending: StoredInt = 0
+    published: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    acked: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    retries: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    dropped: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    pending: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
 
 
 class SchedulerJob(msgspec.Struct, kw_only=True, gc=False):
@@ -46,7 +46,7 @@ class SchedulerJob(msgspec.Struct, kw_only=True, gc=False):
     job: str
     user: str | None = None
     nodes: str | None = None
-    started_ns: StoredInt | None = None
+    started_ns: Annotated[int, msgspec.Meta(ge=0, le=4611686018427387904)] | None = None
 
 
 class HeartbeatRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -56,8 +56,8 @@ class HeartbeatRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     schema_version: ClassVar[int] = 1
     hostname: str
     version: str
-    pid: StoredInt
-    started_ns: StoredInt
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]
+    started_ns: Annotated[int, msgspec.Meta(ge=0, le=4611686018427387904)]
     collectors: list[CollectorHealth] = msgspec.field(default_factory=list)
     publisher: PublisherStats = msgspec.field(default_factory=PublisherStats)
     jobs: list[SchedulerJob] = msgspec.field(default_factory=list)
@@ -66,12 +66,12 @@ class HeartbeatRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
 class RasLaggingRank(msgspec.Struct, kw_only=True, gc=False):
     """The twin of :class:`ranksight.schemas.records.ras.RasLaggingRank`."""
 
-    rank: StoredInt
+    rank: Annotated[int, msgspec.Meta(ge=0, le=16777216)]
     host: str
-    pid: StoredInt | None = None
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)] | None = None
     collective: str
-    count: StoredInt
-    peers_count: StoredInt
+    count: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    peers_count: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
 
 
 class RasCommunicator(msgspec.Struct, kw_only=True, gc=False):
@@ -79,14 +79,14 @@ class RasCommunicator(msgspec.Struct, kw_only=True, gc=False):
 
     hash: str
     secondary_hash: str | None = None
-    size: StoredInt | None = None
+    size: Annotated[int, msgspec.Meta(ge=1, le=16777216)] | None = None
     status: str | None = None
     errors: list[str] = msgspec.field(default_factory=list)
-    missing_ranks: list[StoredInt] = msgspec.field(default_factory=list)
-    ranks_reporting: StoredInt | None = None
-    rank_status: dict[str, StoredInt] = msgspec.field(default_factory=dict)
-    op_counts: dict[str, StoredInt] = msgspec.field(default_factory=dict)
-    unknown_ranks: list[StoredInt] = msgspec.field(default_factory=list)
+    missing_ranks: list[Annotated[int, msgspec.Meta(ge=0, le=16777216)]] = msgspec.field(default_factory=list)
+    ranks_reporting: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    rank_status: dict[str, Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]] = msgspec.field(default_factory=dict)
+    op_counts: dict[str, Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]] = msgspec.field(default_factory=dict)
+    unknown_ranks: list[Annotated[int, msgspec.Meta(ge=0, le=16777216)]] = msgspec.field(default_factory=list)
     complete: bool = True
     evidence: list[str] = msgspec.field(default_factory=list)
     lagging_ranks: Annotated[list[RasLaggingRank], msgspec.Meta(max_length=64)] = msgspec.field(default_factory=list)
@@ -96,9 +96,9 @@ class RasProcess(msgspec.Struct, kw_only=True, gc=False):
     """The twin of :class:`ranksight.schemas.records.ras.RasProcess`."""
 
     host: str
-    pid: StoredInt | None = None
-    gpus: list[StoredInt] = msgspec.field(default_factory=list)
-    comms: dict[str, list[StoredInt]] = msgspec.field(default_factory=dict)
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)] | None = None
+    gpus: list[Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]] = msgspec.field(default_factory=list)
+    comms: dict[str, list[Annotated[int, msgspec.Meta(ge=0, le=16777216)]]] = msgspec.field(default_factory=dict)
     evidence: list[str] = msgspec.field(default_factory=list)
 
 
@@ -118,22 +118,22 @@ class RasRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     format: Literal['text', 'json']
     version: str | None = None
     health: Literal['ok', 'warning', 'degraded', 'failed']
-    nodes: StoredInt | None = None
-    processes: StoredInt | None = None
-    gpus: StoredInt | None = None
+    nodes: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    processes: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
     communicators: list[RasCommunicator] = msgspec.field(default_factory=list)
     missing_processes: list[RasProcess] = msgspec.field(default_factory=list)
     dead_processes: list[RasProcess] = msgspec.field(default_factory=list)
     mismatches: list[RasMismatch] = msgspec.field(default_factory=list)
-    timeouts: StoredInt = 0
-    collection_s: StoredFloat | None = None
+    timeouts: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    collection_s: Annotated[float, msgspec.Meta(ge=0, le=31622400)] | None = None
     job_sections: bool = True
     all_communicators: bool = True
     job_id: str | None = None
     endpoint: str
-    poll_id: StoredInt | None = None
-    part: StoredInt = 0
-    parts: StoredInt = 1
+    poll_id: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    part: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    parts: Annotated[int, msgspec.Meta(ge=1, le=16777216)] = 1
 
 
 class RasEventRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -145,9 +145,9 @@ class RasEventRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     event_group: str | None = None
     event: str
     host: str | None = None
-    pid: StoredInt | None = None
-    gpus: list[StoredInt] = msgspec.field(default_factory=list)
-    nvml_gpus: list[StoredInt] = msgspec.field(default_factory=list)
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)] | None = None
+    gpus: list[Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]] = msgspec.field(default_factory=list)
+    nvml_gpus: list[Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]] = msgspec.field(default_factory=list)
     addr: str | None = None
     details: str = ''
     job_id: str | None = None
@@ -162,9 +162,9 @@ class RasDiagnosticFinding(msgspec.Struct, kw_only=True, gc=False):
     kind: str
     text: str
     comm: str | None = None
-    ranks: list[StoredInt] = msgspec.field(default_factory=list)
-    ranks_total: StoredInt = 0
-    reference_rank: StoredInt | None = None
+    ranks: list[Annotated[int, msgspec.Meta(ge=0, le=16777216)]] = msgspec.field(default_factory=list)
+    ranks_total: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    reference_rank: Annotated[int, msgspec.Meta(ge=0, le=16777216)] | None = None
     reference_value: str | None = None
     hosts: list[str] = msgspec.field(default_factory=list)
 
@@ -177,10 +177,10 @@ class RasDiagnosticsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     status: Literal['ok', 'incomplete', 'busy', 'unsupported', 'error']
     message: str | None = None
     host: str | None = None
-    pid: StoredInt | None = None
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)] | None = None
     scope: Literal['job', 'comm'] | None = None
-    completed_ms: StoredFloat | None = None
-    peers: StoredInt | None = None
+    completed_ms: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] | None = None
+    peers: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
     findings: Annotated[list[RasDiagnosticFinding], msgspec.Meta(max_length=100000)] = msgspec.field(default_factory=list)
     job_id: str | None = None
     endpoint: str
@@ -193,23 +193,23 @@ class InspectorRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     schema_version: ClassVar[int] = 1
     comm_id: str
     comm_name: str | None = None
-    rank: StoredInt
-    n_ranks: StoredInt
-    nnodes: StoredInt | None = None
+    rank: Annotated[int, msgspec.Meta(ge=0, le=16777216)]
+    n_ranks: Annotated[int, msgspec.Meta(ge=1, le=16777216)]
+    nnodes: Annotated[int, msgspec.Meta(ge=1, le=16777216)] | None = None
     hostname: str
-    pid: StoredInt
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]
     op_kind: Literal['coll', 'p2p']
     op: str
-    sn: StoredInt
-    peer: StoredInt | None = None
-    msg_size_bytes: StoredInt
-    exec_time_us: StoredFloat | None = None
+    sn: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    peer: Annotated[int, msgspec.Meta(ge=0, le=16777216)] | None = None
+    msg_size_bytes: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    exec_time_us: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] | None = None
     timing_source: str | None = None
-    algobw_gbs: StoredFloat | None = None
-    busbw_gbs: StoredFloat | None = None
-    dump_ts_us: StoredInt
+    algobw_gbs: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    busbw_gbs: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    dump_ts_us: Annotated[int, msgspec.Meta(ge=0, le=4611686018427387)]
     capture_model: Literal['ring', 'sampled'] = 'sampled'
-    busbw_expected_gbs: StoredFloat | None = None
+    busbw_expected_gbs: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
     bw_mismatch: bool = False
 
 
@@ -220,43 +220,43 @@ class InspectorSummaryRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False
     schema_version: ClassVar[int] = 2
     comm_id: str
     comm_name: str | None = None
-    rank: StoredInt
-    n_ranks: StoredInt
-    nnodes: StoredInt | None = None
+    rank: Annotated[int, msgspec.Meta(ge=0, le=16777216)]
+    n_ranks: Annotated[int, msgspec.Meta(ge=1, le=16777216)]
+    nnodes: Annotated[int, msgspec.Meta(ge=1, le=16777216)] | None = None
     hostname: str
-    pid: StoredInt
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]
     op_kind: Literal['coll', 'p2p']
     op: str
-    window_start_us: StoredInt
-    window_us: StoredInt
-    slice_us: StoredInt
-    size_bucket: StoredInt
+    window_start_us: Annotated[int, msgspec.Meta(ge=0, le=4611686018427387)]
+    window_us: Annotated[int, msgspec.Meta(ge=1, le=31622400000000)]
+    slice_us: Annotated[int, msgspec.Meta(ge=1, le=31622400000000)]
+    size_bucket: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
     capture_model: Literal['ring', 'sampled'] = 'sampled'
-    count: StoredInt
-    bytes: StoredInt
-    timed: StoredInt = 0
-    exec_sum_us: StoredFloat = 0.0
-    exec_min_us: StoredFloat | None = None
-    exec_max_us: StoredFloat | None = None
-    exec_p50_us: StoredFloat | None = None
-    exec_p90_us: StoredFloat | None = None
-    exec_p99_us: StoredFloat | None = None
-    algobw_gbs: StoredFloat | None = None
-    busbw_gbs: StoredFloat | None = None
-    bw_mismatches: StoredInt = 0
-    sn_first: StoredInt
-    sn_last: StoredInt
-    last_dump_ts_us: StoredInt
-    late: StoredInt = 0
-    slice_index: list[StoredInt] = msgspec.field(default_factory=list)
-    slice_count: list[StoredInt] = msgspec.field(default_factory=list)
-    slice_exec_sum_us: list[StoredFloat] = msgspec.field(default_factory=list)
-    slice_exec_min_us: list[StoredFloat] = msgspec.field(default_factory=list)
-    slice_sn_lo: list[StoredInt] = msgspec.field(default_factory=list)
-    slice_sn_lo_ts_us: list[StoredInt] = msgspec.field(default_factory=list)
-    slice_sn_hi: list[StoredInt] = msgspec.field(default_factory=list)
-    slice_sn_hi_ts_us: list[StoredInt] = msgspec.field(default_factory=list)
-    part_us: StoredInt = 0
+    count: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    bytes: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    timed: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    exec_sum_us: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] = 0.0
+    exec_min_us: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] | None = None
+    exec_max_us: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] | None = None
+    exec_p50_us: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] | None = None
+    exec_p90_us: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] | None = None
+    exec_p99_us: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] | None = None
+    algobw_gbs: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    busbw_gbs: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    bw_mismatches: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    sn_first: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    sn_last: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    last_dump_ts_us: Annotated[int, msgspec.Meta(ge=0, le=4611686018427387)]
+    late: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    slice_index: list[Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]] = msgspec.field(default_factory=list)
+    slice_count: list[Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]] = msgspec.field(default_factory=list)
+    slice_exec_sum_us: list[Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)]] = msgspec.field(default_factory=list)
+    slice_exec_min_us: list[Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)]] = msgspec.field(default_factory=list)
+    slice_sn_lo: list[Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]] = msgspec.field(default_factory=list)
+    slice_sn_lo_ts_us: list[Annotated[int, msgspec.Meta(ge=0, le=4611686018427387)]] = msgspec.field(default_factory=list)
+    slice_sn_hi: list[Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]] = msgspec.field(default_factory=list)
+    slice_sn_hi_ts_us: list[Annotated[int, msgspec.Meta(ge=0, le=4611686018427387)]] = msgspec.field(default_factory=list)
+    part_us: Annotated[int, msgspec.Meta(ge=0, le=31622400000000)] = 0
 
 
 class InspectorDumpStatsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -266,23 +266,23 @@ class InspectorDumpStatsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=Fal
     schema_version: ClassVar[int] = 1
     comm_id: str
     comm_name: str | None = None
-    rank: StoredInt
-    n_ranks: StoredInt
+    rank: Annotated[int, msgspec.Meta(ge=0, le=16777216)]
+    n_ranks: Annotated[int, msgspec.Meta(ge=1, le=16777216)]
     hostname: str
-    pid: StoredInt
-    dump_ts_us: StoredInt
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]
+    dump_ts_us: Annotated[int, msgspec.Meta(ge=0, le=4611686018427387)]
     format_version: str
-    coll_records: StoredInt
-    coll_dropped_total: StoredInt
-    coll_dropped_since_last_dump: StoredInt
-    p2p_records: StoredInt
-    p2p_dropped_total: StoredInt
-    p2p_dropped_since_last_dump: StoredInt
-    proxy_records: StoredInt | None = None
-    proxy_dropped_total: StoredInt | None = None
-    proxy_dropped_since_last_dump: StoredInt | None = None
-    proxy_ops_dropped_total: StoredInt | None = None
-    proxy_ops_dropped_since_last_dump: StoredInt | None = None
+    coll_records: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    coll_dropped_total: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    coll_dropped_since_last_dump: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    p2p_records: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    p2p_dropped_total: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    p2p_dropped_since_last_dump: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    proxy_records: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    proxy_dropped_total: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    proxy_dropped_since_last_dump: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    proxy_ops_dropped_total: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    proxy_ops_dropped_since_last_dump: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
 
 
 class InspectorMetricsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -296,26 +296,26 @@ class InspectorMetricsRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False
     job_id: str | None = None
     hostname: str
     gpu: str
-    ts_us: StoredInt | None = None
+    ts_us: Annotated[int, msgspec.Meta(ge=0, le=4611686018427387)] | None = None
     comm_name: str | None = None
     comm_id: str | None = None
-    n_nodes: StoredInt | None = None
-    n_ranks: StoredInt | None = None
+    n_nodes: Annotated[int, msgspec.Meta(ge=1, le=16777216)] | None = None
+    n_ranks: Annotated[int, msgspec.Meta(ge=1, le=16777216)] | None = None
     op_kind: Literal['coll', 'p2p'] | None = None
     op: str | None = None
     algo_proto: str | None = None
     size_range: str | None = None
-    size_lo_bytes: StoredInt | None = None
-    msg_size_bytes: StoredInt | None = None
-    sn: StoredInt | None = None
-    peer: StoredInt | None = None
-    exec_time_us: StoredFloat | None = None
-    busbw_gbs: StoredFloat | None = None
-    algobw_gbs: StoredFloat | None = None
-    coll_total: StoredInt | None = None
-    coll_dropped_total: StoredInt | None = None
-    p2p_total: StoredInt | None = None
-    p2p_dropped_total: StoredInt | None = None
+    size_lo_bytes: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    msg_size_bytes: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    sn: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    peer: Annotated[int, msgspec.Meta(ge=0, le=16777216)] | None = None
+    exec_time_us: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] | None = None
+    busbw_gbs: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    algobw_gbs: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    coll_total: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    coll_dropped_total: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    p2p_total: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    p2p_dropped_total: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
 
 
 class GpuLink(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -333,25 +333,25 @@ class GpuRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
 
     min_records: ClassVar[int] = 0
     schema_version: ClassVar[int] = 1
-    index: StoredInt
+    index: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]
     uuid: str | None = None
     bus_id: str | None = None
     name: str | None = None
     vendor: str | None = None
     source: str | None = None
-    utilization_pct: StoredFloat | None = None
-    memory_used_bytes: StoredInt | None = None
-    memory_total_bytes: StoredInt | None = None
-    power_w: StoredFloat | None = None
-    power_cap_w: StoredFloat | None = None
-    temperature_edge_c: StoredFloat | None = None
-    temperature_junction_c: StoredFloat | None = None
-    temperature_memory_c: StoredFloat | None = None
-    sclk_hz: StoredFloat | None = None
-    mclk_hz: StoredFloat | None = None
-    ecc_correctable: StoredInt | None = None
-    ecc_uncorrectable: StoredInt | None = None
-    pcie_replays: StoredInt | None = None
+    utilization_pct: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    memory_used_bytes: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    memory_total_bytes: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    power_w: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    power_cap_w: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    temperature_edge_c: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    temperature_junction_c: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    temperature_memory_c: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    sclk_hz: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    mclk_hz: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    ecc_correctable: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    ecc_uncorrectable: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    pcie_replays: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
     throttled: bool | None = None
     throttle_reasons: list[str] = msgspec.field(default_factory=list)
     links: list[GpuLink] = msgspec.field(default_factory=list)
@@ -367,19 +367,19 @@ class NicRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     state: str | None = None
     phys_state: str | None = None
     link_layer: str | None = None
-    speed_bps: StoredFloat | None = None
-    tx_bytes: StoredInt | None = None
-    rx_bytes: StoredInt | None = None
-    tx_packets: StoredInt | None = None
-    rx_packets: StoredInt | None = None
-    tx_bps: StoredFloat | None = None
-    rx_bps: StoredFloat | None = None
-    interval_s: StoredFloat | None = None
-    errors_per_s: StoredFloat | None = None
-    congestion_per_s: StoredFloat | None = None
-    link_flaps: StoredInt = 0
-    counter_resets: StoredInt = 0
-    counters: dict[str, StoredInt] = msgspec.field(default_factory=dict)
+    speed_bps: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    tx_bytes: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    rx_bytes: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    tx_packets: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    rx_packets: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)] | None = None
+    tx_bps: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    rx_bps: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    interval_s: Annotated[float, msgspec.Meta(ge=0, le=31622400)] | None = None
+    errors_per_s: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    congestion_per_s: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    link_flaps: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    counter_resets: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    counters: dict[str, Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)]] = msgspec.field(default_factory=dict)
     counters_full: bool = True
 
 
@@ -393,16 +393,16 @@ class ProbeRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     transport: str = 'tcp'
     dst_addr: str
     mode: Literal['full', 'light'] = 'full'
-    rtt_us: StoredFloat | None = None
-    jitter_us: StoredFloat | None = None
-    upload_bps: StoredFloat | None = None
-    download_bps: StoredFloat | None = None
-    bytes: StoredInt = 0
-    duration_s: StoredFloat = 0.0
+    rtt_us: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] | None = None
+    jitter_us: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] | None = None
+    upload_bps: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    download_bps: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    bytes: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    duration_s: Annotated[float, msgspec.Meta(ge=0, le=31622400)] = 0.0
     skipped: str | None = None
     error: str | None = None
-    src_stall_share: StoredFloat | None = None
-    dst_stall_share: StoredFloat | None = None
+    src_stall_share: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    dst_stall_share: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
 
 
 class ProbeEndpointRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -411,7 +411,7 @@ class ProbeEndpointRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     min_records: ClassVar[int] = 1
     schema_version: ClassVar[int] = 1
     addrs: list[str]
-    port: StoredInt
+    port: Annotated[int, msgspec.Meta(ge=1, le=65535)]
     transport: str = 'tcp'
     rail: str | None = None
 
@@ -421,18 +421,18 @@ class GpuProbeRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
 
     min_records: ClassVar[int] = 0
     schema_version: ClassVar[int] = 1
-    index: StoredInt
+    index: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]
     status: Literal['ok', 'skipped', 'unavailable', 'error']
     reason: str | None = None
     name: str | None = None
     uuid: str | None = None
     backend: str | None = None
-    tflops_bf16: StoredFloat | None = None
-    tflops_fp16: StoredFloat | None = None
-    mem_bandwidth_bps: StoredFloat | None = None
-    duration_s: StoredFloat | None = None
-    matmul_n: StoredInt | None = None
-    mem_bytes: StoredInt | None = None
+    tflops_bf16: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    tflops_fp16: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    mem_bandwidth_bps: Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | None = None
+    duration_s: Annotated[float, msgspec.Meta(ge=0, le=31622400)] | None = None
+    matmul_n: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    mem_bytes: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
 
 
 class AppRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -442,24 +442,24 @@ class AppRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     schema_version: ClassVar[int] = 1
     event: Literal['start', 'heartbeat', 'section_open', 'section_close', 'marker', 'end']
     job_id: str | None = None
-    rank: StoredInt | None = None
-    local_rank: StoredInt | None = None
-    world_size: StoredInt | None = None
-    pid: StoredInt
-    n: StoredInt
-    client_ts: StoredInt
-    dropped: StoredInt = 0
-    step: StoredInt | None = None
-    step_time_s: StoredFloat | None = None
-    open_sections: list[StoredInt] = msgspec.field(default_factory=list)
+    rank: Annotated[int, msgspec.Meta(ge=0, le=16777216)] | None = None
+    local_rank: Annotated[int, msgspec.Meta(ge=0, le=16777216)] | None = None
+    world_size: Annotated[int, msgspec.Meta(ge=1, le=16777216)] | None = None
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]
+    n: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]
+    client_ts: Annotated[int, msgspec.Meta(ge=0, le=4611686018427387904)]
+    dropped: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    step: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    step_time_s: Annotated[float, msgspec.Meta(ge=0, le=31622400)] | None = None
+    open_sections: list[Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)]] = msgspec.field(default_factory=list)
     section: str | None = None
-    section_id: StoredInt | None = None
-    duration_s: StoredFloat | None = None
+    section_id: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    duration_s: Annotated[float, msgspec.Meta(ge=0, le=31622400)] | None = None
     ok: bool | None = None
-    timeout_s: StoredFloat | None = None
-    initial_timeout_s: StoredFloat | None = None
+    timeout_s: Annotated[float, msgspec.Meta(ge=0, le=31622400)] | None = None
+    initial_timeout_s: Annotated[float, msgspec.Meta(ge=0, le=31622400)] | None = None
     text: str | None = None
-    fields: dict[str, str | StoredInt | StoredFloat | bool | None] = msgspec.field(default_factory=dict)
+    fields: dict[str, str | Annotated[int, msgspec.Meta(ge=-9007199254740992, le=9007199254740992)] | Annotated[float, msgspec.Meta(ge=-1e+18, le=1e+18)] | bool | None] = msgspec.field(default_factory=dict)
 
 
 class GpuXidRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
@@ -468,12 +468,12 @@ class GpuXidRecord(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     min_records: ClassVar[int] = 0
     schema_version: ClassVar[int] = 1
     kind: Literal['xid', 'sxid']
-    code: Annotated[int, msgspec.Meta(ge=0, le=9223372036854775807)]
+    code: Annotated[int, msgspec.Meta(ge=0, le=65535)]
     pci: str | None = None
-    pid: StoredInt | None = None
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)] | None = None
     process: str | None = None
     message: Annotated[str, msgspec.Meta(max_length=1000)]
-    kernel_seq: StoredInt | None = None
+    kernel_seq: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
 
 
 class RasStatus(msgspec.Struct, kw_only=True, gc=False):
@@ -482,15 +482,15 @@ class RasStatus(msgspec.Struct, kw_only=True, gc=False):
     format: Literal['text', 'json']
     version: str | None = None
     health: Literal['ok', 'warning', 'degraded', 'failed']
-    nodes: StoredInt | None = None
-    processes: StoredInt | None = None
-    gpus: StoredInt | None = None
+    nodes: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    processes: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
+    gpus: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
     communicators: list[RasCommunicator] = msgspec.field(default_factory=list)
     missing_processes: list[RasProcess] = msgspec.field(default_factory=list)
     dead_processes: list[RasProcess] = msgspec.field(default_factory=list)
     mismatches: list[RasMismatch] = msgspec.field(default_factory=list)
-    timeouts: StoredInt = 0
-    collection_s: StoredFloat | None = None
+    timeouts: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] = 0
+    collection_s: Annotated[float, msgspec.Meta(ge=0, le=31622400)] | None = None
     job_sections: bool = True
     all_communicators: bool = True
 
@@ -501,10 +501,10 @@ class RasDiagnostics(msgspec.Struct, kw_only=True, gc=False):
     status: Literal['ok', 'incomplete', 'busy', 'unsupported', 'error']
     message: str | None = None
     host: str | None = None
-    pid: StoredInt | None = None
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)] | None = None
     scope: Literal['job', 'comm'] | None = None
-    completed_ms: StoredFloat | None = None
-    peers: StoredInt | None = None
+    completed_ms: Annotated[float, msgspec.Meta(ge=0, le=31622400000000.0)] | None = None
+    peers: Annotated[int, msgspec.Meta(ge=0, le=9007199254740992)] | None = None
     findings: Annotated[list[RasDiagnosticFinding], msgspec.Meta(max_length=100000)] = msgspec.field(default_factory=list)
 
 
@@ -515,9 +515,9 @@ class RasEvent(msgspec.Struct, kw_only=True, gc=False):
     event_group: str | None = None
     event: str
     host: str | None = None
-    pid: StoredInt | None = None
-    gpus: list[StoredInt] = msgspec.field(default_factory=list)
-    nvml_gpus: list[StoredInt] = msgspec.field(default_factory=list)
+    pid: Annotated[int, msgspec.Meta(ge=-1, le=2147483647)] | None = None
+    gpus: list[Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]] = msgspec.field(default_factory=list)
+    nvml_gpus: list[Annotated[int, msgspec.Meta(ge=-1, le=2147483647)]] = msgspec.field(default_factory=list)
     addr: str | None = None
     details: str = ''
 

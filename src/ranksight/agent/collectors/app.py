@@ -17,6 +17,8 @@ import contextlib
 import os
 import socket
 import stat
+import struct
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,6 +72,39 @@ def bind_socket(path: Path, mode: int) -> socket.socket:
     return sock
 
 
+class MarkerLimit:
+    """At most ``per_minute`` markers per process (by the pid the kernel vouches for, ``SO_PEERCRED``: a process can
+    neither borrow another's allowance nor reset its own by reconnecting); the rest are dropped and counted."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self.dropped = 0
+        self._minutes: dict[int, tuple[float, int]] = {}  # pid -> (its minute began, markers in it)
+
+    def allow(self, pid: int, now: float) -> bool:
+        began, count = self._minutes.get(pid, (now, 0))
+        if now - began >= 60:
+            began, count = now, 0
+        if count >= self.per_minute:
+            self.dropped += 1
+            return False
+        self._minutes[pid] = (began, count + 1)
+        if len(self._minutes) > 4096:  # bounded: processes without a marker this minute are forgotten
+            self._minutes = {p: v for p, v in self._minutes.items() if now - v[0] < 60}
+        return True
+
+
+def peer_pid(conn: socket.socket) -> int:
+    """The pid of the process at the other end of a Unix socket, as the kernel has it (-1 where unknown)."""
+    try:
+        pid, _, _ = struct.unpack(
+            "3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        )
+    except OSError:
+        return -1
+    return int(pid)
+
+
 class AppCollector(StreamingCollector):
     name = "app"
     kind = "app"
@@ -86,6 +121,7 @@ class AppCollector(StreamingCollector):
         )
         self.received = 0
         self.rejected = 0
+        self.markers = MarkerLimit(settings.max_markers_per_minute)
         self._sock: socket.socket | None = None
         self._inode = 0  # of the socket file we bound, to never remove a newer agent's
         self.processes: dict[socket.socket, AppRecord] = {}  # connection -> the last record its process sent
@@ -134,6 +170,7 @@ class AppCollector(StreamingCollector):
         conn.setblocking(False)
         with contextlib.suppress(OSError):  # a larger buffer absorbs bursts; the kernel may cap it
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, RECV_BUFFER_BYTES)
+        pid = peer_pid(conn)
         try:
             first = await loop.sock_recv(conn, MAX_MESSAGE + 1)
             hello = dump_hello(first)
@@ -143,7 +180,7 @@ class AppCollector(StreamingCollector):
             while True:
                 if not first:
                     return  # the process closed its end (exited)
-                records = self._parse_all([first, *self._drain(conn)])
+                records = self._limited(pid, self._parse_all([first, *self._drain(conn)]))
                 if records:
                     self.processes[conn] = records[-1]
                     await emit(records)
@@ -188,6 +225,15 @@ class AppCollector(StreamingCollector):
                 break
             out.append(data)
         return out
+
+    def _limited(self, pid: int, records: list[AppRecord]) -> list[AppRecord]:
+        """``records`` without the markers over the process's allowance (``max_markers_per_minute``)."""
+        now = time.monotonic()
+        kept = [r for r in records if r.event != "marker" or self.markers.allow(pid, now)]
+        if len(kept) < len(records):
+            self.health.last_error = (f"markers over {self.markers.per_minute} a minute from pid {pid} dropped "
+                                      f"({self.markers.dropped} so far)")  # fmt: skip
+        return kept
 
     def _parse_all(self, packets: list[bytes]) -> list[AppRecord]:
         records = []

@@ -51,7 +51,8 @@ class ProbeCollector(StreamingCollector):
             **{name: getattr(settings, name) for name in SERVER_LIMITS if hasattr(settings, name)}
         )
         self.server = ProbeServer(settings.listen_host, settings.port, parse_networks(settings.allow), limits)
-        self.targets = ProbeTargets(settings.max_bytes, settings.max_seconds, settings.max_peers)
+        self.targets = ProbeTargets(settings.max_bytes, settings.max_seconds, settings.max_peers,
+                                    parse_networks(settings.allow), settings.max_bytes_per_peer_per_minute)  # fmt: skip
         self._emit: Emit | None = None
         self._probing = asyncio.Lock()  # one outgoing probe at a time: the planner never asks for two
         ctx.add_command("probe", self.command)

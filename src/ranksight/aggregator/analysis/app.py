@@ -25,14 +25,11 @@ class RankHeartbeatOverdueRule:
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for st in state.app.ranks.values():
-            deadline = st.heartbeat_deadline_ns()
-            if deadline is None or now_ns <= deadline:
+            deadline = st.heartbeat_deadline()
+            if deadline is None or now_ns <= deadline.at_ns:
                 continue
-            first = st.last_heartbeat_ns is None
-            since_ns = st.announced_ns if first else st.last_heartbeat_ns
-            assert since_ns is not None
-            timeout = st.initial_timeout_s if first else st.heartbeat_timeout_s
-            silent_s = (now_ns - since_ns) / NS
+            first, timeout = deadline.first, deadline.timeout_s
+            silent_s = (now_ns - deadline.since_ns) / NS
             what = "no first heartbeat" if first else "no heartbeat"
             yield Condition(
                 rule=self.name, severity="critical", summary=f"{st.label} on {st.node}: {what} for "

@@ -514,7 +514,7 @@ class StragglerEngine:
         if comm.members.get(rank) != proc:
             comm.join(rank, proc)
             self._members_version += 1
-        if dump_ts_us > self.proc_last.get(proc, 0):
+        if dump_ts_us > self.proc_last.get(proc, -1):  # -1: a dump time of 0 makes the process known too
             self.proc_last[proc] = dump_ts_us
         return comm
 

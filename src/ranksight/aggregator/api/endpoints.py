@@ -21,7 +21,8 @@ from ranksight.api.endpoints import SPECS
 # How sharded aggregators' answers join (aggregator.api.merge). Not merged: sql (an aggregate or a LIMIT does not
 # union; SQL across shards reads their Parquet exports), series (a rank's lateness needs every rank of its
 # communicator, and a line can be split between two shards by a takeover), incidents (per-alert aggregates of one
-# shard's history), and the endpoints that write (export, drain, silence_add, silence_expire).
+# shard's history), the endpoints that write (export, drain, silence_add, silence_expire, action_approve, action_reject,
+# action_undo) and those that ask one job's agents (job_dump, job_evidence).
 BY_NODE: Merge[Any] = Merge(key=("cluster", "node"), order=("cluster", "node"), newest="last_seen")
 ALERTS = Merge[params.AlertsParams](
     key=lambda p: ("fingerprint",) if p.state == "firing" else ("fingerprint", "state", "updated_at"),
@@ -56,9 +57,9 @@ _BINDINGS: dict[str, tuple[Any, Merge[Any] | None]] = {
     "silence_add": (alerting.silence_add, None),
     "silences": (alerting.silences, Merge(key=("id",), order=("-starts_at",))),
     "silence_expire": (alerting.silence_expire, None),
-    "action_plan": (actions.action_plan, None),
-    "actions": (actions.actions, None),
-    "action_audit": (actions.action_audit, None),
+    "action_plan": (actions.action_plan, Merge(key=("id",), order=("-at",))),
+    "actions": (actions.actions, Merge(key=("id",), order=("-at",), limit="limit")),
+    "action_audit": (actions.action_audit, Merge(key=("id", "step", "step_at"), order=("-step_at",), limit="limit")),
     "action_approve": (actions.action_approve, None),
     "action_reject": (actions.action_reject, None),
     "action_undo": (actions.action_undo, None),

@@ -79,6 +79,11 @@ class QueryFront:
         merged = endpoint.merge.merge(parsed, [(shard, a) for shard, a in found if a.ok])
         if errors:
             merged.meta["shard_errors"] = errors
+        problems = [
+            f"shard {shard}: {line}" for shard, a in found if a.ok for line in a.meta.get("problems", [])
+        ]
+        if problems:  # what keeps any shard from its job is the cluster's problem
+            merged.meta.update(health="error", problems=problems)
         # Members unknown (the bucket did not answer): which shards are missing cannot be said, but some may be.
         return merged.model_copy(update={"partial": members is None or bool(errors),
                                          "missing_shards": sorted(errors)})  # fmt: skip

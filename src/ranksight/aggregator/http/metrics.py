@@ -128,6 +128,15 @@ class ClusterCollector(Collector):
             ("events_clients", len(self.events.clients), "/events clients connected"),
         ):
             f.add(f.gauge(f"ranksight_{name}", doc, []), [], value)
+        refused = f.counter("ranksight_nats_permission_violations_total", "publishes and subscriptions the NATS server "
+                            "refused this aggregator (its NATS user lacks the permission)", ["op", "subject"])  # fmt: skip
+        for (op, subject), n in sorted(self.agg.nats_problems.violations.items()):
+            f.add(refused, [op, subject], n)
+        rule_errors = f.counter("ranksight_rule_errors_total", "rule evaluations that raised", ["rule"])
+        for rule, n in sorted(self.agg.engine.rule_errors.items()):
+            f.add(rule_errors, [rule], n)
+        f.add(f.gauge("ranksight_problems", "problems status reports as errors now (refused subjects, partitions "
+                      "no shard ingests)", []), [], len(self.agg.problems()))  # fmt: skip
         firing = f.gauge("ranksight_alerts_firing", "alerts firing now", ["cluster", "rule", "severity"])
         counts = Counter((a.cluster, a.rule, a.severity) for a in self.agg.engine.active.values())
         for labels, n in sorted(counts.items()):

@@ -38,6 +38,17 @@ class OpenSection:
     timeout_s: float
 
 
+@dataclass(frozen=True)
+class HeartbeatDeadline:
+    since_ns: int  # the start (or the last heartbeat) the timeout runs from
+    timeout_s: float
+    first: bool  # no heartbeat yet: the initial timeout
+
+    @property
+    def at_ns(self) -> int:
+        return self.since_ns + int(self.timeout_s * NS)
+
+
 @dataclass
 class RankState:
     cluster: str
@@ -59,12 +70,15 @@ class RankState:
     dropped: int = 0
     sections: dict[int, OpenSection] = field(default_factory=dict)
 
-    def heartbeat_deadline_ns(self) -> int | None:
-        """When the rank becomes overdue; None while no heartbeat is expected."""
+    def heartbeat_deadline(self) -> HeartbeatDeadline | None:
+        """What the rank's next heartbeat is awaited against; None while none is expected. Timeouts are bounded at
+        decode (``schemas.records.quantities.Seconds``), so a deadline always fits in nanoseconds."""
         if self.last_heartbeat_ns is not None and self.heartbeat_timeout_s is not None:
-            return self.last_heartbeat_ns + int(self.heartbeat_timeout_s * NS)
+            return HeartbeatDeadline(self.last_heartbeat_ns, self.heartbeat_timeout_s, first=False)
         if self.announced_ns is not None and self.initial_timeout_s is not None:
-            return self.announced_ns + int(self.initial_timeout_s * NS)
+            return HeartbeatDeadline(
+                self.announced_ns, self.initial_timeout_s, first=self.last_heartbeat_ns is None
+            )
         return None
 
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.quantities import Counter, Gauge, Index
 
 
 class GpuLink(Record):
@@ -18,25 +19,25 @@ class GpuLink(Record):
 
 
 class GpuRecord(Record):
-    index: int
+    index: Index
     uuid: str | None = None
     bus_id: str | None = None
     name: str | None = None
     vendor: str | None = None
     source: str | None = None
-    utilization_pct: float | None = None
-    memory_used_bytes: int | None = None
-    memory_total_bytes: int | None = None
-    power_w: float | None = None
-    power_cap_w: float | None = None
-    temperature_edge_c: float | None = None
-    temperature_junction_c: float | None = None
-    temperature_memory_c: float | None = None
-    sclk_hz: float | None = None
-    mclk_hz: float | None = None
-    ecc_correctable: int | None = None
-    ecc_uncorrectable: int | None = None
-    pcie_replays: int | None = None
+    utilization_pct: Gauge | None = None
+    memory_used_bytes: Counter | None = None
+    memory_total_bytes: Counter | None = None
+    power_w: Gauge | None = None
+    power_cap_w: Gauge | None = None
+    temperature_edge_c: Gauge | None = None
+    temperature_junction_c: Gauge | None = None
+    temperature_memory_c: Gauge | None = None
+    sclk_hz: Gauge | None = None
+    mclk_hz: Gauge | None = None
+    ecc_correctable: Counter | None = None
+    ecc_uncorrectable: Counter | None = None
+    pcie_replays: Counter | None = None
     throttled: bool | None = None
     throttle_reasons: list[str] = Field(default_factory=list)
     links: list[GpuLink] = Field(default_factory=list)

@@ -10,20 +10,21 @@ from __future__ import annotations
 from typing import Literal
 
 from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.quantities import Bytes, Count, Gauge, Index, Seconds
 
 GpuProbeStatus = Literal["ok", "skipped", "unavailable", "error"]
 
 
 class GpuProbeRecord(Record):
-    index: int
+    index: Index
     status: GpuProbeStatus
     reason: str | None = None
     name: str | None = None
     uuid: str | None = None
     backend: str | None = None
-    tflops_bf16: float | None = None
-    tflops_fp16: float | None = None
-    mem_bandwidth_bps: float | None = None
-    duration_s: float | None = None
-    matmul_n: int | None = None
-    mem_bytes: int | None = None
+    tflops_bf16: Gauge | None = None
+    tflops_fp16: Gauge | None = None
+    mem_bandwidth_bps: Gauge | None = None
+    duration_s: Seconds | None = None
+    matmul_n: Count | None = None
+    mem_bytes: Bytes | None = None

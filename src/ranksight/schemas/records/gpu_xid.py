@@ -12,13 +12,14 @@ from typing import Literal
 from pydantic import Field
 
 from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.quantities import Count, Pid
 
 
 class GpuXidRecord(Record):
     kind: Literal["xid", "sxid"] = Field(description="xid: a GPU's; sxid: an NVSwitch's")
-    code: int = Field(ge=0, description="the Xid number (NVIDIA's Xid catalog)")
+    code: int = Field(ge=0, le=65535, description="the Xid number (NVIDIA's Xid catalog)")
     pci: str | None = Field(None, description="PCI address of the GPU or switch, as the driver prints it")
-    pid: int | None = Field(None, description="the process the driver names, when it names one")
+    pid: Pid | None = Field(None, description="the process the driver names, when it names one")
     process: str | None = Field(None, description="its name, when the driver prints one")
     message: str = Field(max_length=1000, description="the rest of the driver's line")
-    kernel_seq: int | None = Field(None, description="the kernel log record's sequence number (/dev/kmsg)")
+    kernel_seq: Count | None = Field(None, description="the kernel log record's sequence number (/dev/kmsg)")

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.quantities import Count, Pid, Seconds, TimestampNs
 
 CollectorState = Literal["ok", "error", "absent", "disabled", "starting"]
 
@@ -17,21 +18,21 @@ class CollectorHealth(BaseModel):
     name: str
     state: CollectorState
     source: str | None = None
-    last_success_ns: int | None = None
+    last_success_ns: TimestampNs | None = None
     last_error: str | None = None
-    last_duration_s: float | None = None
-    runs: int = 0
-    errors: int = 0
+    last_duration_s: Seconds | None = None
+    runs: Count = 0
+    errors: Count = 0
 
 
 class PublisherStats(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    published: int = 0
-    acked: int = 0
-    retries: int = 0
-    dropped: int = 0
-    pending: int = 0
+    published: Count = 0
+    acked: Count = 0
+    retries: Count = 0
+    dropped: Count = 0
+    pending: Count = 0
 
 
 class SchedulerJob(BaseModel):
@@ -41,7 +42,7 @@ class SchedulerJob(BaseModel):
     job: str
     user: str | None = None
     nodes: str | None = None  # the scheduler's node list as written, e.g. gpu[001-004]
-    started_ns: int | None = None
+    started_ns: TimestampNs | None = None
 
 
 class HeartbeatRecord(Record):
@@ -49,8 +50,8 @@ class HeartbeatRecord(Record):
 
     hostname: str
     version: str
-    pid: int
-    started_ns: int
+    pid: Pid
+    started_ns: TimestampNs
     collectors: list[CollectorHealth] = Field(default_factory=list)
     publisher: PublisherStats = PublisherStats()
     jobs: list[SchedulerJob] = Field(default_factory=list)

@@ -12,6 +12,16 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.quantities import (
+    Bytes,
+    Count,
+    Gauge,
+    Micros,
+    Pid,
+    Rank,
+    RankCount,
+    TimestampUs,
+)
 from ranksight.schemas.wire import RawWindow
 
 CaptureModel = Literal["ring", "sampled"]
@@ -22,26 +32,26 @@ class InspectorOperation(Record):
 
     comm_id: str
     comm_name: str | None = None
-    rank: int
-    n_ranks: int
-    nnodes: int | None = None
+    rank: Rank
+    n_ranks: RankCount
+    nnodes: RankCount | None = None
     hostname: str
-    pid: int
+    pid: Pid
     op_kind: Literal["coll", "p2p"]
     op: str
 
 
 class InspectorRecord(InspectorOperation):
-    sn: int
-    peer: int | None = None
-    msg_size_bytes: int
-    exec_time_us: float | None = None
+    sn: Count
+    peer: Rank | None = None
+    msg_size_bytes: Bytes
+    exec_time_us: Micros | None = None
     timing_source: str | None = None
-    algobw_gbs: float | None = None
-    busbw_gbs: float | None = None
-    dump_ts_us: int
+    algobw_gbs: Gauge | None = None
+    busbw_gbs: Gauge | None = None
+    dump_ts_us: TimestampUs
     capture_model: CaptureModel = "sampled"
-    busbw_expected_gbs: float | None = None  # recomputed from size and time (design §4)
+    busbw_expected_gbs: Gauge | None = None  # recomputed from size and time (design §4)
     bw_mismatch: bool = False  # reported busbw disagrees with the recomputed one (broken build)
 
 

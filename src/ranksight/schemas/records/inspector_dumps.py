@@ -10,25 +10,26 @@ when the plugin's proxy tracing is on (v4.4); they are None otherwise.
 from __future__ import annotations
 
 from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.quantities import Count, Pid, Rank, RankCount, TimestampUs
 
 
 class InspectorDumpStatsRecord(Record):
     comm_id: str
     comm_name: str | None = None
-    rank: int
-    n_ranks: int
+    rank: Rank
+    n_ranks: RankCount
     hostname: str
-    pid: int
-    dump_ts_us: int
+    pid: Pid
+    dump_ts_us: TimestampUs
     format_version: str
-    coll_records: int
-    coll_dropped_total: int
-    coll_dropped_since_last_dump: int
-    p2p_records: int
-    p2p_dropped_total: int
-    p2p_dropped_since_last_dump: int
-    proxy_records: int | None = None
-    proxy_dropped_total: int | None = None
-    proxy_dropped_since_last_dump: int | None = None
-    proxy_ops_dropped_total: int | None = None
-    proxy_ops_dropped_since_last_dump: int | None = None
+    coll_records: Count
+    coll_dropped_total: Count
+    coll_dropped_since_last_dump: Count
+    p2p_records: Count
+    p2p_dropped_total: Count
+    p2p_dropped_since_last_dump: Count
+    proxy_records: Count | None = None
+    proxy_dropped_total: Count | None = None
+    proxy_dropped_since_last_dump: Count | None = None
+    proxy_ops_dropped_total: Count | None = None
+    proxy_ops_dropped_since_last_dump: Count | None = None

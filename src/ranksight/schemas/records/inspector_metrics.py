@@ -22,6 +22,7 @@ from __future__ import annotations
 from typing import Literal
 
 from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.quantities import Bytes, Count, Gauge, Micros, Rank, RankCount, TimestampUs
 
 InspectorMetricsSource = Literal["prom", "otlp"]
 InspectorMetricsShape = Literal["bucket", "op", "device"]
@@ -34,25 +35,25 @@ class InspectorMetricsRecord(Record):
     job_id: str | None = None
     hostname: str
     gpu: str  # the plugin's name of the GPU: ``GPU<cuda device>``
-    ts_us: int | None = (
+    ts_us: TimestampUs | None = (
         None  # the point's time (OTLP); a textfile says none (its file's mtime is not the data's)
     )
     comm_name: str | None = None
     comm_id: str | None = None  # OTLP verbose only
-    n_nodes: int | None = None
-    n_ranks: int | None = None
+    n_nodes: RankCount | None = None
+    n_ranks: RankCount | None = None
     op_kind: Literal["coll", "p2p"] | None = None
     op: str | None = None
     algo_proto: str | None = None
     size_range: str | None = None
-    size_lo_bytes: int | None = None
-    msg_size_bytes: int | None = None  # OTLP verbose only
-    sn: int | None = None  # OTLP verbose only
-    peer: int | None = None  # OTLP verbose p2p only
-    exec_time_us: float | None = None  # bucket: the mean
-    busbw_gbs: float | None = None  # bucket: the geometric mean
-    algobw_gbs: float | None = None  # OTLP verbose only
-    coll_total: int | None = None  # device: counters since the process started
-    coll_dropped_total: int | None = None
-    p2p_total: int | None = None
-    p2p_dropped_total: int | None = None
+    size_lo_bytes: Bytes | None = None
+    msg_size_bytes: Bytes | None = None  # OTLP verbose only
+    sn: Count | None = None  # OTLP verbose only
+    peer: Rank | None = None  # OTLP verbose p2p only
+    exec_time_us: Micros | None = None  # bucket: the mean
+    busbw_gbs: Gauge | None = None  # bucket: the geometric mean
+    algobw_gbs: Gauge | None = None  # OTLP verbose only
+    coll_total: Count | None = None  # device: counters since the process started
+    coll_dropped_total: Count | None = None
+    p2p_total: Count | None = None
+    p2p_dropped_total: Count | None = None

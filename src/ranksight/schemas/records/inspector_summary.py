@@ -24,39 +24,50 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ranksight.schemas.records.inspector import CaptureModel, InspectorOperation
+from ranksight.schemas.records.quantities import (
+    Bytes,
+    Count,
+    Gauge,
+    Micros,
+    MicrosLength,
+    MicrosSpan,
+    TimestampUs,
+)
 
 
 class InspectorSummaryRecord(InspectorOperation):
     schema_version: ClassVar[int] = 2  # 2: `part_us`
-    window_start_us: int  # dump time (µs since the epoch) where the window starts: a multiple of window_us
-    window_us: int
-    slice_us: int  # the per-slice lists' resolution
-    size_bucket: int  # see schemas.wire.size_bucket(); the exact sizes add up in `bytes`
+    window_start_us: (
+        TimestampUs  # dump time (µs since the epoch) where the window starts: a multiple of window_us
+    )
+    window_us: MicrosSpan
+    slice_us: MicrosSpan  # the per-slice lists' resolution
+    size_bucket: Bytes  # see schemas.wire.size_bucket(); the exact sizes add up in `bytes`
     capture_model: CaptureModel = "sampled"
-    count: int  # records of the window (timed or not)
-    bytes: int  # sum of their message sizes
-    timed: int = 0  # records with an exec time
-    exec_sum_us: float = 0.0
-    exec_min_us: float | None = None
-    exec_max_us: float | None = None
-    exec_p50_us: float | None = None
-    exec_p90_us: float | None = None
-    exec_p99_us: float | None = None
-    algobw_gbs: float | None = None  # the timed records' traffic over their exec time, recomputed (design §4)
-    busbw_gbs: float | None = None
-    bw_mismatches: int = 0  # records whose reported busbw disagrees with the recomputed one
-    sn_first: int
-    sn_last: int
-    last_dump_ts_us: int  # the latest dump time among the window's records
-    late: int = 0  # whole windows: records of this key that came after their window had closed, since its last summary
-    slice_index: list[int] = []  # slice of the window (0 .. window_us / slice_us - 1)
-    slice_count: list[int] = []
-    slice_exec_sum_us: list[float] = []
-    slice_exec_min_us: list[float] = []
-    slice_sn_lo: list[int] = []
-    slice_sn_lo_ts_us: list[int] = []
-    slice_sn_hi: list[int] = []
-    slice_sn_hi_ts_us: list[int] = []
+    count: Count  # records of the window (timed or not)
+    bytes: Bytes  # sum of their message sizes
+    timed: Count = 0  # records with an exec time
+    exec_sum_us: Micros = 0.0
+    exec_min_us: Micros | None = None
+    exec_max_us: Micros | None = None
+    exec_p50_us: Micros | None = None
+    exec_p90_us: Micros | None = None
+    exec_p99_us: Micros | None = None
+    algobw_gbs: Gauge | None = None  # the timed records' traffic over their exec time, recomputed (design §4)
+    busbw_gbs: Gauge | None = None
+    bw_mismatches: Count = 0  # records whose reported busbw disagrees with the recomputed one
+    sn_first: Count
+    sn_last: Count
+    last_dump_ts_us: TimestampUs  # the latest dump time among the window's records
+    late: Count = 0  # whole windows: records of this key that came after their window had closed, since its last summary
+    slice_index: list[Count] = []  # slice of the window (0 .. window_us / slice_us - 1)
+    slice_count: list[Count] = []
+    slice_exec_sum_us: list[Micros] = []
+    slice_exec_min_us: list[Micros] = []
+    slice_sn_lo: list[Count] = []
+    slice_sn_lo_ts_us: list[TimestampUs] = []
+    slice_sn_hi: list[Count] = []
+    slice_sn_hi_ts_us: list[TimestampUs] = []
     # one part of the window: the records its agent read within one publication period, this long (µs); 0: the whole
     # window, published once it closed, as agents before schema version 2 did
-    part_us: int = 0
+    part_us: MicrosLength = 0

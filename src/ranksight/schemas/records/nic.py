@@ -16,6 +16,7 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.quantities import Count, Counter, Gauge, Seconds
 
 
 class NicRecord(Record):
@@ -26,19 +27,19 @@ class NicRecord(Record):
     state: str | None = None
     phys_state: str | None = None
     link_layer: str | None = None
-    speed_bps: float | None = None
-    tx_bytes: int | None = None
-    rx_bytes: int | None = None
-    tx_packets: int | None = None
-    rx_packets: int | None = None
-    tx_bps: float | None = None
-    rx_bps: float | None = None
-    interval_s: float | None = None
-    errors_per_s: float | None = None
-    congestion_per_s: float | None = None
-    link_flaps: int = 0
-    counter_resets: int = 0
-    counters: dict[str, int] = Field(default_factory=dict)
+    speed_bps: Gauge | None = None
+    tx_bytes: Counter | None = None
+    rx_bytes: Counter | None = None
+    tx_packets: Counter | None = None
+    rx_packets: Counter | None = None
+    tx_bps: Gauge | None = None
+    rx_bps: Gauge | None = None
+    interval_s: Seconds | None = None
+    errors_per_s: Gauge | None = None
+    congestion_per_s: Gauge | None = None
+    link_flaps: Count = 0
+    counter_resets: Count = 0
+    counters: dict[str, Counter] = Field(default_factory=dict)
     counters_full: bool = Field(
         True,
         description="`counters` holds every counter (else only those changed since the port's previous record)",

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.quantities import Bytes, Gauge, Micros, Port, Seconds
 
 ProbeMode = Literal["full", "light"]  # light: RTT and jitter only (a node runs a job)
 
@@ -22,18 +23,18 @@ class ProbeRecord(Record):
     transport: str = "tcp"
     dst_addr: str
     mode: ProbeMode = "full"
-    rtt_us: float | None = None
-    jitter_us: float | None = None
-    upload_bps: float | None = None  # src -> dst
-    download_bps: float | None = None  # dst -> src
-    bytes: int = 0
-    duration_s: float = 0.0
+    rtt_us: Micros | None = None
+    jitter_us: Micros | None = None
+    upload_bps: Gauge | None = None  # src -> dst
+    download_bps: Gauge | None = None  # dst -> src
+    bytes: Bytes = 0
+    duration_s: Seconds = 0.0
     skipped: str | None = None  # why bandwidth was not measured, when it was not
     error: str | None = None
     # share of the bandwidth phases each end's probe loop was stalled (busy or starved of CPU): a high share means the
     # rates measured the host, not the link. src: the prober, both phases; dst: the probed server, the upload phase.
-    src_stall_share: float | None = None
-    dst_stall_share: float | None = None
+    src_stall_share: Gauge | None = None
+    dst_stall_share: Gauge | None = None
 
 
 class ProbeEndpointRecord(Record):
@@ -42,7 +43,7 @@ class ProbeEndpointRecord(Record):
     min_records = 1
 
     addrs: list[str]
-    port: int
+    port: Port
     transport: str = "tcp"
     rail: str | None = None
 

@@ -12,6 +12,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.quantities import Count, Index, Micros, Pid, Rank, RankCount, Seconds
 
 RasHealth = Literal["ok", "warning", "degraded", "failed"]
 RasFormat = Literal["text", "json", "monitor"]
@@ -23,12 +24,12 @@ class RasLaggingRank(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    rank: int
+    rank: Rank
     host: str
-    pid: int | None = None
+    pid: Pid | None = None
     collective: str
-    count: int
-    peers_count: int
+    count: Count
+    peers_count: Count
 
 
 class RasCommunicator(BaseModel):
@@ -36,16 +37,16 @@ class RasCommunicator(BaseModel):
 
     hash: str
     secondary_hash: str | None = None
-    size: int | None = None
+    size: RankCount | None = None
     status: str | None = None  # RUNNING, INIT, FINALIZE, ABORT, NOCOMM (UNKNOWN before 2.26)
     errors: list[str] = Field(default_factory=list)  # flags: INCOMPLETE, ERROR, MISMATCH
-    missing_ranks: list[int] = Field(default_factory=list)
-    ranks_reporting: int | None = None
-    rank_status: dict[str, int] = Field(default_factory=dict)  # status -> number of ranks (JSON only)
-    op_counts: dict[str, int] = Field(
+    missing_ranks: list[Rank] = Field(default_factory=list)
+    ranks_reporting: Count | None = None
+    rank_status: dict[str, Count] = Field(default_factory=dict)  # status -> number of ranks (JSON only)
+    op_counts: dict[str, Count] = Field(
         default_factory=dict
     )  # collective -> highest operation count over the ranks (JSON only)
-    unknown_ranks: list[int] = Field(
+    unknown_ranks: list[Rank] = Field(
         default_factory=list
     )  # missing ranks whose process the server cannot name (JSON "host": "unknown", "pid": -1)
     complete: bool = (
@@ -61,9 +62,9 @@ class RasProcess(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     host: str
-    pid: int | None = None
-    gpus: list[int] = Field(default_factory=list)
-    comms: dict[str, list[int]] = Field(
+    pid: Pid | None = None
+    gpus: list[Index] = Field(default_factory=list)
+    comms: dict[str, list[Rank]] = Field(
         default_factory=dict
     )  # communicator hash -> this process's ranks in it
     evidence: list[str] = Field(default_factory=list)  # the status lines naming this process
@@ -85,15 +86,15 @@ class RasStatus(BaseModel):
     format: Literal["text", "json"]
     version: str | None = None
     health: RasHealth
-    nodes: int | None = None
-    processes: int | None = None
-    gpus: int | None = None
+    nodes: Count | None = None
+    processes: Count | None = None
+    gpus: Count | None = None
     communicators: list[RasCommunicator] = Field(default_factory=list)
     missing_processes: list[RasProcess] = Field(default_factory=list)
     dead_processes: list[RasProcess] = Field(default_factory=list)
     mismatches: list[RasMismatch] = Field(default_factory=list)
-    timeouts: int = 0
-    collection_s: float | None = None
+    timeouts: Count = 0
+    collection_s: Seconds | None = None
     # False: the format has no job-level INCOMPLETE/DEAD sections (JSON): empty missing/dead lists mean "not said"
     job_sections: bool = True
     # False: only the communicators with a flag are listed (text): an absent one is unflagged, its op counts unknown
@@ -109,9 +110,9 @@ class RasRecord(Record, RasStatus):
     schema_version: ClassVar[int] = 2  # 2: poll_id, part, parts
     job_id: str | None = None
     endpoint: str
-    poll_id: int | None = None
-    part: int = 0  # 0 .. parts - 1; a part outside that range is never assembled
-    parts: int = 1
+    poll_id: Count | None = None
+    part: Count = 0  # 0 .. parts - 1; a part outside that range is never assembled
+    parts: RankCount = 1
 
 
 class RasDiagnosticFinding(BaseModel):
@@ -126,9 +127,9 @@ class RasDiagnosticFinding(BaseModel):
     kind: str
     text: str
     comm: str | None = None
-    ranks: list[int] = Field(default_factory=list)
-    ranks_total: int = 0
-    reference_rank: int | None = None
+    ranks: list[Rank] = Field(default_factory=list)
+    ranks_total: Count = 0
+    reference_rank: Rank | None = None
     reference_value: str | None = None
     hosts: list[str] = Field(default_factory=list)
 
@@ -142,10 +143,10 @@ class RasDiagnostics(BaseModel):
     status: Literal["ok", "incomplete", "busy", "unsupported", "error"]
     message: str | None = None
     host: str | None = None  # the process that answered
-    pid: int | None = None
+    pid: Pid | None = None
     scope: Literal["job", "comm"] | None = None
-    completed_ms: float | None = None
-    peers: int | None = None
+    completed_ms: Micros | None = None  # milliseconds, bounded as any duration
+    peers: Count | None = None
     findings: list[RasDiagnosticFinding] = Field(default_factory=list, max_length=100_000)
 
 
@@ -163,9 +164,11 @@ class RasEvent(BaseModel):
     event_group: str | None = None  # LIFECYCLE, TRACE (JSON only); RANKSIGHT for ENDPOINT_CLOSED
     event: str
     host: str | None = None
-    pid: int | None = None
-    gpus: list[int] = Field(default_factory=list)
-    nvml_gpus: list[int] = Field(default_factory=list)  # NVML numbers: text `` (NVML n)`` (printed when they
+    pid: Pid | None = None
+    gpus: list[Index] = Field(default_factory=list)
+    nvml_gpus: list[Index] = Field(
+        default_factory=list
+    )  # NVML numbers: text `` (NVML n)`` (printed when they
     # differ from the CUDA numbers, else equal to ``gpus``), JSON ``nvml_devs``
     addr: str | None = None  # a peer the server cannot name: its address, e.g. ``10.9.9.9<1234>``
     details: str = ""

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from ranksight.agent.collectors.inspector.metrics import InspectorMetricsError, parse_otlp
+from ranksight.errors import RanksightError
 from ranksight.schemas.twins import InspectorMetricsRecord
 
 log = logging.getLogger(__name__)
@@ -45,7 +46,9 @@ class OtlpLimits:
     read_timeout_s: float
 
 
-class _Refused(Exception):
+class OtlpRefused(RanksightError):
+    """A request the receiver answers with an HTTP error status (``status``) and a reason."""
+
     def __init__(self, status: int, why: str) -> None:
         super().__init__(why)
         self.status = status
@@ -116,7 +119,7 @@ class OtlpReceiver:
                 self.counts["records"] += len(records)
                 if records:
                     await self.on_records(records)
-            except _Refused as exc:
+            except OtlpRefused as exc:
                 status, why = exc.status, str(exc)
             except TimeoutError:
                 status, why = 408, "request not read in time"
@@ -133,9 +136,9 @@ class OtlpReceiver:
         try:
             head = await reader.readuntil(b"\r\n\r\n")
         except asyncio.LimitOverrunError:
-            raise _Refused(431, "headers too long") from None
+            raise OtlpRefused(431, "headers too long") from None
         if len(head) > MAX_HEADER_BYTES:
-            raise _Refused(431, "headers too long")
+            raise OtlpRefused(431, "headers too long")
         request, *lines = head.decode("latin-1").split("\r\n")
         method, _, rest = request.partition(" ")
         path = rest.partition(" ")[0].partition("?")[0]
@@ -145,23 +148,23 @@ class OtlpReceiver:
             if sep:
                 headers[name.strip().lower()] = value.strip()
         if path != METRICS_PATH:
-            raise _Refused(404, f"only {METRICS_PATH} is served")
+            raise OtlpRefused(404, f"only {METRICS_PATH} is served")
         if method != "POST":
-            raise _Refused(405, "only POST")
+            raise OtlpRefused(405, "only POST")
         if "json" not in headers.get("content-type", "").lower():
-            raise _Refused(
+            raise OtlpRefused(
                 415, "only OTLP JSON (application/json) bodies; set the exporter's protocol to http/json"
             )
         if "transfer-encoding" in headers:
-            raise _Refused(411, "a Content-Length is needed (no chunked bodies)")
+            raise OtlpRefused(411, "a Content-Length is needed (no chunked bodies)")
         try:
             length = int(headers["content-length"])
         except (KeyError, ValueError):
-            raise _Refused(411, "a Content-Length is needed") from None
+            raise OtlpRefused(411, "a Content-Length is needed") from None
         if not 0 <= length <= self.limits.max_body_bytes:
-            raise _Refused(413, f"body of {length} bytes, more than otlp_max_body_bytes")
+            raise OtlpRefused(413, f"body of {length} bytes, more than otlp_max_body_bytes")
         if not self._take_token():
-            raise _Refused(429, "more requests per second than otlp_max_requests_per_s")
+            raise OtlpRefused(429, "more requests per second than otlp_max_requests_per_s")
         return await reader.readexactly(length)
 
 
@@ -169,7 +172,7 @@ def _records(body: bytes) -> list[InspectorMetricsRecord]:
     try:
         records, _, _ = parse_otlp(body)
     except InspectorMetricsError as exc:
-        raise _Refused(400, str(exc)) from None
+        raise OtlpRefused(400, str(exc)) from None
     return records
 
 

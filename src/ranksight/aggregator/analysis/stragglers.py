@@ -46,7 +46,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, compress
-from typing import Any, Generic, Literal, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -94,6 +94,9 @@ class StragglerParams:
     min_steps: float = 3.0  # steps the excess must span (with long steps, one hiccup fills several slices)
     min_window_steps: float = 60.0  # steps the horizon must hold (long steps stretch it beyond window_s)
     comm_slow_ratio: float = 1.3
+    pool_samples: int = 3  # sampled: dump ticks per pool of the compute-share series
+    sampled_window_samples: int = 24  # sampled: dump ticks the horizon holds (one sample per comm each)
+    max_stretch: int = 20  # the horizon is stretched (long steps, long dump intervals) to at most this many windows
     node_share: float = 0.5  # share of a host's processes flagged before the host itself is reported
 
 
@@ -116,6 +119,10 @@ class Finding:
     comms: list[dict[str, object]] = field(default_factory=list)  # communication: slow comms with their times
     nodes: list[str] = field(default_factory=list)
     comm_ids: list[str] = field(default_factory=list)  # its communicators (RAS knows a job's by these hashes)
+    # steady / intermittent / undetermined, judged on pools of pattern_resolution_s (faster alternation averages out)
+    pattern: Pattern = "steady"
+    pattern_resolution_s: float = 0.0
+    coverage: dict[str, object] = field(default_factory=dict)  # what the data covered (Finding.as_dict documents it)
 
     @property
     def key(self) -> tuple[str, int | None, Kind]:
@@ -136,6 +143,9 @@ class Finding:
             "burst_slowdown": round(self.burst_slowdown, 3),
             "lateness_z": round(self.z, 1),
             "slow_comms": self.comms,
+            "pattern": self.pattern,
+            "pattern_resolution_s": round(self.pattern_resolution_s, 3),
+            "coverage": self.coverage,
         }
 
 
@@ -327,6 +337,69 @@ def _starts(keys: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
 
 
+def _pooled(busy: list[float], covered: list[float], pool: int) -> list[float]:
+    """Compute shares of consecutive pools of ``pool`` slices, pooled from the end: each pool's busy time against the
+    time it covers (NaN: a pool that covers none, no tick of the process in it)."""
+    out = []
+    for end in range(len(busy), 0, -pool):
+        start = max(0, end - pool)
+        time = math.fsum(covered[start:end])
+        out.append(1 - math.fsum(busy[start:end]) / time if time > 0 else math.nan)
+    return out[::-1]
+
+
+def _dump_interval(rows: _Rows, proc: np.ndarray[Any, Any], known: float) -> float:
+    """The plugins' dump interval (µs): the typical gap between a process's successive dump ticks (a tick's lines
+    are written within a few ms of each other), as far as the rows' dump times show it (``known`` otherwise)."""
+    if not len(rows.key):
+        return known
+    ts = np.concatenate([rows.lo_ts, rows.hi_ts])
+    who = np.concatenate([proc, proc])
+    order = np.lexsort((ts, who))
+    ts, who = ts[order], who[order]
+    gaps = np.diff(ts)[(who[1:] == who[:-1])]
+    gaps = gaps[gaps > 2000]
+    return float(np.percentile(gaps, 25)) if len(gaps) >= 3 else known
+
+
+def _nan_median(values: Iterable[float]) -> float:
+    kept = [x for x in values if x == x]
+    return statistics.median(kept) if kept else math.nan
+
+
+Pattern = Literal["steady", "intermittent", "undetermined"]
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    """Steady or intermittent, as far as pools of ``resolution_s`` tell: a fault that comes and goes faster than that
+    averages out within each pool and cannot be told from a steady one; pools too noisy against the excess, or too
+    few, tell nothing ("undetermined")."""
+
+    kind: Pattern
+    resolution_s: float
+    duty: float = 1.0
+    burst: float = 1.0
+
+    MIN_POOLS: ClassVar[int] = 6
+
+    @classmethod
+    def judge(cls, factors: list[float], factor: float, pool_sd: float, resolution_s: float) -> _Pattern:
+        """``factors``: the process's compute share per pool against its peers'; ``factor`` the overall one;
+        ``pool_sd`` how far a healthy process's pool strays by noise alone."""
+        excess = factor - 1
+        if len(factors) < cls.MIN_POOLS or excess < 4 * pool_sd:
+            return cls("undetermined", resolution_s, burst=factor)
+        cold = sum(x < 1 + excess / 3 for x in factors)
+        hot = [x for x in factors if x >= 1 + 2 * excess / 3]
+        if cold >= max(2, 0.2 * len(factors)) and len(hot) >= 2:
+            burst = max(factor, statistics.median(hot))
+            return cls("intermittent", resolution_s, min(1.0, excess / (burst - 1)) if burst > 1 else 1.0, burst)
+        if cold <= 0.1 * len(factors):
+            return cls("steady", resolution_s, burst=factor)
+        return cls("undetermined", resolution_s, burst=factor)
+
+
 @dataclass
 class _Candidate:
     """A finding being confirmed: evidence added per consecutive flagged evaluation."""
@@ -345,6 +418,7 @@ class _ProcShare:
     ops: int
     lived: int  # slices of the horizon from the process's first record
     step_rate: float  # steps per µs: the rate of its most frequent collective
+    recorded: float  # share of its numbered ops the plugin wrote (ring: coll_sn gaps are ops dropped or filtered)
     # compute share per slice of those ``lived`` slices (aligned at the horizon's end): made only for a job where a
     # process stands out overall (most evaluations of a healthy job need none)
     slices: list[float] = field(default_factory=list)
@@ -379,6 +453,8 @@ class StragglerEngine:
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
         self._ops: set[tuple[str, str, int]] = set()  # (offline)
         self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
+        self._p2p_seen = False  # any Send/Recv record (2.30 ring writes them; the sampled plugins never do)
+        self._interval_us = 0.0  # the plugins' dump interval (µs), from the last evaluation's dump times
         self._horizon_now = self.horizon  # slices judged, stretched for long steps
         self._late_from: int | None = None  # earliest judged slice that received records since
         # slices (first, last) of each process that miss records its agent got after their window had closed
@@ -445,6 +521,7 @@ class StragglerEngine:
         if self.evaluated is not None and index <= self.evaluated - self._reach():
             return  # far older than what is judged now: nothing to add to
         p2p = rec.op_kind == "p2p"
+        self._p2p_seen |= p2p
         if self.offline:
             self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
         key = self._agg_number(comm, (rec.comm_id, rec.op, rec.msg_size_bytes, rec.rank), p2p, rec.n_ranks)
@@ -479,6 +556,7 @@ class StragglerEngine:
             size = (
                 s.bytes // s.count if s.count else s.size_bucket
             )  # the exact size when the bucket holds one
+            self._p2p_seen |= s.op_kind == "p2p"
             keys.append(
                 self._agg_number(comm, (s.comm_id, s.op, size, s.rank), s.op_kind == "p2p", s.n_ranks)
             )
@@ -508,7 +586,9 @@ class StragglerEngine:
     def _member(self, comm_id: str, name: str | None, rank: int, proc: Proc, dump_ts_us: int) -> _Comm:
         comm = self.comms.get(comm_id)
         if comm is None:
-            comm = self.comms[comm_id] = _Comm(comm_id, name or comm_id, len(self._comm_of))
+            # the plugin writes "unknown" for a communicator created without a name: such a comm goes by its id
+            named = name if name and name != "unknown" else comm_id
+            comm = self.comms[comm_id] = _Comm(comm_id, named, len(self._comm_of))
             self._comm_of.append(comm)
             self._comm_last.append(-1)
         if comm.members.get(rank) != proc:
@@ -612,14 +692,15 @@ class StragglerEngine:
 
     # -- evaluation -----------------------------------------------------------------------------------------------
     def complete_slice(self, final: bool = False) -> int | None:
-        """The newest slice every live process has written past (``final``: the newest slice there is)."""
+        """The newest slice every live process has written past (``final``: at least the first slice)."""
         if not self.slices:
             return None
-        if final:
-            return max(self.slices)
-        newest = max(self.proc_last.values())
+        newest = max(self.proc_last.values(), default=0)
         live = [ts for ts in self.proc_last.values() if ts >= newest - 2 * self.horizon * self.slice_us]
-        return min(live) // self.slice_us - 1
+        # offline too: the slice of a process's last tick is judged only once every process is past it, and the
+        # job's last ticks never are (the job ends between ticks: the time from its end to the next tick is no compute)
+        last = min(live, default=newest) // self.slice_us - 1
+        return max(last, min(self.slices)) if final else last
 
     def evaluate(self, final: bool = False) -> list[Finding]:
         """Judge every slice completed since the last call; the findings confirmed and active now."""
@@ -787,14 +868,26 @@ class StragglerEngine:
         self._span_proc = (stamp, procs)
         return procs
 
+    def _pool_slices(self) -> int:
+        """Slices per pool, the time resolution of a process's compute share: a pool holds a few steps, and a dump
+        interval (ring: an op's completion is known only to its tick) or, sampled, a few samples per key."""
+        p = self.params
+        steps = math.ceil(p.min_steps / max(self._step_rate * self.slice_us, 1e-9)) if self._step_rate else 1
+        ticks = p.pool_samples if self.sampled > self.ring else 1
+        return max(1, steps, math.ceil(ticks * self._interval_us / self.slice_us))
+
     def _judge(self, index: int, behind: set[Proc]) -> None:
-        # long steps stretch the horizon to ``min_window_steps`` steps: a few ops would give no stable share
+        # long steps stretch the horizon to ``min_window_steps`` steps (a few ops give no stable share), long dump
+        # intervals to enough pools to tell a steady straggler from an intermittent one and, sampled, to
+        # ``sampled_window_samples`` samples per key
+        p = self.params
         steps_per_slice = self._step_rate * self.slice_us
-        horizon = self.horizon
+        need = (_Pattern.MIN_POOLS + 2) * self._pool_slices() if self._step_rate else 0
+        if self.sampled > self.ring:
+            need = max(need, math.ceil(p.sampled_window_samples * self._interval_us / self.slice_us))
         if steps_per_slice > 0:
-            horizon = max(
-                horizon, min(20 * horizon, math.ceil(self.params.min_window_steps / steps_per_slice))
-            )
+            need = max(need, math.ceil(p.min_window_steps / steps_per_slice))
+        horizon = max(self.horizon, min(p.max_stretch * self.horizon, need))
         self._horizon_now = horizon
         # slices with no record are time too (long ops complete less often than a slice): kept, empty
         first = max(index - horizon + 1, min(self.slices))
@@ -844,12 +937,12 @@ class StragglerEngine:
     # -- compute --------------------------------------------------------------------------------------------------
     def _shares(
         self, rows: _Rows, pos: np.ndarray[Any, Any], width: int, first: int
-    ) -> tuple[dict[Proc, _ProcShare], Callable[[Proc], list[float]]]:
+    ) -> tuple[dict[Proc, _ProcShare], Callable[[Proc], tuple[list[float], list[float]]]]:
         """Each process's share of the horizon (``width`` slices from slice ``first``: ``rows``, each in slice ``pos``)
         spent outside collectives, overall, and the function giving it per slice, counted from its first record where
         that lies within the horizon."""
         if not len(rows.key):
-            return {}, lambda proc: []
+            return {}, lambda proc: ([], [])
         slice_us = self.params.slice_s * 1e6
         span_proc = self._span_procs()
         procs, spans = self._procs.keys, len(self._spans.keys)
@@ -859,9 +952,10 @@ class StragglerEngine:
         lived_us = (width - start) * slice_us
         sampled = self.sampled > self.ring
         if not sampled:
-            # ring: every op is there, so a process's time in collectives is the sum of its exec times; its step rate
-            # is its most frequent (comm, coll)'s, and all its keys share the same time, so the most ops of any one
-            # key (its coll_sn span over the horizon) gives it
+            # ring: every op is there, but an op's completion is known only to the dump tick that wrote it (the ops of
+            # a tick completed since the process's previous one). A process's time is therefore counted from tick to
+            # tick: the busy time of the ops of a slice's ticks against the time since its previous tick, so slices
+            # shorter than the dump interval (empty, or holding a whole interval's ops) neither lose nor gain time
             lo = np.full(spans, np.iinfo(_I64).max, _I64)
             hi = np.full(spans, -1, _I64)
             np.minimum.at(lo, span, rows.lo)
@@ -871,10 +965,16 @@ class StragglerEngine:
             np.maximum.at(most, span_proc[seen], hi[seen] - lo[seen] + 1)
             proc = span_proc[span]
             ops = np.bincount(proc, rows.n, len(procs))
-            busy = np.bincount(proc, rows.total, len(procs))
+            # ops the plugin numbered but did not write (dropped from its ring, or filtered: small or untimed ops)
+            numbered = np.zeros(len(procs), _I64)
+            np.add.at(numbered, span_proc[seen], hi[seen] - lo[seen] + 1)
+            recorded = np.where(numbered > 0, np.minimum(1.0, ops / np.maximum(numbered, 1)), 1.0)
+            busy_cells, covered_cells = self._tick_cells(rows, pos, proc, width, len(procs))
+            busy, covered = busy_cells.sum(axis=0), covered_cells.sum(axis=0)
             step_rate = most / lived_us
-            present = ops > 0
+            present = (ops > 0) & (covered > 0)
             span_rate = None
+            share_of = 1 - busy / np.maximum(covered, 1)
         else:
             # sampled: the rate between each key's first and last sample of the horizon (a rank's coll_sn grows with
             # its dump time: its oldest slice's low end, its newest slice's high end), averaged per (comm, coll): each
@@ -909,42 +1009,67 @@ class StragglerEngine:
             step_rate = np.zeros(len(procs))
             np.maximum.at(step_rate, proc, span_rate[live])
             present = np.bincount(proc, minlength=len(procs)) > 0
-        share = (1 - busy / lived_us).tolist()
+            share_of = 1 - busy / lived_us
+            recorded = np.ones(len(procs))
+        share = share_of.tolist()
         ops_of, lived_of, step_of = ops.astype(_I64).tolist(), (width - start).tolist(), step_rate.tolist()
         mask = present.tolist()
-        made = map(_ProcShare, *(compress(values, mask) for values in (share, ops_of, lived_of, step_of)))
+        made = map(_ProcShare, *(compress(values, mask)
+                                 for values in (share, ops_of, lived_of, step_of, recorded.tolist())))  # fmt: skip
         shares = dict(zip(compress(procs, mask), made, strict=True))
-        per_slice: list[np.ndarray[Any, Any]] = []
+        per_slice: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
 
-        def slices_of(proc: Proc) -> list[float]:
+        def slices_of(proc: Proc) -> tuple[list[float], list[float]]:
+            """Its busy time and the time it covers (µs) per slice, from its first record."""
             if not per_slice:
-                per_slice.append(self._slice_shares(rows, pos, width, span, span_proc, span_rate))
+                if span_rate is None:
+                    per_slice.append((busy_cells, covered_cells))
+                else:
+                    per_slice.append(self._slice_shares(rows, pos, width, span, span_proc, span_rate))
             i = self._procs.ids[proc]
-            return per_slice[0][start[i] :, i].tolist()
+            busy_of, covered_of = per_slice[0]
+            return busy_of[start[i] :, i].tolist(), covered_of[start[i] :, i].tolist()
 
         return shares, slices_of
 
     def _slice_shares(self, rows: _Rows, pos: np.ndarray[Any, Any], width: int, span: np.ndarray[Any, Any],
-                      span_proc: np.ndarray[Any, Any], span_rate: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:  # fmt: skip
-        """Every process's compute share in each slice of the horizon (slice x process number): ring (``span_rate``
-        None), from its exec times; sampled, each key's mean exec time in the slice times its (comm, coll, rank)'s op
-        rate over the horizon (``span_rate``)."""
+                      span_proc: np.ndarray[Any, Any],
+                      span_rate: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:  # fmt: skip
+        """Sampled: every process's busy time in each slice of the horizon (slice x process number), each key's mean
+        exec time in the slice times its (comm, coll, rank)'s op rate over the horizon (``span_rate``), and the time
+        that covers (a slice where it has samples)."""
         slice_us = self.params.slice_s * 1e6
         procs, spans = len(self._procs.keys), len(self._spans.keys)
         spent = np.zeros((width, procs))
         bounds = np.searchsorted(pos, np.arange(width + 1))
         for i in range(width):
             at = slice(bounds[i], bounds[i + 1])
-            if span_rate is not None:
-                n = np.bincount(span[at], rows.n[at], spans)
-                total = np.bincount(span[at], rows.total[at], spans)
-                seen = np.flatnonzero(n)
-                spent[i] = np.bincount(
-                    span_proc[seen], total[seen] / n[seen] * span_rate[seen] * slice_us, procs
-                )
-            else:
-                spent[i] = np.bincount(span_proc[span[at]], rows.total[at], procs)
-        return 1 - spent / slice_us
+            n = np.bincount(span[at], rows.n[at], spans)
+            total = np.bincount(span[at], rows.total[at], spans)
+            seen = np.flatnonzero(n)
+            spent[i] = np.bincount(span_proc[seen], total[seen] / n[seen] * span_rate[seen] * slice_us, procs)
+        covered = np.where(spent > 0, slice_us, 0.0)
+        return spent, covered
+
+    @staticmethod
+    def _tick_cells(rows: _Rows, pos: np.ndarray[Any, Any], proc: np.ndarray[Any, Any], width: int,
+                    procs: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:  # fmt: skip
+        """Ring: per slice and process (slice x process number) the busy time of the ops its ticks in the slice wrote,
+        and the time from its previous tick to its last one in the slice; a process's first slice in the horizon only
+        sets where its time starts (its ops completed after a tick before the horizon)."""
+        cell = pos * procs + proc
+        busy = np.bincount(cell, rows.total, width * procs).reshape(width, procs)
+        last = np.full(width * procs, -1, _I64)
+        np.maximum.at(last, cell, rows.hi_ts)
+        last = last.reshape(width, procs)
+        filled = np.where(last >= 0, np.arange(width)[:, None], -1)
+        latest = np.maximum.accumulate(filled, axis=0)  # per slice the last slice at or before it with a tick
+        before = np.vstack([np.full((1, procs), -1, _I64), latest[:-1]])
+        columns = np.broadcast_to(np.arange(procs), (width, procs))
+        counted = (last >= 0) & (before >= 0)
+        covered = np.where(counted, last - last[np.maximum(before, 0), columns], 0).astype(_F64)
+        counted &= covered > 0
+        return np.where(counted, busy, 0.0), np.where(counted, covered, 0.0)
 
     def _jobs(self, procs: Iterable[Proc]) -> list[list[Proc]]:
         """Processes grouped into jobs: connected through shared communicators (made again once the processes or
@@ -977,13 +1102,13 @@ class StragglerEngine:
     ) -> list[Finding]:
         p = self.params
         shares, slices_of = self._shares(rows, pos, width, first)
+        self._interval_us = _dump_interval(rows, self._span_procs()[self._agg_span.values[rows.key]], self._interval_us)
         out: list[Finding] = []
         rates = [ps.step_rate for ps in shares.values() if ps.step_rate > 0]
         self._step_rate = statistics.median(rates) if rates else 0.0
         if width * self.slice_us * self._step_rate < p.min_window_steps:
             return out  # too few steps yet for a stable share (start of a job, or a horizon still stretching)
-        # slices judged one by one must hold a few steps each: with long steps, consecutive slices are pooled
-        pool = max(1, math.ceil(p.min_steps / max(self._step_rate * self.slice_us, 1e-9))) if rates else 1
+        pool = self._pool_slices()
         for everyone in self._jobs(shares):
             # a process missing records is neither judged nor part of its peers' yardstick
             job = [proc for proc in everyone if proc not in unjudged]
@@ -1005,14 +1130,20 @@ class StragglerEngine:
             if not suspects:
                 continue
             for proc in job:
-                tail = slices_of(proc)[-lived:]
-                if pool > 1:
-                    pools = [tail[max(0, end - pool) : end] for end in range(lived, 0, -pool)]
-                    tail = [statistics.fmean(chunk) for chunk in reversed(pools)]
-                shares[proc].slices = tail
-            # each slice against the same slice of the peers: their waits during a burst lower their share then
-            slice_meds = [max(statistics.median(shares[proc].slices[i] for proc in job), 1e-9)
-                          for i in range(len(shares[job[0]].slices))]  # fmt: skip
+                busy_of, covered_of = slices_of(proc)
+                busy_of, covered_of = busy_of[-lived:], covered_of[-lived:]
+                # pooled from the end (so every process's pools cover the same time), each pool's share from the
+                # time it covers: a pool without a tick of the process holds no measure (NaN)
+                shares[proc].slices = _pooled(busy_of, covered_of, pool)
+            # each pool against the same pool of the peers: their waits during a burst lower their share then
+            pools = len(shares[job[0]].slices)
+            slice_meds = [_nan_median([shares[proc].slices[i] for proc in job]) for i in range(pools)]
+            resolution_s = pool * self.slice_us / 1e6
+            suspected = set(suspects)
+            # the peers' own pool-to-pool spread: how far one pool's factor strays by noise alone
+            calm = [x / m - 1 for proc in job if proc not in suspected
+                    for x, m in zip(shares[proc].slices, slice_meds, strict=True) if x == x and m > 0]  # fmt: skip
+            pool_sd = _robust(calm, 0.01)[1] if len(calm) >= 8 else math.inf
             # strict: flagged on its own; leaning: as slow but with half the evidence, enough to join a node-wide
             # finding on its host (its processes cross the bar one by one while the node slows down)
             strict: dict[str, list[Finding]] = defaultdict(list)
@@ -1020,19 +1151,13 @@ class StragglerEngine:
             for proc in suspects:
                 ps = shares[proc]
                 factor, z, cost = ps.share / med, (ps.share - med) / spread, ps.share - med
-                per_slice = [x / m for x, m in zip(ps.slices, slice_meds, strict=True)]
-                # a one-step hiccup is not a straggler: the excess must span several slices and several steps
+                per_slice = [x / m for x, m in zip(ps.slices, slice_meds, strict=True) if x == x and m > 0]
+                # a one-step hiccup is not a straggler: the excess must span several pools and several steps
                 hot = sum(x >= 1 + p.min_excess for x in per_slice)
                 if hot < 3 or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
                     continue
-                # bursts: with a quarter of the slices back near normal, the slow slices' typical factor is the
-                # burst slowdown and the share of time at it that gives the average is the duty cycle
-                burst, duty = factor, 1.0
-                slow = [x for x in per_slice if x >= factor]
-                if slow and sum(x < 1 + (factor - 1) / 3 for x in per_slice) >= 0.25 * len(per_slice):
-                    burst = max(factor, statistics.median(slow))
-                    duty = (factor - 1) / (burst - 1) if burst > factor else 1.0
-                f = self._proc_finding(proc, factor, z, cost, duty, burst, len(job), med)
+                pattern = _Pattern.judge(per_slice, factor, pool_sd, resolution_s)
+                f = self._proc_finding(proc, factor, z, cost, pattern, len(job), med, ps)
                 leaning[proc[0]].append(f)
                 if z >= p.z_threshold and cost >= p.min_cost:
                     strict[proc[0]].append(f)
@@ -1057,27 +1182,73 @@ class StragglerEngine:
             out += found
         return out
 
-    def _proc_finding(self, proc: Proc, factor: float, z: float, cost: float, duty: float, burst: float,
-                      peers: int, med: float) -> Finding:  # fmt: skip
+    def _proc_finding(self, proc: Proc, factor: float, z: float, cost: float, pattern: _Pattern, peers: int,
+                      med: float, ps: _ProcShare) -> Finding:  # fmt: skip
         memberships = self._memberships().get(proc, [])
         comm_ids = list(dict.fromkeys(comm.comm_id for comm, _ in memberships))
         # named after its node's comm (where it is the one late rank among its neighbours), the largest if several
         comm, rank = min(memberships, key=lambda cr: (-sum(h == proc[0] for h, _ in cr[0].members.values()),
                                                       -len(cr[0].members), cr[0].label))  # fmt: skip
-        intermittent = duty < 0.75
+        if pattern.kind == "intermittent":
+            shape = (f"; intermittent at {pattern.resolution_s:g} s resolution: slow in {pattern.duty:.0%} of the "
+                     f"time, {pattern.burst:.2f}x when slow (bursts shorter than that are averaged over it)")
+        elif pattern.kind == "steady":
+            shape = f"; steady at {pattern.resolution_s:g} s resolution"
+        else:
+            shape = (f"; steady or intermittent undetermined (pools of {pattern.resolution_s:g} s too few or too "
+                     "noisy against the excess)")
         evidence = (
-            f"computes {factor:.2f}x longer between collectives than its {peers - 1} peers "
-            f"({med * factor:.0%} of the time outside collectives vs {med:.0%}; lateness {z:.1f} robust sd); "
-            f"costs the job {cost:.1%} of its time"
-            + (
-                f"; intermittent: slow in {duty:.0%} of the time, {burst:.2f}x during bursts"
-                if intermittent
-                else ""
-            )
-            + f"; arrives last in its {len(memberships)} comm(s), e.g. rank {rank}/{len(comm.members)} of {comm.label}"
+            f"computes {factor:.2f}x longer between collectives than the median of its {peers - 1} peers "
+            f"({med * factor:.0%} of the time outside recorded collectives vs {med:.0%}; lateness {z:.1f} robust "
+            f"sd); costs the job {cost:.1%} of its time{shape}; arrives last in its {len(memberships)} comm(s), "
+            f"e.g. rank {rank}/{len(comm.members)} of {self.describe(comm)}"
         )
-        return Finding(proc[0], proc[1], "compute", comm.label, rank, factor, 1.0,
-                       evidence, cost=cost, duty_cycle=duty, burst_slowdown=burst, z=z, comm_ids=comm_ids)  # fmt: skip
+        coverage = self._coverage(1 - med, 1 - ps.share, ps.recorded)
+        return Finding(proc[0], proc[1], "compute", comm.label, rank, factor, 1.0, evidence, cost=cost,
+                       duty_cycle=pattern.duty, burst_slowdown=pattern.burst, z=z, comm_ids=comm_ids,
+                       pattern=pattern.kind, pattern_resolution_s=pattern.resolution_s, coverage=coverage)  # fmt: skip
+
+    def describe(self, comm: _Comm) -> str:
+        """A comm as an operator can find it: its name, or (created without one) its id and layout: ranks, hosts and
+        the role its shape suggests."""
+        if comm.label != comm.comm_id:
+            return comm.label
+        ranks, hosts = len(comm.members), len(comm.hosts)
+        per_host = ranks / max(hosts, 1)
+        if hosts == 1:
+            role = "intra-node, TP-like"
+        elif ranks == 2:
+            role = "two ranks on two nodes, PP-like"
+        elif per_host == 1:
+            role = "one rank per node, DP/EP-like"
+        else:
+            role = f"{per_host:g} ranks per node"
+        return f"comm {comm.comm_id} ({ranks} ranks on {hosts} host(s), {role})"
+
+    def _coverage(self, job_recorded: float, proc_recorded: float, ops_written: float) -> dict[str, object]:
+        """What a compute finding's data covered: the share of time in recorded ops (the process's, its peers'
+        median), the dump interval, the capture model, the share of numbered ops the plugin wrote, and what the
+        plugin leaves out (counted as compute by this method)."""
+        left_out = []
+        if self.sampled > self.ring:
+            left_out.append("Send/Recv: sampled plugins (2.28/2.29) record no point-to-point ops")
+            left_out.append("all but the last op per communicator at each dump tick (time in collectives estimated)")
+        elif ops_written < 0.99:
+            left_out.append(f"{1 - ops_written:.0%} of its numbered ops not written (dropped from the plugin's ring, "
+                            "or filtered: under 8 KiB or without kernel timing)")  # fmt: skip
+        if not self._p2p_seen:
+            left_out.append("no Send/Recv recorded: pipeline waits, if any, count as compute")
+        if job_recorded < 0.5:
+            left_out.append(f"its peers spend only {job_recorded:.0%} of their time in recorded ops: unrecorded waits "
+                            "and transfers count as compute, so only a large excess stands out")  # fmt: skip
+        return {
+            "capture_model": self.capture_model,
+            "dump_interval_s": round(self._interval_us / 1e6, 3),
+            "recorded_share": round(proc_recorded, 3),
+            "peers_recorded_share": round(job_recorded, 3),
+            "ops_written_share": round(ops_written, 3),
+            "left_out": left_out,
+        }
 
     @staticmethod
     def _node_finding(host: str, parts: list[Finding], total: int) -> Finding:
@@ -1087,11 +1258,14 @@ class StragglerEngine:
             f"their peers (node-wide compute slowness: CPU, power or thermal); e.g. pid {parts[0].pid}: "
             f"{parts[0].evidence}"
         )
+        kinds = [f.pattern for f in parts]
         return Finding(host, None, "compute", None, None, slowdown, 1.0, evidence,
                        cost=max(f.cost for f in parts), duty_cycle=statistics.median(f.duty_cycle for f in parts),
                        burst_slowdown=statistics.median(f.burst_slowdown for f in parts),
                        z=statistics.median(f.z for f in parts),
-                       comm_ids=sorted({cid for f in parts for cid in f.comm_ids}))  # fmt: skip
+                       comm_ids=sorted({cid for f in parts for cid in f.comm_ids}),
+                       pattern=max(set(kinds), key=kinds.count), pattern_resolution_s=parts[0].pattern_resolution_s,
+                       coverage=parts[0].coverage)  # fmt: skip
 
     def _communication(self, rows: _Rows, unjudged: set[Proc]) -> list[Finding]:
         """Cross-node comms slower than their shape or their own best; localized to the nodes they share. A comm with

@@ -228,8 +228,8 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
                     finished[member] = end
                     # coll_sn: the comm's own counter per collective type, from 0 (one op of its type per step)
                     if spec.capture == "ring":
-                        phase = phase_us[member]
-                        dump = spec.start_us + int(phase + math.ceil((end - phase) / tick) * tick)
+                        at = phase_us[member]
+                        dump = spec.start_us + int(at + math.ceil((end - at) / tick) * tick)
                         out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, step,
                                                                                 exec_us, dump)))  # fmt: skip
                     else:

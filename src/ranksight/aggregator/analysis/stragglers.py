@@ -46,7 +46,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, compress
-from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar, cast
 
 import numpy as np
 
@@ -96,6 +96,7 @@ class StragglerParams:
     comm_slow_ratio: float = 1.3
     pool_samples: int = 3  # sampled: dump ticks per pool of the compute-share series
     sampled_window_samples: int = 24  # sampled: dump ticks the horizon holds (one sample per comm each)
+    sampled_confirm_share: float = 0.5  # sampled: share of the horizon a weak finding must stay flagged
     max_stretch: int = 20  # the horizon is stretched (long steps, long dump intervals) to at most this many windows
     node_share: float = 0.5  # share of a host's processes flagged before the host itself is reported
 
@@ -174,6 +175,7 @@ class _Comm:
     label: str  # comm_name when the plugin gives one, else the hash id
     number: int  # in the engine's numbering of comms
     members: dict[int, Proc] = field(default_factory=dict)
+    p2p: bool = False  # Send/Recv records seen on it
     _hosts: set[str] | None = None  # made again once its members changed
 
     @property
@@ -450,6 +452,9 @@ class StragglerEngine:
         self.clock_us: int | None = None
         self.ahead = 0
         self.candidates: dict[tuple[str, int | None, Kind], _Candidate] = {}
+        # per culprit, the first and the latest slice whose judgement flagged it, through gaps of half a horizon (a
+        # weak finding under sampled capture flickers in and out)
+        self._flagged: dict[tuple[str, int | None, Kind], tuple[int, int]] = {}
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
         self._ops: set[tuple[str, str, int]] = set()  # (offline)
         self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
@@ -462,6 +467,7 @@ class StragglerEngine:
         # bumped when a rank of a comm gets another process or a comm is forgotten (its ranks' processes change)
         self._members_version = 0
         self._jobs_of: tuple[tuple[int, tuple[Proc, ...]], list[list[Proc]]] | None = None
+        self._stages_of: tuple[tuple[int, tuple[Proc, ...]] | None, list[list[Proc]]] = (None, [])
         self._memberships_of: tuple[int, dict[Proc, list[tuple[_Comm, int]]]] = (-1, {})
         self._ledger = _Ledger()
         self._procs: _Index[Proc] = _Index()  # numbered again when processes are forgotten
@@ -522,6 +528,7 @@ class StragglerEngine:
             return  # far older than what is judged now: nothing to add to
         p2p = rec.op_kind == "p2p"
         self._p2p_seen |= p2p
+        comm.p2p |= p2p
         if self.offline:
             self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
         key = self._agg_number(comm, (rec.comm_id, rec.op, rec.msg_size_bytes, rec.rank), p2p, rec.n_ranks)
@@ -557,6 +564,7 @@ class StragglerEngine:
                 s.bytes // s.count if s.count else s.size_bucket
             )  # the exact size when the bucket holds one
             self._p2p_seen |= s.op_kind == "p2p"
+            comm.p2p |= s.op_kind == "p2p"
             keys.append(
                 self._agg_number(comm, (s.comm_id, s.op, size, s.rank), s.op_kind == "p2p", s.n_ranks)
             )
@@ -908,6 +916,8 @@ class StragglerEngine:
             f.first_ts_us, f.last_ts_us = start_us, end_us
             seen.add(f.key)
             cand = self.candidates.get(f.key)
+            since, last = self._flagged.get(f.key, (index, index))
+            self._flagged[f.key] = (since if index - last <= horizon // 2 else index, index)
             if cand is None:
                 cand = self.candidates[f.key] = _Candidate(f)
             cand.evals += 1
@@ -915,9 +925,14 @@ class StragglerEngine:
             f.first_ts_us = cand.finding.first_ts_us
             cand.finding = f
             needed = min(self.params.confirm_windows, math.ceil(self.params.evidence_z / max(f.z, 1e-9)))
-            if cand.evals >= needed:
+            # sampled, consecutive horizons share most of their few samples per key: a weak finding must hold over
+            # part of a horizon of fresh samples (a run of unlucky samples does not)
+            lasting = index - self._flagged[f.key][0] >= self.params.sampled_confirm_share * horizon or (
+                f.z >= 2 * self.params.evidence_z or self.sampled <= self.ring)
+            if cand.evals >= needed and lasting:
                 cand.confirmed = True
             cand.flagged_evals += 1
+        self._flagged = {key: at for key, at in self._flagged.items() if index - at[1] <= horizon}
         for key, cand in list(self.candidates.items()):
             cand.seen_evals += 1
             cand.finding.confidence = cand.flagged_evals / cand.seen_evals
@@ -1059,9 +1074,9 @@ class StragglerEngine:
         sets where its time starts (its ops completed after a tick before the horizon)."""
         cell = pos * procs + proc
         busy = np.bincount(cell, rows.total, width * procs).reshape(width, procs)
-        last = np.full(width * procs, -1, _I64)
-        np.maximum.at(last, cell, rows.hi_ts)
-        last = last.reshape(width, procs)
+        flat = np.full(width * procs, -1, _I64)
+        np.maximum.at(flat, cell, rows.hi_ts)
+        last = flat.reshape(width, procs)
         filled = np.where(last >= 0, np.arange(width)[:, None], -1)
         latest = np.maximum.accumulate(filled, axis=0)  # per slice the last slice at or before it with a tick
         before = np.vstack([np.full((1, procs), -1, _I64), latest[:-1]])
@@ -1097,6 +1112,38 @@ class StragglerEngine:
             groups[find(proc)].append(proc)
         return list(groups.values())
 
+    def _stages(self, job: list[Proc]) -> list[list[Proc]]:
+        """A job's processes that are comparable: connected by collectives other than point-to-point ones and those
+        spanning the whole job. Pipeline stages run different layers (and their Send/Recv waits go unrecorded where
+        the plugin records no P2P): each is judged apart when every one is large enough to judge; else the job."""
+        if len(job) < 2 * self.params.min_group:
+            return [job]
+        key = (self._members_version, tuple(job))
+        if self._stages_of[0] == key:
+            return self._stages_of[1]
+        parent = {proc: proc for proc in job}
+
+        def find(x: Proc) -> Proc:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for comm in self.comms.values():
+            members = [m for m in comm.members.values() if m in parent]
+            if comm.p2p or len(members) >= len(job):
+                continue
+            for other in members[1:]:
+                parent[find(other)] = find(members[0])
+        groups: dict[Proc, list[Proc]] = defaultdict(list)
+        for proc in job:
+            groups[find(proc)].append(proc)
+        stages = list(groups.values())
+        if len(stages) < 2 or min(map(len, stages)) < self.params.min_group:
+            stages = [job]
+        self._stages_of = (key, stages)
+        return stages
+
     def _compute(
         self, rows: _Rows, pos: np.ndarray[Any, Any], width: int, first: int, unjudged: set[Proc]
     ) -> list[Finding]:
@@ -1109,7 +1156,8 @@ class StragglerEngine:
         if width * self.slice_us * self._step_rate < p.min_window_steps:
             return out  # too few steps yet for a stable share (start of a job, or a horizon still stretching)
         pool = self._pool_slices()
-        for everyone in self._jobs(shares):
+        for everyone, staged in ((stage, len(whole) - len(stage)) for whole in self._jobs(shares)
+                                 for stage in self._stages(whole)):  # fmt: skip
             # a process missing records is neither judged nor part of its peers' yardstick
             job = [proc for proc in everyone if proc not in unjudged]
             skipped = sorted(set(everyone) - set(job))
@@ -1173,6 +1221,12 @@ class StragglerEngine:
                     found.append(self._node_finding(host, node, per_host[host]))
                 else:
                     found += parts
+            if staged:
+                for f in found:
+                    f.evidence += (f"; compared only with its pipeline stage ({len(everyone)} processes connected by "
+                                   "collectives other than Send/Recv and job-wide ones)")  # fmt: skip
+                    cast(list[str], f.coverage["left_out"]).append(
+                        f"{staged} processes of other pipeline stages (not comparable)")
             if skipped:
                 note = (f"; {len(skipped)} process(es) not judged, their records incomplete (arrived at their agent "
                         f"after the window closed, or not in yet): " + ", ".join(f"{h} pid {pid}" for h, pid in skipped[:4])

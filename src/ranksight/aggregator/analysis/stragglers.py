@@ -364,6 +364,13 @@ def _dump_interval(rows: _Rows, proc: np.ndarray[Any, Any], known: float) -> flo
     return float(np.percentile(gaps, 25)) if len(gaps) >= 3 else known
 
 
+def _bytes(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} B"
+
+
 def _nan_median(values: Iterable[float]) -> float:
     kept = [x for x in values if x == x]
     return statistics.median(kept) if kept else math.nan
@@ -609,7 +616,8 @@ class StragglerEngine:
     def _agg_number(self, comm: _Comm, key: AggKey, p2p: bool, n_ranks: int) -> int:
         number = self._aggs.ids.get(key)
         if number is None:
-            number = self._register(comm, key, lambda: 0.0 if p2p else _bus_bytes(key[1], n_ranks, key[2]))
+            # Send/Recv: the bytes moved, so a point-to-point comm's bandwidth is its algorithm bandwidth
+            number = self._register(comm, key, lambda: float(key[2]) if p2p else _bus_bytes(key[1], n_ranks, key[2]))
         return number
 
     def _register(self, comm: _Comm, key: AggKey, bus: Callable[[], float], best: float = math.nan) -> int:
@@ -1363,15 +1371,18 @@ class StragglerEngine:
         slowest = np.flatnonzero(judged & (ratio > 0))
         slowest = slowest[np.lexsort((slowest, -ratio[slowest], comm[slowest]))]
         slowest = slowest[_starts(comm[slowest])] if len(slowest) else slowest
-        ids = [self._lows.keys[i][0] for i in low[slowest].tolist()]
+        picked = low[slowest].tolist()
+        ids = [self._lows.keys[i][0] for i in picked]
         ratios = dict(zip(ids, ratio[slowest].tolist(), strict=True))  # comm -> reference bandwidth / its own
         normal = dict(
             zip(ids, (bus[slowest] / ref[slowest]).tolist(), strict=True)
-        )  # comm -> reference time (µs)
+        )  # comm -> reference time (µs) of its slowest (coll, size)
+        measured = dict(zip(ids, picked, strict=True))  # comm -> the (comm, coll, size) number compared
         slow = {comm for comm, r in ratios.items() if r >= p.comm_slow_ratio}
         fast = set(ratios) - slow
         if not slow or not fast:
             return []  # everything slow (or nothing): no node to single out
+        rate = self._op_rates(rows)
         out = []
         for host in self._localize(slow, fast):
             through = sorted(
@@ -1380,19 +1391,52 @@ class StragglerEngine:
             if len(through) < 2:
                 continue  # one slow comm is one slow link or one noisy sample, not a node
             factor = statistics.median(ratios[c] for c in through)
-            details = [{"comm": self.comms[c].label, "normal_us": round(normal[c], 1),
-                        "observed_us": round(normal[c] * ratios[c], 1), "factor": round(ratios[c], 2)}
-                       for c in through]  # fmt: skip
+            details = []
+            for c in through:
+                _, coll, size = self._lows.keys[measured[c]]
+                details.append({"comm": self.comms[c].label, "comm_id": c, "layout": self.describe(self.comms[c]),
+                                "coll": coll, "size_bytes": size, "normal_us": round(normal[c], 1),
+                                "observed_us": round(normal[c] * ratios[c], 1), "factor": round(ratios[c], 2)})  # fmt: skip
             z = (factor - 1) / 0.05 * len(through) ** 0.5
-            labels = [d["comm"] for d in details]
+            # its cost: per process, the extra transfer time of its slow comms times their op rates, as a share of
+            # its time; the worst process's (the steps wait for it)
+            extra: dict[Proc, float] = defaultdict(float)
+            for c in through:
+                _, coll, _ = self._lows.keys[measured[c]]
+                for member in self.comms[c].members.values():
+                    extra[member] += rate.get((c, coll), 0.0) * normal[c] * (ratios[c] - 1)
+            cost = min(1.0, max(extra.values(), default=0.0))
+            shown = [f"{d['layout']} {d['coll']} {_bytes(int(str(d['size_bytes'])))}: {d['observed_us']} us vs "
+                     f"{d['normal_us']} us" for d in details[:3]]  # fmt: skip
+            peers = sorted((c for c in fast if self.comms[c].hosts - {host}), key=lambda c: self.comms[c].label)
             evidence = (
                 f"{len(through)} cross-node comm(s) through {host} transfer {factor:.2f}x slower than comms of the "
-                f"same shape or their own best (e.g. {details[0]['comm']}: {details[0]['observed_us']} us vs "
-                f"{details[0]['normal_us']} us); its other peers' comms are normal: {', '.join(map(str, labels[:5]))}"
-                + (" ..." if len(labels) > 5 else "")
-            )
+                f"same shape (collective, message size, ranks, hosts) or their own best: " + "; ".join(shown)
+                + (" ..." if len(details) > 3 else "") + f"; costs the job {cost:.1%} of its time"
+                + (f"; {len(peers)} other judged cross-node comm(s), without {host}, are normal, e.g. "
+                   + ", ".join(self.describe(self.comms[c]) for c in peers[:2]) if peers else "")
+            )  # fmt: skip
+            labels = [d["comm"] for d in details]
             out.append(Finding(host, None, "communication", str(labels[0]) if len(labels) == 1 else None, None,
-                               factor, 1.0, evidence, z=z, comms=details, comm_ids=through))  # fmt: skip
+                               factor, 1.0, evidence, cost=cost, z=z, comms=details, comm_ids=through))  # fmt: skip
+        return out
+
+    def _op_rates(self, rows: _Rows) -> dict[tuple[str, str], float]:
+        """Ops per µs of each (comm, coll): its ranks' largest ``coll_sn`` span over the horizon's dump times."""
+        spans = len(self._spans.keys)
+        span = self._agg_span.values[rows.key]
+        lo, hi = np.full(spans, np.iinfo(_I64).max, _I64), np.full(spans, -1, _I64)
+        lo_ts, hi_ts = np.full(spans, np.iinfo(_I64).max, _I64), np.full(spans, -1, _I64)
+        np.minimum.at(lo, span, rows.lo)
+        np.maximum.at(hi, span, rows.hi)
+        np.minimum.at(lo_ts, span, rows.lo_ts)
+        np.maximum.at(hi_ts, span, rows.hi_ts)
+        out: dict[tuple[str, str], float] = {}
+        keys = self._spans.keys
+        for number in np.flatnonzero((hi > lo) & (hi_ts > lo_ts)).tolist():
+            comm, coll, _ = keys[number]
+            rate = (hi[number] - lo[number]) / (hi_ts[number] - lo_ts[number])
+            out[(comm, coll)] = max(out.get((comm, coll), 0.0), float(rate))
         return out
 
     def _localize(self, slow: set[str], fast: set[str]) -> list[str]:

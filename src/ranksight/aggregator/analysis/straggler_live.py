@@ -177,7 +177,8 @@ def summary(f: Finding, notes: list[str]) -> str:
         text = f"communication straggler on {where}: {len(f.comms)} cross-node comms transfer {f.slowdown:.2f}x slower"
     else:
         text = f"compute straggler on {where}: collectives {f.slowdown:.2f}x slower, costs {f.cost:.0%} of job time"
-        if f.duty_cycle < 0.75:
-            text += f" (intermittent: {f.burst_slowdown:.2f}x in bursts, {f.duty_cycle:.0%} of the time)"
+        if f.pattern == "intermittent":
+            text += (f" (intermittent at {f.pattern_resolution_s:g} s resolution: {f.burst_slowdown:.2f}x in bursts, "
+                     f"{f.duty_cycle:.0%} of the time)")  # fmt: skip
     text += f"; lateness {f.z:.0f} robust sd"
     return text + (f"; {'; '.join(notes[:3])}" if notes else "")

@@ -35,6 +35,7 @@ communicator or key number (``bincount`` and ``ufunc.at``), never by a Python lo
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import operator
@@ -97,6 +98,7 @@ class StragglerParams:
     pool_samples: int = 3  # sampled: dump ticks per pool of the compute-share series
     sampled_window_samples: int = 24  # sampled: dump ticks the horizon holds (one sample per comm each)
     sampled_confirm_share: float = 0.5  # sampled: share of the horizon a weak finding must stay flagged
+    pattern_memory_windows: int = 8  # horizons of a suspect's pools kept to tell steady from intermittent
     max_stretch: int = 20  # the horizon is stretched (long steps, long dump intervals) to at most this many windows
     node_share: float = 0.5  # share of a host's processes flagged before the host itself is reported
 
@@ -359,21 +361,17 @@ def _dump_interval(rows: _Rows, proc: np.ndarray[Any, Any], known: float) -> flo
     who = np.concatenate([proc, proc])
     order = np.lexsort((ts, who))
     ts, who = ts[order], who[order]
-    gaps = np.diff(ts)[(who[1:] == who[:-1])]
-    gaps = gaps[gaps > 2000]
-    if len(gaps) < 3:
+    same = who[1:] == who[:-1]
+    gaps = np.diff(ts)
+    if same.sum() < 3:
         return known
-    # the lines of one tick are written one after the other (over tens of ms where the dump thread is starved or
-    # its clock sped up): gaps between ticks are those well above the spread within one
-    between = gaps[gaps >= 0.25 * np.percentile(gaps, 99)]
-    return float(np.median(between))
-
-
-def _data_confidence(f: Finding) -> float:
-    """How far a finding's data can be trusted: a compute finding whose peers spend under a quarter of their time in
-    recorded ops is scaled down (unrecorded waits and transfers then pass for compute)."""
-    recorded = f.coverage.get("peers_recorded_share")
-    return min(1.0, recorded / 0.25) if isinstance(recorded, float) else 1.0
+    # the lines of one tick are written one after the other (over tens of ms where the dump thread is starved or its
+    # clock sped up): a tick starts at a gap well above that spread; the interval is a low quantile of the gaps from
+    # tick to tick (a slice shows only the first and last tick of each key, and a tick without ops writes nothing)
+    apart = max(2000.0, 0.1 * float(np.percentile(gaps[same], 99)))
+    starts = np.flatnonzero(np.concatenate(([True], ~same | (gaps > apart))))
+    steps = np.diff(ts[starts])[who[starts][1:] == who[starts][:-1]]
+    return float(np.percentile(steps, 20)) if len(steps) >= 3 else known
 
 
 def _bytes(size: int) -> str:
@@ -402,23 +400,40 @@ class _Pattern:
     duty: float = 1.0
     burst: float = 1.0
 
+    average: float = 1.0  # the mean factor from its first slow pool to its last
+
     MIN_POOLS: ClassVar[int] = 6
 
     @classmethod
-    def judge(cls, factors: list[float], factor: float, pool_sd: float, resolution_s: float) -> _Pattern:
-        """``factors``: the process's compute share per pool against its peers'; ``factor`` the overall one;
-        ``pool_sd`` how far a healthy process's pool strays by noise alone."""
-        excess = factor - 1
-        if len(factors) < cls.MIN_POOLS or excess < 4 * pool_sd:
-            return cls("undetermined", resolution_s, burst=factor)
-        cold = sum(x < 1 + excess / 3 for x in factors)
-        hot = [x for x in factors if x >= 1 + 2 * excess / 3]
-        if cold >= max(2, 0.2 * len(factors)) and len(hot) >= 2:
-            burst = max(factor, statistics.median(hot))
-            return cls("intermittent", resolution_s, min(1.0, excess / (burst - 1)) if burst > 1 else 1.0, burst)
-        if cold <= 0.1 * len(factors):
-            return cls("steady", resolution_s, burst=factor)
-        return cls("undetermined", resolution_s, burst=factor)
+    def judge(cls, factors: list[float], pool_sd: float, min_excess: float, resolution_s: float) -> _Pattern:
+        """``factors``: the process's compute share per pool against its peers', in time order (a longer memory
+        than one horizon: bursts longer than a horizon fill some horizons whole); ``pool_sd`` how far a healthy
+        process's pool strays by noise alone. Only the pools from its first slow one to its last count: quiet pools
+        before an onset or after a fault ended say nothing of bursts, quiet pools between slow ones do."""
+        hot_at = 1 + max(min_excess, 4 * pool_sd)
+        slow = [i for i, x in enumerate(factors) if x >= hot_at]
+        if len(slow) < 2:
+            return cls("undetermined", resolution_s)
+        span = factors[slow[0] : slow[-1] + 1]
+        average = statistics.fmean(span)
+        # a burst's edges fall inside pools, which then read part slow: the slow pools' upper quartile is its size
+        slow_factors = sorted(x for x in span if x >= hot_at)
+        burst = slow_factors[min(len(slow_factors) - 1, (3 * len(slow_factors)) // 4)]
+        if len(span) < cls.MIN_POOLS or burst - 1 < 4 * pool_sd:
+            return cls("undetermined", resolution_s, burst=burst, average=average)
+        quiet = sum(x < 1 + 2 * pool_sd for x in span)
+        if quiet >= max(2, 0.15 * len(span)):
+            # whole cycles: from its first slow pool to the start of its last run of slow pools
+            last_run = slow[-1]
+            while last_run - 1 >= slow[0] and factors[last_run - 1] >= hot_at:
+                last_run -= 1
+            cycles = factors[slow[0] : last_run] or span
+            average = statistics.fmean(cycles)
+            duty = min(1.0, max(0.0, (average - 1) / (burst - 1)))
+            return cls("intermittent", resolution_s, duty, burst, average)
+        if quiet <= 0.05 * len(span):
+            return cls("steady", resolution_s, burst=burst, average=average)
+        return cls("undetermined", resolution_s, burst=burst, average=average)
 
 
 @dataclass
@@ -477,7 +492,7 @@ class StragglerEngine:
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
         self._ops: set[tuple[str, str, int]] = set()  # (offline)
         self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
-        self._p2p_seen = False  # any Send/Recv record (2.30 ring writes them; the sampled plugins never do)
+        self._pools: dict[Proc, dict[int, tuple[float, int]]] = {}  # suspects' pool factors by end slice, pool length
         self._interval_us = 0.0  # the plugins' dump interval (µs), from the last evaluation's dump times
         self._horizon_now = self.horizon  # slices judged, stretched for long steps
         self._late_from: int | None = None  # earliest judged slice that received records since
@@ -546,7 +561,6 @@ class StragglerEngine:
         if self.evaluated is not None and index <= self.evaluated - self._reach():
             return  # far older than what is judged now: nothing to add to
         p2p = rec.op_kind == "p2p"
-        self._p2p_seen |= p2p
         comm.p2p |= p2p
         if self.offline:
             self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
@@ -582,7 +596,6 @@ class StragglerEngine:
             size = (
                 s.bytes // s.count if s.count else s.size_bucket
             )  # the exact size when the bucket holds one
-            self._p2p_seen |= s.op_kind == "p2p"
             comm.p2p |= s.op_kind == "p2p"
             keys.append(
                 self._agg_number(comm, (s.comm_id, s.op, size, s.rank), s.op_kind == "p2p", s.n_ranks)
@@ -795,6 +808,7 @@ class StragglerEngine:
         for proc in ended:
             del self.proc_last[proc]
             self.proc_first.pop(proc, None)
+            self._pools.pop(proc, None)
         if ended:
             self._procs.reset()
         for proc, spans in list(self._incomplete.items()):
@@ -955,7 +969,7 @@ class StragglerEngine:
         self._flagged = {key: at for key, at in self._flagged.items() if index - at[1] <= horizon}
         for key, cand in list(self.candidates.items()):
             cand.seen_evals += 1
-            cand.finding.confidence = cand.flagged_evals / cand.seen_evals * _data_confidence(cand.finding)
+            cand.finding.confidence = cand.flagged_evals / cand.seen_evals
             if key not in seen and key not in held:
                 del self.candidates[key]
                 if cand.confirmed and self.offline:
@@ -1219,12 +1233,16 @@ class StragglerEngine:
             for proc in suspects:
                 ps = shares[proc]
                 factor, z, cost = ps.share / med, (ps.share - med) / spread, ps.share - med
-                per_slice = [x / m for x, m in zip(ps.slices, slice_meds, strict=True) if x == x and m > 0]
+                factors = [x / m if x == x and m > 0 else math.nan for x, m in zip(ps.slices, slice_meds, strict=True)]
+                per_slice = [x for x in factors if x == x]
                 # a one-step hiccup is not a straggler: the excess must span several pools and several steps
                 hot = sum(x >= 1 + p.min_excess for x in per_slice)
                 if hot < 3 or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
                     continue
-                pattern = _Pattern.judge(per_slice, factor, pool_sd, resolution_s)
+                pattern = _Pattern.judge(self._remember(proc, factors, first + width, pool), pool_sd,
+                                         p.min_excess, resolution_s)  # fmt: skip
+                if pattern.kind != "intermittent":
+                    pattern = dataclasses.replace(pattern, burst=factor)
                 f = self._proc_finding(proc, factor, z, cost, pattern, len(job), med, ps)
                 leaning[proc[0]].append(f)
                 if z >= p.z_threshold and cost >= p.min_cost:
@@ -1255,6 +1273,22 @@ class StragglerEngine:
                     f.evidence += note
             out += found
         return out
+
+    def _remember(self, proc: Proc, factors: list[float], end: int, pool: int) -> list[float]:
+        """Add a suspect's pool factors (ending at slice ``end``, exclusive) to its memory of the last
+        ``pattern_memory_windows`` horizons, where the pools lie on the grid of ``pool`` slices (a memory of pools of
+        another length starts over); its memory's factors in time order."""
+        memory = self._pools.setdefault(proc, {})
+        if memory and next(iter(memory.values()))[1] != pool:
+            memory.clear()
+        if end % pool == 0:
+            for i, x in enumerate(reversed(factors)):
+                if x == x:
+                    memory[end - i * pool] = (x, pool)
+        oldest = end - self.params.pattern_memory_windows * self._horizon_now
+        for at in [at for at in memory if at <= oldest]:
+            del memory[at]
+        return [memory[at][0] for at in sorted(memory)] or [x for x in factors if x == x]
 
     def _proc_finding(self, proc: Proc, factor: float, z: float, cost: float, pattern: _Pattern, peers: int,
                       med: float, ps: _ProcShare) -> Finding:  # fmt: skip
@@ -1305,16 +1339,12 @@ class StragglerEngine:
         plugin leaves out (counted as compute by this method)."""
         left_out = []
         if self.sampled > self.ring:
-            left_out.append("Send/Recv: sampled plugins (2.28/2.29) record no point-to-point ops")
+            left_out.append("Send/Recv: sampled plugins (2.28/2.29) record no point-to-point ops, so pipeline waits "
+                            "count as compute")  # fmt: skip
             left_out.append("all but the last op per communicator at each dump tick (time in collectives estimated)")
         elif ops_written < 0.99:
             left_out.append(f"{1 - ops_written:.0%} of its numbered ops not written (dropped from the plugin's ring, "
-                            "or filtered: under 8 KiB or without kernel timing)")  # fmt: skip
-        if not self._p2p_seen:
-            left_out.append("no Send/Recv recorded: pipeline waits, if any, count as compute")
-        if job_recorded < 0.5:
-            left_out.append(f"its peers spend only {job_recorded:.0%} of their time in recorded ops: unrecorded waits "
-                            "and transfers count as compute, so only a large excess stands out")  # fmt: skip
+                            "or filtered: under 8 KiB or without kernel timing); their time counts as compute")  # fmt: skip
         return {
             "capture_model": self.capture_model,
             "dump_interval_s": round(self._interval_us / 1e6, 3),

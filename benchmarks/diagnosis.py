@@ -139,7 +139,9 @@ def score_pattern(s: Score, t: Truth, pattern: str, resolution_s: float, step_s:
     if judgeable:
         s.pattern_judgeable += 1
         s.pattern_right += pattern == ("intermittent" if bursts else "steady")
-    s.pattern_wrong += (pattern == "intermittent" and not bursts) or (pattern == "steady" and bursts and judgeable)
+    s.pattern_wrong += (pattern == "intermittent" and not bursts) or (
+        pattern == "steady" and bursts and judgeable
+    )
 
 
 def naive(records: list[InspectorRecord]) -> list[Row]:
@@ -168,7 +170,9 @@ def job_spec(cls: str, capture: Capture, seed: int, dump_ms: float) -> JobSpec:
     return dataclasses.replace(spec, dump_interval_ms=dump_ms, steps=steps)
 
 
-def run_one(cls: str, capture: Capture, dump_ms: float, seed: int) -> tuple[str, dict[str, Score], Score, float]:
+def run_one(
+    cls: str, capture: Capture, dump_ms: float, seed: int
+) -> tuple[str, dict[str, Score], Score, float]:
     spec = job_spec(cls, capture, seed, dump_ms)
     timed, step_us = run_job(spec)
     records = sorted(
@@ -292,7 +296,9 @@ def main() -> None:
     ap.add_argument("--dump-ms", default="100,1000,2000", help="ring dump intervals (ms), comma-separated")
     ap.add_argument("--sampled-dump-ms", default="1000,2000,5000", help="sampled dump intervals (ms)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
-    ap.add_argument("--out", default="", help="write the figures as JSON here (benchmarks/results/diagnosis.json)")
+    ap.add_argument(
+        "--out", default="", help="write the figures as JSON here (benchmarks/results/diagnosis.json)"
+    )
     args = ap.parse_args()
     seeds = range(1, (2 if args.quick else args.seeds) + 1)
     classes = args.classes.split(",")
@@ -326,7 +332,11 @@ def main() -> None:
           f"both feeds) {engine_s:.1f}s in all")  # fmt: skip
     classes = [cls for cls in classes if cls in ours["raw"]]  # hang runs are scored apart, below
     overall: dict[str, dict[str, float]] = {}
-    figures: dict[str, object] = {"runs": len(runs), "seeds": len(seeds), "settings": [list(x) for x in settings]}
+    figures: dict[str, object] = {
+        "runs": len(runs),
+        "seeds": len(seeds),
+        "settings": [list(x) for x in settings],
+    }
     for feed in FEEDS:
         total = Score()
         print(f"ranksight engine on {FEED_NAMES[feed]}, per fault class (every setting):")
@@ -355,13 +365,17 @@ def main() -> None:
                 for m in ("precision", "recall"))  # fmt: skip
     print(f"  worst class: {worst[2]} {worst[0]:.3f} ({worst[1]}), target >= {TARGETS['recall']}")
     pattern = overall["summary"]["pattern_right"]
-    print(f"  steady vs intermittent right where resolvable {pattern:.3f} target >= {PATTERN_TARGET} "
-          f"(wrong {overall['summary']['pattern_wrong']:.0f}, undetermined {overall['summary']['pattern_undetermined']:.0f})")
+    print(
+        f"  steady vs intermittent right where resolvable {pattern:.3f} target >= {PATTERN_TARGET} "
+        f"(wrong {overall['summary']['pattern_wrong']:.0f}, undetermined {overall['summary']['pattern_undetermined']:.0f})"
+    )
     for cap, target in TTA_TARGET_S.items():
         at_1s = figures["summary"]["settings"].get(f"{cap} 1 s dumps")  # type: ignore[index]
         if at_1s:
-            print(f"  time-to-alert p90 {cap} 1 s dumps {at_1s['tta_p90_s']:.1f}s target <= {target:g}s: "
-                  f"{'met' if at_1s['tta_p90_s'] <= target else 'MISSED'}")
+            print(
+                f"  time-to-alert p90 {cap} 1 s dumps {at_1s['tta_p90_s']:.1f}s target <= {target:g}s: "
+                f"{'met' if at_1s['tta_p90_s'] <= target else 'MISSED'}"
+            )
     for feed in FEEDS:
         print(f"  false alarms on healthy runs, {FEED_NAMES[feed]}: {overall[feed]['false_alarms']:.0f} (target 0; "
               f"naive {naive_overall['false_alarms']:.0f})")  # fmt: skip

@@ -7,6 +7,7 @@ the plugin's line format and parsed by the agent's parser."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 from collections import Counter, defaultdict
 
@@ -22,7 +23,9 @@ from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job
 
 def records_of(spec: JobSpec) -> list[InspectorRecord]:
     timed = run_job(spec)[0]
-    return sorted((parse_op(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us)
+    return sorted(
+        (parse_op(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
+    )
 
 
 def spec_at(cls: str, capture: str, seed: int, dump_ms: float, **kwargs: object) -> JobSpec:
@@ -38,7 +41,9 @@ def only(findings: list[Finding], spec: JobSpec) -> Finding:
 
 @pytest.mark.parametrize("dump_ms", [100.0, 1000.0, 2000.0])
 @pytest.mark.parametrize("seed", [2, 6])
-def test_a_steady_straggler_is_never_called_intermittent_at_any_dump_interval(dump_ms: float, seed: int) -> None:
+def test_a_steady_straggler_is_never_called_intermittent_at_any_dump_interval(
+    dump_ms: float, seed: int
+) -> None:
     """Ring ticks 1 s apart put a second of ops in one 0.5 s slice and none in the next: judged slice by slice, a
     steady 1.5x straggler read as intermittent (duty 0.25, bursts 3.2x). Counted from tick to tick it is steady (or,
     with too few pools, undetermined), at a stated resolution no finer than the dump interval."""
@@ -74,7 +79,9 @@ def test_bursts_shorter_than_the_dump_interval_are_not_given_a_duty_cycle() -> N
 
 
 @pytest.mark.parametrize(("factor", "within_s"), [(1.2, 60.0), (1.1, 120.0)])
-def test_sampled_capture_finds_a_weak_straggler_from_many_single_slot_samples(factor: float, within_s: float) -> None:
+def test_sampled_capture_finds_a_weak_straggler_from_many_single_slot_samples(
+    factor: float, within_s: float
+) -> None:
     """2.28/2.29 write one op per communicator per 1 s tick: a 1.2x straggler alerts within 60 s of its onset and a
     1.1x one within 120 s, online, and the healthy ranks raise nothing."""
     spec = spec_at(f"compute_{factor}", "sampled", 2, 1000.0, steps=2800)
@@ -138,7 +145,7 @@ def test_a_communicator_without_a_name_is_shown_by_id_and_layout() -> None:
 def test_a_degraded_nic_costs_its_share_of_step_time_and_its_evidence_lists_what_was_compared() -> None:
     spec = spec_at("nic", "ring", 1, 1000.0, steps=900)
     steps = run_job(spec)[1]
-    lengths = [b - a for a, b in zip(steps, steps[1:], strict=False)]
+    lengths = [b - a for a, b in itertools.pairwise(steps)]
     before, after = sorted(lengths[20:79])[30], sorted(lengths[100:])[len(lengths[100:]) // 2]
     true_cost = 1 - before / after
     f = only(analyze_records(records_of(spec)).stragglers, spec)

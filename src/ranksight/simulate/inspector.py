@@ -272,7 +272,9 @@ def _dump_sampled(spec: JobSpec, phases: list[list[Comm]], slot: dict[tuple[str,
                 ops = slot.get((comm.name, rank))
                 done = [op for op in ops or () if op[2] <= at]
                 if done:
-                    sn, exec_us, _ = max(done, key=lambda op: op[2])  # the last to complete, whatever its type
+                    sn, exec_us, _ = max(
+                        done, key=lambda op: op[2]
+                    )  # the last to complete, whatever its type
                     dump = spec.start_us + int(at)
                     out[_proc(spec, member)].append(
                         _Line(dump, format_line(spec, comm, rank, sn, exec_us, dump))

@@ -35,8 +35,18 @@ def truth(spec: JobSpec) -> list[Truth]:
             out.append(Truth("hang", spec.hostname(f.node), spec.pid(f.node, f.gpu), 1.0, 1.0, f.start_step))
         else:
             pid = spec.pid(f.node, f.gpu) if f.kind == "gpu" else None
-            out.append(Truth("compute", spec.hostname(f.node), pid, f.factor, f.duty, f.start_step, f.burst_steps,
-                             f.every_steps))
+            out.append(
+                Truth(
+                    "compute",
+                    spec.hostname(f.node),
+                    pid,
+                    f.factor,
+                    f.duty,
+                    f.start_step,
+                    f.burst_steps,
+                    f.every_steps,
+                )
+            )
     return out
 
 

@@ -99,7 +99,9 @@ class StragglerParams:
     sampled_window_samples: int = 24  # sampled: dump ticks the horizon holds (one sample per comm each)
     sampled_confirm_share: float = 0.5  # sampled: share of the horizon a weak finding must stay flagged
     pattern_memory_windows: int = 8  # horizons of a suspect's pools kept to tell steady from intermittent
-    max_stretch: int = 20  # the horizon is stretched (long steps, long dump intervals) to at most this many windows
+    max_stretch: int = (
+        20  # the horizon is stretched (long steps, long dump intervals) to at most this many windows
+    )
     node_share: float = 0.5  # share of a host's processes flagged before the host itself is reported
 
 
@@ -125,7 +127,9 @@ class Finding:
     # steady / intermittent / undetermined, judged on pools of pattern_resolution_s (faster alternation averages out)
     pattern: Pattern = "steady"
     pattern_resolution_s: float = 0.0
-    coverage: dict[str, object] = field(default_factory=dict)  # what the data covered (Finding.as_dict documents it)
+    coverage: dict[str, object] = field(
+        default_factory=dict
+    )  # what the data covered (Finding.as_dict documents it)
 
     @property
     def key(self) -> tuple[str, int | None, Kind]:
@@ -454,7 +458,9 @@ class _ProcShare:
     ops: int
     lived: int  # slices of the horizon from the process's first record
     step_rate: float  # steps per µs: the rate of its most frequent collective
-    recorded: float  # share of its numbered ops the plugin wrote (ring: coll_sn gaps are ops dropped or filtered)
+    recorded: (
+        float  # share of its numbered ops the plugin wrote (ring: coll_sn gaps are ops dropped or filtered)
+    )
     # compute share per slice of those ``lived`` slices (aligned at the horizon's end): made only for a job where a
     # process stands out overall (most evaluations of a healthy job need none)
     slices: list[float] = field(default_factory=list)
@@ -492,7 +498,9 @@ class StragglerEngine:
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
         self._ops: set[tuple[str, str, int]] = set()  # (offline)
         self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
-        self._pools: dict[Proc, dict[int, tuple[float, int]]] = {}  # suspects' pool factors by end slice, pool length
+        self._pools: dict[
+            Proc, dict[int, tuple[float, int]]
+        ] = {}  # suspects' pool factors by end slice, pool length
         self._interval_us = 0.0  # the plugins' dump interval (µs), from the last evaluation's dump times
         self._horizon_now = self.horizon  # slices judged, stretched for long steps
         self._late_from: int | None = None  # earliest judged slice that received records since
@@ -642,7 +650,9 @@ class StragglerEngine:
         number = self._aggs.ids.get(key)
         if number is None:
             # Send/Recv: the bytes moved, so a point-to-point comm's bandwidth is its algorithm bandwidth
-            number = self._register(comm, key, lambda: float(key[2]) if p2p else _bus_bytes(key[1], n_ranks, key[2]))
+            number = self._register(
+                comm, key, lambda: float(key[2]) if p2p else _bus_bytes(key[1], n_ranks, key[2])
+            )
         return number
 
     def _register(self, comm: _Comm, key: AggKey, bus: Callable[[], float], best: float = math.nan) -> int:
@@ -962,7 +972,8 @@ class StragglerEngine:
             # sampled, consecutive horizons share most of their few samples per key: a weak finding must hold over
             # part of a horizon of fresh samples (a run of unlucky samples does not)
             lasting = index - self._flagged[f.key][0] >= self.params.sampled_confirm_share * horizon or (
-                f.z >= 2 * self.params.evidence_z or self.sampled <= self.ring)
+                f.z >= 2 * self.params.evidence_z or self.sampled <= self.ring
+            )
             if cand.evals >= needed and lasting:
                 cand.confirmed = True
             cand.flagged_evals += 1
@@ -1183,7 +1194,9 @@ class StragglerEngine:
     ) -> list[Finding]:
         p = self.params
         shares, slices_of = self._shares(rows, pos, width, first)
-        self._interval_us = _dump_interval(rows, self._span_procs()[self._agg_span.values[rows.key]], self._interval_us)
+        self._interval_us = _dump_interval(
+            rows, self._span_procs()[self._agg_span.values[rows.key]], self._interval_us
+        )
         out: list[Finding] = []
         rates = [ps.step_rate for ps in shares.values() if ps.step_rate > 0]
         self._step_rate = statistics.median(rates) if rates else 0.0
@@ -1233,7 +1246,10 @@ class StragglerEngine:
             for proc in suspects:
                 ps = shares[proc]
                 factor, z, cost = ps.share / med, (ps.share - med) / spread, ps.share - med
-                factors = [x / m if x == x and m > 0 else math.nan for x, m in zip(ps.slices, slice_meds, strict=True)]
+                factors = [
+                    x / m if x == x and m > 0 else math.nan
+                    for x, m in zip(ps.slices, slice_meds, strict=True)
+                ]
                 per_slice = [x for x in factors if x == x]
                 # a one-step hiccup is not a straggler: the excess must span several pools and several steps
                 hot = sum(x >= 1 + p.min_excess for x in per_slice)
@@ -1264,7 +1280,8 @@ class StragglerEngine:
                     f.evidence += (f"; compared only with its pipeline stage ({len(everyone)} processes connected by "
                                    "collectives other than Send/Recv and job-wide ones)")  # fmt: skip
                     cast(list[str], f.coverage["left_out"]).append(
-                        f"{staged} processes of other pipeline stages (not comparable)")
+                        f"{staged} processes of other pipeline stages (not comparable)"
+                    )
             if skipped:
                 note = (f"; {len(skipped)} process(es) not judged, their records incomplete (arrived at their agent "
                         f"after the window closed, or not in yet): " + ", ".join(f"{h} pid {pid}" for h, pid in skipped[:4])
@@ -1298,13 +1315,17 @@ class StragglerEngine:
         comm, rank = min(memberships, key=lambda cr: (-sum(h == proc[0] for h, _ in cr[0].members.values()),
                                                       -len(cr[0].members), cr[0].label))  # fmt: skip
         if pattern.kind == "intermittent":
-            shape = (f"; intermittent at {pattern.resolution_s:g} s resolution: slow in {pattern.duty:.0%} of the "
-                     f"time, {pattern.burst:.2f}x when slow (bursts shorter than that are averaged over it)")
+            shape = (
+                f"; intermittent at {pattern.resolution_s:g} s resolution: slow in {pattern.duty:.0%} of the "
+                f"time, {pattern.burst:.2f}x when slow (bursts shorter than that are averaged over it)"
+            )
         elif pattern.kind == "steady":
             shape = f"; steady at {pattern.resolution_s:g} s resolution"
         else:
-            shape = (f"; steady or intermittent undetermined (pools of {pattern.resolution_s:g} s too few or too "
-                     "noisy against the excess)")
+            shape = (
+                f"; steady or intermittent undetermined (pools of {pattern.resolution_s:g} s too few or too "
+                "noisy against the excess)"
+            )
         evidence = (
             f"computes {factor:.2f}x longer between collectives than the median of its {peers - 1} peers "
             f"({med * factor:.0%} of the time outside recorded collectives vs {med:.0%}; lateness {z:.1f} robust "
@@ -1341,7 +1362,9 @@ class StragglerEngine:
         if self.sampled > self.ring:
             left_out.append("Send/Recv: sampled plugins (2.28/2.29) record no point-to-point ops, so pipeline waits "
                             "count as compute")  # fmt: skip
-            left_out.append("all but the last op per communicator at each dump tick (time in collectives estimated)")
+            left_out.append(
+                "all but the last op per communicator at each dump tick (time in collectives estimated)"
+            )
         elif ops_written < 0.99:
             left_out.append(f"{1 - ops_written:.0%} of its numbered ops not written (dropped from the plugin's ring, "
                             "or filtered: under 8 KiB or without kernel timing); their time counts as compute")  # fmt: skip
@@ -1450,7 +1473,9 @@ class StragglerEngine:
             cost = min(1.0, max(extra.values(), default=0.0))
             shown = [f"{d['layout']} {d['coll']} {_bytes(int(str(d['size_bytes'])))}: {d['observed_us']} us vs "
                      f"{d['normal_us']} us" for d in details[:3]]  # fmt: skip
-            peers = sorted((c for c in fast if self.comms[c].hosts - {host}), key=lambda c: self.comms[c].label)
+            peers = sorted(
+                (c for c in fast if self.comms[c].hosts - {host}), key=lambda c: self.comms[c].label
+            )
             evidence = (
                 f"{len(through)} cross-node comm(s) through {host} transfer {factor:.2f}x slower than comms of the "
                 f"same shape (collective, message size, ranks, hosts) or their own best: " + "; ".join(shown)

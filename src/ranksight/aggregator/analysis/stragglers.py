@@ -71,6 +71,8 @@ _SUMMARY_LISTS = tuple(
     for name in ("slice_index", "slice_count", "slice_exec_sum_us", "slice_exec_min_us", "slice_sn_lo",
                  "slice_sn_lo_ts_us", "slice_sn_hi", "slice_sn_hi_ts_us")
 )  # fmt: skip
+# the dump interval is read from the dump times of this many processes (every process's thread ticks at it)
+_INTERVAL_PROCS = 64
 # a slice index computed from a window beyond this is refused (64-bit arithmetic)
 _MAX_SLICE = 2.0**62
 
@@ -359,8 +361,10 @@ def _pooled(busy: list[float], covered: list[float], pool: int) -> list[float]:
 def _dump_interval(rows: _Rows, proc: np.ndarray[Any, Any], known: float) -> float:
     """The plugins' dump interval (µs): the typical gap between a process's successive dump ticks (a tick's lines
     are written within a few ms of each other), as far as the rows' dump times show it (``known`` otherwise)."""
-    if not len(rows.key):
+    sample = proc < _INTERVAL_PROCS
+    if not sample.any():
         return known
+    rows, proc = rows.take(sample), proc[sample]
     ts = np.concatenate([rows.lo_ts, rows.hi_ts])
     who = np.concatenate([proc, proc])
     order = np.lexsort((ts, who))
@@ -458,9 +462,8 @@ class _ProcShare:
     ops: int
     lived: int  # slices of the horizon from the process's first record
     step_rate: float  # steps per µs: the rate of its most frequent collective
-    recorded: (
-        float  # share of its numbered ops the plugin wrote (ring: coll_sn gaps are ops dropped or filtered)
-    )
+    # share of its numbered ops the plugin wrote (ring: coll_sn gaps are ops dropped or filtered)
+    recorded: float
     # compute share per slice of those ``lived`` slices (aligned at the horizon's end): made only for a job where a
     # process stands out overall (most evaluations of a healthy job need none)
     slices: list[float] = field(default_factory=list)
@@ -498,9 +501,8 @@ class StragglerEngine:
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
         self._ops: set[tuple[str, str, int]] = set()  # (offline)
         self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
-        self._pools: dict[
-            Proc, dict[int, tuple[float, int]]
-        ] = {}  # suspects' pool factors by end slice, pool length
+        # suspects' pool factors by the slice their pool ends at, with the pool's length
+        self._pools: dict[Proc, dict[int, tuple[float, int]]] = {}
         self._interval_us = 0.0  # the plugins' dump interval (µs), from the last evaluation's dump times
         self._horizon_now = self.horizon  # slices judged, stretched for long steps
         self._late_from: int | None = None  # earliest judged slice that received records since

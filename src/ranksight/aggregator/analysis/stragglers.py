@@ -99,7 +99,7 @@ class StragglerParams:
     comm_slow_ratio: float = 1.3
     pool_samples: int = 3  # sampled: dump ticks per pool of the compute-share series
     sampled_window_samples: int = 24  # sampled: dump ticks the horizon holds (one sample per comm each)
-    sampled_confirm_share: float = 0.5  # sampled: share of the horizon a weak finding must stay flagged
+    confirm_share: float = 0.5  # share of the horizon a weak finding must stay flagged before it is confirmed
     pattern_memory_windows: int = 8  # horizons of a suspect's pools kept to tell steady from intermittent
     max_stretch: int = (
         20  # the horizon is stretched (long steps, long dump intervals) to at most this many windows
@@ -418,7 +418,11 @@ class _Pattern:
         than one horizon: bursts longer than a horizon fill some horizons whole); ``pool_sd`` how far a healthy
         process's pool strays by noise alone. Only the pools from its first slow one to its last count: quiet pools
         before an onset or after a fault ended say nothing of bursts, quiet pools between slow ones do."""
-        hot_at = 1 + max(min_excess, 4 * pool_sd)
+        above = sorted(x for x in factors if x >= 1 + max(min_excess, 4 * pool_sd))
+        if not above:
+            return cls("undetermined", resolution_s)
+        # slow: at least half the typical excess of its slow pools (a hiccup before an onset is not a burst)
+        hot_at = 1 + max(min_excess, 4 * pool_sd, (above[(3 * len(above)) // 4] - 1) / 2)
         slow = [i for i, x in enumerate(factors) if x >= hot_at]
         if len(slow) < 2:
             return cls("undetermined", resolution_s)
@@ -496,7 +500,7 @@ class StragglerEngine:
         self.ahead = 0
         self.candidates: dict[tuple[str, int | None, Kind], _Candidate] = {}
         # per culprit, the first and the latest slice whose judgement flagged it, through gaps of half a horizon (a
-        # weak finding under sampled capture flickers in and out)
+        # weak finding flickers in and out, under sampled capture most)
         self._flagged: dict[tuple[str, int | None, Kind], tuple[int, int]] = {}
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
         self._ops: set[tuple[str, str, int]] = set()  # (offline)
@@ -971,11 +975,10 @@ class StragglerEngine:
             f.first_ts_us = cand.finding.first_ts_us
             cand.finding = f
             needed = min(self.params.confirm_windows, math.ceil(self.params.evidence_z / max(f.z, 1e-9)))
-            # sampled, consecutive horizons share most of their few samples per key: a weak finding must hold over
-            # part of a horizon of fresh samples (a run of unlucky samples does not)
-            lasting = index - self._flagged[f.key][0] >= self.params.sampled_confirm_share * horizon or (
-                f.z >= 2 * self.params.evidence_z or self.sampled <= self.ring
-            )
+            # consecutive horizons share most of their data: a weak finding must stay flagged over part of a horizon of
+            # fresh records (a run of unlucky samples or of hiccups does not)
+            lasting = (index - self._flagged[f.key][0] >= self.params.confirm_share * horizon
+                       or f.z >= 2 * self.params.evidence_z)  # fmt: skip
             if cand.evals >= needed and lasting:
                 cand.confirmed = True
             cand.flagged_evals += 1

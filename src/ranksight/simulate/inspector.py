@@ -2,9 +2,7 @@
 
 Faithful to: the v4.0 line format of the NCCL/RCCL Inspector plugin (compact JSON, 6-decimal doubles, the bandwidth
 formula, ``<hostname>-pid<pid>.log`` files) as captured in ``fixtures/inspector``; both capture models (ring: every op,
-``comm_name`` in the header; sampled: one slot per comm holding the last op completed of any type, written at a dump
-tick when an op completed since the last, so ``coll_sn`` has gaps), ``coll_sn`` counted per comm and collective type
-from 0, and each process's dump thread ticking at its own phase; and the
+``comm_name`` in the header; sampled: only the latest op per comm per dump tick, so ``coll_sn`` has gaps); and the
 collective timing model of design §6: ranks arrive at their own times, everyone finishes at the last arrival plus the
 transfer time set by the slowest participant, and each rank's exec time is its own wait plus that transfer.
 
@@ -187,10 +185,10 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
     ranks = [(n, i) for n in range(spec.nodes) for i in range(spec.gpus_per_node)]
     tick = spec.dump_interval_ms * 1000
     out: dict[tuple[str, int], list[_Line]] = defaultdict(list)
-    # sampled: per (comm, rank) the ops (sn, exec, end) completed since its last tick written, in completion order (a
-    # step's ops are simulated before the ticks that fell within it are taken)
-    slot: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(list)
-    # each process's dump thread runs on its own timer (ring and sampled): ticks are not aligned across processes
+    pending: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(
+        list
+    )  # (comm, rank) -> (sn, exec, end)
+    # each process's dump thread runs on its own timer: ranks sample different operations
     phase_us = {r: rng.random() * tick for r in ranks}
     next_dump = tick
     now = 0.0  # µs since start
@@ -226,14 +224,12 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
                 for rank, (member, arrival) in enumerate(zip(comm.members, arrivals, strict=True)):
                     exec_us = max(1, round(end - arrival))
                     finished[member] = end
-                    # coll_sn: the comm's own counter per collective type, from 0 (one op of its type per step)
                     if spec.capture == "ring":
-                        at = phase_us[member]
-                        dump = spec.start_us + int(at + math.ceil((end - at) / tick) * tick)
-                        out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, step,
+                        dump = spec.start_us + int(math.ceil(end / tick) * tick)
+                        out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, step + 1,
                                                                                 exec_us, dump)))  # fmt: skip
                     else:
-                        slot[(comm.name, rank)].append((step, exec_us, int(end)))
+                        pending[(comm.name, rank)].append((step + 1, exec_us, int(end)))
             # a short compute gap before the next phase, scaled by the rank's speed
             ready = {r: finished[r] + 0.05 * spec.compute_ms * 1000 * slow[r] for r in ranks if r in finished}
         start = ready
@@ -242,12 +238,12 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
         now = max(ready.values())
         if spec.capture == "sampled":
             while next_dump <= now:
-                _dump_sampled(spec, phases, slot, next_dump, phase_us, out)
+                _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
                 next_dump += tick
     # the waiting ranks' dump threads still write what they completed
     if blocked and spec.capture == "sampled":
         while next_dump <= now + 2 * tick:
-            _dump_sampled(spec, phases, slot, next_dump, phase_us, out)
+            _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
             next_dump += tick
     for member, at in frozen_at.items():
         stopped = spec.start_us + at
@@ -259,27 +255,23 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
     return timed, step_us
 
 
-def _dump_sampled(spec: JobSpec, phases: list[list[Comm]], slot: dict[tuple[str, int], list[tuple[int, int, int]]],
+def _dump_sampled(spec: JobSpec, phases: list[list[Comm]], pending: dict[tuple[str, int], list[tuple[int, int, int]]],
                   tick_at: float, phase_us: dict[tuple[int, int], float],
                   out: dict[tuple[str, int], list[_Line]]) -> None:  # fmt: skip
-    """The 2.28-2.29 plugin keeps one slot per communicator, overwritten by each op that completes (of any type and
-    size), and its dump thread writes a slot only when an op completed since the thread last wrote it: at a tick, the
-    last op completed before it, once. Each process's ticks are at its own phase (``tick_at - phase``)."""
+    """The 2.28-2.29 plugin writes only the latest op of each comm completed since the last dump tick."""
     for phase in phases:
         for comm in phase:
             for rank, member in enumerate(comm.members):
                 at = tick_at - phase_us[member]
-                ops = slot.get((comm.name, rank))
-                done = [op for op in ops or () if op[2] <= at]
+                dump = spec.start_us + int(at)
+                ops = pending.get((comm.name, rank), [])
+                done = [op for op in ops if op[2] <= at]
                 if done:
-                    sn, exec_us, _ = max(
-                        done, key=lambda op: op[2]
-                    )  # the last to complete, whatever its type
-                    dump = spec.start_us + int(at)
+                    sn, exec_us, _ = max(done)
                     out[_proc(spec, member)].append(
                         _Line(dump, format_line(spec, comm, rank, sn, exec_us, dump))
                     )
-                    slot[(comm.name, rank)] = [op for op in ops or () if op[2] > at]
+                    pending[(comm.name, rank)] = [op for op in ops if op[2] > at]
 
 
 def _proc(spec: JobSpec, member: tuple[int, int]) -> tuple[str, int]:

@@ -393,6 +393,7 @@ def main() -> None:
         print(f"  false hangs on runs without one, {FEED_NAMES[feed]}: {false_hangs[feed].false_hang_runs}/{without} "
               "(target 0)")  # fmt: skip
     if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(_finite(figures), indent=1) + "\n")
 
 

@@ -127,7 +127,7 @@ class Finding:
     nodes: list[str] = field(default_factory=list)
     comm_ids: list[str] = field(default_factory=list)  # its communicators (RAS knows a job's by these hashes)
     # steady / intermittent / undetermined, judged on pools of pattern_resolution_s (faster alternation averages out)
-    pattern: Pattern = "steady"
+    pattern: Pattern = "undetermined"  # (communication findings are not judged for it)
     pattern_resolution_s: float = 0.0
     coverage: dict[str, object] = field(
         default_factory=dict

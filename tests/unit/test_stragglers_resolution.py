@@ -176,3 +176,48 @@ def test_pipeline_stages_are_judged_apart() -> None:
     engine._members_version += 1
     stages = sorted(sorted({h for h, _ in stage}) for stage in engine._stages(everyone))
     assert stages == [["node000", "node002"], ["node001", "node003"]]
+
+
+def _p2p_line(comm: str, rank: int, op: str, sn: int, exec_us: int, ts: int, host: str, pid: int) -> str:
+    """One 2.30 ``p2p_perf`` line, as the plugin writes a Send/Recv (its bandwidths by its own formula)."""
+    from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+
+    size = 4 << 20
+    algbw, busbw = bandwidths_gbs(op, 2, size, exec_us) or (0.0, 0.0)
+    return (
+        f'{{"header":{{"id":"{comm}","comm_name":"unknown","rank":{rank},"n_ranks":2,"nnodes":2}},'
+        f'"metadata":{{"inspector_output_format_version":"v4.0","git_rev":"t","rec_mechanism":"nccl_profiler_interface",'
+        f'"dump_timestamp_us":{ts},"hostname":"{host}","pid":{pid}}},"p2p_perf":{{"p2p":"{op}","p2p_sn":{sn},'
+        f'"p2p_peer":{1 - rank},"p2p_msg_size_bytes":{size},"p2p_exec_time_us":{exec_us},'
+        f'"p2p_timing_source":"kernel_gpu","p2p_algobw_gbs":{algbw:.6f},"p2p_busbw_gbs":{busbw:.6f}}}}}'
+    )
+
+
+def test_slow_send_recv_communicators_locate_a_degraded_link() -> None:
+    """Pipeline Send/Recv between neighbouring nodes (a ring of 4), 2 GPUs each, 2.30 ring records: the transfers
+    through node000 take 2.5x as long. Its four Send/Recv comms are slow, the four others normal: node000's network,
+    its comms shown by id and layout."""
+    records = []
+    pairs = [(n, (n + 1) % 4, g) for n in range(4) for g in range(2)]
+    for step in range(400):
+        ts = 1_750_000_000_000_000 + step * 50_000
+        for a, b, g in pairs:
+            comm = f"0x{a}{b}{g}aa"
+            slow = 2.5 if 0 in (a, b) else 1.0
+            exec_us = round(1000 * slow * (1 + 0.02 * ((step * 7 + a + g) % 5)))
+            for rank, (node, op) in enumerate(((a, "Send"), (b, "Recv"))):
+                dump = ts - ts % 100_000 + 100_000
+                records.append(
+                    parse_op(
+                        _p2p_line(comm, rank, op, step, exec_us, dump, f"node{node:03d}", 100 + node * 10 + g)
+                    )
+                )
+    records.sort(key=lambda r: r.dump_ts_us)
+    [f] = analyze_records(records).stragglers
+    assert (f.hostname, f.pid, f.kind) == ("node000", None, "communication")
+    assert len(f.comms) == 4 and abs(f.slowdown - 2.5) < 0.2
+    assert all(
+        c["coll"] in ("Send", "Recv") and "two ranks on two nodes, PP-like" in str(c["layout"])
+        for c in f.comms
+    )
+    assert "unknown" not in f.evidence and f.cost > 0

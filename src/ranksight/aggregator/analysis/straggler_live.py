@@ -85,6 +85,16 @@ def job_of(state: LiveState, cluster: str, comm_ids: list[str]) -> JobState | No
     return max(jobs, key=lambda job: job.first_seen_ns, default=None)
 
 
+def ras_comms(job: JobState | None, comm_ids: list[str]) -> list[dict[str, object]]:
+    """The finding's communicators as the job's RAS status knows them (where the hashes match): RAS names each by its
+    hash with its size and status, which identifies a communicator the Inspector plugin dumps as "unknown"."""
+    if job is None:
+        return []
+    wanted = {comm_hash(c): c for c in comm_ids}
+    return [{"comm_id": wanted[comm_hash(key)], "ras_hash": comm.hash, "size": comm.size, "status": comm.status}
+            for key, comm in job.comms.items() if comm_hash(key) in wanted]  # fmt: skip
+
+
 class StragglerRule:
     """A finding carries the job of its communicators where RAS watches it; once that job has ended its stragglers
     are over, and their alerts resolve with the job."""
@@ -112,7 +122,7 @@ class StragglerRule:
                     key=f"{f.kind}:{f.pid}",  # comm and rank stay in the evidence: the fingerprint must not move
                     entity=f"pid {f.pid}" if f.pid is not None else "node",
                     summary=summary(f, notes),
-                    evidence={**f.as_dict(), "corroboration": notes},
+                    evidence={**f.as_dict(), "corroboration": notes, "ras_comms": ras_comms(job, f.comm_ids)},
                 )
 
 

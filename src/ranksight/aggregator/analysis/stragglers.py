@@ -1298,11 +1298,9 @@ class StragglerEngine:
 
     def _remember(self, proc: Proc, factors: list[float], end: int, pool: int) -> list[float]:
         """Add a suspect's pool factors (ending at slice ``end``, exclusive) to its memory of the last
-        ``pattern_memory_windows`` horizons, where the pools lie on the grid of ``pool`` slices (a memory of pools of
-        another length starts over); its memory's factors in time order."""
+        ``pattern_memory_windows`` horizons, where the pools lie on the grid of ``pool`` slices; its memory's factors
+        in time order, pools that overlap an earlier one left out (the pool length follows the step rate)."""
         memory = self._pools.setdefault(proc, {})
-        if memory and next(iter(memory.values()))[1] != pool:
-            memory.clear()
         if end % pool == 0:
             for i, x in enumerate(reversed(factors)):
                 if x == x:
@@ -1310,7 +1308,13 @@ class StragglerEngine:
         oldest = end - self.params.pattern_memory_windows * self._horizon_now
         for at in [at for at in memory if at <= oldest]:
             del memory[at]
-        return [memory[at][0] for at in sorted(memory)] or [x for x in factors if x == x]
+        kept, reached = [], -(2**62)
+        for at in sorted(memory):
+            x, length = memory[at]
+            if at - length >= reached:
+                kept.append(x)
+                reached = at
+        return kept or [x for x in factors if x == x]
 
     def _proc_finding(self, proc: Proc, factor: float, z: float, cost: float, pattern: _Pattern, peers: int,
                       med: float, ps: _ProcShare) -> Finding:  # fmt: skip

@@ -223,3 +223,52 @@ async def test_a_hung_rank_is_named_on_the_alert_subject_within_10_s_of_the_hang
             assert not [a for a in agg.engine.active.values() if a.rule == "straggler"]
     finally:
         await nc.close()
+
+
+def test_at_1_s_dumps_the_agents_summaries_alert_on_what_analyze_inspector_finds(tmp_path: Path) -> None:
+    """At the 1 s dump interval operators use, each process ticking at its own phase: the agents' summaries (their own
+    summarizer, parts every second) replayed through the live tracker and the ``straggler`` rule fire on the same
+    culprits, kinds and steady/intermittent patterns as ``ranksight analyze inspector`` on the dump files."""
+    import msgspec
+
+    from ranksight.aggregator.alerts import AlertEngine
+    from ranksight.aggregator.analysis.rules import default_rules
+    from ranksight.aggregator.state import LiveState
+    from ranksight.core.config import InspectorSettings, StragglerSettings
+    from ranksight.simulate.inspector import simulate_timed, summarize
+    from tests.unit.test_stragglers_live import envelope
+
+    spec = JobSpec(nodes=4, gpus_per_node=4, layout="moe", steps=900, noise=0.025, spike_prob=0.002, seed=5,
+                   dump_interval_ms=1000.0,
+                   faults=[Fault("gpu", node=2, gpu=1, factor=1.5, start_step=60),
+                           Fault("nic", node=0, factor=2.5, start_step=60)])  # fmt: skip
+    write_job(spec, tmp_path / "d")
+    proc = run_cli("analyze", "inspector", str(tmp_path / "d"), "--json")
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)["stragglers"]
+    offline = {(f["hostname"], f["pid"], f["kind"]) for f in found}
+    assert offline == {("node002", spec.pid(2, 1), "compute"), ("node000", None, "communication")}
+    [compute] = [f for f in found if f["kind"] == "compute"]
+    assert compute["pattern"] in ("steady", "undetermined") and compute["coverage"]["dump_interval_s"] == 1.0
+
+    state, engine, rules = LiveState(), AlertEngine(), default_rules()
+    state.stragglers.configure(StragglerSettings())
+    agent_settings = InspectorSettings.model_validate({})
+    records = sorted((parse_op(line) for timed in simulate_timed(spec).values() for _, line in timed),
+                     key=lambda r: r.dump_ts_us)  # fmt: skip
+    parts = summarize(records, agent_settings.summary_window_s, agent_settings.summary_slice_s,
+                      agent_settings.summary_publish_s)  # fmt: skip
+    fired, latest, clock = set(), {}, parts[0][0]
+    for seq, (at, part) in enumerate(parts):
+        if at >= clock + 1_000_000:  # the aggregator ticks while the parts arrive
+            clock = at
+            state.tick(at * 1000)
+            fired |= {(a.node, a.evidence["pid"], a.evidence["kind"]) for a in engine.evaluate(rules, state, at * 1000)
+                      if a.rule == "straggler" and a.state == "firing"}  # fmt: skip
+            latest.update({f.key: f for f in state.stragglers.clusters["c"].findings})
+        state.observe(envelope("inspector_summary", part.hostname, seq, [part]), at * 1000)
+    assert fired == offline
+    live = latest[("node002", spec.pid(2, 1), "compute")]  # judged on a full horizon, as offline
+    assert live.pattern in ("steady", "undetermined") and live.coverage["dump_interval_s"] == 1.0
+    assert abs(live.slowdown - compute["slowdown"]) < 0.1
+    msgspec.json.encode(live.as_dict())

@@ -192,6 +192,9 @@ def test_a_straggler_carries_its_communicators_job_and_resolves_when_that_job_en
     state.tick(t0)
     [alert] = [a for a in engine.evaluate(rules, state, t0) if a.rule == "straggler"]
     assert (alert.state, alert.node, alert.job) == ("firing", "node001", "slurm-7")
+    # the communicator as RAS knows it, by its hash
+    assert [c["comm_id"] for c in alert.evidence["ras_comms"]] == [culprit[0].comm_id]  # type: ignore[index, union-attr]
+    assert alert.evidence["ras_comms"][0]["ras_hash"] == comm.hash  # type: ignore[index, call-overload]
 
     closed = RasEventRecord(job_id="slurm-7", endpoint="localhost:28028", event="ENDPOINT_CLOSED")
     state.observe(envelope("ras_event", "node000", 101, [closed]), t0 + NS)

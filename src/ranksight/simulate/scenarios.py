@@ -22,6 +22,8 @@ class Truth:
     factor: float  # compute: the slowdown of its compute while slow; communication: of the NIC's transfers; hang: 1
     duty: float  # share of the steps from onset the fault is active
     onset_step: int
+    burst_steps: int = 0  # intermittent in bursts: this many steps slow of every every_steps
+    every_steps: int = 0
 
 
 def truth(spec: JobSpec) -> list[Truth]:
@@ -33,7 +35,18 @@ def truth(spec: JobSpec) -> list[Truth]:
             out.append(Truth("hang", spec.hostname(f.node), spec.pid(f.node, f.gpu), 1.0, 1.0, f.start_step))
         else:
             pid = spec.pid(f.node, f.gpu) if f.kind == "gpu" else None
-            out.append(Truth("compute", spec.hostname(f.node), pid, f.factor, f.duty, f.start_step))
+            out.append(
+                Truth(
+                    "compute",
+                    spec.hostname(f.node),
+                    pid,
+                    f.factor,
+                    f.duty,
+                    f.start_step,
+                    f.burst_steps,
+                    f.every_steps,
+                )
+            )
     return out
 
 
@@ -63,6 +76,30 @@ def straggler(capture: Capture, seed: int) -> JobSpec:
     node, gpu = _gpu(rng)
     factor = [1.1, 1.2, 1.5, 2.0][seed % 4]
     return _base(capture, seed, faults=[Fault("gpu", node, gpu, factor, start_step=ONSET_STEP)])
+
+
+def compute(factor: float) -> Callable[[Capture, int], JobSpec]:
+    """One GPU computing ``factor`` x slower from the onset on."""
+
+    def job(capture: Capture, seed: int) -> JobSpec:
+        node, gpu = _gpu(random.Random(seed))
+        return _base(capture, seed, faults=[Fault("gpu", node, gpu, factor, start_step=ONSET_STEP)])
+
+    return job
+
+
+def noisy_healthy(capture: Capture, seed: int) -> JobSpec:
+    """Healthy, but noisier: 5 % step noise, up to 4 % per-GPU speed spread, a 3x hiccup every ~100 rank-steps."""
+    rng = random.Random(seed * 104729)
+    return _base(capture, seed, noise=0.05, gpu_speed_noise=rng.uniform(0.02, 0.04), spike_prob=0.01,
+                 spike_factor=3.0)  # fmt: skip
+
+
+def bursty(capture: Capture, seed: int) -> JobSpec:
+    """2x slower on 16 of every 80 steps: bursts of ~0.7 s every ~3.5 s."""
+    node, gpu = _gpu(random.Random(seed))
+    return _base(capture, seed, faults=[
+        Fault("gpu", node, gpu, 2.0, start_step=ONSET_STEP, burst_steps=16, every_steps=80)])  # fmt: skip
 
 
 def late_onset(capture: Capture, seed: int) -> JobSpec:
@@ -127,4 +164,10 @@ CLASSES: dict[str, Callable[[Capture, int], JobSpec]] = {
     "two_stragglers": two_stragglers,
     "dense_straggler": dense_straggler,
     "hang": hang,
+    "compute_1.1": compute(1.1),
+    "compute_1.2": compute(1.2),
+    "compute_1.5": compute(1.5),
+    "compute_2.0": compute(2.0),
+    "bursty": bursty,
+    "noisy_healthy": noisy_healthy,
 }

@@ -104,6 +104,16 @@ def job_of(state: LiveState, cluster: str, comm_ids: list[str]) -> JobState | No
     return max(jobs, key=lambda job: job.first_seen_ns, default=None)
 
 
+def ras_comms(job: JobState | None, comm_ids: list[str]) -> list[dict[str, object]]:
+    """The finding's communicators as the job's RAS status knows them (where the hashes match): RAS names each by its
+    hash with its size and status, which identifies a communicator the Inspector plugin dumps as "unknown"."""
+    if job is None:
+        return []
+    wanted = {comm_hash(c): c for c in comm_ids}
+    return [{"comm_id": wanted[comm_hash(key)], "ras_hash": comm.hash, "size": comm.size, "status": comm.status}
+            for key, comm in job.comms.items() if comm_hash(key) in wanted]  # fmt: skip
+
+
 class StragglerRule:
     """A finding carries the job of its communicators where RAS watches it; once that job has ended its stragglers
     are over, and their alerts resolve with the job."""
@@ -136,6 +146,7 @@ class StragglerRule:
                         **f.as_dict(),
                         "corroboration": notes,
                         "gpu": gpu_of(state, cluster, f.hostname, f.pid),
+                        "ras_comms": ras_comms(job, f.comm_ids),
                     },
                 )
 
@@ -201,7 +212,8 @@ def summary(f: Finding, notes: list[str]) -> str:
         text = f"communication straggler on {where}: {len(f.comms)} cross-node comms transfer {f.slowdown:.2f}x slower"
     else:
         text = f"compute straggler on {where}: collectives {f.slowdown:.2f}x slower, costs {f.cost:.0%} of job time"
-        if f.duty_cycle < 0.75:
-            text += f" (intermittent: {f.burst_slowdown:.2f}x in bursts, {f.duty_cycle:.0%} of the time)"
+        if f.pattern == "intermittent":
+            text += (f" (intermittent at {f.pattern_resolution_s:g} s resolution: {f.burst_slowdown:.2f}x in bursts, "
+                     f"{f.duty_cycle:.0%} of the time)")  # fmt: skip
     text += f"; lateness {f.z:.0f} robust sd"
     return text + (f"; {'; '.join(notes[:3])}" if notes else "")

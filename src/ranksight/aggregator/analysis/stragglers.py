@@ -35,6 +35,7 @@ communicator or key number (``bincount`` and ``ufunc.at``), never by a Python lo
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import operator
@@ -46,7 +47,7 @@ from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from itertools import chain, compress
-from typing import Any, Generic, Literal, NamedTuple, TypeVar
+from typing import Any, ClassVar, Generic, Literal, NamedTuple, TypeVar, cast
 
 import numpy as np
 
@@ -70,6 +71,8 @@ _SUMMARY_LISTS = tuple(
     for name in ("slice_index", "slice_count", "slice_exec_sum_us", "slice_exec_min_us", "slice_sn_lo",
                  "slice_sn_lo_ts_us", "slice_sn_hi", "slice_sn_hi_ts_us")
 )  # fmt: skip
+# the dump interval is read from the dump times of this many processes (every process's thread ticks at it)
+_INTERVAL_PROCS = 64
 # a slice index computed from a window beyond this is refused (64-bit arithmetic)
 _MAX_SLICE = 2.0**62
 
@@ -94,6 +97,13 @@ class StragglerParams:
     min_steps: float = 3.0  # steps the excess must span (with long steps, one hiccup fills several slices)
     min_window_steps: float = 60.0  # steps the horizon must hold (long steps stretch it beyond window_s)
     comm_slow_ratio: float = 1.3
+    pool_samples: int = 3  # sampled: dump ticks per pool of the compute-share series
+    sampled_window_samples: int = 24  # sampled: dump ticks the horizon holds (one sample per comm each)
+    confirm_share: float = 0.5  # share of the horizon a weak finding must stay flagged before it is confirmed
+    pattern_memory_windows: int = 8  # horizons of a suspect's pools kept to tell steady from intermittent
+    max_stretch: int = (
+        20  # the horizon is stretched (long steps, long dump intervals) to at most this many windows
+    )
     node_share: float = 0.5  # share of a host's processes flagged before the host itself is reported
 
 
@@ -116,6 +126,12 @@ class Finding:
     comms: list[dict[str, object]] = field(default_factory=list)  # communication: slow comms with their times
     nodes: list[str] = field(default_factory=list)
     comm_ids: list[str] = field(default_factory=list)  # its communicators (RAS knows a job's by these hashes)
+    # steady / intermittent / undetermined, judged on pools of pattern_resolution_s (faster alternation averages out)
+    pattern: Pattern = "undetermined"  # (communication findings are not judged for it)
+    pattern_resolution_s: float = 0.0
+    coverage: dict[str, object] = field(
+        default_factory=dict
+    )  # what the data covered (Finding.as_dict documents it)
 
     @property
     def key(self) -> tuple[str, int | None, Kind]:
@@ -136,6 +152,9 @@ class Finding:
             "burst_slowdown": round(self.burst_slowdown, 3),
             "lateness_z": round(self.z, 1),
             "slow_comms": self.comms,
+            "pattern": self.pattern,
+            "pattern_resolution_s": round(self.pattern_resolution_s, 3),
+            "coverage": self.coverage,
         }
 
 
@@ -164,6 +183,7 @@ class _Comm:
     label: str  # comm_name when the plugin gives one, else the hash id
     number: int  # in the engine's numbering of comms
     members: dict[int, Proc] = field(default_factory=dict)
+    p2p: bool = False  # Send/Recv records seen on it
     _hosts: set[str] | None = None  # made again once its members changed
 
     @property
@@ -327,6 +347,107 @@ def _starts(keys: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
     return np.flatnonzero(np.concatenate(([True], keys[1:] != keys[:-1])))
 
 
+def _pooled(busy: list[float], covered: list[float], pool: int) -> list[float]:
+    """Compute shares of consecutive pools of ``pool`` slices, pooled from the end: each pool's busy time against the
+    time it covers (NaN: a pool that covers none, no tick of the process in it)."""
+    out = []
+    for end in range(len(busy), 0, -pool):
+        start = max(0, end - pool)
+        time = math.fsum(covered[start:end])
+        out.append(1 - math.fsum(busy[start:end]) / time if time > 0 else math.nan)
+    return out[::-1]
+
+
+def _dump_interval(rows: _Rows, proc: np.ndarray[Any, Any], known: float) -> float:
+    """The plugins' dump interval (µs): the typical gap between a process's successive dump ticks (a tick's lines
+    are written within a few ms of each other), as far as the rows' dump times show it (``known`` otherwise)."""
+    sample = proc < _INTERVAL_PROCS
+    if not sample.any():
+        return known
+    rows, proc = rows.take(sample), proc[sample]
+    ts = np.concatenate([rows.lo_ts, rows.hi_ts])
+    who = np.concatenate([proc, proc])
+    order = np.lexsort((ts, who))
+    ts, who = ts[order], who[order]
+    same = who[1:] == who[:-1]
+    gaps = np.diff(ts)
+    if same.sum() < 3:
+        return known
+    # the lines of one tick are written one after the other (over tens of ms where the dump thread is starved or its
+    # clock sped up): a tick starts at a gap well above that spread; the interval is a low quantile of the gaps from
+    # tick to tick (a slice shows only the first and last tick of each key, and a tick without ops writes nothing)
+    apart = max(2000.0, 0.1 * float(np.percentile(gaps[same], 99)))
+    starts = np.flatnonzero(np.concatenate(([True], ~same | (gaps > apart))))
+    steps = np.diff(ts[starts])[who[starts][1:] == who[starts][:-1]]
+    return float(np.percentile(steps, 20)) if len(steps) >= 3 else known
+
+
+def _bytes(size: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if size >= scale:
+            return f"{size / scale:g} {unit}"
+    return f"{size} B"
+
+
+def _nan_median(values: Iterable[float]) -> float:
+    kept = [x for x in values if x == x]
+    return statistics.median(kept) if kept else math.nan
+
+
+Pattern = Literal["steady", "intermittent", "undetermined"]
+
+
+@dataclass(frozen=True)
+class _Pattern:
+    """Steady or intermittent, as far as pools of ``resolution_s`` tell: a fault that comes and goes faster than that
+    averages out within each pool and cannot be told from a steady one; pools too noisy against the excess, or too
+    few, tell nothing ("undetermined")."""
+
+    kind: Pattern
+    resolution_s: float
+    duty: float = 1.0
+    burst: float = 1.0
+
+    average: float = 1.0  # the mean factor from its first slow pool to its last
+
+    MIN_POOLS: ClassVar[int] = 6
+
+    @classmethod
+    def judge(cls, factors: list[float], pool_sd: float, min_excess: float, resolution_s: float) -> _Pattern:
+        """``factors``: the process's compute share per pool against its peers', in time order (a longer memory
+        than one horizon: bursts longer than a horizon fill some horizons whole); ``pool_sd`` how far a healthy
+        process's pool strays by noise alone. Only the pools from its first slow one to its last count: quiet pools
+        before an onset or after a fault ended say nothing of bursts, quiet pools between slow ones do."""
+        above = sorted(x for x in factors if x >= 1 + max(min_excess, 4 * pool_sd))
+        if not above:
+            return cls("undetermined", resolution_s)
+        # slow: at least half the typical excess of its slow pools (a hiccup before an onset is not a burst)
+        hot_at = 1 + max(min_excess, 4 * pool_sd, (above[(3 * len(above)) // 4] - 1) / 2)
+        slow = [i for i, x in enumerate(factors) if x >= hot_at]
+        if len(slow) < 2:
+            return cls("undetermined", resolution_s)
+        span = factors[slow[0] : slow[-1] + 1]
+        average = statistics.fmean(span)
+        # a burst's edges fall inside pools, which then read part slow: the slow pools' upper quartile is its size
+        slow_factors = sorted(x for x in span if x >= hot_at)
+        burst = slow_factors[min(len(slow_factors) - 1, (3 * len(slow_factors)) // 4)]
+        if len(span) < cls.MIN_POOLS or burst - 1 < 4 * pool_sd:
+            return cls("undetermined", resolution_s, burst=burst, average=average)
+        quiet = sum(x < 1 + 2 * pool_sd for x in span)
+        if quiet >= max(2, 0.15 * len(span)):
+            # whole cycles: from its first slow pool to the start of its last run of slow pools
+            last_run = slow[-1]
+            while last_run - 1 >= slow[0] and factors[last_run - 1] >= hot_at:
+                last_run -= 1
+            cycles = factors[slow[0] : last_run] or span
+            average = statistics.fmean(cycles)
+            duty = min(1.0, max(0.0, (average - 1) / (burst - 1)))
+            return cls("intermittent", resolution_s, duty, burst, average)
+        if quiet <= 0.05 * len(span):
+            return cls("steady", resolution_s, burst=burst, average=average)
+        return cls("undetermined", resolution_s, burst=burst, average=average)
+
+
 @dataclass
 class _Candidate:
     """A finding being confirmed: evidence added per consecutive flagged evaluation."""
@@ -345,6 +466,8 @@ class _ProcShare:
     ops: int
     lived: int  # slices of the horizon from the process's first record
     step_rate: float  # steps per µs: the rate of its most frequent collective
+    # share of its numbered ops the plugin wrote (ring: coll_sn gaps are ops dropped or filtered)
+    recorded: float
     # compute share per slice of those ``lived`` slices (aligned at the horizon's end): made only for a job where a
     # process stands out overall (most evaluations of a healthy job need none)
     slices: list[float] = field(default_factory=list)
@@ -376,9 +499,15 @@ class StragglerEngine:
         self.clock_us: int | None = None
         self.ahead = 0
         self.candidates: dict[tuple[str, int | None, Kind], _Candidate] = {}
+        # per culprit, the first and the latest slice whose judgement flagged it, through gaps of half a horizon (a
+        # weak finding flickers in and out, under sampled capture most)
+        self._flagged: dict[tuple[str, int | None, Kind], tuple[int, int]] = {}
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
         self._ops: set[tuple[str, str, int]] = set()  # (offline)
         self._step_rate = 0.0  # steps per µs of the job, from the last evaluation
+        # suspects' pool factors by the slice their pool ends at, with the pool's length
+        self._pools: dict[Proc, dict[int, tuple[float, int]]] = {}
+        self._interval_us = 0.0  # the plugins' dump interval (µs), from the last evaluation's dump times
         self._horizon_now = self.horizon  # slices judged, stretched for long steps
         self._late_from: int | None = None  # earliest judged slice that received records since
         # slices (first, last) of each process that miss records its agent got after their window had closed
@@ -386,6 +515,7 @@ class StragglerEngine:
         # bumped when a rank of a comm gets another process or a comm is forgotten (its ranks' processes change)
         self._members_version = 0
         self._jobs_of: tuple[tuple[int, tuple[Proc, ...]], list[list[Proc]]] | None = None
+        self._stages_of: tuple[tuple[int, tuple[Proc, ...]] | None, list[list[Proc]]] = (None, [])
         self._memberships_of: tuple[int, dict[Proc, list[tuple[_Comm, int]]]] = (-1, {})
         self._ledger = _Ledger()
         self._procs: _Index[Proc] = _Index()  # numbered again when processes are forgotten
@@ -445,6 +575,7 @@ class StragglerEngine:
         if self.evaluated is not None and index <= self.evaluated - self._reach():
             return  # far older than what is judged now: nothing to add to
         p2p = rec.op_kind == "p2p"
+        comm.p2p |= p2p
         if self.offline:
             self._ops.add((rec.comm_id, rec.op, rec.sn if not p2p else -rec.sn - 1))
         key = self._agg_number(comm, (rec.comm_id, rec.op, rec.msg_size_bytes, rec.rank), p2p, rec.n_ranks)
@@ -479,6 +610,7 @@ class StragglerEngine:
             size = (
                 s.bytes // s.count if s.count else s.size_bucket
             )  # the exact size when the bucket holds one
+            comm.p2p |= s.op_kind == "p2p"
             keys.append(
                 self._agg_number(comm, (s.comm_id, s.op, size, s.rank), s.op_kind == "p2p", s.n_ranks)
             )
@@ -508,7 +640,9 @@ class StragglerEngine:
     def _member(self, comm_id: str, name: str | None, rank: int, proc: Proc, dump_ts_us: int) -> _Comm:
         comm = self.comms.get(comm_id)
         if comm is None:
-            comm = self.comms[comm_id] = _Comm(comm_id, name or comm_id, len(self._comm_of))
+            # the plugin writes "unknown" for a communicator created without a name: such a comm goes by its id
+            named = name if name and name != "unknown" else comm_id
+            comm = self.comms[comm_id] = _Comm(comm_id, named, len(self._comm_of))
             self._comm_of.append(comm)
             self._comm_last.append(-1)
         if comm.members.get(rank) != proc:
@@ -521,7 +655,10 @@ class StragglerEngine:
     def _agg_number(self, comm: _Comm, key: AggKey, p2p: bool, n_ranks: int) -> int:
         number = self._aggs.ids.get(key)
         if number is None:
-            number = self._register(comm, key, lambda: 0.0 if p2p else _bus_bytes(key[1], n_ranks, key[2]))
+            # Send/Recv: the bytes moved, so a point-to-point comm's bandwidth is its algorithm bandwidth
+            number = self._register(
+                comm, key, lambda: float(key[2]) if p2p else _bus_bytes(key[1], n_ranks, key[2])
+            )
         return number
 
     def _register(self, comm: _Comm, key: AggKey, bus: Callable[[], float], best: float = math.nan) -> int:
@@ -612,14 +749,15 @@ class StragglerEngine:
 
     # -- evaluation -----------------------------------------------------------------------------------------------
     def complete_slice(self, final: bool = False) -> int | None:
-        """The newest slice every live process has written past (``final``: the newest slice there is)."""
+        """The newest slice every live process has written past (``final``: at least the first slice)."""
         if not self.slices:
             return None
-        if final:
-            return max(self.slices)
-        newest = max(self.proc_last.values())
+        newest = max(self.proc_last.values(), default=0)
         live = [ts for ts in self.proc_last.values() if ts >= newest - 2 * self.horizon * self.slice_us]
-        return min(live) // self.slice_us - 1
+        # offline too: the slice of a process's last tick is judged only once every process is past it, and the
+        # job's last ticks never are (the job ends between ticks: the time from its end to the next tick is no compute)
+        last = min(live, default=newest) // self.slice_us - 1
+        return max(last, min(self.slices)) if final else last
 
     def evaluate(self, final: bool = False) -> list[Finding]:
         """Judge every slice completed since the last call; the findings confirmed and active now."""
@@ -686,6 +824,7 @@ class StragglerEngine:
         for proc in ended:
             del self.proc_last[proc]
             self.proc_first.pop(proc, None)
+            self._pools.pop(proc, None)
         if ended:
             self._procs.reset()
         for proc, spans in list(self._incomplete.items()):
@@ -787,14 +926,26 @@ class StragglerEngine:
         self._span_proc = (stamp, procs)
         return procs
 
+    def _pool_slices(self) -> int:
+        """Slices per pool, the time resolution of a process's compute share: a pool holds a few steps, and a dump
+        interval (ring: an op's completion is known only to its tick) or, sampled, a few samples per key."""
+        p = self.params
+        steps = math.ceil(p.min_steps / max(self._step_rate * self.slice_us, 1e-9)) if self._step_rate else 1
+        ticks = p.pool_samples if self.sampled > self.ring else 1
+        return max(1, steps, math.ceil(ticks * self._interval_us / self.slice_us))
+
     def _judge(self, index: int, behind: set[Proc]) -> None:
-        # long steps stretch the horizon to ``min_window_steps`` steps: a few ops would give no stable share
+        # long steps stretch the horizon to ``min_window_steps`` steps (a few ops give no stable share), long dump
+        # intervals to enough pools to tell a steady straggler from an intermittent one and, sampled, to
+        # ``sampled_window_samples`` samples per key
+        p = self.params
         steps_per_slice = self._step_rate * self.slice_us
-        horizon = self.horizon
+        need = (_Pattern.MIN_POOLS + 2) * self._pool_slices() if self._step_rate else 0
+        if self.sampled > self.ring:
+            need = max(need, math.ceil(p.sampled_window_samples * self._interval_us / self.slice_us))
         if steps_per_slice > 0:
-            horizon = max(
-                horizon, min(20 * horizon, math.ceil(self.params.min_window_steps / steps_per_slice))
-            )
+            need = max(need, math.ceil(p.min_window_steps / steps_per_slice))
+        horizon = max(self.horizon, min(p.max_stretch * self.horizon, need))
         self._horizon_now = horizon
         # slices with no record are time too (long ops complete less often than a slice): kept, empty
         first = max(index - horizon + 1, min(self.slices))
@@ -815,6 +966,8 @@ class StragglerEngine:
             f.first_ts_us, f.last_ts_us = start_us, end_us
             seen.add(f.key)
             cand = self.candidates.get(f.key)
+            since, last = self._flagged.get(f.key, (index, index))
+            self._flagged[f.key] = (since if index - last <= horizon // 2 else index, index)
             if cand is None:
                 cand = self.candidates[f.key] = _Candidate(f)
             cand.evals += 1
@@ -822,9 +975,14 @@ class StragglerEngine:
             f.first_ts_us = cand.finding.first_ts_us
             cand.finding = f
             needed = min(self.params.confirm_windows, math.ceil(self.params.evidence_z / max(f.z, 1e-9)))
-            if cand.evals >= needed:
+            # consecutive horizons share most of their data: a weak finding must stay flagged over part of a horizon of
+            # fresh records (a run of unlucky samples or of hiccups does not)
+            lasting = (index - self._flagged[f.key][0] >= self.params.confirm_share * horizon
+                       or f.z >= 2 * self.params.evidence_z)  # fmt: skip
+            if cand.evals >= needed and lasting:
                 cand.confirmed = True
             cand.flagged_evals += 1
+        self._flagged = {key: at for key, at in self._flagged.items() if index - at[1] <= horizon}
         for key, cand in list(self.candidates.items()):
             cand.seen_evals += 1
             cand.finding.confidence = cand.flagged_evals / cand.seen_evals
@@ -844,12 +1002,12 @@ class StragglerEngine:
     # -- compute --------------------------------------------------------------------------------------------------
     def _shares(
         self, rows: _Rows, pos: np.ndarray[Any, Any], width: int, first: int
-    ) -> tuple[dict[Proc, _ProcShare], Callable[[Proc], list[float]]]:
+    ) -> tuple[dict[Proc, _ProcShare], Callable[[Proc], tuple[list[float], list[float]]]]:
         """Each process's share of the horizon (``width`` slices from slice ``first``: ``rows``, each in slice ``pos``)
         spent outside collectives, overall, and the function giving it per slice, counted from its first record where
         that lies within the horizon."""
         if not len(rows.key):
-            return {}, lambda proc: []
+            return {}, lambda proc: ([], [])
         slice_us = self.params.slice_s * 1e6
         span_proc = self._span_procs()
         procs, spans = self._procs.keys, len(self._spans.keys)
@@ -859,9 +1017,10 @@ class StragglerEngine:
         lived_us = (width - start) * slice_us
         sampled = self.sampled > self.ring
         if not sampled:
-            # ring: every op is there, so a process's time in collectives is the sum of its exec times; its step rate
-            # is its most frequent (comm, coll)'s, and all its keys share the same time, so the most ops of any one
-            # key (its coll_sn span over the horizon) gives it
+            # ring: every op is there, but an op's completion is known only to the dump tick that wrote it (the ops of
+            # a tick completed since the process's previous one). A process's time is therefore counted from tick to
+            # tick: the busy time of the ops of a slice's ticks against the time since its previous tick, so slices
+            # shorter than the dump interval (empty, or holding a whole interval's ops) neither lose nor gain time
             lo = np.full(spans, np.iinfo(_I64).max, _I64)
             hi = np.full(spans, -1, _I64)
             np.minimum.at(lo, span, rows.lo)
@@ -871,10 +1030,16 @@ class StragglerEngine:
             np.maximum.at(most, span_proc[seen], hi[seen] - lo[seen] + 1)
             proc = span_proc[span]
             ops = np.bincount(proc, rows.n, len(procs))
-            busy = np.bincount(proc, rows.total, len(procs))
+            # ops the plugin numbered but did not write (dropped from its ring, or filtered: small or untimed ops)
+            numbered = np.zeros(len(procs), _I64)
+            np.add.at(numbered, span_proc[seen], hi[seen] - lo[seen] + 1)
+            recorded = np.where(numbered > 0, np.minimum(1.0, ops / np.maximum(numbered, 1)), 1.0)
+            busy_cells, covered_cells = self._tick_cells(rows, pos, proc, width, len(procs))
+            busy, covered = busy_cells.sum(axis=0), covered_cells.sum(axis=0)
             step_rate = most / lived_us
-            present = ops > 0
+            present = (ops > 0) & (covered > 0)
             span_rate = None
+            share_of = 1 - busy / np.maximum(covered, 1)
         else:
             # sampled: the rate between each key's first and last sample of the horizon (a rank's coll_sn grows with
             # its dump time: its oldest slice's low end, its newest slice's high end), averaged per (comm, coll): each
@@ -909,42 +1074,67 @@ class StragglerEngine:
             step_rate = np.zeros(len(procs))
             np.maximum.at(step_rate, proc, span_rate[live])
             present = np.bincount(proc, minlength=len(procs)) > 0
-        share = (1 - busy / lived_us).tolist()
+            share_of = 1 - busy / lived_us
+            recorded = np.ones(len(procs))
+        share = share_of.tolist()
         ops_of, lived_of, step_of = ops.astype(_I64).tolist(), (width - start).tolist(), step_rate.tolist()
         mask = present.tolist()
-        made = map(_ProcShare, *(compress(values, mask) for values in (share, ops_of, lived_of, step_of)))
+        made = map(_ProcShare, *(compress(values, mask)
+                                 for values in (share, ops_of, lived_of, step_of, recorded.tolist())))  # fmt: skip
         shares = dict(zip(compress(procs, mask), made, strict=True))
-        per_slice: list[np.ndarray[Any, Any]] = []
+        per_slice: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
 
-        def slices_of(proc: Proc) -> list[float]:
+        def slices_of(proc: Proc) -> tuple[list[float], list[float]]:
+            """Its busy time and the time it covers (µs) per slice, from its first record."""
             if not per_slice:
-                per_slice.append(self._slice_shares(rows, pos, width, span, span_proc, span_rate))
+                if span_rate is None:
+                    per_slice.append((busy_cells, covered_cells))
+                else:
+                    per_slice.append(self._slice_shares(rows, pos, width, span, span_proc, span_rate))
             i = self._procs.ids[proc]
-            return per_slice[0][start[i] :, i].tolist()
+            busy_of, covered_of = per_slice[0]
+            return busy_of[start[i] :, i].tolist(), covered_of[start[i] :, i].tolist()
 
         return shares, slices_of
 
     def _slice_shares(self, rows: _Rows, pos: np.ndarray[Any, Any], width: int, span: np.ndarray[Any, Any],
-                      span_proc: np.ndarray[Any, Any], span_rate: np.ndarray[Any, Any] | None) -> np.ndarray[Any, Any]:  # fmt: skip
-        """Every process's compute share in each slice of the horizon (slice x process number): ring (``span_rate``
-        None), from its exec times; sampled, each key's mean exec time in the slice times its (comm, coll, rank)'s op
-        rate over the horizon (``span_rate``)."""
+                      span_proc: np.ndarray[Any, Any],
+                      span_rate: np.ndarray[Any, Any]) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:  # fmt: skip
+        """Sampled: every process's busy time in each slice of the horizon (slice x process number), each key's mean
+        exec time in the slice times its (comm, coll, rank)'s op rate over the horizon (``span_rate``), and the time
+        that covers (a slice where it has samples)."""
         slice_us = self.params.slice_s * 1e6
         procs, spans = len(self._procs.keys), len(self._spans.keys)
         spent = np.zeros((width, procs))
         bounds = np.searchsorted(pos, np.arange(width + 1))
         for i in range(width):
             at = slice(bounds[i], bounds[i + 1])
-            if span_rate is not None:
-                n = np.bincount(span[at], rows.n[at], spans)
-                total = np.bincount(span[at], rows.total[at], spans)
-                seen = np.flatnonzero(n)
-                spent[i] = np.bincount(
-                    span_proc[seen], total[seen] / n[seen] * span_rate[seen] * slice_us, procs
-                )
-            else:
-                spent[i] = np.bincount(span_proc[span[at]], rows.total[at], procs)
-        return 1 - spent / slice_us
+            n = np.bincount(span[at], rows.n[at], spans)
+            total = np.bincount(span[at], rows.total[at], spans)
+            seen = np.flatnonzero(n)
+            spent[i] = np.bincount(span_proc[seen], total[seen] / n[seen] * span_rate[seen] * slice_us, procs)
+        covered = np.where(spent > 0, slice_us, 0.0)
+        return spent, covered
+
+    @staticmethod
+    def _tick_cells(rows: _Rows, pos: np.ndarray[Any, Any], proc: np.ndarray[Any, Any], width: int,
+                    procs: int) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:  # fmt: skip
+        """Ring: per slice and process (slice x process number) the busy time of the ops its ticks in the slice wrote,
+        and the time from its previous tick to its last one in the slice; a process's first slice in the horizon only
+        sets where its time starts (its ops completed after a tick before the horizon)."""
+        cell = pos * procs + proc
+        busy = np.bincount(cell, rows.total, width * procs).reshape(width, procs)
+        flat = np.full(width * procs, -1, _I64)
+        np.maximum.at(flat, cell, rows.hi_ts)
+        last = flat.reshape(width, procs)
+        filled = np.where(last >= 0, np.arange(width)[:, None], -1)
+        latest = np.maximum.accumulate(filled, axis=0)  # per slice the last slice at or before it with a tick
+        before = np.vstack([np.full((1, procs), -1, _I64), latest[:-1]])
+        columns = np.broadcast_to(np.arange(procs), (width, procs))
+        counted = (last >= 0) & (before >= 0)
+        covered = np.where(counted, last - last[np.maximum(before, 0), columns], 0).astype(_F64)
+        counted &= covered > 0
+        return np.where(counted, busy, 0.0), np.where(counted, covered, 0.0)
 
     def _jobs(self, procs: Iterable[Proc]) -> list[list[Proc]]:
         """Processes grouped into jobs: connected through shared communicators (made again once the processes or
@@ -972,19 +1162,54 @@ class StragglerEngine:
             groups[find(proc)].append(proc)
         return list(groups.values())
 
+    def _stages(self, job: list[Proc]) -> list[list[Proc]]:
+        """A job's processes that are comparable: connected by collectives other than point-to-point ones and those
+        spanning the whole job. Pipeline stages run different layers (and their Send/Recv waits go unrecorded where
+        the plugin records no P2P): each is judged apart when every one is large enough to judge; else the job."""
+        if len(job) < 2 * self.params.min_group:
+            return [job]
+        key = (self._members_version, tuple(job))
+        if self._stages_of[0] == key:
+            return self._stages_of[1]
+        parent = {proc: proc for proc in job}
+
+        def find(x: Proc) -> Proc:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for comm in self.comms.values():
+            members = [m for m in comm.members.values() if m in parent]
+            if comm.p2p or len(members) >= len(job):
+                continue
+            for other in members[1:]:
+                parent[find(other)] = find(members[0])
+        groups: dict[Proc, list[Proc]] = defaultdict(list)
+        for proc in job:
+            groups[find(proc)].append(proc)
+        stages = list(groups.values())
+        if len(stages) < 2 or min(map(len, stages)) < self.params.min_group:
+            stages = [job]
+        self._stages_of = (key, stages)
+        return stages
+
     def _compute(
         self, rows: _Rows, pos: np.ndarray[Any, Any], width: int, first: int, unjudged: set[Proc]
     ) -> list[Finding]:
         p = self.params
         shares, slices_of = self._shares(rows, pos, width, first)
+        self._interval_us = _dump_interval(
+            rows, self._span_procs()[self._agg_span.values[rows.key]], self._interval_us
+        )
         out: list[Finding] = []
         rates = [ps.step_rate for ps in shares.values() if ps.step_rate > 0]
         self._step_rate = statistics.median(rates) if rates else 0.0
         if width * self.slice_us * self._step_rate < p.min_window_steps:
             return out  # too few steps yet for a stable share (start of a job, or a horizon still stretching)
-        # slices judged one by one must hold a few steps each: with long steps, consecutive slices are pooled
-        pool = max(1, math.ceil(p.min_steps / max(self._step_rate * self.slice_us, 1e-9))) if rates else 1
-        for everyone in self._jobs(shares):
+        pool = self._pool_slices()
+        for everyone, staged in ((stage, len(whole) - len(stage)) for whole in self._jobs(shares)
+                                 for stage in self._stages(whole)):  # fmt: skip
             # a process missing records is neither judged nor part of its peers' yardstick
             job = [proc for proc in everyone if proc not in unjudged]
             skipped = sorted(set(everyone) - set(job))
@@ -1005,14 +1230,20 @@ class StragglerEngine:
             if not suspects:
                 continue
             for proc in job:
-                tail = slices_of(proc)[-lived:]
-                if pool > 1:
-                    pools = [tail[max(0, end - pool) : end] for end in range(lived, 0, -pool)]
-                    tail = [statistics.fmean(chunk) for chunk in reversed(pools)]
-                shares[proc].slices = tail
-            # each slice against the same slice of the peers: their waits during a burst lower their share then
-            slice_meds = [max(statistics.median(shares[proc].slices[i] for proc in job), 1e-9)
-                          for i in range(len(shares[job[0]].slices))]  # fmt: skip
+                busy_of, covered_of = slices_of(proc)
+                busy_of, covered_of = busy_of[-lived:], covered_of[-lived:]
+                # pooled from the end (so every process's pools cover the same time), each pool's share from the
+                # time it covers: a pool without a tick of the process holds no measure (NaN)
+                shares[proc].slices = _pooled(busy_of, covered_of, pool)
+            # each pool against the same pool of the peers: their waits during a burst lower their share then
+            pools = len(shares[job[0]].slices)
+            slice_meds = [_nan_median([shares[proc].slices[i] for proc in job]) for i in range(pools)]
+            resolution_s = pool * self.slice_us / 1e6
+            suspected = set(suspects)
+            # the peers' own pool-to-pool spread: how far one pool's factor strays by noise alone
+            calm = [x / m - 1 for proc in job if proc not in suspected
+                    for x, m in zip(shares[proc].slices, slice_meds, strict=True) if x == x and m > 0]  # fmt: skip
+            pool_sd = _robust(calm, 0.01)[1] if len(calm) >= 8 else math.inf
             # strict: flagged on its own; leaning: as slow but with half the evidence, enough to join a node-wide
             # finding on its host (its processes cross the bar one by one while the node slows down)
             strict: dict[str, list[Finding]] = defaultdict(list)
@@ -1020,19 +1251,20 @@ class StragglerEngine:
             for proc in suspects:
                 ps = shares[proc]
                 factor, z, cost = ps.share / med, (ps.share - med) / spread, ps.share - med
-                per_slice = [x / m for x, m in zip(ps.slices, slice_meds, strict=True)]
-                # a one-step hiccup is not a straggler: the excess must span several slices and several steps
+                factors = [
+                    x / m if x == x and m > 0 else math.nan
+                    for x, m in zip(ps.slices, slice_meds, strict=True)
+                ]
+                per_slice = [x for x in factors if x == x]
+                # a one-step hiccup is not a straggler: the excess must span several pools and several steps
                 hot = sum(x >= 1 + p.min_excess for x in per_slice)
                 if hot < 3 or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
                     continue
-                # bursts: with a quarter of the slices back near normal, the slow slices' typical factor is the
-                # burst slowdown and the share of time at it that gives the average is the duty cycle
-                burst, duty = factor, 1.0
-                slow = [x for x in per_slice if x >= factor]
-                if slow and sum(x < 1 + (factor - 1) / 3 for x in per_slice) >= 0.25 * len(per_slice):
-                    burst = max(factor, statistics.median(slow))
-                    duty = (factor - 1) / (burst - 1) if burst > factor else 1.0
-                f = self._proc_finding(proc, factor, z, cost, duty, burst, len(job), med)
+                pattern = _Pattern.judge(self._remember(proc, factors, first + width, pool), pool_sd,
+                                         p.min_excess, resolution_s)  # fmt: skip
+                if pattern.kind != "intermittent":
+                    pattern = dataclasses.replace(pattern, burst=factor)
+                f = self._proc_finding(proc, factor, z, cost, pattern, len(job), med, ps)
                 leaning[proc[0]].append(f)
                 if z >= p.z_threshold and cost >= p.min_cost:
                     strict[proc[0]].append(f)
@@ -1048,6 +1280,13 @@ class StragglerEngine:
                     found.append(self._node_finding(host, node, per_host[host]))
                 else:
                     found += parts
+            if staged:
+                for f in found:
+                    f.evidence += (f"; compared only with its pipeline stage ({len(everyone)} processes connected by "
+                                   "collectives other than Send/Recv and job-wide ones)")  # fmt: skip
+                    cast(list[str], f.coverage["left_out"]).append(
+                        f"{staged} processes of other pipeline stages (not comparable)"
+                    )
             if skipped:
                 note = (f"; {len(skipped)} process(es) not judged, their records incomplete (arrived at their agent "
                         f"after the window closed, or not in yet): " + ", ".join(f"{h} pid {pid}" for h, pid in skipped[:4])
@@ -1057,27 +1296,95 @@ class StragglerEngine:
             out += found
         return out
 
-    def _proc_finding(self, proc: Proc, factor: float, z: float, cost: float, duty: float, burst: float,
-                      peers: int, med: float) -> Finding:  # fmt: skip
+    def _remember(self, proc: Proc, factors: list[float], end: int, pool: int) -> list[float]:
+        """Add a suspect's pool factors (ending at slice ``end``, exclusive) to its memory of the last
+        ``pattern_memory_windows`` horizons, where the pools lie on the grid of ``pool`` slices; its memory's factors
+        in time order, pools that overlap an earlier one left out (the pool length follows the step rate)."""
+        memory = self._pools.setdefault(proc, {})
+        if end % pool == 0:
+            for i, x in enumerate(reversed(factors)):
+                if x == x:
+                    memory[end - i * pool] = (x, pool)
+        oldest = end - self.params.pattern_memory_windows * self._horizon_now
+        for at in [at for at in memory if at <= oldest]:
+            del memory[at]
+        kept, reached = [], -(2**62)
+        for at in sorted(memory):
+            x, length = memory[at]
+            if at - length >= reached:
+                kept.append(x)
+                reached = at
+        return kept or [x for x in factors if x == x]
+
+    def _proc_finding(self, proc: Proc, factor: float, z: float, cost: float, pattern: _Pattern, peers: int,
+                      med: float, ps: _ProcShare) -> Finding:  # fmt: skip
         memberships = self._memberships().get(proc, [])
         comm_ids = list(dict.fromkeys(comm.comm_id for comm, _ in memberships))
         # named after its node's comm (where it is the one late rank among its neighbours), the largest if several
         comm, rank = min(memberships, key=lambda cr: (-sum(h == proc[0] for h, _ in cr[0].members.values()),
                                                       -len(cr[0].members), cr[0].label))  # fmt: skip
-        intermittent = duty < 0.75
-        evidence = (
-            f"computes {factor:.2f}x longer between collectives than its {peers - 1} peers "
-            f"({med * factor:.0%} of the time outside collectives vs {med:.0%}; lateness {z:.1f} robust sd); "
-            f"costs the job {cost:.1%} of its time"
-            + (
-                f"; intermittent: slow in {duty:.0%} of the time, {burst:.2f}x during bursts"
-                if intermittent
-                else ""
+        if pattern.kind == "intermittent":
+            shape = (
+                f"; intermittent at {pattern.resolution_s:g} s resolution: slow in {pattern.duty:.0%} of the "
+                f"time, {pattern.burst:.2f}x when slow (bursts shorter than that are averaged over it)"
             )
-            + f"; arrives last in its {len(memberships)} comm(s), e.g. rank {rank}/{len(comm.members)} of {comm.label}"
+        elif pattern.kind == "steady":
+            shape = f"; steady at {pattern.resolution_s:g} s resolution"
+        else:
+            shape = (
+                f"; steady or intermittent undetermined (pools of {pattern.resolution_s:g} s too few or too "
+                "noisy against the excess)"
+            )
+        evidence = (
+            f"computes {factor:.2f}x longer between collectives than the median of its {peers - 1} peers "
+            f"({med * factor:.0%} of the time outside recorded collectives vs {med:.0%}; lateness {z:.1f} robust "
+            f"sd); costs the job {cost:.1%} of its time{shape}; arrives last in its {len(memberships)} comm(s), "
+            f"e.g. rank {rank}/{len(comm.members)} of {self.describe(comm)}"
         )
-        return Finding(proc[0], proc[1], "compute", comm.label, rank, factor, 1.0,
-                       evidence, cost=cost, duty_cycle=duty, burst_slowdown=burst, z=z, comm_ids=comm_ids)  # fmt: skip
+        coverage = self._coverage(1 - med, 1 - ps.share, ps.recorded)
+        return Finding(proc[0], proc[1], "compute", comm.label, rank, factor, 1.0, evidence, cost=cost,
+                       duty_cycle=pattern.duty, burst_slowdown=pattern.burst, z=z, comm_ids=comm_ids,
+                       pattern=pattern.kind, pattern_resolution_s=pattern.resolution_s, coverage=coverage)  # fmt: skip
+
+    def describe(self, comm: _Comm) -> str:
+        """A comm as an operator can find it: its name, or (created without one) its id and layout: ranks, hosts and
+        the role its shape suggests."""
+        if comm.label != comm.comm_id:
+            return comm.label
+        ranks, hosts = len(comm.members), len(comm.hosts)
+        per_host = ranks / max(hosts, 1)
+        if hosts == 1:
+            role = "intra-node, TP-like"
+        elif ranks == 2:
+            role = "two ranks on two nodes, PP-like"
+        elif per_host == 1:
+            role = "one rank per node, DP/EP-like"
+        else:
+            role = f"{per_host:g} ranks per node"
+        return f"comm {comm.comm_id} ({ranks} ranks on {hosts} host(s), {role})"
+
+    def _coverage(self, job_recorded: float, proc_recorded: float, ops_written: float) -> dict[str, object]:
+        """What a compute finding's data covered: the share of time in recorded ops (the process's, its peers'
+        median), the dump interval, the capture model, the share of numbered ops the plugin wrote, and what the
+        plugin leaves out (counted as compute by this method)."""
+        left_out = []
+        if self.sampled > self.ring:
+            left_out.append("Send/Recv: sampled plugins (2.28/2.29) record no point-to-point ops, so pipeline waits "
+                            "count as compute")  # fmt: skip
+            left_out.append(
+                "all but the last op per communicator at each dump tick (time in collectives estimated)"
+            )
+        elif ops_written < 0.99:
+            left_out.append(f"{1 - ops_written:.0%} of its numbered ops not written (dropped from the plugin's ring, "
+                            "or filtered: under 8 KiB or without kernel timing); their time counts as compute")  # fmt: skip
+        return {
+            "capture_model": self.capture_model,
+            "dump_interval_s": round(self._interval_us / 1e6, 3),
+            "recorded_share": round(proc_recorded, 3),
+            "peers_recorded_share": round(job_recorded, 3),
+            "ops_written_share": round(ops_written, 3),
+            "left_out": left_out,
+        }
 
     @staticmethod
     def _node_finding(host: str, parts: list[Finding], total: int) -> Finding:
@@ -1087,11 +1394,14 @@ class StragglerEngine:
             f"their peers (node-wide compute slowness: CPU, power or thermal); e.g. pid {parts[0].pid}: "
             f"{parts[0].evidence}"
         )
+        kinds = [f.pattern for f in parts]
         return Finding(host, None, "compute", None, None, slowdown, 1.0, evidence,
                        cost=max(f.cost for f in parts), duty_cycle=statistics.median(f.duty_cycle for f in parts),
                        burst_slowdown=statistics.median(f.burst_slowdown for f in parts),
                        z=statistics.median(f.z for f in parts),
-                       comm_ids=sorted({cid for f in parts for cid in f.comm_ids}))  # fmt: skip
+                       comm_ids=sorted({cid for f in parts for cid in f.comm_ids}),
+                       pattern=max(set(kinds), key=kinds.count), pattern_resolution_s=parts[0].pattern_resolution_s,
+                       coverage=parts[0].coverage)  # fmt: skip
 
     def _communication(self, rows: _Rows, unjudged: set[Proc]) -> list[Finding]:
         """Cross-node comms slower than their shape or their own best; localized to the nodes they share. A comm with
@@ -1135,15 +1445,18 @@ class StragglerEngine:
         slowest = np.flatnonzero(judged & (ratio > 0))
         slowest = slowest[np.lexsort((slowest, -ratio[slowest], comm[slowest]))]
         slowest = slowest[_starts(comm[slowest])] if len(slowest) else slowest
-        ids = [self._lows.keys[i][0] for i in low[slowest].tolist()]
+        picked = low[slowest].tolist()
+        ids = [self._lows.keys[i][0] for i in picked]
         ratios = dict(zip(ids, ratio[slowest].tolist(), strict=True))  # comm -> reference bandwidth / its own
         normal = dict(
             zip(ids, (bus[slowest] / ref[slowest]).tolist(), strict=True)
-        )  # comm -> reference time (µs)
+        )  # comm -> reference time (µs) of its slowest (coll, size)
+        measured = dict(zip(ids, picked, strict=True))  # comm -> the (comm, coll, size) number compared
         slow = {comm for comm, r in ratios.items() if r >= p.comm_slow_ratio}
         fast = set(ratios) - slow
         if not slow or not fast:
             return []  # everything slow (or nothing): no node to single out
+        rate = self._op_rates(rows)
         out = []
         for host in self._localize(slow, fast):
             through = sorted(
@@ -1152,19 +1465,54 @@ class StragglerEngine:
             if len(through) < 2:
                 continue  # one slow comm is one slow link or one noisy sample, not a node
             factor = statistics.median(ratios[c] for c in through)
-            details = [{"comm": self.comms[c].label, "normal_us": round(normal[c], 1),
-                        "observed_us": round(normal[c] * ratios[c], 1), "factor": round(ratios[c], 2)}
-                       for c in through]  # fmt: skip
+            details = []
+            for c in through:
+                _, coll, size = self._lows.keys[measured[c]]
+                details.append({"comm": self.comms[c].label, "comm_id": c, "layout": self.describe(self.comms[c]),
+                                "coll": coll, "size_bytes": size, "normal_us": round(normal[c], 1),
+                                "observed_us": round(normal[c] * ratios[c], 1), "factor": round(ratios[c], 2)})  # fmt: skip
             z = (factor - 1) / 0.05 * len(through) ** 0.5
-            labels = [d["comm"] for d in details]
+            # its cost: per process, the extra transfer time of its slow comms times their op rates, as a share of
+            # its time; the worst process's (the steps wait for it)
+            extra: dict[Proc, float] = defaultdict(float)
+            for c in through:
+                _, coll, _ = self._lows.keys[measured[c]]
+                for member in self.comms[c].members.values():
+                    extra[member] += rate.get((c, coll), 0.0) * normal[c] * (ratios[c] - 1)
+            cost = min(1.0, max(extra.values(), default=0.0))
+            shown = [f"{d['layout']} {d['coll']} {_bytes(int(str(d['size_bytes'])))}: {d['observed_us']} us vs "
+                     f"{d['normal_us']} us" for d in details[:3]]  # fmt: skip
+            peers = sorted(
+                (c for c in fast if self.comms[c].hosts - {host}), key=lambda c: self.comms[c].label
+            )
             evidence = (
                 f"{len(through)} cross-node comm(s) through {host} transfer {factor:.2f}x slower than comms of the "
-                f"same shape or their own best (e.g. {details[0]['comm']}: {details[0]['observed_us']} us vs "
-                f"{details[0]['normal_us']} us); its other peers' comms are normal: {', '.join(map(str, labels[:5]))}"
-                + (" ..." if len(labels) > 5 else "")
-            )
+                f"same shape (collective, message size, ranks, hosts) or their own best: " + "; ".join(shown)
+                + (" ..." if len(details) > 3 else "") + f"; costs the job {cost:.1%} of its time"
+                + (f"; {len(peers)} other judged cross-node comm(s), without {host}, are normal, e.g. "
+                   + ", ".join(self.describe(self.comms[c]) for c in peers[:2]) if peers else "")
+            )  # fmt: skip
+            labels = [d["comm"] for d in details]
             out.append(Finding(host, None, "communication", str(labels[0]) if len(labels) == 1 else None, None,
-                               factor, 1.0, evidence, z=z, comms=details, comm_ids=through))  # fmt: skip
+                               factor, 1.0, evidence, cost=cost, z=z, comms=details, comm_ids=through))  # fmt: skip
+        return out
+
+    def _op_rates(self, rows: _Rows) -> dict[tuple[str, str], float]:
+        """Ops per µs of each (comm, coll): its ranks' largest ``coll_sn`` span over the horizon's dump times."""
+        spans = len(self._spans.keys)
+        span = self._agg_span.values[rows.key]
+        lo, hi = np.full(spans, np.iinfo(_I64).max, _I64), np.full(spans, -1, _I64)
+        lo_ts, hi_ts = np.full(spans, np.iinfo(_I64).max, _I64), np.full(spans, -1, _I64)
+        np.minimum.at(lo, span, rows.lo)
+        np.maximum.at(hi, span, rows.hi)
+        np.minimum.at(lo_ts, span, rows.lo_ts)
+        np.maximum.at(hi_ts, span, rows.hi_ts)
+        out: dict[tuple[str, str], float] = {}
+        keys = self._spans.keys
+        for number in np.flatnonzero((hi > lo) & (hi_ts > lo_ts)).tolist():
+            comm, coll, _ = keys[number]
+            rate = (hi[number] - lo[number]) / (hi_ts[number] - lo_ts[number])
+            out[(comm, coll)] = max(out.get((comm, coll), 0.0), float(rate))
         return out
 
     def _localize(self, slow: set[str], fast: set[str]) -> list[str]:

@@ -308,7 +308,7 @@ class StragglerTracker:
         for cluster, result in clusters.items():
             self._history += [{"evaluated_at": iso(result.evaluated_ns), "cluster": cluster,
                                "capture_model": result.capture_model, "records": result.records,
-                               **{k: v for k, v in f.as_dict().items() if k not in ("evidence", "slow_comms")},
+                               **{k: v for k, v in f.as_dict().items() if k not in ("evidence", "slow_comms", "coverage")},
                                "evidence": f.evidence} for f in result.findings]  # fmt: skip
 
     def take_history(self) -> list[dict[str, object]]:

@@ -1,0 +1,223 @@
+"""The straggler engine at the dump intervals operators use: what it claims never goes finer than the data supports
+(an op's completion is known only to its dump tick; sampled capture writes one op per communicator per tick), sampled
+capture finds weak stragglers from many single-slot samples, unrecorded time is said, unnamed communicators are shown
+by id and layout, a slow link has a cost. Jobs come from the project's simulator (``ranksight.simulate``), written in
+the plugin's line format and parsed by the agent's parser."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+from collections import Counter, defaultdict
+
+import msgspec
+import pytest
+
+from ranksight.agent.collectors.inspector.parse import parse_op
+from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, analyze_records
+from ranksight.schemas.twins import InspectorRecord
+from ranksight.simulate import scenarios
+from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job
+
+
+def records_of(spec: JobSpec) -> list[InspectorRecord]:
+    timed = run_job(spec)[0]
+    return sorted(
+        (parse_op(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
+    )
+
+
+def spec_at(cls: str, capture: str, seed: int, dump_ms: float, **kwargs: object) -> JobSpec:
+    return dataclasses.replace(scenarios.CLASSES[cls](capture, seed), dump_interval_ms=dump_ms, **kwargs)  # type: ignore[arg-type]
+
+
+def only(findings: list[Finding], spec: JobSpec) -> Finding:
+    [t] = scenarios.truth(spec)
+    [f] = findings
+    assert (f.hostname, f.pid, f.kind) == (t.hostname, t.pid, t.kind)
+    return f
+
+
+@pytest.mark.parametrize("dump_ms", [100.0, 1000.0, 2000.0])
+@pytest.mark.parametrize("seed", [2, 6])
+def test_a_steady_straggler_is_never_called_intermittent_at_any_dump_interval(
+    dump_ms: float, seed: int
+) -> None:
+    """Ring ticks 1 s apart put a second of ops in one 0.5 s slice and none in the next: judged slice by slice, a
+    steady 1.5x straggler read as intermittent (duty 0.25, bursts 3.2x). Counted from tick to tick it is steady (or,
+    with too few pools, undetermined), at a stated resolution no finer than the dump interval."""
+    spec = spec_at("compute_1.5", "ring", seed, dump_ms, steps=900)
+    f = only(analyze_records(records_of(spec)).stragglers, spec)
+    assert f.pattern in ("steady", "undetermined") and f.duty_cycle == 1.0
+    assert abs(f.slowdown - 1.5) / 1.5 < 0.1
+    assert f.pattern_resolution_s >= dump_ms / 1000 - 1e-9
+    assert f.coverage["dump_interval_s"] == pytest.approx(dump_ms / 1000, rel=0.05)
+    assert f.coverage["capture_model"] == "ring"
+    assert "steady or intermittent undetermined" in f.evidence or "steady at" in f.evidence
+
+
+def test_bursts_longer_than_the_resolution_are_intermittent_with_their_duty_and_burst_size() -> None:
+    """2x slow for 60 steps in every 180 (~3 s in ~9 s) at 100 ms dumps: resolvable, so intermittent, its duty and
+    burst size near the truth."""
+    spec = dataclasses.replace(
+        scenarios.healthy("ring", 3), steps=1200, dump_interval_ms=100.0,
+        faults=[Fault("gpu", 1, 2, 2.0, start_step=80, burst_steps=60, every_steps=180)],
+    )  # fmt: skip
+    f = only(analyze_records(records_of(spec)).stragglers, spec)
+    assert f.pattern == "intermittent" and "intermittent at" in f.evidence
+    assert abs(f.duty_cycle - 1 / 3) < 0.15 and abs(f.burst_slowdown - 2.0) < 0.35
+
+
+def test_bursts_shorter_than_the_dump_interval_are_not_given_a_duty_cycle() -> None:
+    """10 slow steps in every 40 (~0.5 s bursts) at 2 s dumps: no pool is shorter than a tick, so the engine must not
+    claim a burst size or duty cycle for them."""
+    spec = spec_at("intermittent", "ring", 1, 2000.0, steps=900)
+    f = only(analyze_records(records_of(spec)).stragglers, spec)
+    assert f.pattern_resolution_s >= 2.0
+    assert f.pattern != "intermittent" and f.duty_cycle == 1.0
+
+
+@pytest.mark.parametrize(("factor", "within_s"), [(1.2, 60.0), (1.1, 120.0)])
+def test_sampled_capture_finds_a_weak_straggler_from_many_single_slot_samples(
+    factor: float, within_s: float
+) -> None:
+    """2.28/2.29 write one op per communicator per 1 s tick: a 1.2x straggler alerts within 60 s of its onset and a
+    1.1x one within 120 s, online, and the healthy ranks raise nothing."""
+    spec = spec_at(f"compute_{factor}", "sampled", 2, 1000.0, steps=2800)
+    records = records_of(spec)
+    [t] = scenarios.truth(spec)
+    onset = records[0].dump_ts_us + (spec.compute_ms * 1.15 * t.onset_step) * 1000
+    engine, alerted, seen = StragglerEngine(offline=False), None, set()
+    next_eval = records[0].dump_ts_us + 2_000_000
+    for rec in records:
+        while rec.dump_ts_us >= next_eval:
+            engine.clock_us = next_eval
+            for f in engine.evaluate():
+                seen.add((f.hostname, f.pid, f.kind))
+                if alerted is None and (f.hostname, f.pid) == (t.hostname, t.pid):
+                    alerted = (next_eval - onset) / 1e6
+            next_eval += 2_000_000
+        engine.add(rec)
+    assert alerted is not None and alerted <= within_s
+    assert seen == {(t.hostname, t.pid, "compute")}
+    f = only(analyze_records(records).stragglers, spec)
+    assert f.coverage["capture_model"] == "sampled"
+    assert any("Send/Recv" in note for note in f.coverage["left_out"])  # type: ignore[union-attr]
+
+
+def test_noisy_healthy_sampled_jobs_raise_nothing() -> None:
+    for seed in (1, 4):
+        spec = spec_at("noisy_healthy", "sampled", seed, 1000.0, steps=2000)
+        assert analyze_records(records_of(spec)).stragglers == []
+
+
+def test_the_simulators_sampled_capture_is_the_plugins() -> None:
+    """2.28/2.29: one slot per communicator holding the last op completed (of any type), written at a tick only when
+    one completed since the last, ``coll_sn`` per type from 0, each process ticking at its own phase."""
+    spec = dataclasses.replace(scenarios.healthy("sampled", 1), steps=120, dump_interval_ms=250.0)
+    timed = run_job(spec)[0]
+    ticks: dict[tuple[str, int], set[int]] = defaultdict(set)
+    sns = []
+    for proc, lines in timed.items():
+        per_tick = Counter()
+        for ts, line in lines:
+            rec = parse_op(line)
+            per_tick[(ts, rec.comm_id)] += 1
+            ticks[proc].add(ts)
+            sns.append(rec.sn)
+        assert max(per_tick.values()) == 1  # one slot per comm per tick
+    assert min(sns) == 0 or min(sns) < spec.dump_interval_ms / spec.compute_ms
+    phases = {min(t) % 250_000 for t in ticks.values()}
+    assert len(phases) > len(ticks) // 2  # ticks unaligned across processes
+
+
+def test_a_communicator_without_a_name_is_shown_by_id_and_layout() -> None:
+    """The plugin dumps ``"comm_name":"unknown"`` for a communicator created without a name."""
+    spec = spec_at("compute_2.0", "ring", 3, 100.0)
+    records = [msgspec.structs.replace(r, comm_name="unknown") for r in records_of(spec)]
+    f = only(analyze_records(records).stragglers, spec)
+    assert f.comm != "unknown" and f.comm in f.comm_ids
+    assert f"comm {f.comm} (4 ranks on 1 host(s), intra-node, TP-like)" in f.evidence
+    assert "unknown" not in f.evidence
+
+
+def test_a_degraded_nic_costs_its_share_of_step_time_and_its_evidence_lists_what_was_compared() -> None:
+    spec = spec_at("nic", "ring", 1, 1000.0, steps=900)
+    steps = run_job(spec)[1]
+    lengths = [b - a for a, b in itertools.pairwise(steps)]
+    before, after = sorted(lengths[20:79])[30], sorted(lengths[100:])[len(lengths[100:]) // 2]
+    true_cost = 1 - before / after
+    f = only(analyze_records(records_of(spec)).stragglers, spec)
+    assert abs(f.cost - true_cost) < 0.5 * true_cost
+    assert "its other peers' comms are normal" not in f.evidence
+    for comm in f.comms:  # normal_us is one collective at one message size
+        assert {"coll", "size_bytes", "normal_us", "observed_us", "comm_id", "layout"} <= set(comm)
+    first = f.comms[0]
+    assert f"{first['layout']} {first['coll']}" in f.evidence
+    assert "without " + f.hostname in f.evidence
+    json.dumps(f.as_dict())
+
+
+def test_pipeline_stages_are_judged_apart() -> None:
+    """Processes connected only through Send/Recv and job-wide comms are different pipeline stages: each stage is its
+    own yardstick (their unrecorded Send/Recv waits differ)."""
+    spec = JobSpec(nodes=4, gpus_per_node=4, steps=5)
+    engine = StragglerEngine()
+    for rec in records_of(spec):
+        engine.add(rec)
+    everyone = sorted(engine.proc_last)
+    # the dense layout's pp comms (AllGather) join the stages: the job is one group
+    assert engine._stages(everyone) == [everyone]
+    # without them (as if Send/Recv), each stage (dp-s0: nodes 0, 2; dp-s1: nodes 1, 3) is apart
+    pp = [c.comm_id for phase in comms(spec) for c in phase if c.name.startswith("pp")]
+    for cid in pp:
+        engine.comms[cid].p2p = True
+    engine._members_version += 1
+    stages = sorted(sorted({h for h, _ in stage}) for stage in engine._stages(everyone))
+    assert stages == [["node000", "node002"], ["node001", "node003"]]
+
+
+def _p2p_line(comm: str, rank: int, op: str, sn: int, exec_us: int, ts: int, host: str, pid: int) -> str:
+    """One 2.30 ``p2p_perf`` line, as the plugin writes a Send/Recv (its bandwidths by its own formula)."""
+    from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+
+    size = 4 << 20
+    algbw, busbw = bandwidths_gbs(op, 2, size, exec_us) or (0.0, 0.0)
+    return (
+        f'{{"header":{{"id":"{comm}","comm_name":"unknown","rank":{rank},"n_ranks":2,"nnodes":2}},'
+        f'"metadata":{{"inspector_output_format_version":"v4.0","git_rev":"t","rec_mechanism":"nccl_profiler_interface",'
+        f'"dump_timestamp_us":{ts},"hostname":"{host}","pid":{pid}}},"p2p_perf":{{"p2p":"{op}","p2p_sn":{sn},'
+        f'"p2p_peer":{1 - rank},"p2p_msg_size_bytes":{size},"p2p_exec_time_us":{exec_us},'
+        f'"p2p_timing_source":"kernel_gpu","p2p_algobw_gbs":{algbw:.6f},"p2p_busbw_gbs":{busbw:.6f}}}}}'
+    )
+
+
+def test_slow_send_recv_communicators_locate_a_degraded_link() -> None:
+    """Pipeline Send/Recv between neighbouring nodes (a ring of 4), 2 GPUs each, 2.30 ring records: the transfers
+    through node000 take 2.5x as long. Its four Send/Recv comms are slow, the four others normal: node000's network,
+    its comms shown by id and layout."""
+    records = []
+    pairs = [(n, (n + 1) % 4, g) for n in range(4) for g in range(2)]
+    for step in range(400):
+        ts = 1_750_000_000_000_000 + step * 50_000
+        for a, b, g in pairs:
+            comm = f"0x{a}{b}{g}aa"
+            slow = 2.5 if 0 in (a, b) else 1.0
+            exec_us = round(1000 * slow * (1 + 0.02 * ((step * 7 + a + g) % 5)))
+            for rank, (node, op) in enumerate(((a, "Send"), (b, "Recv"))):
+                dump = ts - ts % 100_000 + 100_000
+                records.append(
+                    parse_op(
+                        _p2p_line(comm, rank, op, step, exec_us, dump, f"node{node:03d}", 100 + node * 10 + g)
+                    )
+                )
+    records.sort(key=lambda r: r.dump_ts_us)
+    [f] = analyze_records(records).stragglers
+    assert (f.hostname, f.pid, f.kind) == ("node000", None, "communication")
+    assert len(f.comms) == 4 and abs(f.slowdown - 2.5) < 0.2
+    assert all(
+        c["coll"] in ("Send", "Recv") and "two ranks on two nodes, PP-like" in str(c["layout"])
+        for c in f.comms
+    )
+    assert "unknown" not in f.evidence and f.cost > 0

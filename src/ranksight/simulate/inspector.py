@@ -2,15 +2,20 @@
 
 Faithful to: the v4.0 line format of the NCCL/RCCL Inspector plugin (compact JSON, 6-decimal doubles, the bandwidth
 formula, ``<hostname>-pid<pid>.log`` files) as captured in ``fixtures/inspector``; both capture models (ring: every op,
-``comm_name`` in the header; sampled: only the latest op per comm per dump tick, so ``coll_sn`` has gaps); and the
-collective timing model of design §6: ranks arrive at their own times, everyone finishes at the last arrival plus the
-transfer time set by the slowest participant, and each rank's exec time is its own wait plus that transfer.
+``comm_name`` in the header, Send/Recv as ``p2p_perf``, nothing under its minimum size; sampled: one slot per comm
+holding the last op completed of any type, written at a dump tick when an op completed since the last, so ``coll_sn``
+has gaps, and no Send/Recv), ``coll_sn`` counted per comm and collective type from 0, and each process's dump thread
+ticking at its own phase; and the collective timing model of design §6: ranks arrive at their own times, everyone
+finishes at the last arrival plus the transfer time set by the slowest participant, and each rank's exec time is its
+own wait plus that transfer. The same job's operations, before any capture, are :func:`job_ops`: what
+:mod:`ranksight.simulate.plugin_job` hands the real plugin.
 
 Layouts. ``dense``: ``tp`` comms inside a node (AllReduce), ``dp`` comms across nodes of the same pipeline stage
 (ReduceScatter), ``pp`` comms across the stages of one block of nodes (AllGather). ``moe``: ``tp`` inside a node,
 ``ep`` expert-parallel groups of ``ep_nodes`` neighbouring nodes (AllGather), ``edp`` expert-data-parallel groups strided
 across nodes (ReduceScatter), ``dp`` across every node (AllReduce); one comm per GPU index for the cross-node ones. A
-global barrier at each step end in both.
+global barrier at each step end in both. ``hybrid`` (:func:`_hybrid`): several collective types and sizes per
+communicator, PP Send/Recv between neighbouring nodes, EP and DP across node subsets, a DP bucket under 8 KiB.
 
 The truth of a run (:func:`truth`) is derived from the spec alone; the analysis must never read it.
 """
@@ -356,6 +361,11 @@ def job_ops(spec: JobSpec) -> dict[tuple[int, int], list[RankOp]]:
     return out
 
 
+def step_starts(spec: JobSpec) -> list[int]:
+    """The start (µs, absolute) of every step of the job."""
+    return _run(spec).step_us
+
+
 def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]], list[int]]:
     """Run the job; the timed lines of :func:`simulate_timed` and the start time (µs) of every step."""
     run = _run(spec)
@@ -365,7 +375,9 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
         for member, mine in run.ops.items():
             for comm, rank, sn, exec_us, end in mine:
                 if _recorded(spec, comm, "ring"):
-                    dump = spec.start_us + int(math.ceil(end / tick) * tick)
+                    # each process's dump thread ticks at its own phase: ticks are not aligned across processes
+                    phase = run.phase_us[member]
+                    dump = spec.start_us + int(phase + math.ceil((end - phase) / tick) * tick)
                     out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, sn, exec_us, dump)))
     else:
         # the waiting ranks' dump threads still write what they completed

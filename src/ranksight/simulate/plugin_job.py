@@ -42,8 +42,9 @@ class PluginRun:
 
 
 def default_speedup(dump_interval_ms: float) -> float:
-    """A clock speed-up that keeps the plugin's dump thread at least 50 ms of real time apart (at most x10)."""
-    return max(1.0, min(10.0, dump_interval_ms / 50.0))
+    """A clock speed-up that keeps the plugin's dump ticks at least 20 ms of real time apart, at most x10 (a rank's
+    process late by a few ms of real time is that many times later in job time)."""
+    return max(1.0, min(10.0, dump_interval_ms / 20.0))
 
 
 def run_job_through_plugin(

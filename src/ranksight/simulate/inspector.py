@@ -91,7 +91,8 @@ class JobSpec:
     pid_base: int = 40000
     run_tag: str = ""  # a restarted job: new communicator ids (with a new pid_base, new processes)
     named_comms: bool = True  # communicators created with a name (the ring model writes it; else "unknown")
-    min_size_bytes: int = 8192  # ring model: the 2.30 plugin records no op smaller (NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES)
+    # ring model: the 2.30 plugin records no op smaller (its NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES default)
+    min_size_bytes: int = 8192
     faults: list[Fault] = field(default_factory=list)
 
     def hostname(self, node: int) -> str:
@@ -331,7 +332,11 @@ def _run(spec: JobSpec) -> _JobRun:
                     finished[member] = end
             # a short compute gap before the next phase, scaled by the rank's speed; ranks not in it wait on
             gap = {r: 0.05 * spec.compute_ms * 1000 * slow[r] for r in finished}
-            ready = {r: finished[r] + gap[r] if r in finished else at for r, at in ready.items() if r not in blocked}
+            ready = {
+                r: finished[r] + gap[r] if r in finished else at
+                for r, at in ready.items()
+                if r not in blocked
+            }
         start = ready
         if not ready:
             break  # every rank waits for a hung one
@@ -378,7 +383,9 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
                     # each process's dump thread ticks at its own phase: ticks are not aligned across processes
                     phase = run.phase_us[member]
                     dump = spec.start_us + int(phase + math.ceil((end - phase) / tick) * tick)
-                    out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, sn, exec_us, dump)))
+                    out[_proc(spec, member)].append(
+                        _Line(dump, format_line(spec, comm, rank, sn, exec_us, dump))
+                    )
     else:
         # the waiting ranks' dump threads still write what they completed
         last = run.end + 2 * tick if run.blocked else run.end
@@ -393,7 +400,9 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
     return timed, run.step_us
 
 
-def _dump_sampled(spec: JobSpec, run: _JobRun, tick: float, last: float, out: dict[tuple[str, int], list[_Line]]) -> None:
+def _dump_sampled(
+    spec: JobSpec, run: _JobRun, tick: float, last: float, out: dict[tuple[str, int], list[_Line]]
+) -> None:
     """The 2.28-2.29 plugin keeps one slot per communicator: the last completed collective of any type. Each
     process's dump thread writes the slot of each communicator that completed one since its last tick."""
     for member, mine in run.ops.items():

@@ -34,7 +34,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-
 PLUGIN_VERSIONS = ("2.28.9", "2.29.3", "2.30.7")
 SAMPLED_VERSIONS = frozenset({"2.28.9", "2.29.3"})
 DEFAULT_PLUGIN_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "peers" / "inspector"
@@ -138,7 +137,9 @@ class StateArgs(ctypes.Union):
 LOGGER = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_ulong, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p)
 _INIT = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_void_p), ctypes.c_uint64, ctypes.POINTER(ctypes.c_int),
                          ctypes.c_char_p, ctypes.c_int, ctypes.c_int, ctypes.c_int, LOGGER)  # fmt: skip
-_START = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(EventDescr))
+_START = ctypes.CFUNCTYPE(
+    ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(EventDescr)
+)
 _STOP = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
 _RECORD = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(StateArgs))
 _FINALIZE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
@@ -180,8 +181,16 @@ class Plugin:
         self._lib = ctypes.CDLL(str(path))
         self.api = ProfilerV5.in_dll(self._lib, "ncclProfiler_v5")
         self.name = (self.api.name or b"").decode()
-        self._logger = LOGGER(lambda level, flags, where, line, fmt: None)  # held: the plugin keeps the pointer
+        self._start, self._stop, self._record = (
+            self.api.startEvent,
+            self.api.stopEvent,
+            self.api.recordEventState,
+        )
+        self._logger = LOGGER(
+            lambda level, flags, where, line, fmt: None
+        )  # held: the plugin keeps the pointer
         self._comms: dict[int, _CommContext] = {}
+        self._names: dict[str, bytes] = {}
 
     def set_device(self, device: int) -> None:
         self._cudart.cudaSetDevice(device)
@@ -192,48 +201,56 @@ class Plugin:
         rc = self.api.init(ctypes.byref(ctx), comm_hash, ctypes.byref(mask), encoded, nnodes, nranks, rank,
                            self._logger)  # fmt: skip
         if rc != 0 or not ctx.value:
-            raise PluginError(f"init of communicator {comm_hash:#x} failed (result {rc}; NCCL_INSPECTOR_ENABLE=1?)")
+            raise PluginError(
+                f"init of communicator {comm_hash:#x} failed (result {rc}; NCCL_INSPECTOR_ENABLE=1?)"
+            )
         self._comms[comm_hash] = _CommContext(ctx, mask.value)
 
     def wants(self, comm_hash: int, event_type: int) -> bool:
         return bool(self._comms[comm_hash].mask & event_type)
 
     def operation(
-        self, comm_hash: int, rank: int, func: str, size: int, seq: int, peer: int, start_ns: int, stop_ns: int,
+        self,
+        comm_hash: int,
+        rank: int,
+        func: str,
+        size: int,
+        seq: int,
+        peer: int,
+        start_ns: int,
+        stop_ns: int,
         channels: int = 2,
     ) -> None:
         """One collective (NCCL's ``seqNumber`` ``seq``) or Send/Recv (to ``peer``) of ``size`` bytes, start to
-        kernel end, in NCCL's order; its GPU time is ``stop_ns - start_ns``."""
+        kernel end, in NCCL's order; its GPU time is ``stop_ns - start_ns`` (the longest of its channels)."""
         p2p = func in ("Send", "Recv")
         event_type = PROFILE_P2P if p2p else PROFILE_COLL
-        if not self.wants(comm_hash, event_type):
+        comm = self._comms[comm_hash]
+        if not comm.mask & event_type:
             return  # NCCL starts no event the plugin did not ask for
         descr = EventDescr(type=event_type, rank=rank)
+        name = self._names.setdefault(func, func.encode())
         if p2p:
-            descr.p2p = _P2p(func=func.encode(), datatype=_DATATYPE, count=size, peer=peer, nChannels=channels)
+            descr.p2p = _P2p(func=name, datatype=_DATATYPE, count=size, peer=peer, nChannels=channels)
         else:
-            descr.coll = _Coll(seqNumber=seq, func=func.encode(), count=size, datatype=_DATATYPE,
-                               nChannels=channels, nWarps=16, algo=b"RING", proto=b"SIMPLE")  # fmt: skip
-        handle = ctypes.c_void_p()
-        self._check(self.api.startEvent(self._comms[comm_hash].ctx, ctypes.byref(handle), ctypes.byref(descr)))
+            descr.coll = _Coll(seqNumber=seq, func=name, count=size, datatype=_DATATYPE, nChannels=channels, nWarps=16,
+                               algo=b"RING", proto=b"SIMPLE")  # fmt: skip
+        handle, kernel = ctypes.c_void_p(), ctypes.c_void_p()
+        self._check(self._start(comm.ctx, ctypes.byref(handle), ctypes.byref(descr)))
         if not handle.value:
             return  # filtered by the plugin (2.30: under its minimum size)
-        self._check(self.api.stopEvent(handle))
+        self._check(self._stop(handle))
+        ch = EventDescr(type=PROFILE_KERNEL_CH, parentObj=handle, rank=rank)
+        state = StateArgs()
+        state.kernelCh.pTimer = stop_ns
+        # channels start a little apart: channel 0, the longest, gives the op's time; each lasts at least 1 µs (the
+        # plugin takes a channel's GPU time in whole µs and replaces a 0 by the CPU's time between our calls)
+        apart_ns = max(0, min(1000, (stop_ns - start_ns - 1000) // channels))
         for channel in range(channels):
-            ch = EventDescr(type=PROFILE_KERNEL_CH, parentObj=handle, rank=rank)
-            # channels start a little apart; the longest one is the op's time
-            ch.kernelCh = _KernelCh(channelId=channel, pTimer=start_ns + channel * 1000)
-            kernel = ctypes.c_void_p()
-            self._check(self.api.startEvent(self._comms[comm_hash].ctx, ctypes.byref(kernel), ctypes.byref(ch)))
-            state = StateArgs()
-            state.kernelCh.pTimer = stop_ns
-            self._check(self.api.recordEventState(kernel, KERNEL_CH_STOP, ctypes.byref(state)))
-            self._check(self.api.stopEvent(kernel))
-
-    def finalize(self) -> None:
-        for comm in self._comms.values():
-            self.api.finalize(comm.ctx)
-        self._comms.clear()
+            ch.kernelCh.channelId, ch.kernelCh.pTimer = channel, start_ns + channel * apart_ns
+            self._check(self._start(comm.ctx, ctypes.byref(kernel), ctypes.byref(ch)))
+            self._check(self._record(kernel, KERNEL_CH_STOP, ctypes.byref(state)))
+            self._check(self._stop(kernel))
 
     @staticmethod
     def _check(rc: int) -> None:
@@ -245,27 +262,41 @@ class Plugin:
 def _set_hostname(name: str) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.unshare(_CLONE_NEWUTS) != 0:
-        raise PluginError(f"unshare(CLONE_NEWUTS): {os.strerror(ctypes.get_errno())} (a host name per node needs root)")
+        raise PluginError(
+            f"unshare(CLONE_NEWUTS): {os.strerror(ctypes.get_errno())} (a host name per node needs root)"
+        )
     socket.sethostname(name)
 
 
 def rank_main(plan_path: Path) -> None:
-    """Run one rank's process from its plan (written by :func:`run_job_through_plugin`)."""
+    """Run one rank's process from its plan (written by :func:`ranksight.simulate.plugin_job.run_job_through_plugin`);
+    print how late (µs of this process's clock) it handed the plugin its ops, as one JSON line."""
     plan = json.loads(plan_path.read_text())
     _set_hostname(plan["hostname"])
     plugin = Plugin(Path(plan["plugin"]))
     plugin.set_device(plan["device"])
     for comm in plan["comms"]:
         plugin.init_comm(int(comm["hash"], 16), comm["name"], comm["nnodes"], comm["nranks"], comm["rank"])
+    late_us = []
     # each op: [comm hash, rank, func, size, seqNumber, peer, exec µs, end µs on this process's clock]
     for comm_hash, rank, func, size, seq, peer, exec_us, end_us in plan["ops"]:
         wait = end_us / 1e6 - time.time()
         if wait > 0:
             time.sleep(wait)
-        plugin.operation(int(comm_hash, 16), rank, func, size, seq, peer, (end_us - exec_us) * 1000, end_us * 1000)
-    # the plugin does not drain at finalize: let its dump thread write the last ops
+        late_us.append(max(0, round(time.time() * 1e6) - end_us))
+        plugin.operation(
+            int(comm_hash, 16), rank, func, size, seq, peer, (end_us - exec_us) * 1000, end_us * 1000
+        )
+    # the plugin does not drain its buffers at finalize: its dump thread writes the last ops
     time.sleep(plan["drain_s"])
-    plugin.finalize()
+    late_us.sort()
+    n = len(late_us)
+    print(json.dumps({"ops": n, "late_p50_us": late_us[n // 2] if n else 0,
+                      "late_p99_us": late_us[min(n - 1, n * 99 // 100)] if n else 0,
+                      "late_max_us": late_us[-1] if n else 0}), flush=True)  # fmt: skip
+    # no finalize: the 2.29.3 plugin's teardown races its own dump thread (it crashed here now and then), and every
+    # plugin flushes its file after each dump, so leaving as a job that never destroys its communicators loses nothing
+    os._exit(0)
 
 
 if __name__ == "__main__":

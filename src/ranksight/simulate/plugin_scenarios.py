@@ -86,7 +86,9 @@ def compute(factor: float) -> Callable[[Capture, int, float], JobSpec]:
 
     def job(capture: Capture, seed: int, dump_ms: float) -> JobSpec:
         node, gpu = _gpu(seed)
-        return _base(capture, seed, dump_ms, faults=[Fault("gpu", node, gpu, factor, start_step=_onset(seed))])
+        return _base(
+            capture, seed, dump_ms, faults=[Fault("gpu", node, gpu, factor, start_step=_onset(seed))]
+        )
 
     return job
 

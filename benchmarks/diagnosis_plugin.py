@@ -22,7 +22,7 @@ are read with the agent's parser (every line counted: bad lines are reported) an
     python benchmarks/diagnosis_plugin.py --quick     # a handful of cases (< 3 min)
     python benchmarks/diagnosis_plugin.py --full      # every version x interval x class, --seeds per cell
         [--versions 2.30.7,...] [--ring-ms 100,1000,2000] [--sampled-ms 100,1000,2000,5000] [--classes a,b]
-        [--seeds 2] [--out benchmarks/results/diagnosis_plugin.json]
+        [--seeds 2 | --seeds 1,3] [--out benchmarks/results/diagnosis_plugin.json]
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -143,6 +144,7 @@ def run_case(version: str, dump_ms: float, cls: str, seed: int, work: Path) -> C
     steps = step_starts(spec)
     onset_us = {t: steps[t.onset_step] + shift_us for t in truths}
     tta, missed = _online(records, truths, culprits, onset_us)
+    shutil.rmtree(directory)  # a full sweep would fill the disk
     result = analyze_records(records)
     findings = result.stragglers
     step_s = step_ms(seed) / 1000
@@ -269,12 +271,15 @@ def plan(args: argparse.Namespace) -> list[tuple[str, float, str, int]]:
         return QUICK
     versions = args.versions.split(",")
     classes = args.classes.split(",")
+    seeds = (
+        [int(x) for x in args.seeds.split(",")] if "," in args.seeds else list(range(1, int(args.seeds) + 1))
+    )
     cases = []
     for version in versions:
         intervals = args.sampled_ms if version in SAMPLED_VERSIONS else args.ring_ms
         for dump_ms in (float(x) for x in intervals.split(",")):
             for cls in classes:
-                cases += [(version, dump_ms, cls, seed) for seed in range(1, args.seeds + 1)]
+                cases += [(version, dump_ms, cls, seed) for seed in seeds]
     return cases
 
 
@@ -291,9 +296,8 @@ def main() -> None:
     ap.add_argument(
         "--classes", default=",".join(CLASSES), help="comma-separated subset of: " + ", ".join(CLASSES)
     )
-    ap.add_argument(
-        "--seeds", type=int, default=2, help="seeds 1..N per cell (a seed sets the step length too)"
-    )
+    ap.add_argument("--seeds", default="2", help="N (seeds 1..N) or a comma-separated list, per cell; a seed sets "
+                    "the step length too (1: 50 ms, 2: 120 ms, 3: 400 ms, 4: 2 s, then again)")  # fmt: skip
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "diagnosis_plugin.json")
     args = ap.parse_args()
     cases = plan(args)

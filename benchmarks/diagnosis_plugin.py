@@ -271,9 +271,8 @@ def plan(args: argparse.Namespace) -> list[tuple[str, float, str, int]]:
         return QUICK
     versions = args.versions.split(",")
     classes = args.classes.split(",")
-    seeds = (
-        [int(x) for x in args.seeds.split(",")] if "," in args.seeds else list(range(1, int(args.seeds) + 1))
-    )
+    listed = [int(x) for x in args.seeds.split(",") if x]
+    seeds = listed if "," in args.seeds else list(range(1, listed[0] + 1))
     cases = []
     for version in versions:
         intervals = args.sampled_ms if version in SAMPLED_VERSIONS else args.ring_ms

@@ -279,7 +279,9 @@ def plan(args: argparse.Namespace) -> list[tuple[str, float, str, int]]:
         for dump_ms in (float(x) for x in intervals.split(",")):
             for cls in classes:
                 cases += [(version, dump_ms, cls, seed) for seed in seeds]
-    return cases
+    # the settings operators use first (1 s, then 2 s), so that an interrupted sweep has measured them
+    first = {1000.0: 0, 2000.0: 1}
+    return sorted(cases, key=lambda c: (first.get(c[1], 2), c[1]))
 
 
 def main() -> None:
@@ -312,6 +314,15 @@ def main() -> None:
                   + (", ".join(f"{f['process'] or f['hostname']} {f['kind']} {f['slowdown']}x "
                                f"{f.get('pattern', 'duty ' + str(f['duty_cycle']))}" for f in c.findings) or "none")
                   + f"; faults named {c.found}/{c.truths}", flush=True)  # fmt: skip
+            write_figures(results, args, len(cases))  # what is done so far survives an interrupted sweep
+    write_figures(results, args, len(cases), echo=True)
+    print(f"{len(results)} runs in {time.perf_counter() - started:.0f} s; figures written to {args.out}")
+
+
+def write_figures(
+    results: list[CaseResult], args: argparse.Namespace, planned: int, echo: bool = False
+) -> None:
+    """The figures of the runs so far, per version x interval x class, to ``args.out`` (and stdout with ``echo``)."""
     groups: dict[str, dict[str, list[CaseResult]]] = defaultdict(lambda: defaultdict(list))
     for c in results:
         groups[f"{c.version} at {c.dump_ms:g} ms"][c.cls].append(c)
@@ -319,26 +330,29 @@ def main() -> None:
     for name in sorted(groups, key=lambda g: (g.split()[0], float(g.split()[2]))):
         report[name] = {cls: summarize(cs) for cls, cs in groups[name].items()}
         report[name]["overall"] = summarize([c for cs in groups[name].values() for c in cs])
-        print_group(name, report[name])
+        if echo:
+            print_group(name, report[name])
     tta = {}
     for capture, versions in (("ring", ["2.30.7"]), ("sampled", sorted(SAMPLED_VERSIONS))):
         at_1s = [s for c in results if c.version in versions and c.dump_ms == 1000 for s in c.tta_s]
         tta[capture] = _pct(at_1s, 0.9) if at_1s else None
-        print(f"time-to-alert p90 at 1 s dumps, {capture}: {_fmt(tta[capture], '.1f')} s (target "
-              f"<= {TTA_TARGET_S[capture]:g} s; live engine fed in dump-time order)")  # fmt: skip
+        if echo:
+            print(f"time-to-alert p90 at 1 s dumps, {capture}: {_fmt(tta[capture], '.1f')} s (target "
+                  f"<= {TTA_TARGET_S[capture]:g} s; live engine fed in dump-time order)")  # fmt: skip
     overall = summarize(results)
-    print_group("all runs", {"overall": overall})
-    print(f"{len(results)} runs in {time.perf_counter() - started:.0f} s")
+    if echo:
+        print_group("all runs", {"overall": overall})
+    mode = "quick" if args.quick else "full"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({
-        "benchmark": "diagnosis_plugin", "mode": "quick" if args.quick else "full", "commit": _commit(),
+        "benchmark": "diagnosis_plugin", "mode": mode if len(results) == planned else f"{mode}, {len(results)} of "
+        f"{planned} runs", "commit": _commit(),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "machine": _machine(),
         "python": sys.version.split()[0], "targets": TARGETS | {"tta_p90_s": TTA_TARGET_S},
         "time_to_alert": "live engine fed the records in dump-time order (agent and bus delays not included)",
         "overall": overall, "tta_p90_s_at_1s": tta, "groups": report,
         "cases": [dataclasses.asdict(c) for c in results],
     }, indent=1, default=str) + "\n")  # fmt: skip
-    print(f"figures written to {args.out}")
 
 
 if __name__ == "__main__":

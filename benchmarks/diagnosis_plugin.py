@@ -51,7 +51,7 @@ from ranksight.schemas.twins import InspectorRecord
 from ranksight.simulate.inspector import JobSpec, step_starts
 from ranksight.simulate.inspector_plugin import PLUGIN_VERSIONS, SAMPLED_VERSIONS
 from ranksight.simulate.plugin_job import PluginRun, run_job_through_plugin
-from ranksight.simulate.plugin_scenarios import CLASSES, Truth, step_ms, truth
+from ranksight.simulate.plugin_scenarios import CLASSES, Capture, Truth, step_ms, truth
 
 ROOT = Path(__file__).resolve().parents[1]
 TARGETS = {"precision": 0.97, "recall": 0.97, "pattern_accuracy": 0.95, "slowdown_error": 0.15}
@@ -132,7 +132,7 @@ class _Culprits:
 
 
 def run_case(version: str, dump_ms: float, cls: str, seed: int, work: Path) -> CaseResult:
-    capture = "sampled" if version in SAMPLED_VERSIONS else "ring"
+    capture: Capture = "sampled" if version in SAMPLED_VERSIONS else "ring"
     spec = CLASSES[cls](capture, seed, dump_ms)
     directory = work / f"{version}-{dump_ms:g}ms-{cls}-{seed}"
     run = run_job_through_plugin(spec, version, directory)
@@ -150,7 +150,8 @@ def run_case(version: str, dump_ms: float, cls: str, seed: int, work: Path) -> C
     step_s = step_ms(seed) / 1000
     right = sum(any(culprits.matches(f, t) for t in truths) for f in findings)
     found = sum(any(culprits.matches(f, t) for f in findings) for t in truths)
-    errors, judged = [], [0, 0, 0, 0]
+    errors: list[float] = []
+    judgeable = right_pattern = wrong_pattern = undetermined = 0
     for f in findings:
         hit = [t for t in truths if culprits.matches(f, t)]
         if not hit:
@@ -158,14 +159,19 @@ def run_case(version: str, dump_ms: float, cls: str, seed: int, work: Path) -> C
         errors.append(abs(f.slowdown - hit[0].expected_slowdown) / hit[0].expected_slowdown)
         if hit[0].kind == "compute":
             pattern, stated = _pattern(f)
-            judgeable, ok, wrong = _judge_pattern(hit[0], pattern, stated or dump_ms / 1000, step_s)
-            judged = [judged[0] + judgeable, judged[1] + ok, judged[2] + wrong,
-                      judged[3] + (pattern == "undetermined")]  # fmt: skip
+            can, ok, wrong = _judge_pattern(hit[0], pattern, stated or dump_ms / 1000, step_s)
+            judgeable, right_pattern, wrong_pattern = (
+                judgeable + can,
+                right_pattern + ok,
+                wrong_pattern + wrong,
+            )
+            undetermined += pattern == "undetermined"
     return CaseResult(
         version, dump_ms, cls, seed, step_ms(seed), len(records), reader.bad_lines, run.wall_s, run.speedup,
         run.late_p99_us / 1000,
         [f.as_dict() | {"process": culprits.member.get((f.hostname, f.pid or -1))} for f in findings],
-        len(truths), right, found, not truths and bool(findings), errors, *judged, tta, missed,
+        len(truths), right, found, not truths and bool(findings), errors, judgeable, right_pattern, wrong_pattern,
+        undetermined, tta, missed,
     )  # fmt: skip
 
 

@@ -49,7 +49,7 @@ def _job(version: str, dump_ms: float, **kwargs: object) -> JobSpec:
 
 
 def _run(
-    spec: JobSpec, version: str, tmp_path: Path, speedup: float = 10.0
+    spec: JobSpec, version: str, tmp_path: Path, speedup: float | None = 10.0
 ) -> tuple[PluginRun, list[InspectorRecord]]:
     run = run_job_through_plugin(spec, version, tmp_path / "dumps", speedup=speedup)
     reader = DumpReader(run.directory)

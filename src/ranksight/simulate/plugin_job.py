@@ -171,28 +171,25 @@ def main(argv: list[str] | None = None) -> int:
     import dataclasses
 
     from ranksight.simulate.inspector_plugin import PLUGIN_VERSIONS, SAMPLED_VERSIONS
-    from ranksight.simulate.plugin_scenarios import CLASSES
+    from ranksight.simulate.plugin_scenarios import CLASSES, Capture
 
     ap = argparse.ArgumentParser(description="run a simulated job through the real NCCL Inspector plugin")
     ap.add_argument("--version", choices=PLUGIN_VERSIONS, required=True)
     ap.add_argument("--class", dest="cls", choices=list(CLASSES), required=True)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--dump-ms", type=float, default=1000.0)
-    ap.add_argument(
-        "--nodes", type=int, help="fewer nodes than the class's job (its faults stay on node < this)"
-    )
     ap.add_argument("--gpus", type=int, help="GPUs per node")
     ap.add_argument("--steps", type=int, help="steps (default: the class's)")
     ap.add_argument(
-        "--speedup", type=float, help="clock speed-up under libfaketime (default: by dump interval)"
+        "--speedup",
+        type=float,
+        help="clock speed-up under libfaketime (default: by dump interval and ops rate)",
     )
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    capture = "sampled" if args.version in SAMPLED_VERSIONS else "ring"
+    capture: Capture = "sampled" if args.version in SAMPLED_VERSIONS else "ring"
     spec = CLASSES[args.cls](capture, args.seed, args.dump_ms)
-    changes = {
-        k: v for k, v in (("nodes", args.nodes), ("gpus_per_node", args.gpus), ("steps", args.steps)) if v
-    }
+    changes = {k: v for k, v in (("gpus_per_node", args.gpus), ("steps", args.steps)) if v}
     spec = dataclasses.replace(spec, **changes)  # type: ignore[arg-type]
     run = run_job_through_plugin(spec, args.version, args.out, speedup=args.speedup)
     print(json.dumps({"files": [p.name for p in run.files], "wall_s": round(run.wall_s, 1), "speedup": run.speedup,

@@ -4,9 +4,9 @@ code, which writes the dump files (``<gethostname()>-pid<pid>.log``) exactly as 
 The plugin (``../shared/peers/inspector/libnccl-profiler-inspector-<version>.so``, built from NVIDIA/nccl tags
 v2.28.9-1, v2.29.3-1 and v2.30.7-1 with CUDA stand-ins; see that folder's PROVENANCE.md) exports one symbol,
 ``ncclProfiler_v5``. Its layout, and those of the event descriptor and state-args unions, are declared here from the
-facts of the plugin's ``nccl/profiler_v5.h`` of the same tags (identical in all three; ``ext-profiler/inspector/`` up to
-2.29, ``plugins/profiler/inspector/`` in 2.30); the event-type bits and the ``ncclProfilerKernelChStop`` state (22)
-from its ``nccl/profiler.h``; the calling order from NCCL's ``src/plugin/profiler.cc``:
+facts of the plugin's ``nccl/profiler_v5.h`` of the same tags (the same layout in all three; ``ext-profiler/inspector/``
+up to 2.29, ``plugins/profiler/inspector/`` in 2.30); the event-type bits and the ``ncclProfilerKernelChStop`` state
+(22) from its ``nccl/profiler.h``; the calling order from NCCL's ``src/plugin/profiler.cc``:
 
 - per communicator, ``init(&ctx, commHash, &mask, commName, nNodes, nRanks, rank, logFn)``; the returned mask says
   which events the plugin wants (2.28/2.29: collectives and kernel channels; 2.30 adds P2P), and NCCL starts no other;

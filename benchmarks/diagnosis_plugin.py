@@ -232,6 +232,8 @@ def summarize(cases: list[CaseResult]) -> dict[str, Any]:
         "tta_p50_s": _pct(tta, 0.5) if tta else None,
         "tta_p90_s": _pct(tta, 0.9) if tta else None,
         "not_alerted_online": sum(c.missed_online for c in cases),
+        # runs whose ops reached the plugin late by over a quarter of the dump interval (a CPU-starved machine)
+        "late_runs": sum(c.late_p99_ms > 0.25 * c.dump_ms for c in cases),
     }
 
 
@@ -248,7 +250,8 @@ def print_group(title: str, rows: dict[str, dict[str, Any]]) -> None:
         print(f"  {cls:<15} runs {m['runs']:2d}  precision {m['precision']:.3f}  recall {m['recall']:.3f}  "
               f"steady/intermittent {pattern}  slowdown err mean {_fmt(m['slowdown_error_mean'], '.1%')} "
               f"max {_fmt(m['slowdown_error_max'], '.1%')}  false alarms {fa:>5}  "
-              f"time-to-alert p90 {_fmt(m['tta_p90_s'], '.1f')} s (not alerted {m['not_alerted_online']})")  # fmt: skip
+              f"time-to-alert p90 {_fmt(m['tta_p90_s'], '.1f')} s (not alerted {m['not_alerted_online']})"
+              + (f"  [{m['late_runs']} run(s) with ops late > 1/4 dump interval]" if m["late_runs"] else ""))  # fmt: skip
 
 
 def _machine() -> dict[str, object]:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -148,10 +149,13 @@ def test_sampled_plugins_dump_far_more_often_than_a_sub_second_interval(version:
 
 
 def _keyed(
-    findings: list[dict[str, object]], processes: dict[tuple[str, int], tuple[int, int]]
-) -> set[tuple]:
-    return {(f["hostname"], processes.get((str(f["hostname"]), f["pid"])) if f["pid"] else None, f["kind"])  # type: ignore[arg-type]
-            for f in findings}  # fmt: skip
+    findings: list[dict[str, Any]], processes: dict[tuple[str, int], tuple[int, int]]
+) -> set[tuple[Any, ...]]:
+    """Findings as (host, (node, GPU) or None for a node, kind): the same job's processes have other pids."""
+    return {
+        (f["hostname"], processes.get((f["hostname"], f["pid"])) if f["pid"] else None, f["kind"])
+        for f in findings
+    }
 
 
 def test_the_pure_simulator_and_the_real_plugin_give_the_same_findings(tmp_path: Path) -> None:

@@ -236,8 +236,9 @@ def format_line(spec: JobSpec, comm: Comm, rank: int, sn: int, exec_us: int, dum
         name = f',"comm_name":"{comm.name if spec.named_comms else "unknown"}"'
     else:
         name = ""
+    nnodes = len({m[0] for m in comm.members})
     head = (
-        f'{{"header":{{"id":"{comm.comm_id}"{name},"rank":{rank},"n_ranks":{n},"nnodes":{len({m[0] for m in comm.members})}}},'
+        f'{{"header":{{"id":"{comm.comm_id}"{name},"rank":{rank},"n_ranks":{n},"nnodes":{nnodes}}},'
         f'"metadata":{{"inspector_output_format_version":"v4.0","git_rev":"sim","rec_mechanism":'
         f'"nccl_profiler_interface","dump_timestamp_us":{dump_ts_us},"hostname":"{spec.hostname(node)}",'
         f'"pid":{spec.pid(node, gpu)}}},'

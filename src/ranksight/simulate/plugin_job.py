@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -67,7 +68,6 @@ def run_job_through_plugin(
     *,
     speedup: float | None = None,
     plugin_dir: Path = DEFAULT_PLUGIN_DIR,
-    extra_env: dict[str, str] | None = None,
     timeout_s: float = 900.0,
 ) -> PluginRun:
     """Run ``spec`` through the real plugin ``version``, its dump files in ``directory`` (created).
@@ -78,6 +78,8 @@ def run_job_through_plugin(
         raise PluginError(f"no plugin at {path}")
     timeline = job_ops(spec)
     speedup = default_speedup(spec, timeline) if speedup is None else speedup
+    if not speedup > 0:
+        raise PluginError(f"a clock speed-up must be positive, not {speedup}")
     if speedup != 1.0 and not FAKETIME_LIB.is_file():
         raise PluginError(f"a clock speed-up needs libfaketime ({FAKETIME_LIB}: Debian package libfaketime)")
     directory.mkdir(parents=True, exist_ok=True)
@@ -104,7 +106,6 @@ def run_job_through_plugin(
         env["TZ"] = "UTC"
     else:
         start_us = round((time.time() + lead_real_s) * 1e6)
-    env.update(extra_env or {})
     shift_us = start_us - spec.start_us
     end_us = max((op.end_us for ops in timeline.values() for op in ops), default=spec.start_us)
     drain_s = 2 * interval_s + 0.2  # the plugin does not drain at finalize
@@ -138,9 +139,7 @@ def run_job_through_plugin(
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-    for plan in plans.iterdir():
-        plan.unlink()
-    plans.rmdir()
+        shutil.rmtree(plans, ignore_errors=True)
     processes = {member: (spec.hostname(member[0]), proc.pid) for member, proc in procs.items()}
     medians = sorted(x["late_p50_us"] for x in lateness)
     return PluginRun(

@@ -100,6 +100,16 @@ def test_each_version_writes_files_the_parser_reads_with_the_plugins_own_capture
         assert 0 <= r.dump_ts_us - mine[0].end_us <= tolerance_us, (r, mine[0])
 
 
+def test_communicators_without_a_name_are_written_unknown_by_2_30_as_the_simulator_writes_them(
+    tmp_path: Path,
+) -> None:
+    spec = _job("2.30.7", 200.0, nodes=2, steps=10, named_comms=False)
+    _, records = _run(spec, "2.30.7", tmp_path)
+    write_job(spec, tmp_path / "sim")
+    simulated = list(DumpReader(tmp_path / "sim").records())
+    assert {r.comm_name for r in records} == {r.comm_name for r in simulated} == {"unknown"}
+
+
 @pytest.mark.parametrize("version", sorted(SAMPLED_VERSIONS))
 def test_sampled_plugin_writes_the_last_completed_op_of_any_type_per_comm_at_each_tick(
     version: str, tmp_path: Path

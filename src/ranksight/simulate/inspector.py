@@ -4,8 +4,8 @@ Faithful to: the v4.0 line format of the NCCL/RCCL Inspector plugin (compact JSO
 formula, ``<hostname>-pid<pid>.log`` files) as captured in ``fixtures/inspector``; both capture models (ring: every op,
 ``comm_name`` in the header, Send/Recv as ``p2p_perf``, nothing under its minimum size; sampled: one slot per comm
 holding the last op completed of any type, written at a dump tick when an op completed since the last, so ``coll_sn``
-has gaps, and no Send/Recv), ``coll_sn`` counted per comm and collective type from 0, and each process's dump thread
-ticking at its own phase; and the collective timing model of design §6: ranks arrive at their own times, everyone
+has gaps, and no Send/Recv, each process's dump thread ticking at its own phase), ``coll_sn`` counted per comm and
+collective type from 0; and the collective timing model of design §6: ranks arrive at their own times, everyone
 finishes at the last arrival plus the transfer time set by the slowest participant, and each rank's exec time is its
 own wait plus that transfer. The same job's operations, before any capture, are :func:`job_ops`: what
 :mod:`ranksight.simulate.plugin_job` hands the real plugin.
@@ -381,9 +381,7 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
         for member, mine in run.ops.items():
             for comm, rank, sn, exec_us, end in mine:
                 if _recorded(spec, comm, "ring"):
-                    # each process's dump thread ticks at its own phase: ticks are not aligned across processes
-                    phase = run.phase_us[member]
-                    dump = spec.start_us + int(phase + math.ceil((end - phase) / tick) * tick)
+                    dump = spec.start_us + int(math.ceil(end / tick) * tick)
                     out[_proc(spec, member)].append(
                         _Line(dump, format_line(spec, comm, rank, sn, exec_us, dump))
                     )

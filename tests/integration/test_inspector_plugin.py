@@ -19,7 +19,7 @@ import pytest
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.analysis.stragglers import Finding, analyze_records
 from ranksight.schemas.twins import InspectorRecord
-from ranksight.simulate.inspector import Fault, JobSpec, RankOp, comms_of, job_ops, write_job
+from ranksight.simulate.inspector import Fault, JobSpec, RankOp, job_ops, write_job
 from ranksight.simulate.inspector_plugin import (
     DEFAULT_PLUGIN_DIR,
     PLUGIN_VERSIONS,
@@ -121,7 +121,6 @@ def test_sampled_plugin_writes_the_last_completed_op_of_any_type_per_comm_at_eac
     run, records = _run(spec, version, tmp_path)
     ops = _ops_by_process(spec, run)
     by_tick: dict[tuple[tuple[str, int], str], list[int]] = defaultdict(list)
-    kinds_written: set[tuple[str, str]] = set()
     slack_us = (
         run.late_max_us + 50_000
     )  # how late an op may have been handed over, and the dump thread's jitter
@@ -134,14 +133,10 @@ def test_sampled_plugin_writes_the_last_completed_op_of_any_type_per_comm_at_eac
         assert mine[at].end_us <= r.dump_ts_us
         assert at + 1 == len(mine) or mine[at + 1].end_us > r.dump_ts_us - slack_us, (r, mine[at + 1])
         by_tick[(proc, r.comm_id)].append(r.dump_ts_us)
-        kinds_written.add((r.comm_id, r.op))
     # once per tick per communicator: a comm's records are a dump interval apart (less the dump thread's jitter)
     for stamps in by_tick.values():
         stamps.sort()
         assert all(b - a > spec.dump_interval_ms * 1000 * 0.8 for a, b in itertools.pairwise(stamps))
-    # one slot shared by every type: a DP communicator's records hold its ReduceScatters and its AllGather
-    dp = next(comm.comm_id for comm in comms_of(spec) if comm.name == "dp-s0-g0")
-    assert {op for comm_id, op in kinds_written if comm_id == dp} == {"ReduceScatter", "AllGather"}
 
 
 @pytest.mark.parametrize("version", sorted(SAMPLED_VERSIONS))
@@ -198,7 +193,7 @@ def _steady(f: Finding) -> bool:
 
 @pytest.mark.xfail(
     strict=False,
-    reason="the engine on main reads a steady 1.5x straggler at 1 s ring dumps as intermittent (duty ~0.2-0.3, "
+    reason="the engine on main often reads a steady 1.5x straggler at 1 s ring dumps as intermittent (duty ~0.2-0.3, "
     "bursts ~3x) and ~1.38x: it assumes completions are known finer than a dump tick (issue #42; the engine branch "
     "judges compute shares tick to tick)",
 )

@@ -62,8 +62,8 @@ class LiveJob:
                 f.write("".join(line + "\n" for line in due))
             for line in due:
                 match = _SN.search(line)
-                if match:
-                    self.counts[match[1]] = max(self.counts[match[1]], int(match[2]))
+                if match:  # NCCL's coll_sn counts from 0: the op numbered k is the (k + 1)-th
+                    self.counts[match[1]] = max(self.counts[match[1]], int(match[2]) + 1)
             written += len(due)
         return written
 

@@ -2,15 +2,20 @@
 
 Faithful to: the v4.0 line format of the NCCL/RCCL Inspector plugin (compact JSON, 6-decimal doubles, the bandwidth
 formula, ``<hostname>-pid<pid>.log`` files) as captured in ``fixtures/inspector``; both capture models (ring: every op,
-``comm_name`` in the header; sampled: only the latest op per comm per dump tick, so ``coll_sn`` has gaps); and the
-collective timing model of design §6: ranks arrive at their own times, everyone finishes at the last arrival plus the
-transfer time set by the slowest participant, and each rank's exec time is its own wait plus that transfer.
+``comm_name`` in the header, Send/Recv as ``p2p_perf``, nothing under its minimum size; sampled: one slot per comm
+holding the last op completed of any type, written at a dump tick when an op completed since the last, so ``coll_sn``
+has gaps, and no Send/Recv, each process's dump thread ticking at its own phase), ``coll_sn`` counted per comm and
+collective type from 0; and the collective timing model of design §6: ranks arrive at their own times, everyone
+finishes at the last arrival plus the transfer time set by the slowest participant, and each rank's exec time is its
+own wait plus that transfer. The same job's operations, before any capture, are :func:`job_ops`: what
+:mod:`ranksight.simulate.plugin_job` hands the real plugin.
 
 Layouts. ``dense``: ``tp`` comms inside a node (AllReduce), ``dp`` comms across nodes of the same pipeline stage
 (ReduceScatter), ``pp`` comms across the stages of one block of nodes (AllGather). ``moe``: ``tp`` inside a node,
 ``ep`` expert-parallel groups of ``ep_nodes`` neighbouring nodes (AllGather), ``edp`` expert-data-parallel groups strided
 across nodes (ReduceScatter), ``dp`` across every node (AllReduce); one comm per GPU index for the cross-node ones. A
-global barrier at each step end in both.
+global barrier at each step end in both. ``hybrid`` (:func:`_hybrid`): several collective types and sizes per
+communicator, PP Send/Recv between neighbouring nodes, EP and DP across node subsets, a DP bucket under 8 KiB.
 
 The truth of a run (:func:`truth`) is derived from the spec alone; the analysis must never read it.
 """
@@ -23,7 +28,7 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
 from ranksight.agent.collectors.inspector.summary import Summarizer
@@ -64,7 +69,7 @@ class JobSpec:
     nodes: int = 8
     gpus_per_node: int = 8
     pp: int = 2  # nodes per pipeline block; dp comms span nodes // pp nodes
-    layout: Literal["dense", "moe"] = "dense"
+    layout: Literal["dense", "moe", "hybrid"] = "dense"
     ep_nodes: int = 2  # moe: nodes per expert-parallel group
     gpu_speed_noise: float = (
         0.0  # healthy per-GPU speed spread: each GPU is 1 + U(0, this) slower for the whole run
@@ -85,6 +90,9 @@ class JobSpec:
     hostname_prefix: str = "node"
     pid_base: int = 40000
     run_tag: str = ""  # a restarted job: new communicator ids (with a new pid_base, new processes)
+    named_comms: bool = True  # communicators created with a name (the ring model writes it; else "unknown")
+    # ring model: the 2.30 plugin records no op smaller (its NCCL_INSPECTOR_DUMP_MIN_SIZE_BYTES default)
+    min_size_bytes: int = 8192
     faults: list[Fault] = field(default_factory=list)
 
     def hostname(self, node: int) -> str:
@@ -94,8 +102,15 @@ class JobSpec:
         return self.pid_base + node * 97 + gpu
 
 
+P2P_OPS = frozenset({"Send", "Recv"})
+
+
 @dataclass(frozen=True)
 class Comm:
+    """One operation on a communicator in a phase of a step. Several may share a communicator (the same ``name``) with
+    other collective types and sizes. ``op`` ``Send``: its rank 0 sends to rank 1 (which records a ``Recv``); ``Recv``:
+    the other way."""
+
     name: str
     op: str
     size: int
@@ -104,12 +119,45 @@ class Comm:
 
     @property
     def comm_id(self) -> str:
-        return "0x" + hashlib.sha256((self.run_tag + self.name).encode()).hexdigest()[:14]
+        """The communicator's hash as the plugin prints it (``0x%lx``)."""
+        return f"{int(hashlib.sha256((self.run_tag + self.name).encode()).hexdigest()[:14], 16):#x}"
+
+    def func(self, rank: int) -> str:
+        """The operation rank ``rank`` records: a Send's peer records a Recv."""
+        if self.op not in P2P_OPS or rank == 0:
+            return self.op
+        return "Recv" if self.op == "Send" else "Send"
+
+
+class RankOp(NamedTuple):
+    """One operation of one rank as the plugin is told of it: ``end_us`` is its kernel's end (µs of job time),
+    ``exec_us`` its GPU time; ``sn`` counts per communicator and collective type from 1 (NCCL's own counter is one
+    less); ``peer`` is the other rank of a Send/Recv."""
+
+    comm_hash: str
+    rank: int
+    func: str
+    size: int
+    sn: int
+    exec_us: int
+    end_us: int
+    peer: int
+
+
+def comms_of(spec: JobSpec) -> list[Comm]:
+    """Each communicator of the job once (its first operation)."""
+    seen: dict[str, Comm] = {}
+    for phase in comms(spec):
+        for comm in phase:
+            seen.setdefault(comm.comm_id, comm)
+    return list(seen.values())
 
 
 def comms(spec: JobSpec) -> list[list[Comm]]:
     """The comms of each phase of a step, in order."""
     g, tag = range(spec.gpus_per_node), spec.run_tag
+    if spec.layout == "hybrid":
+        return _hybrid(spec)
     if spec.layout == "moe":
         e = spec.ep_nodes
         tp = [
@@ -139,6 +187,34 @@ def comms(spec: JobSpec) -> list[list[Comm]]:
     return [tp, dp, pp]
 
 
+def _hybrid(spec: JobSpec) -> list[list[Comm]]:
+    """TP inside each node (AllGather 8 MiB, AllReduce 16 MiB and 4 MiB), PP Send/Recv between the neighbouring
+    stages of a block of ``pp`` nodes (activations forward, gradients back, 4 MiB), EP AllGather over ``ep_nodes``
+    neighbouring nodes, and DP gradient buckets over the nodes of one stage (ReduceScatter of 25 MiB, 10 MiB and
+    4 KiB: the last one under the 2.30 plugin's size filter), then the DP parameter AllGather."""
+    g, tag, nodes = range(spec.gpus_per_node), spec.run_tag, range(spec.nodes)
+
+    def tp(op: str, size: int) -> list[Comm]:
+        return [Comm(f"tp-n{n}", op, size, tuple((n, i) for i in g), tag) for n in nodes]
+
+    def pp(op: str) -> list[Comm]:
+        return [Comm(f"pp-n{n}-g{i}", op, 4 << 20, ((n, i), (n + 1, i)), tag)
+                for n in nodes if n % spec.pp < spec.pp - 1 and n + 1 < spec.nodes for i in g]  # fmt: skip
+
+    def ep() -> list[Comm]:
+        e = spec.ep_nodes
+        return [Comm(f"ep-b{b}-g{i}", "AllGather", 16 << 20, tuple((b * e + s, i) for s in range(e)), tag)
+                for b in range(spec.nodes // e) for i in g]  # fmt: skip
+
+    def dp(op: str, size: int) -> list[Comm]:
+        return [Comm(f"dp-s{s}-g{i}", op, size, tuple((n, i) for n in range(s, spec.nodes, spec.pp)), tag)
+                for s in range(spec.pp) for i in g]  # fmt: skip
+
+    return [tp("AllGather", 8 << 20), pp("Send"), tp("AllReduce", 16 << 20), ep(), pp("Recv"),
+            tp("AllReduce", 4 << 20), dp("ReduceScatter", 25 << 20), dp("ReduceScatter", 10 << 20),
+            dp("ReduceScatter", 4 << 10), dp("AllGather", 8 << 20)]  # fmt: skip
+
+
 def _bus_bytes(op: str, size: int, n: int) -> float:
     """Bytes each rank moves on the bus: busbw x time, by the plugin's own formula."""
     one_second = bandwidths_gbs(op, n, size, 1e6)
@@ -152,17 +228,31 @@ class _Line:
 
 
 def format_line(spec: JobSpec, comm: Comm, rank: int, sn: int, exec_us: int, dump_ts_us: int) -> str:
-    """One compact Inspector v4.0 line, as the plugin writes it."""
+    """One compact Inspector v4.0 line, as the plugin writes it (``p2p_perf`` for a Send/Recv, ring model only)."""
     node, gpu = comm.members[rank]
     n = len(comm.members)
-    algbw, busbw = bandwidths_gbs(comm.op, n, comm.size, exec_us) or (0.0, 0.0)
+    op = comm.func(rank)
+    if spec.capture == "ring":
+        name = f',"comm_name":"{comm.name if spec.named_comms else "unknown"}"'
+    else:
+        name = ""
     nnodes = len({m[0] for m in comm.members})
-    name = f',"comm_name":"{comm.name}"' if spec.capture == "ring" else ""
-    return (
+    head = (
         f'{{"header":{{"id":"{comm.comm_id}"{name},"rank":{rank},"n_ranks":{n},"nnodes":{nnodes}}},'
         f'"metadata":{{"inspector_output_format_version":"v4.0","git_rev":"sim","rec_mechanism":'
         f'"nccl_profiler_interface","dump_timestamp_us":{dump_ts_us},"hostname":"{spec.hostname(node)}",'
-        f'"pid":{spec.pid(node, gpu)}}},"coll_perf":{{"coll":"{comm.op}","coll_sn":{sn},'
+        f'"pid":{spec.pid(node, gpu)}}},'
+    )
+    if op in P2P_OPS:
+        algbw, busbw = bandwidths_gbs(op, 2, comm.size, exec_us) or (0.0, 0.0)
+        return head + (
+            f'"p2p_perf":{{"p2p":"{op}","p2p_sn":{sn},"p2p_peer":{1 - rank},"p2p_msg_size_bytes":{comm.size},'
+            f'"p2p_exec_time_us":{exec_us},"p2p_timing_source":"kernel_gpu","p2p_algobw_gbs":{algbw:.6f},'
+            f'"p2p_busbw_gbs":{busbw:.6f}}}}}'
+        )
+    algbw, busbw = bandwidths_gbs(op, n, comm.size, exec_us) or (0.0, 0.0)
+    return head + (
+        f'"coll_perf":{{"coll":"{op}","coll_sn":{sn},'
         f'"coll_msg_size_bytes":{comm.size},"coll_exec_time_us":{exec_us},"coll_timing_source":"kernel_gpu",'
         f'"coll_algobw_gbs":{algbw:.6f},"coll_busbw_gbs":{busbw:.6f}}}}}'
     )
@@ -178,19 +268,30 @@ def simulate_timed(spec: JobSpec) -> dict[tuple[str, int], list[tuple[int, str]]
     return run_job(spec)[0]
 
 
-def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]], list[int]]:
-    """Run the job; the timed lines of :func:`simulate_timed` and the start time (µs) of every step."""
+@dataclass
+class _JobRun:
+    """What happened in a job, before any capture model: every rank's operations in order (each with the comm it ran
+    on, its rank there, NCCL's sequence number, its exec time and its end in µs since the start), the start of every
+    step (µs, absolute), and for a hang when each hung process stopped and when the job's last rank stopped."""
+
+    ops: dict[tuple[int, int], list[tuple[Comm, int, int, int, float]]]
+    step_us: list[int]
+    frozen_at: dict[tuple[int, int], float]
+    end: float
+    blocked: bool
+    phase_us: dict[tuple[int, int], float]
+
+
+def _run(spec: JobSpec) -> _JobRun:
     rng = random.Random(spec.seed)
     phases = comms(spec)
     ranks = [(n, i) for n in range(spec.nodes) for i in range(spec.gpus_per_node)]
     tick = spec.dump_interval_ms * 1000
-    out: dict[tuple[str, int], list[_Line]] = defaultdict(list)
-    pending: dict[tuple[str, int], list[tuple[int, int, int]]] = defaultdict(
-        list
-    )  # (comm, rank) -> (sn, exec, end)
+    ops: dict[tuple[int, int], list[tuple[Comm, int, int, int, float]]] = defaultdict(list)
+    # NCCL counts collectives per communicator and type from 0; the 2.30 plugin counts P2P per communicator from 1
+    counters: dict[tuple[str, str, int], int] = defaultdict(int)
     # each process's dump thread runs on its own timer: ranks sample different operations
     phase_us = {r: rng.random() * tick for r in ranks}
-    next_dump = tick
     now = 0.0  # µs since start
     start = {
         r: 0.0 for r in ranks
@@ -222,56 +323,100 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
                 transfer = _bus_bytes(comm.op, comm.size, len(comm.members)) / (bw * 1e3)  # µs
                 end = max(arrivals) + transfer * rng.lognormvariate(0, 0.02)
                 for rank, (member, arrival) in enumerate(zip(comm.members, arrivals, strict=True)):
-                    exec_us = max(1, round(end - arrival))
+                    p2p = comm.op in P2P_OPS
+                    counter = (comm.comm_id, "p2p" if p2p else comm.op, rank)
+                    if p2p:
+                        counters[counter] += 1
+                    ops[member].append((comm, rank, counters[counter], max(1, round(end - arrival)), end))
+                    if not p2p:
+                        counters[counter] += 1
                     finished[member] = end
-                    if spec.capture == "ring":
-                        dump = spec.start_us + int(math.ceil(end / tick) * tick)
-                        out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, step + 1,
-                                                                                exec_us, dump)))  # fmt: skip
-                    else:
-                        pending[(comm.name, rank)].append((step + 1, exec_us, int(end)))
-            # a short compute gap before the next phase, scaled by the rank's speed
-            ready = {r: finished[r] + 0.05 * spec.compute_ms * 1000 * slow[r] for r in ranks if r in finished}
+            # a short compute gap before the next phase, scaled by the rank's speed; ranks not in it wait on
+            gap = {r: 0.05 * spec.compute_ms * 1000 * slow[r] for r in finished}
+            ready = {
+                r: finished[r] + gap[r] if r in finished else at
+                for r, at in ready.items()
+                if r not in blocked
+            }
         start = ready
         if not ready:
             break  # every rank waits for a hung one
         now = max(ready.values())
-        if spec.capture == "sampled":
-            while next_dump <= now:
-                _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
-                next_dump += tick
-    # the waiting ranks' dump threads still write what they completed
-    if blocked and spec.capture == "sampled":
-        while next_dump <= now + 2 * tick:
-            _dump_sampled(spec, phases, pending, next_dump, phase_us, out)
-            next_dump += tick
-    for member, at in frozen_at.items():
+    return _JobRun(ops, step_us, frozen_at, now, bool(blocked), phase_us)
+
+
+def _recorded(spec: JobSpec, comm: Comm, capture: str) -> bool:
+    """Whether the plugin records this op at all: the sampled model no Send/Recv, the ring model nothing smaller
+    than its minimum size."""
+    if capture == "sampled":
+        return comm.op not in P2P_OPS
+    return comm.size >= spec.min_size_bytes
+
+
+def job_ops(spec: JobSpec) -> dict[tuple[int, int], list[RankOp]]:
+    """Every rank's operations as NCCL would hand them to the profiler plugin (every op, recorded or not: the plugin
+    filters), in order; a hung rank's stop at its last op. ``end_us`` is absolute (``spec.start_us`` + job time)."""
+    run = _run(spec)
+    out: dict[tuple[int, int], list[RankOp]] = {}
+    for member, mine in run.ops.items():
+        stopped = run.frozen_at.get(member, math.inf)
+        out[member] = [
+            RankOp(comm.comm_id, rank, comm.func(rank), comm.size, sn, exec_us, spec.start_us + round(end), 1 - rank)
+            for comm, rank, sn, exec_us, end in mine if end <= stopped
+        ]  # fmt: skip
+    return out
+
+
+def step_starts(spec: JobSpec) -> list[int]:
+    """The start (µs, absolute) of every step of the job."""
+    return _run(spec).step_us
+
+
+def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]], list[int]]:
+    """Run the job; the timed lines of :func:`simulate_timed` and the start time (µs) of every step."""
+    run = _run(spec)
+    tick = spec.dump_interval_ms * 1000
+    out: dict[tuple[str, int], list[_Line]] = defaultdict(list)
+    if spec.capture == "ring":
+        for member, mine in run.ops.items():
+            for comm, rank, sn, exec_us, end in mine:
+                if _recorded(spec, comm, "ring"):
+                    dump = spec.start_us + int(math.ceil(end / tick) * tick)
+                    out[_proc(spec, member)].append(
+                        _Line(dump, format_line(spec, comm, rank, sn, exec_us, dump))
+                    )
+    else:
+        # the waiting ranks' dump threads still write what they completed
+        last = run.end + 2 * tick if run.blocked else run.end
+        _dump_sampled(spec, run, tick, last, out)
+    for member, at in run.frozen_at.items():
         stopped = spec.start_us + at
         out[_proc(spec, member)] = [line for line in out[_proc(spec, member)] if line.dump_ts_us <= stopped]
     timed = {
         proc: [(line.dump_ts_us, line.text) for line in sorted(lines, key=lambda x: x.dump_ts_us)]
         for proc, lines in out.items()
     }
-    return timed, step_us
+    return timed, run.step_us
 
 
-def _dump_sampled(spec: JobSpec, phases: list[list[Comm]], pending: dict[tuple[str, int], list[tuple[int, int, int]]],
-                  tick_at: float, phase_us: dict[tuple[int, int], float],
-                  out: dict[tuple[str, int], list[_Line]]) -> None:  # fmt: skip
-    """The 2.28-2.29 plugin writes only the latest op of each comm completed since the last dump tick."""
-    for phase in phases:
-        for comm in phase:
-            for rank, member in enumerate(comm.members):
-                at = tick_at - phase_us[member]
-                dump = spec.start_us + int(at)
-                ops = pending.get((comm.name, rank), [])
-                done = [op for op in ops if op[2] <= at]
-                if done:
-                    sn, exec_us, _ = max(done)
-                    out[_proc(spec, member)].append(
-                        _Line(dump, format_line(spec, comm, rank, sn, exec_us, dump))
-                    )
-                    pending[(comm.name, rank)] = [op for op in ops if op[2] > at]
+def _dump_sampled(
+    spec: JobSpec, run: _JobRun, tick: float, last: float, out: dict[tuple[str, int], list[_Line]]
+) -> None:
+    """The 2.28-2.29 plugin keeps one slot per communicator: the last completed collective of any type. Each
+    process's dump thread writes the slot of each communicator that completed one since its last tick."""
+    for member, mine in run.ops.items():
+        recorded = [op for op in mine if _recorded(spec, op[0], "sampled")]
+        i, at = 0, tick - run.phase_us[member]
+        slot: dict[str, tuple[Comm, int, int, int, float]] = {}
+        while at <= last - run.phase_us[member]:
+            while i < len(recorded) and recorded[i][4] <= at:
+                slot[recorded[i][0].comm_id] = recorded[i]
+                i += 1
+            dump = spec.start_us + int(at)
+            for comm, rank, sn, exec_us, _ in slot.values():
+                out[_proc(spec, member)].append(_Line(dump, format_line(spec, comm, rank, sn, exec_us, dump)))
+            slot.clear()
+            at += tick
 
 
 def _proc(spec: JobSpec, member: tuple[int, int]) -> tuple[str, int]:

@@ -191,12 +191,6 @@ def _steady(f: Finding) -> bool:
     return pattern == "steady" if isinstance(pattern, str) else f.duty_cycle >= 0.75
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the engine on main often reads a steady 1.5x straggler at 1 s ring dumps as intermittent (duty ~0.2-0.3, "
-    "bursts ~3x) and ~1.38x: it assumes completions are known finer than a dump tick (issue #42; the engine branch "
-    "judges compute shares tick to tick)",
-)
 def test_a_steady_straggler_at_1s_ring_dumps_is_found_steady_at_its_slowdown(tmp_path: Path) -> None:
     spec = _job("2.30.7", 1000.0, steps=600, compute_ms=30.0, faults=[Fault("gpu", 1, 0, 1.5, start_step=80)],
                 noise=0.025)  # fmt: skip

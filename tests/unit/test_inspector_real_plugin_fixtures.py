@@ -85,11 +85,6 @@ def _steady(f: Finding) -> bool:
     return pattern == "steady" if isinstance(pattern, str) else f.duty_cycle >= 0.75
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="the engine on main reports the steady 1.5x straggler at 1 s ring dumps as ~1.27x, intermittent (duty "
-    "~0.5): it assumes completions are known finer than a dump tick (issue #42, the engine branch)",
-)
 def test_the_ring_plugin_at_1s_gives_the_straggler_its_slowdown_and_steady_pattern() -> None:
     (found,) = analyze_records(_records("2.30.7", "compute_1.5")).stragglers
     assert abs(found.slowdown - 1.5) / 1.5 <= 0.15
@@ -100,14 +95,7 @@ def test_the_ring_plugin_at_1s_gives_the_straggler_its_slowdown_and_steady_patte
     "version",
     [
         "2.28.9",
-        pytest.param(
-            "2.29.3",
-            marks=pytest.mark.xfail(
-                strict=False,
-                reason="the engine on main blames node001's network (communication, 1.57x) for a compute straggler "
-                "in 8 s of sampled 1 s dumps (issue #42, the engine branch)",
-            ),
-        ),
+        "2.29.3",
     ],
 )
 def test_a_sampled_capture_never_blames_the_wrong_thing(version: str) -> None:

@@ -270,11 +270,15 @@ def benchmarks_page(results: Path) -> str:
             target = result["targets"].get(figure)
             bound = ""
             if target:
-                met = all(
-                    (value <= limit) if kind == "max" else (value >= limit) for kind, limit in target.items()
-                )
                 bound = ", ".join(f"{'<=' if k == 'max' else '>='} {v:g}" for k, v in target.items())
-                bound += " (met)" if met else " (**not met**)"
+                if not isinstance(value, int | float):  # nothing measured (no run reached that case)
+                    bound += " (not measured)"
+                elif all(
+                    (value <= limit) if kind == "max" else (value >= limit) for kind, limit in target.items()
+                ):
+                    bound += " (met)"
+                else:
+                    bound += " (**not met**)"
             out.append(f"| `{figure}` | {value:g} | {bound} |" if isinstance(value, int | float)
                        else f"| `{figure}` | {cell(value)} | {bound} |")  # fmt: skip
         out.append("")

@@ -15,8 +15,8 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.api.cli import print_rows
+from ranksight.api.endpoints import SPECS as ENDPOINTS
 from ranksight.api.follow import _alert_line
 from ranksight.core.cliutil import print_line
 from ranksight.core.natsserver import NatsServer

@@ -37,6 +37,7 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     │   └── NvmlUnavailable         ranksight.agent.collectors.gpu.nvml: no nvidia-ml-py or NVML
     ├── CommandFailed               ranksight.agent.collectors.command: a tool exited non-zero, timed out or did not start
     ├── OtlpRefused                 ranksight.agent.collectors.inspector.otlp: a request the OTLP receiver answers with an HTTP error
+    ├── PluginError                 ranksight.simulate.inspector_plugin: the real Inspector plugin could not be loaded or refused a call
     ├── RasError                    ranksight.agent.collectors.ras.errors: the RAS tree
     │   ├── RasParseError           (above)
     │   └── RasClientError          talking to a RAS endpoint failed

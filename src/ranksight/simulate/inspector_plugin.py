@@ -34,6 +34,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ranksight.errors import RanksightError
+
 PLUGIN_VERSIONS = ("2.28.9", "2.29.3", "2.30.7")
 SAMPLED_VERSIONS = frozenset({"2.28.9", "2.29.3"})
 DEFAULT_PLUGIN_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "peers" / "inspector"
@@ -152,7 +154,7 @@ class ProfilerV5(ctypes.Structure):
                 ("recordEventState", _RECORD), ("finalize", _FINALIZE)]  # fmt: skip
 
 
-class PluginError(RuntimeError):
+class PluginError(RanksightError, RuntimeError):
     """The plugin could not be loaded or refused a call."""
 
 

@@ -39,7 +39,12 @@ def test_up_prints_the_http_address_and_serves_it(settings, tmp_path: Path) -> N
         # the banner says where the state lives and names a command that works from this shell
         assert re.search(rf"^\s+state\s+{re.escape(str(tmp_path / 'up'))}\s", text, re.M), text
         [tried] = re.findall(r"^\s+try\s+(.+)$", text, re.M)
-        answer = subprocess.run(tried, shell=True, capture_output=True, text=True, env=env, timeout=60)
+        # the banner comes as the processes start; the agent's first heartbeat follows it shortly
+        while True:
+            answer = subprocess.run(tried, shell=True, capture_output=True, text=True, env=env, timeout=60)
+            if "alive" in answer.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert answer.returncode == 0 and "alive" in answer.stdout, (tried, answer.stderr)
         body: dict = {}
         while time.monotonic() < deadline and not body.get("rows"):

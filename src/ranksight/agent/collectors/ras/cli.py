@@ -14,7 +14,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import nats.errors
 
@@ -41,6 +41,9 @@ from ranksight.errors import exit_status
 from ranksight.schemas.api import ApiResponse
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.subjects import Subjects
+
+if TYPE_CHECKING:
+    from ranksight.core.config import Settings
 
 
 def register_parse(sources: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -135,8 +138,8 @@ def print_result(result: dict[str, Any], verbose: bool = False) -> None:
                 print("\n".join(item["evidence"]))
 
 
-def _client(args: argparse.Namespace) -> Any:
-    settings = settings_from_args(args)
+def _client(args: argparse.Namespace, settings: Settings | None = None) -> Any:
+    settings = settings or settings_from_args(args)
     try:
         return client_for(settings.agent.collectors.ras, args.addr)
     except ValueError as exc:
@@ -221,7 +224,7 @@ def ras_diagnostics(args: argparse.Namespace) -> int:
 
 
 def ras_profile(args: argparse.Namespace) -> int:
-    settings_from_args(args)  # a bad configuration is reported first, as by every command
+    settings = settings_from_args(args)  # a bad configuration is reported first, as by every command
     value = profile_value(args.value)
     mask = parse_profiler_mask(value)
     if mask is None:
@@ -229,8 +232,8 @@ def ras_profile(args: argparse.Namespace) -> int:
               f"(none, all, a number, or event names: {', '.join(PROFILER_EVENTS)})", file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     if args.job:
-        return _profile_through_agent(args, mask)
-    client = _client(args)
+        return _profile_through_agent(args, settings, mask)
+    client = _client(args, settings)
     try:
         asyncio.run(client.set_profiler_mask(value))
     except RasReplyError as exc:
@@ -247,10 +250,8 @@ def ras_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profile_through_agent(args: argparse.Namespace, mask: int) -> int:
+def _profile_through_agent(args: argparse.Namespace, settings: Settings, mask: int) -> int:
     """Find the agent that polls the job (the aggregator's ``jobs``) and ask it (its ``ras_profile`` command)."""
-    settings = settings_from_args(args)
-
     subjects = Subjects(settings.subject_prefix)
 
     async def ask() -> dict[str, Any]:

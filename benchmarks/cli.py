@@ -1,10 +1,11 @@
 """Command-line latency: the wall time of ``ranksight --version`` and of query commands against a running aggregator.
 
-Starts a real nats-server and a real aggregator (``ranksight aggregator``, a child process, HTTP off), waits until it
-answers, then runs each command ``--runs`` times as a fresh process (``python -m ranksight.cli ...``, what the console
-script does) and reports the median and the slowest wall time, with the CPU time the command used. Targets: ``--version``
-<= 0.3 s, a query command <= 0.5 s. Baseline, measured in the same run: a bare ``python -c pass`` (the interpreter's own
-start-up). Figures go to ``benchmarks/results/cli.json``.
+Starts a real nats-server and a real aggregator (``ranksight aggregator``, a child process, its HTTP API on a free
+port), waits until it answers, then runs each command ``--runs`` times as a fresh process (``python -m ranksight.cli
+...``, what the console script does) and reports the median and the slowest wall time, with the CPU time the command
+used. Each query command runs twice: over NATS, and with setting ``api_url`` naming the HTTP API (``*_http``: no NATS
+client to load). Targets: ``--version`` <= 0.3 s, a query command <= 0.5 s. Baseline, measured in the same run: a bare
+``python -c pass`` (the interpreter's own start-up). Figures go to ``benchmarks/results/cli.json``.
 
     python benchmarks/cli.py [--runs 7] [--quick]
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import socket
 import statistics
 import subprocess
 import sys
@@ -26,14 +28,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.results import write_result
 from ranksight.core.natsserver import NatsServer
 
-TARGETS = {"version": 0.3, "status": 0.5, "alerts": 0.5, "sql": 0.5}
-COMMANDS = {
-    "baseline": ["-c", "pass"],
-    "version": ["-m", "ranksight.cli", "--version"],
+QUERIES = {
     "status": ["-m", "ranksight.cli", "status", "--json"],
     "alerts": ["-m", "ranksight.cli", "alerts"],
     "sql": ["-m", "ranksight.cli", "sql", "SELECT 1 AS one"],
 }
+COMMANDS = {
+    "baseline": ["-c", "pass"],
+    "version": ["-m", "ranksight.cli", "--version"],
+    **QUERIES,
+    **{f"{name}_http": argv for name, argv in QUERIES.items()},
+}
+TARGETS = {"version": 0.3, **{name: 0.5 for name in COMMANDS if name not in ("baseline", "version")}}
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
@@ -66,18 +78,21 @@ def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="ranksight-cli-bench-") as tmp:
         root = Path(tmp)
         server = NatsServer(root / "nats").start()
+        port = free_port()
         env = {**os.environ, "RANKSIGHT_NATS__URL": server.url, "RANKSIGHT_STATE_DIR": str(root / "state"),
-               "RANKSIGHT_AGGREGATOR__HTTP__ENABLED": "false", "RANKSIGHT_CLUSTER": "bench"}  # fmt: skip
+               "RANKSIGHT_AGGREGATOR__HTTP__PORT": str(port), "RANKSIGHT_CLUSTER": "bench"}  # fmt: skip
+        http_env = {**env, "RANKSIGHT_API_URL": f"http://127.0.0.1:{port}"}
         log = root / "aggregator.log"
         with open(log, "wb") as out:
             aggregator = subprocess.Popen(
                 [sys.executable, "-m", "ranksight.cli", "aggregator"], env=env, stdout=out, stderr=out
             )
         try:
-            wait_answering(env, aggregator, log)
+            for each in (env, http_env):  # the NATS service, then the HTTP API
+                wait_answering(each, aggregator, log)
             figures: dict[str, float] = {}
             for name, argv in COMMANDS.items():
-                runs = [timed(argv, env) for _ in range(args.runs)]
+                runs = [timed(argv, http_env if name.endswith("_http") else env) for _ in range(args.runs)]
                 walls, cpus = [w for w, _ in runs], [c for _, c in runs]
                 figures[f"{name}_wall_s"] = round(statistics.median(walls), 3)
                 figures[f"{name}_wall_max_s"] = round(max(walls), 3)

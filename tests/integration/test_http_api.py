@@ -19,7 +19,7 @@ from pydantic import SecretStr
 
 from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.api.client import query
+from ranksight.api.client import query, query_http
 from ranksight.core.config import Settings
 from ranksight.schemas.structs import replace
 from ranksight.schemas.twins import AppRecord
@@ -52,6 +52,10 @@ async def test_endpoints_mirror_the_nats_service(settings: Settings) -> None:
             over_nats = await query(cfg, name, params)
             assert status == 200 and body["ok"], (name, body)
             assert body["rows"] == over_nats.rows, name
+            # what a query command gets with api_url set (blocking: off the loop the aggregator runs on)
+            over_http = await asyncio.to_thread(query_http, cfg.model_copy(update={"api_url": agg.http.url}), name,
+                                                params)  # fmt: skip
+            assert over_http.rows == over_nats.rows, name
             assert (
                 set(body) == {"ok", "rows", "truncated", "error", "meta", "next", "partial", "missing_shards"}
                 and body["next"] is None
@@ -88,6 +92,13 @@ async def test_bearer_token(settings: Settings) -> None:
         assert (await get(agg, "/"))[0] == 200  # the page itself holds no data
         _, _, spec = await get(agg, "/openapi.json", headers={"Authorization": "Bearer s3cret"})
         assert spec["security"] == [{"bearer": []}]
+        # the query commands' HTTP client sends aggregator.http.token
+        client = cfg.model_copy(update={"api_url": agg.http.url})
+        assert (await asyncio.to_thread(query_http, client, "status")).ok
+        wrong = client.model_copy(update={"aggregator": cfg.aggregator.model_copy(update={
+            "http": cfg.aggregator.http.model_copy(update={"token": SecretStr("wrong")})})})  # fmt: skip
+        refused = await asyncio.to_thread(query_http, wrong, "status")
+        assert not refused.ok and "unauthorized" in (refused.error or "")
 
 
 async def test_disabled_and_port_in_use(settings: Settings) -> None:

@@ -183,3 +183,22 @@ def test_analyze_inspector_says_what_it_did_not_read(
     (tmp_path / "host-pid1.log").write_text("not json\n")
     code, err = _run(["analyze", "inspector", str(tmp_path)], capfd)
     assert code == 1 and "1 file not read" in err and "meta.json" in err and "1 bad lines" in err
+
+
+def test_an_http_api_that_does_not_answer_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))  # bound, not listening
+        monkeypatch.setenv("RANKSIGHT_API_URL", f"http://user:pw-9@127.0.0.1:{sock.getsockname()[1]}")
+        code, err = _run(["nodes"], capfd)
+    _assert_clean(["nodes"], code, err)
+    assert code == 1 and "no aggregator answers on http://user:***@127.0.0.1" in err and "pw-9" not in err, (
+        err
+    )
+
+
+def test_api_url_must_be_http(monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("RANKSIGHT_API_URL", "nats://127.0.0.1:4222")
+    code, err = _run(["nodes"], capfd)
+    assert code == 2 and "api_url" in err, err

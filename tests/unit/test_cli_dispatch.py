@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import subprocess
 import sys
 
@@ -41,8 +42,10 @@ def test_help_and_unknown_commands_see_every_command() -> None:
 
 
 # What a query command must not load: the aggregator's storage and analysis stack (the endpoint declarations and the
-# client are apart from the server binding, ranksight.api), and what `--version` must not load either.
+# client are apart from the server binding, ranksight.api), and what `--version` must not load either. The NATS client
+# (and the aiohttp that nats-py imports when it is installed) is loaded only to ask over NATS, not to parse the command.
 HEAVY = ("duckdb", "pyarrow", "numpy", "ranksight.aggregator", "ranksight.agent", "ranksight.deploy")
+NATS_CLIENT = ("nats", "aiohttp")
 
 
 def _loaded_by(argv: list[str]) -> set[str]:
@@ -65,8 +68,59 @@ def _heavy(modules: set[str]) -> list[str]:
 def test_a_query_command_loads_no_storage_stack() -> None:
     for argv in (["status", "--json"], ["sql", "SELECT 1"], ["alerts", "--follow"], ["silence", "list"]):
         loaded = _loaded_by(argv)
-        assert "ranksight.api.cli" in loaded and "nats" in loaded  # it did build its command
+        assert "ranksight.api.cli" in loaded  # it did build its command
         assert _heavy(loaded) == [], argv
+        assert not {m.split(".")[0] for m in loaded} & set(NATS_CLIENT), argv
+
+
+# A fresh interpreter runs `ranksight nodes` with api_url set against a stand-in HTTP API (a stdlib server answering
+# one response), then reports what it was asked and which modules it loaded.
+_OVER_HTTP = """
+import json, sys, threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+asked = []
+class Api(BaseHTTPRequestHandler):
+    def do_GET(self):
+        asked.append([self.path, self.headers.get("Authorization")])
+        body = json.dumps({"ok": True, "rows": [{"node": "n1", "cluster": "c1", "state": "alive"}]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+server = ThreadingHTTPServer(("127.0.0.1", 0), Api)
+threading.Thread(target=server.serve_forever, daemon=True).start()
+import os
+os.environ["RANKSIGHT_API_URL"] = f"http://127.0.0.1:{server.server_address[1]}"
+os.environ["RANKSIGHT_AGGREGATOR__HTTP__TOKEN"] = "tk-1"
+os.environ["RANKSIGHT_NATS__URL"] = "nats://127.0.0.1:1"  # nothing listens: only HTTP can answer
+from ranksight.cli import main
+code = main(["nodes", "--json", "--cluster", "c1", "--state", "alive"])
+sys.stdout.flush()
+print(json.dumps({"code": code, "asked": asked, "modules": sorted(sys.modules)}), file=sys.stderr)
+"""
+
+
+def test_a_query_command_over_http_loads_no_nats_client() -> None:
+    done = subprocess.run([sys.executable, "-c", _OVER_HTTP], capture_output=True, text=True, timeout=120)
+    report = json.loads(done.stderr.splitlines()[-1])
+    assert report["code"] == 0, done.stderr
+    assert json.loads(done.stdout)["rows"] == [{"node": "n1", "cluster": "c1", "state": "alive"}]
+    assert report["asked"] == [["/api/nodes?cluster=c1&state=alive", "Bearer tk-1"]]
+    loaded = set(report["modules"])
+    assert _heavy(loaded) == [] and not {m.split(".")[0] for m in loaded} & set(NATS_CLIENT)
+
+
+def test_only_read_only_endpoints_go_over_http_and_none_takes_a_list() -> None:
+    """A query string carries one value per key: an endpoint on the HTTP API takes no list parameter."""
+    from ranksight.api.endpoints import SPECS
+
+    for spec in SPECS.values():
+        if spec.http:
+            lists = [f for f, info in spec.params.model_fields.items() if "list" in str(info.annotation)]
+            assert lists == [], spec.name
 
 
 def test_version_loads_almost_nothing() -> None:

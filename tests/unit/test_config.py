@@ -101,3 +101,19 @@ def test_ingest_waits_for_the_straggler_engine_before_its_queue_drops_records(tm
         load_settings(f)
     f.write_text("[aggregator.stragglers]\nmax_records = 100000\ningest_waits_at_records = 99999\n")
     assert load_settings(f).aggregator.stragglers.ingest_waits_at_records == 99_999
+
+
+def test_environment_values_of_lists_tables_and_sections_are_json(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANKSIGHT_DEPLOY__PIP_OPTIONS", '["--no-index", "--find-links=/w"]')
+    monkeypatch.setenv(
+        "ranksight_aggregator__alerts__rules__node_silent__for_s", "7"
+    )  # names are not case-sensitive
+    monkeypatch.setenv("RANKSIGHT_AGENT__COLLECTORS__GPU", '{"interval_s": 3}')
+    monkeypatch.setenv("RANKSIGHT_AGENT__COLLECTORS__NIC__ENABLED", "false")
+    settings = load_settings()
+    assert settings.deploy.pip_options == ["--no-index", "--find-links=/w"]
+    assert settings.aggregator.alerts.timing("node_silent")[0] == 7
+    assert settings.agent.collectors.gpu.interval_s == 3 and settings.agent.collectors.nic.enabled is False
+    monkeypatch.setenv("RANKSIGHT_DEPLOY__PIP_OPTIONS", "--no-index")
+    with pytest.raises(ConfigError, match="RANKSIGHT_DEPLOY__PIP_OPTIONS is not JSON"):
+        load_settings()

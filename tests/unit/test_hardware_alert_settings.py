@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
-from ranksight.core.config import Settings
+from ranksight.core.config import Settings, load_settings
 from ranksight.schemas.twins import Envelope, GpuRecord, NicRecord
 from ranksight.schemas.wire import event_type
 
@@ -75,6 +75,6 @@ def test_flap_and_error_windows_longer_than_the_defaults_count_every_sample_in_t
 
 def test_hardware_section_from_env_and_unknown_keys_rejected(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RANKSIGHT_AGGREGATOR__HARDWARE__NIC_FLAPS", "7")
-    assert Settings().aggregator.hardware.nic_flaps == 7
+    assert load_settings().aggregator.hardware.nic_flaps == 7
     with pytest.raises(ValidationError):
         Settings.model_validate({"aggregator": {"hardware": {"gpu_edge": 80}}})

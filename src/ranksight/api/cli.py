@@ -1,7 +1,8 @@
 """The query commands, derived from the endpoint declarations (:mod:`ranksight.api.endpoints`): ``ranksight <endpoint>``
 (``node drain``, ``silence add``... for the grouped ones) with a flag per parameter of the endpoint's model.
 
-A query command asks the running aggregator's NATS service and prints rows as a table (default) or, with ``--json``,
+A query command asks the running aggregator's NATS service (its HTTP API for a read-only endpoint when setting
+``api_url`` names it) and prints rows as a table (default) or, with ``--json``,
 the one response shape ``{"ok", "rows", "truncated", "error", "meta", "next", "partial", "missing_shards"}`` (plus the
 keys the command's JSON carried before, such as ``jobs``). Data goes to stdout, errors to stderr; exit 0 on success, 1 when the aggregator
 refuses or fails the query (or does not answer), 2 on usage errors.
@@ -10,7 +11,6 @@ refuses or fails the query (or does not answer), 2 on usage errors.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import functools
 import sys
@@ -20,7 +20,7 @@ from typing import Any, Literal, TypeAlias
 
 from pydantic.fields import FieldInfo
 
-from ranksight.api.client import ApiUnavailable, MalformedAnswer, query
+from ranksight.api.client import ApiUnavailable, MalformedAnswer, query, query_http
 from ranksight.api.contract import EndpointSpec, Flag, timestamp
 from ranksight.api.endpoints import COMMAND_GROUPS, SPECS
 from ranksight.core.cliutil import (
@@ -147,7 +147,12 @@ def call_api(
     if (wait_s := SPECS[endpoint].wait_s) is not None:
         timeout = wait_s(settings)
     try:
-        response = asyncio.run(query(settings, endpoint, params, timeout=timeout))
+        if settings.api_url is not None and SPECS[endpoint].http:
+            response = query_http(settings, endpoint, params, timeout=timeout)
+        else:
+            import asyncio  # the NATS client's loop; an answer over HTTP needs none
+
+            response = asyncio.run(query(settings, endpoint, params, timeout=timeout))
     except ApiUnavailable as exc:
         print_line(f"ranksight: {exc}", sys.stderr)
         return None

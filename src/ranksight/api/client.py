@@ -1,24 +1,26 @@
 """Client side of the query service, used by the CLI (and by anyone scripting against the API).
 
-An answer larger than one NATS message comes in pages (``next`` token, :mod:`aggregator.api.paging`): :func:`query`
-asks for each following page and returns the whole answer as one response.
+:func:`query` asks the aggregator's NATS service. An answer larger than one NATS message comes in pages (``next``
+token, :mod:`aggregator.api.paging`): it asks for each following page and returns the whole answer as one response.
+:func:`query_http` asks the aggregator's HTTP API instead (setting ``api_url``; the read-only endpoints), which answers
+whole. The NATS client is imported only by what uses it: a command answered over HTTP never loads it.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import nats.errors
-from nats.aio.client import Client
 from pydantic import ValidationError
 
-from ranksight.core.config import Settings
-from ranksight.core.natsconn import NatsUnreachable, NatsUrlError, connect
 from ranksight.core.redact import redact
 from ranksight.errors import RanksightError
 from ranksight.schemas.api import NEXT, ApiResponse
-from ranksight.schemas.subjects import Subjects
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client
+
+    from ranksight.core.config import Settings
 
 
 class ApiUnavailable(RanksightError, RuntimeError):
@@ -42,6 +44,11 @@ def parse_answer(subject: str, data: bytes) -> ApiResponse:
 
 async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None = None,
                 timeout: float = 10.0) -> ApiResponse:  # fmt: skip
+    import nats.errors
+
+    from ranksight.core.natsconn import NatsUnreachable, NatsUrlError, connect
+    from ranksight.schemas.subjects import Subjects
+
     try:
         nc = await connect(
             settings.nats, name="ranksight-cli", max_reconnect_attempts=0, allow_reconnect=False
@@ -72,3 +79,36 @@ async def request_pages(nc: Client, subject: str, params: dict[str, Any], timeou
         response = parse_answer(subject, msg.data)
         rows.extend(response.rows)
     return response if not response.ok else response.model_copy(update={"rows": rows})
+
+
+def query_http(settings: Settings, endpoint: str, params: dict[str, Any] | None = None,
+               timeout: float = 10.0) -> ApiResponse:  # fmt: skip
+    """The answer of the aggregator's HTTP API at ``settings.api_url`` (``GET /api/<endpoint>``, the parameters in
+    the query string, the bearer token of ``aggregator.http.token``): the same response shape as over NATS."""
+    from urllib.error import HTTPError, URLError
+    from urllib.parse import urlencode
+    from urllib.request import Request, urlopen
+
+    assert settings.api_url is not None
+    where = f"{settings.api_url.rstrip('/')}/api/{endpoint}"
+    query_string = urlencode({k: _query_value(v) for k, v in (params or {}).items()})
+    token = settings.aggregator.http.token
+    headers = {"Authorization": f"Bearer {token.get_secret_value()}"} if token is not None else {}
+    try:
+        with urlopen(Request(f"{where}?{query_string}", headers=headers), timeout=timeout) as answer:
+            data = answer.read()
+    except HTTPError as exc:  # 400, 401, 403, 422, 500 carry the response shape too
+        data = exc.read()
+    except (URLError, OSError) as exc:  # refused, no such host, timed out
+        reason = getattr(exc, "reason", exc)
+        raise ApiUnavailable(
+            redact(f"no aggregator answers on {settings.api_url} (api_url): {reason}")
+        ) from None
+    return parse_answer(redact(where), data)
+
+
+def _query_value(value: Any) -> str:
+    """A parameter as the query string carries it (``true``, not Python's ``True``)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

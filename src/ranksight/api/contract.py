@@ -30,9 +30,10 @@ class RequestError(UsageError, ValueError):
 
 
 class Params(BaseModel):
-    """Base of every endpoint's parameters: unknown keys are an error, not silently ignored."""
+    """Base of every endpoint's parameters: unknown keys are an error, not silently ignored. Each model's validator is
+    built when first used, not at import: a query command reads only the fields, to make its flags."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class ClusterParams(Params):

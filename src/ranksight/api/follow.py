@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
-from ranksight.core.aio import run_until_signalled
 from ranksight.core.cliutil import interrupted_exit, print_line, settings_from_args
-from ranksight.core.config import Settings
-from ranksight.core.natsconn import connect, disconnect
-from ranksight.schemas.alerts import Alert
-from ranksight.schemas.subjects import Subjects
+
+if TYPE_CHECKING:
+    import asyncio
+
+    from ranksight.core.config import Settings
+    from ranksight.schemas.alerts import Alert
 
 
 def add_follow_flag(parser: argparse.ArgumentParser) -> None:
@@ -27,6 +28,9 @@ def follow_if_asked(args: argparse.Namespace) -> int | None:
     """With ``--follow``: follow the alerts until interrupted and return the exit code; otherwise None."""
     if not args.follow:
         return None
+    # here, not above: parsing a query command loads no NATS client
+    from ranksight.core.aio import run_until_signalled
+
     settings = settings_from_args(args)
     signum = run_until_signalled(
         lambda stop: _follow(settings, args.cluster, args.json, stop), settings.shutdown_timeout_s
@@ -36,6 +40,10 @@ def follow_if_asked(args: argparse.Namespace) -> int | None:
 
 async def _follow(settings: Settings, cluster: str | None, as_json: bool, stop: asyncio.Event) -> None:
     """Print every alert published on the alert subjects until ``stop``; one JSON object per line with ``as_json``."""
+    from ranksight.core.natsconn import connect, disconnect
+    from ranksight.schemas.alerts import Alert
+    from ranksight.schemas.subjects import Subjects
+
     subject = Subjects(settings.subject_prefix).alerts_filter(cluster)
     nc = await connect(settings.nats, name="ranksight-alerts-follow")
     try:

@@ -5,7 +5,6 @@ handler is :mod:`ranksight.aggregator.api.forensics`)."""
 from __future__ import annotations
 
 import argparse
-import asyncio
 import io
 import json
 import sys
@@ -46,6 +45,8 @@ def add_output_flag(parser: argparse.ArgumentParser) -> None:
 
 def write_evidence(args: argparse.Namespace) -> int:
     """``ranksight job evidence``: dumps and stacks, RAS status, Inspector tail, GPU/NIC state and alerts, one file."""
+    import asyncio
+
     from ranksight.api.client import query
 
     settings = settings_from_args(args)

@@ -7,7 +7,6 @@ are imported only when ``--db`` is given, so the commands stay light without it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,8 @@ def offline_if_asked(name: str, then: Instead | None = None) -> Instead:
     def instead(args: argparse.Namespace) -> int | None:
         if getattr(args, "db", None) is None:
             return then(args) if then is not None else None
+        import asyncio
+
         # the one import of the aggregator from the contract floor, and only with --db (tests/unit/test_layering.py)
         from ranksight.aggregator.api.offline import answer_offline
         from ranksight.api.cli import command_params, print_rows

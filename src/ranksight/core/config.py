@@ -1,18 +1,21 @@
 """Typed configuration: a TOML file, ``RANKSIGHT_`` environment variables and command-line flags, unknown keys rejected.
 
-Precedence: flags (``load_settings`` overrides, or ``Settings(**values)``) win over the environment, which wins over the
-file.
+Precedence (:func:`load_settings`): flags (its overrides) win over the environment, which wins over the file.
+``Settings(**values)`` is those values alone, on the defaults.
 
-Nested keys use ``__`` in the environment: ``RANKSIGHT_NATS__URL``, ``RANKSIGHT_AGENT__COLLECTORS__GPU__INTERVAL_S``.
-The file comes from ``--config``, else ``$RANKSIGHT_CONFIG``; with neither, the defaults below work on one machine.
+Nested keys use ``__`` in the environment: ``RANKSIGHT_NATS__URL``, ``RANKSIGHT_AGENT__COLLECTORS__GPU__INTERVAL_S``;
+the value of a list, a table or a section is JSON (``RANKSIGHT_DEPLOY__PIP_OPTIONS='["--no-index"]'``). The file comes
+from ``--config``, else ``$RANKSIGHT_CONFIG``; with neither, the defaults below work on one machine.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import tomllib
-from contextvars import ContextVar
+import types
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -26,7 +29,6 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
@@ -39,8 +41,7 @@ if TYPE_CHECKING:
     from ranksight.core import settings_twins
 
 CONFIG_ENV = "RANKSIGHT_CONFIG"
-# The config file's values while load_settings builds Settings: the lowest-priority source.
-_FILE_VALUES: ContextVar[dict[str, Any] | None] = ContextVar("ranksight_file_values", default=None)
+ENV_PREFIX = "RANKSIGHT_"
 # RANKSIGHT_* variables that are read elsewhere and are not settings.
 NON_SETTING_ENV = frozenset({CONFIG_ENV})
 NON_SETTING_ENV |= {APP_SOCKET_ENV}  # read by training processes (ranksight.client), not a setting
@@ -1354,10 +1355,8 @@ class DeploySettings(Section):
     verify_timeout_s: float = Field(20, gt=0, description="time the new agent has to answer on NATS")
 
 
-class Settings(StatePaths, BaseSettings):
-    model_config = SettingsConfigDict(
-        env_prefix="RANKSIGHT_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
-    )
+class Settings(StatePaths, Section):
+    """Every setting; :func:`load_settings` reads them from the file, the environment and the flags."""
 
     cluster: str = "default"
     subject_prefix: str = "ranksight.v1"
@@ -1369,21 +1368,15 @@ class Settings(StatePaths, BaseSettings):
         description="after SIGINT/SIGTERM, how long a long-running command may take to stop in order",
     )
     nats: NatsSettings = NatsSettings()
+    api_url: str | None = Field(
+        None,
+        pattern=r"^https?://",
+        description="the aggregator's HTTP API (e.g. http://aggregator:8080), asked by the read-only query commands "
+        "instead of NATS, with aggregator.http.token as the bearer token; unset: every command asks over NATS",
+    )
     agent: AgentSettings = AgentSettings()
     aggregator: AggregatorSettings = AggregatorSettings()
     deploy: DeploySettings = DeploySettings()
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Highest first: explicit values (command-line flags), the environment, the config file.
-        return (init_settings, env_settings, InitSettingsSource(settings_cls, _FILE_VALUES.get() or {}))
 
     def db_path(self) -> Path:
         return self.aggregator.db_path or self.state_dir / "ranksight.duckdb"
@@ -1439,33 +1432,71 @@ def load_settings(path: str | os.PathLike[str] | None = None, **overrides: Any) 
             ) from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    _check_env_keys()
-    saved = os.environ.pop(CONFIG_ENV, None)  # the file pointer itself is not a setting
-    file_values = _FILE_VALUES.set(data)
     try:
-        settings = Settings(**overrides)
+        return Settings.model_validate(_merged(_merged(data, _environment()), overrides))
     except ValidationError as exc:
         raise ConfigError(_explain(exc, origin)) from None
-    finally:
-        _FILE_VALUES.reset(file_values)
-        if saved is not None:
-            os.environ[CONFIG_ENV] = saved
-    return settings
 
 
-def _check_env_keys() -> None:
-    """pydantic-settings ignores unknown variables; a mistyped ``RANKSIGHT_`` variable must fail loudly instead."""
-    for name in os.environ:
+def _environment() -> dict[str, Any]:
+    """The ``RANKSIGHT_`` variables as nested values (names are not case-sensitive; ``__`` descends a section). An
+    unknown name is an error, not ignored: a mistyped variable must fail loudly."""
+    values: dict[str, Any] = {}
+    for name, text in os.environ.items():
         upper = name.upper()
-        if not upper.startswith("RANKSIGHT_") or upper in NON_SETTING_ENV:
+        if not upper.startswith(ENV_PREFIX) or upper in NON_SETTING_ENV:
             continue
-        model: type[BaseModel] = Settings
-        for part in upper.removeprefix("RANKSIGHT_").lower().split("__"):
-            field = model.model_fields.get(part)
-            if field is None:
-                raise ConfigError(f"unknown setting {part!r} in environment variable {name}")
-            annotation = field.annotation
-            if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-                model = annotation
-            else:
+        *parents, leaf = keys = upper.removeprefix(ENV_PREFIX).lower().split("__")
+        model: type[BaseModel] | None = Settings
+        annotation: Any = None
+        for depth, key in enumerate(keys):
+            if model is None:  # below a table (a dict field): its keys are free
+                annotation = None
                 break
+            field = model.model_fields.get(key)
+            if field is None:
+                raise ConfigError(f"unknown setting {key!r} in environment variable {name}")
+            annotation = field.annotation
+            model = _section(annotation) if depth < len(keys) - 1 else None
+        target = values
+        for key in parents:
+            target = target.setdefault(key, {})
+        target[leaf] = _env_value(name, text, annotation)
+    return values
+
+
+def _arms(annotation: Any) -> tuple[Any, ...]:
+    """``X | None`` -> ``(X,)``; ``X`` -> ``(X,)``."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return tuple(a for a in typing.get_args(annotation) if a is not type(None))
+    return (annotation,)
+
+
+def _section(annotation: Any) -> type[BaseModel] | None:
+    """The section model a field holds, or None (a value, or a table of them)."""
+    found = [a for a in _arms(annotation) if isinstance(a, type) and issubclass(a, BaseModel)]
+    return found[0] if found else None
+
+
+def _env_value(name: str, text: str, annotation: Any) -> Any:
+    """A variable's text as the setting takes it: JSON for a list, a table or a section, else the text itself (the
+    model parses numbers, booleans and paths from text)."""
+    structured = any(_section(a) or typing.get_origin(a) in (list, dict, tuple, set) or a in (list, dict)
+                     for a in _arms(annotation))  # fmt: skip
+    if not structured:
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(
+            f"environment variable {name} is not JSON (a list, table or section is): {exc}"
+        ) from None
+
+
+def _merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``, table by table (a value in ``over`` replaces the one in ``base``)."""
+    out = dict(base)
+    for key, value in over.items():
+        below = out.get(key)
+        out[key] = _merged(below, value) if isinstance(below, dict) and isinstance(value, dict) else value
+    return out

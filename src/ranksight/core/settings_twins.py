@@ -576,5 +576,6 @@ class Settings(StatePaths, msgspec.Struct, kw_only=True, frozen=True, forbid_unk
     log_level: str
     shutdown_timeout_s: float
     nats: NatsSettings
+    api_url: str | None
     aggregator: AggregatorSettings
     deploy: DeploySettings

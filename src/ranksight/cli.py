@@ -26,33 +26,10 @@ COMMANDS: dict[str, str] = {
     "deploy": "ranksight.deploy.cli",
     "analyze": "ranksight.commands.analyze",
     "report": "ranksight.aggregator.report.cli",
-    # the query commands, one per endpoint declared in ranksight.api.endpoints
-    **dict.fromkeys(
-        [
-            "status",
-            "nodes",
-            "alerts",
-            "sql",
-            "export",
-            "jobs",
-            "comms",
-            "gpus",
-            "nics",
-            "links",
-            "gpu-probes",
-            "markers",
-            "stragglers",
-            "cluster-map",
-            "series",
-            "node",
-            "silence",
-            "incidents",
-            "action",
-            "job",
-        ],
-        "ranksight.api.cli",
-    ),
 }
+# Every other command is a query command, one per endpoint declared in ranksight.api.endpoints: this module registers
+# them all, derived from the declarations, so an endpoint needs no entry here.
+QUERY_COMMANDS = "ranksight.api.cli"
 
 
 class _Version(argparse.Action):
@@ -74,22 +51,33 @@ class _Version(argparse.Action):
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """The parser for ``argv``: only its command's module when it names one, every command's otherwise (help, errors)."""
+    # The command is the first word that is not an option: the top-level options take no value.
+    command = next((arg for arg in argv or () if not arg.startswith("-")), None)
+    if command in COMMANDS:
+        return _parser([COMMANDS[command]])
+    if "--version" in (argv or ()):
+        return _parser([])  # the version action answers before a command is looked for
+    if command is not None:
+        queries = _parser([QUERY_COMMANDS])
+        if command in _commands_of(queries):
+            return queries
+    return _parser([*COMMANDS.values(), QUERY_COMMANDS])  # help, or not a command: the error lists every one
+
+
+def _parser(modules: Iterable[str]) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="ranksight", description="Live diagnosis of RCCL/NCCL training jobs."
     )
     parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    # The command is the first word that is not an option: the top-level options take no value.
-    command = next((arg for arg in argv or () if not arg.startswith("-")), None)
-    if command in COMMANDS:
-        modules: Iterable[str] = [COMMANDS[command]]
-    elif "--version" in (argv or ()):
-        modules = []  # the version action answers before a command is looked for
-    else:
-        modules = COMMANDS.values()
     for name in dict.fromkeys(modules):
         importlib.import_module(name).register(sub)
     return parser
+
+
+def _commands_of(parser: argparse.ArgumentParser) -> set[str]:
+    [sub] = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return set(sub.choices)
 
 
 def main(argv: list[str] | None = None) -> int:

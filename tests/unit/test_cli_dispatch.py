@@ -9,7 +9,8 @@ import json
 import subprocess
 import sys
 
-from ranksight.cli import COMMANDS, build_parser
+from ranksight.api.endpoints import COMMAND_GROUPS, SPECS
+from ranksight.cli import COMMANDS, QUERY_COMMANDS, build_parser
 
 
 def _registered(module: str) -> set[str]:
@@ -26,19 +27,32 @@ def _commands(parser: argparse.ArgumentParser) -> set[str]:
 def test_table_names_every_command_of_every_module() -> None:
     for module in set(COMMANDS.values()):
         assert _registered(module) == {name for name, owner in COMMANDS.items() if owner == module}, module
+    assert QUERY_COMMANDS not in COMMANDS.values()
+
+
+def test_every_endpoint_declaration_is_a_query_command_with_no_entry_of_its_own() -> None:
+    """The extension recipe's claim (docs/extending.md): an EndpointSpec is its command; nothing to add to COMMANDS."""
+    queries = _registered(QUERY_COMMANDS)
+    assert queries == {spec.command_path[0] for spec in SPECS.values()}
+    assert {spec.command_path[0] for spec in SPECS.values() if len(spec.command_path) > 1} == set(
+        COMMAND_GROUPS
+    )
+    assert not queries & set(COMMANDS)
+    for spec in SPECS.values():  # each parses as its own command, through the dispatcher
+        argv = [*spec.command_path, "--help"]
+        assert _commands(build_parser(argv)) == queries, spec.name
 
 
 def test_a_command_brings_only_its_own_module() -> None:
     assert _commands(build_parser(["agent", "--only", "gpu"])) == {"agent"}
     # a query command brings the module of every query command (derived from the endpoint registry), nothing else
-    queries = {name for name, owner in COMMANDS.items() if owner == "ranksight.api.cli"}
-    assert _commands(build_parser(["sql", "SELECT 1"])) == queries
-    assert {"sql", "nodes", "gpu-probes", "silence"} <= queries and "agent" not in queries
+    assert _commands(build_parser(["sql", "SELECT 1"])) == _registered(QUERY_COMMANDS)
+    assert {"sql", "nodes", "gpu-probes", "silence"} <= _registered(QUERY_COMMANDS)
 
 
 def test_help_and_unknown_commands_see_every_command() -> None:
     for argv in ([], ["--help"], ["no-such-command"]):
-        assert _commands(build_parser(argv)) == set(COMMANDS)
+        assert _commands(build_parser(argv)) == set(COMMANDS) | _registered(QUERY_COMMANDS)
 
 
 # What a query command must not load: the aggregator's storage and analysis stack (the endpoint declarations and the

@@ -10,6 +10,8 @@ import time
 from typing import TYPE_CHECKING, Literal
 
 from ranksight.aggregator.actions.desk import action_row, cluster_sizes
+from ranksight.aggregator.api.endpoint import handles
+from ranksight.aggregator.api.merge import Merge
 from ranksight.aggregator.api.queries import history_rows
 from ranksight.api.contract import RequestError
 from ranksight.api.params import (
@@ -34,6 +36,7 @@ def _meta(agg: Aggregator) -> dict[str, object]:
             "refused_queue_full": agg.actions.runner.stats.refused_full}  # fmt: skip
 
 
+@handles("action_plan", merge=Merge(key=("id",), order=("-at",)))
 async def action_plan(agg: Aggregator, p: ActionPlanParams) -> ApiResponse:
     """What the policies decided and did not do (yet): dry-run plans, actions awaiting approval, and what the circuit
     breaker stopped; meta: the mode, the policies and the clusters whose breaker is open."""
@@ -42,6 +45,7 @@ async def action_plan(agg: Aggregator, p: ActionPlanParams) -> ApiResponse:
     return ApiResponse.success(sorted(rows, key=lambda r: r["at"], reverse=True), meta=_meta(agg))
 
 
+@handles("actions", merge=Merge(key=("id",), order=("-at",), limit="limit"))
 async def actions(agg: Aggregator, p: ActionsParams) -> ApiResponse:
     """Actions the aggregator knows now (this run's and those reloaded at start), newest first."""
     rows = [action_row(a) for a in agg.actions.planner.actions.values()
@@ -54,6 +58,7 @@ _AUDIT_SQL = """SELECT step_at, step, id, who, policy, action, mode, cluster, no
 FROM action_audit WHERE {where} ORDER BY step_at DESC, seq DESC LIMIT ?"""
 
 
+@handles("action_audit", merge=Merge(key=("id", "step", "step_at"), order=("-step_at",), limit="limit"))
 async def action_audit(agg: Aggregator, p: ActionAuditParams) -> ApiResponse:
     """The audit trail from history: every step of every action (who, what, why, result), newest first."""
     cap = agg.settings.aggregator.actions.max_audit_rows
@@ -63,6 +68,7 @@ async def action_audit(agg: Aggregator, p: ActionAuditParams) -> ApiResponse:
     return ApiResponse.success(rows[:limit], truncated=len(rows) > limit)
 
 
+@handles("action_approve")
 async def action_approve(agg: Aggregator, p: ActionDecisionParams) -> ApiResponse:
     """Approve an action awaiting approval: it runs (unless the circuit breaker has no room)."""
     desk = agg.actions
@@ -75,6 +81,7 @@ async def action_approve(agg: Aggregator, p: ActionDecisionParams) -> ApiRespons
     return ApiResponse.success([action_row(moved)])
 
 
+@handles("action_reject")
 async def action_reject(agg: Aggregator, p: ActionDecisionParams) -> ApiResponse:
     """Reject an action awaiting approval: it never runs."""
     try:
@@ -88,6 +95,7 @@ async def action_reject(agg: Aggregator, p: ActionDecisionParams) -> ApiResponse
 UNDOABLE: tuple[Literal["done", "undo_failed"], ...] = ("done", "undo_failed")
 
 
+@handles("action_undo")
 async def action_undo(agg: Aggregator, p: ActionUndoParams) -> ApiResponse:
     """Undo a done action: resume the Slurm node, uncordon, remove the exclusion, or tell the webhook or command."""
     action = agg.actions.planner.actions.get(p.id)

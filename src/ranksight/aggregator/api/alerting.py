@@ -12,6 +12,8 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
+from ranksight.aggregator.api.endpoint import handles
+from ranksight.aggregator.api.merge import Merge
 from ranksight.aggregator.api.queries import history_rows
 from ranksight.aggregator.timefmt import NS, iso, ns_of, utc
 from ranksight.api.contract import RequestError
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
 
 
+@handles("drain")
 async def drain(agg: Aggregator, p: DrainParams) -> ApiResponse:
     """Mark nodes as expected to go silent (maintenance, removal), or end that; rows: the drained nodes."""
     cluster = p.cluster or agg.settings.cluster
@@ -52,6 +55,7 @@ async def drain_known(agg: Aggregator, cluster: str, node: str, drained: bool, r
     agg.engine.drained = agg.engine.drained | key if drained else agg.engine.drained - key
 
 
+@handles("drains", merge=Merge(key=("cluster", "node"), order=("cluster", "node"), newest="since"))
 async def drains(agg: Aggregator, p: DrainsParams) -> ApiResponse:
     """Nodes drained now (expected to be silent): cluster, node, since, reason."""
     rows = await agg.store.call(agg.store.drained_nodes)
@@ -62,6 +66,7 @@ def _ns(value: datetime.datetime) -> int:
     return ns_of(utc(value).isoformat())
 
 
+@handles("silence_add")
 async def silence_add(agg: Aggregator, p: SilenceAddParams) -> ApiResponse:
     """Add a maintenance window: matching alerts are not announced (alert subjects) and Alertmanager silences them."""
     try:
@@ -101,6 +106,7 @@ async def silence_known(agg: Aggregator, silence: Silence) -> None:
         agg.engine.silences[silence.id] = silence
 
 
+@handles("silence_expire")
 async def silence_expire(agg: Aggregator, p: SilenceExpireParams) -> ApiResponse:
     """End a silence now."""
     silence = agg.engine.silences.get(p.id)
@@ -116,6 +122,7 @@ async def silence_expire(agg: Aggregator, p: SilenceExpireParams) -> ApiResponse
     return ApiResponse.success([silence_row(expired, now)])
 
 
+@handles("silences", merge=Merge(key=("id",), order=("-starts_at",)))
 async def silences(agg: Aggregator, p: SilencesParams) -> ApiResponse:
     """Silences (maintenance windows), newest first."""
     now = time.time_ns() // 1000 * 1000  # whole microseconds: what an ISO time keeps
@@ -148,6 +155,8 @@ FROM t GROUP BY fingerprint ORDER BY fired DESC LIMIT ?
 """
 
 
+# not merged: per-alert aggregates of one shard's history
+@handles("incidents")
 async def incidents(agg: Aggregator, p: IncidentsParams) -> ApiResponse:
     """One row per alert (fingerprint) from history: fired, resolved, duration, flaps (times it fired again)."""
     where, args = ["TRUE"], []

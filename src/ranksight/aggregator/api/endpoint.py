@@ -1,7 +1,8 @@
 """The server binding of a query endpoint: its contract (:class:`~ranksight.api.contract.EndpointSpec`) with the
-handler that answers it and how sharded aggregators' answers join (the bindings are in
-:mod:`aggregator.api.endpoints`). From the bindings come the NATS micro endpoints, the HTTP routes and the OpenAPI
-document. :func:`answer` maps what a handler raises to the one response shape and status that both faces share.
+handler that answers it and how sharded aggregators' answers join. A handler binds itself where it is written
+(:func:`handles`); :mod:`aggregator.api.endpoints` joins the bindings to the declarations. From them come the NATS micro
+endpoints, the HTTP routes and the OpenAPI document. :func:`answer` maps what a handler raises to the one response
+shape and status that both faces share.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ranksight.aggregator.api.merge import Merge
 from ranksight.api.contract import EndpointSpec, P, parse_params
@@ -22,6 +23,25 @@ if TYPE_CHECKING:
     from ranksight.core.config import Settings
 
 log = logging.getLogger(__name__)
+Handler = Callable[["Aggregator", Any], Awaitable[ApiResponse]]
+H = TypeVar("H", bound=Handler)
+# endpoint name -> (handler, merge), as the handler modules bind them when imported
+BINDINGS: dict[str, tuple[Handler, Merge[Any] | None]] = {}
+
+
+def handles(name: str, merge: Merge[Any] | None = None) -> Callable[[H], H]:
+    """Bind the decorated handler to endpoint ``name`` (declared in :mod:`ranksight.api.endpoints`). ``merge``: how
+    sharded aggregators' answers join into one for the whole cluster; None (an answer that does not union: an
+    aggregate, a write, one job's agents) answers from the asked aggregator's own data alone."""
+
+    def bind(handler: H) -> H:
+        if name in BINDINGS:
+            raise RuntimeError(f"endpoint {name!r} is bound twice: {BINDINGS[name][0].__qualname__} and "
+                               f"{handler.__qualname__}")  # fmt: skip
+        BINDINGS[name] = (handler, merge)
+        return handler
+
+    return bind
 
 
 class Forbidden(RefusedError, PermissionError):

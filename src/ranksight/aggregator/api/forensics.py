@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ranksight.aggregator.api.endpoint import handles
 from ranksight.api.contract import RequestError
 from ranksight.api.params import JobDumpParams
 from ranksight.schemas.api import ApiResponse
@@ -13,6 +14,8 @@ if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
 
 
+@handles("job_dump")
+@handles("job_evidence")
 async def job_dump(agg: Aggregator, p: JobDumpParams) -> ApiResponse:
     """Ask the job's agents for every process's Flight Recorder and Python stacks now, and match them across ranks."""
     cluster = p.cluster or agg.settings.cluster

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule
+from ranksight.aggregator.api.endpoint import handles
+from ranksight.aggregator.api.merge import Merge
 from ranksight.aggregator.timefmt import iso
 from ranksight.api.contract import DeviceParams
 from ranksight.schemas.api import ApiResponse
@@ -13,6 +15,15 @@ if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
 
 
+@handles(
+    "gpu_probes",
+    merge=Merge(
+        key=("cluster", "node", "index"),
+        order=("cluster", "node", "index"),
+        newest="measured",
+        counts=("discarded_busy",),
+    ),
+)
 async def gpu_probes(agg: Aggregator, p: DeviceParams) -> ApiResponse:
     """The live GPU probe results, each with the ``gpu_underperforming`` findings about it."""
     tracker = agg.state.gpu_probes

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from ranksight.aggregator.api.endpoint import handles
+from ranksight.aggregator.api.merge import Merge
 from ranksight.aggregator.timefmt import iso
 from ranksight.api.params import MarkersParams
 from ranksight.schemas.api import ApiResponse
@@ -20,6 +22,10 @@ _SQL = (
 )
 
 
+@handles(
+    "markers",
+    merge=Merge(key=("cluster", "node", "pid", "time", "text"), order=("time", "node", "pid"), limit="limit"),
+)
 async def markers(agg: Aggregator, p: MarkersParams) -> ApiResponse:
     """Timeline markers posted by jobs, oldest first."""
     args = [p.job, p.job, p.cluster, p.cluster, p.limit + 1]

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ranksight.aggregator.alerts import LIFECYCLE_RULES
-from ranksight.aggregator.api.endpoint import Forbidden
+from ranksight.aggregator.api.endpoint import Forbidden, handles
 from ranksight.aggregator.api.health import nodes_health
+from ranksight.aggregator.api.merge import Merge
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.history import export_parquet, exported_until
 from ranksight.aggregator.state.devices import DeviceState
@@ -23,6 +24,14 @@ from ranksight.schemas.structs import to_builtins
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
     from ranksight.aggregator.state import NodeState
+
+
+# How sharded aggregators' answers join (aggregator.api.merge): node rows by node, the newest report winning.
+BY_NODE: Merge[Any] = Merge(key=("cluster", "node"), order=("cluster", "node"), newest="last_seen")
+ALERTS = Merge[AlertsParams](
+    key=lambda p: ("fingerprint",) if p.state == "firing" else ("fingerprint", "state", "updated_at"),
+    order=lambda p: ("-started_at",) if p.state == "firing" else ("-updated_at",),
+    newest="updated_at", limit="limit")  # fmt: skip
 
 
 def _sorted_nodes(agg: Aggregator) -> list[NodeState]:
@@ -68,12 +77,14 @@ def _node_rows(agg: Aggregator) -> list[dict[str, Any]]:
     return rows
 
 
+@handles("status", merge=BY_NODE)
 async def status(agg: Aggregator, p: StatusParams) -> ApiResponse:
     """Nodes and their state; ``meta``: the aggregator's own status."""
     rows = [r for r in _node_rows(agg) if p.cluster in (None, r["cluster"])]
     return ApiResponse.success(rows, meta=agg.status_meta())
 
 
+@handles("nodes", merge=BY_NODE)
 async def nodes(agg: Aggregator, p: NodesParams) -> ApiResponse:
     """Every node the aggregator knows, with its agent's health and publisher counters."""
     rows = []
@@ -89,6 +100,7 @@ async def nodes(agg: Aggregator, p: NodesParams) -> ApiResponse:
 _ALERT_FILTERS = ("cluster", "rule", "severity", "node")
 
 
+@handles("alerts", merge=ALERTS)
 async def alerts(agg: Aggregator, p: AlertsParams) -> ApiResponse:
     """Firing alerts from live state (job lifecycle events aside unless asked), or (state=resolved|all) alert transitions from history, newest first."""
     if p.state == "firing":
@@ -121,6 +133,8 @@ def history_rows(cursor: Any, sql: str, args: list[Any]) -> list[dict[str, Any]]
     return [{n: jsonable(v) for n, v in zip(names, r, strict=True)} for r in cur.fetchall()]
 
 
+# not merged: an aggregate or a LIMIT does not union; SQL across shards reads their Parquet exports
+@handles("sql")
 async def sql(agg: Aggregator, p: SqlParams) -> ApiResponse:
     """A read-only query over the history (the sandbox refuses anything else); capped rows, limited time."""
     cfg = agg.settings.aggregator.query
@@ -142,6 +156,7 @@ async def sql(agg: Aggregator, p: SqlParams) -> ApiResponse:
     return ApiResponse.success(result.rows, truncated=result.truncated, meta=meta)
 
 
+@handles("export")
 async def export(agg: Aggregator, p: ExportParams) -> ApiResponse:
     """Parquet of [since, until) under ``dir`` on the aggregator host, partitioned by day; one row per table."""
     if not agg.settings.aggregator.query.export_enabled:
@@ -185,11 +200,19 @@ def _device_rows(agg: Aggregator, kind: str, p: DeviceParams) -> list[dict[str, 
     return rows
 
 
+@handles(
+    "gpus",
+    merge=Merge(key=("cluster", "node", "index"), order=("cluster", "node", "index"), newest="last_seen"),
+)
 async def gpus(agg: Aggregator, p: DeviceParams) -> ApiResponse:
     """Live GPU state per node: utilization, memory, power, temperature, clocks, ECC."""
     return ApiResponse.success(_device_rows(agg, "gpu", p))
 
 
+@handles(
+    "nics",
+    merge=Merge(key=("cluster", "node", "name"), order=("cluster", "node", "name"), newest="last_seen"),
+)
 async def nics(agg: Aggregator, p: DeviceParams) -> ApiResponse:
     """Live NIC state per node: link, speed, rates, errors, flaps."""
     return ApiResponse.success(_device_rows(agg, "nic", p))
@@ -205,6 +228,14 @@ def _lead_meta(agg: Aggregator) -> dict[str, Any]:
     return {} if agg.lead is None else {"analysis_lead": True}
 
 
+@handles(
+    "links",
+    merge=Merge(
+        key=("cluster", "src", "dst", "transport", "dst_addr"),
+        order=("cluster", "src", "dst"),
+        newest="measured",
+    ),
+)
 async def links(agg: Aggregator, p: ClusterParams) -> ApiResponse:
     """The link map: measured bandwidth, RTT and jitter between nodes."""
     state = agg.analysis_state
@@ -214,6 +245,15 @@ async def links(agg: Aggregator, p: ClusterParams) -> ApiResponse:
     return ApiResponse.success(rows, meta={"skipped": skipped, **_lead_meta(agg)})
 
 
+@handles(
+    "stragglers",
+    merge=Merge(
+        key=("cluster", "hostname", "pid", "kind", "comm", "rank"),
+        order=("cluster", "-slowdown"),
+        newest="last_seen",
+        counts=("records",),
+    ),
+)
 async def stragglers(agg: Aggregator, p: ClusterParams) -> ApiResponse:
     """Current straggler findings of the online engine (confirmed by evidence over a sliding ``aggregator.stragglers.window_s``)."""
     state = agg.analysis_state

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ranksight.aggregator.api.endpoint import handles
 from ranksight.aggregator.api.health import job_health
+from ranksight.aggregator.api.merge import Merge
 from ranksight.aggregator.state.jobs import JobState
 from ranksight.aggregator.timefmt import iso
 from ranksight.api.params import JobParams
@@ -20,6 +22,7 @@ def _selected(agg: Aggregator, p: JobParams) -> list[JobState]:
     return [j for j in jobs if p.cluster in (None, j.cluster) and p.job in (None, j.job_id)]
 
 
+@handles("jobs", merge=Merge(key=("cluster", "job"), order=("cluster", "first_seen"), newest="last_poll"))
 async def jobs(agg: Aggregator, p: JobParams) -> ApiResponse:
     """RCCL/NCCL jobs seen through RAS, their state and health (``health``: the one vocabulary, ok/warning/critical;
     ``ras_health``: RAS's own word for its last status)."""
@@ -35,6 +38,7 @@ async def jobs(agg: Aggregator, p: JobParams) -> ApiResponse:
     return ApiResponse.success(rows)
 
 
+@handles("comms", merge=Merge(key=("cluster", "job", "hash"), order=("cluster", "job", "hash")))
 async def comms(agg: Aggregator, p: JobParams) -> ApiResponse:
     """Communicators of the jobs RAS watches; those of an ended job are ``ENDED`` (``last_status``: what its last
     status said)."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from ranksight.aggregator.alerts import LIFECYCLE_RULES
+from ranksight.aggregator.api.endpoint import handles
 from ranksight.aggregator.api.health import (
     HEALTH_RANK,
     HEALTH_WORDS,
@@ -25,6 +26,7 @@ from ranksight.aggregator.api.health import (
     node_health,
     worst,
 )
+from ranksight.aggregator.api.merge import Merge
 from ranksight.aggregator.api.sql import jsonable
 from ranksight.aggregator.device_jobs import device_jobs
 from ranksight.aggregator.timefmt import utc
@@ -42,6 +44,7 @@ US = 1_000_000
 EPOCH = datetime.datetime(1970, 1, 1)
 
 
+@handles("cluster_map", merge=Merge(key=("cluster", "node"), order=("cluster", "node")))
 async def cluster_map(agg: Aggregator, p: ClusterParams) -> ApiResponse:
     """Every node with its health (from state and firing alerts) and its GPUs' health and utilization. A GPU's health
     counts the alerts about it alone; ``node_wide`` is what concerns the whole node (its state and the alerts about
@@ -171,6 +174,8 @@ class SeriesQuery:
     max_lines: int
 
 
+# not merged: a rank's lateness needs every rank of its communicator, and a takeover can split a line in two shards
+@handles("series")
 async def series(agg: Aggregator, p: SeriesParams) -> ApiResponse:
     """A metric over time, one line per GPU, port, rank or communicator, with straggler and alert windows."""
     cfg = agg.settings.aggregator.query

@@ -51,7 +51,8 @@ def _summary(report: JobReport, rank: int, kind: str, collective: str, seq: int,
              waiting_s: float | None, frame: dict[str, object]) -> str:  # fmt: skip
     who = f"rank {rank}" + (f" ({frame['host']} pid {frame.get('pid')})" if frame.get("host") else "")
     what = {"collective_mismatch": f"called another op than {collective} at",
-            "rank_without_dump": f"gave no dump (dead or unreachable); its peers last entered {collective}"}.get(
+            "rank_without_dump": f"gave no dump (dead or unreachable); its peers last entered {collective}",
+            "p2p_hang": f"never posted its side of its peer's {collective}"}.get(
                 kind, f"never entered {collective}")  # fmt: skip
     waited = f"; peers waited {waiting_s:.0f}s" if waiting_s is not None else ""
     where = f"; at {frame['where']}" if frame.get("where") else ""

@@ -57,6 +57,7 @@ class Finding:
     frames: dict[int, dict[str, Any]] = field(default_factory=dict)
     seq_kind: str = "collective"
     first_divergence: bool = False
+    group_ranks: list[int] = field(default_factory=list)  # the group's members (global ranks) as far as known
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -70,6 +71,7 @@ class Finding:
             "waiting_ranks": self.waiting_ranks,
             "waiting_s": None if self.waiting_s is None else round(self.waiting_s, 3),
             "first_divergence": self.first_divergence,
+            "group_ranks": self.group_ranks,
             "verdicts": {str(r): v for r, v in sorted(self.verdicts.items())},
             "frames": {str(r): v for r, v in sorted(self.frames.items())},
         }
@@ -129,7 +131,9 @@ def analyze(dumps: Sequence[RankDump], world_size: int | None = None, min_wait_s
     missing_dump = sorted(set(range(world)) - set(by_rank))
     findings: list[Finding] = []
     for group in _groups(by_rank, world).values():
-        findings.extend(_group_findings(group, by_rank, missing_dump, min_wait_s))
+        for finding in _group_findings(group, by_rank, missing_dump, min_wait_s):
+            finding.group_ranks = sorted(group.members)
+            findings.append(finding)
     findings.sort(key=lambda f: (f.created_ns is None, f.created_ns or 0, f.kind))
     if findings:
         findings[0].first_divergence = True

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from ranksight.aggregator.analysis.forensics import FlightRecorderHangRule
 from ranksight.aggregator.analysis.hangs import HangFinder, _CommOp
-from ranksight.aggregator.hang_forensics import HangForensics, join_ras_comm
+from ranksight.aggregator.hang_forensics import HangForensics, job_nodes, join_ras_comm
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.app import RankKey, RankState
 from ranksight.aggregator.state.forensics import JobReport
@@ -117,9 +117,10 @@ async def test_without_a_ras_or_inspector_hang_the_report_alerts_on_its_own() ->
     state = state_with("python_stuck")
     report = state.forensics.reports[("c", "J")]
     unrelated = hang_alert("collective_hang", "K", lagging_ranks=[{"hostname": "other", "pid": 1}])
-    await HangForensics(HangForensicsSettings()).merge(
-        fake_aggregator(state, [unrelated]), report, [unrelated]
-    )  # type: ignore[arg-type]
+    overdue = hang_alert("rank_heartbeat_overdue", "J")  # the job's, but not a RAS / Inspector hang alert
+    alerts = [unrelated, overdue]
+    agg = fake_aggregator(state, alerts)
+    await HangForensics(HangForensicsSettings()).merge(agg, report, alerts)  # type: ignore[arg-type]
     assert report.merged_into is None
     (cond,) = FlightRecorderHangRule().evaluate(state, NOW)
     assert cond.rule == "flight_recorder_hang" and cond.evidence["ras_comm"] is None
@@ -145,3 +146,21 @@ def test_a_process_group_joins_its_communicator_by_its_processes_else_by_size() 
     assert join_ras_comm(state, "c", "J", [0, 1], procs) == {"hash": None, "joined_by": "size",
                                                               "candidates": ["0x2", "0x3"]}  # fmt: skip
     assert join_ras_comm(state, "c", "other-job", [0, 1, 2], procs) is None
+
+
+def test_nodes_of_a_job_without_the_client_come_from_ras_and_inspector() -> None:
+    state = LiveState()
+    assert job_nodes(state, "c", "J") == set()
+    job = state.jobs.jobs[("c", "J")] = JobState(
+        cluster="c", job_id="J", endpoint="e", node="n0", first_seen_ns=0
+    )
+    job.comms["0x00abc"] = CommState("0x00abc", 2, "RUNNING", [], [], {}, None, 0)
+    finder = state.stragglers.hang_finders["c"] = HangFinder(quiet_s=5)
+    finder.comm_ops[("0xabc", "AllReduce")] = _CommOp("0xabc", 2, {0: (5, ("h1", 11)), 1: (5, ("h2", 12))})
+    finder.comm_ops[("0xfff", "AllReduce")] = _CommOp("0xfff", 1, {0: (5, ("h9", 19))})  # another job's
+    finder.proc_seen = {("h1", 11): (0, "n1"), ("h2", 12): (0, "n2"), ("h9", 19): (0, "n9")}
+    assert job_nodes(state, "c", "J") == {"n0", "n1", "n2"}
+    state.app.ranks[RankKey("c", "J", 0, None, None)] = RankState(
+        cluster="c", node="n5", agent="a", job="J", rank=0, local_rank=0, world_size=2, pid=1, first_seen_ns=0,
+        last_seen_ns=0)  # fmt: skip
+    assert job_nodes(state, "c", "J") == {"n0", "n1", "n2", "n5"}

@@ -125,7 +125,7 @@ class HangForensics:
         if report.merged_into is not None or not report.report.findings:
             return
         alert = next((a for a in sorted(alerts, key=lambda a: a.rule != "comm_hang")
-                      if a.state == "firing" and same_hang(a, report)), None)  # fmt: skip
+                      if a.rule in HANG_ALERTS and a.state == "firing" and same_hang(a, report)), None)  # fmt: skip
         if alert is None:
             return
         report.merged_into = {"rule": alert.rule, "fingerprint": alert.fingerprint}
@@ -139,7 +139,7 @@ class HangForensics:
         """Ask the job's agents, match their dumps; the report (not yet kept in live state)."""
         state = agg.analysis_state or agg.state
         ranks = [st for st in state.app.ranks.values() if st.cluster == cluster and st.job == job]
-        nodes = sorted({st.node for st in ranks})
+        nodes = sorted(job_nodes(state, cluster, job))
         keep = self.settings.max_nodes_per_job
         errors: list[dict[str, Any]] = [{"node": n, "error": f"not asked: beyond max_nodes_per_job ({keep})"}
                                         for n in nodes[keep:]]  # fmt: skip
@@ -160,7 +160,7 @@ class HangForensics:
                 kept = chosen.get(dump.rank)
                 if kept is None or _speaks_better(dump, kept[0]):
                     chosen[dump.rank] = (dump, node, proc["dump"])
-                if kept is not None:
+                if kept is not None and (kept[0].pid != dump.pid or kept[1] != node):  # not one process twice
                     errors.append({"node": node, "rank": dump.rank, "error": f"rank {dump.rank} answered twice; "
                                    f"pid {chosen[dump.rank][0].pid} speaks for it"})  # fmt: skip
         dumps = [dump for dump, _, _ in chosen.values()]
@@ -263,6 +263,24 @@ def corroborate(state: LiveState, cluster: str, job: str, rank: int, dumps: list
 
 
 Proc = tuple[str, int]  # (host, pid)
+
+
+def job_nodes(state: LiveState, cluster: str, job: str) -> set[str]:
+    """The nodes a job runs on: where its ranks' ``ranksight.client`` signals come from and, for a job that does not use
+    the client (torch's own sources only), the RAS job of that id (its polling agent, the nodes Inspector saw its
+    communicators' processes on)."""
+    nodes = {st.node for st in state.app.ranks.values() if st.cluster == cluster and st.job == job}
+    finder = state.stragglers.hang_finders.get(cluster)
+    for ras_job in state.jobs.live():
+        if ras_job.cluster != cluster or ras_job.job_id != job:
+            continue
+        nodes.add(ras_job.node)
+        if finder is not None:
+            hashes = {comm_hash(h) for h in ras_job.comms}
+            procs = {proc for (comm_id, _), c in finder.comm_ops.items() if comm_hash(comm_id) in hashes
+                     for _, proc in c.last.values()}  # fmt: skip
+            nodes |= {seen[1] for proc in procs if (seen := finder.proc_seen.get(proc)) is not None}
+    return nodes
 
 
 def processes_of(dumps: list[RankDump], ranks: list[RankState]) -> dict[int, Proc]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ranksight.aggregator.hang_forensics import job_nodes
 from ranksight.api.contract import RequestError
 from ranksight.api.params import JobDumpParams
 from ranksight.schemas.api import ApiResponse
@@ -17,9 +18,10 @@ async def job_dump(agg: Aggregator, p: JobDumpParams) -> ApiResponse:
     """Ask the job's agents for every process's Flight Recorder and Python stacks now, and match them across ranks."""
     cluster = p.cluster or agg.settings.cluster
     state = agg.analysis_state or agg.state
-    if not any(st.cluster == cluster and st.job == p.job for st in state.app.ranks.values()):
+    if not job_nodes(state, cluster, p.job):
         raise RequestError(f"no rank of job {p.job!r} in cluster {cluster!r} is known: its processes report through "
-                           "ranksight.client (RANK and a scheduler job id in their environment)")  # fmt: skip
+                           "ranksight.client (RANK and a scheduler job id in their environment), or RAS watches a "
+                           "job of that id")  # fmt: skip
     report = await agg.hang_forensics.dump_now(agg, cluster, p.job)
     rows = []
     for finding in report.report.findings:

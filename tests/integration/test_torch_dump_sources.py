@@ -154,3 +154,42 @@ def wait_for_sync(predicate, timeout: float = 10.0) -> None:  # type: ignore[no-
 def test_bad_worker_server_answers_get_a_reason(head: bytes, message: str) -> None:
     with pytest.raises(DumpError, match=message):
         parse_http_head(head, 1000)
+
+
+P2P_JOB = """
+import os, sys, threading, time
+import torch, torch.distributed as dist
+rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+def dump():
+    time.sleep(3)
+    open(f"{out}/fr-{rank}.json", "wb").write(torch._C._distributed_c10d._dump_fr_trace_json(includeCollectives=True))
+    os._exit(0)
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+t = torch.ones(4)
+dist.all_reduce(t)
+threading.Thread(target=dump, daemon=True).start()
+if rank == 0:
+    dist.send(t, 1)  # rank 1 never posts the recv
+time.sleep(60)
+"""
+
+
+def test_gloo_flight_recorder_does_not_see_a_send_that_waits(tmp_path: Path) -> None:
+    """Checked on torch 2.13's CPU build: gloo's Flight Recorder records no send or recv, and a send waiting for a
+    recv that never comes leaves its group's sequence ids where they were: such a hang is invisible in it (the
+    rank's thread stacks show it). P2P matching is for NCCL's dumps, whose sends and recvs are entries."""
+    env = {**os.environ, "TORCH_FR_BUFFER_SIZE": "16"}
+    port = str(free_port())
+    procs = [subprocess.Popen([sys.executable, "-c", P2P_JOB, str(r), port, str(tmp_path)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for r in range(2)]  # fmt: skip
+    try:
+        for proc in procs:
+            proc.wait(timeout=120)
+    finally:
+        for proc in procs:
+            proc.kill()
+    dumps = [parse_dump(p.read_bytes(), p.name) for p in sorted(tmp_path.glob("fr-*.json"))]
+    assert [d.rank for d in dumps] == [0, 1]
+    assert not any(e.is_p2p for d in dumps for e in d.entries)
+    assert [(d.pg_status[0].last_enqueued, d.pg_status[0].last_completed) for d in dumps] == [(1, 1), (1, 1)]
+    assert analyze(dumps).findings == []  # type: ignore[arg-type]

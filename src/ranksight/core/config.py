@@ -850,7 +850,8 @@ class RawEvidenceSettings(Section):
 class HangForensicsSettings(Section):
     """Hang forensics (``aggregator.hang_forensics``): when a hang alert of ``rules`` fires for a job, the aggregator asks
     the agents of the job's nodes for every process's Flight Recorder and Python stacks (``hang_dump``), matches them
-    across ranks and raises ``flight_recorder_hang`` naming the rank that never arrived, its op and its frame."""
+    across ranks and names the rank that never arrived, its op and its frame: in the same hang's ``comm_hang`` /
+    ``collective_hang`` alert (``evidence.flight_recorder``) when there is one, else as ``flight_recorder_hang``."""
 
     enabled: bool = True
     rules: list[str] = Field(

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from ranksight.aggregator.analysis.forensics import FlightRecorderHangRule
 from ranksight.aggregator.analysis.hangs import HangFinder, _CommOp
-from ranksight.aggregator.hang_forensics import HangForensics, job_nodes, join_ras_comm
+from ranksight.aggregator.hang_forensics import HangForensics, job_nodes, jobs_of, join_ras_comm
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.app import RankKey, RankState
 from ranksight.aggregator.state.forensics import JobReport
@@ -164,3 +164,12 @@ def test_nodes_of_a_job_without_the_client_come_from_ras_and_inspector() -> None
         cluster="c", node="n5", agent="a", job="J", rank=0, local_rank=0, world_size=2, pid=1, first_seen_ns=0,
         last_seen_ns=0)  # fmt: skip
     assert job_nodes(state, "c", "J") == {"n0", "n1", "n2", "n5"}
+
+
+def test_a_collective_hang_alert_naming_no_job_dumps_the_jobs_of_its_processes() -> None:
+    state = state_with("stopped")  # ranks on n0..n2, pids 100..102, job J
+    silent = hang_alert("collective_hang", "", lagging_ranks=[{"hostname": "n2", "pid": 102}])
+    assert jobs_of(state, silent.model_copy(update={"job": None})) == {"J"}
+    assert jobs_of(state, hang_alert("comm_hang", "RAS-7")) == {"RAS-7"}
+    elsewhere = hang_alert("collective_hang", "", lagging_ranks=[{"hostname": "n2", "pid": 999}])
+    assert jobs_of(state, elsewhere.model_copy(update={"job": None})) == set()

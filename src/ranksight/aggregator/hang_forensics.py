@@ -65,12 +65,13 @@ class HangForensics:
         cfg = self.settings
         if not cfg.enabled or agg.nc is None:
             return
-        for alert in transitions:
-            if alert.state != "firing" or alert.rule not in cfg.rules or not alert.job:
-                continue
-            self.start(agg, alert.cluster, alert.job)
-        hangs = [a for a in transitions if a.state == "firing" and a.rule in HANG_ALERTS]
         state = agg.analysis_state or agg.state
+        for alert in transitions:
+            if alert.state != "firing" or alert.rule not in cfg.rules:
+                continue
+            for job in jobs_of(state, alert):
+                self.start(agg, alert.cluster, job)
+        hangs = [a for a in transitions if a.state == "firing" and a.rule in HANG_ALERTS]
         for report in state.forensics.reports.values() if hangs else ():
             # a RAS / Inspector hang alert that fires after the report: the report goes into it
             task = asyncio.create_task(
@@ -320,6 +321,31 @@ def join_ras_comm(state: LiveState, cluster: str, job: str, group_ranks: list[in
     return {"hash": sized[0] if len(sized) == 1 else None, "joined_by": "size", "candidates": sized}
 
 
+def alert_processes(alert: Alert) -> set[tuple[Any, Any]]:
+    """The (host, pid) of the processes a hang alert names (its lagging ranks, RAS's and Inspector's)."""
+    return {(r.get("hostname") or r.get("host"), r.get("pid")) for r in _rows(alert)}
+
+
+def _rows(alert: Alert) -> list[dict[str, Any]]:
+    """The rows of ranks a hang alert's evidence lists (``lagging_ranks``, ``inspector_lagging``)."""
+    ev = alert.evidence
+    return [
+        r
+        for r in (*(ev.get("lagging_ranks") or []), *(ev.get("inspector_lagging") or []))
+        if isinstance(r, dict)
+    ]
+
+
+def jobs_of(state: LiveState, alert: Alert) -> set[str]:
+    """The jobs to dump for an alert: its job, else (``collective_hang`` names none) the jobs of the client processes
+    it names (their node taken as their host)."""
+    if alert.job:
+        return {alert.job}
+    procs = alert_processes(alert)
+    return {st.job for st in state.app.ranks.values()
+            if st.cluster == alert.cluster and st.job and (st.node, st.pid) in procs}  # fmt: skip
+
+
 def same_hang(alert: Alert, report: JobReport) -> bool:
     """Whether a RAS / Inspector hang alert and a Flight Recorder report are one hang: same cluster, and the same job,
     or a process in common, or a communicator joined to one of the report's process groups."""
@@ -327,13 +353,11 @@ def same_hang(alert: Alert, report: JobReport) -> bool:
         return False
     if alert.job == report.job:
         return True
-    ev = alert.evidence
-    rows = [*(ev.get("lagging_ranks") or []), *(ev.get("inspector_lagging") or [])]
-    theirs = {(r.get("hostname") or r.get("host"), r.get("pid")) for r in rows if isinstance(r, dict)}
-    ours = set(report.processes.values())
-    if theirs & ours:
+    if alert_processes(alert) & set(report.processes.values()):
         return True
+    ev = alert.evidence
+    rows = _rows(alert)
     hashes = {comm_hash(str(h)) for h in [*(ev.get("comms") or {}), ev.get("comm_id")] if h}
-    hashes |= {comm_hash(str(r.get("comm_id"))) for r in rows if isinstance(r, dict) and r.get("comm_id")}
+    hashes |= {comm_hash(str(r.get("comm_id"))) for r in rows if r.get("comm_id")}
     joined = {comm_hash(h) for j in report.ras_comms.values() for h in ([j["hash"]] if j.get("hash") else [])}
     return bool(hashes & joined)

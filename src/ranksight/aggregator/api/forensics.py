@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ranksight.aggregator.analysis.forensics import named_ranks
 from ranksight.aggregator.hang_forensics import job_nodes
 from ranksight.api.contract import RequestError
 from ranksight.api.params import JobDumpParams
@@ -23,11 +24,9 @@ async def job_dump(agg: Aggregator, p: JobDumpParams) -> ApiResponse:
                            "ranksight.client (RANK and a scheduler job id in their environment), or RAS watches a "
                            "job of that id")  # fmt: skip
     report = await agg.hang_forensics.dump_now(agg, cluster, p.job)
-    rows = []
-    for finding in report.report.findings:
-        for rank in finding.missing_ranks or finding.mismatched_ranks:
-            rows.append({**finding.as_dict(), "rank": rank, "where": finding.frames.get(rank, {}).get("where"),
-                         "node": report.nodes.get(rank)})  # fmt: skip
+    # a row per named rank: the finding, and where the rank runs (host, pid, GPU, node, its group's RAS communicator)
+    rows = [{**finding.as_dict(), **{k: v for k, v in named.items() if k not in ("summary", "corroboration")}}
+            for finding, _, named in named_ranks(report)]  # fmt: skip
     meta: dict[str, Any] = {
         "job": p.job, "cluster": cluster, "ranks_seen": report.report.ranks_seen,
         "ranks_missing_dump": report.report.ranks_missing_dump, "world_size": report.report.world_size,

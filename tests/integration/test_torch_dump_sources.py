@@ -14,15 +14,17 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from ranksight.agent.collectors.app_dumps import torch_dump_files
+from ranksight.agent.collectors.app import AppCollector
 from ranksight.agent.collectors.torch_sources import parse_http_head, trigger_debug_pipes, worker_server_dumps
 from ranksight.core.flightrec import DumpError, analyze, parse_dump
 from tests.fr_job import start_ranks
 from tests.integration.test_hang_forensics import free_port
 from tests.support import wait_for
+from tests.unit.test_hang_dump_agent import app_settings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "flight_recorder"
 
@@ -111,7 +113,7 @@ def torch_dump_pipe(prefix: str, rank: int, dump_file: Path, stop: threading.Eve
         os.close(fd)
 
 
-def test_debug_pipe_asks_torch_to_write_its_dump(tmp_path: Path) -> None:
+async def test_debug_pipe_asks_torch_to_write_its_dump(tmp_path: Path) -> None:
     prefix, dumps = str(tmp_path / "pipe_"), tmp_path / "dumps"
     dumps.mkdir()
     stop = threading.Event()
@@ -128,11 +130,17 @@ def test_debug_pipe_asks_torch_to_write_its_dump(tmp_path: Path) -> None:
         assert sorted((e["rank"], e["error"]) for e in unasked) == [(7, "no process reads it (gone)"),
                                                                     (8, "not a named pipe")]  # fmt: skip
         wait_for_sync(lambda: len(list(dumps.iterdir())) == 3)
+        # the agent's way: the pipes, a wait, then the files (with the reasons of the pipes it could not ask)
+        for dump in dumps.iterdir():
+            dump.unlink()
+        settings = app_settings(torch_debug_pipe_prefix=prefix, torch_dump_dir=dumps, torch_pipe_wait_s=1.0)
+        found = await AppCollector._torch_dumps(SimpleNamespace(app_settings=settings), None, 64)  # type: ignore[arg-type]
     finally:
         stop.set()
         for reader in readers:
             reader.join()
-    found = torch_dump_files(dumps, max_bytes=1 << 20, max_age_s=600, max_files=100, entries_per_group=64)
+    assert sorted(str(e["error"]) for e in found if e["dump"] is None) == ["no process reads it (gone)",
+                                                                          "not a named pipe"]  # fmt: skip
     (finding,) = analyze(dumps_of(found)).findings  # type: ignore[arg-type]
     assert (finding.kind, finding.missing_ranks, finding.seq) == ("collective_hang", [2], 4)
 

@@ -138,8 +138,16 @@ class AppCollector(StreamingCollector):
         per_group = request.get("entries_per_group", self.app_settings.dump_entries_per_group)
         if not isinstance(per_group, int) or not 1 <= per_group <= self.app_settings.dump_entries_per_group:
             raise ValueError(f"entries_per_group must be 1..{self.app_settings.dump_entries_per_group}")
-        processes = await self.dumps.dump_job(job, per_group)
+        # the sources at once: a process answers its client's request while torch's servers and pipes answer theirs
+        answers = await asyncio.gather(self.dumps.dump_job(job, per_group), self._torch_dumps(job, per_group))
+        processes = [proc for answer in answers for proc in answer]
+        # half the server's max_payload: the reply's JSON framing stays well within it
+        return {"node": self.ctx.node, "processes": fit_reply(processes, self.ctx.nc.max_payload // 2)}
+
+    async def _torch_dumps(self, job: str | None, per_group: int) -> list[dict[str, Any]]:
+        """What torch's own sources give, where configured: its worker servers, its debug pipes (then its files)."""
         cfg = self.app_settings
+        processes: list[dict[str, Any]] = []
         if cfg.torch_worker_sockets is not None:
             processes += await worker_server_dumps(cfg.torch_worker_sockets, job, cfg.dump_max_bytes, cfg.dump_timeout_s,
                                                    cfg.dump_concurrency, cfg.dump_max_files, per_group)  # fmt: skip
@@ -152,8 +160,7 @@ class AppCollector(StreamingCollector):
         if cfg.torch_dump_dir is not None:
             processes += await asyncio.to_thread(torch_dump_files, cfg.torch_dump_dir, cfg.dump_max_bytes,
                                                  cfg.torch_dump_max_age_s, cfg.dump_max_files, per_group)  # fmt: skip
-        # half the server's max_payload: the reply's JSON framing stays well within it
-        return {"node": self.ctx.node, "processes": fit_reply(processes, self.ctx.nc.max_payload // 2)}
+        return processes
 
     async def run(self, emit: Emit) -> None:
         path = self.ctx.settings.app_socket_path()

@@ -3,6 +3,7 @@ what the operator needs in its summary and evidence; it resolves once every rank
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -173,3 +174,18 @@ def test_a_collective_hang_alert_naming_no_job_dumps_the_jobs_of_its_processes()
     assert jobs_of(state, hang_alert("comm_hang", "RAS-7")) == {"RAS-7"}
     elsewhere = hang_alert("collective_hang", "", lagging_ranks=[{"hostname": "n2", "pid": 999}])
     assert jobs_of(state, elsewhere.model_copy(update={"job": None})) == set()
+
+
+async def test_a_ras_hang_alert_firing_after_the_report_takes_it_in() -> None:
+    state = state_with("stopped")
+    report = state.forensics.reports[("c", "J")]
+    assert list(FlightRecorderHangRule().evaluate(state, NOW))  # alone, the report alerts
+    ras = hang_alert("comm_hang", "J")
+    agg = fake_aggregator(state, [ras])
+    agg.nc = object()
+    forensics = HangForensics(HangForensicsSettings(rules=[]))  # no new dump: only the merge
+    forensics.submit(agg, [ras])  # type: ignore[arg-type]
+    await asyncio.gather(*forensics._merges)
+    assert report.merged_into == {"rule": "comm_hang", "fingerprint": ras.fingerprint}
+    assert ras.evidence["flight_recorder"]["ranks"][0]["rank"] == 2
+    assert not list(FlightRecorderHangRule().evaluate(state, NOW))

@@ -31,7 +31,8 @@ async def job_dump(agg: Aggregator, p: JobDumpParams) -> ApiResponse:
         "job": p.job, "cluster": cluster, "ranks_seen": report.report.ranks_seen,
         "ranks_missing_dump": report.report.ranks_missing_dump, "world_size": report.report.world_size,
         "dump_errors": report.errors, "corroboration": {str(r): v for r, v in report.corroboration.items()},
-        "nodes": {str(r): n for r, n in sorted(report.nodes.items())},
+        "nodes": {str(r): n for r, n in sorted(report.nodes.items())}, "ras_comms": report.ras_comms,
+        "merged_into": report.merged_into,
     }  # fmt: skip
     if p.include_dumps:
         meta["dumps"] = report.raw_dumps

@@ -14,7 +14,9 @@ Within one process group every member enqueues the same collectives in the same 
   sent): fr_trace's pairing, a send ``A->B`` with a recv ``B<-A`` of the same group, the k-th of one with the k-th of
   the other in ``p2p_seq_id`` order (among the ops not yet completed). The peer that never posted is named; the peers
   in ``profiling_name`` are group ranks, mapped to global ranks through the group's sorted members (``pg_config``'s
-  ranks where torch filled them in, else the ranks seen in the group).
+  ranks where torch filled them in, else the ranks seen in the group). A paired send and recv whose sizes or dtypes
+  differ are a ``collective_mismatch`` with ``seq_kind`` ``p2p`` (fr_trace: the send's input sizes against the recv's
+  output sizes), naming both ends.
 
 The findings are ordered by the time their op was created: the first is where the ranks diverged first. A rank named
 by a finding comes with where it is: its main thread's innermost frame of its own code when its dump carries Python
@@ -270,6 +272,9 @@ def _p2p_findings(group: _Group, by_rank: dict[int, RankDump]) -> Iterable[Findi
     for pair in sorted(set(sends) | set(recvs)):
         posted, answered = sends.get(pair, []), recvs.get(pair, [])
         src, dst = pair
+        mismatch = _p2p_mismatch(group, by_rank, pair, list(zip(posted, answered, strict=False)))
+        if mismatch is not None:
+            yield mismatch
         if len(posted) > len(answered):
             waiter, absent, op = src, dst, posted[len(answered)]
         elif len(answered) > len(posted):
@@ -286,6 +291,42 @@ def _p2p_findings(group: _Group, by_rank: dict[int, RankDump]) -> Iterable[Findi
         finding.frames[absent] = _where(by_rank[absent], _last_entry(group, absent) or
                                         (max(peer_entries, key=lambda e: e.p2p_seq_id) if peer_entries else None))  # fmt: skip
         yield finding
+
+
+def _p2p_mismatch(
+    group: _Group, by_rank: dict[int, RankDump], ranks: tuple[int, int], pairs: list[tuple[Entry, Entry]]
+) -> Finding | None:
+    """The first paired send and recv that cannot meet: fr_trace's rule, the send's input sizes against the recv's
+    output sizes (``SIZE_OR_SYNTAX_MISMATCH``), and their dtypes. Both ends are named: neither side is the reference."""
+    for send, recv in pairs:
+        if send.input_sizes != recv.output_sizes:
+            verdict = SIZE_MISMATCH
+        elif _dtypes(send) != _dtypes(recv):
+            verdict = DTYPE_MISMATCH
+        else:
+            continue
+        ends = {ranks[0]: (send, recv), ranks[1]: (recv, send)}
+        finding = Finding(kind="collective_mismatch", process_group=group.label, collective=send.collective,
+                          seq=send.p2p_seq_id, mismatched_ranks=sorted(ends), waiting_ranks=sorted(ends),
+                          created_ns=min(send.time_created_ns, recv.time_created_ns),
+                          seq_kind="p2p")  # fmt: skip
+        finding.waiting_s = _waited(finding.created_ns, [by_rank[r] for r in ends if r in by_rank])
+        for rank, (call, peer) in ends.items():
+            finding.verdicts[rank] = {
+                "verdict": verdict,
+                "collective": call.collective,
+                "input_sizes": [list(s) for s in call.input_sizes],
+                "output_sizes": [list(s) for s in call.output_sizes],
+                "input_dtypes": list(call.input_dtypes),
+                "expected": {"collective": peer.collective,
+                             "input_sizes": [list(s) for s in peer.input_sizes],
+                             "output_sizes": [list(s) for s in peer.output_sizes],
+                             "input_dtypes": list(peer.input_dtypes)},
+            }  # fmt: skip
+            if rank in by_rank:
+                finding.frames[rank] = _where(by_rank[rank], call)
+        return finding
+    return None
 
 
 def _p2p_pair(entry: Entry, order: tuple[int, ...]) -> tuple[int, int] | None:

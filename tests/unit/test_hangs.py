@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.alerts import AlertEngine
-from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.rules import default_rules
+from ranksight.aggregator.models.hangs import HangFinder
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.jobs import CommState, JobState
 from ranksight.core.config import StragglerSettings

@@ -20,8 +20,8 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ranksight.aggregator.analysis.stragglers import Finding
 from ranksight.aggregator.columns import table_columns
+from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.stragglers import ClusterFindings, StragglerTracker

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from ranksight.agent.collectors.inspector.parse import parse_op
-from ranksight.aggregator.analysis.hangs import HangFinder
+from ranksight.aggregator.models.hangs import HangFinder
 from ranksight.aggregator.raw_evidence import plan
 from ranksight.aggregator.store import Incoming, Store
 from ranksight.aggregator.timefmt import iso

@@ -91,7 +91,7 @@ def test_a_failing_analysis_keeps_previous_findings_and_never_raises(monkeypatch
     def broken(self):  # type: ignore[no-untyped-def]
         raise ZeroDivisionError("unforeseen")
 
-    monkeypatch.setattr("ranksight.aggregator.analysis.stragglers.StragglerEngine.evaluate", broken)
+    monkeypatch.setattr("ranksight.aggregator.models.straggler.engine.StragglerEngine.evaluate", broken)
     state.tick(7 * NS)
     assert state.stragglers.clusters["c"] is before
 

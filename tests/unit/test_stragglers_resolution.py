@@ -15,7 +15,8 @@ import msgspec
 import pytest
 
 from ranksight.agent.collectors.inspector.parse import parse_op
-from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, analyze_records
+from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
+from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.schemas.twins import InspectorRecord
 from ranksight.simulate import scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job

@@ -7,7 +7,8 @@ A module's floor comes from its path: the first name under ``src/ranksight/`` (:
                          nothing else of ranksight
     schemas              the wire contract: records, envelope, subjects, codec
     core                 shared ground: settings, NATS connection, asyncio helpers, redaction, command-line helpers
-    api                  the query API as callers see it: endpoint declarations, client, query commands
+    api | formats        the query API as callers see it: endpoint declarations, client, query commands; and the
+                         parsers of the formats node-side tools write (bytes in, wire records out); siblings
     agent | aggregator   the two processes; siblings: neither imports the other
     deploy               the SSH rollout
     simulate             the simulated cluster (a test device for the demo and the tests)
@@ -40,6 +41,7 @@ FLOORS: dict[str, int] = {
     "schemas": 1,
     "core": 2,
     "api": 3,
+    "formats": 3,
     "agent": 4,
     "aggregator": 4,
     "deploy": 5,
@@ -56,10 +58,6 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     # sandbox: the contract floor imports it, only when --db is given. Closes when the offline commands register from
     # the commands floor instead of the endpoint declarations.
     ("ranksight.api.offline", "ranksight.aggregator.api.offline"): "upward",
-    # The aggregator's straggler engine reads bus bandwidths with the agent's Inspector parser. Closes when the
-    # Inspector format parser moves to a floor both use (``ranksight.formats`` above core, or schemas where it is
-    # wire-level).
-    ("ranksight.aggregator.models.straggler.slices", "ranksight.agent.collectors.inspector.parse"): "upward",
     # The twin generator reads the settings models to write core/settings_twins.py. Goes with the twins (one
     # declaration per type), generator included.
     ("ranksight.schemas.generate", "ranksight.core.config"): "upward",

@@ -8,10 +8,10 @@ import os
 import signal
 import time
 
-from ranksight.agent.collectors.inspector.parse import parse_op as parse
 from ranksight.aggregator.models.engines import EngineProcess
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.core.config import StragglerSettings
+from ranksight.formats.inspector import parse_op as parse
 from ranksight.simulate.inspector import run_job, summarize
 from tests.unit.test_stragglers_live import EPOCH_CLOCK_S, SPEC, envelope
 

@@ -11,10 +11,10 @@ import msgspec
 import pytest
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.models.engines import ClusterEngines, decoded, queue_entry
 from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
 from ranksight.aggregator.models.straggler.findings import Analysis, Finding, StragglerParams
+from ranksight.formats.inspector import parse_op
 from ranksight.simulate import scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job, summarize, write_job
 from tests.previous_summaries import whole_windows

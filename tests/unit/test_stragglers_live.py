@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import msgspec
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.core.config import StragglerSettings
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.structs import replace
 from ranksight.schemas.twins import Envelope, GpuRecord, InspectorRecord, RasEventRecord, RasRecord
 from ranksight.schemas.wire import event_type

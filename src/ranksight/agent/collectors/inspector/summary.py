@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+from ranksight.formats.inspector import bandwidths_gbs
 from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 from ranksight.schemas.wire import size_bucket
 

@@ -16,7 +16,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
 from ranksight.aggregator.models.straggler.findings import Proc, StragglerParams
 from ranksight.aggregator.models.straggler.ledger import (
     DEAD,
@@ -29,6 +28,7 @@ from ranksight.aggregator.models.straggler.ledger import (
     Rows,
     run_starts,
 )
+from ranksight.formats.inspector import bandwidths_gbs
 from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 
 AggKey = tuple[str, str, int, int]  # (comm, coll, size, rank)

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from ranksight.aggregator.ingest.pipeline import Incoming
 from ranksight.aggregator.models.hangs import HangFinder
 from ranksight.aggregator.raw_evidence import plan
-from ranksight.aggregator.store import Incoming, Store
+from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import iso
 from ranksight.core.config import RawEvidenceSettings
 from ranksight.formats.inspector import parse_op

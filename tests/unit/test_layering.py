@@ -12,7 +12,8 @@ A module's floor comes from its path: the first name under ``src/ranksight/`` (:
     agent | aggregator   the two processes; siblings: neither imports the other
     deploy               the SSH rollout
     simulate             the simulated cluster (a test device for the demo and the tests)
-    commands             commands that start or gather several components (up, demo, parse, probe, analyze)
+    commands             commands that start or gather several components (up, demo, parse, probe, analyze, the
+                         query commands with --db on the history ones)
     cli                  the command dispatcher
     docgen               the docs site's generated pages: it reads every floor, the dispatcher's parsers included
 
@@ -54,10 +55,6 @@ FLOORS: dict[str, int] = {
 # (importer, imported) -> the rule it breaks ("upward": a higher floor or a sibling; "cycle"); the comment above
 # each says why it is still there and what removes it.
 KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    # ``--db FILE`` on the history commands answers from a history file with the aggregator's own handler and SQL
-    # sandbox: the contract floor imports it, only when --db is given. Closes when the offline commands register from
-    # the commands floor instead of the endpoint declarations.
-    ("ranksight.api.offline", "ranksight.aggregator.api.offline"): "upward",
     # The twin generator reads the settings models to write core/settings_twins.py. Goes with the twins (one
     # declaration per type), generator included.
     ("ranksight.schemas.generate", "ranksight.core.config"): "upward",

@@ -105,7 +105,7 @@ class Ledger:
     """What was folded since the last evaluation, as it came: per fold (a record, or a summary) the aggregate key's
     number, the process's number, how many rows, and the window's start and slice length (µs); per row its slice of
     that window and the :class:`Rows` values. Plain arrays of machine numbers, appended a batch of summaries at a time
-    in C: which engine slice a row lands in is computed at :meth:`StragglerEngine._absorb`, for all rows at once."""
+    in C: which engine slice a row lands in is computed at :meth:`.slices.Slices._absorb`, for all rows at once."""
 
     PER_FOLD = ("key", "proc", "rows", "start", "step")
     PER_ROW = ("index", "n", "total", "low", "lo", "lo_ts", "hi", "hi_ts")

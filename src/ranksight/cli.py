@@ -50,7 +50,7 @@ COMMANDS: dict[str, str] = {
             "action",
             "job",
         ],
-        "ranksight.api.cli",
+        "ranksight.commands.queries",
     ),
 }
 

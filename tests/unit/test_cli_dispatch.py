@@ -30,7 +30,7 @@ def test_table_names_every_command_of_every_module() -> None:
 def test_a_command_brings_only_its_own_module() -> None:
     assert _commands(build_parser(["agent", "--only", "gpu"])) == {"agent"}
     # a query command brings the module of every query command (derived from the endpoint registry), nothing else
-    queries = {name for name, owner in COMMANDS.items() if owner == "ranksight.api.cli"}
+    queries = {name for name, owner in COMMANDS.items() if owner == "ranksight.commands.queries"}
     assert _commands(build_parser(["sql", "SELECT 1"])) == queries
     assert {"sql", "nodes", "gpu-probes", "silence"} <= queries and "agent" not in queries
 

@@ -8,8 +8,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ranksight.aggregator.analysis.forensics import FlightRecorderHangRule
-from ranksight.aggregator.analysis.hangs import HangFinder, _CommOp
 from ranksight.aggregator.hang_forensics import HangForensics, job_nodes, jobs_of, join_ras_comm
+from ranksight.aggregator.models.hangs import HangFinder, _CommOp
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.app import RankKey, RankState
 from ranksight.aggregator.state.forensics import JobReport

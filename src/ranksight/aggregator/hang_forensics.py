@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import nats.errors
 
 from ranksight.aggregator.analysis.forensics import merged_evidence
-from ranksight.aggregator.analysis.hangs import comm_hash
+from ranksight.aggregator.models.hangs import comm_hash
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.app import RankState
 from ranksight.aggregator.state.forensics import JobReport

@@ -17,7 +17,8 @@ from pathlib import Path
 import duckdb
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
-from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
+from ranksight.aggregator.models.straggler.engine import analyze_records
+from ranksight.aggregator.models.straggler.findings import StragglerParams
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 
 BASELINE_SQL = """

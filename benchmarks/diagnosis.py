@@ -10,7 +10,7 @@ engine's findings over the whole run (what ``ranksight analyze inspector`` print
 finding is right when host, process (None for a node) and kind (compute / communication) match.
 
 Hangs (class ``hang``: one rank's process stops, every rank then blocks) are scored apart, on the hang finder
-(:mod:`aggregator.analysis.hangs`, Inspector silence) fed the same replay, evaluated on for 15 s of silence after the
+(:mod:`aggregator.models.hangs`, Inspector silence) fed the same replay, evaluated on for 15 s of silence after the
 last record: the ranks it names against the truth, the time from the hang (the step the process stopped) to the first
 evaluation naming the culprit, and false hangs on every other run (healthy job ends included).
 
@@ -50,11 +50,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.results
 
 from benchmarks.results import write_result
-from ranksight.agent.collectors.inspector.parse import parse_op
-from ranksight.aggregator.analysis.engines import params_of
-from ranksight.aggregator.analysis.hangs import HangFinder
-from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine
+from ranksight.aggregator.models.engines import params_of
+from ranksight.aggregator.models.hangs import HangFinder
+from ranksight.aggregator.models.straggler.engine import StragglerEngine
+from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.core.config import InspectorSettings, StragglerSettings
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import JobSpec, run_job, summarize
 from ranksight.simulate.scenarios import CLASSES, ONSET_STEP, Capture, Truth, truth

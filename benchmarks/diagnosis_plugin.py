@@ -44,8 +44,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.resul
 
 from benchmarks.results import write_result
 from ranksight.agent.collectors.inspector.dumps import DumpReader
-from ranksight.aggregator.analysis.engines import params_of
-from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, analyze_records
+from ranksight.aggregator.models.engines import params_of
+from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
+from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.core.config import StragglerSettings
 from ranksight.schemas.twins import InspectorRecord
 from ranksight.simulate.inspector import JobSpec, step_starts

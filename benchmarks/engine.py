@@ -2,9 +2,9 @@
 
 The input is what ``scale.py``'s nodes publish: the agent's own summarizer on the job simulator's 4-node blocks (a dense
 job, GPU 2 of node 1 running 1.6x slow from ``--onset``), every block under its own host names and communicator ids.
-Each node's summary envelopes are queued as the aggregator queues them (:func:`aggregator.analysis.engines.queue_entry`)
+Each node's summary envelopes are queued as the aggregator queues them (:func:`aggregator.models.engines.queue_entry`)
 and evaluated every ``evaluate_every_s`` of dump time by what the engine process runs
-(:func:`~aggregator.analysis.engines.process_start`, then :func:`~aggregator.analysis.engines.process_evaluate` per
+(:func:`~aggregator.models.engines.process_start`, then :func:`~aggregator.models.engines.process_evaluate` per
 batch). Each size runs in a fresh process.
 
 Per N it prints the engine's CPU per second of traffic (folding the queue's records and judging), its memory (the
@@ -85,7 +85,7 @@ def periods(nodes: int, template_file: Path, every_us: int) -> Iterator[tuple[in
 
 def measure(nodes: int, template_file: Path, onset_s: float, result: Any) -> None:
     """One size, in this (fresh) process: ``result`` gets the figures."""
-    from ranksight.aggregator.analysis.engines import decoded, process_evaluate, process_start, queue_entry
+    from ranksight.aggregator.models.engines import decoded, process_evaluate, process_start, queue_entry
     from ranksight.core.config import StragglerSettings
 
     settings = StragglerSettings.model_validate({})

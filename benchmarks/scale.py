@@ -82,9 +82,9 @@ class NodeTemplate:
 def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, list[NodeTemplate]], float]:
     """The healthy and the faulted block, each node through the agent's summarizer and raw sampler; their start time
     (µs, a window boundary) and the simulated collectives/s per rank."""
-    from ranksight.agent.collectors.inspector.parse import parse_op
     from ranksight.agent.collectors.inspector.sampler import RawSampler
     from ranksight.core.config import InspectorSettings
+    from ranksight.formats.inspector import parse_op
     from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
 
     cfg = InspectorSettings.model_validate({})
@@ -130,9 +130,9 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
 def summarizer_throughput() -> float:
     """Records/s per core of the agent's summarizer and raw sampler, on one node's parsed lines (``summarizer.py``)."""
     from benchmarks.summarizer import node_lines
-    from ranksight.agent.collectors.inspector.parse import parse_op
     from ranksight.agent.collectors.inspector.sampler import RawSampler
     from ranksight.agent.collectors.inspector.summary import Summarizer
+    from ranksight.formats.inspector import parse_op
 
     records = [parse_op(line) for line in node_lines(GPUS, 100.0, 20.0)]  # what the collector folds
     summarizer, sampler = Summarizer(), RawSampler(10.0)

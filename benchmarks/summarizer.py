@@ -13,10 +13,10 @@ from __future__ import annotations
 import argparse
 import time
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.core.config import InspectorSettings
+from ranksight.formats.inspector import parse_op
 from ranksight.simulate.inspector import JobSpec, format_line
 from ranksight.simulate.inspector import comms as job_comms
 

@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml  # noqa: E402
-from ranksight.agent.collectors.inspector.parse import parse_op  # noqa: E402
 from ranksight.agent.collectors.nic.tools import parse_ethtool_stats  # noqa: E402
+from ranksight.formats.inspector import parse_op  # noqa: E402
 from ranksight.schemas.codec import decode_event, encode_event  # noqa: E402
 from ranksight.schemas.structs import replace  # noqa: E402
 from ranksight.schemas.twins import (  # noqa: E402

@@ -79,7 +79,8 @@ def commit_cpu_s(
 ) -> float:
     """The writer's CPU seconds to commit ``messages`` in batches of ``batch`` into a fresh database; ``rss`` gets the
     process's RSS (MiB) before the first commit and after each."""
-    from ranksight.aggregator.store import Incoming, Store
+    from ranksight.aggregator.ingest.pipeline import Incoming
+    from ranksight.aggregator.store import Store
 
     with tempfile.TemporaryDirectory(prefix="ranksight-writer-") as tmp:
         store = Store(Path(tmp) / "history.duckdb")

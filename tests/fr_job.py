@@ -14,6 +14,8 @@ With ``--out`` each rank writes its own dump after ``--dump-after`` seconds past
 torch gives (``pickle``: ``_dump_fr_trace()``; ``json``: ``_dump_fr_trace_json()``) or ranksight's (``ranksight``: the
 client's reply as the agent files it), then exits: this is how ``fixtures/flight_recorder/`` was captured. With
 ``--socket`` the ranks use ``ranksight.client`` (heartbeats every step) and stay stuck until killed: the live tests.
+With ``--worker-sockets DIR`` each rank serves torch's own worker server (``_WorkerServer``) on ``DIR/worker<rank>.sock``
+and never uses ranksight: the torch-only sources.
 """
 
 from __future__ import annotations
@@ -53,6 +55,10 @@ def train(args: argparse.Namespace) -> None:
     rank, world = args.rank, args.world
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{args.port}", rank=rank, world_size=world)
     pair = dist.new_group([0, 1])
+    if args.worker_sockets:
+        from torch._C._distributed_c10d import _WorkerServer
+
+        server = _WorkerServer(str(Path(args.worker_sockets) / f"worker{rank}.sock"))  # noqa: F841 (serves while alive)
     client = None
     if args.socket:
         from ranksight import client as ranksight_client
@@ -81,6 +87,7 @@ def train(args: argparse.Namespace) -> None:
             time.sleep(3600)
         if client is not None:
             client.heartbeat(step=step)
+        if not args.out:
             time.sleep(STEP_S)
     time.sleep(3600)  # finished: idle until dumped or killed
 
@@ -133,6 +140,7 @@ def main() -> None:
     parser.add_argument("--dump-after", type=float, default=3.0)
     parser.add_argument("--socket")
     parser.add_argument("--job", default="fr-test")
+    parser.add_argument("--worker-sockets", help="serve torch's worker server in this directory")
     parser.add_argument("--mark", help="live: the faulty rank writes the time its hang starts here (ns)")
     parser.add_argument("--rank", type=int)
     args = parser.parse_args()

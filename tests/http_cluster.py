@@ -17,9 +17,9 @@ from typing import Any
 import msgspec
 import nats
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.core.config import Settings
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects

@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from ranksight.agent.collectors.inspector.parse import parse_op
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.twins import InspectorRecord
 
 FUNCS = ["Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "SendRecv", "Send", "Recv", "All2All",

@@ -29,7 +29,7 @@ COMMANDS: dict[str, str] = {
 }
 # Every other command is a query command, one per endpoint declared in ranksight.api.endpoints: this module registers
 # them all, derived from the declarations, so an endpoint needs no entry here.
-QUERY_COMMANDS = "ranksight.api.cli"
+QUERY_COMMANDS = "ranksight.commands.queries"
 
 
 class _Version(argparse.Action):

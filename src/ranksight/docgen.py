@@ -285,6 +285,29 @@ def benchmarks_page(results: Path) -> str:
     return GENERATED + "\n".join(out)
 
 
+# a README block whose figures are rendered from a result file: <!-- figures NAME FIGURE ... --> ... <!-- /figures -->
+_FIGURE_BLOCK = re.compile(r"(<!-- figures (\S+)((?: \S+)*) -->\n).*?(<!-- /figures -->)", re.S)
+
+
+def readme_page(repo: Path) -> str:
+    """The README with each figures block rendered from ``benchmarks/results/NAME.json``: the named figures, their
+    targets and where they came from, so the README never states a figure no run measured."""
+
+    def render(match: re.Match[str]) -> str:
+        opening, name, names, closing = match.group(1), match.group(2), match.group(3).split(), match.group(4)
+        result = json.loads((repo / "benchmarks" / "results" / f"{name}.json").read_text())
+        rows = ["| figure | value | target |", "|---|---|---|"]
+        for figure in names:
+            value, target = result["figures"].get(figure, "not measured"), result["targets"].get(figure, {})
+            bound = ", ".join(f"{'<=' if k == 'max' else '>='} {v:g}" for k, v in target.items())
+            rows.append(f"| `{figure}` | {value:g} | {bound} |" if isinstance(value, int | float)
+                        else f"| `{figure}` | {cell(value)} | {bound} |")  # fmt: skip
+        source = f"From `{result['command']}` at commit `{result['commit']}` ([all figures](docs/benchmarks.md#{name}))."
+        return opening + "\n".join(rows) + "\n\n" + source + "\n" + closing
+
+    return _FIGURE_BLOCK.sub(render, (repo / "README.md").read_text())
+
+
 def pages(repo: Path = REPO) -> dict[Path, str]:
     """Every generated page: its path under ``repo`` and its text."""
     makers: dict[str, Callable[[], str]] = {
@@ -294,6 +317,7 @@ def pages(repo: Path = REPO) -> dict[Path, str]:
         "docs/reference/records.md": records_page,
         "docs/reference/alert-rules.md": rules_page,
         "docs/benchmarks.md": lambda: benchmarks_page(repo / "benchmarks" / "results"),
+        "README.md": lambda: readme_page(repo),
     }
     return {repo / path: make() for path, make in makers.items()}
 

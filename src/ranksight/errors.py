@@ -24,7 +24,7 @@ them; the categories below are declared here. Each keeps the builtin base it alw
     │   ├── SubjectError            ranksight.schemas.subjects: not a subject the helper builds
     │   ├── ProbeProtocolError      ranksight.agent.probe.protocol: not a probe frame (magic, op, status, size)
     │   ├── GpuProbeProtocolError   ranksight.agent.gpuprobe.protocol: a worker line that is not a protocol message
-    │   ├── InspectorParseError     ranksight.agent.collectors.inspector.parse: not an Inspector record
+    │   ├── InspectorParseError     ranksight.formats.inspector: not an Inspector record
     │   ├── InspectorMetricsError   ranksight.agent.collectors.inspector.metrics: not an Inspector textfile or OTLP body
     │   ├── DumpError               ranksight.core.flightrec.load: not a Flight Recorder dump (or one too large)
     │   ├── AppMessageError         ranksight.agent.collectors.app_parse: not a client message

@@ -25,9 +25,10 @@ from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, pars
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.api.endpoints import ENDPOINTS
+from ranksight.aggregator.ingest.pipeline import Incoming
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.aggregator.store import Incoming, Store
+from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import naive_utc
 from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.records.quantities import MAX_SECONDS

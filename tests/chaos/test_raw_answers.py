@@ -12,9 +12,9 @@ import nats
 import nats.aio.msg
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.raw_evidence import EvidenceAsk
 from ranksight.core.config import Settings
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import JobSpec, simulate

@@ -18,7 +18,8 @@ import pytest
 from ranksight.agent.collectors.app import MarkerLimit, peer_pid
 from ranksight.agent.probe.server import parse_networks
 from ranksight.agent.probe.targets import ProbeTargets, TargetRefused
-from ranksight.aggregator.store import Incoming, Store
+from ranksight.aggregator.ingest.pipeline import Incoming
+from ranksight.aggregator.store import Store
 from ranksight.core.config import IngestSettings, Settings
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.twins import ProbeCommand

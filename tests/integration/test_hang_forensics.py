@@ -158,3 +158,30 @@ async def test_job_dump_and_evidence_commands(hang_settings: Settings, job, tmp_
     (finding,) = json.loads(offline.stdout)["findings"]
     assert (finding["missing_ranks"], finding["seq"]) == ([2], 4)
     assert finding["frames"]["2"]["where"].startswith("wait_for_results at ")
+
+
+async def test_torch_worker_servers_answer_through_the_agent(hang_settings: Settings, tmp_path: Path) -> None:
+    """The agent also asks torch's own worker servers (``torch_worker_sockets``): each rank answers twice (its
+    client, its worker server), one process, counted once and not reported as a conflict."""
+    sockets = tmp_path / "sockets"
+    sockets.mkdir()
+    app = hang_settings.agent.collectors.app
+    app.torch_worker_sockets = str(sockets / "worker*.sock")
+    argv = ["--scenario", "stopped", "--port", str(free_port()), "--socket", str(app.socket_path), "--job", "J7",
+            "--worker-sockets", str(sockets)]  # fmt: skip
+    procs = start_ranks(argv, 3, "J7")
+    try:
+        async with aggregator(hang_settings) as agg, agent(hang_settings, only=["app"]):
+            await started(agg)
+            (alert,) = await wait_for(lambda: firing(agg, "flight_recorder_hang"), timeout=45)
+            processes, error = await agg.hang_forensics._ask(agg, agg.settings.cluster, "node-a", "J7")
+            report = agg.state.forensics.reports[(agg.settings.cluster, "J7")]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert error is None
+    served = {p["rank"]: p for p in processes if str(p.get("source", "")).startswith("torch worker server")}
+    assert sorted(served) == [0, 1, 2] and all(p["dump"] is not None for p in served.values())
+    assert {p["pid"] for p in served.values()} == {proc.pid for proc in procs}
+    assert (alert.rank, alert.evidence["seq"]) == (2, 4) and report.errors == []

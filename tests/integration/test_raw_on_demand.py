@@ -14,11 +14,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.timefmt import ns_of
 from ranksight.api.client import query
 from ranksight.core.config import Settings
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.structs import replace
 from ranksight.simulate.inspector import Fault, JobSpec, simulate
 from tests.support import agent, aggregator, wait_for

@@ -15,9 +15,9 @@ import duckdb
 import nats
 import nats.aio.msg
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.state import NS
 from ranksight.core.config import Settings
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import Fault, JobSpec, write_job

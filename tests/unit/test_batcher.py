@@ -7,8 +7,8 @@ import json
 import time
 
 from ranksight.agent.batcher import Batcher
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.publisher import Outgoing
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.codec import decode_event
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.twins import GpuRecord

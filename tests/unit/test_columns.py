@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ranksight.aggregator.columns import ColumnBuilder, row_to_record
-from ranksight.aggregator.store import Incoming, Store
+from ranksight.aggregator.ingest.pipeline import Incoming
+from ranksight.aggregator.store import Store
 from ranksight.schemas.codec import decode_columns, encode_event
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.structs import to_builtins

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ranksight.agent.collectors.inspector.parse import parse_op
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas import codec
 from ranksight.schemas.codec import DecodeError, decode_columns, decode_event, encode_event
 from ranksight.schemas.records import RECORD_MODELS

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.core.config import load_settings
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.structs import replace, to_builtins

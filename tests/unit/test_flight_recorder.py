@@ -217,3 +217,66 @@ def test_gpu_of_a_named_rank_comes_from_its_dump() -> None:
     raw["ranksight"]["gpu"] = [6]
     with pytest.raises(DumpError, match=r"ranksight\.gpu is a list, not a map"):
         parse_dump(json.dumps(raw).encode(), path.name)
+
+
+def with_p2p(
+    ops: dict[int, list[tuple[str, int, str]]], sizes: dict[int, list[list[int]]] | None = None
+) -> list[object]:
+    """The real healthy dumps plus point-to-point entries in the shape NCCL's Flight Recorder writes them (gloo
+    records none: checked on torch 2.13): ``profiling_name`` "nccl:send 0->1" / "nccl:recv 1<-0" (group ranks),
+    ``is_p2p``, the rank's own ``p2p_seq_id``, ``collective_seq_id`` left at the group's last collective. ``sizes``
+    gives a rank's P2P tensors other shapes (input and output, as torch records the one tensor of a send or recv)."""
+    dumps = []
+    for path in sorted((FIXTURES / "healthy").iterdir()):
+        raw = json.loads(path.read_bytes())
+        rank = int(path.stem.rsplit("-", 1)[1])
+        last = raw["entries"][-1]
+        for p2p_seq, (name, peer, state) in enumerate(ops.get(rank, []), start=1):
+            peers = f"{rank}->{peer}" if name == "send" else f"{rank}<-{peer}"
+            raw["entries"].append({**last, "profiling_name": f"nccl:{name} {peers}", "is_p2p": True,
+                                   "p2p_seq_id": p2p_seq, "state": state, "process_group": ["0", "default_pg"],
+                                   "pg_id": 0, "record_id": last["record_id"] + p2p_seq,
+                                   "time_created_ns": last["time_created_ns"] + p2p_seq})  # fmt: skip
+            if sizes and rank in sizes:
+                raw["entries"][-1].update(input_sizes=sizes[rank], output_sizes=sizes[rank])
+        dumps.append(parse_dump(json.dumps(raw).encode(), path.name))
+    return dumps
+
+
+def test_send_whose_receiver_never_posted_the_recv_names_the_receiver() -> None:
+    # a pipeline: 0 -> 1 -> 2; rank 1 never posts its second recv from 0. Its p2p_seq_id 2 is a send to 2: the pairing
+    # is per (sender, receiver) in order, not by equal ids
+    dumps = with_p2p({0: [("send", 1, "completed"), ("send", 1, "started")],
+                      1: [("recv", 0, "completed"), ("send", 2, "completed")],
+                      2: [("recv", 1, "completed")]})  # fmt: skip
+    (finding,) = analyze(dumps).findings  # type: ignore[arg-type]
+    assert (finding.kind, finding.seq_kind, finding.collective, finding.seq) == (
+        "p2p_hang",
+        "p2p",
+        "nccl:send",
+        2,
+    )
+    assert finding.missing_ranks == [1] and finding.waiting_ranks == [0]
+    assert finding.frames[1]["source"] == "none"  # torch's JSON has no frames
+
+
+def test_recv_whose_sender_never_sent_names_the_sender_and_matched_ops_are_quiet() -> None:
+    dumps = with_p2p({1: [("send", 2, "completed")], 2: [("recv", 1, "completed"), ("recv", 1, "scheduled")]})
+    (finding,) = analyze(dumps).findings  # type: ignore[arg-type]
+    assert finding.kind == "p2p_hang" and finding.missing_ranks == [1] and finding.waiting_ranks == [2]
+    assert finding.collective == "nccl:recv" and finding.seq == 2
+    matched = with_p2p({0: [("send", 2, "started")], 2: [("recv", 0, "started")]})  # both posted: in flight
+    assert analyze(matched).findings == []  # type: ignore[arg-type]
+
+
+def test_send_and_recv_of_other_sizes_are_a_mismatch_naming_both_ends() -> None:
+    # fr_trace's rule for P2P: the send's input sizes must equal the recv's output sizes
+    dumps = with_p2p({0: [("send", 2, "started")], 2: [("recv", 0, "started")]}, sizes={2: [[7, 3]]})
+    (finding,) = analyze(dumps).findings  # type: ignore[arg-type]
+    assert (finding.kind, finding.seq_kind, finding.seq) == ("collective_mismatch", "p2p", 1)
+    assert finding.mismatched_ranks == [0, 2]
+    assert finding.verdicts[2]["verdict"] == "SIZE_OR_SYNTAX_MISMATCH"
+    assert (
+        finding.verdicts[2]["output_sizes"] == [[7, 3]]
+        and finding.verdicts[2]["expected"]["collective"] == "nccl:send"
+    )

@@ -3,13 +3,20 @@ what the operator needs in its summary and evidence; it resolves once every rank
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 from ranksight.aggregator.analysis.forensics import FlightRecorderHangRule
+from ranksight.aggregator.hang_forensics import HangForensics, job_nodes, jobs_of, join_ras_comm
+from ranksight.aggregator.models.hangs import HangFinder, _CommOp
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.app import RankKey, RankState
 from ranksight.aggregator.state.forensics import JobReport
+from ranksight.aggregator.state.jobs import CommState, JobState
+from ranksight.core.config import HangForensicsSettings
 from ranksight.core.flightrec import analyze, read_directory
+from ranksight.schemas.alerts import Alert
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "flight_recorder"
 NOW = 1_800_000_000_000_000_000
@@ -62,3 +69,123 @@ def test_a_healthy_report_raises_nothing_and_old_reports_age_out() -> None:
     state = state_with("stopped")
     state.tick(NOW + 3600 * 10**9)  # past retain_s
     assert state.forensics.reports == {}
+
+
+class FakeStore:
+    def __init__(self) -> None:
+        self.updates: list[tuple[str, str, dict[str, object]]] = []
+
+    def add_alert_evidence(self, fingerprint: str, started_at: str, evidence: dict[str, object]) -> None:
+        self.updates.append((fingerprint, started_at, evidence))
+
+    async def call(self, fn, *args):  # type: ignore[no-untyped-def]
+        fn(*args)
+
+
+def hang_alert(rule: str, job: str, cluster: str = "c", **evidence: object) -> Alert:
+    return Alert(rule=rule, severity="critical", fingerprint=f"fp-{rule}-{job}", state="firing", cluster=cluster,
+                 job=job, summary=f"job {job}: no collective advanced", evidence=dict(evidence),
+                 started_at="2027-01-15T08:00:00Z", updated_at="2027-01-15T08:00:00Z")  # fmt: skip
+
+
+def fake_aggregator(state: LiveState, alerts: list[Alert]) -> SimpleNamespace:
+    return SimpleNamespace(analysis_state=state, state=state, store=FakeStore(),
+                           engine=SimpleNamespace(active={a.fingerprint: a for a in alerts}))  # fmt: skip
+
+
+async def test_a_ras_hang_alert_of_the_same_hang_carries_the_report_one_alert_not_two() -> None:
+    state = state_with("python_stuck")
+    report = state.forensics.reports[("c", "J")]
+    report.processes = {2: ("node7", 4121)}
+    other = hang_alert("comm_hang", "RAS-1", cluster="elsewhere")
+    ras = hang_alert("comm_hang", "RAS-2", lagging_ranks=[{"host": "node7", "pid": 4121, "rank": 2}])
+    agg = fake_aggregator(state, [other, ras])
+    await HangForensics(HangForensicsSettings()).merge(agg, report, [other, ras])  # type: ignore[arg-type]
+    assert report.merged_into == {"rule": "comm_hang", "fingerprint": ras.fingerprint}
+    fr = agg.engine.active[ras.fingerprint].evidence["flight_recorder"]
+    (named,) = fr["ranks"]
+    assert (named["rank"], named["kind"], named["collective"], named["seq"]) == (2, "collective_hang",
+                                                                                 "gloo:all_reduce", 4)  # fmt: skip
+    assert named["where"].startswith("next_batch at ") and named["process_group"] == "0:default_pg"
+    assert "corroboration" in named and named["summary"].startswith("job J: rank 2")
+    assert "flight_recorder" not in other.evidence
+    ((fingerprint, _, stored),) = agg.store.updates
+    assert fingerprint == ras.fingerprint and stored == {"flight_recorder": fr}
+    assert not list(FlightRecorderHangRule().evaluate(state, NOW))  # the RAS alert is the hang's one alert
+
+
+async def test_without_a_ras_or_inspector_hang_the_report_alerts_on_its_own() -> None:
+    state = state_with("python_stuck")
+    report = state.forensics.reports[("c", "J")]
+    unrelated = hang_alert("collective_hang", "K", lagging_ranks=[{"hostname": "other", "pid": 1}])
+    overdue = hang_alert("rank_heartbeat_overdue", "J")  # the job's, but not a RAS / Inspector hang alert
+    alerts = [unrelated, overdue]
+    agg = fake_aggregator(state, alerts)
+    await HangForensics(HangForensicsSettings()).merge(agg, report, alerts)  # type: ignore[arg-type]
+    assert report.merged_into is None
+    (cond,) = FlightRecorderHangRule().evaluate(state, NOW)
+    assert cond.rule == "flight_recorder_hang" and cond.evidence["ras_comm"] is None
+
+
+def test_a_process_group_joins_its_communicator_by_its_processes_else_by_size() -> None:
+    state = LiveState()
+    procs = {0: ("h0", 10), 1: ("h1", 11), 2: ("h2", 12)}
+    finder = state.stragglers.hang_finders["c"] = HangFinder(quiet_s=5)
+    finder.comm_ops[("0xabc", "AllReduce")] = _CommOp("0xabc", 3, {r: (5, p) for r, p in procs.items()})
+    finder.comm_ops[("0xdef", "Broadcast")] = _CommOp("0xdef", 2, {0: (5, procs[0]), 1: (5, procs[1])})
+    assert join_ras_comm(state, "c", "J", [0, 1, 2], procs) == {"hash": "0xabc", "joined_by": "processes",
+                                                                 "candidates": ["0xabc"]}  # fmt: skip
+    assert join_ras_comm(state, "c", "J", [0, 1], procs)["hash"] == "0xdef"  # type: ignore[index]
+    state = LiveState()  # RAS only: the job's communicators of the group's size
+    job = state.jobs.jobs[("c", "J")] = JobState(
+        cluster="c", job_id="J", endpoint="e", node="n", first_seen_ns=0
+    )
+    for comm_id, size in (("0x1", 3), ("0x2", 2), ("0x3", 2)):
+        job.comms[comm_id] = CommState(comm_id, size, "RUNNING", [], [], {}, None, 0)
+    assert join_ras_comm(state, "c", "J", [0, 1, 2], procs) == {"hash": "0x1", "joined_by": "size",
+                                                                 "candidates": ["0x1"]}  # fmt: skip
+    assert join_ras_comm(state, "c", "J", [0, 1], procs) == {"hash": None, "joined_by": "size",
+                                                              "candidates": ["0x2", "0x3"]}  # fmt: skip
+    assert join_ras_comm(state, "c", "other-job", [0, 1, 2], procs) is None
+
+
+def test_nodes_of_a_job_without_the_client_come_from_ras_and_inspector() -> None:
+    state = LiveState()
+    assert job_nodes(state, "c", "J") == set()
+    job = state.jobs.jobs[("c", "J")] = JobState(
+        cluster="c", job_id="J", endpoint="e", node="n0", first_seen_ns=0
+    )
+    job.comms["0x00abc"] = CommState("0x00abc", 2, "RUNNING", [], [], {}, None, 0)
+    finder = state.stragglers.hang_finders["c"] = HangFinder(quiet_s=5)
+    finder.comm_ops[("0xabc", "AllReduce")] = _CommOp("0xabc", 2, {0: (5, ("h1", 11)), 1: (5, ("h2", 12))})
+    finder.comm_ops[("0xfff", "AllReduce")] = _CommOp("0xfff", 1, {0: (5, ("h9", 19))})  # another job's
+    finder.proc_seen = {("h1", 11): (0, "n1"), ("h2", 12): (0, "n2"), ("h9", 19): (0, "n9")}
+    assert job_nodes(state, "c", "J") == {"n0", "n1", "n2"}
+    state.app.ranks[RankKey("c", "J", 0, None, None)] = RankState(
+        cluster="c", node="n5", agent="a", job="J", rank=0, local_rank=0, world_size=2, pid=1, first_seen_ns=0,
+        last_seen_ns=0)  # fmt: skip
+    assert job_nodes(state, "c", "J") == {"n0", "n1", "n2", "n5"}
+
+
+def test_a_collective_hang_alert_naming_no_job_dumps_the_jobs_of_its_processes() -> None:
+    state = state_with("stopped")  # ranks on n0..n2, pids 100..102, job J
+    silent = hang_alert("collective_hang", "", lagging_ranks=[{"hostname": "n2", "pid": 102}])
+    assert jobs_of(state, silent.model_copy(update={"job": None})) == {"J"}
+    assert jobs_of(state, hang_alert("comm_hang", "RAS-7")) == {"RAS-7"}
+    elsewhere = hang_alert("collective_hang", "", lagging_ranks=[{"hostname": "n2", "pid": 999}])
+    assert jobs_of(state, elsewhere.model_copy(update={"job": None})) == set()
+
+
+async def test_a_ras_hang_alert_firing_after_the_report_takes_it_in() -> None:
+    state = state_with("stopped")
+    report = state.forensics.reports[("c", "J")]
+    assert list(FlightRecorderHangRule().evaluate(state, NOW))  # alone, the report alerts
+    ras = hang_alert("comm_hang", "J")
+    agg = fake_aggregator(state, [ras])
+    agg.nc = object()
+    forensics = HangForensics(HangForensicsSettings(rules=[]))  # no new dump: only the merge
+    forensics.submit(agg, [ras])  # type: ignore[arg-type]
+    await asyncio.gather(*forensics._merges)
+    assert report.merged_into == {"rule": "comm_hang", "fingerprint": ras.fingerprint}
+    assert ras.evidence["flight_recorder"]["ranks"][0]["rank"] == 2
+    assert not list(FlightRecorderHangRule().evaluate(state, NOW))

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ranksight.aggregator.analysis.hangs import HangFinder, _CommOp
 from ranksight.aggregator.hang_forensics import corroborate
+from ranksight.aggregator.models.hangs import HangFinder, _CommOp
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.jobs import JobState
 from ranksight.core.flightrec import RankDump, read_directory

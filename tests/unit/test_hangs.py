@@ -3,13 +3,13 @@ pause, both capture models) and the ``collective_hang`` rule through the live tr
 
 from __future__ import annotations
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.alerts import AlertEngine
-from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.rules import default_rules
+from ranksight.aggregator.models.hangs import HangFinder
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.jobs import CommState, JobState
 from ranksight.core.config import StragglerSettings
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.structs import replace
 from ranksight.schemas.twins import (
     CollectorHealth,

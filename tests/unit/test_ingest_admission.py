@@ -17,9 +17,10 @@ import pytest
 
 from ranksight.aggregator.columns import ColumnBuilder
 from ranksight.aggregator.history import delete_older_than
+from ranksight.aggregator.ingest.pipeline import Incoming
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.aggregator.store import Incoming, Store
+from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import naive_utc
 from ranksight.core.config import IngestSettings, load_settings
 from ranksight.schemas.codec import decode_columns, encode_event
@@ -222,13 +223,13 @@ def test_digests_of_a_failed_commit_are_not_kept_and_committed_ones_are_bounded(
             patched.setattr(store, "_write", lambda *args: (_ for _ in ()).throw(OSError("disk full")))
             with pytest.raises(OSError):
                 store.commit_batch([incoming(envelope(seq=2, records=[{"index": 5}]))])
-        [marks] = store._seq[("c", "a")].values()
+        [marks] = store.sequencer.marks[("c", "a")].values()
         assert list(marks.digests) == [1] and marks.high_seq == 1
         # that seq 2 was never committed: another message with seq 2 is new, and its own bytes are what count next
         assert store.commit_batch([incoming(envelope(seq=2))]).conflicts == 0
         assert store.commit_batch([incoming(envelope(seq=2, records=[{"index": 5}]))]).conflicts == 1
         store.commit_batch([incoming(envelope(seq=n)) for n in (3, 4)])
-        [seq] = store._seq[("c", "a")].values()
+        [seq] = store.sequencer.marks[("c", "a")].values()
         assert sorted(seq.digests) == [3, 4] and not seq.pending
         # seq 1 is beyond the window: a redelivery is taken for a duplicate, whatever its bytes
         assert store.commit_batch([incoming(envelope(seq=1, records=[{"index": 5}]))]).duplicates == 1

@@ -7,10 +7,10 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from ranksight.agent.collectors.inspector.metrics import parse_prom
-from ranksight.agent.collectors.inspector.parse import parse_lines
 from ranksight.aggregator.device_jobs import device_jobs
 from ranksight.aggregator.http.metrics import ClusterCollector, _Families
 from ranksight.aggregator.state import NS, LiveState
+from ranksight.formats.inspector import parse_lines
 from ranksight.schemas.twins import Envelope, InspectorDumpStatsRecord
 from tests.inspector_exports import render
 from tests.inspector_layouts import fixture_path

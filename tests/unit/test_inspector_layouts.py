@@ -12,9 +12,10 @@ import msgspec
 import pytest
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
-from ranksight.agent.collectors.inspector.parse import DumpContext, InspectorParseError, parse_lines
 from ranksight.agent.collectors.inspector.tailer import Tailer
-from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
+from ranksight.aggregator.models.straggler.engine import analyze_records
+from ranksight.aggregator.models.straggler.findings import StragglerParams
+from ranksight.formats.inspector import DumpContext, InspectorParseError, parse_lines
 from ranksight.schemas.twins import InspectorDumpStatsRecord, InspectorRecord
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 from tests.conftest import FIXTURES

@@ -7,7 +7,7 @@ import json
 import pytest
 from pydantic import BaseModel
 
-from ranksight.agent.collectors.inspector.parse import (
+from ranksight.formats.inspector import (
     InspectorParseError,
     bandwidths_gbs,
     parse_lines,

@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.records.inspector import RawRecordsRequest as RawRecordsRequestModel
 from ranksight.schemas.structs import replace, to_builtins
 from ranksight.schemas.twins import RawCursor, RawRecordsRequest

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
-from ranksight.aggregator.analysis.stragglers import Finding, analyze_records
+from ranksight.aggregator.models.straggler.engine import analyze_records
+from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.schemas.twins import InspectorRecord
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "inspector"

@@ -7,8 +7,8 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.inspector.sampler import RawSampler
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.structs import replace
 from ranksight.schemas.twins import InspectorRecord
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.inspector.summary import Summarizer
-from ranksight.aggregator.analysis.stragglers import StragglerEngine
+from ranksight.aggregator.models.straggler.engine import StragglerEngine
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
 from ranksight.schemas.structs import replace, to_builtins
 from ranksight.schemas.twins import Envelope, InspectorRecord, InspectorSummaryRecord

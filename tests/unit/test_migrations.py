@@ -20,12 +20,13 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from ranksight.aggregator.analysis.stragglers import Finding
 from ranksight.aggregator.columns import table_columns
+from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.stragglers import ClusterFindings, StragglerTracker
-from ranksight.aggregator.store import _ALERT_SCHEMA, _DEAD_COLUMNS, _SEQ_COLUMNS, Store
+from ranksight.aggregator.store import _DEAD_COLUMNS, _SEQ_COLUMNS, Store
+from ranksight.aggregator.tables.alerts import ALERT_SCHEMA
 from ranksight.core.config import load_settings
 from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.subjects import Subjects
@@ -198,7 +199,7 @@ def test_every_table_the_store_writes_has_the_columns_it_writes(previous_release
         finding = Finding("h", 1, "compute", "0x1", 0, 1.5, 0.9, "slow")
         tracker._set_findings({"c": ClusterFindings([finding], 10, "ring", 1)})
         written = {
-            "alerts": set(_ALERT_SCHEMA.names),
+            "alerts": set(ALERT_SCHEMA.names),
             "agent_seq": set(_SEQ_COLUMNS),
             "dead_letters": set(_DEAD_COLUMNS),
             "straggler_finding_history": set(tracker.take_history()[0]),

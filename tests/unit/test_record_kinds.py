@@ -15,8 +15,9 @@ from pydantic import BaseModel
 
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.aggregator.columns import kind_columns, table_columns
+from ranksight.aggregator.ingest.pipeline import Incoming
 from ranksight.aggregator.state import LiveState
-from ranksight.aggregator.store import Incoming, Store
+from ranksight.aggregator.store import Store
 from ranksight.commands.parse import PARSE_MODULES
 from ranksight.core.config import CollectorsSettings, IngestSettings
 from ranksight.schemas.records import RECORD_KINDS, RECORD_MODELS

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 
 from ranksight.agent.collectors.gpu.sysfs import read_amdgpu_sysfs
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.nic.sysfs import read_nics
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
+from ranksight.formats.inspector import parse_op
 from ranksight.simulate.cluster import US, LiveJob, NodeSysfs, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import JobSpec
 

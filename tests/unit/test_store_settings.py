@@ -11,7 +11,8 @@ import pytest
 from pydantic import ValidationError
 
 from ranksight.agent.collectors.nic.rates import ChangedCounters
-from ranksight.aggregator.store import Incoming, Store
+from ranksight.aggregator.ingest.pipeline import Incoming
+from ranksight.aggregator.store import Store
 from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.subjects import Subjects

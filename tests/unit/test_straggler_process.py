@@ -8,10 +8,10 @@ import os
 import signal
 import time
 
-from ranksight.agent.collectors.inspector.parse import parse_op as parse
-from ranksight.aggregator.analysis.engines import EngineProcess
+from ranksight.aggregator.models.engines import EngineProcess
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.core.config import StragglerSettings
+from ranksight.formats.inspector import parse_op as parse
 from ranksight.simulate.inspector import run_job, summarize
 from tests.unit.test_stragglers_live import EPOCH_CLOCK_S, SPEC, envelope
 
@@ -70,7 +70,7 @@ def test_the_engine_process_finds_what_the_engine_thread_finds() -> None:
                 modules = (
                     state.stragglers._worker().submit(eval, "sorted(__import__('sys').modules)").result(60)
                 )
-                assert "ranksight.aggregator.analysis.engines" in modules
+                assert "ranksight.aggregator.models.engines" in modules
                 assert [m for m in modules if m.split(".")[0] in ("pydantic", "duckdb", "pyarrow")
                         or m in ("ranksight.core.config", "ranksight.aggregator.state")] == []  # fmt: skip
         finally:

@@ -11,15 +11,10 @@ import msgspec
 import pytest
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
-from ranksight.agent.collectors.inspector.parse import parse_op
-from ranksight.aggregator.analysis.engines import ClusterEngines, decoded, queue_entry
-from ranksight.aggregator.analysis.stragglers import (
-    Analysis,
-    Finding,
-    StragglerEngine,
-    StragglerParams,
-    analyze_records,
-)
+from ranksight.aggregator.models.engines import ClusterEngines, decoded, queue_entry
+from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
+from ranksight.aggregator.models.straggler.findings import Analysis, Finding, StragglerParams
+from ranksight.formats.inspector import parse_op
 from ranksight.simulate import scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job, summarize, write_job
 from tests.previous_summaries import whole_windows
@@ -249,7 +244,7 @@ def test_online_the_horizon_is_judged_every_judge_every_slices_offline_every_sli
 
 
 def test_judge_every_s_is_whole_slices_at_least_one() -> None:
-    from ranksight.aggregator.analysis.engines import params_of
+    from ranksight.aggregator.models.engines import params_of
     from ranksight.core.config import StragglerSettings
 
     def every(**values: float) -> int:
@@ -588,7 +583,7 @@ def test_keys_numbered_again_judge_as_before(
             return found
 
     params = StragglerParams(window_s=PARAMS.window_s, catch_up_windows=1)  # a short reach: keys die mid-job
-    monkeypatch.setattr("ranksight.aggregator.analysis.stragglers.MAX_DEAD_KEYS", 1 << 40)
+    monkeypatch.setattr("ranksight.aggregator.models.straggler.slices.MAX_DEAD_KEYS", 1 << 40)
     always, never = online(Renumbering(params)), online(StragglerEngine(params))
     assert sum(dropped) > 20 and always == never and any(always)
 

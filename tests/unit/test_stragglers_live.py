@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import msgspec
 
-from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.core.config import StragglerSettings
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.structs import replace
 from ranksight.schemas.twins import Envelope, GpuRecord, InspectorRecord, RasEventRecord, RasRecord
 from ranksight.schemas.wire import event_type
@@ -91,7 +91,7 @@ def test_a_failing_analysis_keeps_previous_findings_and_never_raises(monkeypatch
     def broken(self):  # type: ignore[no-untyped-def]
         raise ZeroDivisionError("unforeseen")
 
-    monkeypatch.setattr("ranksight.aggregator.analysis.stragglers.StragglerEngine.evaluate", broken)
+    monkeypatch.setattr("ranksight.aggregator.models.straggler.engine.StragglerEngine.evaluate", broken)
     state.tick(7 * NS)
     assert state.stragglers.clusters["c"] is before
 

@@ -14,8 +14,9 @@ from collections import Counter, defaultdict
 import msgspec
 import pytest
 
-from ranksight.agent.collectors.inspector.parse import parse_op
-from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, analyze_records
+from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
+from ranksight.aggregator.models.straggler.findings import Finding
+from ranksight.formats.inspector import parse_op
 from ranksight.schemas.twins import InspectorRecord
 from ranksight.simulate import scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job
@@ -180,7 +181,7 @@ def test_pipeline_stages_are_judged_apart() -> None:
 
 def _p2p_line(comm: str, rank: int, op: str, sn: int, exec_us: int, ts: int, host: str, pid: int) -> str:
     """One 2.30 ``p2p_perf`` line, as the plugin writes a Send/Recv (its bandwidths by its own formula)."""
-    from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+    from ranksight.formats.inspector import bandwidths_gbs
 
     size = 4 << 20
     algbw, busbw = bandwidths_gbs(op, 2, size, exec_us) or (0.0, 0.0)

@@ -19,7 +19,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ranksight.aggregator.analysis.hangs import comm_hash
+from ranksight.aggregator.models.hangs import comm_hash
 from ranksight.aggregator.state import NS
 
 if TYPE_CHECKING:

@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import nats.errors
 
+from ranksight.aggregator.analysis.forensics import merged_evidence
+from ranksight.aggregator.models.hangs import comm_hash
 from ranksight.aggregator.state import LiveState
+from ranksight.aggregator.state.app import RankState
 from ranksight.aggregator.state.forensics import JobReport
 from ranksight.aggregator.timefmt import iso
 from ranksight.core.config import HangForensicsSettings
@@ -34,6 +37,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 COMMAND = "hang_dump"
+HANG_ALERTS = (
+    "comm_hang",
+    "collective_hang",
+)  # the RAS / Inspector alerts a report goes into (one hang, one alert)
 
 
 @dataclass
@@ -51,16 +58,27 @@ class HangForensics:
         self._tasks: dict[tuple[str, str], asyncio.Task[JobReport | None]] = {}
         self._last: dict[tuple[str, str], float] = {}  # (cluster, job) -> monotonic time of its last dump
         self._slots = asyncio.Semaphore(settings.max_concurrent_requests)
+        self._merges: set[asyncio.Task[None]] = set()
 
     def submit(self, agg: Aggregator, transitions: list[Alert]) -> None:
         """Start a dump of each job a firing hang alert names (not twice at once, not again within the cooldown)."""
         cfg = self.settings
         if not cfg.enabled or agg.nc is None:
             return
+        state = agg.analysis_state or agg.state
         for alert in transitions:
-            if alert.state != "firing" or alert.rule not in cfg.rules or not alert.job:
+            if alert.state != "firing" or alert.rule not in cfg.rules:
                 continue
-            self.start(agg, alert.cluster, alert.job)
+            for job in jobs_of(state, alert):
+                self.start(agg, alert.cluster, job)
+        hangs = [a for a in transitions if a.state == "firing" and a.rule in HANG_ALERTS]
+        for report in state.forensics.reports.values() if hangs else ():
+            # a RAS / Inspector hang alert that fires after the report: the report goes into it
+            task = asyncio.create_task(
+                self.merge(agg, report, hangs), name=f"hang-forensics-merge-{report.job}"
+            )
+            self._merges.add(task)
+            task.add_done_callback(self._merges.discard)
 
     def start(self, agg: Aggregator, cluster: str, job: str) -> asyncio.Task[JobReport | None] | None:
         key = (cluster, job)
@@ -81,29 +99,48 @@ class HangForensics:
         report = await self.collect(agg, cluster, job)
         self._last[(cluster, job)] = time.monotonic()
         (agg.analysis_state or agg.state).forensics.put(report)
+        await self.merge(agg, report, list(agg.engine.active.values()))
         return report
 
     async def stop(self) -> None:
-        for task in list(self._tasks.values()):
+        tasks = [*self._tasks.values(), *self._merges]
+        for task in tasks:
             task.cancel()
         with contextlib.suppress(Exception):
-            await asyncio.gather(*self._tasks.values(), return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _run(self, agg: Aggregator, cluster: str, job: str) -> JobReport | None:
         try:
             report = await self.collect(agg, cluster, job)
+            state = agg.analysis_state or agg.state
+            state.forensics.put(report)
+            await self.merge(agg, report, list(agg.engine.active.values()))
         except Exception:  # a bug must not take the aggregator down: say so in the log
             log.exception("hang forensics of job %s failed", job)
             return None
-        state = agg.analysis_state or agg.state
-        state.forensics.put(report)
         return report
+
+    async def merge(self, agg: Aggregator, report: JobReport, alerts: list[Alert]) -> None:
+        """Put ``report`` into the evidence of the firing ``comm_hang`` / ``collective_hang`` alert of the same hang,
+        if one is among ``alerts``: that alert becomes the hang's one alert (``flight_recorder_hang`` stays quiet)."""
+        if report.merged_into is not None or not report.report.findings:
+            return
+        alert = next((a for a in sorted(alerts, key=lambda a: a.rule != "comm_hang")
+                      if a.rule in HANG_ALERTS and a.state == "firing" and same_hang(a, report)), None)  # fmt: skip
+        if alert is None:
+            return
+        report.merged_into = {"rule": alert.rule, "fingerprint": alert.fingerprint}
+        evidence = {"flight_recorder": merged_evidence(report)}
+        active = agg.engine.active.get(alert.fingerprint)
+        if active is not None and active.started_at == alert.started_at:
+            active.evidence = {**active.evidence, **evidence}
+        await agg.store.call(agg.store.add_alert_evidence, alert.fingerprint, alert.started_at, evidence)
 
     async def collect(self, agg: Aggregator, cluster: str, job: str) -> JobReport:
         """Ask the job's agents, match their dumps; the report (not yet kept in live state)."""
         state = agg.analysis_state or agg.state
         ranks = [st for st in state.app.ranks.values() if st.cluster == cluster and st.job == job]
-        nodes = sorted({st.node for st in ranks})
+        nodes = sorted(job_nodes(state, cluster, job))
         keep = self.settings.max_nodes_per_job
         errors: list[dict[str, Any]] = [{"node": n, "error": f"not asked: beyond max_nodes_per_job ({keep})"}
                                         for n in nodes[keep:]]  # fmt: skip
@@ -124,7 +161,7 @@ class HangForensics:
                 kept = chosen.get(dump.rank)
                 if kept is None or _speaks_better(dump, kept[0]):
                     chosen[dump.rank] = (dump, node, proc["dump"])
-                if kept is not None:
+                if kept is not None and (kept[0].pid != dump.pid or kept[1] != node):  # not one process twice
                     errors.append({"node": node, "rank": dump.rank, "error": f"rank {dump.rank} answered twice; "
                                    f"pid {chosen[dump.rank][0].pid} speaks for it"})  # fmt: skip
         dumps = [dump for dump, _, _ in chosen.values()]
@@ -138,8 +175,12 @@ class HangForensics:
         s = self.stats
         s.jobs, s.dumps, s.errors = s.jobs + 1, s.dumps + len(dumps), s.errors + len(errors)
         named = {r for f in report.findings for r in (*f.missing_ranks, *f.mismatched_ranks)}
+        procs = processes_of(dumps, ranks)
+        ras_comms = {f.process_group: joined for f in report.findings
+                     if (joined := join_ras_comm(state, cluster, job, f.group_ranks, procs)) is not None}  # fmt: skip
         return JobReport(cluster, job, time.time_ns(), report, by_rank, errors,
-                         {r: corroborate(state, cluster, job, r, dumps) for r in sorted(named)}, raw_dumps)  # fmt: skip
+                         {r: corroborate(state, cluster, job, r, dumps) for r in sorted(named)}, raw_dumps,
+                         ras_comms, procs)  # fmt: skip
 
     async def _ask(
         self, agg: Aggregator, cluster: str, node: str, job: str
@@ -220,3 +261,103 @@ def corroborate(state: LiveState, cluster: str, job: str, rank: int, dumps: list
     elif out["inspector"] != "no Inspector data for this process":
         out["verdict"] = "contradicted: Inspector shows the process level with its peers"
     return out
+
+
+Proc = tuple[str, int]  # (host, pid)
+
+
+def job_nodes(state: LiveState, cluster: str, job: str) -> set[str]:
+    """The nodes a job runs on: where its ranks' ``ranksight.client`` signals come from and, for a job that does not use
+    the client (torch's own sources only), the RAS job of that id (its polling agent, the nodes Inspector saw its
+    communicators' processes on)."""
+    nodes = {st.node for st in state.app.ranks.values() if st.cluster == cluster and st.job == job}
+    finder = state.stragglers.hang_finders.get(cluster)
+    for ras_job in state.jobs.live():
+        if ras_job.cluster != cluster or ras_job.job_id != job:
+            continue
+        nodes.add(ras_job.node)
+        if finder is not None:
+            hashes = {comm_hash(h) for h in ras_job.comms}
+            procs = {proc for (comm_id, _), c in finder.comm_ops.items() if comm_hash(comm_id) in hashes
+                     for _, proc in c.last.values()}  # fmt: skip
+            nodes |= {seen[1] for proc in procs if (seen := finder.proc_seen.get(proc)) is not None}
+    return nodes
+
+
+def processes_of(dumps: list[RankDump], ranks: list[RankState]) -> dict[int, Proc]:
+    """Rank -> (host, pid) of the job's processes: from their dumps, else from their client's signals."""
+    procs: dict[int, Proc] = {}
+    for d in dumps:
+        if d.host is not None and d.pid is not None:
+            procs[d.rank] = (d.host, d.pid)
+    for st in ranks:
+        if st.rank is not None and st.rank not in procs:
+            procs[st.rank] = (st.node, st.pid)
+    return procs
+
+
+def join_ras_comm(state: LiveState, cluster: str, job: str, group_ranks: list[int], procs: dict[int, Proc]
+                  ) -> dict[str, Any] | None:  # fmt: skip
+    """The NCCL communicator of a process group, as far as it can be joined. Torch's Flight Recorder names no
+    communicator hash (its ``nccl_comm_state`` is NCCLX's, keyed by a lossy text of the unique id, from which NCCL's
+    hash cannot be recomputed), so the join is by the group's processes: Inspector's communicator whose ranks are
+    exactly the group's processes (``joined_by`` "processes"), else the RAS job's communicators of the group's size
+    (``size``: one is the group's; several are ``candidates``)."""
+    if not group_ranks:
+        return None
+    members = {procs[r] for r in group_ranks if r in procs}
+    finder = state.stragglers.hang_finders.get(cluster)
+    if finder is not None and len(members) == len(group_ranks):
+        exact = sorted({comm_id for (comm_id, _), c in finder.comm_ops.items()
+                        if c.n_ranks == len(group_ranks) and {proc for _, proc in c.last.values()} == members})  # fmt: skip
+        if len(exact) == 1:
+            return {"hash": exact[0], "joined_by": "processes", "candidates": exact}
+    ras_jobs = [j for j in state.jobs.live() if j.cluster == cluster and (j.job_id == job or any(
+        (p.host, p.pid) in members for p in (*j.missing_processes, *j.dead_processes)))]  # fmt: skip
+    sized = sorted({c.hash for j in ras_jobs for c in j.comms.values() if c.size == len(group_ranks)},
+                   key=lambda h: str(comm_hash(h)))  # fmt: skip
+    if not sized:
+        return None
+    return {"hash": sized[0] if len(sized) == 1 else None, "joined_by": "size", "candidates": sized}
+
+
+def alert_processes(alert: Alert) -> set[tuple[Any, Any]]:
+    """The (host, pid) of the processes a hang alert names (its lagging ranks, RAS's and Inspector's)."""
+    return {(r.get("hostname") or r.get("host"), r.get("pid")) for r in _rows(alert)}
+
+
+def _rows(alert: Alert) -> list[dict[str, Any]]:
+    """The rows of ranks a hang alert's evidence lists (``lagging_ranks``, ``inspector_lagging``)."""
+    ev = alert.evidence
+    return [
+        r
+        for r in (*(ev.get("lagging_ranks") or []), *(ev.get("inspector_lagging") or []))
+        if isinstance(r, dict)
+    ]
+
+
+def jobs_of(state: LiveState, alert: Alert) -> set[str]:
+    """The jobs to dump for an alert: its job, else (``collective_hang`` names none) the jobs of the client processes
+    it names (their node taken as their host)."""
+    if alert.job:
+        return {alert.job}
+    procs = alert_processes(alert)
+    return {st.job for st in state.app.ranks.values()
+            if st.cluster == alert.cluster and st.job and (st.node, st.pid) in procs}  # fmt: skip
+
+
+def same_hang(alert: Alert, report: JobReport) -> bool:
+    """Whether a RAS / Inspector hang alert and a Flight Recorder report are one hang: same cluster, and the same job,
+    or a process in common, or a communicator joined to one of the report's process groups."""
+    if alert.cluster != report.cluster:
+        return False
+    if alert.job == report.job:
+        return True
+    if alert_processes(alert) & set(report.processes.values()):
+        return True
+    ev = alert.evidence
+    rows = _rows(alert)
+    hashes = {comm_hash(str(h)) for h in [*(ev.get("comms") or {}), ev.get("comm_id")] if h}
+    hashes |= {comm_hash(str(r.get("comm_id"))) for r in rows if r.get("comm_id")}
+    joined = {comm_hash(h) for j in report.ras_comms.values() for h in ([j["hash"]] if j.get("hash") else [])}
+    return bool(hashes & joined)

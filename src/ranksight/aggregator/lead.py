@@ -37,9 +37,9 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
 from ranksight.aggregator.actions.model import Action
-from ranksight.aggregator.admission import admit
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.api.alerting import drain_known, silence_known
+from ranksight.aggregator.ingest.admission import admit
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import ns_of

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import nats.errors
 
-from ranksight.aggregator.analysis.hangs import HangFinder, Proc
+from ranksight.aggregator.models.hangs import HangFinder, Proc
 from ranksight.aggregator.timefmt import iso, ns_of
 from ranksight.core.config import RawEvidenceSettings
 from ranksight.errors import RanksightError

@@ -38,6 +38,7 @@ from ranksight.aggregator.api.sql import SqlError, SqlSandbox
 from ranksight.aggregator.hang_forensics import HangForensics
 from ranksight.aggregator.history import retention_loop, shard_export_loop
 from ranksight.aggregator.http.server import HttpFace
+from ranksight.aggregator.ingest.pipeline import BatchResult, Incoming
 from ranksight.aggregator.lead import AnalysisLead
 from ranksight.aggregator.probes import ProbePlanner
 from ranksight.aggregator.profiling import ProfileOnDemand
@@ -46,7 +47,7 @@ from ranksight.aggregator.raw_evidence import RawEvidence
 from ranksight.aggregator.report import JobNotFound, job_report, write_report
 from ranksight.aggregator.shards import NodeKey, ShardOwner
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.aggregator.store import BatchResult, Incoming, Store, out_of_memory
+from ranksight.aggregator.store import Store, out_of_memory
 from ranksight.core.aio import cancel_all
 from ranksight.core.config import Settings
 from ranksight.core.kvlease import LEASE_VALUE_BYTES, key_value

@@ -1,16 +1,12 @@
-"""The one DuckDB writer: migrations, batched columnar ingest with exactly-once effect, dead letters, alerts.
+"""The one DuckDB writer: migrations, batched columnar ingest with exactly-once effect, dead letters, replay.
 
 All work on the database happens on one dedicated thread (``await store.call(fn, ...)``), so the event loop never
 blocks on DuckDB and there is exactly one writer. Readers (the SQL API) take their own cursors.
 
-Exactly-once effect: each agent incarnation numbers its messages 1, 2, 3...; the store keeps, per incarnation (keyed by
-cluster, node and incarnation id, so one node cannot touch another's marks), the highest sequence committed and the
-ranges never seen (gaps). A message at or below the high-water mark that does not fill a gap is a duplicate
-(redelivery after a crash, or a re-publish after a lost ack) and is skipped; one whose bytes differ from the message
-first committed under that number is dead-lettered as ``seq_conflict``. The marks are written in the same transaction
-as the rows, so a crash between commit and ack cannot double anything. Every resource is bounded by
-:class:`~ranksight.core.config.IngestSettings`: a seq jump beyond ``max_seq_jump`` opens no gap, a node keeps at most
-``max_incarnations_per_node`` incarnations, at most ``max_nodes`` nodes are tracked, idle ones are forgotten.
+A batch goes through the pure pipeline first (:mod:`aggregator.ingest`: decode, admit, sequence); the writer commits
+what it admitted with the sequence marks it moved, in one transaction, so a crash between commit and ack cannot double
+anything, and dead-letters what it refused. The alerts, silences and drains tables are written and read by their own
+modules (:mod:`aggregator.tables`), mixed into :class:`Store`.
 
 Nothing that passed validation can stop ingest: if a batch's commit fails anyway, the batch is bisected, the messages
 that cannot be written are dead-lettered (``commit_failed``) and the rest is committed.
@@ -19,14 +15,11 @@ that cannot be written are dead-lettered (``commit_failed``) and the rest is com
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
-import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
@@ -34,13 +27,16 @@ from typing import Any, TypeVar
 import duckdb
 import pyarrow as pa
 
-from ranksight.aggregator.admission import NS, admit, check_times
 from ranksight.aggregator.columns import ENVELOPE_FIELDS, ColumnBuilder, row_to_record, table_columns
+from ranksight.aggregator.ingest.admission import NS, check_times
+from ranksight.aggregator.ingest.pipeline import Admission, BatchResult, Incoming
+from ranksight.aggregator.ingest.sequence import AgentSeq, Marks, NodeKey, Sequencer
+from ranksight.aggregator.tables.alerts import AlertTable
+from ranksight.aggregator.tables.drains import DrainTable
+from ranksight.aggregator.tables.silences import SilenceTable
 from ranksight.aggregator.timefmt import naive_utc
 from ranksight.core.config import IngestSettings
 from ranksight.core.private import DIR_MODE, private_files
-from ranksight.schemas.alerts import Alert, Silence
-from ranksight.schemas.codec import DecodeError, decode_columns
 from ranksight.schemas.records import RECORD_MODELS
 from ranksight.schemas.records.inspector import IDENTITY as INSPECTOR_IDENTITY
 from ranksight.schemas.subjects import Subjects
@@ -49,107 +45,6 @@ from ranksight.schemas.wire import event_type
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-MAX_GAP_RANGES = 1000
-NodeKey = tuple[str, str]  # (cluster, node)
-
-
-@dataclass
-class Incoming:
-    subject: str
-    data: bytes
-    recv_ns: int
-    msg_id: str | None = None
-
-
-@dataclass
-class AgentSeq:
-    agent: str
-    cluster: str
-    node: str
-    high_seq: int = 0
-    messages: int = 0
-    duplicates: int = 0
-    gaps: list[list[int]] = field(default_factory=list)  # [lo, hi] inclusive, ascending
-    first_recv: int = 0
-    last_recv: int = 0
-    seq_jumps: int = 0  # jumps beyond max_seq_jump: no gap opened
-    digests: dict[int, int] = field(default_factory=dict)  # seq -> crc32 of its bytes, the most recent ones
-    # digests of this batch's messages: the committed ones above are shared with the copy a batch works on, not copied
-    # (at 1024 nodes, copying conflict_window digests per node and commit grew the writer's CPU by a tenth in minutes)
-    pending: dict[int, int] = field(default_factory=dict)
-
-    @property
-    def gaps_open(self) -> int:
-        return sum(hi - lo + 1 for lo, hi in self.gaps)
-
-    def accept(self, seq: int, max_jump: int) -> bool:
-        """Record ``seq``; False if it is a duplicate. A jump of more than ``max_jump`` opens no gap (it is counted)."""
-        if seq > self.high_seq:
-            if seq - self.high_seq - 1 > max_jump:
-                self.seq_jumps += 1
-            elif seq > self.high_seq + 1:
-                self.gaps.append([self.high_seq + 1, seq - 1])
-                del self.gaps[:-MAX_GAP_RANGES]
-            self.high_seq = seq
-            return True
-        for i, (lo, hi) in enumerate(self.gaps):
-            if lo <= seq <= hi:  # a late message fills a gap
-                pieces = [p for p in ([lo, seq - 1], [seq + 1, hi]) if p[0] <= p[1]]
-                self.gaps[i : i + 1] = pieces
-                return True
-        return False
-
-    def digest(self, seq: int) -> int | None:
-        """The digest remembered for ``seq``: of this batch, else committed; None when it is not remembered."""
-        found = self.pending.get(seq)
-        return self.digests.get(seq) if found is None else found
-
-    def remember(self, seq: int, digest: int) -> None:
-        self.pending[seq] = digest
-
-    def settle(self, window: int) -> None:
-        """This batch's digests committed: the ``window`` most recent are kept."""
-        digests = self.digests
-        digests.update(self.pending)
-        self.pending = {}
-        while len(digests) > window:
-            del digests[next(iter(digests))]
-
-    def copy(self) -> AgentSeq:
-        """A copy for a batch to work on, a failed commit leaving this one as it is; their committed digests are one
-        dict, changed only once the batch is committed (:meth:`settle`)."""
-        return AgentSeq(self.agent, self.cluster, self.node, self.high_seq, self.messages, self.duplicates,
-                        [list(g) for g in self.gaps], self.first_recv, self.last_recv, self.seq_jumps,
-                        self.digests)  # fmt: skip
-
-
-@dataclass
-class BatchResult:
-    accepted: list[tuple[Envelope, int]] = field(default_factory=list)  # (envelope, receipt ns)
-    records: int = 0
-    duplicates: int = 0
-    dead_letters: int = 0
-    new_gaps: int = 0
-    conflicts: int = 0  # same incarnation and seq, different bytes (dead-lettered as seq_conflict)
-    new_nodes: int = 0  # nodes whose sequence state this batch starts
-    taken: int = 0  # messages of the batch handled (committed, skipped or dead-lettered): the rest wait (records bound)
-
-
-_ALERT_SCHEMA = pa.schema(
-    [
-        (c, pa.string())
-        for c in ("fingerprint", "rule", "severity", "state", "cluster", "node", "job", "comm", "entity")
-    ]
-    + [
-        ("rank", pa.int64()),
-        ("summary", pa.string()),
-        ("started_at", pa.string()),
-        ("resolved_at", pa.string()),
-        ("updated_at", pa.string()),
-        ("evidence", pa.string()),
-        ("silenced_by", pa.string()),
-    ]
-)
 
 
 _SEQ_COLUMNS = ("agent", "cluster", "node", "high_seq", "messages", "duplicates", "gaps_open", "first_recv",
@@ -177,7 +72,7 @@ def out_of_memory(exc: BaseException | None) -> duckdb.OutOfMemoryException | No
     return None
 
 
-class Store:
+class Store(AlertTable, SilenceTable, DrainTable):
     def __init__(
         self, path: str | Path, subjects: Subjects | None = None, limits: IngestSettings | None = None
     ) -> None:
@@ -194,7 +89,7 @@ class Store:
             else f"{self.path.stem}_history"
         )
         self._catalog = '"' + stem.replace('"', '""') + '"'
-        self._seq: dict[NodeKey, dict[str, AgentSeq]] = {}  # node -> its incarnations' sequence state
+        self.sequencer = Sequencer(self.limits)
         self.replay_skipped = 0  # stored messages that replay could not turn back into a valid envelope
         self._fetched_rows = False  # inspector rows fetched on request (seq 0) may be in history
         # per kind, the fields a history row keeps only where a flag of its record is true
@@ -333,13 +228,7 @@ class Store:
             "SELECT cluster, node, agent, seq_lo, seq_hi FROM agent_seq_gaps ORDER BY seq_lo"
         ).fetchall():
             gaps[cluster, node, agent].append([lo, hi])
-        self._seq = {}
-        for agent, cluster, node, high, messages, dups, first, last, jumps in rows:
-            if len(self._seq) >= limits.max_nodes and (cluster, node) not in self._seq:
-                continue
-            self._seq.setdefault((cluster, node), {})[agent] = AgentSeq(
-                agent, cluster, node, high, messages, dups, gaps[cluster, node, agent], first, last, jumps
-            )
+        self.sequencer.load(rows, gaps)
 
     # -- ingest -------------------------------------------------------------------------------------------------
     def commit_batch(self, batch: list[Incoming]) -> BatchResult:
@@ -348,34 +237,21 @@ class Store:
         At most ``fetch_max_records`` decoded records are committed at once (a message is never split: one alone may
         bring more): the messages from the one that would pass the bound on are left out, ``result.taken`` says how
         many were handled, and the caller commits the rest next, unacknowledged until then."""
-        result = BatchResult(taken=len(batch))
+        admission = Admission(batch, self.subjects, self.limits, self.sequencer)
         admitted: list[tuple[Envelope, Incoming]] = []
         # each kind's rows, added as messages are admitted: a compact batch's columns, taken at once, are not kept
         builders: dict[str, ColumnBuilder] = {}
         # rows that Arrow refused: the commit fails as a write would, and is bisected
         unbuilt: Exception | None = None
-        dead: list[tuple[Any, ...]] = []
-        changed: dict[NodeKey, dict[str, AgentSeq]] = {}
-        records = 0
-        for i, msg in enumerate(batch):
-            try:
-                env, columns = decode_columns(msg.data)
-                admit(env, msg.subject, msg.recv_ns, self.subjects, self.limits)
-                if records and records + len(env.records) > self.limits.fetch_max_records:
-                    result.taken = i
-                    break
-                new = self._sequence(env, msg, changed, result)
-            except DecodeError as exc:
-                dead.append(self._dead_letter(msg, exc.reason, str(exc)))
-                continue
-            if new:
-                admitted.append((env, msg))
-                records += len(env.records)
-                if unbuilt is None:
-                    try:
-                        self._add_rows(builders, env, msg, columns)
-                    except Exception as exc:
-                        unbuilt = exc
+        for env, msg, columns in admission.admitted():
+            admitted.append((env, msg))
+            if unbuilt is None:
+                try:
+                    self._add_rows(builders, env, msg, columns)
+                except Exception as exc:
+                    unbuilt = exc
+        result, changed = admission.result, admission.changed
+        dead = [self._dead_letter(msg, reason, detail) for msg, reason, detail in admission.refused]
         try:
             if unbuilt is not None:
                 raise unbuilt
@@ -396,51 +272,12 @@ class Store:
                 for (_, msg), e in unwritable
             ]
             self._write(self._builders(admitted), dead, changed)
-        for key, incarnations in changed.items():
-            for seq in incarnations.values():
-                seq.settle(self.limits.conflict_window)
-            self._seq.setdefault(key, {}).update(incarnations)
-            self._evict_incarnations(key)
+        for key, agent in self.sequencer.settle(changed):
+            self._delete_seq(key, agent)
         result.dead_letters = len(dead)
         result.records = sum(len(env.records) for env, _ in admitted)
         result.accepted = [(env, msg.recv_ns) for env, msg in admitted]
         return result
-
-    def _sequence(
-        self, env: Envelope, msg: Incoming, changed: dict[NodeKey, dict[str, AgentSeq]], result: BatchResult
-    ) -> bool:
-        """Whether the admitted ``env`` is new (False: a duplicate); :class:`DecodeError` if it is refused."""
-        limits = self.limits
-        key = (env.cluster, env.node)
-        incarnations = changed.get(key)
-        if incarnations is None:
-            if key not in self._seq:
-                if len(self._seq) + result.new_nodes >= limits.max_nodes:
-                    raise DecodeError(
-                        "too_many_nodes", f"{limits.max_nodes} nodes are tracked already (max_nodes)"
-                    )
-                result.new_nodes += 1
-            incarnations = changed[key] = {}
-        seq = incarnations.get(env.agent)
-        # First change in this batch: work on a copy, so a failed commit leaves the marks untouched.
-        if seq is None:
-            stored = self._seq.get(key, {}).get(env.agent)
-            seq = stored.copy() if stored is not None else AgentSeq(env.agent, *key, first_recv=msg.recv_ns)
-            incarnations[env.agent] = seq
-        seq.last_recv = msg.recv_ns
-        digest = zlib.crc32(msg.data)
-        gaps_before = seq.gaps_open
-        if not seq.accept(env.seq, limits.max_seq_jump):
-            if seq.digest(env.seq) not in (None, digest):
-                result.conflicts += 1
-                raise DecodeError("seq_conflict", f"{env.msg_id} was committed before with different content")
-            seq.duplicates += 1
-            result.duplicates += 1
-            return False
-        seq.remember(env.seq, digest)
-        result.new_gaps += max(0, seq.gaps_open - gaps_before)
-        seq.messages += 1
-        return True
 
     def _dead_letter(self, msg: Incoming, reason: str, detail: str) -> tuple[Any, ...]:
         kept = msg.data[: self.limits.dead_letter_payload_bytes]
@@ -479,7 +316,7 @@ class Store:
                 con.unregister("arrow_batch")
 
     def _write(self, builders: dict[str, ColumnBuilder], dead: list[tuple[Any, ...]],
-               changed: dict[NodeKey, dict[str, AgentSeq]]) -> None:  # fmt: skip
+               changed: Marks) -> None:  # fmt: skip
         con = self.con
         con.execute("BEGIN TRANSACTION")
         try:
@@ -516,16 +353,6 @@ class Store:
         half = len(admitted) // 2
         return self._unwritable(admitted[:half]) + self._unwritable(admitted[half:])
 
-    def _evict_incarnations(self, key: NodeKey) -> None:
-        """Keep the ``max_incarnations_per_node`` most recently seen incarnations of a node."""
-        incarnations = self._seq[key]
-        excess = len(incarnations) - self.limits.max_incarnations_per_node
-        if excess <= 0:
-            return
-        for seq in sorted(incarnations.values(), key=lambda s: s.last_recv)[:excess]:
-            del incarnations[seq.agent]
-            self._delete_seq(key, seq.agent)
-
     def _delete_seq(self, key: NodeKey, agent: str) -> None:
         for table in ("agent_seq", "agent_seq_gaps"):
             self.con.execute(
@@ -534,10 +361,9 @@ class Store:
 
     def forget_idle(self, now_ns: int) -> int:
         """Drop the sequence state of nodes silent for ``node_forget_after_s`` (run on the writer thread); how many."""
-        horizon = now_ns - int(self.limits.node_forget_after_s * NS)
-        idle = [key for key, inc in self._seq.items() if max(s.last_recv for s in inc.values()) < horizon]
-        for key in idle:
-            for agent in self._seq.pop(key):
+        idle = self.sequencer.forget_idle(now_ns)
+        for key, agents in idle:
+            for agent in agents:
                 self._delete_seq(key, agent)
         return len(idle)
 
@@ -557,7 +383,7 @@ class Store:
         # (a message lost for good) would otherwise cost a delete and an insert in every commit that touches it.
         moved = []
         for s in changed:
-            stored = self._seq.get((s.cluster, s.node), {}).get(s.agent)
+            stored = self.sequencer.stored((s.cluster, s.node), s.agent)
             if s.gaps != (stored.gaps if stored else []):
                 moved.append(s)
         if not moved:
@@ -578,16 +404,7 @@ class Store:
             con.unregister("gap_rows")
 
     def sequence_stats(self) -> dict[str, int]:
-        incarnations = [s for inc in self._seq.values() for s in inc.values()]
-        return {
-            "nodes": len(self._seq),
-            "agents": len(incarnations),
-            "messages": sum(s.messages for s in incarnations),
-            "duplicates": sum(s.duplicates for s in incarnations),
-            "gaps_open": sum(s.gaps_open for s in incarnations),
-            "seq_jumps": sum(s.seq_jumps for s in incarnations),
-            "replay_skipped": self.replay_skipped,
-        }
+        return {**self.sequencer.stats(), "replay_skipped": self.replay_skipped}
 
     # -- replay -------------------------------------------------------------------------------------------------
     def replay(self, kinds: set[str], since_ns: int) -> list[tuple[Envelope, int]]:
@@ -658,15 +475,6 @@ class Store:
         self._fetched_rows = self._fetched_rows or bool(inserted)
         return int(inserted)
 
-    def add_alert_evidence(self, fingerprint: str, started_at: str, evidence: dict[str, Any]) -> None:
-        """Merge keys into the evidence of every stored transition of one alert (its firing and, if it resolved
-        meanwhile, its resolution): evidence completed after the alert fired, not a transition of its own."""
-        self.con.execute(
-            "UPDATE alerts SET evidence = json_merge_patch(coalesce(evidence, '{}'), ?::JSON) "
-            "WHERE fingerprint = ? AND started_at = ?::TIMESTAMP",
-            [json.dumps(evidence, default=str), fingerprint, started_at],
-        )
-
     def append_rows(self, table: str, rows: list[dict[str, Any]]) -> None:
         """Columnar append of derived rows (findings, summaries) to ``table``, matched by column name."""
         self.con.register("derived_batch", pa.Table.from_pylist(rows))
@@ -674,76 +482,6 @@ class Store:
             self.con.execute(f'INSERT INTO "{table}" BY NAME SELECT * FROM derived_batch')
         finally:
             self.con.unregister("derived_batch")
-
-    # -- alerts -------------------------------------------------------------------------------------------------
-    def write_alerts(self, alerts: list[Alert]) -> None:
-        """Append alert transitions (one columnar insert: a mass resolve can be thousands of rows)."""
-        if not alerts:
-            return
-        columns = ("fingerprint", "rule", "severity", "state", "cluster", "node", "job", "comm", "entity", "rank",
-                   "summary", "started_at", "resolved_at", "updated_at")  # fmt: skip
-        data: dict[str, list[Any]] = {c: [getattr(a, c) for a in alerts] for c in columns}
-        data["evidence"] = [json.dumps(a.evidence, default=str) for a in alerts]
-        data["silenced_by"] = [json.dumps(a.silenced_by) if a.silenced_by else None for a in alerts]
-        batch = pa.table(data, schema=_ALERT_SCHEMA)
-        self.con.register("alert_batch", batch)
-        try:
-            self.con.execute(
-                "INSERT INTO alerts BY NAME SELECT * REPLACE (started_at::TIMESTAMP AS started_at, "
-                "resolved_at::TIMESTAMP AS resolved_at, updated_at::TIMESTAMP AS updated_at) FROM alert_batch"
-            )
-        finally:
-            self.con.unregister("alert_batch")
-
-    def active_alerts(self) -> list[Alert]:
-        cur = self.con.execute(
-            "SELECT fingerprint, rule, severity, state, cluster, node, job, comm, rank, summary, evidence, "
-            "strftime(started_at, '%Y-%m-%dT%H:%M:%S.%fZ'), strftime(updated_at, '%Y-%m-%dT%H:%M:%S.%fZ'), entity "
-            "FROM alerts QUALIFY row_number() OVER (PARTITION BY fingerprint ORDER BY updated_at DESC, "
-            "state = 'resolved' DESC) = 1"
-        )
-        out = []
-        for r in cur.fetchall():
-            if r[3] != "firing":
-                continue
-            out.append(Alert(fingerprint=r[0], rule=r[1], severity=r[2], state=r[3], cluster=r[4], node=r[5],
-                             job=r[6], comm=r[7], rank=r[8], summary=r[9], evidence=json.loads(r[10] or "{}"),
-                             started_at=r[11], updated_at=r[12], entity=r[13]))  # fmt: skip
-        return out
-
-    def save_silence(self, silence: Silence) -> None:
-        """Insert or update (an early expiry moves ``ends_at``) one silence."""
-        self.con.execute(
-            "INSERT OR REPLACE INTO silences VALUES (?, ?, ?::TIMESTAMP, ?::TIMESTAMP, ?, ?, now()::TIMESTAMP)",
-            [silence.id, json.dumps([m.model_dump() for m in silence.matchers]), silence.starts_at.rstrip("Z"),
-             silence.ends_at.rstrip("Z"), silence.created_by, silence.comment],
-        )  # fmt: skip
-
-    def silences(self, since_ns: int) -> list[Silence]:
-        """Silences that end after ``since_ns``, oldest first."""
-        cur = self.con.execute(
-            "SELECT id, matchers, strftime(starts_at, '%Y-%m-%dT%H:%M:%S.%fZ'), "
-            "strftime(ends_at, '%Y-%m-%dT%H:%M:%S.%fZ'), created_by, comment FROM silences "
-            "WHERE ends_at > make_timestamp(?::BIGINT // 1000) ORDER BY starts_at, id",
-            [since_ns],
-        )
-        return [Silence(id=r[0], matchers=json.loads(r[1]), starts_at=r[2], ends_at=r[3], created_by=r[4],
-                        comment=r[5]) for r in cur.fetchall()]  # fmt: skip
-
-    def set_drained(self, cluster: str, nodes: list[str], drained: bool, reason: str) -> None:
-        self.con.execute(
-            "INSERT INTO node_drains SELECT ?, unnest(?::VARCHAR[]), ?, now()::TIMESTAMP, ?",
-            [cluster, nodes, drained, reason],
-        )
-
-    def drained_nodes(self) -> list[dict[str, Any]]:
-        """The nodes drained now: cluster, node, since (ISO), reason."""
-        cur = self.con.execute(
-            "SELECT cluster, node, strftime(changed_at, '%Y-%m-%dT%H:%M:%S.%fZ'), reason FROM node_drains "
-            "QUALIFY row_number() OVER (PARTITION BY cluster, node ORDER BY changed_at DESC) = 1 AND drained "
-            "ORDER BY cluster, node"
-        )
-        return [{"cluster": c, "node": n, "since": at, "reason": r} for c, n, at, r in cur.fetchall()]
 
     # -- actions ------------------------------------------------------------------------------------------------
     def append_audit(self, rows: list[dict[str, Any]]) -> None:

@@ -131,6 +131,9 @@ class Command:
     instead: Callable[[argparse.Namespace], int | None] | None = (
         None  # runs first; an exit code ends the command
     )
+    # a history command: with ``--db FILE`` it answers offline from a history file (the commands floor adds the flag,
+    # ranksight.commands.queries)
+    history: bool = False
 
 
 @dataclass(frozen=True)

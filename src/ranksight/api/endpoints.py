@@ -11,7 +11,6 @@ import argparse
 import getpass
 import math
 import statistics
-from collections.abc import Callable
 from typing import Any
 
 from ranksight.api import forensics
@@ -27,7 +26,6 @@ from ranksight.api.contract import (
     timestamp,
 )
 from ranksight.api.follow import add_follow_flag, follow_if_asked
-from ranksight.api.offline import add_db_flag, offline_if_asked
 from ranksight.api.params import (
     ActionAuditParams,
     ActionDecisionParams,
@@ -160,14 +158,6 @@ def _drained(args: argparse.Namespace, response: ApiResponse) -> list[str]:
     return [f"{' '.join(args.nodes)} {'undrained' if args.undrain else 'drained'}"]
 
 
-def _both(*extend: Callable[[argparse.ArgumentParser], None]) -> Callable[[argparse.ArgumentParser], None]:
-    def both(parser: argparse.ArgumentParser) -> None:
-        for each in extend:
-            each(parser)
-
-    return both
-
-
 def _rows_as(key: str) -> Any:
     """The key a command's ``--json`` held its rows under before every command printed the one response shape."""
     return lambda response: {key: response.rows}
@@ -186,7 +176,7 @@ _SPECS: list[EndpointSpec[Any]] = [
         "firing alerts; --follow prints each alert as it fires or resolves", ALERT_COLUMNS,
         flags={"since": SINCE_AGO, "state": Flag(help="firing (default: now), or transitions from history: "
                                                       "resolved, all")},
-        extend=_both(add_follow_flag, add_db_flag), instead=offline_if_asked("alerts", follow_if_asked))),
+        extend=add_follow_flag, instead=follow_if_asked, history=True)),
     EndpointSpec("sql", SqlParams, Command(
         "a read-only SQL query over the history", csv=True,
         flags={"sql": Flag(positional=True, metavar="SQL", type=_statement,
@@ -196,7 +186,7 @@ _SPECS: list[EndpointSpec[Any]] = [
                                     help="seconds (capped by aggregator.query.sql_time_limit_s)"),
                "shards": Flag(help="over every shard's Parquet export (aggregator.shards.export_dir), not this "
                                    "aggregator's database")},
-        extend=add_db_flag, instead=offline_if_asked("sql")), sql_time=True),
+        history=True), sql_time=True),
     EndpointSpec("export", ExportParams, Command(
         "write history to Parquet, partitioned by day (on the aggregator's host)", ["table", "rows", "days", "path"],
         flags={"since": Flag(type=timestamp, help="ISO date or time (UTC unless an offset is given)"),
@@ -235,7 +225,7 @@ _SPECS: list[EndpointSpec[Any]] = [
         ["series", "points", "last", "mean", "vs_median"], table_rows=_series_table,
         flags={"since": Flag(type=timestamp, help="ISO start (default: until minus 15 minutes)"),
                "until": Flag(type=timestamp, help="ISO end (default: now)")},
-        extend=add_db_flag, instead=offline_if_asked("series")), sql_time=True),
+        history=True), sql_time=True),
     EndpointSpec("drain", DrainParams, Command(
         "expect NODE to go silent (maintenance, removal); --undrain ends it", DRAIN_COLUMNS, path=("node", "drain"),
         flags={"nodes": Flag(positional=True, metavar="NODE"),
@@ -294,6 +284,6 @@ _SPECS: list[EndpointSpec[Any]] = [
         extend=forensics.add_output_flag, instead=forensics.write_evidence), http=False, wait_s=forensics.wait_s),
     EndpointSpec("incidents", IncidentsParams, Command(
         "one row per alert: fired, resolved, duration, flaps", INCIDENT_COLUMNS,
-        flags={"since": SINCE_AGO}, extend=add_db_flag, instead=offline_if_asked("incidents"))),
+        flags={"since": SINCE_AGO}, history=True)),
 ]  # fmt: skip
 SPECS: dict[str, EndpointSpec[Any]] = {e.name: e for e in _SPECS}

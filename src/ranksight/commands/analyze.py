@@ -9,8 +9,9 @@ import sys
 from pathlib import Path
 
 from ranksight.agent.collectors.inspector.dumps import SUFFIXES, DumpReader, other_files
-from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
 from ranksight.aggregator.hang_cli import register_hang
+from ranksight.aggregator.models.straggler.engine import analyze_records
+from ranksight.aggregator.models.straggler.findings import StragglerParams
 from ranksight.api.endpoints import STRAGGLER_COLUMNS
 from ranksight.core.cliutil import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_json, print_table
 

@@ -421,6 +421,25 @@ class AppSettings(CollectorSettings):
         gt=0,
         description="hang dumps: torch's files older than this belong to an earlier hang: not read",
     )
+    torch_worker_sockets: str | None = Field(
+        None,
+        description="hang dumps: also ask torch's worker servers whose Unix sockets match this glob (the jobs' "
+        "TORCH_WORKER_SERVER_SOCKET, e.g. /run/torch/worker_*.sock) for their Flight Recorder (fr_trace_json); the rank "
+        "is the trailing number of the socket's name, else the server process's RANK",
+    )
+    torch_debug_pipe_prefix: str | None = Field(
+        None,
+        description="hang dumps, NCCL jobs: also write a byte into torch's debug-info pipes <prefix><rank>.pipe (the "
+        "jobs' TORCH_NCCL_DEBUG_INFO_PIPE_FILE) so each process writes its Flight Recorder into torch_dump_dir (its "
+        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE's directory), read torch_pipe_wait_s later",
+    )
+    torch_pipe_wait_s: float = Field(
+        3.0,
+        gt=0,
+        le=60,
+        description="hang dumps: how long after writing into torch's debug-info pipes its files are read (torch looks "
+        "at the pipe about once a second)",
+    )
     dump_entries_per_group: int = Field(
         64,
         ge=1,
@@ -438,6 +457,14 @@ class AppSettings(CollectorSettings):
         ge=1,
         description="markers one training process may post per minute; more are dropped and counted",
     )
+
+    @model_validator(mode="after")
+    def _pipe_needs_dump_dir(self) -> AppSettings:
+        if self.torch_debug_pipe_prefix is not None and self.torch_dump_dir is None:
+            raise ValueError(
+                "torch_debug_pipe_prefix needs torch_dump_dir: torch answers its pipe with a file there"
+            )
+        return self
 
 
 class XidSettings(CollectorSettings):
@@ -824,7 +851,8 @@ class RawEvidenceSettings(Section):
 class HangForensicsSettings(Section):
     """Hang forensics (``aggregator.hang_forensics``): when a hang alert of ``rules`` fires for a job, the aggregator asks
     the agents of the job's nodes for every process's Flight Recorder and Python stacks (``hang_dump``), matches them
-    across ranks and raises ``flight_recorder_hang`` naming the rank that never arrived, its op and its frame."""
+    across ranks and names the rank that never arrived, its op and its frame: in the same hang's ``comm_hang`` /
+    ``collective_hang`` alert (``evidence.flight_recorder``) when there is one, else as ``flight_recorder_hang``."""
 
     enabled: bool = True
     rules: list[str] = Field(

@@ -163,6 +163,9 @@ class AppSettings(CollectorSection, msgspec.Struct, kw_only=True, frozen=True, f
     dump_collective_frames: bool
     torch_dump_dir: Path | None
     torch_dump_max_age_s: float
+    torch_worker_sockets: str | None
+    torch_debug_pipe_prefix: str | None
+    torch_pipe_wait_s: float
     dump_entries_per_group: int
     dump_max_files: int
     max_markers_per_minute: int

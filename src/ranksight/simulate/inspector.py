@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal, NamedTuple
 
-from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
 from ranksight.agent.collectors.inspector.summary import Summarizer
+from ranksight.formats.inspector import bandwidths_gbs
 from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 
 FaultKind = Literal["gpu", "node", "nic", "hang"]

@@ -27,6 +27,7 @@ import msgpack
 from ranksight.agent.collectors.app_dumps import DumpChannels, fit_reply, torch_dump_files
 from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, dump_hello, parse_message
 from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
+from ranksight.agent.collectors.torch_sources import trigger_debug_pipes, worker_server_dumps
 from ranksight.client import ACTIONS, MAX_MESSAGE, WIRE_VERSION
 from ranksight.core.settings_twins import AppSettings
 from ranksight.schemas.twins import AppRecord
@@ -137,13 +138,29 @@ class AppCollector(StreamingCollector):
         per_group = request.get("entries_per_group", self.app_settings.dump_entries_per_group)
         if not isinstance(per_group, int) or not 1 <= per_group <= self.app_settings.dump_entries_per_group:
             raise ValueError(f"entries_per_group must be 1..{self.app_settings.dump_entries_per_group}")
-        processes = await self.dumps.dump_job(job, per_group)
+        # the sources at once: a process answers its client's request while torch's servers and pipes answer theirs
+        answers = await asyncio.gather(self.dumps.dump_job(job, per_group), self._torch_dumps(job, per_group))
+        processes = [proc for answer in answers for proc in answer]
+        # half the server's max_payload: the reply's JSON framing stays well within it
+        return {"node": self.ctx.node, "processes": fit_reply(processes, self.ctx.nc.max_payload // 2)}
+
+    async def _torch_dumps(self, job: str | None, per_group: int) -> list[dict[str, Any]]:
+        """What torch's own sources give, where configured: its worker servers, its debug pipes (then its files)."""
         cfg = self.app_settings
+        processes: list[dict[str, Any]] = []
+        if cfg.torch_worker_sockets is not None:
+            processes += await worker_server_dumps(cfg.torch_worker_sockets, job, cfg.dump_max_bytes, cfg.dump_timeout_s,
+                                                   cfg.dump_concurrency, cfg.dump_max_files, per_group)  # fmt: skip
+        if cfg.torch_debug_pipe_prefix is not None:
+            asked, unasked = await asyncio.to_thread(trigger_debug_pipes, cfg.torch_debug_pipe_prefix,
+                                                     cfg.dump_max_files)  # fmt: skip
+            processes += unasked
+            if asked:
+                await asyncio.sleep(cfg.torch_pipe_wait_s)  # torch looks at its pipe about once a second
         if cfg.torch_dump_dir is not None:
             processes += await asyncio.to_thread(torch_dump_files, cfg.torch_dump_dir, cfg.dump_max_bytes,
                                                  cfg.torch_dump_max_age_s, cfg.dump_max_files, per_group)  # fmt: skip
-        # half the server's max_payload: the reply's JSON framing stays well within it
-        return {"node": self.ctx.node, "processes": fit_reply(processes, self.ctx.nc.max_payload // 2)}
+        return processes
 
     async def run(self, emit: Emit) -> None:
         path = self.ctx.settings.app_socket_path()

@@ -4,17 +4,21 @@ One condition per finding of the job's latest hang report (:class:`aggregator.st
 :mod:`aggregator.hang_forensics` when a hang alert fired): the rank that never arrived (or called something else), its
 node, host, pid and GPU, the process group, op and sequence id, how long its peers have waited, the frame it is in, and
 what RAS, Inspector and its own heartbeats say about it. Resolves when every rank of the job heartbeats again after the
-dump (the job moved on) or the report ages out (``aggregator.hang_forensics.retain_s``).
+dump (the job moved on) or the report ages out (``aggregator.hang_forensics.retain_s``). When the same hang has a
+``comm_hang`` or ``collective_hang`` alert (RAS, Inspector), the report goes into that alert's evidence
+(``flight_recorder``, :func:`merged_evidence`) instead: one hang, one alert.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.forensics import JobReport
 from ranksight.aggregator.timefmt import iso
+from ranksight.core.flightrec import Finding
 
 
 def _moved_on(state: LiveState, report: JobReport) -> bool:
@@ -23,35 +27,62 @@ def _moved_on(state: LiveState, report: JobReport) -> bool:
 
 
 class FlightRecorderHangRule:
+    """One alert per rank a report names, unless the report went into the same hang's ``comm_hang`` or
+    ``collective_hang`` alert (``JobReport.merged_into``): then that alert is the hang's one alert."""
+
     name = "flight_recorder_hang"
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for report in state.forensics.reports.values():
-            if _moved_on(state, report):
+            if report.merged_into is not None or _moved_on(state, report):
                 continue
-            for finding in report.report.findings:
-                for rank in finding.missing_ranks or finding.mismatched_ranks:  # one alert per rank named
-                    frame = finding.frames.get(rank, {})
-                    seen = report.corroboration.get(rank, {})
-                    yield Condition(
-                        rule=self.name, severity="critical", cluster=report.cluster, summary=_summary(report, rank,
-                        finding.kind, finding.collective, finding.seq, finding.process_group, finding.waiting_s, frame),
-                        node=report.nodes.get(rank), job=report.job, rank=rank,
-                        key=f"{finding.process_group} {finding.seq_kind} {finding.seq} {finding.kind}",
-                        evidence={**finding.as_dict(), "host": frame.get("host") or seen.get("host"),
-                                  "pid": frame.get("pid") or seen.get("pid"), "gpu": frame.get("gpu") if frame.get("gpu") is not None else seen.get("gpu"),
-                                  "where": frame.get("where"), "corroboration": seen,
-                                  "ranks_seen": report.report.ranks_seen,
-                                  "ranks_missing_dump": report.report.ranks_missing_dump,
-                                  "dump_errors": report.errors, "collected": iso(report.collected_ns)},
-                    )  # fmt: skip
+            for finding, rank, evidence in named_ranks(report):
+                yield Condition(
+                    rule=self.name, severity="critical", cluster=report.cluster, summary=evidence["summary"],
+                    node=report.nodes.get(rank), job=report.job, rank=rank,
+                    key=f"{finding.process_group} {finding.seq_kind} {finding.seq} {finding.kind}",
+                    evidence={**finding.as_dict(), **{k: v for k, v in evidence.items() if k != "summary"},
+                              "ranks_seen": report.report.ranks_seen,
+                              "ranks_missing_dump": report.report.ranks_missing_dump,
+                              "dump_errors": report.errors, "collected": iso(report.collected_ns)},
+                )  # fmt: skip
+
+
+def named_ranks(report: JobReport) -> Iterator[tuple[Finding, int, dict[str, Any]]]:
+    """Each rank a finding names (one per rank), with what the operator needs of it: where it runs (host, pid, GPU,
+    node), its process group and that group's RAS communicator, the op, sequence id and wait, its frame, what RAS and
+    Inspector say of it, and a one-line summary."""
+    for finding in report.report.findings:
+        for rank in finding.missing_ranks or finding.mismatched_ranks:
+            frame = finding.frames.get(rank, {})
+            seen = report.corroboration.get(rank, {})
+            yield finding, rank, {
+                "rank": rank, "kind": finding.kind, "process_group": finding.process_group,
+                "ras_comm": report.ras_comms.get(finding.process_group),
+                "collective": finding.collective, "seq": finding.seq, "seq_kind": finding.seq_kind,
+                "waiting_s": finding.as_dict()["waiting_s"], "node": report.nodes.get(rank),
+                "host": frame.get("host") or seen.get("host"), "pid": frame.get("pid") or seen.get("pid"),
+                "gpu": frame.get("gpu") if frame.get("gpu") is not None else seen.get("gpu"),
+                "where": frame.get("where"), "corroboration": seen,
+                "summary": _summary(report, rank, finding.kind, finding.collective, finding.seq,
+                                    finding.process_group, finding.waiting_s, frame),
+            }  # fmt: skip
+
+
+def merged_evidence(report: JobReport) -> dict[str, Any]:
+    """What a report adds to the RAS / Inspector hang alert of the same hang (``evidence.flight_recorder``)."""
+    return {"ranks": [evidence for _, _, evidence in named_ranks(report)],
+            "findings": report.report.as_dict()["findings"], "job": report.job,
+            "ranks_seen": report.report.ranks_seen, "ranks_missing_dump": report.report.ranks_missing_dump,
+            "dump_errors": report.errors, "collected": iso(report.collected_ns)}  # fmt: skip
 
 
 def _summary(report: JobReport, rank: int, kind: str, collective: str, seq: int, group: str,
              waiting_s: float | None, frame: dict[str, object]) -> str:  # fmt: skip
     who = f"rank {rank}" + (f" ({frame['host']} pid {frame.get('pid')})" if frame.get("host") else "")
     what = {"collective_mismatch": f"called another op than {collective} at",
-            "rank_without_dump": f"gave no dump (dead or unreachable); its peers last entered {collective}"}.get(
+            "rank_without_dump": f"gave no dump (dead or unreachable); its peers last entered {collective}",
+            "p2p_hang": f"never posted its side of its peer's {collective}"}.get(
                 kind, f"never entered {collective}")  # fmt: skip
     waited = f"; peers waited {waiting_s:.0f}s" if waiting_s is not None else ""
     where = f"; at {frame['where']}" if frame.get("where") else ""

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ranksight.aggregator.alerts import Condition
-from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
+from ranksight.aggregator.models.robust import MAD_TO_SIGMA, median_mad
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.gpu_probes import METRICS, GpuKey, GpuProbeTracker, ProbeResult
 from ranksight.aggregator.timefmt import iso

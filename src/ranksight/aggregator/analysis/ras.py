@@ -13,7 +13,7 @@ hostname), and carries the exact status lines behind it (``evidence.lines``):
 - ``comm_hang``: one per job, when no op count of any communicator advanced for ``hang_after_s`` while the job is
   alive (polled, every process answering, no communicator initializing or finalizing) and it had run collectives;
   communicators that never ran one (initializing, idle) are not hung. It is the job's one hang alert: when Inspector
-  silence finds a hang in the job's cluster (:mod:`aggregator.analysis.hangs`) it fires at once, with those ranks as
+  silence finds a hang in the job's cluster (:mod:`aggregator.models.hangs`) it fires at once, with those ranks as
   ``evidence.inspector_lagging``, and ``collective_hang`` stays quiet for a cluster RAS watches. An endpoint with text
   statuses only (no op counts) gets it only when the same ranks stay behind at the same counts for ``LAG_POLLS`` polls.
 """
@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from ranksight.aggregator.alerts import Condition, Rule
-from ranksight.aggregator.analysis.hangs import comm_hash, lagging_evidence
+from ranksight.aggregator.models.hangs import comm_hash, lagging_evidence
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.jobs import JobState, process_key
 from ranksight.aggregator.timefmt import iso

@@ -11,9 +11,9 @@ from collections.abc import Callable, Iterator
 
 from ranksight.aggregator.alerts import Condition
 from ranksight.aggregator.analysis.gpu_probe import gpu_evidence
-from ranksight.aggregator.analysis.hangs import Hang, comm_hash, lagging_evidence
 from ranksight.aggregator.analysis.ras import LAG_POLLS, node_of
-from ranksight.aggregator.analysis.stragglers import Finding
+from ranksight.aggregator.models.hangs import Hang, comm_hash, lagging_evidence
+from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.devices import link_up
 from ranksight.aggregator.state.jobs import JobState

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ranksight.aggregator.analysis.forensics import named_ranks
 from ranksight.aggregator.api.endpoint import handles
+from ranksight.aggregator.hang_forensics import job_nodes
 from ranksight.api.contract import RequestError
 from ranksight.api.params import JobDumpParams
 from ranksight.schemas.api import ApiResponse
@@ -20,20 +22,20 @@ async def job_dump(agg: Aggregator, p: JobDumpParams) -> ApiResponse:
     """Ask the job's agents for every process's Flight Recorder and Python stacks now, and match them across ranks."""
     cluster = p.cluster or agg.settings.cluster
     state = agg.analysis_state or agg.state
-    if not any(st.cluster == cluster and st.job == p.job for st in state.app.ranks.values()):
+    if not job_nodes(state, cluster, p.job):
         raise RequestError(f"no rank of job {p.job!r} in cluster {cluster!r} is known: its processes report through "
-                           "ranksight.client (RANK and a scheduler job id in their environment)")  # fmt: skip
+                           "ranksight.client (RANK and a scheduler job id in their environment), or RAS watches a "
+                           "job of that id")  # fmt: skip
     report = await agg.hang_forensics.dump_now(agg, cluster, p.job)
-    rows = []
-    for finding in report.report.findings:
-        for rank in finding.missing_ranks or finding.mismatched_ranks:
-            rows.append({**finding.as_dict(), "rank": rank, "where": finding.frames.get(rank, {}).get("where"),
-                         "node": report.nodes.get(rank)})  # fmt: skip
+    # a row per named rank: the finding, and where the rank runs (host, pid, GPU, node, its group's RAS communicator)
+    rows = [{**finding.as_dict(), **{k: v for k, v in named.items() if k not in ("summary", "corroboration")}}
+            for finding, _, named in named_ranks(report)]  # fmt: skip
     meta: dict[str, Any] = {
         "job": p.job, "cluster": cluster, "ranks_seen": report.report.ranks_seen,
         "ranks_missing_dump": report.report.ranks_missing_dump, "world_size": report.report.world_size,
         "dump_errors": report.errors, "corroboration": {str(r): v for r, v in report.corroboration.items()},
-        "nodes": {str(r): n for r, n in sorted(report.nodes.items())},
+        "nodes": {str(r): n for r, n in sorted(report.nodes.items())}, "ras_comms": report.ras_comms,
+        "merged_into": report.merged_into,
     }  # fmt: skip
     if p.include_dumps:
         meta["dumps"] = report.raw_dumps

@@ -1,4 +1,4 @@
-"""The aggregator's side of ``--db FILE`` (:mod:`ranksight.api.offline`): the same endpoint handler, answered from
+"""The aggregator's side of ``--db FILE`` (:mod:`ranksight.commands.queries`): the same endpoint handler, answered from
 a DuckDB history file without the service.
 
 The file is attached read-only (nothing is migrated or written; DuckDB refuses while an aggregator holds it) and

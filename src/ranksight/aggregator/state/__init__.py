@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from ranksight.aggregator.analysis.hangs import Hang
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
+from ranksight.aggregator.models.hangs import Hang
 from ranksight.aggregator.state.app import AppTracker
 from ranksight.aggregator.state.devices import GpuTracker, NicTracker
 from ranksight.aggregator.state.forensics import ForensicsTracker

@@ -1,5 +1,5 @@
 """Hang reports: the cross-rank Flight Recorder match of a job's dumps (:mod:`aggregator.hang_forensics` fills it,
-the ``flight_recorder_hang`` rule reads it). Kept per (cluster, job) until ``retain_s`` or until the job's ranks named
+the ``flight_recorder_hang`` rule reads it, or a RAS / Inspector hang alert of the same hang carries it). Kept per (cluster, job) until ``retain_s`` or until the job's ranks named
 by the report heartbeat again after the dump (then the hang is over)."""
 
 from __future__ import annotations
@@ -27,6 +27,14 @@ class JobReport:
     raw_dumps: list[dict[str, Any]] = field(
         default_factory=list, repr=False
     )  # as the agents sent them (evidence)
+    # process group label -> its RAS communicator, as far as it can be joined (hang_forensics.join_ras_comm)
+    ras_comms: dict[str, dict[str, Any]] = field(default_factory=dict)
+    processes: dict[int, tuple[str, int]] = field(
+        default_factory=dict
+    )  # rank -> (host, pid) of the job's processes
+    # the comm_hang / collective_hang alert of the same hang whose evidence this report went into ({"rule",
+    # "fingerprint"}): that alert is the hang's one alert, flight_recorder_hang stays quiet
+    merged_into: dict[str, str] | None = None
 
 
 class ForensicsTracker:

@@ -1,12 +1,12 @@
 """Online straggler analysis state: Inspector records folded into one incremental engine per cluster
-(:mod:`aggregator.analysis.stragglers`), evaluated on tick; the ``straggler`` rule (``aggregator.analysis.straggler_live``)
+(:mod:`aggregator.models.straggler`), evaluated on tick; the ``straggler`` rule (``aggregator.analysis.straggler_live``)
 reports its findings.
 
 Every record is folded in once (never re-analyzed); each evaluation judges the slices completed since the last one, a
 sliding ``window_s`` horizon with a ``judge_every_s`` hop. In the aggregator this runs in the background
 (``background=True``) and its result is picked up by a later tick, so the event loop never waits for it: ``observe`` only
-queues records. The engines (:mod:`aggregator.analysis.engines`, all that the child imports: no pydantic, no DuckDB,
-no nats-py) live in a child process (:class:`~aggregator.analysis.engines.EngineProcess`, started with the first
+queues records. The engines (:mod:`aggregator.models.engines`, all that the child imports: no pydantic, no DuckDB,
+no nats-py) live in a child process (:class:`~aggregator.models.engines.EngineProcess`, started with the first
 records): the aggregator's
 Python threads share one interpreter lock, and at a thousand nodes ingest alone fills one core (``benchmarks/scale.py``).
 Records are queued as msgpack arrays of their values, each envelope's as it is observed (they are plain numbers and
@@ -17,7 +17,7 @@ itself.
 A cluster whose records stop arriving (by receipt time) for ``retain_windows`` x ``window_s`` is forgotten and its
 alerts resolve.
 
-Each record is also folded, as it arrives, into the cluster's :class:`aggregator.analysis.hangs.HangFinder` (the last
+Each record is also folded, as it arrives, into the cluster's :class:`aggregator.models.hangs.HangFinder` (the last
 ``coll_sn`` per rank); the ``collective_hang`` rule asks it on every tick. A hung job is silent, so its collectives are
 kept ``hang_retain_s`` (not the straggler horizon) after they last advanced.
 
@@ -36,7 +36,8 @@ from concurrent.futures import BrokenExecutor, Executor, Future, ThreadPoolExecu
 from itertools import repeat
 from typing import Any
 
-from ranksight.aggregator.analysis.engines import (
+from ranksight.aggregator.forgetting import NodeKey
+from ranksight.aggregator.models.engines import (
     ClusterEngines,
     ClusterFindings,
     EngineProcess,
@@ -45,8 +46,7 @@ from ranksight.aggregator.analysis.engines import (
     process_evaluate,
     queue_entry,
 )
-from ranksight.aggregator.analysis.hangs import Hang, HangFinder
-from ranksight.aggregator.forgetting import NodeKey
+from ranksight.aggregator.models.hangs import Hang, HangFinder
 from ranksight.aggregator.timefmt import NS, iso
 from ranksight.core.config import StragglerSettings
 from ranksight.schemas.twins import Envelope

@@ -47,13 +47,16 @@ def bundle_from_reply(identity: dict[str, Any], reply: dict[str, Any], source: s
     return data, parse_dump(data, source)
 
 
-def bundle_from_torch_file(data: bytes, source: str, host: str, time_ns: int) -> tuple[bytes, RankDump]:
-    """A dump torch wrote itself (on a watchdog timeout) as ranksight's file: its rank from the file's name, the file's
-    time as the dump time."""
-    dump = parse_dump(data, source)
+def bundle_from_torch_file(data: bytes, source: str, host: str, time_ns: int, rank: int | None = None,
+                           **identity: Any) -> tuple[bytes, RankDump]:  # fmt: skip
+    """A dump torch wrote or served itself (a watchdog timeout's file, the worker server's answer) as ranksight's
+    file: its rank ``rank``, else from the file's name; ``time_ns`` (the file's time) as the dump time; ``identity``
+    (``pid``, ``world_size``, ``job``) where the caller knows it."""
+    dump = parse_dump(data, source, rank=rank)
     raw = load_plain_pickle(data) if dump.form == "torch-pickle" else json.loads(data)
     check_plain_size(raw, len(data) + 4096)
-    meta = {"rank": dump.rank, "host": host, "time_ns": time_ns, "source": source, "threads": []}
+    meta = {"rank": dump.rank, "host": host, "time_ns": time_ns, "source": source, "threads": [],
+            **{k: v for k, v in identity.items() if k in _IDENTITY_KEYS and v is not None}}  # fmt: skip
     try:
         out = json.dumps({**raw, "ranksight": meta}, default=_plain, sort_keys=True).encode()
     except (TypeError, ValueError, RecursionError) as exc:

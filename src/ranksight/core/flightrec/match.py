@@ -10,6 +10,13 @@ Within one process group every member enqueues the same collectives in the same 
   ``COLLECTIVE_DTYPE_MISMATCH``); the reference call is the one most members made, so the odd rank out is named.
 * **rank_without_dump**: a member whose dump is missing (a dead process, an unreachable node); the finding names the
   last op the members that answered had entered.
+* **p2p_hang**: a send on rank A to B that B never posted the matching recv for (or a recv on B from A that A never
+  sent): fr_trace's pairing, a send ``A->B`` with a recv ``B<-A`` of the same group, the k-th of one with the k-th of
+  the other in ``p2p_seq_id`` order (among the ops not yet completed). The peer that never posted is named; the peers
+  in ``profiling_name`` are group ranks, mapped to global ranks through the group's sorted members (``pg_config``'s
+  ranks where torch filled them in, else the ranks seen in the group). A paired send and recv whose sizes or dtypes
+  differ are a ``collective_mismatch`` with ``seq_kind`` ``p2p`` (fr_trace: the send's input sizes against the recv's
+  output sizes), naming both ends.
 
 The findings are ordered by the time their op was created: the first is where the ranks diverged first. A rank named
 by a finding comes with where it is: its main thread's innermost frame of its own code when its dump carries Python
@@ -52,6 +59,7 @@ class Finding:
     frames: dict[int, dict[str, Any]] = field(default_factory=dict)
     seq_kind: str = "collective"
     first_divergence: bool = False
+    group_ranks: list[int] = field(default_factory=list)  # the group's members (global ranks) as far as known
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -65,6 +73,7 @@ class Finding:
             "waiting_ranks": self.waiting_ranks,
             "waiting_s": None if self.waiting_s is None else round(self.waiting_s, 3),
             "first_divergence": self.first_divergence,
+            "group_ranks": self.group_ranks,
             "verdicts": {str(r): v for r, v in sorted(self.verdicts.items())},
             "frames": {str(r): v for r, v in sorted(self.frames.items())},
         }
@@ -101,6 +110,8 @@ class _Group:
     )  # rank -> seq -> entry
     enqueued: dict[int, int] = field(default_factory=dict)
     completed: dict[int, int] = field(default_factory=dict)
+    p2p: dict[int, list[Entry]] = field(default_factory=lambda: defaultdict(list))  # rank -> its P2P entries
+    configured: tuple[int, ...] = ()  # the members pg_config lists, in order (empty for gloo)
 
     @property
     def label(self) -> str:
@@ -122,7 +133,9 @@ def analyze(dumps: Sequence[RankDump], world_size: int | None = None, min_wait_s
     missing_dump = sorted(set(range(world)) - set(by_rank))
     findings: list[Finding] = []
     for group in _groups(by_rank, world).values():
-        findings.extend(_group_findings(group, by_rank, missing_dump, min_wait_s))
+        for finding in _group_findings(group, by_rank, missing_dump, min_wait_s):
+            finding.group_ranks = sorted(group.members)
+            findings.append(finding)
     findings.sort(key=lambda f: (f.created_ns is None, f.created_ns or 0, f.kind))
     if findings:
         findings[0].first_divergence = True
@@ -140,12 +153,15 @@ def _groups(by_rank: dict[int, RankDump], world: int) -> dict[str, _Group]:
                 group.pg_id = entry.pg_id
                 names_by_id[entry.pg_id] = entry.pg_name
             group.members.add(rank)
-            if not entry.is_p2p:
+            if entry.is_p2p:
+                group.p2p[rank].append(entry)
+            else:
                 group.collectives[rank][entry.collective_seq_id] = entry
     for dump in by_rank.values():
         for name, ranks in dump.pg_ranks.items():
             if name in groups:  # gloo's pg_config has one nameless group, which joins no entry
                 groups[name].members.update(ranks)
+                groups[name].configured = tuple(sorted(ranks))
     for rank, dump in by_rank.items():
         for pg_id, status in dump.pg_status.items():
             name = names_by_id.get(pg_id, str(pg_id))
@@ -180,6 +196,9 @@ def _group_findings(
     absent = sorted(set(missing_dump) & group.members)
     if absent:
         yield _absent_finding(group, by_rank, enqueued, highest, absent)
+    for finding in _p2p_findings(group, by_rank):
+        if finding.waiting_s is None or finding.waiting_s >= min_wait_s:
+            yield finding
 
 
 def _lag_finding(group: _Group, by_rank: dict[int, RankDump], enqueued: dict[int, int], seq: int) -> Finding:
@@ -237,6 +256,94 @@ def _first_mismatch(group: _Group, by_rank: dict[int, RankDump], answered: list[
             finding.frames[rank] = _where(by_rank[rank], call)
         return finding
     return None
+
+
+def _p2p_findings(group: _Group, by_rank: dict[int, RankDump]) -> Iterable[Finding]:
+    """Sends and recvs not yet completed, paired per (sender, receiver) in ``p2p_seq_id`` order; one finding per
+    pair of ranks whose first unpaired op waits for a peer that has a dump but never posted its side."""
+    order = group.configured or tuple(sorted(group.members))
+    sends: dict[tuple[int, int], list[Entry]] = defaultdict(list)
+    recvs: dict[tuple[int, int], list[Entry]] = defaultdict(list)
+    for entries in group.p2p.values():
+        for entry in sorted(entries, key=lambda e: e.p2p_seq_id):
+            pair = _p2p_pair(entry, order)
+            if pair is not None and entry.state != "completed":
+                (sends if entry.op == "send" else recvs)[pair].append(entry)
+    for pair in sorted(set(sends) | set(recvs)):
+        posted, answered = sends.get(pair, []), recvs.get(pair, [])
+        src, dst = pair
+        mismatch = _p2p_mismatch(group, by_rank, pair, list(zip(posted, answered, strict=False)))
+        if mismatch is not None:
+            yield mismatch
+        if len(posted) > len(answered):
+            waiter, absent, op = src, dst, posted[len(answered)]
+        elif len(answered) > len(posted):
+            waiter, absent, op = dst, src, answered[len(posted)]
+        else:
+            continue
+        if absent not in by_rank or waiter not in by_rank:
+            continue  # a peer without a dump is rank_without_dump's
+        finding = Finding(kind="p2p_hang", process_group=group.label, collective=op.collective, seq=op.p2p_seq_id,
+                          missing_ranks=[absent], waiting_ranks=[waiter], created_ns=op.time_created_ns,
+                          seq_kind="p2p")  # fmt: skip
+        finding.waiting_s = _waited(op.time_created_ns, [by_rank[waiter]])
+        peer_entries = group.p2p.get(absent, [])
+        finding.frames[absent] = _where(by_rank[absent], _last_entry(group, absent) or
+                                        (max(peer_entries, key=lambda e: e.p2p_seq_id) if peer_entries else None))  # fmt: skip
+        yield finding
+
+
+def _p2p_mismatch(
+    group: _Group, by_rank: dict[int, RankDump], ranks: tuple[int, int], pairs: list[tuple[Entry, Entry]]
+) -> Finding | None:
+    """The first paired send and recv that cannot meet: fr_trace's rule, the send's input sizes against the recv's
+    output sizes (``SIZE_OR_SYNTAX_MISMATCH``), and their dtypes. Both ends are named: neither side is the reference."""
+    for send, recv in pairs:
+        if send.input_sizes != recv.output_sizes:
+            verdict = SIZE_MISMATCH
+        elif _dtypes(send) != _dtypes(recv):
+            verdict = DTYPE_MISMATCH
+        else:
+            continue
+        ends = {ranks[0]: (send, recv), ranks[1]: (recv, send)}
+        finding = Finding(kind="collective_mismatch", process_group=group.label, collective=send.collective,
+                          seq=send.p2p_seq_id, mismatched_ranks=sorted(ends), waiting_ranks=sorted(ends),
+                          created_ns=min(send.time_created_ns, recv.time_created_ns),
+                          seq_kind="p2p")  # fmt: skip
+        finding.waiting_s = _waited(finding.created_ns, [by_rank[r] for r in ends if r in by_rank])
+        for rank, (call, peer) in ends.items():
+            finding.verdicts[rank] = {
+                "verdict": verdict,
+                "collective": call.collective,
+                "input_sizes": [list(s) for s in call.input_sizes],
+                "output_sizes": [list(s) for s in call.output_sizes],
+                "input_dtypes": list(call.input_dtypes),
+                "expected": {"collective": peer.collective,
+                             "input_sizes": [list(s) for s in peer.input_sizes],
+                             "output_sizes": [list(s) for s in peer.output_sizes],
+                             "input_dtypes": list(peer.input_dtypes)},
+            }  # fmt: skip
+            if rank in by_rank:
+                finding.frames[rank] = _where(by_rank[rank], call)
+        return finding
+    return None
+
+
+def _p2p_pair(entry: Entry, order: tuple[int, ...]) -> tuple[int, int] | None:
+    """(sender, receiver) as global ranks of a send ``"a->b"`` or a recv ``"b<-a"`` (group ranks in torch's name)."""
+    if entry.op == "send":
+        src, sep, dst = entry.peers.partition("->")
+    elif entry.op == "recv":
+        dst, sep, src = entry.peers.partition("<-")
+    else:
+        return None
+    try:
+        local = int(src), int(dst)
+    except ValueError:
+        return None
+    if not sep or not all(0 <= r < len(order) for r in local):
+        return None
+    return order[local[0]], order[local[1]]
 
 
 def _absent_finding(

@@ -3,7 +3,7 @@ bucket, process).
 
 Windows are ``window_us`` long and aligned to multiples of it in dump time (wall clock), so every node's windows line
 up. Besides the window's totals (count, bytes, exec time sum/min/max and quantiles, bandwidth, ``coll_sn`` range), a
-summary carries what the straggler engine folds raw records into (:mod:`aggregator.analysis.stragglers`): per
+summary carries what the straggler engine folds raw records into (:mod:`aggregator.models.straggler`): per
 ``slice_us`` slice of the window that holds timed operations, the count, sum and minimum of their exec times and the
 ``coll_sn`` span with the dump times that bound it. The engine fed summaries sees the same aggregates as fed the raw
 records, so it judges ranks of a communicator with the same accuracy without them.

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ranksight.agent.collectors.inspector.parse import InspectorParseError, parse_lines
+from ranksight.formats.inspector import InspectorParseError, parse_lines
 from ranksight.schemas.twins import InspectorRecord
 
 SUFFIXES = (".log", ".jsonl", ".log.gz", ".jsonl.gz")

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ranksight.agent.collectors.inspector.parse import DumpContext, ParseError
 from ranksight.agent.collectors.inspector.tailer import LIVE_SUFFIXES
+from ranksight.formats.inspector import DumpContext, ParseError
 from ranksight.schemas.structs import set_fields
 from ranksight.schemas.twins import InspectorRecord, RawCursor, RawRecordsRequest
 

@@ -8,7 +8,7 @@ the previous take, but for a window begun less than a period ago, which waits fo
 up (the engine sums them). Waiting for a window to close would hold every record back by the window plus a grace for
 records read after their dump time; parts carry each record within a period or two of its reading, and none is ever
 late. What is kept per slice mirrors what the straggler engine folds raw records into
-(:mod:`aggregator.analysis.stragglers`), so it sees the same aggregates either way.
+(:mod:`aggregator.models.straggler`), so it sees the same aggregates either way.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
+from ranksight.formats.inspector import bandwidths_gbs
 from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
 from ranksight.schemas.wire import size_bucket
 

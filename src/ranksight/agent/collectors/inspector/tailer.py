@@ -10,7 +10,7 @@ Offsets advance in two steps: ``read`` moves the *read* offset; :meth:`Tailer.ac
 the records up to there are acknowledged by the stream. Only committed offsets are saved, so a restart (or a NATS
 outage) re-reads what was not acknowledged instead of losing it.
 
-Each file has its own :class:`~agent.collectors.inspector.parse.DumpContext` (Inspector v4.3+ payload lines take
+Each file has its own :class:`~formats.inspector.DumpContext` (Inspector v4.3+ payload lines take
 their header and metadata from the dump marker before them). A chunk ends at a line boundary that may fall inside a
 dump, so every chunk records the context at its end, and the state file saves the context of the committed offset
 beside it: a restart resumes mid-dump with its marker, never with bare payloads and no context.
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ranksight.agent.collectors.inspector.parse import DumpContext, InspectorParseError, parse_lines
+from ranksight.formats.inspector import DumpContext, InspectorParseError, parse_lines
 from ranksight.schemas.twins import InspectorDumpStatsRecord, InspectorRecord
 
 LIVE_SUFFIXES = (".log", ".jsonl")

@@ -1,6 +1,6 @@
 """The straggler engines of every cluster, and the queue that feeds them: what runs in the engine process.
 
-:class:`ClusterEngines` holds one incremental :class:`~aggregator.analysis.stragglers.StragglerEngine` per cluster and
+:class:`ClusterEngines` holds one incremental :class:`~aggregator.models.straggler.engine.StragglerEngine` per cluster and
 evaluates them on a batch of queued records. The aggregator's :class:`~aggregator.state.stragglers.StragglerTracker`
 queues records with :func:`queue_entry` and runs the evaluation on a thread or, by default, in a child process
 (:class:`EngineProcess`: :func:`process_start`, then :func:`process_evaluate` at each evaluation). The child imports
@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import msgspec
 
-from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, StragglerParams
+from ranksight.aggregator.models.straggler.engine import StragglerEngine
+from ranksight.aggregator.models.straggler.findings import Finding, StragglerParams
 from ranksight.core.settings_twins import StragglerSettings
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
@@ -161,7 +162,7 @@ _release_freed = _trimmer()
 _process_engines: ClusterEngines | None = None  # in the engine process: its engines
 
 # The engine process's program: a plain interpreter that imports this module and serves calls on two pipes.
-_PROGRAM = "import sys\nfrom ranksight.aggregator.analysis.engines import serve\nserve(int(sys.argv[1]), int(sys.argv[2]))"
+_PROGRAM = "import sys\nfrom ranksight.aggregator.models.engines import serve\nserve(int(sys.argv[1]), int(sys.argv[2]))"
 
 
 class EngineProcess(Executor):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.core.config import RULE_TIMINGS, Settings, load_settings
+from ranksight.core.config import Settings, load_settings
 from ranksight.core.natsserver import NatsCluster, NatsServer
 
 REPO = Path(__file__).resolve().parent.parent
@@ -56,6 +56,9 @@ def cluster_settings(tmp_path: Path, nats_cluster: NatsCluster) -> Settings:
 
 def fast_settings(tmp_path: Path, nats: dict[str, object]) -> Settings:
     """Fast intervals so tests see state changes within a second or two."""
+    # here, not above: a test of the agent side loads no aggregator
+    from ranksight.aggregator.rulebook import rule_timings
+
     return load_settings(
         None,
         cluster="test",
@@ -73,6 +76,6 @@ def fast_settings(tmp_path: Path, nats: dict[str, object]) -> Settings:
             "ack_wait_s": 2.0,
             "http": {"port": 0},  # tests run many aggregators at once: never the fixed default port
             # fast, like the intervals above: every rule fires and resolves at once (hold-down has its own tests)
-            "alerts": {"rules": {rule: {"for_s": 0, "clear_s": 0} for rule in RULE_TIMINGS}},
+            "alerts": {"rules": {rule: {"for_s": 0, "clear_s": 0} for rule in rule_timings()}},
         },
     )

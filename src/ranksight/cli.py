@@ -95,12 +95,16 @@ def main(argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
     except Exception as exc:
-        # imported here, not above: `--version` and help load no NATS client (benchmarks/cli.py)
+        # imported here, not above: `--version` and help load neither the settings nor a NATS client (benchmarks/cli.py)
+        from ranksight.core.config import ConfigError
         from ranksight.core.natsconn import NatsUnreachable
 
-        if not isinstance(exc, NatsUnreachable):
+        if isinstance(exc, ConfigError):  # found past loading (a rule name the aggregator does not know)
+            print(f"ranksight: configuration error: {exc}", file=sys.stderr)
+        elif isinstance(exc, NatsUnreachable):  # any command that needs NATS: one line, no traceback
+            print(f"ranksight: {exc}", file=sys.stderr)
+        else:
             raise
-        print(f"ranksight: {exc}", file=sys.stderr)  # any command that needs NATS: one line, no traceback
         return exit_status(exc)
 
 

@@ -214,10 +214,13 @@ def records_page() -> str:
 
 
 def rules_page() -> str:
+    from ranksight.aggregator.actions.planner import ActionBreakerRule
     from ranksight.aggregator.analysis.rules import default_rules
-    from ranksight.core.config import RULE_TIMINGS
+    from ranksight.aggregator.rulebook import rule_timings
 
-    implemented = {rule.name: type(rule) for rule in default_rules()}
+    implemented = {rule.name: type(rule) for rule in default_rules()} | {
+        ActionBreakerRule.name: ActionBreakerRule
+    }
     out = [
         "# Alert rules\n",
         "Every rule the aggregator evaluates, with its default hold-down (`for_s`: how long the condition must hold "
@@ -227,9 +230,9 @@ def rules_page() -> str:
         "| rule | for_s / clear_s | implemented by |",
         "|---|---|---|",
     ]
-    for rule, (for_s, clear_s) in RULE_TIMINGS.items():
-        owner = implemented.get(rule)
-        where = f"`{owner.__module__}.{owner.__qualname__}`" if owner else "(raised by the aggregator itself)"
+    for rule, (for_s, clear_s) in rule_timings().items():
+        owner = implemented[rule]
+        where = f"`{owner.__module__}.{owner.__qualname__}`"
         out.append(f"| `{rule}` | {for_s:g} / {clear_s:g} | {where} |")
     return GENERATED + "\n".join(out) + "\n"
 

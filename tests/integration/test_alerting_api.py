@@ -119,6 +119,7 @@ class _HotGpu:
     """Input for the test below: GPU 3 of node-a reads too hot for as long as ``hot`` says."""
 
     name = "gpu_overheating"
+    for_s = clear_s = 0.0
 
     def __init__(self) -> None:
         self.hot = True

@@ -175,6 +175,8 @@ async def test_lead_failover_fires_each_alert_once(settings: Settings, tmp_path:
 class Holds:
     """A rule that sees the conditions it is given."""
 
+    for_s = clear_s = 0.0
+
     def __init__(self, name: str, *conds: Condition) -> None:
         self.name, self.conds = name, conds
 

@@ -27,6 +27,7 @@ class SwitchRule:
     """A rule whose one condition the test turns on and off: drives the real alert engine, store and publisher."""
 
     name = "test_switch"
+    for_s = clear_s = 0.0
 
     def __init__(self) -> None:
         self.on = False

@@ -14,9 +14,10 @@ from ranksight.aggregator.analysis.hardware import NicErrorsRisingRule
 from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.analysis.nodes import NodeSilentRule
 from ranksight.aggregator.analysis.rules import default_rules
+from ranksight.aggregator.rulebook import check_rule_names, rule_timings
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso
-from ranksight.core.config import RULE_TIMINGS, ActionSettings, AlertSettings, ConfigError, load_settings
+from ranksight.core.config import ActionSettings, AlertSettings, ConfigError, load_settings
 from ranksight.schemas.alerts import Matcher, Silence
 from ranksight.schemas.twins import (
     Envelope,
@@ -30,6 +31,7 @@ from ranksight.schemas.wire import event_type
 
 T0 = 1_800_000_000 * NS
 HOUR = 3600
+RULE_TIMINGS = rule_timings()
 
 
 @dataclass
@@ -40,6 +42,14 @@ class Scripted:
     present: Callable[[int], bool]
     node: str = "n1"
     job: str | None = None
+
+    @property
+    def for_s(self) -> float:  # the hold-down of the real rule of this name
+        return RULE_TIMINGS.get(self.name, (0.0, 0.0))[0]
+
+    @property
+    def clear_s(self) -> float:
+        return RULE_TIMINGS.get(self.name, (0.0, 0.0))[1]
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         if self.present((now_ns - T0) // NS):
@@ -65,16 +75,17 @@ def flapping(t: int) -> bool:
     return t % 13 in (0, 1, 2, 3, 9)
 
 
-def test_every_evaluated_rule_declares_its_timing_once() -> None:
+def test_every_evaluated_rule_declares_its_timing_beside_it() -> None:
     # the aggregator evaluates default_rules() and the action planner's breaker rule (runtime.Aggregator)
     evaluated = [*default_rules(), ActionBreakerRule(ActionPlanner(ActionSettings()))]
-    assert {r.name for r in evaluated} == set(RULE_TIMINGS)
+    assert {r.name: (r.for_s, r.clear_s) for r in evaluated} == RULE_TIMINGS
+    assert len({r.name for r in evaluated}) == len(evaluated)  # one rule per name
 
 
 @pytest.mark.parametrize("rule", sorted(RULE_TIMINGS))
 def test_each_rule_holds_a_flapping_condition_as_one_alert(rule: str) -> None:
     settings = AlertSettings()
-    for_s, clear_s = settings.timing(rule)
+    for_s, clear_s = settings.timing(rule, RULE_TIMINGS[rule])
     source = Scripted(rule, lambda t: t < HOUR and (flapping(t) if clear_s >= 5 else True))
     steady_for = for_s > 4  # a hold-down longer than the flapping runs never fires on them: nothing to count
     events = run(AlertEngine(settings=settings), [source], range(0, HOUR + int(clear_s) + 2))
@@ -92,7 +103,7 @@ def test_each_rule_holds_a_flapping_condition_as_one_alert(rule: str) -> None:
 @pytest.mark.parametrize("rule", sorted(r for r, (f, _) in RULE_TIMINGS.items() if f > 4))
 def test_rules_with_a_hold_down_fire_once_on_a_steady_fault_and_never_on_blips(rule: str) -> None:
     settings = AlertSettings()
-    for_s, _ = settings.timing(rule)
+    for_s, _ = settings.timing(rule, RULE_TIMINGS[rule])
     steady = run(AlertEngine(settings=settings), [Scripted(rule, lambda t: 100 <= t < 700)], range(0, 1200))
     assert [(t, e) for t, e in steady][:1] == [(100 + int(for_s), f"{rule}:firing")] and len(steady) == 2
     blips = run(
@@ -114,10 +125,18 @@ def test_rule_timings_are_settings_and_unknown_rules_are_refused(tmp_path) -> No
     cfg = tmp_path / "c.toml"
     cfg.write_text("[aggregator.alerts.rules.nic_errors_rising]\nfor_s = 5\n")
     settings = load_settings(cfg).aggregator.alerts
-    assert settings.timing("nic_errors_rising") == (5, RULE_TIMINGS["nic_errors_rising"][1])
+    assert settings.timing("nic_errors_rising", RULE_TIMINGS["nic_errors_rising"]) == (
+        5,
+        RULE_TIMINGS["nic_errors_rising"][1],
+    )
     cfg.write_text("[aggregator.alerts.rules.no_such_rule]\nfor_s = 5\n")
-    with pytest.raises(ConfigError, match="no_such_rule"):
-        load_settings(cfg)
+    with pytest.raises(
+        ConfigError, match=r"aggregator\.alerts\.rules\.no_such_rule: unknown rule 'no_such_rule'"
+    ):
+        check_rule_names(load_settings(cfg))  # what the aggregator does first
+    policy = {"name": "p", "rules": ["straggler", "stragler"], "action": "slurm_drain"}
+    with pytest.raises(ConfigError, match=r"policies \(p\).rules: unknown rule 'stragler'"):
+        check_rule_names(load_settings(None, aggregator={"actions": {"policies": [policy]}}))
 
 
 def _nic(seq: int, errors_per_s: float) -> Envelope:
@@ -148,6 +167,7 @@ class _LastSample:
     """The rule as it was: the last sample's rate against the threshold."""
 
     name = "nic_errors_rising"
+    for_s, clear_s = NicErrorsRisingRule.for_s, NicErrorsRisingRule.clear_s
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for dev in state.nics.devices.values():

@@ -202,3 +202,16 @@ def test_api_url_must_be_http(monkeypatch: pytest.MonkeyPatch, capfd: pytest.Cap
     monkeypatch.setenv("RANKSIGHT_API_URL", "nats://127.0.0.1:4222")
     code, err = _run(["nodes"], capfd)
     assert code == 2 and "api_url" in err, err
+
+
+def test_a_rule_name_no_rule_has_stops_the_aggregator_with_one_line(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "rules.toml"
+    config.write_text(
+        "[aggregator.alerts.rules.nic_error_rising]\nfor_s = 5\n"
+    )  # nic_errors_rising, misspelt
+    argv = ["aggregator", "--config", str(config)]
+    code, err = _run(argv, capfd)
+    _assert_clean(argv, code, err)
+    assert code == 2 and "configuration error" in err and "unknown rule 'nic_error_rising'" in err, err

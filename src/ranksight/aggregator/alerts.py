@@ -82,7 +82,17 @@ class Condition:
 
 
 class Rule(Protocol):
+    """An alert rule: what is true now (:meth:`evaluate`), and its default hold-down, declared beside it: ``for_s``
+    (how long a condition must hold before it fires) and ``clear_s`` (how long it must be absent before the alert
+    resolves), which ``[aggregator.alerts.rules.<name>]`` overrides."""
+
     name: str
+
+    @property
+    def for_s(self) -> float: ...
+
+    @property
+    def clear_s(self) -> float: ...
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterable[Condition]: ...
 
@@ -120,11 +130,12 @@ class AlertEngine:
         self.transitions: Counter[tuple[str, str, str]] = Counter()  # (cluster, rule, state) since start
         self.inhibited: dict[str, str] = {}  # fingerprint -> the rule inhibiting it, this round
         self.rule_errors: Counter[str] = Counter()  # rule -> evaluations that raised, since start
+        self.hold_downs: dict[str, tuple[float, float]] = {}  # rule -> its declared (for_s, clear_s)
 
     def _timing_ns(self, rule: str) -> tuple[int, int]:
         if self.settings is None:
             return 0, 0
-        for_s, clear_s = self.settings.timing(rule)
+        for_s, clear_s = self.settings.timing(rule, self.hold_downs.get(rule, (0.0, 0.0)))
         return int(for_s * NS), int(clear_s * NS)
 
     def silenced_by(self, alert: Alert, now_ns: int) -> list[str]:
@@ -141,6 +152,7 @@ class AlertEngine:
         evaluated: set[str] = set()
         seen: dict[str, Condition] = {}
         for rule in rules:
+            self.hold_downs[rule.name] = (rule.for_s, rule.clear_s)
             try:
                 conditions = list(rule.evaluate(state, now_ns))
             except Exception:  # one rule's bug must not stop the others, nor the aggregator: told, not fatal

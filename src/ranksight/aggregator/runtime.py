@@ -28,10 +28,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, StorageType, S
 
 from ranksight.aggregator.actions.desk import ActionDesk, cluster_sizes
 from ranksight.aggregator.actions.model import Action, ActionFailed, ActionRefused
-from ranksight.aggregator.actions.planner import ActionBreakerRule
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import AlertEngine, Rule
-from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.api.front import QueryFront
 from ranksight.aggregator.api.service import start_services
 from ranksight.aggregator.api.sql import SqlError, SqlSandbox
@@ -45,6 +43,7 @@ from ranksight.aggregator.profiling import ProfileOnDemand
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.raw_evidence import RawEvidence
 from ranksight.aggregator.report import JobNotFound, job_report, write_report
+from ranksight.aggregator.rulebook import check_rule_names, every_rule
 from ranksight.aggregator.shards import NodeKey, ShardOwner
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Store, out_of_memory
@@ -169,6 +168,7 @@ async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -
 
 class Aggregator:
     def __init__(self, settings: Settings, rules: list[Rule] | None = None) -> None:
+        check_rule_names(settings)
         self.settings = settings
         self.subjects = Subjects(settings.subject_prefix)
         self.version = ranksight_version()
@@ -177,11 +177,7 @@ class Aggregator:
         self.actions = ActionDesk(
             settings.aggregator.actions, self.store, self._claim_action, self._ask_agent, self._share_actions
         )
-        self.rules = (
-            rules
-            if rules is not None
-            else [*default_rules(settings), ActionBreakerRule(self.actions.planner)]
-        )
+        self.rules = rules if rules is not None else every_rule(settings, self.actions.planner)
         self.engine = AlertEngine(settings=settings.aggregator.alerts)
         self.sandbox = SqlSandbox(self.store, settings.aggregator.query)
         self.front = QueryFront(self)

@@ -923,47 +923,9 @@ class RasAlertSettings(Section):
     )
 
 
-# Hold-down per rule (Prometheus ``for`` / ``keep_firing_for``): (for_s, clear_s). The one place a rule's timing is
-# declared; a test checks that every rule the aggregator evaluates has an entry. Rules that already wait inside
-# (straggler confirmation, RAS poll counts, throttle/congestion runs) fire at once and only hold their clear time.
-RULE_TIMINGS: dict[str, tuple[float, float]] = {
-    "node_silent": (30, 120),  # a loaded node may miss a heartbeat or two: not yet an incident
-    "rank_missing": (0, 30),
-    "process_dead": (0, 30),
-    "comm_error": (0, 30),
-    "comm_mismatch": (0, 60),
-    "comm_hang": (0, 60),
-    "job_started": (0, 30),
-    "job_ended": (0, 30),
-    "straggler": (0, 120),
-    "collective_hang": (0, 60),  # waits inside: hang_quiet_s of silence
-    "gpu_ecc_uncorrectable": (0, 300),
-    "gpu_throttled": (0, 120),
-    "gpu_overheating": (30, 300),
-    "gpu_missing": (0, 60),
-    "nic_link_down": (5, 60),
-    "nic_flapping": (0, 300),
-    "nic_errors_rising": (30, 300),
-    "nic_congestion": (0, 120),
-    "link_degraded": (0, 900),
-    "gpu_underperforming": (0, 600),
-    "rank_heartbeat_overdue": (0, 30),
-    "rank_section_overdue": (0, 10),
-    "gpu_xid": (0, 0),  # a logged event: it fires at once and holds for the record's TTL
-    "action_breaker_open": (0, 0),  # the planner's own state: it opens and closes once, with its window
-    # RAS diagnostics (NCCL 2.32) run once per job: a finding stands until the job ends
-    "ras_diag_versions": (0, 60),
-    "ras_diag_gpu_inventory": (0, 60),
-    "ras_diag_xid": (0, 60),
-    "ras_diag_nvlink": (0, 60),
-    "ras_diag_nccl_env": (0, 60),
-    "ras_diag_ecc": (0, 60),
-    "flight_recorder_hang": (0, 30),  # fires on a matched dump; resolves when the named ranks heartbeat again
-}
-
-
 class RuleTiming(Section):
-    """Overrides of one rule's hold-down; an unset field keeps the rule's default from ``RULE_TIMINGS``."""
+    """Overrides of one rule's hold-down (Prometheus ``for`` / ``keep_firing_for``); an unset field keeps the default
+    the rule declares (its ``for_s``, ``clear_s``)."""
 
     for_s: float | None = Field(None, ge=0, description="the condition must hold this long before it fires")
     clear_s: float | None = Field(
@@ -996,7 +958,9 @@ class AlertSettings(Section):
     """The alert engine (``aggregator.alerts``): hold-down per rule, inhibition, Alertmanager."""
 
     rules: dict[str, RuleTiming] = Field(
-        default_factory=dict, description="per rule name, e.g. {nic_errors_rising = {for_s = 60}}"
+        default_factory=dict,
+        description="per rule name, e.g. {nic_errors_rising = {for_s = 60}}; the aggregator refuses to start on a "
+        "name it does not know",
     )
     inhibit: bool = Field(True, description="a silent or drained node suppresses the alerts it explains")
     max_ingest_behind_s: float = Field(
@@ -1008,19 +972,10 @@ class AlertSettings(Section):
     max_silences: int = Field(1000, ge=1, description="active silences at most")
     alertmanager: AlertmanagerSettings = AlertmanagerSettings()
 
-    @field_validator("rules")
-    @classmethod
-    def _known_rules(cls, rules: dict[str, RuleTiming]) -> dict[str, RuleTiming]:
-        unknown = sorted(set(rules) - set(RULE_TIMINGS))
-        if unknown:
-            raise ValueError(
-                f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(sorted(RULE_TIMINGS))}"
-            )
-        return rules
-
-    def timing(self, rule: str) -> tuple[float, float]:
-        """(for_s, clear_s) of ``rule``: its override, else its default."""
-        default_for, default_clear = RULE_TIMINGS.get(rule, (0.0, 0.0))
+    def timing(self, rule: str, default: tuple[float, float]) -> tuple[float, float]:
+        """(for_s, clear_s) of ``rule``: its override, else ``default`` (what the rule declares). The aggregator
+        refuses an override of a rule it does not know (:func:`ranksight.aggregator.rulebook.check_rule_names`)."""
+        default_for, default_clear = default
         own = self.rules.get(rule, RuleTiming())
         return (
             default_for if own.for_s is None else own.for_s,
@@ -1133,7 +1088,10 @@ class ActionPolicy(Section):
     name: str = Field(
         pattern=r"^[A-Za-z0-9_.-]{1,64}$", description="names the policy in plans, audit and alerts"
     )
-    rules: list[str] = Field(min_length=1, description="alert rules this policy acts on")
+    rules: list[str] = Field(
+        min_length=1,
+        description="alert rules this policy acts on (the aggregator refuses a name it does not know)",
+    )
     severities: list[AlertSeverity] = Field(
         default_factory=lambda: list(ACTING_SEVERITIES), description="only alerts of these severities"
     )
@@ -1167,16 +1125,6 @@ class ActionPolicy(Section):
         description="job_signal: ask the job's processes (ranksight.client.on_action) to checkpoint now, or to exit "
         "for a restart without the node",
     )
-
-    @field_validator("rules")
-    @classmethod
-    def _known_rules(cls, rules: list[str]) -> list[str]:
-        unknown = sorted(set(rules) - set(RULE_TIMINGS))
-        if unknown:
-            raise ValueError(
-                f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(sorted(RULE_TIMINGS))}"
-            )
-        return rules
 
 
 class SlurmActionSettings(Section):

@@ -245,6 +245,8 @@ class ActionBreakerRule:
     findings, or a bad signal, wants a person now). It resolves once the breaker's window has room again."""
 
     name = "action_breaker_open"
+    # hold-down: the planner's own state: it opens and closes once, with its window
+    for_s, clear_s = 0.0, 0.0
 
     def __init__(self, planner: ActionPlanner) -> None:
         self.planner = planner

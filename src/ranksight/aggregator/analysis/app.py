@@ -22,6 +22,7 @@ def _where(st: RankState) -> dict[str, object]:
 
 class RankHeartbeatOverdueRule:
     name = "rank_heartbeat_overdue"
+    for_s, clear_s = 0.0, 30.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for st in state.app.ranks.values():
@@ -43,6 +44,7 @@ class RankHeartbeatOverdueRule:
 
 class RankSectionOverdueRule:
     name = "rank_section_overdue"
+    for_s, clear_s = 0.0, 10.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for st in state.app.ranks.values():

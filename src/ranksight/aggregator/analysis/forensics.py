@@ -31,6 +31,8 @@ class FlightRecorderHangRule:
     ``collective_hang`` alert (``JobReport.merged_into``): then that alert is the hang's one alert."""
 
     name = "flight_recorder_hang"
+    # hold-down: fires on a matched dump; resolves when the named ranks heartbeat again
+    for_s, clear_s = 0.0, 30.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for report in state.forensics.reports.values():

@@ -45,6 +45,7 @@ def robust_outliers(
 @dataclass
 class GpuUnderperformingRule:
     name = "gpu_underperforming"
+    for_s, clear_s = 0.0, 600.0
     min_peers: int = 4
     min_drop: float = 0.10
     z_threshold: float = 3.5

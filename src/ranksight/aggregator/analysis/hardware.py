@@ -53,6 +53,7 @@ def _alive_nics(state: LiveState) -> Iterator[DeviceState[NicRecord]]:
 
 class GpuEccUncorrectableRule:
     name = "gpu_ecc_uncorrectable"
+    for_s, clear_s = 0.0, 300.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for dev in _alive_gpus(state):
@@ -64,6 +65,7 @@ class GpuEccUncorrectableRule:
 
 class GpuThrottledRule:
     name = "gpu_throttled"
+    for_s, clear_s = 0.0, 120.0
 
     def __init__(self, for_s: float = 30.0) -> None:
         self.for_ns = int(for_s * NS)
@@ -81,6 +83,7 @@ class GpuThrottledRule:
 
 class GpuOverheatingRule:
     name = "gpu_overheating"
+    for_s, clear_s = 30.0, 300.0
 
     def __init__(self, edge_c: float = 90.0, junction_c: float = 105.0, memory_c: float = 95.0) -> None:
         self.limits = {"temperature_edge_c": edge_c, "temperature_junction_c": junction_c,
@@ -97,6 +100,7 @@ class GpuOverheatingRule:
 
 class GpuMissingRule:
     name = "gpu_missing"
+    for_s, clear_s = 0.0, 60.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for dev in state.gpus.devices.values():
@@ -107,6 +111,7 @@ class GpuMissingRule:
 
 class NicLinkDownRule:
     name = "nic_link_down"
+    for_s, clear_s = 5.0, 60.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for dev in state.nics.devices.values():
@@ -119,6 +124,7 @@ class NicLinkDownRule:
 
 class NicFlappingRule:
     name = "nic_flapping"
+    for_s, clear_s = 0.0, 300.0
 
     def __init__(self, flaps: int = 3, window_s: float = 300.0) -> None:
         self.flaps, self.window_ns = flaps, int(window_s * NS)
@@ -141,6 +147,7 @@ class NicErrorsRisingRule:
     seconds jump between 0 and twice the true rate)."""
 
     name = "nic_errors_rising"
+    for_s, clear_s = 30.0, 300.0
 
     def __init__(self, per_s: float = 1.0, window_s: float = 60.0) -> None:
         self.per_s, self.window_ns = per_s, int(window_s * NS)
@@ -162,6 +169,7 @@ class NicErrorsRisingRule:
 
 class NicCongestionRule:
     name = "nic_congestion"
+    for_s, clear_s = 0.0, 120.0
 
     def __init__(self, per_s: float = 1000.0, for_s: float = 30.0) -> None:
         self.per_s, self.for_ns = per_s, int(for_s * NS)

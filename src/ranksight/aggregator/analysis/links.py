@@ -27,6 +27,7 @@ DIRECTIONS = ("upload_bps", "download_bps")
 
 class LinkDegradedRule:
     name = "link_degraded"
+    for_s, clear_s = 0.0, 900.0
 
     def __init__(self, settings: ProbePlannerSettings | None = None) -> None:
         settings = settings or ProbePlannerSettings.model_validate({})

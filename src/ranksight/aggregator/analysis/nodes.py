@@ -11,6 +11,8 @@ from ranksight.aggregator.timefmt import iso
 
 class NodeSilentRule:
     name = "node_silent"
+    # hold-down: a loaded node may miss a heartbeat or two: not yet an incident
+    for_s, clear_s = 30.0, 120.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for node in state.nodes.nodes.values():

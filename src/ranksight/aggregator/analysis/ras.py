@@ -73,6 +73,7 @@ def _gpus(gpus: list[int]) -> str:
 
 class RankMissingRule:
     name = "rank_missing"
+    for_s, clear_s = 0.0, 30.0
 
     def __init__(self, settings: RasAlertSettings | None = None) -> None:
         self.settings = settings or RasAlertSettings()
@@ -119,6 +120,7 @@ class RankMissingRule:
 
 class ProcessDeadRule:
     name = "process_dead"
+    for_s, clear_s = 0.0, 30.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.current():
@@ -133,6 +135,7 @@ class ProcessDeadRule:
 
 class CommErrorRule:
     name = "comm_error"
+    for_s, clear_s = 0.0, 30.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.current():
@@ -147,6 +150,7 @@ class CommErrorRule:
 
 class CommMismatchRule:
     name = "comm_mismatch"
+    for_s, clear_s = 0.0, 60.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.current():
@@ -164,6 +168,7 @@ class CommHangRule:
     ``LAG_POLLS`` polls instead of ``HANG_POLLS``."""
 
     name = "comm_hang"
+    for_s, clear_s = 0.0, 60.0
 
     def __init__(self, settings: RasAlertSettings | None = None) -> None:
         self.settings = settings or RasAlertSettings()
@@ -226,6 +231,7 @@ class CommHangRule:
 
 class JobStartedRule:
     name = "job_started"
+    for_s, clear_s = 0.0, 30.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.jobs.values():
@@ -239,6 +245,7 @@ class JobStartedRule:
 
 class JobEndedRule:
     name = "job_ended"
+    for_s, clear_s = 0.0, 30.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.jobs.values():

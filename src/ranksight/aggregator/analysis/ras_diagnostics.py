@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import ClassVar
 
 from ranksight.aggregator.alerts import Condition, Rule, Severity
 from ranksight.aggregator.analysis.ras import node_of
@@ -22,6 +23,9 @@ MAX_NAMED = 8  # hosts named in a summary; the evidence lists them all
 
 @dataclass
 class DiagnosticsRule:
+    # hold-down: the diagnostics run once per job, so a finding stands until the job ends
+    for_s: ClassVar[float] = 0.0
+    clear_s: ClassVar[float] = 60.0
     name: str
     kinds: frozenset[str]
     severity: Severity

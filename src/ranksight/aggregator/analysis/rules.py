@@ -1,4 +1,5 @@
-"""``default_rules()``: every rule the aggregator evaluates each tick."""
+"""``default_rules()``: the rules over live state the aggregator evaluates each tick (with the action breaker's:
+:mod:`aggregator.rulebook`)."""
 
 from __future__ import annotations
 

@@ -119,6 +119,7 @@ class StragglerRule:
     are over, and their alerts resolve with the job."""
 
     name = "straggler"
+    for_s, clear_s = 0.0, 120.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         tracker = state.stragglers
@@ -159,6 +160,8 @@ class CollectiveHangRule:
     not a hang: one incident per cause."""
 
     name = "collective_hang"
+    # hold-down: waits inside: hang_quiet_s of silence
+    for_s, clear_s = 0.0, 60.0
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for cluster in list(state.stragglers.hang_finders):

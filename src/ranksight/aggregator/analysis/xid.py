@@ -65,6 +65,8 @@ def sxid_resolution(message: str) -> XidResolution:
 
 class GpuXidRule:
     name = "gpu_xid"
+    # hold-down: a logged event: it fires at once and holds for the record's TTL
+    for_s, clear_s = 0.0, 0.0
 
     def __init__(self, overrides: Mapping[str, XidResolution] | None = None) -> None:
         self.overrides = dict(overrides or {})

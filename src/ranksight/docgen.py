@@ -214,26 +214,25 @@ def records_page() -> str:
 
 
 def rules_page() -> str:
-    from ranksight.aggregator.actions.planner import ActionBreakerRule
+    from ranksight.aggregator.actions.planner import ActionBreakerRule, ActionPlanner
     from ranksight.aggregator.analysis.rules import default_rules
-    from ranksight.aggregator.rulebook import rule_timings
+    from ranksight.core.config import ActionSettings
 
-    implemented = {rule.name: type(rule) for rule in default_rules()} | {
-        ActionBreakerRule.name: ActionBreakerRule
-    }
+    rules = [*default_rules(), ActionBreakerRule(ActionPlanner(ActionSettings()))]
     out = [
         "# Alert rules\n",
-        "Every rule the aggregator evaluates, with its default hold-down (`for_s`: how long the condition must hold "
-        "before it fires) and clear time (`clear_s`: how long it must be absent before the alert resolves); both "
-        "are set per rule under `[aggregator.alerts.rules.<rule>]`. What each rule means and what to do: "
-        "[Alerts](../alerts.md).\n",
-        "| rule | for_s / clear_s | implemented by |",
-        "|---|---|---|",
+        "Every rule the aggregator evaluates, as each rule declares it: its default hold-down (`for_s`: how long the "
+        "condition must hold before it fires; `clear_s`: how long it must be absent before the alert resolves; both "
+        "are set per rule under `[aggregator.alerts.rules.<rule>]`), its severity, when it fires and the settings "
+        "that tune it. How alerts live, group, inhibit and are silenced: [Alerts](../alerts.md).\n",
+        "| rule | for_s / clear_s | severity | fires when | settings | implemented by |",
+        "|---|---|---|---|---|---|",
     ]
-    for rule, (for_s, clear_s) in rule_timings().items():
-        owner = implemented[rule]
-        where = f"`{owner.__module__}.{owner.__qualname__}`"
-        out.append(f"| `{rule}` | {for_s:g} / {clear_s:g} | {where} |")
+    for rule in rules:
+        doc, owner = rule.doc, type(rule)
+        cells = [f"`{rule.name}`", f"{rule.for_s:g} / {rule.clear_s:g}", doc.severity, doc.fires_when, doc.settings,
+                 f"`{owner.__module__}.{owner.__qualname__}`"]  # fmt: skip
+        out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return GENERATED + "\n".join(out) + "\n"
 
 

@@ -81,10 +81,19 @@ class Condition:
         return " ".join(p for p in parts if p) or None
 
 
+@dataclass(frozen=True)
+class RuleDoc:
+    """What a rule means to an operator: its row of the alert rules page (docs/reference/alert-rules.md, generated)."""
+
+    severity: str
+    fires_when: str
+    settings: str = ""  # the settings that tune it
+
+
 class Rule(Protocol):
-    """An alert rule: what is true now (:meth:`evaluate`), and its default hold-down, declared beside it: ``for_s``
-    (how long a condition must hold before it fires) and ``clear_s`` (how long it must be absent before the alert
-    resolves), which ``[aggregator.alerts.rules.<name>]`` overrides."""
+    """An alert rule: what is true now (:meth:`evaluate`), and beside it its default hold-down, ``for_s`` (how long a
+    condition must hold before it fires) and ``clear_s`` (how long it must be absent before the alert resolves), which
+    ``[aggregator.alerts.rules.<name>]`` overrides, and its ``doc``."""
 
     name: str
 
@@ -93,6 +102,9 @@ class Rule(Protocol):
 
     @property
     def clear_s(self) -> float: ...
+
+    @property
+    def doc(self) -> RuleDoc: ...
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterable[Condition]: ...
 

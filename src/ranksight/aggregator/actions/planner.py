@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ranksight.aggregator.actions.model import ACTED, FINAL, Action, action_id
-from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.analysis.xid import resolution
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso, ns_of
@@ -247,6 +247,11 @@ class ActionBreakerRule:
     name = "action_breaker_open"
     # hold-down: the planner's own state: it opens and closes once, with its window
     for_s, clear_s = 0.0, 0.0
+    doc = RuleDoc(
+        "critical",
+        "the action circuit breaker stopped actions in a cluster",
+        "`aggregator.actions.max_nodes_per_window`, `max_cluster_fraction`, `window_s` (Acting on findings)",
+    )
 
     def __init__(self, planner: ActionPlanner) -> None:
         self.planner = planner

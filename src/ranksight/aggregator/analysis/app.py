@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.app import RankState
 from ranksight.aggregator.timefmt import NS, iso
@@ -23,6 +23,7 @@ def _where(st: RankState) -> dict[str, object]:
 class RankHeartbeatOverdueRule:
     name = "rank_heartbeat_overdue"
     for_s, clear_s = 0.0, 30.0
+    doc = RuleDoc("critical", "a rank's heartbeat is overdue", "see Job-side signals")
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for st in state.app.ranks.values():
@@ -45,6 +46,7 @@ class RankHeartbeatOverdueRule:
 class RankSectionOverdueRule:
     name = "rank_section_overdue"
     for_s, clear_s = 0.0, 10.0
+    doc = RuleDoc("warning", "a section open past its timeout", "see Job-side signals")
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for st in state.app.ranks.values():

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.forensics import JobReport
 from ranksight.aggregator.timefmt import iso
@@ -33,6 +33,14 @@ class FlightRecorderHangRule:
     name = "flight_recorder_hang"
     # hold-down: fires on a matched dump; resolves when the named ranks heartbeat again
     for_s, clear_s = 0.0, 30.0
+    doc = RuleDoc(
+        "critical",
+        "a hang alert's job dumped: a rank never entered (or called another op than) the collective its peers"
+        " wait in, or never posted its side of a send/recv; when the same hang has a `comm_hang` / "
+        "`collective_hang` alert, the findings go into that alert's `evidence.flight_recorder` instead (one "
+        "hang, one alert)",
+        "`aggregator.hang_forensics.*`, see Hangs",
+    )
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for report in state.forensics.reports.values():

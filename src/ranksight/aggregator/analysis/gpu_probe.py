@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.models.robust import MAD_TO_SIGMA, median_mad
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.gpu_probes import METRICS, GpuKey, GpuProbeTracker, ProbeResult
@@ -46,6 +46,7 @@ def robust_outliers(
 class GpuUnderperformingRule:
     name = "gpu_underperforming"
     for_s, clear_s = 0.0, 600.0
+    doc = RuleDoc("warning", "active probe well below peers or its history", "see Active GPU probes")
     min_peers: int = 4
     min_drop: float = 0.10
     z_threshold: float = 3.5

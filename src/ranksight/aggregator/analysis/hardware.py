@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.devices import DeviceState, link_up
 from ranksight.aggregator.timefmt import NS, iso
@@ -54,6 +54,7 @@ def _alive_nics(state: LiveState) -> Iterator[DeviceState[NicRecord]]:
 class GpuEccUncorrectableRule:
     name = "gpu_ecc_uncorrectable"
     for_s, clear_s = 0.0, 300.0
+    doc = RuleDoc("critical", "uncorrectable ECC errors counted")
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for dev in _alive_gpus(state):
@@ -66,6 +67,11 @@ class GpuEccUncorrectableRule:
 class GpuThrottledRule:
     name = "gpu_throttled"
     for_s, clear_s = 0.0, 120.0
+    doc = RuleDoc(
+        "warning",
+        "throttled for `gpu_throttled_for_s` of samples",
+        "`aggregator.hardware.gpu_throttled_for_s`",
+    )
 
     def __init__(self, for_s: float = 30.0) -> None:
         self.for_ns = int(for_s * NS)
@@ -84,6 +90,11 @@ class GpuThrottledRule:
 class GpuOverheatingRule:
     name = "gpu_overheating"
     for_s, clear_s = 30.0, 300.0
+    doc = RuleDoc(
+        "warning",
+        "a temperature at its limit",
+        "`aggregator.hardware.gpu_{edge,junction,memory}_c`",
+    )
 
     def __init__(self, edge_c: float = 90.0, junction_c: float = 105.0, memory_c: float = 95.0) -> None:
         self.limits = {"temperature_edge_c": edge_c, "temperature_junction_c": junction_c,
@@ -101,6 +112,7 @@ class GpuOverheatingRule:
 class GpuMissingRule:
     name = "gpu_missing"
     for_s, clear_s = 0.0, 60.0
+    doc = RuleDoc("critical", "a GPU vanished while its node reports")
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for dev in state.gpus.devices.values():
@@ -112,6 +124,7 @@ class GpuMissingRule:
 class NicLinkDownRule:
     name = "nic_link_down"
     for_s, clear_s = 5.0, 60.0
+    doc = RuleDoc("critical", "a port is down or vanished")
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for dev in state.nics.devices.values():
@@ -125,6 +138,11 @@ class NicLinkDownRule:
 class NicFlappingRule:
     name = "nic_flapping"
     for_s, clear_s = 0.0, 300.0
+    doc = RuleDoc(
+        "warning",
+        "`nic_flaps` link changes in `nic_flap_window_s`",
+        "`aggregator.hardware.nic_flaps`, `nic_flap_window_s`",
+    )
 
     def __init__(self, flaps: int = 3, window_s: float = 300.0) -> None:
         self.flaps, self.window_ns = flaps, int(window_s * NS)
@@ -148,6 +166,11 @@ class NicErrorsRisingRule:
 
     name = "nic_errors_rising"
     for_s, clear_s = 30.0, 300.0
+    doc = RuleDoc(
+        "warning",
+        "error rate, averaged over `nic_errors_window_s` (60 s), at `nic_errors_per_s`",
+        "`aggregator.hardware.nic_errors_per_s`, `nic_errors_window_s`",
+    )
 
     def __init__(self, per_s: float = 1.0, window_s: float = 60.0) -> None:
         self.per_s, self.window_ns = per_s, int(window_s * NS)
@@ -170,6 +193,11 @@ class NicErrorsRisingRule:
 class NicCongestionRule:
     name = "nic_congestion"
     for_s, clear_s = 0.0, 120.0
+    doc = RuleDoc(
+        "warning",
+        "CNP/ECN rate sustained `nic_congestion_for_s`",
+        "`aggregator.hardware.nic_congestion_*`",
+    )
 
     def __init__(self, per_s: float = 1000.0, for_s: float = 30.0) -> None:
         self.per_s, self.for_ns = per_s, int(for_s * NS)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterator
 
-from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.links import Link, stall_share
 from ranksight.aggregator.timefmt import iso
@@ -28,6 +28,14 @@ DIRECTIONS = ("upload_bps", "download_bps")
 class LinkDegradedRule:
     name = "link_degraded"
     for_s, clear_s = 0.0, 900.0
+    doc = RuleDoc(
+        "warning",
+        "the last `degraded_confirm` (2) measurements that timed the link (neither end's probe loop stalled "
+        "over `max_stall_share`, 0.3) all below `degraded_ratio` of the link's history or of comparable links"
+        " (measured within `comparable_window_s`, 120 s: a load spike slows the baseline too)",
+        "`aggregator.probes.degraded_ratio`, `degraded_confirm`, `comparable_window_s`, `min_history`, "
+        "`max_stall_share`",
+    )
 
     def __init__(self, settings: ProbePlannerSettings | None = None) -> None:
         settings = settings or ProbePlannerSettings.model_validate({})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso
 
@@ -13,6 +13,11 @@ class NodeSilentRule:
     name = "node_silent"
     # hold-down: a loaded node may miss a heartbeat or two: not yet an incident
     for_s, clear_s = 30.0, 120.0
+    doc = RuleDoc(
+        "warning (stale), critical (gone)",
+        "no heartbeat within its TTL",
+        "`aggregator.node_gone_after_s`",
+    )
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for node in state.nodes.nodes.values():

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from ranksight.aggregator.alerts import Condition, Rule
+from ranksight.aggregator.alerts import Condition, Rule, RuleDoc
 from ranksight.aggregator.models.hangs import comm_hash, lagging_evidence
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.jobs import JobState, process_key
@@ -74,6 +74,7 @@ def _gpus(gpus: list[int]) -> str:
 class RankMissingRule:
     name = "rank_missing"
     for_s, clear_s = 0.0, 30.0
+    doc = RuleDoc("warning", "RAS: a rank of a live job does not answer", "see RAS")
 
     def __init__(self, settings: RasAlertSettings | None = None) -> None:
         self.settings = settings or RasAlertSettings()
@@ -121,6 +122,7 @@ class RankMissingRule:
 class ProcessDeadRule:
     name = "process_dead"
     for_s, clear_s = 0.0, 30.0
+    doc = RuleDoc("critical", "RAS: a process of the job is dead")
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.current():
@@ -136,6 +138,7 @@ class ProcessDeadRule:
 class CommErrorRule:
     name = "comm_error"
     for_s, clear_s = 0.0, 30.0
+    doc = RuleDoc("critical", "a communicator reports ERROR or ABORT")
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.current():
@@ -151,6 +154,7 @@ class CommErrorRule:
 class CommMismatchRule:
     name = "comm_mismatch"
     for_s, clear_s = 0.0, 60.0
+    doc = RuleDoc("warning", "ranks disagree for 3 polls in a row")
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.current():
@@ -169,6 +173,7 @@ class CommHangRule:
 
     name = "comm_hang"
     for_s, clear_s = 0.0, 60.0
+    doc = RuleDoc("critical", "op counts frozen while all ranks RUN, or at once on an Inspector-silence hang")
 
     def __init__(self, settings: RasAlertSettings | None = None) -> None:
         self.settings = settings or RasAlertSettings()
@@ -232,6 +237,7 @@ class CommHangRule:
 class JobStartedRule:
     name = "job_started"
     for_s, clear_s = 0.0, 30.0
+    doc = RuleDoc("info", "a job RAS watches started")
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.jobs.values():
@@ -246,6 +252,7 @@ class JobStartedRule:
 class JobEndedRule:
     name = "job_ended"
     for_s, clear_s = 0.0, 30.0
+    doc = RuleDoc("info (after a failure: warning)", "a job RAS watched ended")
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.jobs.values():

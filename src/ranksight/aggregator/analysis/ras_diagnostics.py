@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
-from ranksight.aggregator.alerts import Condition, Rule, Severity
+from ranksight.aggregator.alerts import Condition, Rule, RuleDoc, Severity
 from ranksight.aggregator.analysis.ras import node_of
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.jobs import JobState
@@ -30,6 +30,11 @@ class DiagnosticsRule:
     kinds: frozenset[str]
     severity: Severity
     what: str  # "CUDA or NVIDIA driver versions differ", for the summary
+
+    @property
+    def doc(self) -> RuleDoc:
+        return RuleDoc(self.severity, f"the job's RAS diagnostics (NCCL 2.32+) report it: {self.what}; names the "
+                       "hosts that differ", "see RAS")  # fmt: skip
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for job in state.jobs.current():

@@ -9,7 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Iterator
 
-from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.analysis.gpu_probe import gpu_evidence
 from ranksight.aggregator.analysis.ras import LAG_POLLS, node_of
 from ranksight.aggregator.models.hangs import Hang, comm_hash, lagging_evidence
@@ -120,6 +120,11 @@ class StragglerRule:
 
     name = "straggler"
     for_s, clear_s = 0.0, 120.0
+    doc = RuleDoc(
+        "warning, critical from 1.5x",
+        "a confirmed finding of the straggler engine",
+        "`aggregator.stragglers.*`",
+    )
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         tracker = state.stragglers
@@ -162,6 +167,12 @@ class CollectiveHangRule:
     name = "collective_hang"
     # hold-down: waits inside: hang_quiet_s of silence
     for_s, clear_s = 0.0, 60.0
+    doc = RuleDoc(
+        "critical",
+        "Inspector silence: ranks behind a collective stalled `hang_quiet_s` (quiet where RAS watches the "
+        "job: `comm_hang`)",
+        "`aggregator.stragglers.hang_*`",
+    )
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:
         for cluster in list(state.stragglers.hang_finders):

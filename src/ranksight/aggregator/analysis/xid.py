@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from ranksight.aggregator.alerts import Condition
+from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.timefmt import iso
 from ranksight.core.config import XidResolution
@@ -67,6 +67,13 @@ class GpuXidRule:
     name = "gpu_xid"
     # hold-down: a logged event: it fires at once and holds for the record's TTL
     for_s, clear_s = 0.0, 0.0
+    doc = RuleDoc(
+        "critical / warning",
+        "a GPU Xid or NVSwitch SXid logged by the driver (kernel log, `gpu_xid` records of the agent's `xid` "
+        "collector), held for the record's TTL; critical when NVIDIA's Xid catalog says reset the GPU, reboot"
+        " or drain, warning for restart the app or investigate",
+        "`agent.collectors.xid.kmsg_path`, `ttl_s`; `aggregator.actions.xid` (class per code)",
+    )
 
     def __init__(self, overrides: Mapping[str, XidResolution] | None = None) -> None:
         self.overrides = dict(overrides or {})

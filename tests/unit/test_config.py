@@ -112,7 +112,7 @@ def test_environment_values_of_lists_tables_and_sections_are_json(monkeypatch: p
     monkeypatch.setenv("RANKSIGHT_AGENT__COLLECTORS__NIC__ENABLED", "false")
     settings = load_settings()
     assert settings.deploy.pip_options == ["--no-index", "--find-links=/w"]
-    assert settings.aggregator.alerts.timing("node_silent")[0] == 7
+    assert settings.aggregator.alerts.rules["node_silent"].for_s == 7
     assert settings.agent.collectors.gpu.interval_s == 3 and settings.agent.collectors.nic.enabled is False
     monkeypatch.setenv("RANKSIGHT_DEPLOY__PIP_OPTIONS", "--no-index")
     with pytest.raises(ConfigError, match="RANKSIGHT_DEPLOY__PIP_OPTIONS is not JSON"):

@@ -4,7 +4,8 @@ Every fenced TOML block of ``docs/`` and the README is a valid configuration (un
 command line of a shell block (```` ```sh ````, ``bash``, ``console``, or no language) parses with the real argument
 parser; those that need no running aggregator run and exit as the line says (``# exit N``; 0 otherwise): ``analyze``,
 ``parse``, ``--help``, and the history commands (``sql``, ``alerts``, ``incidents``, ``series``), which run with ``--db``
-on a fresh history database, so their SQL meets the real tables. Every fenced SQL block runs there too.
+on a fresh history database, so their SQL meets the real tables. Every fenced SQL block runs there too, and every
+Python block compiles.
 """
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ COMMAND_LINES = _command_lines()
 def test_the_docs_have_examples_of_each_kind() -> None:
     """The collection itself works: a change of fence or prompt style would otherwise test nothing."""
     assert sum(e.lang == "toml" for e in EXAMPLES) >= 3 and sum(e.lang == "sql" for e in EXAMPLES) >= 2
+    assert sum(e.lang == "python" for e in EXAMPLES) >= 2
     assert len(COMMAND_LINES) >= 10
     assert {c.argv[0] for c in COMMAND_LINES} >= {"analyze", "sql", "status", "demo"}
 
@@ -94,6 +96,11 @@ def test_the_docs_have_examples_of_each_kind() -> None:
 @pytest.mark.parametrize("example", [e for e in EXAMPLES if e.lang == "toml"], ids=str)
 def test_toml_examples_are_valid_configuration(example: Example) -> None:
     Settings.model_validate(tomllib.loads(example.text))  # a bad value or an unknown key raises
+
+
+@pytest.mark.parametrize("example", [e for e in EXAMPLES if e.lang == "python"], ids=str)
+def test_python_examples_compile(example: Example) -> None:
+    compile(example.text, example.where, "exec")  # a SyntaxError names the page and line
 
 
 @pytest.mark.parametrize("line", COMMAND_LINES, ids=str)

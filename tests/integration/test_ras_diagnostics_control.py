@@ -92,11 +92,17 @@ async def test_control_profiler_mask_on_2_31_and_later() -> None:
             await client.set_profiler_mask("bogus")
         assert server.profiler_masks == [0x46, 0]
         out = await raw_session(
-            server, "CONTROL bogus", "control profiler_mask GROUP,coll", "CONTROL PROFILER_MASK"
-        )
+            server, "CONTROL bogus", "control profiler_mask GROUP,coll", "CONTROL PROFILER_MASK", "CONTROL",
+            "control  foo bar ", "CONTROL PROFILER_MASK   coll ", "CONTROL PROFILER_MASK coll,,p2p",
+        )  # fmt: skip
+        # rasClientEventLoop: "control " and "profiler_mask " are matched with their spaces, the subcommand is echoed
+        # whole (after the blanks that follow CONTROL), the value after its leading blanks, trailing ones kept
         assert out == (b"ERROR: Unknown CONTROL subcommand 'bogus'\nOK\n"
-                       b"ERROR: Invalid profiler mask value ''\n")  # fmt: skip
-        assert server.profiler_masks[-1] == 3
+                       b"ERROR: Unknown CONTROL subcommand 'PROFILER_MASK'\n"
+                       b"ERROR: Unknown command CONTROL\n"
+                       b"ERROR: Unknown CONTROL subcommand 'foo bar '\n"
+                       b"ERROR: Invalid profiler mask value 'coll '\nOK\n")  # fmt: skip
+        assert server.profiler_masks[-2:] == [3, 6]
 
 
 @pytest.mark.parametrize("profile", ["2.24", "2.29", "2.30"])

@@ -100,7 +100,8 @@ def test_hosts_of_the_ranks_from_a_json_status() -> None:
     [
         ("none", 0), ("NONE", 0), ("all", ALL_EVENTS), ("ALL", ALL_EVENTS), ("0x10", 0x10), ("42", 42), ("010", 8),
         ("0", 0), ("-1", None), ("123abc", None), ("", None), ("group", 1), ("GROUP,Coll", 3), ("bogus", None),
-        ("group,bogus", None), ("x" * 1100, None), ("1_0", None), ("0b1", None),
+        ("group,bogus", None), ("x" * 1100, None), ("1_0", None), ("0b1", None), ("coll,,p2p", 6), (",", 0),
+        (" coll", None), ("coll ", None), ("0x" + "f" * 1100, None),
         ("group,coll,p2p,proxyop,proxystep,proxyctrl,kernelch,netplugin,groupapi,collapi,p2papi,kernellaunch,"
          "cecoll,cesync,cebatch", ALL_EVENTS),
     ],

@@ -14,7 +14,8 @@ Xid/SXid check, which names hosts. A finding's ``kind`` says which inconsistency
 ``gpu_count``, ``gpu_model``, ``cuda_driver``, ``nvidia_driver``, ``ecc_uncorrected``, ``ecc_corrected``,
 ``nvlink_count``, ``nvlink_inactive``, ``nvlink_speed``, ``nccl_env``, ``xid``, ``sxid``; ``ok`` for a passed check,
 ``incomplete`` (not every rank answered, no kernel log, a truncated scan), ``unavailable`` (NVML could not tell) and
-``other`` for lines this parser does not classify (kept verbatim).
+``other`` for lines this parser does not classify (kept verbatim). RCCL's port of the GPU checks names its sources
+and links as AMD's (``HIP driver version``, ``XGMI``, ``unavailable via AMD SMI``); those lines get the same kinds.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ _KINDS: list[tuple[str, str, str]] = [
     ("NVLink", "link-count mismatch", "nvlink_count"),
     ("NVLink", "inactive link", "nvlink_inactive"),
     ("NVLink", "inconsistent link speeds", "nvlink_speed"),
+    # RCCL's port (ROCm/rocm-systems projects/rccl/src/ras/diagnostics_gpu.cc): AMD SMI instead of NVML, the HIP
+    # driver version for the CUDA one, XGMI links for NVLinks (no speed read: no speed finding)
+    ("HIP driver version", "mismatch", "cuda_driver"),
+    ("XGMI", "link-count mismatch", "nvlink_count"),
+    ("XGMI", "inactive link", "nvlink_inactive"),
     ("NCCL environment", "mismatch", "nccl_env"),
     ("NCCL environment", "=", "nccl_env"),
     ("NCCL environment", "differ across ranks", "nccl_env"),

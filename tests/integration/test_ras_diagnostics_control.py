@@ -76,7 +76,7 @@ async def test_the_server_answers_json_clients_with_an_error_and_closes() -> Non
         )  # closed: no status
 
 
-@pytest.mark.parametrize("profile", ["2.24", "2.28.9", "2.29", "2.30", "2.31"])
+@pytest.mark.parametrize("profile", ["2.24", "2.28.9", "2.29", "2.30", "2.31", "rccl"])
 async def test_releases_before_2_32_do_not_know_diagnostics(profile: str) -> None:
     async with fake(profile) as server:
         report = parse_diagnostics(await RasClient(server.address).diagnostics())
@@ -105,7 +105,7 @@ async def test_control_profiler_mask_on_2_31_and_later() -> None:
         assert server.profiler_masks[-2:] == [3, 6]
 
 
-@pytest.mark.parametrize("profile", ["2.24", "2.29", "2.30"])
+@pytest.mark.parametrize("profile", ["2.24", "2.29", "2.30", "rccl"])
 async def test_releases_before_2_31_do_not_know_control(profile: str) -> None:
     async with fake(profile) as server:
         with pytest.raises(RasReplyError) as caught:

@@ -70,6 +70,9 @@ PROFILES = {
     "2.29": Profile("2.29.2", json=True, monitor=True, missing_comma=False),
     "2.30": Profile("2.30.7", json=True, monitor=True, missing_comma=False),
     "2.31": Profile("2.31.0", json=True, monitor=True, missing_comma=False, control=True),
+    # RCCL's newest port (ROCm/rocm-systems projects/rccl/src/ras/client_support.cc @ 2386d619): JSON and MONITOR as
+    # 2.29/2.30, no CONTROL, no DIAGNOSTICS, TIMEOUT with strtol
+    "rccl": Profile("rccl", json=True, monitor=True, missing_comma=False),
     "2.32": Profile(
         "2.32.3",
         json=True,

@@ -214,7 +214,19 @@ def test_the_sender_of_a_connection_is_found_in_proc(tmp_path: Path) -> None:
         (tmp_path / str(pid) / "fd").mkdir(parents=True)
         os.symlink(f"socket:[{inode}]", tmp_path / str(pid) / "fd" / "5")
         (tmp_path / str(pid) / "environ").write_bytes(env)
-    finder = SenderFinder(tmp_path)
+    now = [0.0]
+    finder = SenderFinder(tmp_path, retry_s=10.0, clock=lambda: now[0])
     assert finder.find(40000, 4318) == Sender(4242, (1, 2))
-    assert finder.find(40001, 4318) is None  # no such connection (gone already)
+    assert finder.find(40001, 4318) is None and finder.retry_at == 0  # no such connection (gone already)
     assert list(finder.known) == [4242]
+    # a connection whose process the agent cannot see: after one search of every process, none for retry_s, but a
+    # known sender is still found among the hints
+    (tmp_path / "net/tcp").write_text(
+        head + "".join(rows) + rows[1].replace("9C40", "9C41").replace("222", "444")
+    )
+    assert finder.find(40001, 4318) is None and finder.retry_at == 10.0
+    os.symlink("socket:[444]", tmp_path / "77" / "fd" / "6")  # now visible, in a process never seen before
+    assert finder.find(40001, 4318) is None  # not searched for yet
+    assert finder.find(40000, 4318) == Sender(4242, (1, 2))
+    now[0] = 10.0
+    assert finder.find(40001, 4318) == Sender(77, None)

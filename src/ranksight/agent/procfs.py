@@ -33,14 +33,18 @@ def holds_socket(process: Path, inodes: set[str]) -> bool:
         return False
 
 
-def socket_owner(proc: Path, inodes: set[str], hints: tuple[int, ...] = ()) -> int | None:
+def socket_owner(
+    proc: Path, inodes: set[str], hints: tuple[int, ...] = (), search: bool = True
+) -> int | None:
     """The process holding one of the sockets; the ``hints`` (processes found before) are looked at first, so a
-    known process costs the reading of its own descriptors only, not of every process on the node."""
+    known process costs the reading of its own descriptors only, then (``search``) every process on the node."""
     if not inodes:
         return None
     for pid in hints:
         if holds_socket(proc / str(pid), inodes):
             return pid
+    if not search:
+        return None
     for entry in proc.iterdir():
         if entry.name.isdigit() and holds_socket(entry, inodes):
             return int(entry.name)

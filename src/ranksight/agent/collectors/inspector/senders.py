@@ -12,7 +12,9 @@ has one rank. Elsewhere the rank stays unknown (see :func:`Sender.rank_in`).
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,18 +54,29 @@ def world_of(env: dict[bytes, bytes]) -> tuple[int, int] | None:
 
 class SenderFinder:
     """Finds the process at the other end of a loopback connection; remembers the last processes found (their
-    environment is read once) so a known sender costs the reading of its own descriptors only."""
+    environment is read once) so a known sender costs the reading of its own descriptors only. After a search of
+    every process that found no sender (an agent that may not read the job's descriptors, or another namespace),
+    the next one waits ``retry_s``: an unknown sender is then left unknown rather than searched for at every post."""
 
-    def __init__(self, proc: Path = Path("/proc"), remember: int = 1024) -> None:
+    def __init__(self, proc: Path = Path("/proc"), remember: int = 1024, retry_s: float = 10.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.proc = proc
         self.remember = remember
+        self.retry_s = retry_s
+        self.clock = clock
         self.known: OrderedDict[int, Sender] = OrderedDict()
+        self.retry_at = 0.0  # no search of every process before this
 
     def find(self, client_port: int, server_port: int) -> Sender | None:
         inodes = {f"socket:[{inode}]" for local, remote, state, inode in tcp_sockets(self.proc)
                   if local == client_port and remote == server_port and state == ESTABLISHED}  # fmt: skip
-        pid = socket_owner(self.proc, inodes, tuple(reversed(self.known))[:HINTS])
+        if not inodes:
+            return None  # the connection is gone, or not in this network namespace: nothing to search for
+        search = self.clock() >= self.retry_at
+        pid = socket_owner(self.proc, inodes, tuple(reversed(self.known))[:HINTS], search=search)
         if pid is None:
+            if search:
+                self.retry_at = self.clock() + self.retry_s
             return None
         sender = self.known.pop(pid, None)
         if sender is None:

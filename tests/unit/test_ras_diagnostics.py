@@ -1,4 +1,4 @@
-"""RAS DIAGNOSTICS replies (NCCL 2.32) parsed into findings, on replies rendered from the server's own format strings
+"""RAS DIAGNOSTICS replies (NCCL 2.31 and later) parsed into findings, on replies rendered from the server's own format strings
 (``tests/ras_diagnostics_replies.py``); the hosts behind a finding's ranks from a JSON status; the profiler mask values
 CONTROL accepts, case by case as RCCL's microtests of the server's parser state them."""
 

@@ -3,7 +3,7 @@
 - newline-terminated commands, case-insensitive, ``\\r`` tolerated; ``CLIENT PROTOCOL n`` -> ``SERVER PROTOCOL 2``
   whatever ``n``; ``TIMEOUT <s>`` parsed as ``strtol`` does up to 2.30 (an integer, optional sign and leading blanks,
   an empty value is 0; anything after the digits, a fraction or an exponent, or a negative value -> ``ERROR: Invalid
-  timeout value <s>``) and as ``strtod`` does in 2.32 (fractions, exponents and hex floats accepted; out of range,
+  timeout value <s>``) and as ``strtod`` does from 2.31.2 (fractions, exponents and hex floats accepted; out of range,
   not finite or negative refused); unknown commands -> one line ``ERROR: Unknown command <line as sent>`` and the
   connection stays open;
 - ``STATUS`` / ``VERBOSE STATUS``: the reply is sent as several messages (header, table, errors, warnings: here
@@ -20,7 +20,7 @@
   :func:`agent.collectors.ras.control.parse_profiler_mask`, i.e. as the server's ``rasParseProfilerMask``) -> ``OK``,
   ``ERROR: Invalid profiler mask value '<value>'``; any other subcommand -> ``ERROR: Unknown CONTROL subcommand
   '<the rest of the line>'``; the connection stays open (the masks set are kept in ``profiler_masks``);
-- 2.32+ add ``DIAGNOSTICS``: text only (in JSON format ``ERROR: diagnostics only supports text output``), one run at a
+- 2.31+ add ``DIAGNOSTICS``: text only (in JSON format ``ERROR: diagnostics only supports text output``), one run at a
   time (a concurrent request gets ``BUSY: diagnostics already in progress``); the reply (``diagnostics_reply``, the
   whole text the test sets, normally a fixture of ``fixtures/ras/diagnostics/``) comes after ``diagnostics_delay_s``
   (the gathering collective) and the server closes the connection after any of these answers, as after a status
@@ -58,8 +58,8 @@ class Profile:
     monitor: bool  # MONITOR (2.29+)
     missing_comma: bool  # the 2.28.7/2.28.9 JSON bug
     control: bool = False  # CONTROL PROFILER_MASK (2.31+)
-    diagnostics: bool = False  # DIAGNOSTICS (2.32+)
-    float_timeout: bool = False  # TIMEOUT parsed with strtod (2.32; 2.30 and before: strtol)
+    diagnostics: bool = False  # DIAGNOSTICS (2.31+)
+    float_timeout: bool = False  # TIMEOUT parsed with strtod (2.31.2 and later; 2.30 and before: strtol)
 
 
 PROFILES = {
@@ -69,7 +69,16 @@ PROFILES = {
     "2.28.9": Profile("2.28.9", json=True, monitor=False, missing_comma=True),
     "2.29": Profile("2.29.2", json=True, monitor=True, missing_comma=False),
     "2.30": Profile("2.30.7", json=True, monitor=True, missing_comma=False),
-    "2.31": Profile("2.31.0", json=True, monitor=True, missing_comma=False, control=True),
+    # 2.31.2 (NVIDIA/nccl 88980683): CONTROL, DIAGNOSTICS and the strtod TIMEOUT already
+    "2.31": Profile(
+        "2.31.2",
+        json=True,
+        monitor=True,
+        missing_comma=False,
+        control=True,
+        diagnostics=True,
+        float_timeout=True,
+    ),
     # RCCL's newest port (ROCm/rocm-systems projects/rccl/src/ras/client_support.cc @ 2386d619): JSON and MONITOR as
     # 2.29/2.30, no CONTROL, no DIAGNOSTICS, TIMEOUT with strtol
     "rccl": Profile("rccl", json=True, monitor=True, missing_comma=False),
@@ -154,7 +163,7 @@ _STRTOD = re.compile(
 
 
 def strtod_timeout(value: str) -> float | None:
-    """``TIMEOUT`` as NCCL 2.32 parses it (``strtod``, the whole value consumed, finite, in range, not negative);
+    """``TIMEOUT`` as NCCL 2.31.2 and later parse it (``strtod``, the whole value consumed, finite, in range, not negative);
     None: invalid."""
     if not value:
         return 0.0  # no number: strtod stops at the start, which is the end

@@ -1,11 +1,11 @@
-"""Pure parser of a RAS ``DIAGNOSTICS`` reply (NCCL 2.32, ``ncclras -D``): bytes in, a typed report out.
+"""Pure parser of a RAS ``DIAGNOSTICS`` reply (NCCL 2.31 and later, ``ncclras -D``): bytes in, a typed report out.
 
 What the server sends (NVIDIA/nccl ``src/ras/diagnostics*.cc``, ``client_support.cc``): a text-only reply (in JSON
 format the server answers ``ERROR: diagnostics only supports text output``), one finding per line, each line
 ``<host>:<pid> NCCL DIAG <tag><check>: <text>`` where the host and pid are those of the process that answered and the
 tag is ``[OK]   `` or ``[INFO] ``; first ``=== RAS Diagnostics ===``, last ``RAS diagnostics completed in <ms> ms
 across <n> RAS peers`` (``ranks`` for a communicator-scoped run); then the server closes the connection. One run at a
-time per job: a concurrent request gets ``BUSY: diagnostics already in progress``. A server before 2.32 answers
+time per job: a concurrent request gets ``BUSY: diagnostics already in progress``. A server before 2.31 answers
 ``ERROR: Unknown command DIAGNOSTICS``.
 
 Each check compares the ranks of each communicator and names the ranks that differ from the lowest one

@@ -128,7 +128,7 @@ class RasSettings(CollectorSettings):
     )
     diagnostics: bool = Field(
         True,
-        description="the job's lease holder runs RAS DIAGNOSTICS once per new job (NCCL 2.32+; older releases "
+        description="the job's lease holder runs RAS DIAGNOSTICS once per new job (NCCL 2.31+; older releases "
         "answer Unknown command and are not asked again) and publishes a ras_diagnostics record",
     )
     profile_control: bool = Field(
@@ -950,7 +950,7 @@ RULE_TIMINGS: dict[str, tuple[float, float]] = {
     "rank_section_overdue": (0, 10),
     "gpu_xid": (0, 0),  # a logged event: it fires at once and holds for the record's TTL
     "action_breaker_open": (0, 0),  # the planner's own state: it opens and closes once, with its window
-    # RAS diagnostics (NCCL 2.32) run once per job: a finding stands until the job ends
+    # RAS diagnostics (NCCL 2.31+) run once per job: a finding stands until the job ends
     "ras_diag_versions": (0, 60),
     "ras_diag_gpu_inventory": (0, 60),
     "ras_diag_xid": (0, 60),

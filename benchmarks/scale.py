@@ -353,7 +353,7 @@ async def publisher(
     # which of a gauge's envelopes each node sends next (each node at its own point of the NIC cycle)
     turns = [[k for _ in gauges] for k in range(len(nodes))]
     next_ras = t0
-    sent_bytes = sent_msgs = ras_oversize = 0
+    sent_bytes = sent_msgs = ras_oversize = ras_parts = 0
     while True:
         now = time.time()
         now_us = int(now * US)
@@ -371,7 +371,9 @@ async def publisher(
                     turns[k][g] += 1
                     due[g] += interval
         if ras is not None and now >= next_ras:  # node0000 holds the job's poll lease
-            for template in ras.templates(int((now - t0) * rate) + 1, nc.max_payload):
+            parts = ras.templates(int((now - t0) * rate) + 1, nc.max_payload)
+            ras_parts = max(ras_parts, len(parts))
+            for template in parts:
                 message = nodes[0].message(template)
                 if len(message[1]) <= nc.max_payload:
                     out.append(message)
@@ -383,7 +385,7 @@ async def publisher(
             sent_bytes += len(payload)
         sent_msgs += len(out)
         await nc.flush()
-        await asyncio.to_thread(_write_stats, stats, f"{sent_msgs} {sent_bytes} {ras_oversize}")
+        await asyncio.to_thread(_write_stats, stats, f"{sent_msgs} {sent_bytes} {ras_oversize} {ras_parts}")
         await asyncio.sleep(max(0.0, TICK_S - (time.time() - now)))
 
 
@@ -407,6 +409,7 @@ class SizeResult:
     msgs_per_s: float
     alert_s: float | None
     ras_oversize: int  # bytes of a RAS status the job's lease holder could not publish (0: none)
+    ras_parts: int  # messages of the job's largest (detailed) RAS status, each under half the max_payload
     cpu_us_per_msg: (
         float  # the aggregator's CPU per message it committed in the window, whatever the machine's load
     )
@@ -507,7 +510,7 @@ async def run_size(n: int, template_file: Path, args: argparse.Namespace) -> Siz
             await nc.close()
             return SizeResult(n, usage, statistics.median(lags) if lags else 0.0, max(lags, default=0.0),
                               (sent1[1] - sent0[1]) / elapsed, (sent1[0] - sent0[0]) / elapsed,
-                              alerts[0] - onset if alerts else None, sent1[2],
+                              alerts[0] - onset if alerts else None, sent1[2], sent1[3],
                               usage.cpu_share * elapsed / max(acked, 1) * US, load)  # fmt: skip
         finally:
             for child in children:
@@ -525,14 +528,15 @@ def _spawn(command: list[str], env: dict[str, str], log: Path) -> subprocess.Pop
         return subprocess.Popen(command, env=env, stderr=stderr)
 
 
-def _sent(stats: list[Path]) -> tuple[int, int, int]:
-    """Messages and bytes the publishers sent so far, and the largest RAS status they could not (over max_payload)."""
-    msgs = size = oversize = 0
+def _sent(stats: list[Path]) -> tuple[int, int, int, int]:
+    """Messages and bytes the publishers sent so far, the largest RAS status they could not send (over max_payload)
+    and the most parts a RAS status took."""
+    msgs = size = oversize = parts = 0
     for path in stats:
         if path.exists() and path.read_text().strip():
-            m, b, o = map(int, path.read_text().split())
-            msgs, size, oversize = msgs + m, size + b, max(oversize, o)
-    return msgs, size, oversize
+            m, b, o, n = map(int, path.read_text().split())
+            msgs, size, oversize, parts = msgs + m, size + b, max(oversize, o), max(parts, n)
+    return msgs, size, oversize, parts
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -552,8 +556,10 @@ async def main(args: argparse.Namespace) -> None:
             f"{'nodes':>6} {'agg CPU':>8} {'peak RSS':>9} {'lag p50':>8} {'lag max':>8} {'wire':>10} {'msgs/s':>7} "
             f"{'alert':>8} {'CPU/msg':>8} {'needs':>6} {'load':>5}"
         )
+        results = []
         for n in sizes:
             r = await run_size(n, Path(tmp.name), args)
+            results.append(r)
             alert = f"{r.alert_s:.1f} s" if r.alert_s is not None else "none"
             print(f"{r.nodes:>6} {r.usage.cpu_share * 100:>7.0f}% {r.usage.peak_rss / MiB:>5.0f} MiB {r.lag_p50_s:>6.1f} s "
                   f"{r.lag_max_s:>6.1f} s {r.bytes_per_s / 1e6:>6.2f} MB/s {r.msgs_per_s:>7.0f} {alert:>8} "
@@ -561,12 +567,40 @@ async def main(args: argparse.Namespace) -> None:
             if r.ras_oversize:
                 print(f"        the job's RAS detail status ({r.ras_oversize / MiB:.1f} MiB, one part) is over the "
                       "server's max_payload: not published, as the agent's publish would fail", flush=True)  # fmt: skip
+            else:
+                print(f"        the job's RAS detail status: published in {r.ras_parts} part(s)", flush=True)
     print(
         "CPU/msg: the aggregator's CPU per message committed; needs: that times the messages/s offered, the cores it "
         "needs to follow them; load: the machine's 1-minute load average (2 cores, shared)"
     )
     print(f"targets at 1024 nodes: lag <= {TARGETS['lag_s']:g} s, aggregator <= {TARGETS['cpu']:g} core and "
           f"<= {TARGETS['rss'] / MiB:.0f} MiB, alert <= {TARGETS['alert_s']:g} s after onset")  # fmt: skip
+    write_scale_result(results, args)
+
+
+def write_scale_result(results: list[SizeResult], args: argparse.Namespace) -> None:
+    """``benchmarks/results/scale.json``: each size's figures, the targets on the 1024-node one (every RAS status
+    published: none over the max_payload)."""
+    from benchmarks.results import write_result
+
+    figures: dict[str, Any] = {}
+    targets: dict[str, Any] = {}
+    for r in results:
+        n = f"n{r.nodes}_"
+        figures |= {f"{n}aggregator_cpu_share": round(r.usage.cpu_share, 3),
+                    f"{n}aggregator_peak_rss_mib": round(r.usage.peak_rss / MiB, 1),
+                    f"{n}lag_p50_s": round(r.lag_p50_s, 2), f"{n}lag_max_s": round(r.lag_max_s, 2),
+                    f"{n}wire_mb_per_s": round(r.bytes_per_s / 1e6, 3), f"{n}msgs_per_s": round(r.msgs_per_s),
+                    f"{n}alert_after_onset_s": round(r.alert_s, 1) if r.alert_s is not None else "none",
+                    f"{n}ras_status_parts": r.ras_parts, f"{n}ras_unpublished_bytes": r.ras_oversize,
+                    f"{n}load_average_1m": round(r.load, 2)}  # fmt: skip
+        if r.nodes == 1024:
+            targets |= {f"{n}lag_max_s": {"max": TARGETS["lag_s"]}, f"{n}aggregator_cpu_share": {"max": TARGETS["cpu"]},
+                        f"{n}aggregator_peak_rss_mib": {"max": TARGETS["rss"] / MiB},
+                        f"{n}alert_after_onset_s": {"max": TARGETS["alert_s"]}, f"{n}ras_unpublished_bytes": {"max": 0}}  # fmt: skip
+    command = (f"python benchmarks/scale.py --nodes {args.nodes} --seconds {args.seconds:g} --warmup {args.warmup:g} "
+               f"--onset {args.onset:g}")  # fmt: skip
+    print(f"wrote {write_result('scale', figures, targets, command)}")
 
 
 if __name__ == "__main__":

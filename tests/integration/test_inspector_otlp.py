@@ -1,13 +1,16 @@
 """The agent's OTLP/HTTP receiver over real TCP, sent exactly the request the Inspector plugin sends
 (``inspector_otel.cc``: POST, ``Content-Type: application/json``, ``Connection: close``, a length) with the writers'
 own bodies (``tests/inspector_exports.py``); its bounds; and a real agent with NATS and the aggregator storing the
-records with the job id the resource attributes name."""
+records with the job id the resource attributes name, and, posted by a process whose launcher named its rank, the
+verbose operations as the summaries and raw records the dump files give."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 import socket
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -52,7 +55,7 @@ async def post(port: int, request: bytes, host: str = "127.0.0.1") -> int:
 async def receiver() -> AsyncIterator[tuple[OtlpReceiver, list[InspectorMetricsRecord]]]:
     got: list[InspectorMetricsRecord] = []
 
-    async def keep(records: list[InspectorMetricsRecord]) -> None:
+    async def keep(records: list[InspectorMetricsRecord], client_port: int) -> None:
         got.extend(records)
 
     server = OtlpReceiver(free_port(), LIMITS, keep)
@@ -98,7 +101,7 @@ async def test_what_the_receiver_refuses(receiver: tuple[OtlpReceiver, list[Insp
 
 
 async def test_more_requests_per_second_than_the_bound_get_429() -> None:
-    async def keep(records: list[InspectorMetricsRecord]) -> None:
+    async def keep(records: list[InspectorMetricsRecord], client_port: int) -> None:
         pass
 
     server = OtlpReceiver(free_port(), dataclasses.replace(LIMITS, max_requests_per_s=2.0), keep)
@@ -129,6 +132,41 @@ async def test_an_agent_receives_the_export_and_the_aggregator_stores_it(
         [row] = agg.store.rows("SELECT count(*) AS n, min(job_id) AS job, max(coll_dropped_total) AS dropped, "
                                "count(*) FILTER (WHERE shape = 'op') AS ops FROM inspector_metrics")  # fmt: skip
         assert (row["n"], row["job"], row["dropped"], row["ops"]) == (13, "4242", 7, 12)
+
+
+async def test_verbose_operations_of_a_ranked_process_feed_summaries_and_raw_records(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The source dump's rank 0 (pid 3027, 4 ranks) posts its verbose export from a process started with torchrun's
+    variables: the aggregator gets the same 12 operations as summaries and raw records, under the poster's pid."""
+    port = free_port()
+    cfg = replace(settings.agent.collectors.inspector,
+                  **{"otlp_port": port, "dump_dir": None, "summary_publish_s": 0.2, "raw_rate_per_s": 1000.0})  # fmt: skip
+    collectors = replace(settings.agent.collectors, **{"inspector": cfg})
+    configured = replace(settings, **{"agent": settings.agent.model_copy(update={"collectors": collectors})})
+    body = tmp_path / "body.json"
+    body.write_bytes(plugin_request(port, VERBOSE))
+    sender = ("import socket, sys\ns = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"
+              "s.sendall(open(sys.argv[2], 'rb').read())\nprint(s.recv(512).split()[1].decode())")  # fmt: skip
+    async with aggregator(configured) as agg, agent(configured, only=["inspector"]):
+        await wait_for(lambda: _listening(port))
+        env = {**os.environ, "RANK": "0", "WORLD_SIZE": "4"}
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", sender, str(port), str(body), env=env,
+                                                    stdout=asyncio.subprocess.PIPE)  # fmt: skip
+        out, _ = await proc.communicate()
+        assert out.strip() == b"200"
+        await wait_for(lambda: _count(agg, "inspector_summary", "sum(count)") >= 12, timeout=20)
+        await wait_for(lambda: _count(agg, "inspector") >= 12, timeout=20)
+        [row] = agg.store.rows("SELECT count(DISTINCT pid) AS pids, min(pid) AS pid, min(rank) AS rank, "
+                               "count(DISTINCT (op, sn)) AS ops FROM inspector")  # fmt: skip
+        assert (row["pids"], row["pid"], row["rank"], row["ops"]) == (1, proc.pid, 0, 12)
+        # what is not an operation of a known rank stays a metrics record: the device counters
+        assert _stored(agg) == 1
+
+
+def _count(agg: object, table: str, what: str = "count(*)") -> int:
+    [row] = agg.store.rows(f"SELECT coalesce({what}, 0) AS n FROM {table}")  # type: ignore[attr-defined]
+    return int(row["n"])
 
 
 def _listening(port: int) -> bool:

@@ -149,6 +149,19 @@ async def test_fake_parses_timeout_as_upstream_strtol(value: str, ok: bool) -> N
     assert reply == ("OK\n" if ok else f"ERROR: Invalid timeout value {value}\n")
 
 
+@pytest.mark.parametrize(("value", "ok"), [("5", True), ("", True), (" 7", True), ("2.5", True), ("1e+06", True),
+                                           ("0x1p3", True), (".5", True), ("-0", True), ("  ", False), ("-1", False),
+                                           ("5s", False), ("inf", False), ("nan", False), ("1e999", False),
+                                           ("1e-400", False), ("2.5 ", False), ("1_0", False)])  # fmt: skip
+async def test_fake_2_32_parses_timeout_as_upstream_strtod(value: str, ok: bool) -> None:
+    async with fake("2.32") as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(f"TIMEOUT {value}\n".encode())
+        reply = (await reader.readline()).decode()
+        writer.close()
+    assert reply == ("OK\n" if ok else f"ERROR: Invalid timeout value {value}\n")
+
+
 async def test_client_sends_integer_timeout_and_zero_disables_it() -> None:
     async with fake("2.29") as server:
         await RasClient(server.address, collective_timeout_s=0).status()

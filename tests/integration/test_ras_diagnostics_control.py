@@ -1,4 +1,4 @@
-"""RAS DIAGNOSTICS (NCCL 2.32) and CONTROL PROFILER_MASK (2.31) against the fake server over real TCP, each release's
+"""RAS DIAGNOSTICS and CONTROL PROFILER_MASK (2.31) against the fake server over real TCP, each release's
 answers as the upstream server gives them (``simulate.ras_server``): a run, BUSY for a concurrent one, the JSON-format
 refusal, older servers' ``Unknown command``; the hosts behind a finding resolved from a JSON status; the
 ``ranksight ras diagnostics`` and ``ranksight ras profile`` commands and their exit codes."""
@@ -55,8 +55,9 @@ async def raw_session(server: FakeRasServer, *commands: str) -> bytes:
     return out
 
 
-async def test_a_run_and_a_concurrent_one_answered_busy() -> None:
-    async with fake("2.32", INCONSISTENT, diagnostics_delay_s=0.5) as server:
+@pytest.mark.parametrize("profile", ["2.31", "2.32"])  # 2.31.2's client_support.cc already has the command
+async def test_a_run_and_a_concurrent_one_answered_busy(profile: str) -> None:
+    async with fake(profile, INCONSISTENT, diagnostics_delay_s=0.5) as server:
         client = RasClient(server.address)
         running = asyncio.create_task(client.diagnostics())
         await asyncio.sleep(0.1)  # the first run is gathering
@@ -76,8 +77,8 @@ async def test_the_server_answers_json_clients_with_an_error_and_closes() -> Non
         )  # closed: no status
 
 
-@pytest.mark.parametrize("profile", ["2.24", "2.28.9", "2.29", "2.30", "2.31"])
-async def test_releases_before_2_32_do_not_know_diagnostics(profile: str) -> None:
+@pytest.mark.parametrize("profile", ["2.24", "2.28.9", "2.29", "2.30", "rccl"])
+async def test_releases_before_2_31_do_not_know_diagnostics(profile: str) -> None:
     async with fake(profile) as server:
         report = parse_diagnostics(await RasClient(server.address).diagnostics())
         assert (report.status, report.message) == ("unsupported", "ERROR: Unknown command DIAGNOSTICS")
@@ -92,14 +93,20 @@ async def test_control_profiler_mask_on_2_31_and_later() -> None:
             await client.set_profiler_mask("bogus")
         assert server.profiler_masks == [0x46, 0]
         out = await raw_session(
-            server, "CONTROL bogus", "control profiler_mask GROUP,coll", "CONTROL PROFILER_MASK"
-        )
+            server, "CONTROL bogus", "control profiler_mask GROUP,coll", "CONTROL PROFILER_MASK", "CONTROL",
+            "control  foo bar ", "CONTROL PROFILER_MASK   coll ", "CONTROL PROFILER_MASK coll,,p2p",
+        )  # fmt: skip
+        # rasClientEventLoop: "control " and "profiler_mask " are matched with their spaces, the subcommand is echoed
+        # whole (after the blanks that follow CONTROL), the value after its leading blanks, trailing ones kept
         assert out == (b"ERROR: Unknown CONTROL subcommand 'bogus'\nOK\n"
-                       b"ERROR: Invalid profiler mask value ''\n")  # fmt: skip
-        assert server.profiler_masks[-1] == 3
+                       b"ERROR: Unknown CONTROL subcommand 'PROFILER_MASK'\n"
+                       b"ERROR: Unknown command CONTROL\n"
+                       b"ERROR: Unknown CONTROL subcommand 'foo bar '\n"
+                       b"ERROR: Invalid profiler mask value 'coll '\nOK\n")  # fmt: skip
+        assert server.profiler_masks[-2:] == [3, 6]
 
 
-@pytest.mark.parametrize("profile", ["2.24", "2.29", "2.30"])
+@pytest.mark.parametrize("profile", ["2.24", "2.29", "2.30", "rccl"])
 async def test_releases_before_2_31_do_not_know_control(profile: str) -> None:
     async with fake(profile) as server:
         with pytest.raises(RasReplyError) as caught:
@@ -147,7 +154,7 @@ async def test_the_commands_and_their_exit_codes() -> None:
         refused = await run_cli_async("ras", "profile", "--addr", old.address, "off")
         assert refused.returncode == 1 and "NCCL 2.31 or later" in refused.stderr
         unsupported = await run_cli_async("ras", "diagnostics", "--addr", old.address)
-        assert unsupported.returncode == 1 and "NCCL 2.32 or later" in unsupported.stderr
+        assert unsupported.returncode == 1 and "NCCL 2.31 or later" in unsupported.stderr
 
 
 async def test_the_agent_runs_diagnostics_once_per_job_and_the_rules_name_the_hosts(

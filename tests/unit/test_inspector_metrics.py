@@ -5,15 +5,22 @@ samples, and on hostile input."""
 from __future__ import annotations
 
 import math
+import os
+from pathlib import Path
 
 import pytest
 
 from ranksight.agent.collectors.inspector.metrics import (
     InspectorMetricsError,
+    as_operations,
     parse_otlp,
     parse_prom,
     size_lower_bound,
 )
+from ranksight.agent.collectors.inspector.senders import Sender, SenderFinder, world_of
+from ranksight.agent.collectors.inspector.summary import Summarizer
+from ranksight.schemas.structs import replace
+from ranksight.schemas.twins import InspectorMetricsRecord
 from tests.conftest import FIXTURES
 from tests.inspector_exports import NOW_US, render, source_ops
 
@@ -142,3 +149,84 @@ def test_hostile_input_is_reported_never_raised_mid_file() -> None:
         b'{"name":"nccl_p2p_total","gauge":{"dataPoints":[{"attributes":[]}]}}]}]}]}'
     )
     assert records == [] and len(skipped) == 2
+
+
+def _verbose_records() -> list[InspectorMetricsRecord]:
+    records, _, _ = parse_otlp(VERBOSE)
+    return records
+
+
+def test_verbose_operations_of_a_known_rank_are_the_dump_records() -> None:
+    """Rank 0 of the 4-rank source job (pid 3027): each verbose point becomes the dump's record of the operation,
+    but for what the export does not carry (the timing source) and the capture model it states (a drained ring)."""
+    ops, rest = as_operations(_verbose_records(), 3027, Sender(3027, (0, 4)).rank_in)
+    dumped = source_ops(12)
+    assert [r.shape for r in rest] == ["device"]
+    assert [replace(op, capture_model="sampled", timing_source="kernel_gpu") for op in ops] == dumped
+    # so the summaries the straggler engine reads are the dump's
+    from_dump, from_otlp = Summarizer(), Summarizer()
+    for op in dumped:
+        from_dump.add(op)
+    for op in ops:
+        from_otlp.add(op)
+    assert [replace(s, capture_model="sampled") for s in from_otlp.take()] == from_dump.take()
+
+
+def test_verbose_operations_of_an_unknown_rank_stay_metrics_records() -> None:
+    records = _verbose_records()
+    for world in (None, (5, 8)):  # no launcher variables; a world larger than the communicator
+        ops, rest = as_operations(records, 3027, Sender(3027, world).rank_in)
+        assert ops == [] and rest == records
+    unknown_comm = [replace(r, comm_id="unknown") for r in records]
+    assert as_operations(unknown_comm, 3027, Sender(3027, (0, 4)).rank_in)[0] == []
+
+
+@pytest.mark.parametrize(("env", "world"), [
+    ({b"RANK": b"3", b"WORLD_SIZE": b"8", b"LOCAL_RANK": b"3"}, (3, 8)),
+    ({b"OMPI_COMM_WORLD_RANK": b"1", b"OMPI_COMM_WORLD_SIZE": b"2"}, (1, 2)),
+    ({b"PMI_RANK": b"0", b"PMI_SIZE": b"4"}, (0, 4)), ({b"SLURM_PROCID": b"7", b"SLURM_NTASKS": b"16"}, (7, 16)),
+    ({b"RANK": b"x", b"WORLD_SIZE": b"8", b"SLURM_PROCID": b"2", b"SLURM_NTASKS": b"4"}, (2, 4)),
+    ({b"RANK": b"8", b"WORLD_SIZE": b"8"}, None), ({b"RANK": b"1"}, None), ({}, None),
+])  # fmt: skip
+def test_the_launchers_rank_variables(env: dict[bytes, bytes], world: tuple[int, int] | None) -> None:
+    assert world_of(env) == world
+
+
+def test_a_senders_rank_in_a_communicator() -> None:
+    sender = Sender(10, (3, 8))
+    assert (sender.rank_in(8), sender.rank_in(1), sender.rank_in(4)) == (3, 0, None)
+    assert Sender(10, None).rank_in(1) == 0 and Sender(10, None).rank_in(2) is None
+
+
+def test_the_sender_of_a_connection_is_found_in_proc(tmp_path: Path) -> None:
+    """A /proc laid out as Linux does: the client's socket (local port 40000 -> the receiver's 4318, established),
+    the receiver's own end of it, and the process holding the client's."""
+    (tmp_path / "net").mkdir()
+    head = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    )
+    rows = ["   0: 0100007F:10DE 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1000        0 111\n",
+            "   1: 0100007F:9C40 0100007F:10DE 01 00000000:00000000 00:00000000 00000000  1000        0 222\n",
+            "   2: 0100007F:10DE 0100007F:9C40 01 00000000:00000000 00:00000000 00000000  1000        0 333\n"]  # fmt: skip
+    (tmp_path / "net/tcp").write_text(head + "".join(rows))
+    (tmp_path / "net/tcp6").write_text(head)
+    for pid, inode, env in ((77, 333, b""), (4242, 222, b"RANK=1\0WORLD_SIZE=2\0")):
+        (tmp_path / str(pid) / "fd").mkdir(parents=True)
+        os.symlink(f"socket:[{inode}]", tmp_path / str(pid) / "fd" / "5")
+        (tmp_path / str(pid) / "environ").write_bytes(env)
+    now = [0.0]
+    finder = SenderFinder(tmp_path, retry_s=10.0, clock=lambda: now[0])
+    assert finder.find(40000, 4318) == Sender(4242, (1, 2))
+    assert finder.find(40001, 4318) is None and finder.retry_at == 0  # no such connection (gone already)
+    assert list(finder.known) == [4242]
+    # a connection whose process the agent cannot see: after one search of every process, none for retry_s, but a
+    # known sender is still found among the hints
+    (tmp_path / "net/tcp").write_text(
+        head + "".join(rows) + rows[1].replace("9C40", "9C41").replace("222", "444")
+    )
+    assert finder.find(40001, 4318) is None and finder.retry_at == 10.0
+    os.symlink("socket:[444]", tmp_path / "77" / "fd" / "6")  # now visible, in a process never seen before
+    assert finder.find(40001, 4318) is None  # not searched for yet
+    assert finder.find(40000, 4318) == Sender(4242, (1, 2))
+    now[0] = 10.0
+    assert finder.find(40001, 4318) == Sender(77, None)

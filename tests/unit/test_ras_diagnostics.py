@@ -1,4 +1,4 @@
-"""RAS DIAGNOSTICS replies (NCCL 2.32) parsed into findings, on replies rendered from the server's own format strings
+"""RAS DIAGNOSTICS replies (NCCL 2.31 and later) parsed into findings, on replies rendered from the server's own format strings
 (``tests/ras_diagnostics_replies.py``); the hosts behind a finding's ranks from a JSON status; the profiler mask values
 CONTROL accepts, case by case as RCCL's microtests of the server's parser state them."""
 
@@ -52,6 +52,30 @@ def test_every_inconsistency_class_with_its_ranks_and_hosts() -> None:
     assert any(f.check == "Xid 63" and f.kind == "ok" for f in by_kind["ok"])
 
 
+# RCCL's port of the GPU checks (ROCm/rocm-systems projects/rccl/src/ras/diagnostics_gpu.cc @ 07c8611e), each line
+# formatted from its format string with RAS_DIAG_DRIVER_LABEL "HIP driver version", RAS_DIAG_LINK_LABEL "XGMI",
+# RAS_DIAG_GPU_SOURCE "AMD SMI", RAS_DIAG_LINK_SPEED_OK ""; the line prefix is NCCL's (RCCL's diagnostics.cc not read)
+RCCL_LINES = [
+    ("[INFO] HIP driver version: mismatch across 16 ranks in comm 0x1f2e, rank(s) {9} differ from rank 0 (60342131)",
+     "cuda_driver"),
+    ("[INFO] XGMI: link-count mismatch across 16 ranks in comm 0x1f2e, rank(s) {3} differ from rank 0 (7)",
+     "nvlink_count"),
+    ("[INFO] XGMI: inactive link(s) on rank(s) {3,4} across 16 ranks in comm 0x1f2e", "nvlink_inactive"),
+    ("[OK]   XGMI: 7 links per GPU, all active across 16 ranks in comm 0x1f2e", "ok"),
+    ("[INFO] ECC: unavailable via AMD SMI across 16 ranks in comm 0x1f2e", "unavailable"),
+    ("[INFO] GPU inventory: 8 GPUs per node consistent across 16 ranks in comm 0x1f2e, GPU model unavailable via "
+     "AMD SMI", "unavailable"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("line", "kind"), RCCL_LINES)
+def test_rccls_amd_lines_get_the_same_kinds(line: str, kind: str) -> None:
+    reply = (f"mi300-0:5150 NCCL DIAG === RAS Diagnostics ===\nmi300-0:5150 NCCL DIAG {line}\n"
+             "mi300-0:5150 NCCL DIAG RAS diagnostics completed in 12.5 ms across 16 RAS peers\n").encode()  # fmt: skip
+    [finding] = parse_diagnostics(reply).findings
+    assert finding.kind == kind and finding.comm == "0x1f2e"
+
+
 @pytest.mark.parametrize(
     ("name", "status"),
     [
@@ -100,7 +124,8 @@ def test_hosts_of_the_ranks_from_a_json_status() -> None:
     [
         ("none", 0), ("NONE", 0), ("all", ALL_EVENTS), ("ALL", ALL_EVENTS), ("0x10", 0x10), ("42", 42), ("010", 8),
         ("0", 0), ("-1", None), ("123abc", None), ("", None), ("group", 1), ("GROUP,Coll", 3), ("bogus", None),
-        ("group,bogus", None), ("x" * 1100, None), ("1_0", None), ("0b1", None),
+        ("group,bogus", None), ("x" * 1100, None), ("1_0", None), ("0b1", None), ("coll,,p2p", 6), (",", 0),
+        (" coll", None), ("coll ", None), ("0x" + "f" * 1100, None),
         ("group,coll,p2p,proxyop,proxystep,proxyctrl,kernelch,netplugin,groupapi,collapi,p2papi,kernellaunch,"
          "cecoll,cesync,cebatch", ALL_EVENTS),
     ],

@@ -129,7 +129,7 @@ class RasSettings(CollectorSettings):
     )
     diagnostics: bool = Field(
         True,
-        description="the job's lease holder runs RAS DIAGNOSTICS once per new job (NCCL 2.32+; older releases "
+        description="the job's lease holder runs RAS DIAGNOSTICS once per new job (NCCL 2.31+; older releases "
         "answer Unknown command and are not asked again) and publishes a ras_diagnostics record",
     )
     profile_control: bool = Field(

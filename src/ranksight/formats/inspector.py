@@ -65,6 +65,20 @@ def bandwidths_gbs(
     return algbw, algbw * factor
 
 
+def busbw_check(op: str, n_ranks: int, msg_bytes: int, exec_us: float | None,
+                busbw: float | None) -> tuple[float | None, bool]:  # fmt: skip
+    """The bus bandwidth the plugin should report (None when it cannot be computed), and whether the reported one is
+    off from it by more than :data:`BW_REL_TOLERANCE` (a broken build)."""
+    bandwidths = bandwidths_gbs(op, n_ranks, msg_bytes, exec_us)
+    expected = bandwidths[1] if bandwidths else None
+    off = (
+        expected is not None
+        and busbw is not None
+        and abs(busbw - expected) > BW_REL_TOLERANCE * max(expected, 1e-9)
+    )
+    return expected, off
+
+
 # -- the line format -------------------------------------------------------------------------------------------------
 class _Header(msgspec.Struct, gc=False):
     id: str
@@ -189,13 +203,7 @@ def _operation(obj: Any, header: _Header, meta: _Metadata) -> InspectorRecord:
     n_ranks, op, size = header.n_ranks, perf.op, perf.msg_size_bytes
     exec_us = _number(perf.exec_time_us, f"{where}_exec_time_us")
     busbw = _number(perf.busbw_gbs, f"{where}_busbw_gbs")
-    bandwidths = bandwidths_gbs(op, n_ranks, size, exec_us)
-    expected = bandwidths[1] if bandwidths else None
-    mismatch = (
-        expected is not None
-        and busbw is not None
-        and abs(busbw - expected) > BW_REL_TOLERANCE * max(expected, 1e-9)
-    )
+    expected, mismatch = busbw_check(op, n_ranks, size, exec_us, busbw)
     ring = header.comm_name is not msgspec.UNSET or op_kind == "p2p"
     nnodes, peer = header.nnodes, perf.peer
     return InspectorRecord(

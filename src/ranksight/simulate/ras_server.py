@@ -1,9 +1,11 @@
 """A fake RAS endpoint for tests and ``ranksight demo``, faithful to NCCL's ``src/ras/client_support.cc``:
 
 - newline-terminated commands, case-insensitive, ``\\r`` tolerated; ``CLIENT PROTOCOL n`` -> ``SERVER PROTOCOL 2``
-  whatever ``n``; ``TIMEOUT <s>`` parsed as ``strtol`` does (an integer, optional sign and leading blanks, an empty
-  value is 0; anything after the digits, a fraction or an exponent, or a negative value -> ``ERROR: Invalid timeout
-  value <s>``); unknown commands -> one line ``ERROR: Unknown command <line as sent>`` and the connection stays open;
+  whatever ``n``; ``TIMEOUT <s>`` parsed as ``strtol`` does up to 2.30 (an integer, optional sign and leading blanks,
+  an empty value is 0; anything after the digits, a fraction or an exponent, or a negative value -> ``ERROR: Invalid
+  timeout value <s>``) and as ``strtod`` does from 2.31.2 (fractions, exponents and hex floats accepted; out of range,
+  not finite or negative refused); unknown commands -> one line ``ERROR: Unknown command <line as sent>`` and the
+  connection stays open;
 - ``STATUS`` / ``VERBOSE STATUS``: the reply is sent as several messages (header, table, errors, warnings: here
   chunks with short pauses) and the server closes the connection after it; EOF ends the reply;
 - version profiles: 2.24/2.26 know neither ``SET FORMAT`` nor ``MONITOR``; 2.28.7/2.28.9 have ``SET FORMAT json``
@@ -13,11 +15,12 @@
   ``[time] EVENT: Process P on node H managing GPU(s) G[ (NVML N)] details`` (``[time] EVENT: addr<port> details``
   for a peer the server cannot name) or pretty-printed JSON objects with arrays on one line
   (``fixtures/ras/upstream-server/monitor_events_by_version_and_group.txt``);
-- 2.31+ add ``CONTROL PROFILER_MASK <value>`` (the value parsed as :func:`agent.collectors.ras.control.
-  parse_profiler_mask`, i.e. as the server's ``rasParseProfilerMask``) -> ``OK``, ``ERROR: Invalid profiler mask
-  value '<value>'``, ``ERROR: Unknown CONTROL subcommand '<word>'``; the connection stays open (the masks set are kept
-  in ``profiler_masks``);
-- 2.32+ add ``DIAGNOSTICS``: text only (in JSON format ``ERROR: diagnostics only supports text output``), one run at a
+- 2.31+ add ``CONTROL <sub>`` (a space after ``CONTROL`` is part of the command: a bare ``CONTROL`` is unknown);
+  ``PROFILER_MASK <value>`` (again with its space; the value after the blanks that follow it, parsed as
+  :func:`agent.collectors.ras.control.parse_profiler_mask`, i.e. as the server's ``rasParseProfilerMask``) -> ``OK``,
+  ``ERROR: Invalid profiler mask value '<value>'``; any other subcommand -> ``ERROR: Unknown CONTROL subcommand
+  '<the rest of the line>'``; the connection stays open (the masks set are kept in ``profiler_masks``);
+- 2.31+ add ``DIAGNOSTICS``: text only (in JSON format ``ERROR: diagnostics only supports text output``), one run at a
   time (a concurrent request gets ``BUSY: diagnostics already in progress``); the reply (``diagnostics_reply``, the
   whole text the test sets, normally a fixture of ``fixtures/ras/diagnostics/``) comes after ``diagnostics_delay_s``
   (the gathering collective) and the server closes the connection after any of these answers, as after a status
@@ -33,9 +36,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import re
 import socket
 import struct
+import sys
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -53,7 +58,8 @@ class Profile:
     monitor: bool  # MONITOR (2.29+)
     missing_comma: bool  # the 2.28.7/2.28.9 JSON bug
     control: bool = False  # CONTROL PROFILER_MASK (2.31+)
-    diagnostics: bool = False  # DIAGNOSTICS (2.32+)
+    diagnostics: bool = False  # DIAGNOSTICS (2.31+)
+    float_timeout: bool = False  # TIMEOUT parsed with strtod (2.31.2 and later; 2.30 and before: strtol)
 
 
 PROFILES = {
@@ -63,8 +69,28 @@ PROFILES = {
     "2.28.9": Profile("2.28.9", json=True, monitor=False, missing_comma=True),
     "2.29": Profile("2.29.2", json=True, monitor=True, missing_comma=False),
     "2.30": Profile("2.30.7", json=True, monitor=True, missing_comma=False),
-    "2.31": Profile("2.31.0", json=True, monitor=True, missing_comma=False, control=True),
-    "2.32": Profile("2.32.3", json=True, monitor=True, missing_comma=False, control=True, diagnostics=True),
+    # 2.31.2 (NVIDIA/nccl 88980683): CONTROL, DIAGNOSTICS and the strtod TIMEOUT already
+    "2.31": Profile(
+        "2.31.2",
+        json=True,
+        monitor=True,
+        missing_comma=False,
+        control=True,
+        diagnostics=True,
+        float_timeout=True,
+    ),
+    # RCCL's newest port (ROCm/rocm-systems projects/rccl/src/ras/client_support.cc @ 2386d619): JSON and MONITOR as
+    # 2.29/2.30, no CONTROL, no DIAGNOSTICS, TIMEOUT with strtol
+    "rccl": Profile("rccl", json=True, monitor=True, missing_comma=False),
+    "2.32": Profile(
+        "2.32.3",
+        json=True,
+        monitor=True,
+        missing_comma=False,
+        control=True,
+        diagnostics=True,
+        float_timeout=True,
+    ),
 }
 
 _NVML_COMMA = re.compile(r'("nvml_dev"\s*:\s*-?\d+),')
@@ -125,6 +151,32 @@ def strtol_timeout(value: str) -> int | None:
         return None
     number = int(m.group(1))
     return number if number >= 0 else None
+
+
+_STRTOD = re.compile(
+    r"[ \t\n\v\f\r]*[+-]?(?:"
+    r"(?P<hex>0[xX](?:[0-9a-fA-F]+\.?[0-9a-fA-F]*|\.[0-9a-fA-F]+)(?:[pP][+-]?\d+)?)"
+    r"|(?P<dec>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+    r"|(?P<special>inf(?:inity)?|nan(?:\([0-9A-Za-z_]*\))?))",
+    re.IGNORECASE,
+)
+
+
+def strtod_timeout(value: str) -> float | None:
+    """``TIMEOUT`` as NCCL 2.31.2 and later parse it (``strtod``, the whole value consumed, finite, in range, not negative);
+    None: invalid."""
+    if not value:
+        return 0.0  # no number: strtod stops at the start, which is the end
+    m = _STRTOD.fullmatch(value)
+    if m is None or m["special"]:
+        return None  # trailing characters, or not finite
+    text = value.strip(" \t\n\v\f\r")
+    number = float.fromhex(text) if m["hex"] else float(text)
+    digits = m["hex"][2:] if m["hex"] else m["dec"]
+    mantissa = re.split(r"[pPeE]", digits)[0]
+    if math.isinf(number) or 0 < abs(number) < sys.float_info.min or (number == 0 and mantissa.strip("0.")):
+        return None  # errno ERANGE: overflow or underflow
+    return number if number >= 0.0 else None
 
 
 def monitor_groups(spec: str) -> set[str] | str:
@@ -236,7 +288,8 @@ class FakeRasServer:
             writer.write(f"SERVER PROTOCOL {self.protocol}\n".encode())
         elif lower.startswith("timeout "):
             value = line[len("timeout ") :]
-            ok = strtol_timeout(value) is not None
+            parse = strtod_timeout if self.profile.float_timeout else strtol_timeout
+            ok = parse(value) is not None
             writer.write(b"OK\n" if ok else f"ERROR: Invalid timeout value {value}\n".encode())
         elif lower.startswith("set format ") and self.profile.json:
             fmt = lower[len("set format ") :]
@@ -248,13 +301,12 @@ class FakeRasServer:
         elif lower in ("status", "verbose status"):
             await self._status(client)
             return True
-        elif (lower == "control" or lower.startswith("control ")) and self.profile.control:
-            sub, _, value = line[len("control") :].strip().partition(" ")
-            mask = parse_profiler_mask(value.strip()) if sub.lower() == "profiler_mask" else None
-            if sub.lower() != "profiler_mask":
+        elif lower.startswith("control ") and self.profile.control:
+            sub = line[len("control ") :].lstrip(" ")
+            if not sub.lower().startswith("profiler_mask "):
                 writer.write(f"ERROR: Unknown CONTROL subcommand '{sub}'\n".encode())
-            elif mask is None:
-                writer.write(f"ERROR: Invalid profiler mask value '{value.strip()}'\n".encode())
+            elif (mask := parse_profiler_mask(value := sub[len("profiler_mask ") :].lstrip(" "))) is None:
+                writer.write(f"ERROR: Invalid profiler mask value '{value}'\n".encode())
             else:
                 self.profiler_masks.append(mask)
                 writer.write(b"OK\n")

@@ -1,4 +1,4 @@
-"""Rules on a job's RAS diagnostics (NCCL 2.32, ``ras_diagnostics`` records): one rule per inconsistency class, each
+"""Rules on a job's RAS diagnostics (NCCL 2.31+, ``ras_diagnostics`` records): one rule per inconsistency class, each
 alert naming the hosts that differ (resolved by the agent from a JSON status; the Xid/SXid check names its hosts
 itself), one alert per job, rule and communicator (Xid: per host).
 
@@ -33,7 +33,7 @@ class DiagnosticsRule:
 
     @property
     def doc(self) -> RuleDoc:
-        return RuleDoc(self.severity, f"the job's RAS diagnostics (NCCL 2.32+) report it: {self.what}; names the "
+        return RuleDoc(self.severity, f"the job's RAS diagnostics (NCCL 2.31+) report it: {self.what}; names the "
                        "hosts that differ", "see RAS")  # fmt: skip
 
     def evaluate(self, state: LiveState, now_ns: int) -> Iterator[Condition]:

@@ -101,7 +101,7 @@ class JobState:
         default_factory=dict
     )  # process key -> PEER_DEAD not yet listed
     diagnostics: RasDiagnosticsRecord | None = (
-        None  # the job's latest completed RAS diagnostics run (NCCL 2.32+)
+        None  # the job's latest completed RAS diagnostics run (NCCL 2.31+)
     )
 
 

@@ -8,8 +8,10 @@ One record is one GPU's view of one bucket, or one operation, or the GPU's total
   ``4-5GB``; ``size_lo_bytes`` its lower bound) and, for collectives, ``algo_proto``, over one dump interval: the
   mean exec time and the geometric-mean bus bandwidth (Prometheus textfile, default OTLP mode).
 - ``op``: one operation (OTLP verbose mode): its communicator id, sequence number, exact size, peer (p2p), exec
-  time and both bandwidths. The plugin does not say the rank or the process, so these records cannot join the
-  per-rank straggler analysis of dump files; they are history and evidence.
+  time and both bandwidths. The plugin does not say the rank or the process; where the agent can tell both (the
+  posting process, and its launcher's rank in a communicator as large as the job, or a one-rank communicator), it
+  publishes the operation as the ``inspector`` record and summary a dump file would give instead, so it joins the
+  per-rank straggler analysis. The operations left here are history and evidence.
 - ``device``: the GPU's cumulative ring counters: operations recorded and dropped, per collective and p2p (the
   Prometheus stats option, OTLP verbose mode).
 

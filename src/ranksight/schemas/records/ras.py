@@ -136,7 +136,7 @@ class RasDiagnosticFinding(BaseModel):
 
 class RasDiagnostics(BaseModel):
     """One ``DIAGNOSTICS`` reply: ``ok`` (ran to completion), ``incomplete`` (ended without its completion line),
-    ``busy`` (another run was in progress), ``unsupported`` (a server before NCCL 2.32), ``error``."""
+    ``busy`` (another run was in progress), ``unsupported`` (a server before NCCL 2.31), ``error``."""
 
     model_config = ConfigDict(extra="ignore")
 

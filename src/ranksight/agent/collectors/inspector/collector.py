@@ -4,7 +4,8 @@ of the raw records (:mod:`agent.collectors.inspector.sampler`) and every v4.1+ d
 (``inspector_dump_stats``), durably. The dump files keep every record on the node. The plugin's other outputs become
 ``inspector_metrics`` records: its Prometheus textfiles in the dump directory (:mod:`.promfiles`) and, when
 ``otlp_port`` is set, its OTLP/HTTP export to the agent's loopback receiver (:mod:`.otlp`), which also works with no
-dump directory at all.
+dump directory at all. The verbose export's operations whose process and rank the agent can tell
+(:mod:`.senders`) are fed to the summaries and the raw share as dump records are; the rest stay metrics records.
 
 Offsets are checkpointed in ``<state_dir>/inspector-offsets.json`` only after the stream acknowledged a chunk's raw
 share (``emit(records, on_ack=...)``), so an outage of NATS or of the aggregator loses nothing (design §3). Summaries are
@@ -25,15 +26,18 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from ranksight.agent.collectors.base import Emit, StreamingCollector
+from ranksight.agent.collectors.inspector.metrics import as_operations
 from ranksight.agent.collectors.inspector.otlp import OtlpLimits, OtlpReceiver
 from ranksight.agent.collectors.inspector.promfiles import PromFiles
 from ranksight.agent.collectors.inspector.raw import RawLimits, check_request, read_page
 from ranksight.agent.collectors.inspector.sampler import RawSampler
+from ranksight.agent.collectors.inspector.senders import SenderFinder
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.twins import (
     InspectorMetricsRecord,
+    InspectorRecord,
     InspectorSummaryRecord,
     RawRecordsPage,
     RawRecordsRequest,
@@ -61,6 +65,10 @@ class InspectorCollector(StreamingCollector):
         self._emit: Emit | None = None
         self.proms: PromFiles | None = None
         self.receiver: OtlpReceiver | None = None
+        self.senders = SenderFinder()
+        self.otlp_ops = self.otlp_unattributed = (
+            0  # verbose operations fed as dump records, and those that were not
+        )
         ctx.add_command("inspector", self._status)
         ctx.add_command("inspector_raw", self._raw)
 
@@ -77,8 +85,9 @@ class InspectorCollector(StreamingCollector):
         if self.cfg.otlp_port is not None:
             await self._start_receiver(emit)
         if directory is None or not directory.is_dir():
-            await asyncio.Event().wait()  # the receiver alone: it serves until the collector is cancelled
-            return
+            while True:  # the receiver alone: it serves, and its operations are summarized, until cancelled
+                await asyncio.sleep(self.cfg.summary_publish_s)
+                await self._publish_summaries(emit, self.summarizer.take(time.time_ns() // 1000))
         state_file = self.ctx.settings.state_dir / "inspector-offsets.json"
         tailer = self.tailer = Tailer(directory, state_file, self.cfg.read_chunk_bytes)
         proms = self.proms = PromFiles(directory, self.cfg.read_chunk_bytes) if self.cfg.prom_files else None
@@ -124,15 +133,27 @@ class InspectorCollector(StreamingCollector):
                 await asyncio.sleep(self.cfg.interval_s)
 
     async def _start_receiver(self, emit: Emit) -> None:
-        cfg = self.cfg
-        assert cfg.otlp_port is not None
+        cfg, port = self.cfg, self.cfg.otlp_port
+        assert port is not None
         limits = OtlpLimits(cfg.otlp_max_body_bytes, cfg.otlp_max_requests_per_s, cfg.otlp_max_connections,
                             cfg.otlp_read_timeout_s)  # fmt: skip
 
-        async def publish(records: list[InspectorMetricsRecord]) -> None:
-            await emit(records, kind="inspector_metrics", max_delay_s=cfg.summary_publish_s)
+        async def publish(records: list[InspectorMetricsRecord], client_port: int) -> None:
+            ops: list[InspectorRecord] = []
+            if any(r.shape == "op" for r in records):
+                sender = await asyncio.to_thread(self.senders.find, client_port, port)
+                if sender is not None:
+                    ops, records = as_operations(records, sender.pid, sender.rank_in)
+            self.otlp_ops += len(ops)
+            self.otlp_unattributed += sum(r.shape == "op" for r in records)
+            for op in ops:
+                self.summarizer.add(op)
+            if raw := self.sampler.take(ops, time.monotonic()):
+                await emit(raw, max_delay_s=cfg.summary_publish_s)
+            if records:
+                await emit(records, kind="inspector_metrics", max_delay_s=cfg.summary_publish_s)
 
-        self.receiver = OtlpReceiver(cfg.otlp_port, limits, publish)
+        self.receiver = OtlpReceiver(port, limits, publish)
         await self.receiver.start()
 
     @staticmethod
@@ -174,7 +195,8 @@ class InspectorCollector(StreamingCollector):
         if self.proms is not None:
             status["prom_files"] = {"read": len(self.proms.seen), "errors": dict(self.proms.errors)}
         if self.receiver is not None:
-            status["otlp"] = self.receiver.status()
+            status["otlp"] = {**self.receiver.status(), "operations": self.otlp_ops,
+                              "operations_unattributed": self.otlp_unattributed}  # fmt: skip
         return status
 
     async def _raw(self, request: dict[str, Any]) -> dict[str, Any]:

@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import msgspec
 
 from ranksight.errors import ParseError
-from ranksight.schemas.twins import InspectorMetricsRecord
+from ranksight.formats.inspector import busbw_check
+from ranksight.schemas.twins import InspectorMetricsRecord, InspectorRecord
 
 
 class InspectorMetricsError(ParseError):
@@ -266,3 +267,50 @@ def parse_otlp(body: bytes) -> tuple[list[InspectorMetricsRecord], dict[str, str
                         groups[key] = (values, ns // 1000)
         records += [_record("otlp", dict(key), values, job, ts) for key, (values, ts) in groups.items()]
     return records, resources, skipped
+
+
+# -- verbose OTLP operations as dump records -------------------------------------------------------------------------
+def as_operations(
+    records: Iterable[InspectorMetricsRecord], pid: int, rank_in: Callable[[int], int | None]
+) -> tuple[list[InspectorRecord], list[InspectorMetricsRecord]]:
+    """The verbose OTLP operations of one process (``pid``; ``rank_in``: its rank in a communicator of n ranks, None
+    where unknown) as the records a dump file gives, and the records that cannot be: buckets, device counters, and
+    operations whose communicator id, rank or time is unknown.
+
+    What a dump record has and these do not: the timing source (None here) and the dump time, for which the
+    operation's own completion time stands (the plugin stamps each point with it); the capture model is ``ring``
+    (the export drains each communicator's ring of completed operations, as dumps from v4.1 do)."""
+    ops: list[InspectorRecord] = []
+    rest: list[InspectorMetricsRecord] = []
+    for m in records:
+        rank = rank_in(m.n_ranks) if m.n_ranks is not None else None
+        if (m.shape != "op" or rank is None or m.comm_id in (None, "unknown") or m.ts_us is None or m.op is None
+                or m.op_kind is None or m.sn is None or m.msg_size_bytes is None):  # fmt: skip
+            rest.append(m)
+            continue
+        assert m.n_ranks is not None and m.comm_id is not None
+        expected, mismatch = busbw_check(m.op, m.n_ranks, m.msg_size_bytes, m.exec_time_us, m.busbw_gbs)
+        ops.append(
+            InspectorRecord(
+                comm_id=m.comm_id,
+                comm_name=None if m.comm_name == "unknown" else m.comm_name,
+                rank=rank,
+                n_ranks=m.n_ranks,
+                nnodes=m.n_nodes,
+                hostname=m.hostname,
+                pid=pid,
+                op_kind=m.op_kind,
+                op=m.op,
+                sn=m.sn,
+                peer=m.peer,
+                msg_size_bytes=m.msg_size_bytes,
+                exec_time_us=m.exec_time_us,
+                algobw_gbs=m.algobw_gbs,
+                busbw_gbs=m.busbw_gbs,
+                dump_ts_us=m.ts_us,
+                capture_model="ring",
+                busbw_expected_gbs=expected,
+                bw_mismatch=mismatch,
+            )
+        )
+    return ops, rest

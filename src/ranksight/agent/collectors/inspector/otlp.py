@@ -55,10 +55,11 @@ class OtlpRefused(RanksightError):
 
 
 class OtlpReceiver:
-    """Serves ``POST /v1/metrics`` on loopback ``port``; ``on_records`` gets each accepted request's records."""
+    """Serves ``POST /v1/metrics`` on loopback ``port``; ``on_records`` gets each accepted request's records and the
+    client's port (before the answer is sent: the sending process still holds its end of the connection)."""
 
     def __init__(self, port: int, limits: OtlpLimits,
-                 on_records: Callable[[list[InspectorMetricsRecord]], Awaitable[None]]) -> None:  # fmt: skip
+                 on_records: Callable[[list[InspectorMetricsRecord], int], Awaitable[None]]) -> None:  # fmt: skip
         self.port = port
         self.limits = limits
         self.on_records = on_records
@@ -118,7 +119,7 @@ class OtlpReceiver:
                 self.counts["requests"] += 1
                 self.counts["records"] += len(records)
                 if records:
-                    await self.on_records(records)
+                    await self.on_records(records, writer.get_extra_info("peername")[1])
             except OtlpRefused as exc:
                 status, why = exc.status, str(exc)
             except TimeoutError:

@@ -75,7 +75,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     monitor.set_defaults(func=ras_monitor)
     diag = commands.add_parser(
-        "diagnostics", help="run RAS diagnostics across the job (NCCL 2.32+; exit 1: inconsistencies found)"
+        "diagnostics", help="run RAS diagnostics across the job (NCCL 2.31+; exit 1: inconsistencies found)"
     )
     profile = commands.add_parser(
         "profile", help="switch the job's profiler events: on (Inspector's), off (0) or a mask (NCCL 2.31+)"
@@ -214,7 +214,7 @@ def ras_diagnostics(args: argparse.Namespace) -> int:
         print(f"endpoint {client.endpoint}  status {report.status}  peers {report.peers or '-'}  "
               f"time {report.completed_ms if report.completed_ms is not None else '-'} ms")  # fmt: skip
         if report.message:
-            hint = " (diagnostics need NCCL 2.32 or later)" if report.status == "unsupported" else ""
+            hint = " (diagnostics need NCCL 2.31 or later)" if report.status == "unsupported" else ""
             print(f"{report.message}{hint}", file=sys.stderr)
         rows = [{"tag": f.tag.upper(), "kind": f.kind, "comm": f.comm or "", "ranks": f.ranks,
                  "hosts": ",".join(f.hosts), "text": f.text} for f in report.findings]  # fmt: skip

@@ -4,7 +4,7 @@ Connects to every address the RAS host resolves to (``localhost`` is ``::1`` and
 one), speaks ``CLIENT PROTOCOL 2`` (the server's protocol number is read; a different one is logged once) then
 ``TIMEOUT <s>`` (whole seconds: the server parses it with ``strtol``; 0 disables it), probes features by sending the
 command and reading ``OK`` or ``ERROR: Unknown command ...`` (``SET FORMAT json``, ``MONITOR``; cached per endpoint),
-and reads a status to EOF: one status per connection, nothing sent after it. ``DIAGNOSTICS`` (2.32) is read to EOF
+and reads a status to EOF: one status per connection, nothing sent after it. ``DIAGNOSTICS`` (2.31) is read to EOF
 the same way; ``CONTROL PROFILER_MASK`` (2.31) is one command and its ``OK``.
 
 Time limits are upstream's: a status may legitimately sit silent for the leg timeout plus the extra timeout (both the
@@ -200,7 +200,7 @@ class RasClient:
         return fmt, body
 
     async def diagnostics(self) -> bytes:
-        """One ``DIAGNOSTICS`` run (NCCL 2.32+): the reply read to EOF, as the server closes the connection after it;
+        """One ``DIAGNOSTICS`` run (NCCL 2.31+): the reply read to EOF, as the server closes the connection after it;
         ``BUSY:`` and ``ERROR:`` replies are returned too (:func:`~.parse_diagnostics.parse_diagnostics` tells them
         apart). The text format is the server's default and the only one it runs diagnostics in."""
         deadline = self._deadline()
@@ -211,7 +211,7 @@ class RasClient:
             await writer.drain()
             first = (await self._line(reader, deadline)) + "\n"
             if first.startswith(("ERROR:", "BUSY:")):
-                return first.encode()  # a server before 2.32 keeps the connection open after its refusal
+                return first.encode()  # a server before 2.31 keeps the connection open after its refusal
             body = first.encode() + await self._read_to_eof(reader, deadline)
         finally:
             writer.close()

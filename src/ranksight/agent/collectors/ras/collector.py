@@ -8,7 +8,7 @@ When an endpoint that served a job stops answering (MONITOR EOF or a refused pol
 ``RANKSIGHT``) is published for that job, so the aggregator can tell a normal end (ranks FINALIZE, then the port closes)
 from a failure.
 
-The lease holder also runs RAS diagnostics (NCCL 2.32+) once per new job, in the background and never two at once,
+The lease holder also runs RAS diagnostics (NCCL 2.31+) once per new job, in the background and never two at once,
 and publishes the report as a ``ras_diagnostics`` record (:mod:`agent.collectors.ras.diagnostics`); the
 ``ras_profile`` command (off unless ``profile_control``) sends ``CONTROL PROFILER_MASK`` to the endpoint.
 """

@@ -4,8 +4,9 @@ at run time, over the RAS network. Mask 0 keeps a profiler plugin such as Inspec
 The value, as the server parses it (``rasParseProfilerMask`` in ``src/ras/client_support.cc``, as RCCL's microtests of
 it show): ``none`` (0), ``all``, a non-negative integer in decimal, hex (``0x``) or octal (leading ``0``) with nothing
 after it, or comma-separated event names, case-insensitive. The server answers ``OK`` (sent on to every process),
-``ERROR: Invalid profiler mask value '<value>'`` or ``ERROR: Unknown CONTROL subcommand '<word>'``; a server before
-2.31 answers ``ERROR: Unknown command CONTROL ...``.
+``ERROR: Invalid profiler mask value '<value>'`` or ``ERROR: Unknown CONTROL subcommand '<rest of line>'``; a server
+before 2.31 answers ``ERROR: Unknown command CONTROL ...``. One deliberate difference: a number above ``INT_MAX`` is
+refused here, where the server would truncate it to an ``int`` (``0x100000000`` would switch every event off).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ _NUMBER = re.compile(r"0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*")  # strtol base 0,
 
 def parse_profiler_mask(value: str) -> int | None:
     """The mask a value means, or None where the server would answer ``Invalid profiler mask value``."""
-    if not value or len(value) >= MAX_VALUE_CHARS:
+    if not value:
         return None
     lower = value.lower()
     if lower == "none":
@@ -52,9 +53,13 @@ def parse_profiler_mask(value: str) -> int | None:
             return None  # strtol would stop before the end: trailing characters
         number = int(value, 16) if value[:2].lower() == "0x" else int(value, 8 if value[0] == "0" else 10)
         return number if number <= INT_MAX else None
+    if len(value) >= MAX_VALUE_CHARS:
+        return None  # the server copies a list into a buffer of that size first
     mask = 0
     for token in lower.split(","):
-        bit = PROFILER_EVENTS.get(token.strip())
+        if not token:
+            continue  # strtok skips empty tokens: "coll,,p2p" is coll and p2p, "," is 0
+        bit = PROFILER_EVENTS.get(token)  # compared whole: " coll" is not an event
         if bit is None:
             return None
         mask |= bit

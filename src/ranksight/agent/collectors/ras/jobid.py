@@ -8,59 +8,30 @@ process or a permission error, returning ``None``.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Iterable
 from pathlib import Path
 
+from ranksight.agent.procfs import LISTEN, process_environ, socket_owner, tcp_sockets
+
 SCHEDULER_VARS = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "FLUX_JOB_ID", "COBALT_JOBID", "JOB_ID",
                   "TORCHELASTIC_RUN_ID")  # fmt: skip
-_LISTEN = "0A"
 
 
 def listening_inodes(proc: Path, port: int) -> set[str]:
-    inodes: set[str] = set()
-    for name in ("net/tcp", "net/tcp6"):
-        try:
-            lines = (proc / name).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            fields = line.split()
-            if len(fields) > 9 and fields[3] == _LISTEN and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(fields[9])
-    return inodes
+    return {inode for local, _, state, inode in tcp_sockets(proc) if state == LISTEN and local == port}
 
 
 def listener_pid(proc: Path, port: int, hint: int | None = None) -> int | None:
     """The process listening on ``port``. ``hint`` (the one found last time) is looked at first: while a job keeps its
     RAS port, a poll reads that process's descriptors only, not those of every process on the node."""
     inodes = {f"socket:[{i}]" for i in listening_inodes(proc, port)}
-    if not inodes:
-        return None
-    if hint is not None and _holds(proc / str(hint), inodes):
-        return hint
-    for entry in proc.iterdir():
-        if entry.name.isdigit() and _holds(entry, inodes):
-            return int(entry.name)
-    return None
-
-
-def _holds(process: Path, inodes: set[str]) -> bool:
-    """Whether one of the process's descriptors is one of the sockets (False once it is gone or unreadable)."""
-    try:
-        return any(os.readlink(fd) in inodes for fd in (process / "fd").iterdir())
-    except OSError:
-        return False
+    return socket_owner(proc, inodes, (hint,) if hint is not None else ())
 
 
 def scheduler_job_id(proc: Path, pid: int) -> str | None:
-    try:
-        raw = (proc / str(pid) / "environ").read_bytes()
-    except OSError:
-        return None
-    env = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    env = process_environ(proc, pid)
     for name in SCHEDULER_VARS:
-        value = env.get(name.encode())
+        value = env.get(name.encode()) if env is not None else None
         if value:
             return f"{name.lower().split('_')[0]}-{value.decode(errors='replace')}"
     return None

@@ -1,11 +1,11 @@
-"""Pure parser of a RAS ``DIAGNOSTICS`` reply (NCCL 2.32, ``ncclras -D``): bytes in, a typed report out.
+"""Pure parser of a RAS ``DIAGNOSTICS`` reply (NCCL 2.31 and later, ``ncclras -D``): bytes in, a typed report out.
 
 What the server sends (NVIDIA/nccl ``src/ras/diagnostics*.cc``, ``client_support.cc``): a text-only reply (in JSON
 format the server answers ``ERROR: diagnostics only supports text output``), one finding per line, each line
 ``<host>:<pid> NCCL DIAG <tag><check>: <text>`` where the host and pid are those of the process that answered and the
 tag is ``[OK]   `` or ``[INFO] ``; first ``=== RAS Diagnostics ===``, last ``RAS diagnostics completed in <ms> ms
 across <n> RAS peers`` (``ranks`` for a communicator-scoped run); then the server closes the connection. One run at a
-time per job: a concurrent request gets ``BUSY: diagnostics already in progress``. A server before 2.32 answers
+time per job: a concurrent request gets ``BUSY: diagnostics already in progress``. A server before 2.31 answers
 ``ERROR: Unknown command DIAGNOSTICS``.
 
 Each check compares the ranks of each communicator and names the ranks that differ from the lowest one
@@ -14,7 +14,8 @@ Xid/SXid check, which names hosts. A finding's ``kind`` says which inconsistency
 ``gpu_count``, ``gpu_model``, ``cuda_driver``, ``nvidia_driver``, ``ecc_uncorrected``, ``ecc_corrected``,
 ``nvlink_count``, ``nvlink_inactive``, ``nvlink_speed``, ``nccl_env``, ``xid``, ``sxid``; ``ok`` for a passed check,
 ``incomplete`` (not every rank answered, no kernel log, a truncated scan), ``unavailable`` (NVML could not tell) and
-``other`` for lines this parser does not classify (kept verbatim).
+``other`` for lines this parser does not classify (kept verbatim). RCCL's port of the GPU checks names its sources
+and links as AMD's (``HIP driver version``, ``XGMI``, ``unavailable via AMD SMI``); those lines get the same kinds.
 """
 
 from __future__ import annotations
@@ -51,6 +52,11 @@ _KINDS: list[tuple[str, str, str]] = [
     ("NVLink", "link-count mismatch", "nvlink_count"),
     ("NVLink", "inactive link", "nvlink_inactive"),
     ("NVLink", "inconsistent link speeds", "nvlink_speed"),
+    # RCCL's port (ROCm/rocm-systems projects/rccl/src/ras/diagnostics_gpu.cc): AMD SMI instead of NVML, the HIP
+    # driver version for the CUDA one, XGMI links for NVLinks (no speed read: no speed finding)
+    ("HIP driver version", "mismatch", "cuda_driver"),
+    ("XGMI", "link-count mismatch", "nvlink_count"),
+    ("XGMI", "inactive link", "nvlink_inactive"),
     ("NCCL environment", "mismatch", "nccl_env"),
     ("NCCL environment", "=", "nccl_env"),
     ("NCCL environment", "differ across ranks", "nccl_env"),

@@ -58,7 +58,16 @@ def test_help_and_unknown_commands_see_every_command() -> None:
 # What a query command must not load: the aggregator's storage and analysis stack (the endpoint declarations and the
 # client are apart from the server binding, ranksight.api), and what `--version` must not load either. The NATS client
 # (and the aiohttp that nats-py imports when it is installed) is loaded only to ask over NATS, not to parse the command.
-HEAVY = ("duckdb", "pyarrow", "numpy", "ranksight.aggregator", "ranksight.agent", "ranksight.deploy")
+HEAVY = (
+    "duckdb",
+    "pyarrow",
+    "numpy",
+    "ranksight.aggregator",
+    "ranksight.agent",
+    "ranksight.deploy",
+    "pydantic_settings",
+    "dotenv",
+)
 NATS_CLIENT = ("nats", "aiohttp")
 
 

@@ -55,7 +55,7 @@ from ranksight.aggregator.analysis.engines import params_of
 from ranksight.aggregator.analysis.hangs import HangFinder
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine
 from ranksight.core.config import InspectorSettings, StragglerSettings
-from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import JobSpec, run_job, summarize
 from ranksight.simulate.scenarios import CLASSES, ONSET_STEP, Capture, Truth, truth
 

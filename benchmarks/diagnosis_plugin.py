@@ -47,7 +47,7 @@ from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.analysis.engines import params_of
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, analyze_records
 from ranksight.core.config import StragglerSettings
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate.inspector import JobSpec, step_starts
 from ranksight.simulate.inspector_plugin import PLUGIN_VERSIONS, SAMPLED_VERSIONS
 from ranksight.simulate.plugin_job import PluginRun, run_job_through_plugin

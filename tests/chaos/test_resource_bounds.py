@@ -20,8 +20,8 @@ from ranksight.agent.probe.server import parse_networks
 from ranksight.agent.probe.targets import ProbeTargets, TargetRefused
 from ranksight.aggregator.store import Incoming, Store
 from ranksight.core.config import IngestSettings, Settings
+from ranksight.schemas.records.probe import ProbeCommand
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import ProbeCommand
 from ranksight.schemas.wire import event_type
 
 pytestmark = pytest.mark.chaos

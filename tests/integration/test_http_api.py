@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from msgspec.structs import replace
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 
@@ -21,8 +22,7 @@ from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.api.client import query
 from ranksight.core.config import Settings
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import AppRecord
+from ranksight.schemas.records import AppRecord
 from tests.http_cluster import DEAD_PID, DEGRADED, JOB, NODES, Publisher, http_settings, publish_cluster
 from tests.support import aggregator, wait_for
 

@@ -20,7 +20,7 @@ from ranksight import docgen as docs
 from ranksight.api.endpoints import SPECS
 from ranksight.cli import build_parser
 from ranksight.core.config import RULE_TIMINGS, Settings
-from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.records import RECORD_KINDS
 from tests.conftest import REPO
 
 DOCS = REPO / "docs"
@@ -62,7 +62,7 @@ def test_the_references_name_every_command_endpoint_kind_and_section() -> None:
     )
     assert [c for c in _commands() if f"## `ranksight {c}`" not in cli] == []
     assert [e for e in SPECS if f"## `{e}`" not in api] == []
-    assert [k for k in RECORD_MODELS if f"## `{k}`" not in records] == []
+    assert [k for k in RECORD_KINDS if f"## `{k}`" not in records] == []
     sections = [name for name, f in Settings.model_fields.items() if hasattr(f.annotation, "model_fields")]
     assert [s for s in sections if f"## `[{s}" not in config] == []
 

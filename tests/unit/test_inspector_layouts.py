@@ -15,7 +15,7 @@ from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.agent.collectors.inspector.parse import DumpContext, InspectorParseError, parse_lines
 from ranksight.agent.collectors.inspector.tailer import Tailer
 from ranksight.aggregator.analysis.stragglers import StragglerParams, analyze_records
-from ranksight.schemas.twins import InspectorDumpStatsRecord, InspectorRecord
+from ranksight.schemas.records import InspectorDumpStatsRecord, InspectorRecord
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 from tests.conftest import FIXTURES
 from tests.inspector_layouts import FIXTURE_DROPS, LAYOUTS, fixture_path, render, rewrite, source_lines

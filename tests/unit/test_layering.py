@@ -61,9 +61,6 @@ KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
     # core, or schemas where it is wire-level): after the branches that rework agent/collectors/inspector/ and
     # aggregator/analysis/stragglers.py merge.
     ("ranksight.aggregator.analysis.stragglers", "ranksight.agent.collectors.inspector.parse"): "upward",
-    # The twin generator reads the settings models to write core/settings_twins.py. Goes with the twins (one
-    # declaration per type), generator included.
-    ("ranksight.schemas.generate", "ranksight.core.config"): "upward",
     # Live state feeds records to the pure finders that sit in analysis/ (the hang finder, the straggler engine's
     # process), while the rules in analysis/ read live state: state/ <-> analysis/. Closes when the pure models
     # (analysis/hangs.py, analysis/engines.py, analysis/stragglers.py) move below state (e.g. aggregator/models/),

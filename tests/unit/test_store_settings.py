@@ -14,8 +14,9 @@ from ranksight.agent.collectors.nic.rates import ChangedCounters
 from ranksight.aggregator.store import Incoming, Store
 from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import encode_event
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuRecord, NicRecord
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import Envelope, GpuRecord, NicRecord
 from ranksight.schemas.wire import event_type
 from tests.unit.test_ingest_admission import NOW
 

@@ -18,7 +18,7 @@ from ranksight.aggregator.analysis.stragglers import (
     StragglerParams,
     analyze_records,
 )
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate.inspector import summarize
 from tests.conftest import FIXTURES
 

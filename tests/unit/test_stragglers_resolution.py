@@ -16,7 +16,7 @@ import pytest
 
 from ranksight.agent.collectors.inspector.parse import parse_op
 from ranksight.aggregator.analysis.stragglers import Finding, StragglerEngine, analyze_records
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate import scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job
 

@@ -1,8 +1,8 @@
 """The agent process: ``ranksight agent`` validates its settings, then becomes this (``exec``, the same pid).
 
 Reads the validated settings as JSON from an inherited file descriptor (``--settings-fd``; never the environment,
-where other processes of the user could read the NATS secrets) into their msgspec twins, so the process that runs the
-collectors never loads pydantic (about 13 MB of memory on every node).
+where other processes of the user could read the NATS secrets), so the process that runs the collectors holds none of
+the command line's modules.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import sys
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.core.aio import run_until_signalled
+from ranksight.core.config import decode_settings
 from ranksight.core.natsconn import NatsUnreachable
 from ranksight.core.redact import setup_logging
-from ranksight.core.settings_rules import decode_settings
 from ranksight.errors import EXIT_INTERRUPTED, exit_status
 
 # mallopt's M_ARENA_MAX (glibc's malloc.h)

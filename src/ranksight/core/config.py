@@ -14,7 +14,7 @@ import socket
 import tomllib
 from contextvars import ContextVar
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 from pydantic import (
@@ -30,13 +30,9 @@ from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSett
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
-from ranksight.core.settings_rules import CollectorSection, StatePaths, SummaryTiming, decode_settings
 from ranksight.errors import UsageError
 from ranksight.schemas.subjects import sanitize_token
 from ranksight.schemas.wire import WireFormat
-
-if TYPE_CHECKING:
-    from ranksight.core import settings_twins
 
 CONFIG_ENV = "RANKSIGHT_CONFIG"
 # The config file's values while load_settings builds Settings: the lowest-priority source.
@@ -80,10 +76,15 @@ class NatsSettings(Section):
     )
 
 
-class CollectorSettings(CollectorSection, Section):
+class CollectorSettings(Section):
+    """What every collector's section has, and its facts' lifetime."""
+
     enabled: bool = True
     interval_s: float = Field(5.0, gt=0)
     ttl_s: float | None = Field(None, gt=0, description="fact lifetime; default 3 x interval")
+
+    def ttl(self) -> float:
+        return self.ttl_s if self.ttl_s is not None else 3 * self.interval_s
 
 
 class HeartbeatSettings(CollectorSettings):
@@ -138,7 +139,7 @@ class RasSettings(CollectorSettings):
     )
 
 
-class InspectorSettings(SummaryTiming, CollectorSettings):
+class InspectorSettings(CollectorSettings):
     interval_s: float = Field(1.0, gt=0, description="how often the dump directory is re-scanned when idle")
     dump_dir: Path | None = Field(
         None, description="the plugin's NCCL_INSPECTOR_DUMP_DIR; unset or missing: the collector is absent"
@@ -210,6 +211,10 @@ class InspectorSettings(SummaryTiming, CollectorSettings):
     otlp_read_timeout_s: float = Field(
         10.0, gt=0, description="OTLP receiver: time to read one request (headers and body)"
     )
+
+    def summary_ttl(self) -> float:
+        """A summary stays valid until the next window's should have come."""
+        return 2 * self.summary_window_s + self.summary_publish_s
 
 
 class GpuSettings(CollectorSettings):
@@ -1354,7 +1359,7 @@ class DeploySettings(Section):
     verify_timeout_s: float = Field(20, gt=0, description="time the new agent has to answer on NATS")
 
 
-class Settings(StatePaths, BaseSettings):
+class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="RANKSIGHT_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
     )
@@ -1388,6 +1393,10 @@ class Settings(StatePaths, BaseSettings):
     def db_path(self) -> Path:
         return self.aggregator.db_path or self.state_dir / "ranksight.duckdb"
 
+    def app_socket_path(self) -> Path:
+        """Scoped to this instance: another agent's training processes (another state dir) never reach it."""
+        return self.agent.collectors.app.socket_path or self.state_dir / "app.sock"
+
     def export_root(self) -> Path:
         return self.aggregator.query.export_root or self.state_dir / "exports"
 
@@ -1401,14 +1410,13 @@ def _encode_value(value: Any) -> Any:
 
 
 def encode_settings(settings: Settings) -> bytes:
-    """Validated settings as JSON, secrets included, for a process that reads them without pydantic
-    (:func:`ranksight.core.settings_rules.decode_settings`)."""
+    """Validated settings as JSON, secrets included, for another process (:func:`decode_settings`)."""
     return msgspec.json.encode(settings.model_dump(), enc_hook=_encode_value)
 
 
-def twin_settings(settings: Settings) -> settings_twins.Settings:
-    """``settings`` as the agent process reads them: for commands that run its parts."""
-    return decode_settings(encode_settings(settings))
+def decode_settings(data: bytes) -> Settings:
+    """Settings from :func:`encode_settings`: validated again, from these values only (no file, no environment)."""
+    return Settings.model_validate_json(data)
 
 
 def _explain(exc: ValidationError, origin: str) -> str:

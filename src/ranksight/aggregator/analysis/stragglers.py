@@ -53,7 +53,7 @@ import numpy as np
 
 from ranksight.agent.collectors.inspector.parse import bandwidths_gbs
 from ranksight.aggregator.analysis.robust import MAD_TO_SIGMA, median_mad
-from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 Kind = Literal["compute", "communication"]
 Proc = tuple[str, int]  # (hostname, pid): rank numbers are per communicator, a process is not

@@ -98,7 +98,7 @@ async def test_disabled_and_port_in_use(settings: Settings) -> None:
     async with aggregator(cfg) as first:
         port = int(first.http.url.rsplit(":", 1)[1])
         taken = http_settings(settings, port=port)
-        taken = replace(taken, **{"state_dir": settings.state_dir / "second"})
+        taken = taken.model_copy(update={"state_dir": settings.state_dir / "second"})
         async with aggregator(taken) as second:  # ingest and NATS go on; the HTTP face says why it is off
             assert second.http.url is None
             assert (await query(taken, "status")).ok

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-from msgspec.structs import replace
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import SecretStr
 

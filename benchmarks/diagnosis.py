@@ -56,7 +56,7 @@ from ranksight.aggregator.models.straggler.engine import StragglerEngine
 from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.core.config import InspectorSettings, StragglerSettings
 from ranksight.formats.inspector import parse_op
-from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import JobSpec, run_job, summarize
 from ranksight.simulate.scenarios import CLASSES, ONSET_STEP, Capture, Truth, truth
 

@@ -48,7 +48,7 @@ from ranksight.aggregator.models.engines import params_of
 from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
 from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.core.config import StragglerSettings
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate.inspector import JobSpec, step_starts
 from ranksight.simulate.inspector_plugin import PLUGIN_VERSIONS, SAMPLED_VERSIONS
 from ranksight.simulate.plugin_job import PluginRun, run_job_through_plugin

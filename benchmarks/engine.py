@@ -59,7 +59,7 @@ def periods(nodes: int, template_file: Path, every_us: int) -> Iterator[tuple[in
     """Per evaluation period, its end (µs since the epoch: the aggregator's clock when it evaluates) and each node's
     summary envelopes published in it (their records), in publication order: made period by period, as only one
     period's are alive in the engine process."""
-    from ranksight.schemas.structs import replace
+    from msgspec.structs import replace
 
     base_us, templates, _ = pickle.loads(template_file.read_bytes())
     # (faulted block?, node of the block) -> period -> [(time published, records)]
@@ -85,12 +85,18 @@ def periods(nodes: int, template_file: Path, every_us: int) -> Iterator[tuple[in
 
 def measure(nodes: int, template_file: Path, onset_s: float, result: Any) -> None:
     """One size, in this (fresh) process: ``result`` gets the figures."""
-    from ranksight.aggregator.models.engines import decoded, process_evaluate, process_start, queue_entry
+    from ranksight.aggregator.models.engines import (
+        decoded,
+        params_of,
+        process_evaluate,
+        process_start,
+        queue_entry,
+    )
     from ranksight.core.config import StragglerSettings
 
     settings = StragglerSettings.model_validate({})
     every_us = int(settings.evaluate_every_s * US)
-    process_start(settings.model_dump_json())
+    process_start(params_of(settings))
     engine_s = decode_s = 0.0
     first_found: float | None = None
     named: set[tuple[str, int | None]] = set()

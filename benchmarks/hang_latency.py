@@ -26,7 +26,7 @@ import nats
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.core.config import load_settings, twin_settings
+from ranksight.core.config import load_settings
 from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects
 
@@ -66,7 +66,7 @@ async def one_round(root: Path, scenario: str, timeout_s: float) -> dict[str, ob
         app.heartbeat_timeout_s, app.heartbeat_initial_timeout_s = timeout_s, 300.0
         agg = Aggregator(settings)
         tasks.append(await started(agg, stop))
-        tasks.append(await started(AgentRuntime(twin_settings(settings), only=["app"]), stop))
+        tasks.append(await started(AgentRuntime(settings, only=["app"]), stop))
         nc = await nats.connect(nats_server.url)
         alerts: asyncio.Queue[tuple[float, dict[str, object]]] = asyncio.Queue()
 

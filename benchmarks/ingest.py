@@ -37,8 +37,9 @@ from ranksight.aggregator.runtime import Aggregator, ensure_stream
 from ranksight.core.config import Settings, load_settings
 from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.codec import encode_event
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import Envelope, GpuRecord
 from ranksight.schemas.wire import event_type
 
 

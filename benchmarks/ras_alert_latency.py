@@ -23,7 +23,7 @@ import nats
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.core.config import Settings, load_settings, twin_settings
+from ranksight.core.config import Settings, load_settings
 from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.records.ras import RasEvent
 from ranksight.schemas.subjects import Subjects
@@ -70,7 +70,7 @@ async def one_round(root: Path, args: argparse.Namespace, monitor: bool) -> list
         tasks.append(await started(Aggregator(settings), stop))
         for i, server in enumerate(servers):
             s = agent_settings(settings, spec.hostname(i), server, args.interval, monitor, root / "proc")
-            tasks.append(await started(AgentRuntime(twin_settings(s), only=["ras"]), stop))
+            tasks.append(await started(AgentRuntime(s, only=["ras"]), stop))
         nc = await nats.connect(nats_server.url)
         alerts: asyncio.Queue[tuple[float, dict[str, object]]] = asyncio.Queue()
 

@@ -57,8 +57,9 @@ import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from msgspec.structs import replace
+
 from benchmarks.procmeter import MiB, Usage, measure
-from ranksight.schemas.structs import replace
 
 ROOT = Path(__file__).resolve().parent.parent
 CLUSTER = "bench"
@@ -171,7 +172,7 @@ class Template:
 
 def pre_encode(kind: str, records: list[Any], ttl: float) -> Template:
     from ranksight.schemas.codec import encode_event
-    from ranksight.schemas.twins import Envelope
+    from ranksight.schemas.envelope import Envelope
     from ranksight.schemas.wire import event_type
 
     data = encode_event(Envelope(type=event_type(kind), cluster=CLUSTER, node=HOST_MARK,
@@ -316,7 +317,7 @@ class RasJob:
     def templates(self, steps: int, max_payload: int) -> list[Template]:
         """The poll's records as the agent publishes them: in parts of at most half the server's max_payload."""
         from ranksight.agent.collectors.ras.parts import split_status
-        from ranksight.schemas.twins import RasRecord
+        from ranksight.schemas.records import RasRecord
 
         status = self.text
         if self.polls % self.cfg.detail_every == 0:

@@ -37,6 +37,8 @@ from nats.aio.client import Client
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from msgspec.structs import replace
+
 from benchmarks.alert_continuity import AlertContinuity
 from benchmarks.scale import SLOW, SimulatedNode, build_templates, inspector_schedule
 from ranksight.aggregator.lead import LEAD_KEY
@@ -44,9 +46,8 @@ from ranksight.core.config import InspectorSettings, Settings, load_settings
 from ranksight.core.kvlease import NATS_ERRORS
 from ranksight.core.natsconn import connect
 from ranksight.core.natsserver import NatsCluster
-from ranksight.schemas.structs import replace
+from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import GpuRecord
 from tests.loadgen import SyntheticAgent
 from tests.shard_topology import ShardTopology, failover
 from tests.support import wait_for

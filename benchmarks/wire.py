@@ -33,18 +33,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from msgspec.structs import replace  # noqa: E402
+
 from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml  # noqa: E402
 from ranksight.agent.collectors.nic.tools import parse_ethtool_stats  # noqa: E402
 from ranksight.formats.inspector import parse_op  # noqa: E402
 from ranksight.schemas.codec import decode_event, encode_event  # noqa: E402
-from ranksight.schemas.structs import replace  # noqa: E402
-from ranksight.schemas.twins import (  # noqa: E402
-    CollectorHealth,
-    Envelope,
-    HeartbeatRecord,
-    PublisherStats,
-    Record,
-)
+from ranksight.schemas.envelope import Envelope  # noqa: E402
+from ranksight.schemas.records import CollectorHealth, HeartbeatRecord, PublisherStats, Record  # noqa: E402
 from ranksight.schemas.wire import WireFormat, event_type  # noqa: E402
 from ranksight.simulate.inspector import JobSpec, simulate, summarize  # noqa: E402
 

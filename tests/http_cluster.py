@@ -21,18 +21,10 @@ from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.core.config import Settings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.codec import encode_event
-from ranksight.schemas.structs import replace
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import AppRecord, GpuRecord, HeartbeatRecord, NicRecord, ProbeRecord, RasRecord
+from ranksight.schemas.records.ras import RasCommunicator
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import (
-    AppRecord,
-    Envelope,
-    GpuRecord,
-    HeartbeatRecord,
-    NicRecord,
-    ProbeRecord,
-    RasCommunicator,
-    RasRecord,
-)
 from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import Fault, JobSpec, comms, simulate, summarize
 
@@ -49,7 +41,7 @@ FAST_BPS, SLOW_BPS = 1e10, 4e7
 def http_settings(settings: Settings, **http: Any) -> Settings:
     """The test settings with the HTTP face on a free port and a fast straggler engine."""
     agg = settings.aggregator
-    return replace(settings, **{"aggregator": agg.model_copy(update={
+    return settings.model_copy(update={"aggregator": agg.model_copy(update={
         "http": agg.http.model_copy(update={"port": 0, **http}),
         "stragglers": agg.stragglers.model_copy(update={"window_s": 2.0, "evaluate_every_s": 0.3,
                                                         "retain_windows": 60}),

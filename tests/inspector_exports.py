@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ranksight.formats.inspector import parse_op
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 
 FUNCS = ["Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce", "SendRecv", "Send", "Recv", "All2All",
          "AllGatherV"]  # fmt: skip  # ncclFunc_t order

@@ -17,8 +17,8 @@ from ranksight.agent.batcher import Batcher
 from ranksight.agent.publisher import Publisher
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
+from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import GpuRecord
 
 
 class SyntheticAgent:

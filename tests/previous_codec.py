@@ -14,9 +14,8 @@ from typing import Annotated, Any
 import msgspec
 
 from ranksight.schemas.codec import DecodeError
-from ranksight.schemas.records import RECORD_MODELS
-from ranksight.schemas.structs import struct_for
-from ranksight.schemas.twins import Envelope
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.wire import MAX_RECORDS, STORED_BOUNDS, TYPE_PREFIX
 
 _SEQ = Annotated[int, msgspec.Meta(ge=1, le=STORED_BOUNDS[int]["le"])]
@@ -42,10 +41,9 @@ _ENVELOPE_DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(_Envel
 
 @cache
 def _records_decoder(kind: str) -> msgspec.msgpack.Decoder[list[Any]]:
-    model = RECORD_MODELS[kind]
-    twin = struct_for(model)
+    model = RECORD_KINDS[kind].model
     bounds = msgspec.Meta(min_length=model.min_records, max_length=MAX_RECORDS)
-    return msgspec.msgpack.Decoder(Annotated[list[twin], bounds])  # type: ignore[valid-type]
+    return msgspec.msgpack.Decoder(Annotated[list[model], bounds])  # type: ignore[valid-type]
 
 
 _AT = " - at `$"
@@ -62,7 +60,7 @@ def decode_event(data: bytes) -> Envelope:
     except Exception as exc:  # malformed bytes (msgspec.DecodeError), or nesting too deep
         raise DecodeError("not_msgpack", f"{type(exc).__name__}: {exc}") from None
     kind = wire.type.removeprefix(TYPE_PREFIX)
-    if not wire.type.startswith(TYPE_PREFIX) or kind not in RECORD_MODELS:
+    if not wire.type.startswith(TYPE_PREFIX) or kind not in RECORD_KINDS:
         raise DecodeError("unknown_type", f"unknown event type {wire.type!r}")
     try:
         records = _records_decoder(kind).decode(wire.records)

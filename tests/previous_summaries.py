@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from msgspec.structs import replace
+
 from ranksight.agent.collectors.inspector.summary import Summarizer
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.schemas.wire import size_bucket
 
 Key = tuple[str, str, str, int, int, str, int]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ranksight.schemas.twins import Envelope, Record
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import Record
 from ranksight.schemas.wire import event_type
 
 

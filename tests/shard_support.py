@@ -13,9 +13,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from ranksight.aggregator.runtime import ensure_stream
 from ranksight.core.config import Settings
-from ranksight.schemas.structs import replace
+from ranksight.schemas.records import HeartbeatRecord
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import HeartbeatRecord
 from tests.http_cluster import Publisher
 
 SHARDS = ("a", "b", "c")
@@ -25,7 +24,7 @@ NODES = [f"n{i:02d}" for i in range(12)]
 def shard_settings(base: Settings, tmp_path: Path, shard_id: str, **shards: object) -> Settings:
     """``base`` as shard ``shard_id`` of ``len(SHARDS)`` partitions, with its own state dir and durable consumer."""
     agg = base.aggregator
-    return replace(base, **{"state_dir": tmp_path / shard_id, "aggregator": agg.model_copy(update={
+    return base.model_copy(update={"state_dir": tmp_path / shard_id, "aggregator": agg.model_copy(update={
         "durable": f"{agg.durable}-{shard_id}",
         "shards": agg.shards.model_copy(update={"partitions": len(SHARDS), "shard_id": shard_id, **shards}),
     })})  # fmt: skip

@@ -28,7 +28,6 @@ from ranksight.aggregator.shards import MEMBER, PARTITION
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.core.natsserver import NatsCluster, NatsServer
-from ranksight.schemas.structs import replace
 from tests.loadgen import SyntheticAgent
 from tests.support import ranksight_cmd, settings_env, wait_for
 
@@ -90,15 +89,17 @@ class ShardTopology:
 
     async def create_stream(self) -> None:
         """The partitioned event stream, so agents can publish before any shard runs."""
-        shards = replace(self.settings.aggregator.shards, **{"partitions": self.partitions})
-        aggregator = replace(self.settings.aggregator, **{"shards": shards})
+        shards = self.settings.aggregator.shards.model_copy(update={"partitions": self.partitions})
+        aggregator = self.settings.aggregator.model_copy(update={"shards": shards})
         nc = await connect(self.settings.nats, "test-shard-stream")
         try:
             for attempt in range(
                 3
             ):  # creating a stream on 3 servers can outlast the API timeout on a loaded machine
                 try:
-                    await ensure_stream(nc.jetstream(), replace(self.settings, **{"aggregator": aggregator}))
+                    await ensure_stream(
+                        nc.jetstream(), self.settings.model_copy(update={"aggregator": aggregator})
+                    )
                     return
                 except nats.errors.TimeoutError:
                     if attempt == 2:

@@ -17,7 +17,7 @@ import nats.js.errors
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator, ensure_buckets
-from ranksight.core.config import Settings, twin_settings
+from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 
 
@@ -70,7 +70,7 @@ async def agent(settings: Settings, only: list[str] | None = None) -> AsyncItera
         await ensure_buckets(nc.jetstream(), settings)
     finally:
         await nc.close()
-    async with running(AgentRuntime(twin_settings(settings), only=only)) as rt:
+    async with running(AgentRuntime(settings, only=only)) as rt:
         yield rt
 
 

@@ -191,7 +191,33 @@ def api_page() -> str:
 # --- record kinds
 
 
+def schema_type(prop: dict[str, Any]) -> str:
+    """A JSON Schema property as one writes its type: ``int 0..16777216 | null``, ``list[RasProcess]``."""
+    if "$ref" in prop:
+        return str(prop["$ref"]).rsplit("/", 1)[-1]
+    if "anyOf" in prop:
+        return " | ".join(schema_type(p) for p in prop["anyOf"])
+    if "enum" in prop:
+        return " | ".join(json.dumps(v) for v in prop["enum"])
+    kind = prop.get("type")
+    if kind == "array":
+        text = f"list[{schema_type(prop.get('items', {}))}]"
+    elif kind == "object":
+        text = f"dict[str, {schema_type(prop.get('additionalProperties', {}))}]"
+    else:
+        text = {"integer": "int", "number": "float", "string": "str", "boolean": "bool"}.get(
+            kind or "", kind or "any"
+        )
+    low = prop.get("minimum", prop.get("exclusiveMinimum", prop.get("minLength", prop.get("minItems"))))
+    high = prop.get("maximum", prop.get("exclusiveMaximum", prop.get("maxLength", prop.get("maxItems"))))
+    if low is not None or high is not None:
+        text += f" {'' if low is None else low}..{'' if high is None else high}"
+    return text
+
+
 def records_page() -> str:
+    import msgspec
+
     from ranksight.schemas.records import RECORD_KINDS
 
     out = [
@@ -199,14 +225,27 @@ def records_page() -> str:
         "What agents publish: one envelope per message (`type`, `cluster`, `node`, `agent`, `seq`, `ts`, `ttl`, "
         "`records`) on `ranksight.v1.ev.<cluster>.<node>.<kind>`, carrying a batch of records of one kind. Each "
         "kind is stored in the aggregator's table of the same name; the fields below are its columns (besides "
-        "`cluster`, `node`, `agent`, `seq`, `ts`, `recv_ts` and `ttl`). Fields are only ever added.\n",
+        "`cluster`, `node`, `agent`, `seq`, `ts`, `recv_ts` and `ttl`). Fields are only ever added. A range "
+        "`a..b` bounds a number (or a length); a record with a value outside it is refused.\n",
     ]
+    _, schemas = msgspec.json.schema_components([kind.model for kind in RECORD_KINDS.values()])
     for name, kind in RECORD_KINDS.items():
+        schema = schemas[kind.model.__name__]
         doc = cell((kind.model.__doc__ or "").strip().split("\n\n")[0])
         out += [f"## `{name}`\n", f"{doc}\n" if doc else "",
                 f"Published by the `{kind.collector}` collector; live state: "
                 f"{f'the `{kind.tracker}` tracker' if kind.tracker else 'none (history only)'}.\n"]  # fmt: skip
-        out += [*fields_table(kind.model, list(kind.model.model_fields.items())), ""]
+        out += ["| key | type | default | description |", "|---|---|---|---|"]
+        for field, prop in schema["properties"].items():
+            default = (
+                "required" if field in schema.get("required", ()) else code(json.dumps(prop.get("default")))
+            )
+            if "default" not in prop and field not in schema.get("required", ()):
+                default = "(empty)"
+            out.append(
+                f"| `{field}` | {code(schema_type(prop))} | {default} | {cell(prop.get('description', ''))} |"
+            )
+        out.append("")
     return GENERATED + "\n".join(out)
 
 

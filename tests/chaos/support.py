@@ -6,20 +6,19 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
-import types
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any
 
 import duckdb
 import msgpack
+import msgspec.inspect as mi
 import nats
-from pydantic import BaseModel
 
 from ranksight.aggregator.runtime import ensure_stream
 from ranksight.api.client import ApiUnavailable, query
 from ranksight.core.config import Settings
-from ranksight.schemas.records import RECORD_MODELS
-from ranksight.schemas.twins import Envelope
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import RECORD_KINDS
 from tests.support import ranksight_cmd, settings_env, wait_for
 
 MiB = 1 << 20
@@ -115,43 +114,46 @@ def good_once(settings: Settings, node: str) -> tuple[int, int]:
 
 
 # -- hostile envelopes ------------------------------------------------------------------------------------------
-def _value(annotation: Any) -> Any:
-    """A valid value for an annotation: the smallest thing that decodes."""
-    annotation = _bare(annotation)
-    origin, args = get_origin(annotation), get_args(annotation)
-    if origin in (Union, types.UnionType):
-        return _value(next(a for a in args if a is not type(None)))
-    if origin is Literal:
-        return args[0]
-    if origin is list:
+def _value(info: mi.Type) -> Any:
+    if isinstance(info, mi.Metadata):
+        return _value(info.type)
+    if isinstance(info, mi.UnionType):
+        return _value(next(t for t in info.types if not isinstance(t, mi.NoneType)))
+    if isinstance(info, mi.LiteralType):
+        return info.values[0]
+    if isinstance(info, mi.ListType):
         return []
-    if origin is dict:
+    if isinstance(info, mi.DictType):
         return {}
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return minimal_record(annotation)
-    return {int: 1, float: 1.0, str: "x", bool: True}.get(annotation, "x")
+    if isinstance(info, mi.StructType):
+        return {f.name: _value(f.type) for f in info.fields if f.required}
+    return {mi.IntType: 1, mi.FloatType: 1.0, mi.StrType: "x", mi.BoolType: True}.get(type(info), "x")
 
 
-def minimal_record(model: type[BaseModel]) -> dict[str, Any]:
-    return {name: _value(info.annotation) for name, info in model.model_fields.items() if info.is_required()}
+def _fields(model: type) -> tuple[mi.Field, ...]:
+    info = mi.type_info(model)
+    assert isinstance(info, mi.StructType)
+    return info.fields
 
 
-def _bare(annotation: Any) -> Any:
-    return _bare(get_args(annotation)[0]) if get_origin(annotation) is Annotated else annotation
+def minimal_record(model: type) -> dict[str, Any]:
+    return {f.name: _value(f.type) for f in _fields(model) if f.required}
 
 
-def _is_int(annotation: Any) -> bool:
-    if get_origin(annotation) in (Union, types.UnionType):
-        members = [_bare(a) for a in get_args(annotation)]
-        return int in members and float not in members
-    return _bare(annotation) is int
+def _is_int(info: mi.Type) -> bool:
+    if isinstance(info, mi.Metadata):
+        return _is_int(info.type)
+    if isinstance(info, mi.UnionType):
+        members = [type(t.type if isinstance(t, mi.Metadata) else t) for t in info.types]
+        return mi.IntType in members and mi.FloatType not in members
+    return isinstance(info, mi.IntType)
 
 
 def envelope(kind: str, node: str, agent: str, records: list[Any] | None = None, **fields: Any) -> bytes:
     """Envelope bytes of one ``kind`` record (a minimal valid one unless ``records``); ``fields`` override the rest."""
     env = {"type": f"ranksight.ev.v1.{kind}", "cluster": "test", "node": node, "agent": agent, "seq": 1,
            "ts": time.time_ns(), "ttl": 10.0,
-           "records": records if records is not None else [minimal_record(RECORD_MODELS[kind])]}  # fmt: skip
+           "records": records if records is not None else [minimal_record(RECORD_KINDS[kind].model)]}  # fmt: skip
     env.update(fields)
     return msgpack.packb({key: value for key, value in env.items() if value is not _OMIT})
 
@@ -173,9 +175,11 @@ def poison_pills(node: str) -> list[tuple[str, bytes, str]]:
     heartbeat, the end of time as ``ts``, compact batches whose columns do not line up or are of a newer version."""
     pills: list[tuple[str, bytes, str]] = []
     agent = f"{node}-inc"
-    for kind, model in RECORD_MODELS.items():
-        for name, info in model.model_fields.items():
-            if _is_int(info.annotation):
+    for kind, declared in RECORD_KINDS.items():
+        model = declared.model
+        for field in _fields(model):
+            name = field.name
+            if _is_int(field.type):
                 record = {**minimal_record(model), name: 2**63}
                 pills.append((kind, envelope(kind, node, agent, [record]), "bad_record"))
                 good = {**minimal_record(model), name: 1}

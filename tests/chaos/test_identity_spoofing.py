@@ -19,7 +19,6 @@ from ranksight.api.client import query
 from ranksight.core.config import NatsSettings, Settings
 from ranksight.core.natsconn import connect
 from ranksight.core.natsserver import NatsServer
-from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects, inbox_prefix
 from ranksight.simulate.inspector import JobSpec, write_job
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
@@ -88,7 +87,7 @@ async def test_shipped_config_confines_each_role(
     healthy = (FIXTURES / "ras/nccl_2.28.9_json_status_healthy_2rank.json").read_bytes()
     healthy_text = (FIXTURES / "ras/upstream-server/ref_2.28.9_text_healthy.txt").read_bytes()
     async with FakeRasServer(PROFILES["2.29"], healthy_text, healthy) as ras:
-        node.agent.collectors.ras = replace(node.agent.collectors.ras, **{
+        node.agent.collectors.ras = node.agent.collectors.ras.model_copy(update={
             "addr": ras.address, "interval_s": 0.2, "lease_ttl_s": 2.0, "timeout_s": 2.0,
             "proc_root": fake_proc(tmp_path / "proc", ras.port, {"SLURM_JOB_ID": "777"})})  # fmt: skip
         async with (

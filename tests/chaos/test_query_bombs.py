@@ -15,7 +15,6 @@ from ranksight.aggregator.runtime import Aggregator
 from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
-from ranksight.schemas.structs import replace
 from tests.loadgen import SyntheticAgent
 from tests.support import agent, aggregator, wait_for
 
@@ -38,11 +37,11 @@ def rss_mb() -> int:
 
 
 def small_limits(settings: Settings) -> Settings:
-    q = replace(settings.aggregator.query, **{
+    q = settings.aggregator.query.model_copy(update={
         "sql_memory_limit_bytes": 64 << 20, "writer_memory_limit_bytes": 32 << 20, "sql_temp_max_bytes": 64 << 20,
         "sql_time_limit_s": 3.0, "sql_max_concurrent": 2, "sql_queue_wait_s": 1.0, "sql_threads": 2,
     })  # fmt: skip
-    return replace(settings, **{"aggregator": settings.aggregator.model_copy(update={"query": q})})
+    return settings.model_copy(update={"aggregator": settings.aggregator.model_copy(update={"query": q})})
 
 
 @pytest.fixture
@@ -128,8 +127,8 @@ async def test_ingest_waits_out_a_full_memory_pool(
 ) -> None:
     """A query holding all of DuckDB's memory delays commits; it never stops ingest."""
     cfg = small_limits(settings)
-    q = replace(cfg.aggregator.query, **{"sql_temp_max_bytes": 0})  # nothing spills: memory stays held
-    cfg = replace(cfg, **{"aggregator": cfg.aggregator.model_copy(update={"query": q})})
+    q = cfg.aggregator.query.model_copy(update={"sql_temp_max_bytes": 0})  # nothing spills: memory stays held
+    cfg = cfg.model_copy(update={"aggregator": cfg.aggregator.model_copy(update={"query": q})})
     cfg.aggregator.ingest.commit_every_s = 0  # each fetch committed as it comes
     async with aggregator(cfg) as agg, agent(cfg, only=["heartbeat"]):
         await wait_for(lambda: agg.stats.records > 0)

@@ -21,8 +21,8 @@ from ranksight.agent.probe.targets import ProbeTargets, TargetRefused
 from ranksight.aggregator.ingest.pipeline import Incoming
 from ranksight.aggregator.store import Store
 from ranksight.core.config import IngestSettings, Settings
+from ranksight.schemas.records.probe import ProbeCommand
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import ProbeCommand
 from ranksight.schemas.wire import event_type
 
 pytestmark = pytest.mark.chaos

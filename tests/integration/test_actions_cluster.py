@@ -16,7 +16,7 @@ from typing import Any
 
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.core.config import ActionSettings, Settings
-from ranksight.schemas.twins import GpuRecord, HeartbeatRecord
+from ranksight.schemas.records import GpuRecord, HeartbeatRecord
 from tests.browser import CHROMIUM, Browser
 from tests.http_cluster import Publisher, http_settings
 from tests.support import aggregator, run_cli_async, settings_env, wait_for

@@ -29,9 +29,9 @@ from ranksight.core.kvlease import key_value
 from ranksight.core.natsconn import connect
 from ranksight.schemas.alerts import Alert, Matcher, Silence
 from ranksight.schemas.codec import encode_event
-from ranksight.schemas.structs import replace
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import Envelope, GpuRecord
 from ranksight.schemas.wire import event_type
 from tests.shard_topology import ShardTopology
 from tests.support import aggregator, wait_for
@@ -43,8 +43,10 @@ LATE = NODES[-1]  # turns faulty after the failover
 
 
 def _sharded(settings: Settings) -> Settings:
-    shards = replace(settings.aggregator.shards, **{"partitions": PARTITIONS})
-    return replace(settings, **{"aggregator": settings.aggregator.model_copy(update={"shards": shards})})
+    shards = settings.aggregator.shards.model_copy(update={"partitions": PARTITIONS})
+    return settings.model_copy(
+        update={"aggregator": settings.aggregator.model_copy(update={"shards": shards})}
+    )
 
 
 class Agents:
@@ -245,8 +247,10 @@ async def test_a_lead_whose_renewal_is_refused_raises_nothing_more(
     """Another shard holds the lead now (this one's renewal is refused, as after a NATS partition): from that round
     on this aggregator evaluates no rule, so a fault that begins then raises nothing here."""
     settings = _sharded(settings)
-    shards = replace(settings.aggregator.shards, **{"lease_ttl_s": 1.5, "shard_id": "s0"})
-    settings = replace(settings, **{"aggregator": settings.aggregator.model_copy(update={"shards": shards})})
+    shards = settings.aggregator.shards.model_copy(update={"lease_ttl_s": 1.5, "shard_id": "s0"})
+    settings = settings.model_copy(
+        update={"aggregator": settings.aggregator.model_copy(update={"shards": shards})}
+    )
     nc, fired = await _observer(settings)
     js = nc.jetstream()
     agents = Agents(settings, {"node0"})
@@ -309,7 +313,7 @@ async def test_silences_and_drains_reach_every_shard(settings: Settings) -> None
         await wait_for(lambda: (settings.cluster, "node.with dots") not in agg.engine.drained)
         assert {r["node"] for r in (await query(settings, "drains")).rows} == {"here"}
         # the lead keeps the bucket to what is in force: ended silences go
-        ended = replace(silence, **{"id": str(uuid.uuid4()), "ends_at": iso(now - NS) or ""})
+        ended = silence.model_copy(update={"id": str(uuid.uuid4()), "ends_at": iso(now - NS) or ""})
         await other.put_silence(ended)
         assert await agg.lead.book.purge_ended_silences(time.time_ns()) == 1
         assert set(await agg.lead.book.snapshot("silence.")) == {f"silence.{silence.id}"}
@@ -341,7 +345,7 @@ async def test_a_shard_that_led_before_announces_nothing_from_its_history(settin
 async def test_the_feed_is_caught_up_once_it_read_what_the_stream_held(settings: Settings) -> None:
     """The lead evaluates only once its state holds every message the stream had when it began to lead: a rule run on
     half a replay would resolve the alerts of the nodes not read yet, and fire them again a batch later."""
-    settings = replace(_sharded(settings), **{"aggregator": _sharded(settings).aggregator.model_copy(
+    settings = _sharded(settings).model_copy(update={"aggregator": _sharded(settings).aggregator.model_copy(
         update={"fetch_batch": 10})})  # fmt: skip
     nc, _ = await _observer(settings)
     agents = Agents(settings, set())

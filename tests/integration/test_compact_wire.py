@@ -12,7 +12,6 @@ from ranksight.aggregator.columns import kind_columns
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.core.config import Settings
 from ranksight.schemas.codec import unpack
-from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.loadgen import SyntheticAgent
@@ -23,12 +22,14 @@ NODES = {"node-a": "compact", "node-b": "map"}
 
 def _agent_settings(settings: Settings, node: str, dump: Path) -> Settings:
     """The agent of ``node``: its own state (file offsets), the shared dump directory, its wire format."""
-    inspector = replace(
-        settings.agent.collectors.inspector, **{"dump_dir": dump, "interval_s": 0.05, "raw_rate_per_s": 1e9}
+    inspector = settings.agent.collectors.inspector.model_copy(
+        update={"dump_dir": dump, "interval_s": 0.05, "raw_rate_per_s": 1e9}
     )
-    collectors = replace(settings.agent.collectors, **{"inspector": inspector})
-    cfg = replace(settings.agent, **{"node": node, "wire_format": NODES[node], "collectors": collectors})
-    return replace(settings, **{"agent": cfg, "state_dir": settings.state_dir / node})
+    collectors = settings.agent.collectors.model_copy(update={"inspector": inspector})
+    cfg = settings.agent.model_copy(
+        update={"node": node, "wire_format": NODES[node], "collectors": collectors}
+    )
+    return settings.model_copy(update={"agent": cfg, "state_dir": settings.state_dir / node})
 
 
 def _rows(agg: Aggregator, kind: str, node: str) -> list[tuple[Any, ...]]:

@@ -13,7 +13,6 @@ from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.schemas.alerts import Alert
-from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
 
@@ -120,9 +119,11 @@ async def test_heartbeat_carries_the_slurm_jobs_of_the_node(settings: Settings) 
     (jobs_dir / "4711.env").write_text(
         "SLURM_JOB_ID=4711\nSLURM_JOB_USER=alice\nSLURM_JOB_NODELIST=node-[a-b]\nSTARTED=1700000000\n"
     )
-    heartbeat = replace(settings.agent.collectors.heartbeat, **{"jobs_dir": jobs_dir})
-    collectors = replace(settings.agent.collectors, **{"heartbeat": heartbeat})
-    settings = replace(settings, **{"agent": settings.agent.model_copy(update={"collectors": collectors})})
+    heartbeat = settings.agent.collectors.heartbeat.model_copy(update={"jobs_dir": jobs_dir})
+    collectors = settings.agent.collectors.model_copy(update={"heartbeat": heartbeat})
+    settings = settings.model_copy(
+        update={"agent": settings.agent.model_copy(update={"collectors": collectors})}
+    )
     async with aggregator(settings) as agg, agent(settings, only=["heartbeat"]):
         await wait_for(lambda: (n := agg.state.nodes.nodes.get(("test", "node-a"))) and n.jobs)
         response = await query(settings, "nodes")

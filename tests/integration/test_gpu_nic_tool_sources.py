@@ -11,7 +11,7 @@ import pytest
 from ranksight.agent.collectors.gpu.collector import GpuCollector
 from ranksight.agent.collectors.nic.collector import NicCollector
 from ranksight.core.config import GpuSettings, NicSettings
-from ranksight.schemas.twins import GpuLink, NicRecord
+from ranksight.schemas.records import GpuLink, NicRecord
 from tests.gpu_nic_support import METRICS, fake_tool, path_with, write_tree
 from tests.support import run_cli
 

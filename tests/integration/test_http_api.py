@@ -21,8 +21,7 @@ from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.api.client import query, query_http
 from ranksight.core.config import Settings
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import AppRecord
+from ranksight.schemas.records import AppRecord
 from tests.http_cluster import DEAD_PID, DEGRADED, JOB, NODES, Publisher, http_settings, publish_cluster
 from tests.support import aggregator, wait_for
 
@@ -109,7 +108,7 @@ async def test_disabled_and_port_in_use(settings: Settings) -> None:
     async with aggregator(cfg) as first:
         port = int(first.http.url.rsplit(":", 1)[1])
         taken = http_settings(settings, port=port)
-        taken = replace(taken, **{"state_dir": settings.state_dir / "second"})
+        taken = taken.model_copy(update={"state_dir": settings.state_dir / "second"})
         async with aggregator(taken) as second:  # ingest and NATS go on; the HTTP face says why it is off
             assert second.http.url is None
             assert (await query(taken, "status")).ok

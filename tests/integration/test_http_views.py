@@ -6,7 +6,6 @@ from __future__ import annotations
 import datetime
 
 from ranksight.core.config import Settings
-from ranksight.schemas.structs import replace
 from tests.http_cluster import DEGRADED, JOB, Publisher, http_settings, publish_cluster
 from tests.integration.test_http_api import _degraded, get
 from tests.support import aggregator, wait_for
@@ -41,8 +40,8 @@ async def test_cluster_map_health_follows_alerts(settings: Settings) -> None:
 
 async def test_series_bounds(settings: Settings) -> None:
     cfg = http_settings(settings)
-    query = replace(cfg.aggregator.query, **{"series_max_lines": 2, "series_max_points": 50})
-    cfg = replace(cfg, **{"aggregator": cfg.aggregator.model_copy(update={"query": query})})
+    query = cfg.aggregator.query.model_copy(update={"series_max_lines": 2, "series_max_points": 50})
+    cfg = cfg.model_copy(update={"aggregator": cfg.aggregator.model_copy(update={"query": query})})
     async with aggregator(cfg) as agg, Publisher(cfg) as pub:
         await publish_cluster(pub, with_stragglers=False)
         await wait_for(

@@ -16,7 +16,7 @@ import pytest
 
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.core.config import Settings
-from ranksight.schemas.twins import GpuRecord, HeartbeatRecord, NicRecord, ProbeRecord
+from ranksight.schemas.records import GpuRecord, HeartbeatRecord, NicRecord, ProbeRecord
 from tests.browser import CHROMIUM, Browser
 from tests.http_cluster import (
     DEAD_PID,

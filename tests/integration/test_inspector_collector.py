@@ -12,7 +12,6 @@ import pytest
 
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.core.config import Settings
-from ranksight.schemas.structs import replace
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.inspector_layouts import Drops, rewrite
 from tests.support import agent, aggregator, wait_for
@@ -24,9 +23,11 @@ EVERY_RAW = {"raw_rate_per_s": 1e9}
 def dump_settings(settings: Settings, tmp_path: Path) -> Settings:
     dump = tmp_path / "dump"
     dump.mkdir()
-    cfg = replace(settings.agent.collectors.inspector, **{"dump_dir": dump, "interval_s": 0.05, **EVERY_RAW})
-    collectors = replace(settings.agent.collectors, **{"inspector": cfg})
-    return replace(settings, **{"agent": settings.agent.model_copy(update={"collectors": collectors})})
+    cfg = settings.agent.collectors.inspector.model_copy(
+        update={"dump_dir": dump, "interval_s": 0.05, **EVERY_RAW}
+    )
+    collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
+    return settings.model_copy(update={"agent": settings.agent.model_copy(update={"collectors": collectors})})
 
 
 def job_lines() -> list[str]:
@@ -83,10 +84,12 @@ async def test_a_dump_directory_created_after_the_agent_starts_is_picked_up(
     settings: Settings, tmp_path: Path
 ) -> None:
     dump = tmp_path / "later"  # the job creates it when it starts, after the agent
-    cfg = replace(settings.agent.collectors.inspector, **{"dump_dir": dump, "interval_s": 0.05, **EVERY_RAW})
-    collectors = replace(settings.agent.collectors, **{"inspector": cfg})
-    agent_cfg = replace(settings.agent, **{"collectors": collectors, "redetect_s": 0.2})
-    late = replace(settings, **{"agent": agent_cfg})
+    cfg = settings.agent.collectors.inspector.model_copy(
+        update={"dump_dir": dump, "interval_s": 0.05, **EVERY_RAW}
+    )
+    collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
+    agent_cfg = settings.agent.model_copy(update={"collectors": collectors, "redetect_s": 0.2})
+    late = settings.model_copy(update={"agent": agent_cfg})
     async with aggregator(late) as agg, agent(late, only=["inspector"]) as rt:
         assert rt.ctx is not None
         inspector = rt.ctx.collectors["inspector"]
@@ -123,11 +126,13 @@ async def test_raw_records_are_rate_limited_fairly_and_summaries_count_every_rec
     for (host, pid), lines in procs.items():
         (dump / f"{host}-pid{pid}.log").write_text("".join(x + "\n" for x in lines))
     total = sum(len(lines) for lines in procs.values())
-    cfg = replace(settings.agent.collectors.inspector, **{
+    cfg = settings.agent.collectors.inspector.model_copy(update={
         "dump_dir": dump, "interval_s": 0.05, "raw_rate_per_s": 20.0, "summary_window_s": 1.0,
         "summary_publish_s": 0.2, "read_chunk_bytes": 4096})  # fmt: skip
-    collectors = replace(settings.agent.collectors, **{"inspector": cfg})
-    limited = replace(settings, **{"agent": settings.agent.model_copy(update={"collectors": collectors})})
+    collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
+    limited = settings.model_copy(
+        update={"agent": settings.agent.model_copy(update={"collectors": collectors})}
+    )
     async with aggregator(limited) as agg, agent(limited, only=["inspector"]) as rt:
         summed = (
             "SELECT coalesce(sum(count), 0) AS n, count(DISTINCT comm_id) AS comms, count(*) AS rows "

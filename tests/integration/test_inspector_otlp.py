@@ -15,11 +15,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from ranksight.agent.collectors.inspector.otlp import OtlpLimits, OtlpReceiver
 from ranksight.core.config import Settings
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import InspectorMetricsRecord
+from ranksight.schemas.records import InspectorMetricsRecord
 from tests.inspector_exports import render
 from tests.support import agent, aggregator, wait_for
 
@@ -122,9 +122,11 @@ async def test_an_agent_receives_the_export_and_the_aggregator_stores_it(
     settings: Settings, tmp_path: Path
 ) -> None:
     port = free_port()
-    cfg = replace(settings.agent.collectors.inspector, **{"otlp_port": port, "dump_dir": None})
-    collectors = replace(settings.agent.collectors, **{"inspector": cfg})
-    configured = replace(settings, **{"agent": settings.agent.model_copy(update={"collectors": collectors})})
+    cfg = settings.agent.collectors.inspector.model_copy(update={"otlp_port": port, "dump_dir": None})
+    collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
+    configured = settings.model_copy(
+        update={"agent": settings.agent.model_copy(update={"collectors": collectors})}
+    )
     async with aggregator(configured) as agg, agent(configured, only=["inspector"]):
         await wait_for(lambda: _listening(port))
         assert await post(port, plugin_request(port, VERBOSE)) == 200

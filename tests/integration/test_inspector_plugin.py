@@ -19,7 +19,7 @@ import pytest
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.models.straggler.engine import analyze_records
 from ranksight.aggregator.models.straggler.findings import Finding
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate.inspector import Fault, JobSpec, RankOp, job_ops, write_job
 from ranksight.simulate.inspector_plugin import (
     DEFAULT_PLUGIN_DIR,

@@ -21,7 +21,6 @@ from ranksight.aggregator.runtime import ensure_stream
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.core.natsserver import NatsCluster, NatsServer
-from ranksight.schemas.structs import replace
 from tests.loadgen import SyntheticAgent
 from tests.support import aggregator, consumer_drained, gpu_rows, ranksight_cmd, settings_env, wait_for
 
@@ -122,7 +121,9 @@ def test_up_runs_a_three_server_cluster(settings: Settings, tmp_path: Path) -> N
                 body = json.loads(resp.read())
             time.sleep(0.2)
         assert body["rows"][0]["state"] in ("alive", "degraded")
-        cluster_view = replace(settings, **{"nats": settings.nats.model_copy(update={"url": ",".join(urls)})})
+        cluster_view = settings.model_copy(
+            update={"nats": settings.nats.model_copy(update={"url": ",".join(urls)})}
+        )
         _, replicas, copies = asyncio.run(stream_placement(cluster_view))
         assert copies == 3 and len(replicas) == 2
     finally:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 from nats.aio.client import Client
 
 from ranksight.agent.runtime import AgentRuntime
@@ -22,8 +23,8 @@ async def _command(rt: AgentRuntime, cfg: Settings, **cmd: Any) -> tuple[str | N
     assert rt.ctx is not None
     nc: Client = rt.ctx.nc
     subject = Subjects(cfg.subject_prefix).agent(cfg.cluster, cfg.agent.node, "probe")
-    body = ProbeCommand(**{"echo_count": 5, "bytes": 1024**2, "seconds": 0.2, **cmd}).model_dump_json()
-    msg = await nc.request(subject, body.encode(), timeout=15)
+    body = msgspec.json.encode(ProbeCommand(**{"echo_count": 5, "bytes": 1024**2, "seconds": 0.2, **cmd}))
+    msg = await nc.request(subject, body, timeout=15)
     if msg.headers and msg.headers.get("Nats-Service-Error"):
         assert msg.headers["Nats-Service-Error-Code"] == "400"
         return msg.headers["Nats-Service-Error"], None

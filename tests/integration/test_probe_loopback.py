@@ -12,7 +12,6 @@ import pytest
 from ranksight.agent.probe.client import ProbeBudget, ProbeError, ProbeResult, run_probe
 from ranksight.agent.probe.server import ProbeServer, ServerLimits, parse_networks
 from ranksight.core.config import Settings
-from ranksight.schemas.structs import replace
 from tests.support import agent, aggregator, ranksight_cmd, run_cli_async, settings_env, wait_for
 
 FAST = ProbeBudget(echo_count=20, bytes=8 * 1024**2, seconds=0.2)
@@ -136,17 +135,19 @@ async def test_cli_serve_and_run_json() -> None:
 
 def _node_settings(settings: Settings, node: str) -> Settings:
     probe = {"port": 0, "advertise": ["127.0.0.1"], "interval_s": 0.5, "ttl_s": 60}
-    agent_cfg = replace(settings.agent, **{"node": node})
-    agent_cfg.collectors = replace(
-        agent_cfg.collectors, **{"probe": agent_cfg.collectors.probe.model_copy(update=probe)}
+    agent_cfg = settings.agent.model_copy(update={"node": node})
+    agent_cfg.collectors = agent_cfg.collectors.model_copy(
+        update={"probe": agent_cfg.collectors.probe.model_copy(update=probe)}
     )
-    return replace(settings, **{"agent": agent_cfg})
+    return settings.model_copy(update={"agent": agent_cfg})
 
 
 def _fast_planner(settings: Settings) -> Settings:
-    probes = replace(settings.aggregator.probes, **{"round_pause_s": 0.1, "seconds": 0.2,
+    probes = settings.aggregator.probes.model_copy(update={"round_pause_s": 0.1, "seconds": 0.2,
                                                            "bytes": 4 * 1024**2, "echo_count": 10})  # fmt: skip
-    return replace(settings, **{"aggregator": settings.aggregator.model_copy(update={"probes": probes})})
+    return settings.model_copy(
+        update={"aggregator": settings.aggregator.model_copy(update={"probes": probes})}
+    )
 
 
 async def test_agents_and_planner_fill_the_link_map(settings: Settings) -> None:

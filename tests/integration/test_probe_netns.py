@@ -18,7 +18,8 @@ import pytest
 from ranksight.agent.probe.client import ProbeBudget, run_probe
 from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.schemas.twins import Envelope, ProbeRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import ProbeRecord
 from ranksight.schemas.wire import event_type
 
 RATE_BPS = 40_000_000

@@ -25,7 +25,7 @@ from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_monitor import parse_monitor
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.agent.collectors.ras.poll import poll_status
-from ranksight.schemas.twins import RasEvent
+from ranksight.schemas.records.ras import RasEvent
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 

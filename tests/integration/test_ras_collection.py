@@ -13,7 +13,6 @@ import nats.errors
 from ranksight.agent.collectors.ras.jobid import derived_job_id
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.core.config import Settings
-from ranksight.schemas.structs import replace
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 from tests.ras_support import fake_proc
@@ -62,7 +61,7 @@ Warnings
 def ras_settings(settings: Settings, server: FakeRasServer, proc: Path, node: str) -> Settings:
     s = settings.model_copy(deep=True)
     s.agent.node = node
-    s.agent.collectors.ras = replace(s.agent.collectors.ras, **{
+    s.agent.collectors.ras = s.agent.collectors.ras.model_copy(update={
         "addr": server.address, "interval_s": 0.2, "ttl_s": 2.0, "lease_ttl_s": 1.0, "proc_root": proc,
         "timeout_s": 2.0})  # fmt: skip
     return s
@@ -189,7 +188,9 @@ async def test_a_job_whose_monitor_identified_it_first_still_gets_its_job_wide_i
     healthy = (RAS / "nccl_2.28.9_json_status_healthy_2rank.json").read_bytes()
     async with FakeRasServer(PROFILES["2.29"], HEALTHY_TEXT, healthy) as server:
         s = ras_settings(settings, server, tmp_path / "no-proc", "node-a")
-        s.agent.collectors.ras = replace(s.agent.collectors.ras, **{"interval_s": 60.0, "monitor": False})
+        s.agent.collectors.ras = s.agent.collectors.ras.model_copy(
+            update={"interval_s": 60.0, "monitor": False}
+        )
         async with agent(s, only=["ras"]) as rt:
             assert rt.ctx is not None
             collector = rt.ctx.collectors["ras"]

@@ -19,7 +19,6 @@ from ranksight.agent.collectors.ras.errors import RasReplyError
 from ranksight.agent.collectors.ras.parse_diagnostics import parse_diagnostics
 from ranksight.aggregator.analysis.ras_diagnostics import diagnostics_rules
 from ranksight.core.config import Settings
-from ranksight.schemas.structs import replace
 from ranksight.simulate.cluster import ras_status_json
 from ranksight.simulate.inspector import JobSpec, comms
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
@@ -179,7 +178,7 @@ async def test_the_agent_runs_diagnostics_once_per_job_and_the_rules_name_the_ho
     proc = fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "4711"})
     s = settings.model_copy(deep=True)
     s.agent.node = "node-a"
-    s.agent.collectors.ras = replace(s.agent.collectors.ras, **{
+    s.agent.collectors.ras = s.agent.collectors.ras.model_copy(update={
         "addr": server.address, "interval_s": 0.2, "ttl_s": 5.0, "lease_ttl_s": 1.0, "proc_root": proc,
         "timeout_s": 2.0})  # fmt: skip
     try:
@@ -217,7 +216,7 @@ async def test_profile_by_job_through_the_aggregator_and_the_polling_agent(
     proc = fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "99"})
     s = settings.model_copy(deep=True)
     s.agent.node = "node-a"
-    s.agent.collectors.ras = replace(s.agent.collectors.ras, **{
+    s.agent.collectors.ras = s.agent.collectors.ras.model_copy(update={
         "addr": server.address, "interval_s": 0.2, "ttl_s": 5.0, "lease_ttl_s": 1.0, "proc_root": proc,
         "timeout_s": 2.0, "profile_control": False})  # fmt: skip
     try:
@@ -229,7 +228,7 @@ async def test_profile_by_job_through_the_aggregator_and_the_polling_agent(
                 )
                 assert refused.returncode == 1 and "profile control is off" in refused.stderr
                 assert server.profiler_masks == []
-            s.agent.collectors.ras = replace(s.agent.collectors.ras, **{"profile_control": True})
+            s.agent.collectors.ras = s.agent.collectors.ras.model_copy(update={"profile_control": True})
             async with agent(s, only=["ras"]):
                 await wait_for(lambda: any(j.job_id == "slurm-99" for j in agg.state.jobs.live()), timeout=15)
                 done = await run_cli_async(
@@ -261,10 +260,10 @@ async def test_profiling_on_demand_turns_a_job_on_then_off(
     proc = fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "5"})
     s = settings.model_copy(deep=True)
     s.agent.node = "node-a"
-    s.agent.collectors.ras = replace(s.agent.collectors.ras, **{
+    s.agent.collectors.ras = s.agent.collectors.ras.model_copy(update={
         "addr": server.address, "interval_s": 0.2, "ttl_s": 5.0, "lease_ttl_s": 1.0, "proc_root": proc,
         "timeout_s": 2.0, "profile_control": True, "diagnostics": False})  # fmt: skip
-    s.aggregator.profile_on_demand = replace(s.aggregator.profile_on_demand, **{
+    s.aggregator.profile_on_demand = s.aggregator.profile_on_demand.model_copy(update={
         "enabled": True, "rules": ["job_started"], "on_s": 1.0})  # fmt: skip
     try:
         async with aggregator(s) as agg, agent(s, only=["ras"]):

@@ -10,7 +10,7 @@ import os
 import socket
 from pathlib import Path
 
-from ranksight.schemas.twins import RasEvent
+from ranksight.schemas.records.ras import RasEvent
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 from tests.support import run_cli, run_cli_async, wait_for

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ranksight.core.config import Settings
-from ranksight.schemas.structs import replace
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 from tests.ras_support import fake_proc
@@ -29,7 +28,7 @@ async def test_the_real_jobs_statuses_raise_what_the_live_aggregator_raised(
     s = settings.model_copy(deep=True)
     s.aggregator.ras.hang_after_s = 60.0  # the ranks behind name the hang first (two polls), not the clock
     server = await FakeRasServer(PROFILES["2.28.9"], *moment("healthy")).start()
-    s.agent.collectors.ras = replace(s.agent.collectors.ras, **{
+    s.agent.collectors.ras = s.agent.collectors.ras.model_copy(update={
         "addr": server.address, "interval_s": 0.2, "lease_ttl_s": 1.0, "timeout_s": 2.0, "detail_every": 1,
         "proc_root": fake_proc(tmp_path / "proc", server.port, {"SLURM_JOB_ID": "3027"})})  # fmt: skip
     try:

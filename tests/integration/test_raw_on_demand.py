@@ -19,7 +19,6 @@ from ranksight.aggregator.timefmt import ns_of
 from ranksight.api.client import query
 from ranksight.core.config import Settings
 from ranksight.formats.inspector import parse_op
-from ranksight.schemas.structs import replace
 from ranksight.simulate.inspector import Fault, JobSpec, simulate
 from tests.support import agent, aggregator, wait_for
 
@@ -31,14 +30,13 @@ STRAGGLER = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", no
 
 def node_settings(settings: Settings, node: str, dump: Path, **raw: Any) -> Settings:
     """An agent ``node`` tailing ``dump`` (its offsets in its own state dir), and an aggregator with fast analysis."""
-    inspector = replace(settings.agent.collectors.inspector, **{"dump_dir": dump, "interval_s": 0.05})
-    collectors = replace(settings.agent.collectors, **{"inspector": inspector})
-    stragglers = replace(
-        settings.aggregator.stragglers,
-        **{"window_s": 2.0, "evaluate_every_s": 0.3, "retain_windows": 60, "hang_quiet_s": 3.0},
+    inspector = settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05})
+    collectors = settings.agent.collectors.model_copy(update={"inspector": inspector})
+    stragglers = settings.aggregator.stragglers.model_copy(
+        update={"window_s": 2.0, "evaluate_every_s": 0.3, "retain_windows": 60, "hang_quiet_s": 3.0},
     )
-    raw_evidence = replace(settings.aggregator.raw_evidence, **{"page_records": 500, **raw})
-    return replace(settings, **{
+    raw_evidence = settings.aggregator.raw_evidence.model_copy(update={"page_records": 500, **raw})
+    return settings.model_copy(update={
         "agent": settings.agent.model_copy(update={"node": node, "collectors": collectors}),
         "aggregator": settings.aggregator.model_copy(update={"stragglers": stragglers, "raw_evidence": raw_evidence}),
     })  # fmt: skip
@@ -66,7 +64,7 @@ def write_files(spec: JobSpec, dumps: dict[Path, set[str]], keep: float) -> dict
 
 
 def with_state(cfg: Settings, dump: Path) -> Settings:
-    return replace(cfg, **{"state_dir": dump.with_suffix(".state")})
+    return cfg.model_copy(update={"state_dir": dump.with_suffix(".state")})
 
 
 def dumped(dumps: list[Path], comms: set[str], window: list[str]) -> set[tuple[Any, ...]]:

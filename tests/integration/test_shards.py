@@ -12,7 +12,6 @@ from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.shards import assignment, partition_key
 from ranksight.core.config import Settings
 from ranksight.core.kvlease import KvLeases
-from ranksight.schemas.structs import replace
 from tests.loadgen import SyntheticAgent
 from tests.shard_topology import ShardTopology, published, tally
 from tests.support import running, wait_for
@@ -71,8 +70,12 @@ async def test_joining_and_stopping_shards_hand_partitions_over_exactly_once(
 async def test_a_lease_taken_by_another_holder_stops_that_partition_at_once(
     settings: Settings, tmp_path: Path
 ) -> None:
-    shards = replace(settings.aggregator.shards, **{"partitions": 2, "shard_id": "only", "lease_ttl_s": 3.0})
-    sharded = replace(settings, **{"aggregator": settings.aggregator.model_copy(update={"shards": shards})})
+    shards = settings.aggregator.shards.model_copy(
+        update={"partitions": 2, "shard_id": "only", "lease_ttl_s": 3.0}
+    )
+    sharded = settings.model_copy(
+        update={"aggregator": settings.aggregator.model_copy(update={"shards": shards})}
+    )
     async with running(Aggregator(sharded)) as agg:
         await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=20)
         assert agg.shards is not None
@@ -103,8 +106,12 @@ async def test_a_member_that_does_not_take_its_share_leaves_it_to_others_without
 ) -> None:
     """A member key whose shard takes nothing (here: refreshed by the test alone): its share stays free for a lease
     time, then another shard takes it and keeps it, instead of handing it back every round."""
-    shards = replace(settings.aggregator.shards, **{"partitions": 2, "shard_id": "only", "lease_ttl_s": 3.0})
-    sharded = replace(settings, **{"aggregator": settings.aggregator.model_copy(update={"shards": shards})})
+    shards = settings.aggregator.shards.model_copy(
+        update={"partitions": 2, "shard_id": "only", "lease_ttl_s": 3.0}
+    )
+    sharded = settings.model_copy(
+        update={"aggregator": settings.aggregator.model_copy(update={"shards": shards})}
+    )
     nc = await nats.connect(settings.nats.url)
     kv = await KvLeases(nc.jetstream(), shards.bucket, shards.lease_ttl_s, "test").kv()
     ghostly = True

@@ -18,7 +18,6 @@ import nats.aio.msg
 from ranksight.aggregator.state import NS
 from ranksight.core.config import Settings
 from ranksight.formats.inspector import parse_op
-from ranksight.schemas.structs import replace
 from ranksight.schemas.subjects import Subjects
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
@@ -27,7 +26,7 @@ STRAGGLER = JobSpec(nodes=4, gpus_per_node=4, steps=200, faults=[Fault("gpu", no
 
 
 def online_settings(settings: Settings, dump: Path) -> Settings:
-    return replace(settings, **{
+    return settings.model_copy(update={
         "agent": settings.agent.model_copy(update={"collectors": settings.agent.collectors.model_copy(update={
             # no raw records: online findings come from the agents' summaries alone
             "inspector": settings.agent.collectors.inspector.model_copy(update={"dump_dir": dump, "interval_s": 0.05,
@@ -92,8 +91,8 @@ async def test_ingest_waits_for_a_busy_engine_instead_of_queueing_without_bound(
     spec.start_us = time.time_ns() // 1000 - 20_000_000
     write_job(spec, tmp_path / "dump")
     cfg = online_settings(settings, tmp_path / "dump")
-    stragglers = replace(cfg.aggregator.stragglers, **{"ingest_waits_at_records": 1})
-    cfg = replace(cfg, **{"aggregator": cfg.aggregator.model_copy(update={"stragglers": stragglers})})
+    stragglers = cfg.aggregator.stragglers.model_copy(update={"ingest_waits_at_records": 1})
+    cfg = cfg.model_copy(update={"aggregator": cfg.aggregator.model_copy(update={"stragglers": stragglers})})
     async with aggregator(cfg) as agg, agent(cfg, only=["inspector"]):
         alert = await wait_for(
             lambda: next((a for a in agg.engine.active.values() if a.rule == "straggler"), None), timeout=20

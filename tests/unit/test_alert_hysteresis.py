@@ -19,14 +19,8 @@ from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso
 from ranksight.core.config import ActionSettings, AlertSettings, ConfigError, load_settings
 from ranksight.schemas.alerts import Matcher, Silence
-from ranksight.schemas.twins import (
-    Envelope,
-    HeartbeatRecord,
-    NicRecord,
-    ProbeRecord,
-    RasEventRecord,
-    RasRecord,
-)
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import HeartbeatRecord, NicRecord, ProbeRecord, RasEventRecord, RasRecord
 from ranksight.schemas.wire import event_type
 
 T0 = 1_800_000_000 * NS

@@ -14,7 +14,7 @@ import pytest
 from ranksight import client as client_mod
 from ranksight.agent.collectors.app_parse import Timeouts, parse_message
 from ranksight.client import Client
-from ranksight.schemas.twins import AppRecord
+from ranksight.schemas.records import AppRecord
 
 TIMEOUTS = Timeouts(
     heartbeat_s=30.0, initial_s=300.0, section_s=600.0, per_section={"checkpoint_save": 3600.0}

@@ -7,7 +7,8 @@ from typing import Any
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.schemas.twins import AppRecord, Envelope
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import AppRecord
 from ranksight.schemas.wire import event_type
 
 T0 = 1_700_000_000 * NS

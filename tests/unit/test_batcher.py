@@ -10,8 +10,8 @@ from ranksight.agent.batcher import Batcher
 from ranksight.agent.publisher import Outgoing
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.codec import decode_event
+from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import GpuRecord
 from tests.conftest import FIXTURES
 
 RAW = parse_op(

@@ -8,8 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
-from ranksight.schemas.structs import struct_for, to_builtins
-from ranksight.schemas.twins import CollectorHealth, Envelope, GpuRecord, HeartbeatRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import CollectorHealth, GpuRecord, HeartbeatRecord
+from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.wire import event_type
 
 
@@ -24,7 +25,7 @@ def test_round_trip_typed_records() -> None:
     decoded = decode_event(encode_event(_env("heartbeat", [beat])))
     assert decoded.kind == "heartbeat" and decoded.msg_id == "a1:7"
     assert [to_builtins(r) for r in decoded.records] == [to_builtins(beat)]
-    assert type(decoded.records[0]) is struct_for(HeartbeatRecord)
+    assert type(decoded.records[0]) is HeartbeatRecord
 
 
 def test_a_decoded_envelope_has_the_encoded_fields() -> None:

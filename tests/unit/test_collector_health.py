@@ -10,7 +10,7 @@ from typing import Any
 from ranksight.agent.collectors.base import MAX_ERROR_CHARS, Emit, Health, StreamingCollector
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.core.config import CollectorSettings, load_settings
-from ranksight.schemas.twins import Record
+from ranksight.schemas.records import Record
 
 
 class FailsOnceThenIdles(StreamingCollector):

@@ -16,10 +16,10 @@ from ranksight.aggregator.columns import ColumnBuilder, row_to_record
 from ranksight.aggregator.ingest.pipeline import Incoming
 from ranksight.aggregator.store import Store
 from ranksight.schemas.codec import decode_columns, encode_event
-from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import RECORD_KINDS, CollectorHealth, GpuRecord, HeartbeatRecord, NicRecord
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import CollectorHealth, Envelope, GpuRecord, HeartbeatRecord, NicRecord
 from ranksight.schemas.wire import WireFormat, event_type
 from tests.unit.test_compact_wire import _batches
 from tests.unit.test_ingest_admission import NOW
@@ -84,7 +84,7 @@ def _committed_rows(
             result = store.commit_batch(messages)
             assert result.dead_letters == 0 and len(result.accepted) == len(batches)
             return {kind: store.con.execute(f'SELECT * FROM "{kind}" ORDER BY rowid').fetchall()
-                    for kind in RECORD_MODELS}  # fmt: skip
+                    for kind in RECORD_KINDS}  # fmt: skip
         finally:
             store.close_connection()
             store.shutdown()
@@ -100,7 +100,7 @@ def _env(kind: str, seq: int, records: list[Any]) -> Envelope:
 def test_both_forms_commit_the_same_rows_for_every_kind(data: st.DataObject) -> None:
     """The store writes a compact batch from the codec's columns, a map-form one from its records: row for row the
     same tables, every kind (JSON text, lists, the NIC history's counters kept by their flag)."""
-    batches = [(kind, records) for kind in sorted(RECORD_MODELS)
+    batches = [(kind, records) for kind in sorted(RECORD_KINDS)
                for records in data.draw(st.lists(_batches(kind), min_size=1, max_size=3))]  # fmt: skip
     assert any(decode_columns(encode_event(_env(kind, 1, records))).columns for kind, records in batches)
     assert _committed_rows(batches, "compact") == _committed_rows(batches, "map")

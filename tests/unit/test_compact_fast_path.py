@@ -1,4 +1,4 @@
-"""The compact wire's fast path (columns decoded by the types of their fields, twins built from them) against the checked
+"""The compact wire's fast path (columns decoded by the types of their fields, records built from them) against the checked
 path (every value decoded, one dict per record, converted): for every batch, hostile ones included, the same records of
 the same classes, or the same refusal."""
 
@@ -16,14 +16,14 @@ from hypothesis import strategies as st
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas import codec
 from ranksight.schemas.codec import DecodeError, decode_columns, decode_event, encode_event
-from ranksight.schemas.records import RECORD_MODELS
-from ranksight.schemas.structs import struct_for, to_builtins
-from ranksight.schemas.twins import Envelope, GpuRecord, HeartbeatRecord, InspectorRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import RECORD_KINDS, GpuRecord, HeartbeatRecord, InspectorRecord
+from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import JobSpec, simulate, summarize
 from tests.unit.test_compact_wire import _batches
 
-FAST = sorted(kind for kind in RECORD_MODELS if codec._raw_layout(kind) is not None)
+FAST = sorted(kind for kind in RECORD_KINDS if codec._raw_layout(kind) is not None)
 
 
 def _env(kind: str, records: list[Any]) -> Envelope:
@@ -74,12 +74,12 @@ def test_the_inspector_kinds_take_the_fast_path(monkeypatch: pytest.MonkeyPatch)
         assert "columns" in msgpack.unpackb(payload)
         env = decode_event(payload)
         assert _outcome(decode_event, payload) == expected[kind]
-        assert all(type(r) is struct_for(RECORD_MODELS[kind]) for r in env.records)
+        assert all(type(r) is RECORD_KINDS[kind].model for r in env.records)
         assert [to_builtins(r) for r in batches[kind]] == [msgspec.to_builtins(r) for r in env.records]
 
 
 def test_constants_and_defaults() -> None:
-    """Fields in neither columns nor constants take the twin's defaults; constants go into every record; a column of
+    """Fields in neither columns nor constants take the record's defaults; constants go into every record; a column of
     a nullable field holds None (left in, not taken for a missing value)."""
     data = msgpack.unpackb(encode_event(_env("inspector", _inspector(4))))
     data.update(fields=["sn", "comm_name"], columns=[[1, 2, 3, 4], ["a", None, "b", None]])
@@ -229,12 +229,12 @@ def test_columns_are_the_records_values_and_no_record_shares_a_list_or_a_map(
     decoded_records = decoded.envelope.records
     if not records:
         return
-    twin = struct_for(RECORD_MODELS[kind])
+    model = RECORD_KINDS[kind].model
     assert decoded.columns is not None  # read column by column
     assert list(decoded.columns) == [
-        [getattr(r, name) for r in decoded_records] for name in twin.__struct_fields__
+        [getattr(r, name) for r in decoded_records] for name in model.__struct_fields__
     ]
-    for name in twin.__struct_fields__:
+    for name in model.__struct_fields__:
         values = [getattr(r, name) for r in decoded_records]
         if isinstance(values[0], (list, dict)):
             assert len(set(map(id, values))) == len(values), name
@@ -276,7 +276,7 @@ def _pack(data: dict[str, Any], raw: list[bytes]) -> bytes:
 
 @st.composite
 def _mutated(draw: st.DrawFn) -> bytes:
-    kind = draw(st.sampled_from(sorted(RECORD_MODELS)))
+    kind = draw(st.sampled_from(sorted(RECORD_KINDS)))
     records = draw(_batches(kind))
     data = msgpack.unpackb(encode_event(_env(kind, records)))
     if "records" in data:  # sent as maps: make it compact
@@ -292,7 +292,7 @@ def _mutated(draw: st.DrawFn) -> bytes:
         return drawn
 
     fields, columns, constants = data.get("fields", []), data.get("columns", []), data.get("constants", {})
-    known = list(RECORD_MODELS[kind].model_fields)
+    known = list(RECORD_KINDS[kind].model.__struct_fields__)
     for _ in range(draw(st.integers(0, 3))):
         action = draw(
             st.sampled_from(["value", "constant", "fold", "drop", "unknown", "twice", "count", "column"])

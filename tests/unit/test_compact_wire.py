@@ -1,24 +1,25 @@
-"""The compact wire: both record forms of every kind decode into the same twins; hostile compact batches get one clear
+"""The compact wire: both record forms of every kind decode into the same records; hostile compact batches get one clear
 reason; an aggregator of the previous release refuses compact envelopes and reads map-form ones."""
 
 from __future__ import annotations
 
 import time
-import types
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any
 
 import msgpack
+import msgspec
+import msgspec.inspect as mi
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pydantic import BaseModel
+from msgspec.structs import replace
 
 from ranksight.core.config import load_settings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
-from ranksight.schemas.records import RECORD_MODELS
-from ranksight.schemas.structs import replace, to_builtins
-from ranksight.schemas.twins import Envelope, GpuRecord, HeartbeatRecord, InspectorRecord, NicRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import RECORD_KINDS, GpuRecord, HeartbeatRecord, InspectorRecord, NicRecord
+from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.wire import MAX_RECORDS, event_type
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests import previous_codec
@@ -30,50 +31,51 @@ def _env(kind: str, records: list[Any]) -> Envelope:
                     records=records)  # fmt: skip
 
 
-# -- valid records of every kind, drawn from the models -------------------------------------------------------------
+# -- valid records of every kind, drawn from the structs -------------------------------------------------------------
 _SMALL = {str: st.sampled_from(["a", "b"])}
 _SMALL_NUMBERS: dict[Any, list[Any]] = {int: [-2, -1, 0, 1, 2], float: [0.5, 1.0, 2.5]}
 _FULL = {str: st.text(max_size=6)}
 
 
-def _values(annotation: Any, metadata: list[Any] | None = None) -> st.SearchStrategy[Any]:
-    """Any valid value for an annotation; small domains often, so that columns of a batch repeat their values."""
-    origin, args = get_origin(annotation), get_args(annotation)
-    if origin is Annotated:
-        return _values(args[0], [*(metadata or []), *args[1].metadata])
-    if origin in (Union, types.UnionType):
-        return st.one_of([_values(a) for a in args])
-    if origin is Literal:
-        return st.sampled_from(args)
-    if origin is list:
-        return st.lists(_values(args[0]), max_size=2)
-    if origin is dict:
-        return st.dictionaries(st.sampled_from(["k", "l"]), _values(args[1]), max_size=2)
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return _records(annotation)
-    if annotation is type(None):
+def _values(info: mi.Type) -> st.SearchStrategy[Any]:
+    """Any valid value for a field's type; small domains often, so that columns of a batch repeat their values."""
+    if isinstance(info, mi.Metadata):
+        return _values(info.type)
+    if isinstance(info, mi.UnionType):
+        return st.one_of([_values(t) for t in info.types])
+    if isinstance(info, mi.LiteralType):
+        return st.sampled_from(info.values)
+    if isinstance(info, mi.ListType):
+        return st.lists(_values(info.item_type), max_size=2)
+    if isinstance(info, mi.DictType):
+        return st.dictionaries(st.sampled_from(["k", "l"]), _values(info.value_type), max_size=2)
+    if isinstance(info, mi.StructType):
+        return _records(info.cls)
+    if isinstance(info, mi.NoneType):
         return st.none()
-    if annotation is bool:
+    if isinstance(info, mi.BoolType):
         return st.booleans()
-    if annotation is str:
+    if isinstance(info, mi.StrType):
         return st.one_of(_SMALL[str], _FULL[str])
-    low, high, _, _ = bounds(annotation, metadata or [])
-    small = [v for v in _SMALL_NUMBERS[annotation] if low < v < high]
-    return st.one_of(st.sampled_from(small or [low]), number(annotation, metadata or []))
+    assert isinstance(info, mi.IntType | mi.FloatType), info
+    low, high, _, _ = bounds(info)
+    small = [v for v in _SMALL_NUMBERS[int if isinstance(info, mi.IntType) else float] if low < v < high]
+    return st.one_of(st.sampled_from(small or [low]), number(info))
 
 
-def _records(model: type[BaseModel]) -> st.SearchStrategy[Any]:
-    fields = {name: _values(info.annotation, info.metadata) for name, info in model.model_fields.items()}
-    optional = [name for name, info in model.model_fields.items() if not info.is_required()]
+def _records(model: type) -> st.SearchStrategy[Any]:
+    fields = mi.type_info(model).fields  # type: ignore[attr-defined]
+    values = {f.name: _values(f.type) for f in fields}
+    optional = [f.name for f in fields if not f.required]
     return st.builds(
-        lambda values, absent: model.model_validate({k: v for k, v in values.items() if k not in absent}),
-        st.fixed_dictionaries(fields),
+        lambda values, absent: msgspec.convert({k: v for k, v in values.items() if k not in absent}, model),
+        st.fixed_dictionaries(values),
         st.sets(st.sampled_from(optional)) if optional else st.just(set()),
     )
 
 
 def _batches(kind: str) -> st.SearchStrategy[list[Any]]:
-    model = RECORD_MODELS[kind]
+    model = RECORD_KINDS[kind].model
     record = _records(model)
     return st.one_of(
         st.lists(record, min_size=model.min_records, max_size=4),
@@ -83,7 +85,7 @@ def _batches(kind: str) -> st.SearchStrategy[list[Any]]:
     )
 
 
-@pytest.mark.parametrize("kind", sorted(RECORD_MODELS))
+@pytest.mark.parametrize("kind", sorted(RECORD_KINDS))
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_both_forms_decode_to_the_same_records(kind: str, data: st.DataObject) -> None:
@@ -227,12 +229,12 @@ def test_a_nic_batch_of_version_1_reads_as_every_counter() -> None:
 
 # -- the previous release -------------------------------------------------------------------------------------------
 def _one_of_each() -> list[tuple[str, list[Any]]]:
-    batches = [(kind, _examples(kind)) for kind in sorted(RECORD_MODELS)]
+    batches = [(kind, _examples(kind)) for kind in sorted(RECORD_KINDS)]
     return [*batches, ("inspector", _inspector_batch(20))]
 
 
 def _examples(kind: str) -> list[Any]:
-    return [_records(RECORD_MODELS[kind]).example() for _ in range(3)]
+    return [_records(RECORD_KINDS[kind].model).example() for _ in range(3)]
 
 
 @pytest.mark.filterwarnings("ignore::hypothesis.errors.NonInteractiveExampleWarning")

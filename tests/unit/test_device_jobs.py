@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from ranksight.aggregator.device_jobs import HOLD_S, device_jobs
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.schemas.twins import AppRecord, Envelope, RasProcess, RasRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import AppRecord, RasRecord
+from ranksight.schemas.records.ras import RasProcess
 from ranksight.schemas.wire import event_type
 
 
@@ -56,7 +58,8 @@ def test_ras_processes_and_the_polling_node() -> None:
 def test_every_gpu_of_a_node_that_runs_one_job_seen_through_inspector() -> None:
     """Issue 47: in the demo (no training-side client) 1 of 64 GPUs carried ``job_id``: only RAS's polling node was
     known to run the job. A node whose processes report the job's communicators runs it, and so do its GPUs."""
-    from ranksight.schemas.twins import InspectorSummaryRecord, RasCommunicator
+    from ranksight.schemas.records import InspectorSummaryRecord
+    from ranksight.schemas.records.ras import RasCommunicator
 
     state = LiveState()
     rec = RasRecord(job_id="slurm-9", endpoint="localhost:28028", format="json", health="ok",

@@ -6,7 +6,8 @@ from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.hardware import NicLinkDownRule
 from ranksight.aggregator.analysis.straggler_live import corroboration
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.schemas.twins import Envelope, GpuRecord, NicRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuRecord, NicRecord
 from ranksight.schemas.wire import event_type
 
 

@@ -21,7 +21,7 @@ from ranksight.aggregator.rulebook import rule_timings
 from ranksight.api.endpoints import SPECS
 from ranksight.cli import build_parser
 from ranksight.core.config import Settings
-from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.records import RECORD_KINDS
 from tests.conftest import REPO
 
 DOCS = REPO / "docs"
@@ -63,7 +63,7 @@ def test_the_references_name_every_command_endpoint_kind_and_section() -> None:
     )
     assert [c for c in _commands() if f"## `ranksight {c}`" not in cli] == []
     assert [e for e in SPECS if f"## `{e}`" not in api] == []
-    assert [k for k in RECORD_MODELS if f"## `{k}`" not in records] == []
+    assert [k for k in RECORD_KINDS if f"## `{k}`" not in records] == []
     sections = [name for name, f in Settings.model_fields.items() if hasattr(f.annotation, "model_fields")]
     assert [s for s in sections if f"## `[{s}" not in config] == []
 

@@ -19,7 +19,6 @@ from ranksight.api.endpoints import SPECS
 from ranksight.api.params import SeriesMetric
 from ranksight.cli import build_parser
 from ranksight.schemas.api import ApiResponse
-from ranksight.schemas.structs import to_builtins
 
 
 def _command(path: tuple[str, ...]) -> argparse.ArgumentParser:
@@ -99,7 +98,7 @@ def test_json_is_the_one_shape_plus_the_keys_a_command_had(capsys: pytest.Captur
                         (["jobs", "--json"], {"jobs": response.rows}), (["nodes", "--json"], {})]:  # fmt: skip
         args = build_parser().parse_args(argv)
         print_rows(args, response, args.func.args[0])
-        assert json.loads(capsys.readouterr().out) == {**to_builtins(response), **extra}
+        assert json.loads(capsys.readouterr().out) == {**response.model_dump(), **extra}
 
 
 def test_tables_and_notes(capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,7 +13,7 @@ from ranksight.agent.collectors.nic.tools import (
     parse_ethtool_stats,
     parse_rdma_statistic,
 )  # fmt: skip
-from ranksight.schemas.twins import GpuLink
+from ranksight.schemas.records import GpuLink
 from tests.gpu_nic_support import METRICS
 
 AMD, NVIDIA, IONIC = METRICS / "amd", METRICS / "nvidia", METRICS / "nic" / "ionic"

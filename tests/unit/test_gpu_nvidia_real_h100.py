@@ -21,8 +21,8 @@ import pytest
 from ranksight.agent.collectors.gpu import nvml as nvml_source
 from ranksight.agent.collectors.gpu.nvidia_smi import QUERY_FIELDS, parse_nvidia_smi_csv
 from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
+from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.structs import to_builtins
-from ranksight.schemas.twins import GpuRecord
 from tests.gpu_nic_support import METRICS
 
 H100 = METRICS / "nvidia" / "h100-80gb-hbm3_580.159.04"

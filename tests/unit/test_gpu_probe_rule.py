@@ -11,7 +11,8 @@ from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.gpu_probe import GpuUnderperformingRule, gpu_evidence
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.gpu_probes import METRICS
-from ranksight.schemas.twins import Envelope, GpuProbeRecord, InspectorSummaryRecord, RasRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuProbeRecord, InspectorSummaryRecord, RasRecord
 from ranksight.schemas.wire import event_type
 
 PEAKS = {  # model -> (bf16 TFLOPS, fp16 TFLOPS, bytes/s): plausible magnitudes; only ratios matter to the rule

@@ -19,7 +19,7 @@ import pytest
 
 from ranksight.agent.collectors.app_dumps import DumpChannels, fit_reply, torch_dump_files
 from ranksight.client import dumps as client_dumps
-from ranksight.core.config import Settings, twin_settings
+from ranksight.core.config import Settings
 from ranksight.core.flightrec import analyze, parse_dump
 from ranksight.core.flightrec.bundle import trim_bundle
 
@@ -29,7 +29,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "flight_recorder"
 def app_settings(**values: Any) -> Any:
     settings = Settings()
     settings.agent.collectors.app = settings.agent.collectors.app.model_copy(update=values)
-    return twin_settings(settings).agent.collectors.app
+    return settings.agent.collectors.app
 
 
 async def serve_pair(

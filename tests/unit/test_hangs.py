@@ -3,6 +3,8 @@ pause, both capture models) and the ``collective_hang`` rule through the live tr
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.models.hangs import HangFinder
@@ -10,10 +12,9 @@ from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.jobs import CommState, JobState
 from ranksight.core.config import StragglerSettings
 from ranksight.formats.inspector import parse_op
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import (
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import (
     CollectorHealth,
-    Envelope,
     HeartbeatRecord,
     InspectorRecord,
     InspectorSummaryRecord,

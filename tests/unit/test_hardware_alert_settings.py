@@ -9,7 +9,8 @@ from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
 from ranksight.core.config import Settings, load_settings
-from ranksight.schemas.twins import Envelope, GpuRecord, NicRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuRecord, NicRecord
 from ranksight.schemas.wire import event_type
 
 NS = 1_000_000_000

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import Envelope, GpuRecord, NicRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuRecord, NicRecord
 from ranksight.schemas.wire import event_type
 
 NS = 1_000_000_000
@@ -93,7 +95,7 @@ def _alert(engine: AlertEngine, rule: str) -> tuple[str | None, dict]:
 
 
 def test_gpu_alerts_name_the_gpu_and_nic_alerts_the_port() -> None:
-    """Live records are the msgspec twins: each alert names its own device (entity and evidence), GPU or NIC."""
+    """Each alert names its own device (entity and evidence), GPU or NIC."""
     state, engine = LiveState(), AlertEngine()
     uuid = "GPU-5b8c2d7e-1f3a-4c59-9a0b-6d2e8f1c3a47"
     sick = GpuRecord(index=3, uuid=uuid, ecc_uncorrectable=2, throttled=True, temperature_edge_c=97.0,

@@ -5,7 +5,8 @@ from __future__ import annotations
 from ranksight.aggregator.http.events import LiveEvents
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.schemas.alerts import Alert
-from ranksight.schemas.twins import Envelope, HeartbeatRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import HeartbeatRecord
 from ranksight.schemas.wire import event_type
 
 

@@ -24,8 +24,9 @@ from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import naive_utc
 from ranksight.core.config import IngestSettings, load_settings
 from ranksight.schemas.codec import decode_columns, encode_event
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import NicRecord
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import Envelope, NicRecord
 from ranksight.schemas.wire import event_type
 from tests.unit.test_state_and_alerts import _beat
 

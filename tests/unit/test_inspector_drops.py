@@ -11,7 +11,8 @@ from ranksight.aggregator.device_jobs import device_jobs
 from ranksight.aggregator.http.metrics import ClusterCollector, _Families
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.formats.inspector import parse_lines
-from ranksight.schemas.twins import Envelope, InspectorDumpStatsRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import InspectorDumpStatsRecord
 from tests.inspector_exports import render
 from tests.inspector_layouts import fixture_path
 

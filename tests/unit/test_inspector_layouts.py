@@ -16,7 +16,7 @@ from ranksight.agent.collectors.inspector.tailer import Tailer
 from ranksight.aggregator.models.straggler.engine import analyze_records
 from ranksight.aggregator.models.straggler.findings import StragglerParams
 from ranksight.formats.inspector import DumpContext, InspectorParseError, parse_lines
-from ranksight.schemas.twins import InspectorDumpStatsRecord, InspectorRecord
+from ranksight.schemas.records import InspectorDumpStatsRecord, InspectorRecord
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 from tests.conftest import FIXTURES
 from tests.inspector_layouts import FIXTURE_DROPS, LAYOUTS, fixture_path, render, rewrite, source_lines

@@ -19,8 +19,8 @@ from ranksight.agent.collectors.inspector.metrics import (
 )
 from ranksight.agent.collectors.inspector.senders import Sender, SenderFinder, world_of
 from ranksight.agent.collectors.inspector.summary import Summarizer
+from ranksight.schemas.records import InspectorMetricsRecord
 from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import InspectorMetricsRecord
 from tests.conftest import FIXTURES
 from tests.inspector_exports import NOW_US, render, source_ops
 

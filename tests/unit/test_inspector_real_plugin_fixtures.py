@@ -14,7 +14,7 @@ import pytest
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.models.straggler.engine import analyze_records
 from ranksight.aggregator.models.straggler.findings import Finding
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "inspector"
 VERSIONS = ("2.28.9", "2.29.3", "2.30.7")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.formats.inspector import parse_op
+from ranksight.schemas.records import InspectorRecord
 from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import InspectorRecord
 
 FIXTURE = (
     Path(__file__).parents[2]

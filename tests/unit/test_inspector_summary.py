@@ -11,13 +11,15 @@ from pathlib import Path
 
 import msgpack
 import pytest
+from msgspec.structs import replace
 
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.aggregator.models.straggler.engine import StragglerEngine
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
-from ranksight.schemas.structs import replace, to_builtins
-from ranksight.schemas.twins import Envelope, InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
 

@@ -54,11 +54,7 @@ FLOORS: dict[str, int] = {
 
 # (importer, imported) -> the rule it breaks ("upward": a higher floor or a sibling; "cycle"); the comment above
 # each says why it is still there and what removes it.
-KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {
-    # The twin generator reads the settings models to write core/settings_twins.py. Goes with the twins (one
-    # declaration per type), generator included.
-    ("ranksight.schemas.generate", "ranksight.core.config"): "upward",
-}
+KNOWN_VIOLATIONS: dict[tuple[str, str], str] = {}
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Store
 from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import decode_event
-from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.subjects import Subjects
 
 SUBJECTS = Subjects()
@@ -76,7 +76,7 @@ def message(kind: str, node: str, peer: str, seq: int, recv_ns: int) -> Incoming
 
 def every_kind(node: str, peer: str, recv_ns: int) -> list[Incoming]:
     # the GPU probe first: a probe result received while the node runs a job (fresh RAS data) is not kept
-    kinds = ["gpu_probe", *(k for k in RECORD_MODELS if k != "gpu_probe")]
+    kinds = ["gpu_probe", *(k for k in RECORD_KINDS if k != "gpu_probe")]
     return [message(kind, node, peer, seq, recv_ns + seq * NS) for seq, kind in enumerate(kinds, 1)]
 
 
@@ -126,12 +126,12 @@ def test_every_tracker_forgets_a_silent_node_and_history_keeps_it(tmp_path: Path
 
         # the keeper stays in touch; the ghost stays silent past the horizon
         feed(store, state, [message("heartbeat", KEEPER, GHOST, 100, NOW + 90 * NS)])
-        last_kind_s = len(RECORD_MODELS)  # every_kind receives one kind a second
+        last_kind_s = len(RECORD_KINDS)  # every_kind receives one kind a second
         state.tick(NOW + (FORGET_AFTER_S + last_kind_s + 1) * NS)
 
         assert list(mentions(state, GHOST)) == []
         assert ("c", KEEPER) in state.nodes.nodes and ("c", KEEPER) in state.last_seen_ns
-        for kind in RECORD_MODELS:  # history keeps every row of the ghost
+        for kind in RECORD_KINDS:  # history keeps every row of the ghost
             count = store.con.execute(f"SELECT count(*) FROM {kind} WHERE node = ?", [GHOST]).fetchone()
             assert count == (1,), kind
     finally:

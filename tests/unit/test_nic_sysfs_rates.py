@@ -6,6 +6,7 @@ import random
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from ranksight.agent.collectors.nic.rates import (
     ERROR_COUNTERS,
@@ -19,8 +20,9 @@ from ranksight.agent.collectors.nic.tools import parse_ethtool_stats
 from ranksight.aggregator.state.devices import NicTracker, PortCounters
 from ranksight.core.config import HardwareAlertSettings
 from ranksight.schemas.codec import decode_event, encode_event
-from ranksight.schemas.structs import replace, to_builtins
-from ranksight.schemas.twins import Envelope, NicRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import NicRecord
+from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.wire import event_type
 from tests.gpu_nic_support import SYSFS_TREE, write_tree
 

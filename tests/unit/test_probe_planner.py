@@ -12,7 +12,8 @@ from ranksight.aggregator.probes import ProbePlanner, disjoint_rounds, full_mesh
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.links import Endpoint
 from ranksight.core.config import ProbePlannerSettings
-from ranksight.schemas.twins import Envelope, ProbeEndpointRecord, ProbeRecord, RasRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import ProbeEndpointRecord, ProbeRecord, RasRecord
 from ranksight.schemas.wire import event_type
 
 T0 = 1_700_000_000 * NS

@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
+from msgspec.structs import replace
 
 from ranksight.agent.probe.cli import parse_target
 from ranksight.agent.probe.protocol import (
@@ -19,8 +20,7 @@ from ranksight.agent.probe.protocol import (
 )
 from ranksight.agent.probe.server import ByteBudget, ServerLimits, is_allowed, parse_networks
 from ranksight.agent.probe.targets import ProbeTargets, TargetRefused
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import ProbeCommand
+from ranksight.schemas.records.probe import ProbeCommand
 
 
 def test_request_and_reply_round_trip() -> None:

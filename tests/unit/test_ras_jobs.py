@@ -7,14 +7,15 @@ import shutil
 from pathlib import Path
 
 import msgspec
+from msgspec.structs import replace
 
 from ranksight.agent.collectors.ras.jobid import derived_job_id, listener_pid, scheduler_job_id
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import RasEventRecord, RasRecord, RasStatus
+from ranksight.schemas.records import RasEventRecord, RasRecord
+from ranksight.schemas.records.ras import RasStatus
 from tests.conftest import FIXTURES
 from tests.ras_support import envelope, fake_proc
 

@@ -11,14 +11,15 @@ from typing import Any
 
 import msgspec
 import pytest
+from msgspec.structs import replace
 
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parts import split_status
 from ranksight.aggregator.analysis.ras import LAG_POLLS, CommHangRule
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.schemas.codec import decode_event, encode_event
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import Envelope, RasRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import RasRecord
 from ranksight.schemas.wire import event_type
 from ranksight.simulate.cluster import ras_status_json
 from ranksight.simulate.inspector import JobSpec, comms

@@ -18,7 +18,7 @@ import pytest
 
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
-from ranksight.schemas.twins import RasStatus
+from ranksight.schemas.records.ras import RasStatus
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from ranksight.aggregator.ingest.pipeline import Incoming
 from ranksight.aggregator.models.hangs import HangFinder
@@ -16,9 +17,9 @@ from ranksight.core.config import RawEvidenceSettings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.codec import encode_event
-from ranksight.schemas.structs import replace
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import InspectorRecord
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import Envelope, InspectorRecord
 from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import JobSpec, simulate
 
@@ -96,10 +97,10 @@ def test_fetched_records_are_written_once_and_never_replayed(
     env = Envelope(type=event_type("inspector"), cluster="c", node="n", agent="a1", seq=1, ts=now, ttl=60,
                    records=streamed)  # fmt: skip
     store.commit_batch([Incoming(Subjects().event("c", "n", "inspector"), encode_event(env), now)])
-    twins = records[:120]  # parsed records are twins already
-    assert store.insert_raw_inspector("c", "n", "a1", twins, now) == 70  # the streamed 50 were there
-    assert store.insert_raw_inspector("c", "n", "a1", twins + twins[:5], now) == 0  # twice: nothing new
-    assert store.insert_raw_inspector("other", "n", "a1", twins[:3], now) == 3  # identity is per cluster
+    parsed = records[:120]  # parsed records are wire records already
+    assert store.insert_raw_inspector("c", "n", "a1", parsed, now) == 70  # the streamed 50 were there
+    assert store.insert_raw_inspector("c", "n", "a1", parsed + parsed[:5], now) == 0  # twice: nothing new
+    assert store.insert_raw_inspector("other", "n", "a1", parsed[:3], now) == 3  # identity is per cluster
     [count] = store.rows("SELECT count(*) AS n FROM inspector WHERE cluster = 'c'")
     assert count["n"] == 120
     replayed = store.replay({"inspector"}, now - 10**9)

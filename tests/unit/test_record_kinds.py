@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import importlib
-import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, Union, get_args, get_origin
 
-import annotated_types
 import msgpack
+import msgspec.inspect as mi
 import pytest
-from pydantic import BaseModel
 
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.aggregator.columns import kind_columns, table_columns
@@ -20,7 +17,7 @@ from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.store import Store
 from ranksight.commands.parse import PARSE_MODULES
 from ranksight.core.config import CollectorsSettings, IngestSettings
-from ranksight.schemas.records import RECORD_KINDS, RECORD_MODELS
+from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.subjects import Subjects
 from tests.unit.test_ingest_admission import NOW, _store
 
@@ -44,7 +41,6 @@ def columns_of(store: Store, table: str) -> dict[str, str]:
 @pytest.mark.parametrize("kind", sorted(RECORD_KINDS))
 def test_each_kind_names_a_collector_a_tracker_and_a_parser_that_exist(kind: str) -> None:
     declared = RECORD_KINDS[kind]
-    assert RECORD_MODELS[kind] is declared.model
     assert declared.collector in COLLECTORS and declared.collector in CollectorsSettings.model_fields
     if declared.tracker is not None:
         assert kind in getattr(LiveState(), declared.tracker).kinds
@@ -100,29 +96,26 @@ def test_a_field_without_a_column_gets_one_on_open_and_its_rows_are_written(tmp_
         store.shutdown()
 
 
-def _unranged_numbers(annotation: Any, where: str, metadata: list[Any]) -> Iterator[str]:
-    """Where ``annotation`` holds an int or a float without both a lower and an upper bound of its own."""
-    origin, args = get_origin(annotation), get_args(annotation)
-    if origin is Annotated:
-        yield from _unranged_numbers(args[0], where, [*metadata, *args[1].metadata])
-    elif origin in (Union, types.UnionType, list, dict):
-        for arg in args:
-            yield from _unranged_numbers(arg, where, [] if origin in (list, dict) else metadata)
-    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        for name, info in annotation.model_fields.items():
-            yield from _unranged_numbers(
-                info.annotation, f"{annotation.__name__}.{name}", list(info.metadata)
-            )
-    elif annotation in (int, float):
-        kinds = {type(m) for m in metadata}
-        if not (
-            kinds & {annotated_types.Ge, annotated_types.Gt}
-            and kinds & {annotated_types.Le, annotated_types.Lt}
-        ):
+def _unranged_numbers(info: mi.Type, where: str, seen: frozenset[type] = frozenset()) -> Iterator[str]:
+    """Where ``info`` (a field's type) holds an int or a float without both a lower and an upper bound of its own."""
+    if isinstance(info, mi.Metadata):
+        yield from _unranged_numbers(info.type, where, seen)
+    elif isinstance(info, mi.UnionType):
+        for member in info.types:
+            yield from _unranged_numbers(member, where, seen)
+    elif isinstance(info, mi.ListType):
+        yield from _unranged_numbers(info.item_type, where, seen)
+    elif isinstance(info, mi.DictType):
+        yield from _unranged_numbers(info.value_type, where, seen)
+    elif isinstance(info, mi.StructType) and info.cls not in seen:
+        for field in info.fields:
+            yield from _unranged_numbers(field.type, f"{info.cls.__name__}.{field.name}", seen | {info.cls})
+    elif isinstance(info, mi.IntType | mi.FloatType):
+        if (info.ge is None and info.gt is None) or (info.le is None and info.lt is None):
             yield where
 
 
 @pytest.mark.parametrize("kind", sorted(RECORD_KINDS))
 def test_every_number_a_record_carries_declares_its_range(kind: str) -> None:
     """What later arithmetic makes of a number is bounded only if the number is (``schemas.records.quantities``)."""
-    assert list(_unranged_numbers(RECORD_MODELS[kind], kind, [])) == []
+    assert list(_unranged_numbers(mi.type_info(RECORD_KINDS[kind].model), kind)) == []

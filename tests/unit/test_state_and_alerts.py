@@ -5,7 +5,8 @@ from __future__ import annotations
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.nodes import NodeSilentRule
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.schemas.twins import Envelope, HeartbeatRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import HeartbeatRecord
 from ranksight.schemas.wire import event_type
 
 T0 = 1_800_000_000 * NS

@@ -15,8 +15,9 @@ from ranksight.aggregator.ingest.pipeline import Incoming
 from ranksight.aggregator.store import Store
 from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import encode_event
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuRecord, NicRecord
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import Envelope, GpuRecord, NicRecord
 from ranksight.schemas.wire import event_type
 from tests.unit.test_ingest_admission import NOW
 

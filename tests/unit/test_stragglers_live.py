@@ -4,6 +4,7 @@ the job's records age out; GPU samples corroborate."""
 from __future__ import annotations
 
 import msgspec
+from msgspec.structs import replace
 
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.aggregator.alerts import AlertEngine
@@ -11,8 +12,8 @@ from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.core.config import StragglerSettings
 from ranksight.formats.inspector import parse_op
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import Envelope, GpuRecord, InspectorRecord, RasEventRecord, RasRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuRecord, InspectorRecord, RasEventRecord, RasRecord
 from ranksight.schemas.wire import event_type
 from ranksight.simulate.inspector import Fault, JobSpec, run_job, simulate, summarize
 from tests.conftest import FIXTURES

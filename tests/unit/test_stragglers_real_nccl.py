@@ -14,7 +14,7 @@ import pytest
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
 from ranksight.aggregator.models.straggler.findings import Analysis, StragglerParams
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate.inspector import summarize
 from tests.conftest import FIXTURES
 

@@ -17,7 +17,7 @@ import pytest
 from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
 from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.formats.inspector import parse_op
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate import scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job
 

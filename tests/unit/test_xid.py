@@ -11,7 +11,8 @@ from ranksight.agent.collectors.xid_parse import KmsgParseError, parse_kmsg, par
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.xid import GpuXidRule, resolution
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.schemas.twins import Envelope, GpuXidRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import GpuXidRecord
 from ranksight.schemas.wire import event_type
 
 KERNEL = Path(__file__).resolve().parents[2] / "fixtures" / "kernel"

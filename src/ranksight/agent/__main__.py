@@ -1,8 +1,8 @@
 """The agent process: ``ranksight agent`` validates its settings, then becomes this (``exec``, the same pid).
 
 Reads the validated settings as JSON from an inherited file descriptor (``--settings-fd``; never the environment,
-where other processes of the user could read the NATS secrets) into their msgspec twins, so the process that runs the
-collectors never loads pydantic (about 13 MB of memory on every node).
+where other processes of the user could read the NATS secrets), so the process that runs the collectors holds none of
+the command line's modules.
 """
 
 from __future__ import annotations
@@ -14,11 +14,9 @@ import os
 import signal
 import sys
 
-from ranksight.agent.runtime import AgentRuntime
 from ranksight.core.aio import run_until_signalled
-from ranksight.core.natsconn import NatsUnreachable
+from ranksight.core.config import decode_settings
 from ranksight.core.redact import setup_logging
-from ranksight.core.settings_rules import decode_settings
 from ranksight.errors import EXIT_INTERRUPTED, exit_status
 
 # mallopt's M_ARENA_MAX (glibc's malloc.h)
@@ -31,6 +29,13 @@ def limit_malloc_arenas(arenas: int = 1) -> None:
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is not None:
         mallopt(_M_ARENA_MAX, arenas)
+
+
+def without_websockets(nats_url: str) -> None:
+    """nats-py imports aiohttp (about 10 MiB of memory) for its WebSocket transport alone, and goes on without it: an
+    agent whose servers are not ``ws``/``wss`` URLs never loads it."""
+    if not any(url.strip().lower().startswith(("ws://", "wss://")) for url in nats_url.split(",")):
+        sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]  # None: "import aiohttp" fails
 
 
 def read_settings(fd: int) -> bytes:
@@ -48,6 +53,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("started_as", nargs="*")
     args = parser.parse_args(argv)
     settings = decode_settings(read_settings(args.settings_fd))
+    without_websockets(settings.nats.url)
+    from ranksight.agent.runtime import AgentRuntime  # after: it imports nats-py
+    from ranksight.core.natsconn import NatsUnreachable
+
     setup_logging(settings.log_level)
     runtime = AgentRuntime(settings, only=args.only)
     try:

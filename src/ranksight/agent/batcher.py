@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 
 from ranksight.agent.publisher import Outgoing, Publisher
 from ranksight.schemas.codec import encode_event
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import Record
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import Envelope, Record
 from ranksight.schemas.wire import WireFormat, event_type
 
 
@@ -123,7 +124,7 @@ class Batcher:
     def _encode_chunks(self, kind: str, records: list[Record], ttl: float) -> list[tuple[int, bytes]]:
         self._seq += 1
         seq = self._seq
-        envelope = Envelope(  # a twin: built without validation, as the records were
+        envelope = Envelope(  # built without validation, as the records were
             type=event_type(kind),
             cluster=self._cluster,
             node=self._node,

@@ -9,7 +9,7 @@ import sys
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.core.cliutil import EXIT_USAGE, add_config_flags, settings_from_args
-from ranksight.core.config import encode_settings, twin_settings
+from ranksight.core.config import encode_settings
 from ranksight.schemas.subjects import SubjectError
 
 
@@ -26,7 +26,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Validate the settings here, then ``exec`` the agent process (:mod:`ranksight.agent.__main__`), which reads them
-    without pydantic: the same pid (for systemd and Slurm), none of this process's memory."""
+    back: the same pid (for systemd and Slurm), none of this process's memory."""
     overrides: dict = {}
     if args.cluster:
         overrides["cluster"] = args.cluster
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args, **overrides)
     only = [n.strip() for n in args.only.split(",")] if args.only else []
     try:
-        AgentRuntime(twin_settings(settings), only=only)
+        AgentRuntime(settings, only=only)
     except SubjectError as exc:
         print(f"ranksight: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -19,7 +19,7 @@ import nats.errors
 from nats.js import JetStreamContext
 
 from ranksight.agent.backoff import backoff_s
-from ranksight.schemas.twins import PublisherStats
+from ranksight.schemas.records import PublisherStats
 
 log = logging.getLogger(__name__)
 

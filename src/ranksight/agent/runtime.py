@@ -32,13 +32,12 @@ from ranksight.agent.collectors.base import (
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.agent.publisher import Publisher
 from ranksight.core.aio import cancel_all
+from ranksight.core.config import CollectorSettings, Settings
 from ranksight.core.natsconn import NatsProblems, connect, disconnect
-from ranksight.core.settings_rules import CollectorSection
-from ranksight.core.settings_twins import Settings
 from ranksight.core.version import ranksight_version, service_version
+from ranksight.schemas.records import CollectorHealth, PublisherStats, Record
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.subjects import Subjects, require_token
-from ranksight.schemas.twins import CollectorHealth, PublisherStats, Record
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +99,7 @@ class AgentRuntime:
         ctx = self.ctx = AgentContext(self.settings, nc, publisher, batcher, self.incarnation)
         ctx.add_command("status", self._status)
         for name, cls in COLLECTORS.items():
-            section: CollectorSection = getattr(cfg.collectors, name)
+            section: CollectorSettings = getattr(cfg.collectors, name)
             if section.enabled and (self.only is None or name in self.only):
                 ctx.collectors[name] = cls(ctx, section)
         tasks = [asyncio.create_task(publisher.run(), name="publisher"), asyncio.create_task(batcher.run())]

@@ -1,6 +1,6 @@
 """Record models -> Arrow columns, for columnar batch inserts (never row-by-row ``executemany``), and table columns.
 
-The Arrow schema of each kind is derived once from its pydantic model: ints, floats, strings and bools map to Arrow
+The Arrow schema of each kind is derived once from its record struct: ints, floats, strings and bools map to Arrow
 types; ``Literal`` to strings; nested values (lists, dicts, sub-models) are stored as JSON text. The kind's DuckDB
 table is derived from the same schema (:func:`table_columns`): the store creates it and adds the columns of new fields.
 """
@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
+import msgspec
 import pyarrow as pa
 
-from ranksight.schemas.records import RECORD_MODELS
-from ranksight.schemas.structs import from_builtins, to_json
+from ranksight.schemas.records import RECORD_KINDS
+from ranksight.schemas.structs import to_json
 
 ENVELOPE_FIELDS: list[tuple[str, pa.DataType]] = [
     ("cluster", pa.string()),
@@ -83,10 +84,10 @@ def _arrow_type(annotation: Any) -> tuple[pa.DataType, bool]:
 
 @cache
 def kind_columns(kind: str) -> KindColumns:
-    model = RECORD_MODELS[kind]
     fields, json_fields, nested_fields, record_fields = [], set(), set(), []
-    for name, info in model.model_fields.items():
-        arrow_type, is_json = _arrow_type(info.annotation)
+    for field in msgspec.structs.fields(RECORD_KINDS[kind].model):
+        name = field.name
+        arrow_type, is_json = _arrow_type(field.type)
         fields.append(name)
         if is_json:
             json_fields.add(name)
@@ -204,7 +205,7 @@ class ColumnBuilder:
 
 
 def row_to_record(kind: str, row: dict[str, Any]) -> Any:
-    """Inverse of the mapping above, for replay: a stored row back into its record, the same twin that ingest decodes.
+    """Inverse of the mapping above, for replay: a stored row back into its record, as ingest decodes it.
 
     Nested values come back as JSON text (sub-models, and lists or maps stored in JSON columns).
     """
@@ -213,4 +214,4 @@ def row_to_record(kind: str, row: dict[str, Any]) -> Any:
     values = {
         f: (json.loads(row[f]) if f in nested and isinstance(row[f], str) else row[f]) for f in cols.fields
     }
-    return from_builtins(RECORD_MODELS[kind], {k: v for k, v in values.items() if v is not None})
+    return msgspec.convert({k: v for k, v in values.items() if v is not None}, RECORD_KINDS[kind].model)

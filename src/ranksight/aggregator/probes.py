@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import msgspec
+
 from ranksight.aggregator.state.links import Endpoint, LinkTracker
 from ranksight.core.config import ProbePlannerSettings
 from ranksight.schemas.records.probe import ProbeCommand
@@ -194,7 +196,7 @@ class ProbePlanner:
     async def _send(self, agg: Aggregator, probe: PlannedProbe) -> bool:
         assert agg.nc is not None
         subject = agg.subjects.agent(probe.cluster, probe.src, "probe")
-        body = probe.command.model_dump_json().encode()
+        body = msgspec.json.encode(probe.command)
         try:
             msg = await agg.nc.request(subject, body, timeout=self.settings.command_timeout_s)
         except Exception as exc:

@@ -5,7 +5,7 @@ aggregator works out the communicators it is about (a compute straggler's comms,
 a hang's stalled comms) and the agents whose processes are their ranks, from the membership live state keeps (the hang
 finder's last ``coll_sn`` per rank and the agent each process reports through), and asks each agent for the raw records
 of those comms within ``[fired - lookback_s, fired + lookahead_s]`` of dump time, page by page, on its
-``inspector_raw`` command. The records are checked like ingested ones (the same typed twins, bounded values), kept only
+``inspector_raw`` command. The records are checked like ingested ones (the same typed records, bounded values), kept only
 when they are of the comms and window asked, and written into the ``inspector`` table except those already there
 (:data:`schemas.records.inspector.IDENTITY`). The alert's evidence then gains ``raw_records``, ``raw_inserted``,
 ``raw_complete``, ``raw_missing`` (what could not be had and why: an agent that does not answer, the record bound),
@@ -32,7 +32,6 @@ from ranksight.core.config import RawEvidenceSettings
 from ranksight.errors import RanksightError
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.records.inspector import RawCursor, RawRecordsPage, RawRecordsRequest
-from ranksight.schemas.structs import from_builtins
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
@@ -207,7 +206,7 @@ class RawEvidence:
                                     max_records=asked)  # fmt: skip
             try:
                 last = cursor
-                page, cursor = await self._request(agg, subject, req.model_dump_json().encode())
+                page, cursor = await self._request(agg, subject, msgspec.json.encode(req))
                 if cursor and last and (cursor.file, cursor.offset) <= (last.file, last.offset):
                     raise RawFetchError(f"bad answer: its next page ({cursor}) does not come after the last")
             except RawFetchError as exc:
@@ -228,7 +227,7 @@ class RawEvidence:
         return result
 
     async def _request(self, agg: Aggregator, subject: str, body: bytes) -> tuple[Any, RawCursor | None]:
-        """One page (a :class:`RawRecordsPage` twin) and its checked ``next``; retried while the agent does not
+        """One page (a :class:`RawRecordsPage`) and its checked ``next``; retried while the agent does not
         answer."""
         cfg = self.settings
         assert agg.nc is not None
@@ -249,7 +248,7 @@ class RawEvidence:
             if refused:
                 raise RawFetchError(f"the agent refused: {refused}")
             try:
-                page = from_builtins(RawRecordsPage, json.loads(msg.data))
+                page = msgspec.convert(json.loads(msg.data), RawRecordsPage)
                 return page, RawCursor(file=page.next.file, offset=page.next.offset) if page.next else None
             except (ValueError, msgspec.ValidationError) as exc:
                 raise RawFetchError(f"bad answer: {' '.join(str(exc).split())[:300]}") from None

@@ -53,8 +53,8 @@ from ranksight.core.kvlease import LEASE_VALUE_BYTES, key_value
 from ranksight.core.natsconn import NatsProblems, connect, disconnect
 from ranksight.core.version import ranksight_version
 from ranksight.schemas.alerts import Alert
+from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.subjects import RAS_LEASE_BUCKET, Subjects
-from ranksight.schemas.twins import Envelope
 
 log = logging.getLogger(__name__)
 OOM_RETRY_S = 0.5

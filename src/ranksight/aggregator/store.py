@@ -37,10 +37,10 @@ from ranksight.aggregator.tables.silences import SilenceTable
 from ranksight.aggregator.timefmt import naive_utc
 from ranksight.core.config import IngestSettings
 from ranksight.core.private import DIR_MODE, private_files
-from ranksight.schemas.records import RECORD_MODELS
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.records.inspector import IDENTITY as INSPECTOR_IDENTITY
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import Envelope
 from ranksight.schemas.wire import event_type
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class Store(AlertTable, SilenceTable, DrainTable):
             existing[table].add(column)
         envelope = {name for name, _ in ENVELOPE_FIELDS}
         changed: list[str] = []
-        for kind in RECORD_MODELS:
+        for kind in RECORD_KINDS:
             columns = table_columns(kind)
             if kind not in existing:
                 spec = ", ".join(
@@ -414,7 +414,7 @@ class Store(AlertTable, SilenceTable, DrainTable):
         valid envelope (written by an older version, or edited by hand) is skipped and counted in ``replay_skipped``.
         """
         out: list[tuple[Envelope, int]] = []
-        for kind in sorted(kinds & set(RECORD_MODELS)):
+        for kind in sorted(kinds & set(RECORD_KINDS)):
             cur = self.con.execute(
                 f'SELECT *, epoch_us(ts) AS _ts_us, epoch_us(recv_ts) AS _recv_us FROM "{kind}" '
                 "WHERE recv_ts >= ? AND seq > 0 ORDER BY recv_ts, agent, seq",  # seq 0: fetched on request

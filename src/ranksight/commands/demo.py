@@ -35,7 +35,7 @@ from ranksight.core.cliutil import (
     port_number,
     settings_from_args,
 )
-from ranksight.core.config import Settings, twin_settings
+from ranksight.core.config import Settings
 from ranksight.schemas.records.ras import RasEvent
 from ranksight.simulate.cluster import (
     COUNTER_PERIOD_S,
@@ -161,7 +161,7 @@ class Demo:
         counters.start()
         try:
             await first(aggregator.ready.wait(), agg_task)
-            agents = [AgentRuntime(twin_settings(self.agent_settings(i, job))) for i in range(self.nodes)]
+            agents = [AgentRuntime(self.agent_settings(i, job)) for i in range(self.nodes)]
             tasks += [asyncio.create_task(a.run(stop)) for a in agents]
             for agent, task in zip(agents, tasks[1:], strict=True):
                 await first(agent.ready.wait(), task)

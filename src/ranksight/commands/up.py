@@ -27,7 +27,7 @@ from ranksight.core.cliutil import (
     ports_in_use,
     settings_from_args,
 )
-from ranksight.core.config import Settings, twin_settings
+from ranksight.core.config import Settings
 from ranksight.core.natsserver import NatsCluster, NatsServer, NatsServerError
 from ranksight.core.private import keep_private
 
@@ -99,7 +99,7 @@ EmbeddedNats = NatsServer | NatsCluster
 
 async def _serve(settings: Settings, server: EmbeddedNats, stop: asyncio.Event) -> None:
     aggregator = Aggregator(settings)
-    agent = AgentRuntime(twin_settings(settings))
+    agent = AgentRuntime(settings)
     agg_task = asyncio.create_task(aggregator.run(stop))
     await first(aggregator.ready.wait(), agg_task)
     agent_task = asyncio.create_task(agent.run(stop))

@@ -17,7 +17,7 @@ import tomllib
 import types
 import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 from pydantic import (
@@ -32,13 +32,9 @@ from pydantic import (
 
 from ranksight.client import DEFAULT_SOCKET as DEFAULT_APP_SOCKET
 from ranksight.client import SOCKET_ENV as APP_SOCKET_ENV
-from ranksight.core.settings_rules import CollectorSection, StatePaths, SummaryTiming, decode_settings
 from ranksight.errors import UsageError
 from ranksight.schemas.subjects import sanitize_token
 from ranksight.schemas.wire import WireFormat
-
-if TYPE_CHECKING:
-    from ranksight.core import settings_twins
 
 CONFIG_ENV = "RANKSIGHT_CONFIG"
 ENV_PREFIX = "RANKSIGHT_"
@@ -81,10 +77,15 @@ class NatsSettings(Section):
     )
 
 
-class CollectorSettings(CollectorSection, Section):
+class CollectorSettings(Section):
+    """What every collector's section has, and its facts' lifetime."""
+
     enabled: bool = True
     interval_s: float = Field(5.0, gt=0)
     ttl_s: float | None = Field(None, gt=0, description="fact lifetime; default 3 x interval")
+
+    def ttl(self) -> float:
+        return self.ttl_s if self.ttl_s is not None else 3 * self.interval_s
 
 
 class HeartbeatSettings(CollectorSettings):
@@ -139,7 +140,7 @@ class RasSettings(CollectorSettings):
     )
 
 
-class InspectorSettings(SummaryTiming, CollectorSettings):
+class InspectorSettings(CollectorSettings):
     interval_s: float = Field(1.0, gt=0, description="how often the dump directory is re-scanned when idle")
     dump_dir: Path | None = Field(
         None, description="the plugin's NCCL_INSPECTOR_DUMP_DIR; unset or missing: the collector is absent"
@@ -211,6 +212,10 @@ class InspectorSettings(SummaryTiming, CollectorSettings):
     otlp_read_timeout_s: float = Field(
         10.0, gt=0, description="OTLP receiver: time to read one request (headers and body)"
     )
+
+    def summary_ttl(self) -> float:
+        """A summary stays valid until the next window's should have come."""
+        return 2 * self.summary_window_s + self.summary_publish_s
 
 
 class GpuSettings(CollectorSettings):
@@ -1331,7 +1336,7 @@ class DeploySettings(Section):
     verify_timeout_s: float = Field(20, gt=0, description="time the new agent has to answer on NATS")
 
 
-class Settings(StatePaths, Section):
+class Settings(Section):
     """Every setting; :func:`load_settings` reads them from the file, the environment and the flags."""
 
     cluster: str = "default"
@@ -1357,6 +1362,10 @@ class Settings(StatePaths, Section):
     def db_path(self) -> Path:
         return self.aggregator.db_path or self.state_dir / "ranksight.duckdb"
 
+    def app_socket_path(self) -> Path:
+        """Scoped to this instance: another agent's training processes (another state dir) never reach it."""
+        return self.agent.collectors.app.socket_path or self.state_dir / "app.sock"
+
     def export_root(self) -> Path:
         return self.aggregator.query.export_root or self.state_dir / "exports"
 
@@ -1370,14 +1379,13 @@ def _encode_value(value: Any) -> Any:
 
 
 def encode_settings(settings: Settings) -> bytes:
-    """Validated settings as JSON, secrets included, for a process that reads them without pydantic
-    (:func:`ranksight.core.settings_rules.decode_settings`)."""
+    """Validated settings as JSON, secrets included, for another process (:func:`decode_settings`)."""
     return msgspec.json.encode(settings.model_dump(), enc_hook=_encode_value)
 
 
-def twin_settings(settings: Settings) -> settings_twins.Settings:
-    """``settings`` as the agent process reads them: for commands that run its parts."""
-    return decode_settings(encode_settings(settings))
+def decode_settings(data: bytes) -> Settings:
+    """Settings from :func:`encode_settings`: validated again, from these values only (no file, no environment)."""
+    return Settings.model_validate_json(data)
 
 
 def _explain(exc: ValidationError, origin: str) -> str:

@@ -17,10 +17,8 @@ from nats.errors import Error as NatsError
 from ranksight.core.redact import redact
 from ranksight.errors import RanksightError, UsageError
 
-if TYPE_CHECKING:  # either form: the pydantic settings, or the agent process's twins
-    from ranksight.core import config, settings_twins
-
-    NatsSettingsLike = config.NatsSettings | settings_twins.NatsSettings
+if TYPE_CHECKING:
+    from ranksight.core.config import NatsSettings
 
 
 NATS_SCHEMES = ("nats", "tls", "ws", "wss")
@@ -49,7 +47,7 @@ def server_urls(url: str) -> list[str]:
     return servers
 
 
-def connect_options(cfg: NatsSettingsLike, name: str) -> dict[str, Any]:
+def connect_options(cfg: NatsSettings, name: str) -> dict[str, Any]:
     opts: dict[str, Any] = {
         "servers": server_urls(cfg.url),
         "name": name,
@@ -139,9 +137,7 @@ class NatsUrlError(NatsUnreachable, UsageError):
     """Setting ``nats.url`` is not a list of NATS URLs (so no server can be reached)."""
 
 
-async def connect(
-    cfg: NatsSettingsLike, name: str, problems: NatsProblems | None = None, **extra: Any
-) -> Client:
+async def connect(cfg: NatsSettings, name: str, problems: NatsProblems | None = None, **extra: Any) -> Client:
     """A connected client, or :class:`NatsUnreachable` after ``cfg.connect_timeout_s``.
 
     nats-py retries its first connect for as long as reconnects are allowed (forever with ``max_reconnect_attempts``

@@ -23,9 +23,8 @@ Bandwidth is recomputed from size and time (a known RCCL build reported it 10x t
 
 The line format is declared once as msgspec structs, so a line is checked and decoded in one C-level pass
 (every field's type is checked, a wrong one is named in the error). An operation becomes the wire's record, an
-:class:`~schemas.twins.InspectorRecord` (the msgspec twin of the model): what the agent's summarizer, raw sampler
-and the offline analysis read, and what is published raw; a marker becomes an
-:class:`~schemas.twins.InspectorDumpStatsRecord`.
+:class:`~schemas.records.InspectorRecord`: what the agent's summarizer, raw sampler and the offline analysis read, and
+what is published raw; a marker becomes an :class:`~schemas.records.InspectorDumpStatsRecord`.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ from typing import Any, Literal
 import msgspec
 
 from ranksight.errors import ParseError
-from ranksight.schemas.twins import InspectorDumpStatsRecord, InspectorRecord
+from ranksight.schemas.records import InspectorDumpStatsRecord, InspectorRecord
 
 # busbw = algbw x factor(n); traffic = msg x n for the gathering/scattering collectives.
 _GATHER_LIKE = frozenset({"AllGather", "ReduceScatter"})

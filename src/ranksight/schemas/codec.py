@@ -1,22 +1,21 @@
 """The codec: the only module that speaks msgpack.
 
-Nothing here imports pydantic: the agent process uses it as the aggregator does, with the models' msgspec twins
-(:mod:`schemas.twins`).
+The agent process uses it as the aggregator does, with the record structs (:mod:`schemas.records`).
 
-``encode_event`` packs an envelope (records: twins, or pydantic models) with msgpack-python, its records in either wire
-form (:data:`~schemas.wire.WireFormat`; compact by default). ``decode_event`` reads both forms into the twins. It
-validates the envelope and every record against the twin of its kind and raises :class:`DecodeError` (one exception
+``encode_event`` packs an envelope with msgpack-python, its records in either wire form
+(:data:`~schemas.wire.WireFormat`; compact by default). ``decode_event`` reads both forms into the records. It
+validates the envelope and every record against the struct of its kind and raises :class:`DecodeError` (one exception
 type, with a reason) on anything wrong: bytes that are not msgpack, a payload that is not a map, unknown ``type``,
 missing or mistyped fields, integers or floats the store cannot hold (:data:`schemas.wire.STORED_BOUNDS`), too many
 records, or none where the kind needs one (``Record.min_records``), a compact batch whose columns do not line up
 (``bad_envelope``) or written by a newer record model (``unsupported_version``). It decodes with msgspec into the frozen
-twins, in two steps: the envelope with map-form records left as raw bytes, then the records with the decoder of their
-kind. A compact batch's columns and constants are left as raw bytes too. Where the kind's twin holds no sub-record (the
+records, in two steps: the envelope with map-form records left as raw bytes, then the records with the decoder of their
+kind. A compact batch's columns and constants are left as raw bytes too. Where the kind's struct holds no sub-record (the
 Inspector and NIC kinds, most of the traffic: :func:`_raw_layout`), each column is decoded by a decoder of a list of its
 field's type and each constant by one of the field's type (the checks of the map form's decoder, once a value), and the
-twins are built from those values in one C-level pass; :func:`decode_columns` hands the columns on with the envelope,
+records are built from those values in one C-level pass; :func:`decode_columns` hands the columns on with the envelope,
 for the store to write as they are. Other batches are decoded, zipped into one dict per record and converted into the
-same twins. Anything wrong sends the envelope to the checked path (:func:`_decode_checked`: the envelope's values
+same records. Anything wrong sends the envelope to the checked path (:func:`_decode_checked`: the envelope's values
 decoded first, then the dicts), which says why: both paths give any envelope the same records, of the same classes, or
 the same refusal.
 """
@@ -34,8 +33,9 @@ import msgspec
 import msgspec.inspect as mi
 
 from ranksight.errors import ParseError
+from ranksight.schemas.envelope import CompactRecords, Envelope
+from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.structs import set_fields
-from ranksight.schemas.twins import KIND_TWINS, CompactRecords, Envelope
 from ranksight.schemas.wire import MAX_RECORDS, MIN_COMPACT_RECORD_BYTES, TYPE_PREFIX, WireFormat
 
 
@@ -52,8 +52,6 @@ def _default(obj: Any) -> Any:
     """A sub-record's map, without its unset (None) fields."""
     if isinstance(obj, msgspec.Struct):
         return set_fields(obj)
-    if hasattr(obj, "model_dump"):  # a pydantic model (a test's, a simulator's)
-        return obj.model_dump(mode="python", exclude_none=True)
     raise TypeError(f"cannot encode {type(obj).__name__}")
 
 
@@ -85,7 +83,7 @@ _SCALARS = frozenset({str, int, float, bool, type(None)})
 @cache
 def layout(kind: str) -> tuple[tuple[str, ...], operator.attrgetter[Any], dict[str, Any]]:
     """The kind's field names, a getter of all of them, and the default of each optional one."""
-    fields = msgspec.structs.fields(KIND_TWINS[kind])
+    fields = msgspec.structs.fields(RECORD_KINDS[kind].model)
     names = tuple(f.name for f in fields)
     defaults = {f.name: f.default if f.default_factory is msgspec.NODEFAULT else f.default_factory()
                 for f in fields if not f.required}  # fmt: skip
@@ -106,7 +104,7 @@ def _compact(kind: str, records: Sequence[Any]) -> dict[str, Any]:
     in every record (a constant, or nothing at all when that value is the default); empty keys are left out."""
     names, getter, defaults = layout(kind)
     count = len(records)
-    batch: dict[str, Any] = {"record_version": KIND_TWINS[kind].schema_version, "count": count}
+    batch: dict[str, Any] = {"record_version": RECORD_KINDS[kind].model.schema_version, "count": count}
     if not count:
         return batch
     fields, columns, constants = [], [], {}
@@ -159,7 +157,7 @@ def _envelope_wire(name: str, raw: tuple[Any, ...]) -> Any:
     )
 
 
-# Any: the fields are typed by the model, which mypy cannot see through defstruct. The checked decoder decodes every
+# Any: the fields are typed by the record, which mypy cannot see through defstruct. The checked decoder decodes every
 # value of a compact batch; the fast one leaves each column, and each constant, as raw bytes (a view of the envelope).
 _ENVELOPE_DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(_envelope_wire("EnvelopeWire", ()))
 _RAW_ENVELOPE_DECODER: msgspec.msgpack.Decoder[Any] = msgspec.msgpack.Decoder(
@@ -170,9 +168,9 @@ _ENCODER = msgspec.msgpack.Encoder()
 
 @cache
 def _records_decoder(kind: str) -> msgspec.msgpack.Decoder[list[Any]]:
-    twin = KIND_TWINS[kind]
-    bounds = msgspec.Meta(min_length=twin.min_records, max_length=MAX_RECORDS)
-    return msgspec.msgpack.Decoder(Annotated[list[twin], bounds])  # type: ignore[valid-type]
+    struct = RECORD_KINDS[kind].model
+    bounds = msgspec.Meta(min_length=struct.min_records, max_length=MAX_RECORDS)
+    return msgspec.msgpack.Decoder(Annotated[list[struct], bounds])  # type: ignore[valid-type]
 
 
 _AT = " - at `$"
@@ -180,13 +178,16 @@ _AT = " - at `$"
 
 @cache
 def _records_type(kind: str) -> Any:
-    return list[KIND_TWINS[kind]]  # type: ignore[valid-type]
+    model = RECORD_KINDS[kind].model
+    return list[model]  # type: ignore[valid-type]
 
 
 _SCALARS_INFO = (mi.NoneType, mi.BoolType, mi.IntType, mi.FloatType, mi.StrType, mi.LiteralType)
 
 
 def _scalar(info: mi.Type) -> bool:
+    if isinstance(info, mi.Metadata):  # a field's description
+        return _scalar(info.type)
     if isinstance(info, mi.UnionType):
         return all(map(_scalar, info.types))
     return isinstance(info, _SCALARS_INFO)
@@ -196,6 +197,8 @@ def _decodes_whole(info: mi.Type) -> bool:
     """Whether decoding into this type reads the whole of a value, as decoding it untyped does: a sub-record (a struct)
     skips the keys it does not know, whose bytes the checked path decodes (and may refuse: not UTF-8, a bad timestamp,
     too deep)."""
+    if isinstance(info, mi.Metadata):  # a field's description
+        return _decodes_whole(info.type)
     if isinstance(info, mi.UnionType):
         return all(map(_decodes_whole, info.types))
     if isinstance(info, mi.ListType):
@@ -210,7 +213,7 @@ _COLUMN_VALUES = msgspec.msgpack.Decoder(list[Any])
 
 
 class _FieldReader(NamedTuple):
-    """How the fast path reads one field of a kind's compact batch, derived from the twin's field."""
+    """How the fast path reads one field of a kind's compact batch, derived from the struct's field."""
 
     # a column of it: a list of the field's type, with the type's constraints (Literals, the store's bounds)
     column: msgspec.msgpack.Decoder[list[Any]]
@@ -226,9 +229,9 @@ class _FieldReader(NamedTuple):
 class _RawLayout(NamedTuple):
     """How the fast path reads a kind's compact batch column by column."""
 
-    # by name, in the twin's field order
+    # by name, in the struct's field order
     fields: dict[str, _FieldReader]
-    # a twin from its values, given positionally in field order
+    # a struct from its values, given positionally in field order
     build: Callable[..., Any]
 
 
@@ -242,26 +245,27 @@ def _absent(field: msgspec.structs.FieldInfo) -> Callable[[int], list[Any]] | No
     return lambda count: list(starmap(field.default_factory, repeat((), count)))
 
 
-def _builder(twin: type[msgspec.Struct]) -> Callable[..., Any]:
-    """A function building ``twin`` from its values given positionally, in field order. A twin takes keywords only (a
+def _builder(struct: type[msgspec.Struct]) -> Callable[..., Any]:
+    """A function building ``struct`` from its values given positionally, in field order. A struct takes keywords only (a
     required field may follow one with a default) and matches them fastest in its field order, so each is passed by
     name in that order, by a call generated once: about 2.6 us a summary record (39 fields), where a dict per record
     passed as ``**`` costs 3.6. The constructor checks no value's type (it runs ``__post_init__``, as decoding does):
     the values come from the decoders of the fields' types."""
-    names = twin.__struct_fields__
-    namespace = {"twin": twin}
+    names = struct.__struct_fields__
+    namespace = {"struct": struct}
     exec(
-        f"def build({', '.join(names)}):\n    return twin({', '.join(f'{n}={n}' for n in names)})", namespace
+        f"def build({', '.join(names)}):\n    return struct({', '.join(f'{n}={n}' for n in names)})",
+        namespace,
     )
     return namespace["build"]
 
 
 @cache
 def _raw_layout(kind: str) -> _RawLayout | None:
-    """The fast path's layout of a kind whose twin decodes whole values only (no sub-record); None for the other
+    """The fast path's layout of a kind whose struct decodes whole values only (no sub-record); None for the other
     kinds."""
-    twin = KIND_TWINS[kind]
-    infos = mi.type_info(twin).fields  # type: ignore[attr-defined]
+    struct = RECORD_KINDS[kind].model
+    infos = mi.type_info(struct).fields  # type: ignore[attr-defined]
     if not all(_decodes_whole(info.type) for info in infos):
         return None
     fields = {
@@ -271,9 +275,9 @@ def _raw_layout(kind: str) -> _RawLayout | None:
             _scalar(info.type),
             _absent(field),
         )
-        for field, info in zip(msgspec.structs.fields(twin), infos, strict=True)
+        for field, info in zip(msgspec.structs.fields(struct), infos, strict=True)
     }
-    return _RawLayout(fields, _builder(twin))
+    return _RawLayout(fields, _builder(struct))
 
 
 # How the encoder starts an envelope of a kind without a layout (a map of at most 15 keys, ``type`` first): one that
@@ -281,7 +285,7 @@ def _raw_layout(kind: str) -> _RawLayout | None:
 # same records, or the same refusal, from any envelope.
 _CHECKED_TYPES = tuple(
     msgpack.packb({"type": f"{TYPE_PREFIX}{kind}"})[1:]
-    for kind in sorted(KIND_TWINS)
+    for kind in sorted(RECORD_KINDS)
     if _raw_layout(kind) is None
 )
 
@@ -332,7 +336,7 @@ def _check_compact(
 ) -> None:
     """Refuse a compact batch (:class:`~schemas.envelope.CompactRecords`) whose keys are wrong: before its records.
     ``spread``: what its constants come to repeated (:func:`_repeated_bytes`)."""
-    model = KIND_TWINS[kind]
+    model = RECORD_KINDS[kind].model
     if wire.record_version > model.schema_version:
         raise DecodeError(
             "unsupported_version",
@@ -368,7 +372,7 @@ def _check_compact(
 
 
 def _columns_records(kind: str, wire: Any, size: int) -> list[Any]:
-    """The twins of a compact batch, validated like map-form records: the checked path, which says what is wrong."""
+    """The records of a compact batch, validated like map-form records: the checked path, which says what is wrong."""
     fields, columns, constants = wire.fields or [], wire.columns or [], wire.constants or {}
     count = _count(wire)
     _check_compact(kind, wire, fields, columns, constants, _repeated_bytes(count, constants), size)
@@ -378,7 +382,7 @@ def _columns_records(kind: str, wire: Any, size: int) -> list[Any]:
 def _rows_records(
     kind: str, count: int, fields: list[str], columns: list[Any], constants: dict[str, Any]
 ) -> list[Any]:
-    """The twins of a compact batch's decoded values: one dict per record, converted."""
+    """The records of a compact batch's decoded values: one dict per record, converted."""
     names = [*fields, *constants]
     values = zip(*columns, *(repeat(value, count) for value in constants.values()), strict=True)
     rows = list(map(dict, map(zip, repeat(names), values))) if names else [{} for _ in range(count)]
@@ -389,9 +393,9 @@ def _rows_records(
 
 
 def _raw_columns_records(kind: str, wire: Any, size: int) -> tuple[list[Any], tuple[list[Any], ...] | None]:
-    """The twins of a compact batch left raw by the envelope's fast decoder, and their values column by column where
+    """The records of a compact batch left raw by the envelope's fast decoder, and their values column by column where
     the kind has a layout (else None). There, each column is decoded by a decoder of a list of its field's type (every
-    check of the field's type, once), each constant by one of the field's type, and the twins are built from the
+    check of the field's type, once), each constant by one of the field's type, and the records are built from the
     values, record by record in one C-level pass. Else, or for a batch with no records (whose constants would go
     unread) or with wide constants (decoded for each record), its values are decoded and converted as by the checked
     path. Raises on anything wrong, not necessarily what the checked path says."""
@@ -423,7 +427,7 @@ def _raw_columns_records(kind: str, wire: Any, size: int) -> tuple[list[Any], tu
 
 def _kind(wire: Any) -> str:
     kind: str = wire.type.removeprefix(TYPE_PREFIX)
-    if not wire.type.startswith(TYPE_PREFIX) or kind not in KIND_TWINS:
+    if not wire.type.startswith(TYPE_PREFIX) or kind not in RECORD_KINDS:
         raise DecodeError("unknown_type", f"unknown event type {wire.type!r}")
     return kind
 
@@ -434,7 +438,7 @@ def _compact_form(wire: Any) -> bool:
 
 class DecodedEvent(NamedTuple):
     """An envelope, and its records' values column by column where it came compact and was read so: one list per field
-    of the kind's twin, in the twin's order, of ``count`` values each, the very values the records hold (what the store
+    of the kind's struct, in the struct's order, of ``count`` values each, the very values the records hold (what the store
     writes); None where only the records hold them (the map form, a kind with sub-records, a batch converted from
     dicts)."""
 

@@ -1,13 +1,11 @@
-"""The wire contract's constants and plain behaviour, without pydantic: what the agent process needs of the envelope.
-
-:mod:`schemas.envelope` declares the envelope (pydantic); its msgspec twin (:mod:`schemas.twins`) is what the agent
-builds. Both take their names and limits from here.
-"""
+"""The wire contract's constants: the names and limits the envelope (:mod:`schemas.envelope`) and the records take."""
 
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+import msgspec
 
 TYPE_PREFIX = "ranksight.ev.v1."
 MAX_RECORDS = 100_000
@@ -17,11 +15,15 @@ MAX_FIELDS = 1024  # names in a compact batch: far above any record model's fiel
 MIN_COMPACT_RECORD_BYTES = 8
 
 # What the store can hold: every integer column is BIGINT, every float column a finite DOUBLE (the bounds also reject
-# inf and NaN). Declared once here; every int and float of the envelope and the records takes them.
+# inf and NaN). Declared once here; every int and float of the envelope and the records is within them: a number
+# without a range of its own (``schemas.records.quantities``) takes these.
+INT64_MAX = 2**63 - 1
+FLOAT_MAX = sys.float_info.max
 STORED_BOUNDS: dict[type, dict[str, Any]] = {
-    int: {"ge": -(2**63), "le": 2**63 - 1},
-    float: {"ge": -sys.float_info.max, "le": sys.float_info.max},
+    int: {"ge": -INT64_MAX - 1, "le": INT64_MAX},
+    float: {"ge": -FLOAT_MAX, "le": FLOAT_MAX},
 }
+StoredInt = Annotated[int, msgspec.Meta(**STORED_BOUNDS[int])]
 
 WireFormat = Literal["compact", "map"]
 
@@ -37,33 +39,3 @@ def event_type(kind: str) -> str:
 def size_bucket(msg_size_bytes: int) -> int:
     """The message-size bucket of an operation: the smallest power of two at least its size (0 for empty ones)."""
     return 1 << (msg_size_bytes - 1).bit_length() if msg_size_bytes > 0 else 0
-
-
-class RawWindow:
-    """An ``inspector_raw`` request's window must not end before it starts (the model and its twin alike)."""
-
-    __slots__ = ()
-    from_us: int
-    to_us: int
-
-    def __post_init__(self) -> None:
-        if self.to_us < self.from_us:
-            raise ValueError(f"to_us {self.to_us} is before from_us {self.from_us}")
-
-
-class EnvelopeNames:
-    """What an envelope's fields name: its kind and its de-duplication id (the model and its twin alike)."""
-
-    __slots__ = ()
-    type: str
-    agent: str
-    seq: int
-
-    @property
-    def kind(self) -> str:
-        return self.type.removeprefix(TYPE_PREFIX)
-
-    @property
-    def msg_id(self) -> str:
-        """The JetStream de-duplication id: ``<agent>:<seq>``."""
-        return f"{self.agent}:{self.seq}"

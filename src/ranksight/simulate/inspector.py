@@ -32,7 +32,7 @@ from typing import Literal, NamedTuple
 
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.formats.inspector import bandwidths_gbs
-from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 FaultKind = Literal["gpu", "node", "nic", "hang"]
 

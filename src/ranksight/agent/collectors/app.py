@@ -29,8 +29,8 @@ from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, dump
 from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
 from ranksight.agent.collectors.torch_sources import trigger_debug_pipes, worker_server_dumps
 from ranksight.client import ACTIONS, MAX_MESSAGE, WIRE_VERSION
-from ranksight.core.settings_twins import AppSettings
-from ranksight.schemas.twins import AppRecord
+from ranksight.core.config import AppSettings
+from ranksight.schemas.records import AppRecord
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext

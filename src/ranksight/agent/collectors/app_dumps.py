@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ranksight.core.config import AppSettings
 from ranksight.core.flightrec.bundle import bundle_from_reply, bundle_from_torch_file, trim_bundle
 from ranksight.core.flightrec.load import DumpError
-from ranksight.core.settings_twins import AppSettings
 from ranksight.schemas.codec import DecodeError, pack, unpack
 
 IDENTITY_KEYS = ("pid", "rank", "local_rank", "world_size", "job", "host")

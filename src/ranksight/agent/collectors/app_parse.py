@@ -13,7 +13,7 @@ import msgspec
 
 from ranksight.errors import ParseError
 from ranksight.schemas.codec import DecodeError, unpack
-from ranksight.schemas.twins import AppRecord
+from ranksight.schemas.records import AppRecord
 
 SUPPORTED_VERSION = 1
 

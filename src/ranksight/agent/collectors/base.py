@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, ClassVar, Protocol
 import msgspec
 
 from ranksight.errors import RanksightError
-from ranksight.schemas.twins import CollectorHealth, Record
+from ranksight.schemas.records import CollectorHealth, Record
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-    from ranksight.core.settings_rules import CollectorSection
+    from ranksight.core.config import CollectorSettings
 
 
 class Emit(Protocol):
@@ -96,7 +96,7 @@ class Collector(ABC):
     # Durable kinds are never dropped by the publisher (backpressure instead); gauges may be, and drops are counted.
     durable: ClassVar[bool] = False
 
-    def __init__(self, ctx: AgentContext, settings: CollectorSection) -> None:
+    def __init__(self, ctx: AgentContext, settings: CollectorSettings) -> None:
         self.ctx = ctx
         self.settings = settings
         self.health = Health(self.name)

@@ -18,13 +18,13 @@ from ranksight.agent.collectors.base import CollectorUnavailable, Emit, Streamin
 from ranksight.agent.gpuprobe.busy import check_busy
 from ranksight.agent.gpuprobe.runner import ProbeOutcome, run_probe
 from ranksight.agent.gpuprobe.schedule import LastAttempt, load_last, next_due_s, save_last, stagger_offset_s
-from ranksight.core.settings_twins import GpuProbeSettings
+from ranksight.core.config import GpuProbeSettings
+from ranksight.schemas.records import GpuProbeRecord
 from ranksight.schemas.subjects import sanitize_token
-from ranksight.schemas.twins import GpuProbeRecord
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-    from ranksight.core.settings_rules import CollectorSection
+    from ranksight.core.config import CollectorSettings
 
 NODE_INDEX = -1  # a record about the node, not one GPU
 
@@ -50,7 +50,7 @@ class GpuProbeCollector(StreamingCollector):
     kind = "gpu_probe"
     durable = True  # rare, costly measurements: never dropped
 
-    def __init__(self, ctx: AgentContext, settings: CollectorSection) -> None:
+    def __init__(self, ctx: AgentContext, settings: CollectorSettings) -> None:
         super().__init__(ctx, settings)
         assert isinstance(settings, GpuProbeSettings)
         self.cfg = settings

@@ -10,8 +10,8 @@ from collections.abc import Sequence
 
 from ranksight.agent.collectors.base import PolledCollector
 from ranksight.agent.collectors.slurm_jobs import read_jobs
-from ranksight.core.settings_twins import HeartbeatSettings
-from ranksight.schemas.twins import HeartbeatRecord, Record
+from ranksight.core.config import HeartbeatSettings
+from ranksight.schemas.records import HeartbeatRecord, Record
 
 
 class HeartbeatCollector(PolledCollector):

@@ -25,9 +25,10 @@ from ranksight.agent.probe.client import ProbeBudget, ProbeError, run_probe
 from ranksight.agent.probe.server import ProbeServer, ServerLimits, parse_networks
 from ranksight.agent.probe.targets import ProbeTargets
 from ranksight.schemas.codec import DecodeError, decode_event
+from ranksight.schemas.records import ProbeEndpointRecord, ProbeRecord
+from ranksight.schemas.records.probe import ProbeCommand
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.subjects import SubjectError
-from ranksight.schemas.twins import ProbeCommand, ProbeEndpointRecord, ProbeRecord
 from ranksight.schemas.wire import event_type
 
 # The probe settings that are the server's limits (same names).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ranksight.schemas.twins import SchedulerJob
+from ranksight.schemas.records.heartbeat import SchedulerJob
 
 MAX_FILE_BYTES = 64 * 1024  # a job file is a few lines; anything bigger is not one
 

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
 from ranksight.agent.collectors.xid_parse import KmsgParseError, parse_lines
-from ranksight.core.settings_twins import XidSettings
+from ranksight.core.config import XidSettings
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext
-    from ranksight.core.settings_rules import CollectorSection
+    from ranksight.core.config import CollectorSettings
 
 READ_BYTES = 64 * 1024
 MAX_READS = 10_000  # per interval: a flood of kernel messages waits for the next one
@@ -32,7 +32,7 @@ class XidCollector(StreamingCollector):
     kind = "gpu_xid"
     durable = True  # rare and decisive: never dropped
 
-    def __init__(self, ctx: AgentContext, settings: CollectorSection) -> None:
+    def __init__(self, ctx: AgentContext, settings: CollectorSettings) -> None:
         super().__init__(ctx, settings)
         assert isinstance(settings, XidSettings)
         self.cfg = settings

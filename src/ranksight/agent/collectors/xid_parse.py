@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 
 from ranksight.errors import ParseError
-from ranksight.schemas.twins import GpuXidRecord
+from ranksight.schemas.records import GpuXidRecord
 
 MAX_MESSAGE = 1000
 _XID = re.compile(

@@ -22,8 +22,7 @@ from ranksight.core.cliutil import (
     print_table,
     settings_from_args,
 )
-from ranksight.core.config import twin_settings
-from ranksight.core.settings_twins import GpuProbeSettings
+from ranksight.core.config import GpuProbeSettings
 
 GPU_FIELDS = ["index", "name", "tflops_bf16", "tflops_fp16", "mem_bandwidth_bps", "duration_s"]
 
@@ -45,7 +44,7 @@ async def measure(cfg: GpuProbeSettings, force: bool) -> ProbeOutcome:
 
 
 def probe_gpu(args: argparse.Namespace) -> int:
-    cfg = twin_settings(settings_from_args(args)).agent.collectors.gpu_probe
+    cfg = settings_from_args(args).agent.collectors.gpu_probe
     outcome = asyncio.run(measure(cfg, args.force))
     gpus = [{name: getattr(g, name) for name in GPU_FIELDS} for g in outcome.gpus]
     errors = [{"index": e.index, "error": e.error} for e in outcome.errors]

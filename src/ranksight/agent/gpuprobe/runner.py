@@ -29,7 +29,7 @@ from ranksight.agent.gpuprobe.protocol import (
     Unavailable,
     parse_line,
 )
-from ranksight.core.settings_twins import GpuProbeSettings
+from ranksight.core.config import GpuProbeSettings
 
 OutcomeStatus = Literal["ok", "unavailable", "error"]
 RSS_POLL_S = 0.1

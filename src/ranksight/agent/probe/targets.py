@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from ranksight.agent.probe.server import IpNetwork, is_allowed
 from ranksight.errors import RefusedError
+from ranksight.schemas.records.probe import ProbeCommand
 from ranksight.schemas.subjects import sanitize_token
-from ranksight.schemas.twins import ProbeCommand
 
 MAX_TTL_S = 3600.0  # an announcement counts this long at most, whatever TTL it claims
 

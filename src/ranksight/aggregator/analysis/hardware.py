@@ -32,8 +32,7 @@ def _condition(
     )  # fmt: skip
 
 
-# The rule says which device it judges: live records come in either form (the pydantic model or its msgspec twin), so
-# their class cannot tell a GPU from a NIC.
+# The rule says which device it judges: the device trackers share one state class, so the rule names the kind.
 def _gpu(dev: DeviceState[GpuRecord], rule: str, severity: str, summary: str, **evidence: Any) -> Condition:
     ident = {"gpu": dev.record.index, "gpu_uuid": dev.record.uuid}
     return _condition(dev, rule, severity, summary, f"gpu {dev.key}", ident, evidence)

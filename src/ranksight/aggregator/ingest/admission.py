@@ -22,10 +22,9 @@ import msgspec
 from ranksight.aggregator.timefmt import NS
 from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import DecodeError
-from ranksight.schemas.records import RECORD_MODELS
-from ranksight.schemas.structs import struct_for
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.subjects import SubjectError, Subjects
-from ranksight.schemas.twins import Envelope
 
 
 def check_times(env: Envelope, recv_ns: int, limits: IngestSettings) -> None:
@@ -39,16 +38,20 @@ def check_times(env: Envelope, recv_ns: int, limits: IngestSettings) -> None:
 @cache
 def _containers(kind: str) -> tuple[str, ...]:
     """The fields of a kind's records that hold lists or maps."""
-    twin = struct_for(RECORD_MODELS[kind])
-    return tuple(f.name for f in msgspec.structs.fields(twin)
-                 if isinstance(msgspec.inspect.type_info(f.type), _CONTAINER_TYPES))  # fmt: skip
+    return tuple(f.name for f in msgspec.structs.fields(RECORD_KINDS[kind].model)
+                 if isinstance(_bare(msgspec.inspect.type_info(f.type)), _CONTAINER_TYPES))  # fmt: skip
+
+
+def _bare(info: msgspec.inspect.Type) -> msgspec.inspect.Type:
+    """The type under a field's description."""
+    return info.type if isinstance(info, msgspec.inspect.Metadata) else info
 
 
 _CONTAINER_TYPES = (msgspec.inspect.ListType, msgspec.inspect.DictType)
 
 
 def check_sub_records(env: Envelope, limit: int) -> None:
-    names = _containers(env.kind) if env.kind in RECORD_MODELS else ()
+    names = _containers(env.kind) if env.kind in RECORD_KINDS else ()
     if not names:
         return
     for i, rec in enumerate(env.records):

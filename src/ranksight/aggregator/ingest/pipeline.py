@@ -11,8 +11,8 @@ from ranksight.aggregator.ingest.admission import admit
 from ranksight.aggregator.ingest.sequence import Marks, Sequencer
 from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import DecodeError, decode_columns
+from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.subjects import Subjects
-from ranksight.schemas.twins import Envelope
 
 Columns = (
     tuple[list[Any], ...] | None

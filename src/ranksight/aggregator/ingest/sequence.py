@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 from ranksight.aggregator.timefmt import NS
 from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import DecodeError
-from ranksight.schemas.twins import Envelope
+from ranksight.schemas.envelope import Envelope
 
 if TYPE_CHECKING:
     from ranksight.aggregator.ingest.pipeline import BatchResult

@@ -4,8 +4,8 @@
 evaluates them on a batch of queued records. The aggregator's :class:`~aggregator.state.stragglers.StragglerTracker`
 queues records with :func:`queue_entry` and runs the evaluation on a thread or, by default, in a child process
 (:class:`EngineProcess`: :func:`process_start`, then :func:`process_evaluate` at each evaluation). The child imports
-this module, not the aggregator's live state, and reads its settings as their twin: it never loads pydantic, DuckDB,
-nats-py or the other trackers.
+this module, not the aggregator's live state, and is handed the engines' parameters, not the settings: it never loads
+pydantic, DuckDB, nats-py or the other trackers.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import operator
 import os
 import pickle
 import signal
@@ -29,9 +28,7 @@ import msgspec
 
 from ranksight.aggregator.models.straggler.engine import StragglerEngine
 from ranksight.aggregator.models.straggler.findings import Finding, StragglerParams
-from ranksight.core.settings_twins import StragglerSettings
-from ranksight.schemas.structs import to_builtins
-from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 if TYPE_CHECKING:
     from ranksight.core import config
@@ -53,7 +50,7 @@ class ClusterFindings:
     ahead: int = 0  # records not judged: dumped past the clock (StragglerParams.clock_ahead_s)
 
 
-def params_of(settings: config.StragglerSettings | StragglerSettings) -> StragglerParams:
+def params_of(settings: config.StragglerSettings) -> StragglerParams:
     return StragglerParams(window_s=settings.window_s, slice_s=settings.slice_s,
                            judge_every=max(1, round(settings.judge_every_s / settings.slice_s)),
                            confirm_windows=settings.confirm_windows, evidence_z=settings.evidence_z,
@@ -107,35 +104,25 @@ class ClusterEngines:
 
 
 # -- the queue: per observed envelope, (cluster, is a summary, its records' values in field order) as msgpack ----------
-def _positional(twin: type) -> tuple[Callable[[Any], tuple[object, ...]], msgspec.msgpack.Decoder[list[Any]]]:
-    """A record's values in field order, and the decoder of a list of them into structs read like the record's twin
-    (same fields, types and constraints, laid out as arrays): queued records take half the bytes of maps with field
-    names."""
-    fields = msgspec.structs.fields(twin)
-    getter = operator.attrgetter(*(f.name for f in fields))
-
-    def values(record: Any) -> tuple[object, ...]:
-        # the twin's own tuple of values (in C) where it is one; a pydantic record's (tests) by attribute
-        return (
-            msgspec.structs.astuple(cast(msgspec.Struct, record))
-            if isinstance(record, twin)
-            else getter(record)
-        )
-
-    row = msgspec.defstruct(f"Queued{twin.__name__}", [(f.name, f.type) for f in fields], array_like=True,
+def _positional(record: type) -> msgspec.msgpack.Decoder[list[Any]]:
+    """The decoder of a list of records' values in field order (:func:`msgspec.structs.astuple`) into structs read like
+    the record (same fields, types and constraints, laid out as arrays): queued records take half the bytes of maps
+    with field names."""
+    fields = msgspec.structs.fields(record)
+    row = msgspec.defstruct(f"Queued{record.__name__}", [(f.name, f.type) for f in fields], array_like=True,
                             gc=False)  # fmt: skip
-    return values, msgspec.msgpack.Decoder(list[row])  # type: ignore[valid-type]
+    return msgspec.msgpack.Decoder(list[row])  # type: ignore[valid-type]
 
 
-_ROW_SUMMARY, _SUMMARIES = _positional(InspectorSummaryRecord)
-_ROW_RAW, _RAWS = _positional(InspectorRecord)
+_SUMMARIES = _positional(InspectorSummaryRecord)
+_RAWS = _positional(InspectorRecord)
 _QUEUED = msgspec.msgpack.Decoder(tuple[str, bool, msgspec.Raw])
-_ENCODER = msgspec.msgpack.Encoder(enc_hook=to_builtins)  # values of a pydantic record (tests) as plain data
+_ENCODER = msgspec.msgpack.Encoder()
 
 
-def queue_entry(cluster: str, summary: bool, records: Sequence[object]) -> bytes:
+def queue_entry(cluster: str, summary: bool, records: Sequence[msgspec.Struct]) -> bytes:
     """One observed envelope's records as queued: ``summary`` says they are ``inspector_summary`` records."""
-    return _ENCODER.encode((cluster, summary, list(map(_ROW_SUMMARY if summary else _ROW_RAW, records))))
+    return _ENCODER.encode((cluster, summary, [msgspec.structs.astuple(r) for r in records]))
 
 
 def decoded(batch: list[bytes]) -> Iterator[tuple[str, bool, list[Any]]]:
@@ -173,7 +160,7 @@ class EngineProcess(Executor):
     starts a resource tracker process beside it (13 MiB), neither of which the engines use. The child serves until its
     pipe closes: at :meth:`shutdown`, or when the aggregator dies however it dies (SIGKILL, the OOM killer)."""
 
-    def __init__(self, settings_json: str) -> None:
+    def __init__(self, params: StragglerParams) -> None:
         child_reads, parent_writes = os.pipe()
         parent_reads, child_writes = os.pipe()
         try:
@@ -190,7 +177,7 @@ class EngineProcess(Executor):
         self._answers = os.fdopen(parent_reads, "rb")
         self._waiter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine-process")
         self.broken = False
-        self.submit(process_start, settings_json)
+        self.submit(process_start, params)
 
     @property
     def pid(self) -> int:
@@ -259,10 +246,10 @@ def serve(calls_fd: int, answers_fd: int) -> None:
                 return
 
 
-def process_start(settings_json: str) -> None:
-    """The engine process's first call: ``settings_json`` is the ``aggregator.stragglers`` section."""
+def process_start(params: StragglerParams) -> None:
+    """The engine process's first call: the parameters of its engines (:func:`params_of` the settings)."""
     global _process_engines
-    _process_engines = ClusterEngines(params_of(msgspec.json.decode(settings_json, type=StragglerSettings)))
+    _process_engines = ClusterEngines(params)
 
 
 def process_evaluate(batch: list[bytes], gone: set[str], now_ns: int) -> dict[str, ClusterFindings]:

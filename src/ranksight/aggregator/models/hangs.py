@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 Proc = tuple[str, int]  # (hostname, pid)
 

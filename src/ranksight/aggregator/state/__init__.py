@@ -30,7 +30,7 @@ from ranksight.aggregator.state.stragglers import StragglerTracker
 from ranksight.aggregator.state.xids import XidTracker
 from ranksight.aggregator.timefmt import NS
 from ranksight.core.config import HardwareAlertSettings
-from ranksight.schemas.twins import Envelope
+from ranksight.schemas.envelope import Envelope
 
 __all__ = ["NS", "LiveState", "NodeState", "Tracker"]
 

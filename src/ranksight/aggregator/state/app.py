@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from ranksight.aggregator.forgetting import NodeKey
 from ranksight.aggregator.timefmt import NS
+from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import AppRecord
-from ranksight.schemas.twins import Envelope
 
 # A rank silent this long is forgotten (its alerts resolve): memory stays bounded when processes die unannounced.
 FORGET_AFTER_S = 24 * 3600

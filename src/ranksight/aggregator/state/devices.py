@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from typing import Any, Generic, Literal, TypeVar
 
 import numpy as np
+from msgspec.structs import replace
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.timefmt import NS
 from ranksight.core.config import HardwareAlertSettings
+from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord, NicRecord
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import Envelope
 
 # sets of changed counter names remembered per set of a port's names (CounterNames.changes)
 MAX_CHANGE_SETS = 64
@@ -289,7 +289,7 @@ class _CounterNamesTable:
             counters = PortCounters(self._get(tuple(counters)), array("q", counters.values()))
         if isinstance(changed, PortCounters):  # the merge of several records of a port in one batch
             keys, values = changed.names.names, np.frombuffer(changed.numbers, np.int64)
-        else:  # a record's values: BIGINTs (STORED_BOUNDS), as its twin checked
+        else:  # a record's values: BIGINTs (STORED_BOUNDS), as decoding checked
             keys, values = tuple(changed), np.fromiter(changed.values(), np.int64, len(changed))
         names = counters.names
         # names the port did not have (rare)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.state.jobs import JOB_KINDS
 from ranksight.aggregator.timefmt import NS
-from ranksight.schemas.twins import Envelope
+from ranksight.schemas.envelope import Envelope
 
 METRICS = ("tflops_bf16", "tflops_fp16", "mem_bandwidth_bps")
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.timefmt import NS
-from ranksight.schemas.twins import Envelope, InspectorDumpStatsRecord, InspectorMetricsRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import InspectorDumpStatsRecord, InspectorMetricsRecord
 
 DropKey = tuple[str, str, str, int, str]  # cluster, node, hostname, pid, comm_id
 GpuKey = tuple[str, str, str, str]  # cluster, node, hostname, gpu

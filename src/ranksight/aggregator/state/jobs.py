@@ -20,6 +20,7 @@ from typing import Literal
 from ranksight.aggregator.forgetting import NodeKey
 from ranksight.aggregator.state.ras_parts import PartAssembler
 from ranksight.aggregator.timefmt import NS
+from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records.ras import (
     RasDiagnosticsRecord,
     RasEventRecord,
@@ -27,7 +28,6 @@ from ranksight.schemas.records.ras import (
     RasProcess,
     RasRecord,
 )
-from ranksight.schemas.twins import Envelope
 
 JOB_KINDS = frozenset(
     {"ras", "inspector", "inspector_summary"}
@@ -187,7 +187,7 @@ class JobTracker:
             whole = self.parts.add(env, record, recv_ns)
             if whole is not None:
                 status, received_ns = whole
-                self._status(env, status, received_ns)  # type: ignore[arg-type]  # the twin of the model
+                self._status(env, status, received_ns)  # type: ignore[arg-type]
 
     def _status(self, env: Envelope, rec: RasRecord, recv_ns: int) -> None:
         key = (env.cluster, self.job_key(rec, env.node))

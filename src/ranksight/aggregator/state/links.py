@@ -15,8 +15,8 @@ from typing import Any, NamedTuple
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.state.jobs import JOB_KINDS
 from ranksight.aggregator.timefmt import NS, iso
+from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records.probe import ProbeEndpointRecord, ProbeRecord
-from ranksight.schemas.twins import Envelope
 
 LinkKey = tuple[str, str, str, str, str]  # cluster, src, dst, transport, dst_addr
 

@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.timefmt import NS
+from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import HeartbeatRecord
 from ranksight.schemas.structs import to_builtins
-from ranksight.schemas.twins import Envelope
 
 NodeStateName = Literal["alive", "stale", "gone"]
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from msgspec.structs import replace
+
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import Envelope, RasRecord
+from ranksight.schemas.envelope import Envelope
+from ranksight.schemas.records import RasRecord
 from ranksight.schemas.wire import RAS_SPLIT_LISTS
 
 

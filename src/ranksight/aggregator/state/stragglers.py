@@ -49,7 +49,7 @@ from ranksight.aggregator.models.engines import (
 from ranksight.aggregator.models.hangs import Hang, HangFinder
 from ranksight.aggregator.timefmt import NS, iso
 from ranksight.core.config import StragglerSettings
-from ranksight.schemas.twins import Envelope
+from ranksight.schemas.envelope import Envelope
 
 __all__ = ["ClusterFindings", "StragglerTracker", "params_of"]
 
@@ -116,7 +116,7 @@ class StragglerTracker:
     def _worker(self) -> Executor:
         if self._executor is None:
             if self.in_process:
-                self._executor = EngineProcess(self.settings.model_dump_json())
+                self._executor = EngineProcess(self.params)
             else:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="stragglers")
         return self._executor

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.timefmt import NS
-from ranksight.schemas.twins import Envelope
+from ranksight.schemas.envelope import Envelope
 
 XidKey = tuple[str, str, str, str, int]  # cluster, node, pci, kind, code
 

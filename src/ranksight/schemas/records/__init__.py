@@ -1,9 +1,9 @@
-"""One record model per event kind, and ``RECORD_KINDS``: the one registration of each kind.
+"""One record struct per event kind, and ``RECORD_KINDS``: the one registration of each kind.
 
-A kind is declared once, here, and everything else derives from it: its records are ``model``'s msgspec twin, which the
-agent builds and the codec decodes into (:mod:`schemas.twins`, generated from the model by :mod:`schemas.generate`); the
-aggregator's table of the same name has the envelope columns then one column per model field (created and extended
-from the model by the store, ``aggregator.columns``); its envelopes carry the TTL of the agent collector ``collector``
+A kind is declared once, here, and everything else derives from it: its records are ``model``, a msgspec struct that
+the agent builds and the codec decodes into (:mod:`schemas.codec`); the aggregator's table of the same name has the
+envelope columns then one column per field (created and extended from the struct by the store,
+``aggregator.columns``); its envelopes carry the TTL of the agent collector ``collector``
 (``agent.collectors.<collector>.ttl_s``); live state hands it to the tracker ``tracker`` (an attribute of
 ``aggregator.state.LiveState``); ``ranksight parse`` offers the captured-output parsers of module ``parse``. Trackers
 and parse modules are named, not imported, so the wire contract imports nothing of the agent or the aggregator; a test
@@ -74,11 +74,9 @@ RECORD_KINDS: dict[str, RecordKind] = {
         RecordKind("gpu_xid", GpuXidRecord, collector="xid", tracker="xids"),
     )
 }
-RECORD_MODELS: dict[str, type[Record]] = {name: kind.model for name, kind in RECORD_KINDS.items()}
 
 __all__ = [
     "RECORD_KINDS",
-    "RECORD_MODELS",
     "AppRecord",
     "CollectorHealth",
     "GpuLink",

@@ -7,9 +7,9 @@ did not choose from its configuration, so the aggregator judges every rank by th
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+import msgspec
 
 from ranksight.schemas.records.base import Record
 from ranksight.schemas.records.quantities import (
@@ -27,30 +27,34 @@ AppEvent = Literal["start", "heartbeat", "section_open", "section_close", "marke
 FieldValue = str | Integer | Gauge | bool | None
 
 
-class AppRecord(Record):
+class AppRecord(Record, kw_only=True, frozen=True):
     event: AppEvent
     job_id: str | None = None
     rank: Rank | None = None
     local_rank: Rank | None = None
     world_size: RankCount | None = None
     pid: Pid
-    n: Count = Field(description="message number of this process, in send order")
-    client_ts: TimestampNs = Field(description="the process's clock, ns since the epoch")
-    dropped: Count = Field(0, description="messages this process dropped so far (agent absent or slow)")
+    n: Annotated[Count, msgspec.Meta(description="message number of this process, in send order")]
+    client_ts: Annotated[TimestampNs, msgspec.Meta(description="the process's clock, ns since the epoch")]
+    dropped: Annotated[
+        Count, msgspec.Meta(description="messages this process dropped so far (agent absent or slow)")
+    ] = 0
     step: Count | None = None
-    step_time_s: Seconds | None = Field(
-        None, description="mean seconds per step since the previous heartbeat"
-    )
-    open_sections: list[Count] = Field([], description="heartbeat: ids of the sections open when it was sent")
+    step_time_s: Annotated[
+        Seconds | None, msgspec.Meta(description="mean seconds per step since the previous heartbeat")
+    ] = None
+    open_sections: Annotated[
+        list[Count], msgspec.Meta(description="heartbeat: ids of the sections open when it was sent")
+    ] = []
     section: str | None = None
     section_id: Count | None = None
     duration_s: Seconds | None = None
-    ok: bool | None = Field(None, description="section_close: false when the block raised")
-    timeout_s: Seconds | None = Field(
-        None, description="heartbeat timeout (start/heartbeat) or section timeout"
-    )
-    initial_timeout_s: Seconds | None = Field(
-        None, description="start: seconds allowed before the first heartbeat"
-    )
+    ok: Annotated[bool | None, msgspec.Meta(description="section_close: false when the block raised")] = None
+    timeout_s: Annotated[
+        Seconds | None, msgspec.Meta(description="heartbeat timeout (start/heartbeat) or section timeout")
+    ] = None
+    initial_timeout_s: Annotated[
+        Seconds | None, msgspec.Meta(description="start: seconds allowed before the first heartbeat")
+    ] = None
     text: str | None = None
-    fields: dict[str, FieldValue] = Field(default_factory=dict)
+    fields: dict[str, FieldValue] = msgspec.field(default_factory=dict)

@@ -4,20 +4,26 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from pydantic import BaseModel, ConfigDict
+import msgspec
 
 
-class Record(BaseModel):
+class Record(msgspec.Struct, kw_only=True, frozen=True, gc=False):
     """One fact in an envelope's ``records`` batch.
 
     Unknown fields are ignored so that a newer agent (which may only *add* fields, design §2) never breaks an older
-    aggregator; wrong types are rejected.
+    aggregator; wrong types are rejected. Records are frozen (live state shares them) and not tracked by the cyclic GC
+    (decoded data cannot form cycles, and millions of live records would slow every collection). Every subclass says
+    ``kw_only=True`` (msgspec does not inherit it: a required field may then follow a defaulted one, and the fields
+    stay in declaration order, a base's first) and ``frozen=True`` (inherited, but type checkers want it said).
     """
-
-    model_config = ConfigDict(extra="ignore")
 
     # Envelopes of a kind whose latest record is the fact (a heartbeat, an endpoint) must carry at least one.
     min_records: ClassVar[int] = 0
-    # Bumped when the model (or a sub-model) gains a field; compact batches carry it (``record_version``) and an
+    # Bumped when the record (or a sub-record) gains a field; compact batches carry it (``record_version``) and an
     # aggregator refuses a version newer than its own (``unsupported_version``).
     schema_version: ClassVar[int] = 1
+
+
+class SubRecord(msgspec.Struct, kw_only=True, gc=False):
+    """A part of a record (a collector's health, a RAS communicator): not frozen, as parsers build them field by
+    field; unknown fields are ignored as in records."""

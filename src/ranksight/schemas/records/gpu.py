@@ -6,19 +6,19 @@ and memory separately. ``links`` holds XGMI/NVLink state where the source report
 
 from __future__ import annotations
 
-from pydantic import Field
+import msgspec
 
 from ranksight.schemas.records.base import Record
 from ranksight.schemas.records.quantities import Counter, Gauge, Index
 
 
-class GpuLink(Record):
+class GpuLink(Record, kw_only=True, frozen=True):
     name: str
     up: bool | None = None
     peer: str | None = None
 
 
-class GpuRecord(Record):
+class GpuRecord(Record, kw_only=True, frozen=True):
     index: Index
     uuid: str | None = None
     bus_id: str | None = None
@@ -39,5 +39,5 @@ class GpuRecord(Record):
     ecc_uncorrectable: Counter | None = None
     pcie_replays: Counter | None = None
     throttled: bool | None = None
-    throttle_reasons: list[str] = Field(default_factory=list)
-    links: list[GpuLink] = Field(default_factory=list)
+    throttle_reasons: list[str] = msgspec.field(default_factory=list)
+    links: list[GpuLink] = msgspec.field(default_factory=list)

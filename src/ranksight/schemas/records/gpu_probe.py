@@ -15,7 +15,7 @@ from ranksight.schemas.records.quantities import Bytes, Count, Gauge, Index, Sec
 GpuProbeStatus = Literal["ok", "skipped", "unavailable", "error"]
 
 
-class GpuProbeRecord(Record):
+class GpuProbeRecord(Record, kw_only=True, frozen=True):
     index: Index
     status: GpuProbeStatus
     reason: str | None = None

@@ -7,19 +7,25 @@ on (``xid_resolutions``).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field
+import msgspec
 
 from ranksight.schemas.records.base import Record
 from ranksight.schemas.records.quantities import Count, Pid
 
 
-class GpuXidRecord(Record):
-    kind: Literal["xid", "sxid"] = Field(description="xid: a GPU's; sxid: an NVSwitch's")
-    code: int = Field(ge=0, le=65535, description="the Xid number (NVIDIA's Xid catalog)")
-    pci: str | None = Field(None, description="PCI address of the GPU or switch, as the driver prints it")
-    pid: Pid | None = Field(None, description="the process the driver names, when it names one")
-    process: str | None = Field(None, description="its name, when the driver prints one")
-    message: str = Field(max_length=1000, description="the rest of the driver's line")
-    kernel_seq: Count | None = Field(None, description="the kernel log record's sequence number (/dev/kmsg)")
+class GpuXidRecord(Record, kw_only=True, frozen=True):
+    kind: Annotated[Literal["xid", "sxid"], msgspec.Meta(description="xid: a GPU's; sxid: an NVSwitch's")]
+    code: Annotated[int, msgspec.Meta(ge=0, le=65535, description="the Xid number (NVIDIA's Xid catalog)")]
+    pci: Annotated[
+        str | None, msgspec.Meta(description="PCI address of the GPU or switch, as the driver prints it")
+    ] = None
+    pid: Annotated[
+        Pid | None, msgspec.Meta(description="the process the driver names, when it names one")
+    ] = None
+    process: Annotated[str | None, msgspec.Meta(description="its name, when the driver prints one")] = None
+    message: Annotated[str, msgspec.Meta(max_length=1000, description="the rest of the driver's line")]
+    kernel_seq: Annotated[
+        Count | None, msgspec.Meta(description="the kernel log record's sequence number (/dev/kmsg)")
+    ] = None

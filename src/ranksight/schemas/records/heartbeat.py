@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
 
-from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.base import Record, SubRecord
 from ranksight.schemas.records.quantities import Count, Pid, Seconds, TimestampNs
 
 CollectorState = Literal["ok", "error", "absent", "disabled", "starting"]
 
 
-class CollectorHealth(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class CollectorHealth(SubRecord, kw_only=True):
     name: str
     state: CollectorState
     source: str | None = None
@@ -25,9 +23,7 @@ class CollectorHealth(BaseModel):
     errors: Count = 0
 
 
-class PublisherStats(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class PublisherStats(SubRecord, kw_only=True):
     published: Count = 0
     acked: Count = 0
     retries: Count = 0
@@ -35,23 +31,22 @@ class PublisherStats(BaseModel):
     pending: Count = 0
 
 
-class SchedulerJob(BaseModel):
+class SchedulerJob(SubRecord, kw_only=True):
     """A batch job running on the node, as the scheduler's prolog registered it (``deploy/slurm/prolog.sh``)."""
 
-    model_config = ConfigDict(extra="ignore")
     job: str
     user: str | None = None
     nodes: str | None = None  # the scheduler's node list as written, e.g. gpu[001-004]
     started_ns: TimestampNs | None = None
 
 
-class HeartbeatRecord(Record):
+class HeartbeatRecord(Record, kw_only=True, frozen=True):
     min_records = 1
 
     hostname: str
     version: str
     pid: Pid
     started_ns: TimestampNs
-    collectors: list[CollectorHealth] = Field(default_factory=list)
-    publisher: PublisherStats = PublisherStats()
-    jobs: list[SchedulerJob] = Field(default_factory=list)
+    collectors: list[CollectorHealth] = msgspec.field(default_factory=list)
+    publisher: PublisherStats = msgspec.field(default_factory=PublisherStats)
+    jobs: list[SchedulerJob] = msgspec.field(default_factory=list)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import msgspec
 
 from ranksight.schemas.records.base import Record
 from ranksight.schemas.records.quantities import (
@@ -22,12 +22,12 @@ from ranksight.schemas.records.quantities import (
     RankCount,
     TimestampUs,
 )
-from ranksight.schemas.wire import RawWindow
+from ranksight.schemas.wire import INT64_MAX, StoredInt
 
 CaptureModel = Literal["ring", "sampled"]
 
 
-class InspectorOperation(Record):
+class InspectorOperation(Record, kw_only=True, frozen=True):
     """Who ran an operation: its communicator, the rank in it, the process; shared by raw records and summaries."""
 
     comm_id: str
@@ -41,7 +41,7 @@ class InspectorOperation(Record):
     op: str
 
 
-class InspectorRecord(InspectorOperation):
+class InspectorRecord(InspectorOperation, kw_only=True, frozen=True):
     sn: Count
     peer: Rank | None = None
     msg_size_bytes: Bytes
@@ -61,40 +61,42 @@ IDENTITY = ("hostname", "pid", "comm_id", "rank", "op_kind", "op", "sn", "peer",
 
 
 # -- raw records on request: the agent command ``<prefix>.agent.<cluster>.<node>.inspector_raw`` (JSON) ----------------
-class RawCursor(BaseModel):
+class RawCursor(msgspec.Struct, kw_only=True, gc=False, forbid_unknown_fields=True):
     """Where the next page starts: a dump file's name (never a path: the agent only reads the files it lists in its
     own dump directory) and a byte offset in it."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    file: str = Field(min_length=1, max_length=255, pattern=r"^[^/\\\x00]+$")
-    offset: int = Field(ge=0, le=2**63 - 1)
+    file: Annotated[str, msgspec.Meta(min_length=1, max_length=255, pattern=r"^[^/\\\x00]+$")]
+    offset: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 
 
-class RawRecordsRequest(RawWindow, BaseModel):
+class RawRecordsRequest(msgspec.Struct, kw_only=True, frozen=True, gc=False, forbid_unknown_fields=True):
     """Raw Inspector records of some communicators (header ``id`` or ``comm_name``) dumped within ``[from_us, to_us]``
     (the records' ``dump_ts_us``). One page per request; ``cursor`` is the previous page's ``next``."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    comms: list[Annotated[str, Field(min_length=1, max_length=256)]] = Field(min_length=1, max_length=1024)
-    from_us: int = Field(ge=0, le=2**63 - 1)
-    to_us: int = Field(ge=0, le=2**63 - 1)
+    from_us: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+    to_us: Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
+    comms: Annotated[
+        list[Annotated[str, msgspec.Meta(min_length=1, max_length=256)]],
+        msgspec.Meta(min_length=1, max_length=1024),
+    ]
     cursor: RawCursor | None = None
-    max_records: int | None = Field(None, ge=1, description="at most this many records in the page")
+    max_records: (
+        Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX, description="at most this many records in the page")]
+        | None
+    ) = None
 
-    @model_validator(mode="after")
-    def _window(self) -> RawRecordsRequest:
-        self.__post_init__()
-        return self
+    def __post_init__(self) -> None:
+        # msgspec turns the ValueError into the ValidationError of the request, as it does a value out of range
+        if self.to_us < self.from_us:
+            raise ValueError(f"to_us {self.to_us} is before from_us {self.from_us}")
 
 
-class RawRecordsPage(BaseModel):
+class RawRecordsPage(msgspec.Struct, kw_only=True, gc=False):
     """One page of the answer; ``next`` is null on the last page."""
 
     node: str
     incarnation: str
     records: list[InspectorRecord]
     next: RawCursor | None = None
-    scanned_bytes: int = 0
-    bad_lines: int = 0
+    scanned_bytes: StoredInt = 0
+    bad_lines: StoredInt = 0

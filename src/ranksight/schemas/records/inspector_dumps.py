@@ -13,7 +13,7 @@ from ranksight.schemas.records.base import Record
 from ranksight.schemas.records.quantities import Count, Pid, Rank, RankCount, TimestampUs
 
 
-class InspectorDumpStatsRecord(Record):
+class InspectorDumpStatsRecord(Record, kw_only=True, frozen=True):
     comm_id: str
     comm_name: str | None = None
     rank: Rank

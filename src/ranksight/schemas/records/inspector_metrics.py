@@ -30,7 +30,7 @@ InspectorMetricsSource = Literal["prom", "otlp"]
 InspectorMetricsShape = Literal["bucket", "op", "device"]
 
 
-class InspectorMetricsRecord(Record):
+class InspectorMetricsRecord(Record, kw_only=True, frozen=True):
     source: InspectorMetricsSource
     shape: InspectorMetricsShape
     format_version: str | None = None  # the plugin's ``version`` label, e.g. v5.1

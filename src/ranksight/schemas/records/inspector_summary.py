@@ -35,7 +35,7 @@ from ranksight.schemas.records.quantities import (
 )
 
 
-class InspectorSummaryRecord(InspectorOperation):
+class InspectorSummaryRecord(InspectorOperation, kw_only=True, frozen=True):
     schema_version: ClassVar[int] = 2  # 2: `part_us`
     window_start_us: (
         TimestampUs  # dump time (µs since the epoch) where the window starts: a multiple of window_us

@@ -11,15 +11,15 @@ its latest value in the port's records up to then.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+import msgspec
 
 from ranksight.schemas.records.base import Record
 from ranksight.schemas.records.quantities import Count, Counter, Gauge, Seconds
 
 
-class NicRecord(Record):
+class NicRecord(Record, kw_only=True, frozen=True):
     schema_version: ClassVar[int] = 2  # 2: `counters_full`
 
     name: str
@@ -39,8 +39,10 @@ class NicRecord(Record):
     congestion_per_s: Gauge | None = None
     link_flaps: Count = 0
     counter_resets: Count = 0
-    counters: dict[str, Counter] = Field(default_factory=dict)
-    counters_full: bool = Field(
-        True,
-        description="`counters` holds every counter (else only those changed since the port's previous record)",
-    )
+    counters: dict[str, Counter] = msgspec.field(default_factory=dict)
+    counters_full: Annotated[
+        bool,
+        msgspec.Meta(
+            description="`counters` holds every counter (else only those changed since the port's previous record)"
+        ),
+    ] = True

@@ -7,17 +7,18 @@ Rates are bits per second, timed on the receiving side.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
 
 from ranksight.schemas.records.base import Record
 from ranksight.schemas.records.quantities import Bytes, Gauge, Micros, Port, Seconds
+from ranksight.schemas.wire import INT64_MAX
 
 ProbeMode = Literal["full", "light"]  # light: RTT and jitter only (a node runs a job)
 
 
-class ProbeRecord(Record):
+class ProbeRecord(Record, kw_only=True, frozen=True):
     src: str
     dst: str
     transport: str = "tcp"
@@ -37,7 +38,7 @@ class ProbeRecord(Record):
     dst_stall_share: Gauge | None = None
 
 
-class ProbeEndpointRecord(Record):
+class ProbeEndpointRecord(Record, kw_only=True, frozen=True):
     """Announced by every agent's probe collector each interval: the planner probes only nodes it has heard of."""
 
     min_records = 1
@@ -48,14 +49,12 @@ class ProbeEndpointRecord(Record):
     rail: str | None = None
 
 
-class ProbeCommand(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    peer: str = Field(min_length=1, description="the destination node's name")
-    addr: str = Field(min_length=1)
-    port: int = Field(ge=1, le=65535)
+class ProbeCommand(msgspec.Struct, kw_only=True, frozen=True, gc=False, forbid_unknown_fields=True):
+    peer: Annotated[str, msgspec.Meta(min_length=1, description="the destination node's name")]
+    addr: Annotated[str, msgspec.Meta(min_length=1)]
+    port: Port
     mode: ProbeMode = "full"
     skipped: str | None = None
-    echo_count: int = Field(50, ge=1, le=1000)
-    bytes: int = Field(64 * 1024**2, ge=1)
-    seconds: float = Field(1.0, gt=0, le=30)
+    echo_count: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 50
+    bytes: Annotated[int, msgspec.Meta(ge=1, le=INT64_MAX)] = 64 * 1024**2
+    seconds: Annotated[float, msgspec.Meta(gt=0, le=30)] = 1.0

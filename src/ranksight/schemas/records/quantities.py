@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field
+from msgspec import Meta
 
 # A timeout, interval or duration: at most a year. In nanoseconds (3.2e16) added to any timestamp below, it fits int64.
 MAX_SECONDS = 366 * 86400
@@ -31,19 +31,19 @@ MAX_PID = 2**31 - 1  # pid_t
 # 10^18; the bound keeps sums and products of a few of them finite.
 MAX_GAUGE = 1e18
 
-Seconds = Annotated[float, Field(ge=0, le=MAX_SECONDS)]
-Micros = Annotated[float, Field(ge=0, le=MAX_SECONDS * 1e6)]  # a duration in microseconds
-MicrosSpan = Annotated[int, Field(ge=1, le=MAX_SECONDS * 10**6)]  # a window or slice length, µs
-MicrosLength = Annotated[int, Field(ge=0, le=MAX_SECONDS * 10**6)]  # the same, 0 allowed ("none")
-TimestampNs = Annotated[int, Field(ge=0, le=MAX_TS_NS)]
-TimestampUs = Annotated[int, Field(ge=0, le=MAX_TS_US)]
-Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
-Bytes = Annotated[int, Field(ge=0, le=MAX_BYTES)]
-Rank = Annotated[int, Field(ge=0, le=MAX_RANKS)]
-RankCount = Annotated[int, Field(ge=1, le=MAX_RANKS)]
-Pid = Annotated[int, Field(ge=-1, le=MAX_PID)]  # -1: a process RAS cannot name
-Gauge = Annotated[float, Field(ge=-MAX_GAUGE, le=MAX_GAUGE)]
-Counter = Annotated[int, Field(ge=0, le=2**63 - 1)]  # a hardware counter as read (u64 kept as BIGINT)
-Index = Annotated[int, Field(ge=-1, le=2**31 - 1)]  # a device or slice index (-1: none)
-Port = Annotated[int, Field(ge=1, le=65535)]
-Integer = Annotated[int, Field(ge=-MAX_COUNT, le=MAX_COUNT)]  # a number with no unit (a marker's field)
+Seconds = Annotated[float, Meta(ge=0, le=MAX_SECONDS)]
+Micros = Annotated[float, Meta(ge=0, le=MAX_SECONDS * 1e6)]  # a duration in microseconds
+MicrosSpan = Annotated[int, Meta(ge=1, le=MAX_SECONDS * 10**6)]  # a window or slice length, µs
+MicrosLength = Annotated[int, Meta(ge=0, le=MAX_SECONDS * 10**6)]  # the same, 0 allowed ("none")
+TimestampNs = Annotated[int, Meta(ge=0, le=MAX_TS_NS)]
+TimestampUs = Annotated[int, Meta(ge=0, le=MAX_TS_US)]
+Count = Annotated[int, Meta(ge=0, le=MAX_COUNT)]
+Bytes = Annotated[int, Meta(ge=0, le=MAX_BYTES)]
+Rank = Annotated[int, Meta(ge=0, le=MAX_RANKS)]
+RankCount = Annotated[int, Meta(ge=1, le=MAX_RANKS)]
+Pid = Annotated[int, Meta(ge=-1, le=MAX_PID)]  # -1: a process RAS cannot name
+Gauge = Annotated[float, Meta(ge=-MAX_GAUGE, le=MAX_GAUGE)]
+Counter = Annotated[int, Meta(ge=0, le=2**63 - 1)]  # a hardware counter as read (u64 kept as BIGINT)
+Index = Annotated[int, Meta(ge=-1, le=2**31 - 1)]  # a device or slice index (-1: none)
+Port = Annotated[int, Meta(ge=1, le=65535)]
+Integer = Annotated[int, Meta(ge=-MAX_COUNT, le=MAX_COUNT)]  # a number with no unit (a marker's field)

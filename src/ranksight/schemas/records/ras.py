@@ -7,22 +7,20 @@ zeros, so the text form (``%016lx``) and the JSON form (``0x%lx``) of one commun
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+import msgspec
 
-from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.base import Record, SubRecord
 from ranksight.schemas.records.quantities import Count, Index, Micros, Pid, Rank, RankCount, Seconds
 
 RasHealth = Literal["ok", "warning", "degraded", "failed"]
 RasFormat = Literal["text", "json", "monitor"]
 
 
-class RasLaggingRank(BaseModel):
+class RasLaggingRank(SubRecord, kw_only=True):
     """A rank whose operation count of a collective is below its peers' highest: it has not entered (or not issued)
     the operations they have. Normal for an instant while a job runs; a hang when it persists."""
-
-    model_config = ConfigDict(extra="ignore")
 
     rank: Rank
     host: str
@@ -32,56 +30,48 @@ class RasLaggingRank(BaseModel):
     peers_count: Count
 
 
-class RasCommunicator(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class RasCommunicator(SubRecord, kw_only=True):
     hash: str
     secondary_hash: str | None = None
     size: RankCount | None = None
     status: str | None = None  # RUNNING, INIT, FINALIZE, ABORT, NOCOMM (UNKNOWN before 2.26)
-    errors: list[str] = Field(default_factory=list)  # flags: INCOMPLETE, ERROR, MISMATCH
-    missing_ranks: list[Rank] = Field(default_factory=list)
+    errors: list[str] = msgspec.field(default_factory=list)  # flags: INCOMPLETE, ERROR, MISMATCH
+    missing_ranks: list[Rank] = msgspec.field(default_factory=list)
     ranks_reporting: Count | None = None
-    rank_status: dict[str, Count] = Field(default_factory=dict)  # status -> number of ranks (JSON only)
-    op_counts: dict[str, Count] = Field(
-        default_factory=dict
-    )  # collective -> highest operation count over the ranks (JSON only)
-    unknown_ranks: list[Rank] = Field(
-        default_factory=list
-    )  # missing ranks whose process the server cannot name (JSON "host": "unknown", "pid": -1)
+    # status -> number of ranks (JSON only)
+    rank_status: dict[str, Count] = msgspec.field(default_factory=dict)
+    # collective -> highest operation count over the ranks (JSON only)
+    op_counts: dict[str, Count] = msgspec.field(default_factory=dict)
+    # missing ranks whose process the server cannot name (JSON "host": "unknown", "pid": -1)
+    unknown_ranks: list[Rank] = msgspec.field(default_factory=list)
     complete: bool = (
         True  # False: the text elided part of this communicator's facts (e.g. a long missing-rank list)
     )
-    evidence: list[str] = Field(default_factory=list)  # the status lines (or JSON entry) behind its flags
-    lagging_ranks: list[RasLaggingRank] = Field(
-        default_factory=list, max_length=64
-    )  # ranks behind a minority of their comm (JSON only)
+    # the status lines (or JSON entry) behind its flags
+    evidence: list[str] = msgspec.field(default_factory=list)
+    # ranks behind a minority of their comm (JSON only)
+    lagging_ranks: Annotated[list[RasLaggingRank], msgspec.Meta(max_length=64)] = msgspec.field(
+        default_factory=list
+    )
 
 
-class RasProcess(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class RasProcess(SubRecord, kw_only=True):
     host: str
     pid: Pid | None = None
-    gpus: list[Index] = Field(default_factory=list)
-    comms: dict[str, list[Rank]] = Field(
-        default_factory=dict
-    )  # communicator hash -> this process's ranks in it
-    evidence: list[str] = Field(default_factory=list)  # the status lines naming this process
+    gpus: list[Index] = msgspec.field(default_factory=list)
+    # communicator hash -> this process's ranks in it
+    comms: dict[str, list[Rank]] = msgspec.field(default_factory=dict)
+    evidence: list[str] = msgspec.field(default_factory=list)  # the status lines naming this process
 
 
-class RasMismatch(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
+class RasMismatch(SubRecord, kw_only=True):
     hash: str
     kind: Literal["status", "op_count"]
     collective: str | None = None  # None for the 2.24 wording ("collective operation counts") and for status
 
 
-class RasStatus(BaseModel):
+class RasStatus(SubRecord, kw_only=True):
     """One parsed ``STATUS`` reply."""
-
-    model_config = ConfigDict(extra="ignore")
 
     format: Literal["text", "json"]
     version: str | None = None
@@ -89,10 +79,10 @@ class RasStatus(BaseModel):
     nodes: Count | None = None
     processes: Count | None = None
     gpus: Count | None = None
-    communicators: list[RasCommunicator] = Field(default_factory=list)
-    missing_processes: list[RasProcess] = Field(default_factory=list)
-    dead_processes: list[RasProcess] = Field(default_factory=list)
-    mismatches: list[RasMismatch] = Field(default_factory=list)
+    communicators: list[RasCommunicator] = msgspec.field(default_factory=list)
+    missing_processes: list[RasProcess] = msgspec.field(default_factory=list)
+    dead_processes: list[RasProcess] = msgspec.field(default_factory=list)
+    mismatches: list[RasMismatch] = msgspec.field(default_factory=list)
     timeouts: Count = 0
     collection_s: Seconds | None = None
     # False: the format has no job-level INCOMPLETE/DEAD sections (JSON): empty missing/dead lists mean "not said"
@@ -101,7 +91,8 @@ class RasStatus(BaseModel):
     all_communicators: bool = True
 
 
-class RasRecord(Record, RasStatus):
+# msgspec lets a frozen record extend the unfrozen struct its parser builds; mypy's dataclass rules do not
+class RasRecord(Record, RasStatus, kw_only=True, frozen=True):  # type: ignore[misc]
     """A status as published. A status too big for one message (a JSON detail of thousands of communicators) goes out
     in ``parts`` records of one poll (``poll_id``, per agent incarnation), each with the job-level fields and a share
     of the lists (communicators, missing and dead processes, mismatches); the aggregator judges the poll once it
@@ -115,30 +106,26 @@ class RasRecord(Record, RasStatus):
     parts: RankCount = 1
 
 
-class RasDiagnosticFinding(BaseModel):
+class RasDiagnosticFinding(SubRecord, kw_only=True):
     """One line of a RAS ``DIAGNOSTICS`` reply (what each field holds: :mod:`agent.collectors.ras.parse_diagnostics`).
     ``hosts`` are the hosts the line names (Xid/SXid) or, resolved by the agent from a JSON status, those of the
     ranks in ``ranks``."""
-
-    model_config = ConfigDict(extra="ignore")
 
     tag: Literal["ok", "info"]
     check: str
     kind: str
     text: str
     comm: str | None = None
-    ranks: list[Rank] = Field(default_factory=list)
+    ranks: list[Rank] = msgspec.field(default_factory=list)
     ranks_total: Count = 0
     reference_rank: Rank | None = None
     reference_value: str | None = None
-    hosts: list[str] = Field(default_factory=list)
+    hosts: list[str] = msgspec.field(default_factory=list)
 
 
-class RasDiagnostics(BaseModel):
+class RasDiagnostics(SubRecord, kw_only=True):
     """One ``DIAGNOSTICS`` reply: ``ok`` (ran to completion), ``incomplete`` (ended without its completion line),
     ``busy`` (another run was in progress), ``unsupported`` (a server before NCCL 2.31), ``error``."""
-
-    model_config = ConfigDict(extra="ignore")
 
     status: Literal["ok", "incomplete", "busy", "unsupported", "error"]
     message: str | None = None
@@ -147,33 +134,32 @@ class RasDiagnostics(BaseModel):
     scope: Literal["job", "comm"] | None = None
     completed_ms: Micros | None = None  # milliseconds, bounded as any duration
     peers: Count | None = None
-    findings: list[RasDiagnosticFinding] = Field(default_factory=list, max_length=100_000)
+    findings: Annotated[list[RasDiagnosticFinding], msgspec.Meta(max_length=100_000)] = msgspec.field(
+        default_factory=list
+    )
 
 
-class RasDiagnosticsRecord(Record, RasDiagnostics):
+class RasDiagnosticsRecord(Record, RasDiagnostics, kw_only=True, frozen=True):  # type: ignore[misc]
     job_id: str | None = None
     endpoint: str
 
 
-class RasEvent(BaseModel):
+class RasEvent(SubRecord, kw_only=True):
     """One MONITOR event (text line or JSON object)."""
-
-    model_config = ConfigDict(extra="ignore")
 
     time: str | None = None
     event_group: str | None = None  # LIFECYCLE, TRACE (JSON only); RANKSIGHT for ENDPOINT_CLOSED
     event: str
     host: str | None = None
     pid: Pid | None = None
-    gpus: list[Index] = Field(default_factory=list)
-    nvml_gpus: list[Index] = Field(
-        default_factory=list
-    )  # NVML numbers: text `` (NVML n)`` (printed when they
-    # differ from the CUDA numbers, else equal to ``gpus``), JSON ``nvml_devs``
+    gpus: list[Index] = msgspec.field(default_factory=list)
+    # NVML numbers: text `` (NVML n)`` (printed when they differ from the CUDA numbers, else equal to ``gpus``), JSON
+    # ``nvml_devs``
+    nvml_gpus: list[Index] = msgspec.field(default_factory=list)
     addr: str | None = None  # a peer the server cannot name: its address, e.g. ``10.9.9.9<1234>``
     details: str = ""
 
 
-class RasEventRecord(Record, RasEvent):
+class RasEventRecord(Record, RasEvent, kw_only=True, frozen=True):  # type: ignore[misc]
     job_id: str | None = None
     endpoint: str

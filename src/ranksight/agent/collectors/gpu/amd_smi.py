@@ -13,7 +13,7 @@ from typing import Any
 
 from ranksight.agent.collectors.gpu.values import integer, is_missing, with_unit
 from ranksight.errors import ParseError
-from ranksight.schemas.twins import GpuRecord
+from ranksight.schemas.records import GpuRecord
 
 
 class GpuToolParseError(ParseError):

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError, json_documents
-from ranksight.schemas.twins import GpuLink
+from ranksight.schemas.records import GpuLink
 
 _PEER_KEY = re.compile(r"^gpu_(\d+)$")
 

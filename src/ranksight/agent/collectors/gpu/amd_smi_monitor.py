@@ -13,7 +13,7 @@ import re
 
 from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
 from ranksight.agent.collectors.gpu.values import number
-from ranksight.schemas.twins import GpuRecord
+from ranksight.schemas.records import GpuRecord
 
 _VALUE = re.compile(r"N/A|[\d.]+/\s*[\d.]+\s*[KMGT]?B|[\d.]+(?:\s*(?:°C|W|MHz|GHz|%))?")
 _USAGE = re.compile(r"([\d.]+)/\s*([\d.]+)\s*([KMGT]?)B")

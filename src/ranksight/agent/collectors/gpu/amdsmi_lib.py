@@ -12,7 +12,7 @@ from typing import Any
 
 from ranksight.agent.collectors.base import CollectorUnavailable
 from ranksight.agent.collectors.gpu.values import integer, is_missing, number
-from ranksight.schemas.twins import GpuRecord
+from ranksight.schemas.records import GpuRecord
 
 try:
     import amdsmi

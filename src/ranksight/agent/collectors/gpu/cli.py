@@ -13,7 +13,7 @@ from ranksight.agent.collectors.gpu.nvidia_smi import parse_nvidia_smi_csv
 from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
 from ranksight.agent.collectors.gpu.rocm_smi import parse_rocm_smi
 from ranksight.core.cliutil import EXIT_FAILED, print_json, print_table
-from ranksight.schemas.twins import GpuRecord
+from ranksight.schemas.records import GpuRecord
 
 PARSERS: dict[str, Callable[[bytes], list[GpuRecord]]] = {
     "amd-smi": parse_amd_smi_metric,

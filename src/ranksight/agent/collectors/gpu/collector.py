@@ -28,7 +28,7 @@ from ranksight.agent.collectors.gpu.nvidia_smi_xml import parse_nvidia_smi_xml
 from ranksight.agent.collectors.gpu.nvml import Nvml
 from ranksight.agent.collectors.gpu.rocm_smi import parse_rocm_smi
 from ranksight.agent.collectors.gpu.sysfs import read_amdgpu_sysfs
-from ranksight.schemas.twins import GpuRecord, Record
+from ranksight.schemas.records import GpuRecord, Record
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext

@@ -14,7 +14,7 @@ import re
 
 from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
 from ranksight.agent.collectors.gpu.values import UNIT_FACTORS, integer, is_missing, with_unit
-from ranksight.schemas.twins import GpuRecord
+from ranksight.schemas.records import GpuRecord
 
 # ``clocks_throttle_reasons.*`` is the spelling every driver accepts (newer ones alias it to clocks_event_reasons).
 # No field gives the PCIe replay counter (driver 580's --help-query-gpu has none): this source's pcie_replays is

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
 from ranksight.agent.collectors.gpu.nvidia_smi import THROTTLE_BITS
 from ranksight.agent.collectors.gpu.values import integer, is_missing, number
-from ranksight.schemas.twins import GpuRecord
+from ranksight.schemas.records import GpuRecord
 
 MIB, MHZ = 1024.0**2, 1e6  # "81920 MiB", "1275 MHz" (the units the report uses)
 _SLOWDOWNS = set(THROTTLE_BITS.values())

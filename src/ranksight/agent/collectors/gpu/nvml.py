@@ -18,7 +18,7 @@ from typing import Any
 from ranksight.agent.collectors.base import CollectorUnavailable
 from ranksight.agent.collectors.gpu.nvidia_smi import throttle_reasons
 from ranksight.agent.collectors.gpu.values import number
-from ranksight.schemas.twins import GpuLink, GpuRecord
+from ranksight.schemas.records import GpuLink, GpuRecord
 
 try:
     import pynvml

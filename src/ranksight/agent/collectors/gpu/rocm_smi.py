@@ -14,7 +14,7 @@ from typing import Any
 
 from ranksight.agent.collectors.gpu.amd_smi import GpuToolParseError
 from ranksight.agent.collectors.gpu.values import integer, is_missing, number
-from ranksight.schemas.twins import GpuRecord
+from ranksight.schemas.records import GpuRecord
 
 _CARD = re.compile(r"^card(\d+)$")
 MHZ = 1e6

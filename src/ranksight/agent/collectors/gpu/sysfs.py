@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ranksight.agent.collectors.gpu.values import integer, number
-from ranksight.schemas.twins import GpuRecord
+from ranksight.schemas.records import GpuRecord
 
 AMD_VENDOR = "0x1002"
 _CARD = re.compile(r"^card(\d+)$")

@@ -34,14 +34,9 @@ from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.agent.collectors.inspector.senders import SenderFinder
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.agent.collectors.inspector.tailer import Chunk, Tailer
+from ranksight.schemas.records import InspectorMetricsRecord, InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records.inspector import RawRecordsPage, RawRecordsRequest
 from ranksight.schemas.structs import to_builtins
-from ranksight.schemas.twins import (
-    InspectorMetricsRecord,
-    InspectorRecord,
-    InspectorSummaryRecord,
-    RawRecordsPage,
-    RawRecordsRequest,
-)
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext

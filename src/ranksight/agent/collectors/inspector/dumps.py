@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ranksight.formats.inspector import InspectorParseError, parse_lines
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 
 SUFFIXES = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
 

@@ -1,5 +1,5 @@
 """Pure parsers of the Inspector plugin's metric outputs: its Prometheus textfiles and its OTLP/HTTP JSON export,
-bytes in, :class:`~schemas.twins.InspectorMetricsRecord` out (what each record shape means is in that module).
+bytes in, :class:`~schemas.records.InspectorMetricsRecord` out (what each record shape means is in that module).
 
 Both forms come from the same per-GPU aggregation in the plugin (NVIDIA/nccl ``plugins/profiler/inspector``,
 ``inspector_prom.cc`` from 2.29.3 and ``inspector_otel.cc`` from 2.32.3):
@@ -29,7 +29,7 @@ import msgspec
 
 from ranksight.errors import ParseError
 from ranksight.formats.inspector import busbw_check
-from ranksight.schemas.twins import InspectorMetricsRecord, InspectorRecord
+from ranksight.schemas.records import InspectorMetricsRecord, InspectorRecord
 
 
 class InspectorMetricsError(ParseError):

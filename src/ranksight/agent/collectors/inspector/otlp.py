@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from ranksight.agent.collectors.inspector.metrics import InspectorMetricsError, parse_otlp
 from ranksight.errors import RanksightError
-from ranksight.schemas.twins import InspectorMetricsRecord
+from ranksight.schemas.records import InspectorMetricsRecord
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ranksight.agent.collectors.inspector.metrics import parse_prom
-from ranksight.schemas.twins import InspectorMetricsRecord
+from ranksight.schemas.records import InspectorMetricsRecord
 
 PREFIX, SUFFIX = "nccl_inspector_metrics_", ".prom"
 

@@ -23,8 +23,9 @@ from typing import IO, Any
 
 from ranksight.agent.collectors.inspector.tailer import LIVE_SUFFIXES
 from ranksight.formats.inspector import DumpContext, ParseError
+from ranksight.schemas.records import InspectorRecord
+from ranksight.schemas.records.inspector import RawCursor, RawRecordsRequest
 from ranksight.schemas.structs import set_fields
-from ranksight.schemas.twins import InspectorRecord, RawCursor, RawRecordsRequest
 
 _DUMP_TS = re.compile(rb'"dump_timestamp_us":(\d+)')
 _BISECT_STOP = 64 * 1024  # below this many bytes, read on instead of bisecting further

@@ -12,7 +12,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Sequence
 
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 
 MAX_TRACKED_COMMS = 65_536  # served counts kept at most (then they start again level)
 

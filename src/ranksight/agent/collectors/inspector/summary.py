@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import msgspec
 
 from ranksight.formats.inspector import bandwidths_gbs
-from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.schemas.wire import size_bucket
 
 # (comm_id, op_kind, op, size bucket, rank, hostname, pid)
@@ -162,7 +162,7 @@ class Summarizer:
         total = math.fsum(times)
         bandwidths = bandwidths_gbs(rec.op, rec.n_ranks, acc.timed_bytes, total) if times else None
         slices = sorted(acc.slices.items())
-        # a twin is built without validation: every value comes from checked records (the aggregator validates the
+        # a record is built without validation: every value comes from checked records (the aggregator validates the
         # wire form again)
         return InspectorSummaryRecord(
             window_start_us=start,

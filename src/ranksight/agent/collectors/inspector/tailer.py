@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from ranksight.formats.inspector import DumpContext, InspectorParseError, parse_lines
-from ranksight.schemas.twins import InspectorDumpStatsRecord, InspectorRecord
+from ranksight.schemas.records import InspectorDumpStatsRecord, InspectorRecord
 
 LIVE_SUFFIXES = (".log", ".jsonl")
 

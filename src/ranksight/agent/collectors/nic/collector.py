@@ -19,7 +19,7 @@ from ranksight.agent.collectors.base import CollectorUnavailable, PolledCollecto
 from ranksight.agent.collectors.nic.rates import ChangedCounters, RateTracker
 from ranksight.agent.collectors.nic.sysfs import read_nics
 from ranksight.agent.collectors.nic.tool_counters import fill_missing_counters
-from ranksight.schemas.twins import Record
+from ranksight.schemas.records import Record
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext

@@ -15,7 +15,7 @@ import msgspec
 
 from ranksight.agent.collectors.nic.sysfs import RDMA_WORD_BYTES
 from ranksight.agent.collectors.nic.tools import RDMA_RX_BYTES, RDMA_TX_BYTES
-from ranksight.schemas.twins import NicRecord
+from ranksight.schemas.records import NicRecord
 
 # counters whose increase means frames were lost or corrupted
 ERROR_COUNTERS = frozenset({

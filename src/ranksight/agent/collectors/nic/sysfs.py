@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from ranksight.schemas.twins import NicRecord
+from ranksight.schemas.records import NicRecord
 
 RDMA_WORD_BYTES = 4
 _RATE = re.compile(r"^\s*([\d.]+)\s*Gb/sec")

@@ -11,7 +11,7 @@ import msgspec
 
 from ranksight.agent.collectors.command import CommandFailed, run_command
 from ranksight.agent.collectors.nic.tools import ToolParseError, parse_ethtool_stats, parse_rdma_statistic
-from ranksight.schemas.twins import NicRecord
+from ranksight.schemas.records import NicRecord
 
 _COUNTER_FIELDS = ("tx_bytes", "rx_bytes", "tx_packets", "rx_packets", "counters")
 

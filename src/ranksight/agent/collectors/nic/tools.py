@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from ranksight.errors import ParseError
-from ranksight.schemas.twins import NicRecord
+from ranksight.schemas.records import NicRecord
 
 
 class ToolParseError(ParseError):

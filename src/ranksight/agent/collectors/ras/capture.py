@@ -12,8 +12,8 @@ from ranksight.agent.collectors.ras.errors import RasParseError
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_monitor import parse_monitor
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
+from ranksight.schemas.records.ras import RasEvent, RasStatus
 from ranksight.schemas.structs import to_builtins
-from ranksight.schemas.twins import RasEvent, RasStatus
 
 if TYPE_CHECKING:  # a type only: the agent process does not load the pydantic models
     from ranksight.schemas.records.ras import RasHealth

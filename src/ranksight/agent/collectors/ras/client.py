@@ -32,7 +32,7 @@ from ranksight.agent.collectors.ras.errors import (
     RasTimeout,
 )
 from ranksight.agent.collectors.ras.parse_monitor import MonitorDecoder
-from ranksight.schemas.twins import RasEvent
+from ranksight.schemas.records.ras import RasEvent
 
 DEFAULT_PORT = 28028
 PROTOCOL = 2

@@ -37,8 +37,9 @@ from ranksight.agent.collectors.ras.jobid import (
 from ranksight.agent.collectors.ras.lease import Lease
 from ranksight.agent.collectors.ras.parts import split_status
 from ranksight.agent.collectors.ras.poll import client_for, poll_status
+from ranksight.schemas.records import RasDiagnosticsRecord, RasEventRecord, RasRecord
+from ranksight.schemas.records.ras import RasEvent, RasStatus
 from ranksight.schemas.structs import to_builtins
-from ranksight.schemas.twins import RasDiagnosticsRecord, RasEvent, RasEventRecord, RasRecord, RasStatus
 
 if TYPE_CHECKING:
     from ranksight.agent.runtime import AgentContext

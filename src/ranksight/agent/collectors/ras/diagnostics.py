@@ -7,7 +7,7 @@ from __future__ import annotations
 from ranksight.agent.collectors.ras.client import RasClient
 from ranksight.agent.collectors.ras.errors import RasClientError
 from ranksight.agent.collectors.ras.parse_diagnostics import parse_diagnostics, rank_hosts
-from ranksight.schemas.twins import RasDiagnostics
+from ranksight.schemas.records.ras import RasDiagnostics
 
 # the finding kinds that report an inconsistency between ranks or hosts (the others: passed, unknown, incomplete)
 INCONSISTENT = frozenset({"gpu_count", "gpu_model", "cuda_driver", "nvidia_driver", "ecc_uncorrected",

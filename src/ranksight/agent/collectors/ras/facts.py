@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ranksight.agent.collectors.ras.errors import RasParseError
-from ranksight.schemas.twins import RasProcess
+from ranksight.schemas.records.ras import RasProcess
 
 if TYPE_CHECKING:  # a type only: the agent process does not load the pydantic models
     from ranksight.schemas.records.ras import RasHealth

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from ranksight.agent.collectors.ras.errors import RasParseError
 from ranksight.agent.collectors.ras.facts import normalize_hash
 from ranksight.agent.collectors.ras.parse_json import load_json
-from ranksight.schemas.twins import RasDiagnosticFinding, RasDiagnostics
+from ranksight.schemas.records.ras import RasDiagnosticFinding, RasDiagnostics
 
 BANNER = "=== RAS Diagnostics ==="
 _LINE = re.compile(r"^(?P<host>.*):(?P<pid>-?\d+) NCCL DIAG (?P<body>.*)$")

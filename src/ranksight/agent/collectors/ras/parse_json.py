@@ -27,7 +27,7 @@ from ranksight.agent.collectors.ras.facts import (
     normalize_secondary,
     sane_count,
 )
-from ranksight.schemas.twins import RasCommunicator, RasLaggingRank, RasMismatch, RasProcess, RasStatus
+from ranksight.schemas.records.ras import RasCommunicator, RasLaggingRank, RasMismatch, RasProcess, RasStatus
 
 NORMAL_CODES = (0, 7)  # ncclSuccess, ncclInProgress
 _STATUS_RANK = {

@@ -15,7 +15,7 @@ from typing import Any
 
 from ranksight.agent.collectors.ras.errors import RasParseError
 from ranksight.agent.collectors.ras.facts import parse_gpus, sane_count
-from ranksight.schemas.twins import RasEvent
+from ranksight.schemas.records.ras import RasEvent
 
 MAX_PENDING = 1 << 20  # an event never comes near this; more means the peer is not speaking MONITOR
 _LINE = re.compile(r"^\[(?P<time>[^\]]*)\] (?P<event>[A-Za-z0-9_]+): ?(?P<rest>.*)$")

@@ -30,7 +30,7 @@ from ranksight.agent.collectors.ras.facts import (
     parse_gpus,
     sane_count,
 )
-from ranksight.schemas.twins import RasCommunicator, RasLaggingRank, RasMismatch, RasProcess, RasStatus
+from ranksight.schemas.records.ras import RasCommunicator, RasLaggingRank, RasMismatch, RasProcess, RasStatus
 
 _VERSION = re.compile(r"^(?:NCCL|RCCL) version (\d+\.\d+\.\d+)")
 _COLLECTING = re.compile(r"^Communicators\.\.\.\s*\((-?\d+(?:\.\d+)?)s\)")

@@ -10,9 +10,9 @@ The aggregator puts the parts of a poll back together (:mod:`aggregator.state.jo
 from __future__ import annotations
 
 import msgspec
+from msgspec.structs import replace
 
-from ranksight.schemas.structs import replace
-from ranksight.schemas.twins import RasRecord
+from ranksight.schemas.records import RasRecord
 from ranksight.schemas.wire import RAS_SPLIT_LISTS
 
 _ENCODER = msgspec.msgpack.Encoder()

@@ -18,7 +18,7 @@ from ranksight.agent.collectors.ras.client import DEFAULT_PORT, RasClient
 from ranksight.agent.collectors.ras.facts import add_evidence, add_process
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
-from ranksight.schemas.twins import RasStatus
+from ranksight.schemas.records.ras import RasStatus
 
 if TYPE_CHECKING:
     from ranksight.core.config import RasSettings

@@ -19,7 +19,7 @@ from ranksight.aggregator.models.straggler.findings import (
     StragglerParams,
     ranked,
 )
-from ranksight.schemas.twins import InspectorRecord
+from ranksight.schemas.records import InspectorRecord
 
 
 class StragglerEngine(ComputeModel, CommsModel):

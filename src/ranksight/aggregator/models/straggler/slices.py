@@ -29,7 +29,7 @@ from ranksight.aggregator.models.straggler.ledger import (
     run_starts,
 )
 from ranksight.formats.inspector import bandwidths_gbs
-from ranksight.schemas.twins import InspectorRecord, InspectorSummaryRecord
+from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 AggKey = tuple[str, str, int, int]  # (comm, coll, size, rank)
 SpanKey = tuple[str, str, int]  # (comm, coll, rank): coll_sn counts per collective type (p2p_sn per process)

@@ -9,6 +9,7 @@ import os
 from pathlib import Path
 
 import pytest
+from msgspec.structs import replace
 
 from ranksight.agent.collectors.inspector.metrics import (
     InspectorMetricsError,
@@ -20,7 +21,6 @@ from ranksight.agent.collectors.inspector.metrics import (
 from ranksight.agent.collectors.inspector.senders import Sender, SenderFinder, world_of
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.schemas.records import InspectorMetricsRecord
-from ranksight.schemas.structs import replace
 from tests.conftest import FIXTURES
 from tests.inspector_exports import NOW_US, render, source_ops
 

@@ -7,10 +7,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from msgspec.structs import replace
+
 from ranksight.agent.collectors.inspector.sampler import RawSampler
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.records import InspectorRecord
-from ranksight.schemas.structs import replace
 
 FIXTURE = (
     Path(__file__).parents[2]

@@ -10,8 +10,8 @@ import pytest
 
 PROBE = """
 import sys
-from ranksight.agent.__main__ import without_websockets
-without_websockets(sys.argv[1])
+from ranksight.core.websocket_transport import skip_websocket_transport
+skip_websocket_transport(sys.argv[1])
 import ranksight.agent.runtime
 print(sys.modules.get("aiohttp") is not None)
 """

@@ -9,6 +9,8 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from ranksight.api.endpoints import COMMAND_GROUPS, SPECS
 from ranksight.cli import COMMANDS, QUERY_COMMANDS, build_parser
 
@@ -152,3 +154,27 @@ def test_version_loads_almost_nothing() -> None:
         "ranksight", "ranksight.cli", "ranksight.core", "ranksight.core.version", "ranksight.errors",
     ]  # fmt: skip
     assert not {"pydantic", "nats", "msgspec"} & loaded
+
+
+# A fresh interpreter asks over NATS (nothing listens: the command fails as unreachable, after loading its client).
+_OVER_NATS = """
+import json, os, sys
+os.environ["RANKSIGHT_NATS__URL"] = sys.argv[1]
+from ranksight.cli import main
+code = main(["nodes", "--json"])
+loaded = "aiohttp" in sys.modules and sys.modules["aiohttp"] is not None
+print(json.dumps({"code": code, "nats": "nats" in sys.modules, "aiohttp": loaded, "entry": "aiohttp" in sys.modules}))
+"""
+
+
+@pytest.mark.parametrize(("url", "websocket"), [("nats://127.0.0.1:1", False), ("ws://127.0.0.1:1", True)])
+def test_a_query_command_over_nats_loads_the_websocket_transport_only_for_ws_servers(
+    url: str, websocket: bool
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _OVER_NATS, url], capture_output=True, text=True, timeout=120
+    )
+    report = json.loads(done.stdout.splitlines()[-1])
+    assert report["code"] != 0 and report["nats"], done.stderr  # it asked over NATS, and nothing answered
+    assert report["aiohttp"] is websocket
+    assert report["entry"] is websocket  # the refusal (a None entry) is taken back once the command is done

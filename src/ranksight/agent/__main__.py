@@ -17,6 +17,7 @@ import sys
 from ranksight.core.aio import run_until_signalled
 from ranksight.core.config import decode_settings
 from ranksight.core.redact import setup_logging
+from ranksight.core.websocket_transport import skip_websocket_transport
 from ranksight.errors import EXIT_INTERRUPTED, exit_status
 
 # mallopt's M_ARENA_MAX (glibc's malloc.h)
@@ -29,13 +30,6 @@ def limit_malloc_arenas(arenas: int = 1) -> None:
     mallopt = getattr(ctypes.CDLL(None), "mallopt", None)
     if mallopt is not None:
         mallopt(_M_ARENA_MAX, arenas)
-
-
-def without_websockets(nats_url: str) -> None:
-    """nats-py imports aiohttp (about 10 MiB of memory) for its WebSocket transport alone, and goes on without it: an
-    agent whose servers are not ``ws``/``wss`` URLs never loads it."""
-    if not any(url.strip().lower().startswith(("ws://", "wss://")) for url in nats_url.split(",")):
-        sys.modules.setdefault("aiohttp", None)  # type: ignore[arg-type]  # None: "import aiohttp" fails
 
 
 def read_settings(fd: int) -> bytes:
@@ -53,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("started_as", nargs="*")
     args = parser.parse_args(argv)
     settings = decode_settings(read_settings(args.settings_fd))
-    without_websockets(settings.nats.url)
+    skip_websocket_transport(settings.nats.url)  # before nats-py is imported
     from ranksight.agent.runtime import AgentRuntime  # after: it imports nats-py
     from ranksight.core.natsconn import NatsUnreachable
 

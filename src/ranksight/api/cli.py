@@ -33,6 +33,7 @@ from ranksight.core.cliutil import (
     print_table,
     settings_from_args,
 )
+from ranksight.core.websocket_transport import allow_websocket_transport, skip_websocket_transport
 from ranksight.schemas.api import ApiResponse
 
 SubParsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
@@ -152,7 +153,12 @@ def call_api(
         else:
             import asyncio  # the NATS client's loop; an answer over HTTP needs none
 
-            response = asyncio.run(query(settings, endpoint, params, timeout=timeout))
+            skipped = skip_websocket_transport(settings.nats.url)
+            try:
+                response = asyncio.run(query(settings, endpoint, params, timeout=timeout))
+            finally:
+                if skipped:
+                    allow_websocket_transport()
     except ApiUnavailable as exc:
         print_line(f"ranksight: {exc}", sys.stderr)
         return None

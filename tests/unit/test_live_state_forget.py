@@ -28,6 +28,8 @@ SUBJECTS = Subjects()
 NOW = time.time_ns() // 1000 * 1000
 GHOST, KEEPER = "ghost-node-7", "keeper-node"
 FORGET_AFTER_S = 100
+FIRST_TICK_S = 20  # the ghost is gone by then (gone_after_s=10)
+TTL_S = 2.0 * FIRST_TICK_S  # every kind still live at the first tick, whatever the order of RECORD_KINDS
 
 
 def records(kind: str, node: str, peer: str) -> list[dict[str, Any]]:
@@ -70,7 +72,7 @@ def records(kind: str, node: str, peer: str) -> list[dict[str, Any]]:
 
 def message(kind: str, node: str, peer: str, seq: int, recv_ns: int) -> Incoming:
     env = {"type": f"ranksight.ev.v1.{kind}", "cluster": "c", "node": node, "agent": f"{node}-inc", "seq": seq,
-           "ts": recv_ns, "ttl": 10.0, "records": records(kind, node, peer)}  # fmt: skip
+           "ts": recv_ns, "ttl": TTL_S, "records": records(kind, node, peer)}  # fmt: skip
     return Incoming(SUBJECTS.event("c", node, kind), msgpack.packb(env), recv_ns)
 
 
@@ -118,7 +120,7 @@ def test_every_tracker_forgets_a_silent_node_and_history_keeps_it(tmp_path: Path
     try:
         state = LiveState(gone_after_s=10, forget_after_s=FORGET_AFTER_S)
         feed(store, state, every_kind(GHOST, KEEPER, NOW) + every_kind(KEEPER, GHOST, NOW))
-        state.tick(NOW + 20 * NS)
+        state.tick(NOW + FIRST_TICK_S * NS)
         # every tracker holds something of the ghost now (so the check below can fail for each)
         holding = [type(t).__name__ for t in state.trackers if any(mentions(t, GHOST))]
         assert holding == [type(t).__name__ for t in state.trackers]

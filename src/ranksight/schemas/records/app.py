@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.base import Record, RecordKind
 from ranksight.schemas.records.quantities import (
     Count,
     Gauge,
@@ -58,3 +58,8 @@ class AppRecord(Record, kw_only=True, frozen=True):
     ] = None
     text: str | None = None
     fields: dict[str, FieldValue] = msgspec.field(default_factory=dict)
+
+
+KINDS = [
+    RecordKind("app", AppRecord, collector="app", tracker="app"),
+]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import ClassVar
 
 import msgspec
@@ -27,3 +28,14 @@ class Record(msgspec.Struct, kw_only=True, frozen=True, gc=False):
 class SubRecord(msgspec.Struct, kw_only=True, gc=False):
     """A part of a record (a collector's health, a RAS communicator): not frozen, as parsers build them field by
     field; unknown fields are ignored as in records."""
+
+
+@dataclass(frozen=True)
+class RecordKind:
+    """The registration of an event kind, declared in the module of its struct (that module's ``KINDS``)."""
+
+    name: str  # the envelope's kind, a subject token, and the aggregator's table
+    model: type[Record]
+    collector: str  # the agent collector that publishes it; its settings' ttl_s is the kind's TTL
+    tracker: str | None  # the LiveState tracker that keeps its live state; None: history only
+    parse: str | None = None  # module with ``register_parse(sources)`` for ``ranksight parse``

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import msgspec
 
-from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.base import Record, RecordKind
 from ranksight.schemas.records.quantities import Counter, Gauge, Index
 
 
@@ -41,3 +41,8 @@ class GpuRecord(Record, kw_only=True, frozen=True):
     throttled: bool | None = None
     throttle_reasons: list[str] = msgspec.field(default_factory=list)
     links: list[GpuLink] = msgspec.field(default_factory=list)
+
+
+KINDS = [
+    RecordKind("gpu", GpuRecord, collector="gpu", tracker="gpus", parse="ranksight.agent.collectors.gpu.cli"),
+]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.base import Record, RecordKind
 from ranksight.schemas.records.quantities import Bytes, Count, Gauge, Index, Seconds
 
 GpuProbeStatus = Literal["ok", "skipped", "unavailable", "error"]
@@ -28,3 +28,8 @@ class GpuProbeRecord(Record, kw_only=True, frozen=True):
     duration_s: Seconds | None = None
     matmul_n: Count | None = None
     mem_bytes: Bytes | None = None
+
+
+KINDS = [
+    RecordKind("gpu_probe", GpuProbeRecord, collector="gpu_probe", tracker="gpu_probes"),
+]

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.base import Record, RecordKind
 from ranksight.schemas.records.quantities import Count, Pid
 
 
@@ -29,3 +29,8 @@ class GpuXidRecord(Record, kw_only=True, frozen=True):
     kernel_seq: Annotated[
         Count | None, msgspec.Meta(description="the kernel log record's sequence number (/dev/kmsg)")
     ] = None
+
+
+KINDS = [
+    RecordKind("gpu_xid", GpuXidRecord, collector="xid", tracker="xids"),
+]

@@ -6,7 +6,7 @@ from typing import Literal
 
 import msgspec
 
-from ranksight.schemas.records.base import Record, SubRecord
+from ranksight.schemas.records.base import Record, RecordKind, SubRecord
 from ranksight.schemas.records.quantities import Count, Pid, Seconds, TimestampNs
 
 CollectorState = Literal["ok", "error", "absent", "disabled", "starting"]
@@ -50,3 +50,8 @@ class HeartbeatRecord(Record, kw_only=True, frozen=True):
     collectors: list[CollectorHealth] = msgspec.field(default_factory=list)
     publisher: PublisherStats = msgspec.field(default_factory=PublisherStats)
     jobs: list[SchedulerJob] = msgspec.field(default_factory=list)
+
+
+KINDS = [
+    RecordKind("heartbeat", HeartbeatRecord, collector="heartbeat", tracker="nodes"),
+]

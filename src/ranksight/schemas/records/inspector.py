@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.base import Record, RecordKind
 from ranksight.schemas.records.quantities import (
     Bytes,
     Count,
@@ -57,6 +57,11 @@ class InspectorRecord(InspectorOperation, kw_only=True, frozen=True):
 
 # What makes a record one operation of one rank as dumped: the same dump line read twice (streamed, then fetched on
 # request) has the same values; a sampled-model op dumped at two ticks is two lines, two records.
+
+
+KINDS = [
+    RecordKind("inspector", InspectorRecord, collector="inspector", tracker="stragglers"),
+]
 IDENTITY = ("hostname", "pid", "comm_id", "rank", "op_kind", "op", "sn", "peer", "dump_ts_us")
 
 

@@ -9,7 +9,7 @@ when the plugin's proxy tracing is on (v4.4); they are None otherwise.
 
 from __future__ import annotations
 
-from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.base import Record, RecordKind
 from ranksight.schemas.records.quantities import Count, Pid, Rank, RankCount, TimestampUs
 
 
@@ -33,3 +33,10 @@ class InspectorDumpStatsRecord(Record, kw_only=True, frozen=True):
     proxy_dropped_since_last_dump: Count | None = None
     proxy_ops_dropped_total: Count | None = None
     proxy_ops_dropped_since_last_dump: Count | None = None
+
+
+KINDS = [
+    RecordKind(
+        "inspector_dump_stats", InspectorDumpStatsRecord, collector="inspector", tracker="inspector_drops"
+    ),
+]

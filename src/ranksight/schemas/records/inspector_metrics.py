@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.base import Record, RecordKind
 from ranksight.schemas.records.quantities import Bytes, Count, Gauge, Micros, Rank, RankCount, TimestampUs
 
 InspectorMetricsSource = Literal["prom", "otlp"]
@@ -59,3 +59,8 @@ class InspectorMetricsRecord(Record, kw_only=True, frozen=True):
     coll_dropped_total: Count | None = None
     p2p_total: Count | None = None
     p2p_dropped_total: Count | None = None
+
+
+KINDS = [
+    RecordKind("inspector_metrics", InspectorMetricsRecord, collector="inspector", tracker="inspector_drops"),
+]

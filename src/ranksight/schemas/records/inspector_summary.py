@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from ranksight.schemas.records.base import RecordKind
 from ranksight.schemas.records.inspector import CaptureModel, InspectorOperation
 from ranksight.schemas.records.quantities import (
     Bytes,
@@ -71,3 +72,8 @@ class InspectorSummaryRecord(InspectorOperation, kw_only=True, frozen=True):
     # one part of the window: the records its agent read within one publication period, this long (µs); 0: the whole
     # window, published once it closed, as agents before schema version 2 did
     part_us: MicrosLength = 0
+
+
+KINDS = [
+    RecordKind("inspector_summary", InspectorSummaryRecord, collector="inspector", tracker="stragglers"),
+]

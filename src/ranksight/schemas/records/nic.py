@@ -15,7 +15,7 @@ from typing import Annotated, ClassVar, Literal
 
 import msgspec
 
-from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.base import Record, RecordKind
 from ranksight.schemas.records.quantities import Count, Counter, Gauge, Seconds
 
 
@@ -46,3 +46,8 @@ class NicRecord(Record, kw_only=True, frozen=True):
             description="`counters` holds every counter (else only those changed since the port's previous record)"
         ),
     ] = True
+
+
+KINDS = [
+    RecordKind("nic", NicRecord, collector="nic", tracker="nics", parse="ranksight.agent.collectors.nic.cli"),
+]

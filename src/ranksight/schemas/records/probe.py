@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from ranksight.schemas.records.base import Record
+from ranksight.schemas.records.base import Record, RecordKind
 from ranksight.schemas.records.quantities import Bytes, Gauge, Micros, Port, Seconds
 from ranksight.schemas.wire import INT64_MAX
 
@@ -47,6 +47,12 @@ class ProbeEndpointRecord(Record, kw_only=True, frozen=True):
     port: Port
     transport: str = "tcp"
     rail: str | None = None
+
+
+KINDS = [
+    RecordKind("probe", ProbeRecord, collector="probe", tracker="links"),
+    RecordKind("probe_endpoint", ProbeEndpointRecord, collector="probe", tracker="links"),
+]
 
 
 class ProbeCommand(msgspec.Struct, kw_only=True, frozen=True, gc=False, forbid_unknown_fields=True):

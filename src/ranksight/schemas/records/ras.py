@@ -11,7 +11,7 @@ from typing import Annotated, ClassVar, Literal
 
 import msgspec
 
-from ranksight.schemas.records.base import Record, SubRecord
+from ranksight.schemas.records.base import Record, RecordKind, SubRecord
 from ranksight.schemas.records.quantities import Count, Index, Micros, Pid, Rank, RankCount, Seconds
 
 RasHealth = Literal["ok", "warning", "degraded", "failed"]
@@ -163,3 +163,16 @@ class RasEvent(SubRecord, kw_only=True):
 class RasEventRecord(Record, RasEvent, kw_only=True, frozen=True):  # type: ignore[misc]
     job_id: str | None = None
     endpoint: str
+
+
+KINDS = [
+    RecordKind("ras", RasRecord, collector="ras", tracker="jobs", parse="ranksight.agent.collectors.ras.cli"),
+    RecordKind(
+        "ras_event",
+        RasEventRecord,
+        collector="ras",
+        tracker="jobs",
+        parse="ranksight.agent.collectors.ras.cli",
+    ),
+    RecordKind("ras_diagnostics", RasDiagnosticsRecord, collector="ras", tracker="jobs"),
+]

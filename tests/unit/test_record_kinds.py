@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import importlib
+import sys
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,14 +12,15 @@ import msgpack
 import msgspec.inspect as mi
 import pytest
 
-from ranksight.agent.collectors.registry import COLLECTORS
+from ranksight.agent.collectors.registry import COLLECTORS, collector_modules, declared_collectors
 from ranksight.aggregator.columns import kind_columns, table_columns
 from ranksight.aggregator.ingest.pipeline import Incoming
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.store import Store
 from ranksight.commands.parse import PARSE_MODULES
 from ranksight.core.config import CollectorsSettings, IngestSettings
-from ranksight.schemas.records import RECORD_KINDS
+from ranksight.schemas import records
+from ranksight.schemas.records import RECORD_KINDS, declared_kinds
 from ranksight.schemas.subjects import Subjects
 from tests.unit.test_ingest_admission import NOW, _store
 
@@ -53,6 +56,71 @@ def test_every_collector_publishes_a_kind_that_names_it() -> None:
     assert {name: RECORD_KINDS[c.kind].collector for name, c in COLLECTORS.items()} == {
         n: n for n in COLLECTORS
     }
+
+
+def test_every_collector_has_its_settings_section() -> None:
+    """A collector's name is its ``[agent.collectors.<name>]`` section; the sections' order is the start order."""
+    assert list(COLLECTORS) == list(CollectorsSettings.model_fields)
+
+
+def test_each_kind_is_declared_once_beside_its_struct() -> None:
+    declared = declared_kinds(records.__name__, records.__path__)
+    assert sorted(kind.name for kind in declared) == sorted(RECORD_KINDS)  # no name declared twice
+    for kind in declared:
+        assert kind.model is getattr(sys.modules[kind.model.__module__], kind.model.__name__)
+        assert kind in sys.modules[kind.model.__module__].KINDS
+
+
+@pytest.fixture
+def scratch_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """An importable package ``scratch_ext`` under ``tmp_path``: the recipe's new files, without touching the tree."""
+    package = tmp_path / "scratch_ext"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield package
+    for name in [name for name in sys.modules if name.split(".")[0] == "scratch_ext"]:
+        del sys.modules[name]
+
+
+def test_a_new_record_module_is_a_new_kind_with_no_list_to_edit(scratch_package: Path) -> None:
+    """docs/extending.md: a kind is its struct module; ``RECORD_KINDS`` gathers every module's ``KINDS``."""
+    (scratch_package / "fan.py").write_text(
+        textwrap.dedent("""
+        from ranksight.schemas.records.base import Record, RecordKind
+
+        class FanRecord(Record, kw_only=True, frozen=True):
+            rpm: int
+
+        KINDS = [RecordKind("fan", FanRecord, collector="fan", tracker=None)]
+    """)
+    )
+    (scratch_package / "airflow.py").write_text("AIRFLOW_UNITS = 'cfm'  # a helper module declares no kind\n")
+    importlib.invalidate_caches()
+    [fan] = declared_kinds("scratch_ext", [str(scratch_package)])
+    assert (fan.name, fan.model.__name__, fan.collector) == ("fan", "FanRecord", "fan")
+
+
+def test_a_new_collector_module_registers_itself(scratch_package: Path) -> None:
+    """docs/extending.md: a collector is its module (or a subpackage's ``collector`` module) with a ``name``."""
+    source = textwrap.dedent("""
+        from ranksight.agent.collectors.base import PolledCollector
+        from ranksight.agent.collectors.heartbeat import HeartbeatCollector  # imported: not this module's
+
+        class {cls}(PolledCollector):
+            name = "{name}"
+            kind = "{name}"
+    """)
+    (scratch_package / "fan.py").write_text(source.format(cls="FanCollector", name="fan"))
+    (scratch_package / "pump").mkdir()
+    (scratch_package / "pump" / "__init__.py").write_text("")
+    (scratch_package / "pump" / "collector.py").write_text(source.format(cls="PumpCollector", name="pump"))
+    (scratch_package / "pump" / "parse.py").write_text(
+        "raise AssertionError('only collector modules are read')\n"
+    )
+    importlib.invalidate_caches()
+    found = declared_collectors(collector_modules("scratch_ext", [str(scratch_package)]))
+    assert sorted(cls.name for cls in found) == ["fan", "pump"]
 
 
 def matching_columns(kind: str, have: dict[str, str]) -> dict[str, str]:

@@ -1,1 +1,1 @@
-"""Agent collectors: one module each, registered in :mod:`agent.collectors.registry`."""
+"""Agent collectors: one module each, each registers itself (:mod:`agent.collectors.registry`)."""

@@ -398,6 +398,12 @@ class ComputeModel(Slices):
         key_median[rk[rate_starts[rate_counts < 3]]] = math.nan
         key_least = np.full(len(self._rate_keys.keys), math.nan)
         key_least[rk[rate_starts]] = md[rate_starts]  # the latest rank's (sorted by median: the first)
+        # the comparison's error: the rank's own median's and a typical rank's of the same key (the key's median is
+        # made of such)
+        by_error = np.lexsort((errors, rate_key))
+        key_error = np.full(len(self._rate_keys.keys), math.nan)
+        key_error[rk[rate_starts]] = errors[by_error][rate_starts + (rate_counts - 1) // 2]
+        errors = np.hypot(errors, key_error[rate_key])
         late = span_rate[keys] * (key_median[rate_key] - medians)
         wait = span_rate[keys] * (medians - key_least[rate_key])
         proc = self._span_procs()[keys]
@@ -630,7 +636,9 @@ class ComputeModel(Slices):
         leaning: dict[str, list[Finding]] = defaultdict(list)
         for proc in suspects:
             ps = shares[proc]
-            factor, z, cost = ps.share / med, (ps.share - med) / spread, ps.share - med
+            # by lateness, the evidence is as strong as its samples make it: its excess in their standard errors
+            error = max(spread, ps.late_error) if late and ps.late_error == ps.late_error else spread
+            factor, z, cost = ps.share / med, (ps.share - med) / error, ps.share - med
             factors = [
                 x / m if x == x and m > 0 else math.nan for x, m in zip(ps.slices, slice_meds, strict=True)
             ]

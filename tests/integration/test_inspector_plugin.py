@@ -20,6 +20,7 @@ from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.models.straggler.engine import analyze_records
 from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.schemas.records import InspectorRecord
+from ranksight.simulate import plugin_scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, RankOp, job_ops, write_job
 from ranksight.simulate.inspector_plugin import (
     DEFAULT_PLUGIN_DIR,
@@ -200,6 +201,23 @@ def test_a_steady_straggler_at_1s_ring_dumps_is_found_steady_at_its_slowdown(tmp
     assert [(f.hostname, f.pid, f.kind) for f in found] == [(*run.processes[(1, 0)], "compute")]
     assert abs(found[0].slowdown - 1.5) / 1.5 <= 0.15
     assert _steady(found[0])
+
+
+@pytest.mark.parametrize(("version", "dump_ms"), [("2.29.3", 1000.0), ("2.28.9", 2000.0)])
+def test_a_straggler_under_sampled_capture_is_named_by_how_late_it_arrives(
+    version: str, dump_ms: float, tmp_path: Path
+) -> None:
+    """The sampled plugins record no Send/Recv and one op per communicator per tick: the hybrid job's pipeline waits
+    count as compute and its time in collectives is estimated from rare samples. Its 1.5x straggler is named by its
+    lateness within its communicators, alone, at about its slowdown."""
+    spec = plugin_scenarios.CLASSES["compute_1.5"]("sampled", 3, dump_ms)
+    [t] = plugin_scenarios.truth(spec)
+    assert t.gpu is not None
+    run, records = _run(spec, version, tmp_path)
+    [f] = analyze_records(records).stragglers
+    assert (f.hostname, f.pid, f.kind) == (*run.processes[(t.node, t.gpu)], "compute")
+    assert f.coverage["compared_by"] == "lateness"
+    assert abs(f.slowdown - 1.5) / 1.5 <= 0.15
 
 
 def test_an_unknown_plugin_version_is_refused_by_name(tmp_path: Path) -> None:

@@ -276,3 +276,38 @@ def test_ranks_beyond_max_ranks_are_counted_not_analyzed_until_others_are_forgot
     assert tracker.followed_ranks == {}
     tracker.observe(envelope("inspector", "node000", 5, flood[-1:]), 1_064 * NS)
     assert tracker.untracked == 301 - room and tracker.followed_ranks["c"]
+
+
+def test_a_finding_s_coverage_cites_the_drop_counters_of_its_processes() -> None:
+    from ranksight.schemas.records import InspectorDumpStatsRecord
+
+    state = LiveState()
+    state.stragglers.configure(
+        StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0, retain_windows=10)
+    )
+    t0 = 1_000 * NS
+    records = {proc: [parse_op(x) for x in lines] for proc, lines in simulate(SPEC).items()}
+    for seq, ((host, _pid), recs) in enumerate(records.items(), start=1):
+        state.observe(envelope("inspector", host, seq, recs), t0)
+    straggler = ("node001", SPEC.pid(1, 2))
+    comm = records[straggler][0]
+
+    def marker(pid: int, ts_us: int, dropped: int) -> InspectorDumpStatsRecord:
+        return InspectorDumpStatsRecord(comm_id=comm.comm_id, rank=comm.rank, n_ranks=comm.n_ranks,
+                                        hostname="node001", pid=pid, dump_ts_us=ts_us, format_version="v4.1",
+                                        coll_records=30, coll_dropped_total=dropped, coll_dropped_since_last_dump=dropped,
+                                        p2p_records=0, p2p_dropped_total=0, p2p_dropped_since_last_dump=0)  # fmt: skip
+
+    # the straggler's own markers (two dumps, 10 drops in the second), and a neighbour's that its finding must not cite
+    mine = [marker(straggler[1], comm.dump_ts_us, 0), marker(straggler[1], comm.dump_ts_us + 1, 10)]
+    state.observe(
+        envelope("inspector_dump_stats", "node001", 99, [*mine, marker(SPEC.pid(1, 0), 1, 500)]), t0
+    )
+    state.tick(t0)
+    [alert] = [a for a in AlertEngine().evaluate(default_rules(), state, t0) if a.rule == "straggler"]
+    assert alert.evidence["pid"] == straggler[1]
+    coverage = alert.evidence["coverage"]
+    assert coverage["ring_drops"] == {"processes": 1, "communicators": 1, "dumps": 2, "records": 60, "dropped": 10,
+                                      "dropped_share": round(10 / 70, 4), "dropped_total": 10}  # fmt: skip
+    assert any("10 operations the plugin's rings dropped" in x for x in coverage["left_out"])
+    assert "capture_model" in coverage  # the engine's own coverage stays

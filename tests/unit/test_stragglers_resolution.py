@@ -18,7 +18,7 @@ from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyz
 from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.records import InspectorRecord
-from ranksight.simulate import scenarios
+from ranksight.simulate import plugin_scenarios, scenarios
 from ranksight.simulate.inspector import Fault, JobSpec, comms, run_job
 
 
@@ -222,3 +222,24 @@ def test_slow_send_recv_communicators_locate_a_degraded_link() -> None:
         for c in f.comms
     )
     assert "unknown" not in f.evidence and f.cost > 0
+
+
+@pytest.mark.parametrize("seed", [2, 3, 4])
+def test_sampled_hybrid_job_names_its_straggler_by_how_late_it_arrives(seed: int) -> None:
+    """The hybrid layout under sampled capture (2.28/2.29: no Send/Recv recorded): pipeline waits count as compute and
+    the rare samples of the collective carrying the waits spread every estimate of time in collectives widely. The
+    straggler is named by its lateness within its communicators (its exec times short, its peers' long), its pipeline
+    neighbour (which waited for it in an unrecorded Send/Recv) is not, and the slowdown is near its own."""
+    spec = plugin_scenarios.CLASSES["compute_1.5"]("sampled", seed, 1000.0)
+    [t] = plugin_scenarios.truth(spec)
+    [f] = analyze_records(records_of(spec)).stragglers
+    assert (f.hostname, f.pid, f.kind) == (spec.hostname(t.node), spec.pid(t.node, t.gpu), "compute")
+    assert f.coverage["compared_by"] == "lateness" and "later than the other ranks" in f.evidence
+    assert abs(f.slowdown - t.expected_slowdown) / t.expected_slowdown <= 0.15
+
+
+@pytest.mark.parametrize(("cls", "dump_ms"), [("healthy", 1000.0), ("noisy_healthy", 2000.0)])
+def test_sampled_hybrid_healthy_jobs_raise_nothing(cls: str, dump_ms: float) -> None:
+    for seed in (2, 3):
+        spec = plugin_scenarios.CLASSES[cls]("sampled", seed, dump_ms)
+        assert analyze_records(records_of(spec)).stragglers == []

@@ -1,13 +1,15 @@
 """The ``straggler`` and ``collective_hang`` rules over :class:`aggregator.state.stragglers.StragglerTracker`.
 
 Each straggler finding is corroborated by the live GPU and NIC state of its node (the same device state the hardware
-rules read), active GPU probes and, for communication stragglers, link probes.
+rules read), active GPU probes and, for communication stragglers, link probes; its coverage cites the Inspector drop
+counters of its processes (``ring_drops``, from the plugins' dump markers) where they are known.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Callable, Iterator
+from typing import cast
 
 from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.analysis.gpu_probe import gpu_evidence
@@ -114,6 +116,27 @@ def ras_comms(job: JobState | None, comm_ids: list[str]) -> list[dict[str, objec
             for key, comm in job.comms.items() if comm_hash(key) in wanted]  # fmt: skip
 
 
+def drop_coverage(state: LiveState, cluster: str, f: Finding) -> dict[str, object]:
+    """The finding's coverage with the Inspector drop counters of its processes and communicators (``ring_drops``:
+    markers seen, records they announced, operations the plugin's rings dropped meanwhile and since the process
+    started), and what was dropped named among what was left out; unchanged where no marker came (plugins before
+    output format v4.1 write none)."""
+    drops = [c for (host, pid, comm_id), c in state.inspector_drops.coverage(cluster).items()
+             if host == f.hostname and (f.pid is None or (pid == f.pid and comm_id in f.comm_ids))]  # fmt: skip
+    if not drops:
+        return f.coverage
+    records, dropped = sum(c.records for c in drops), sum(c.dropped for c in drops)
+    share = dropped / (records + dropped) if records + dropped else 0.0
+    ring_drops = {"processes": len({c.latest.pid for c in drops}), "communicators": len(drops),
+                  "dumps": sum(c.dumps for c in drops), "records": records, "dropped": dropped,
+                  "dropped_share": round(share, 4), "dropped_total": sum(c.dropped_total for c in drops)}  # fmt: skip
+    left_out = list(cast(list[str], f.coverage.get("left_out", [])))
+    if dropped:
+        left_out.append(f"{dropped} operations the plugin's rings dropped ({share:.1%} of those its dump markers "
+                        "counted): their time counts as compute")  # fmt: skip
+    return {**f.coverage, "ring_drops": ring_drops, "left_out": left_out}
+
+
 class StragglerRule:
     """A finding carries the job of its communicators where RAS watches it; once that job has ended its stragglers
     are over, and their alerts resolve with the job."""
@@ -150,6 +173,7 @@ class StragglerRule:
                     summary=summary(f, notes),
                     evidence={
                         **f.as_dict(),
+                        "coverage": drop_coverage(state, cluster, f),
                         "corroboration": notes,
                         "gpu": gpu_of(state, cluster, f.hostname, f.pid),
                         "ras_comms": ras_comms(job, f.comm_ids),

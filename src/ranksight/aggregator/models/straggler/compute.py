@@ -21,8 +21,17 @@ from ranksight.aggregator.models.straggler.findings import Finding, Pattern, Pro
 from ranksight.aggregator.models.straggler.ledger import F64, I64, Rows, run_starts
 from ranksight.aggregator.models.straggler.slices import Comm, Slices
 
+IQR_TO_SIGMA = 1.349  # a normal distribution's interquartile range in standard deviations
 # the dump interval is read from the dump times of this many processes (every process's thread ticks at it)
 _INTERVAL_PROCS = 64
+# sampled: samples of a (comm, coll, rank) in a horizon before its median exec time is compared with its peers'
+_LATE_SAMPLES = 2
+# sampled: a flagged process is a pipeline neighbour's victim where one sharing a comm with it costs this many times more
+_VICTIM_RATIO = 3.0
+# sampled: a process waiting in one of its comms by this share of its lateness in another is not judged by lateness
+_VICTIM_WAIT = 0.5
+# sampled: standard errors (from its samples' spread) a process's lateness must exceed to count
+_LATE_Z = 4.0
 
 
 def _robust(values: list[float], floor: float) -> tuple[float, float]:
@@ -63,6 +72,15 @@ def _dump_interval(rows: Rows, proc: np.ndarray[Any, Any], known: float) -> floa
     starts = np.flatnonzero(np.concatenate(([True], ~same | (gaps > apart))))
     steps = np.diff(ts[starts])[who[starts][1:] == who[starts][:-1]]
     return float(np.percentile(steps, 20)) if len(steps) >= 3 else known
+
+
+def without_victims(findings: list[Finding]) -> list[Finding]:
+    """Sampled: a process judged by its lateness that shares a communicator with a finding costing the job
+    ``_VICTIM_RATIO`` times as much is left out: it waited for that one in a Send/Recv the plugin does not record (a
+    pipeline neighbour), and so arrives late at its next collectives too."""
+    return [f for f in findings if f.coverage.get("compared_by") != "lateness" or not any(
+        other is not f and other.cost >= _VICTIM_RATIO * f.cost and set(other.comm_ids) & set(f.comm_ids)
+        for other in findings)]  # fmt: skip
 
 
 def _nan_median(values: Iterable[float]) -> float:
@@ -124,6 +142,19 @@ class PoolPattern:
 
 
 @dataclass
+class _Lateness:
+    """Sampled (:meth:`ComputeModel._lateness`): per process number its lateness and the communicator (number) it is
+    latest in (-1: none), and per (comm, coll) number the median of its ranks' median exec times (NaN: unknown)."""
+
+    late: np.ndarray[Any, Any]
+    comm: np.ndarray[Any, Any]
+    key_median: np.ndarray[Any, Any]
+    # per process number: the most it waits, in one of its comms, for that comm's latest rank (share of the time)
+    waits: np.ndarray[Any, Any]
+    error: np.ndarray[Any, Any]  # per process number: the standard error of its lateness, from its samples
+
+
+@dataclass
 class _ProcShare:
     share: float
     ops: int
@@ -134,6 +165,17 @@ class _ProcShare:
     # compute share per slice of those ``lived`` slices (aligned at the horizon's end): made only for a job where a
     # process stands out overall (most evaluations of a healthy job need none)
     slices: list[float] = field(default_factory=list)
+    # sampled: how much later than the other ranks of its communicators it arrives, as a share of the time (NaN: too
+    # few samples, or no communicator of three ranks or more); its judged share is its stage's plus this
+    late: float = math.nan
+    waits: float = (
+        math.nan
+    )  # sampled: the most it waits for the latest rank of one of its comms (share of the time)
+    late_error: float = math.nan  # sampled: the standard error of ``late``
+    outside: float = (
+        math.nan
+    )  # sampled: its estimated share of the time outside recorded ops, as first computed
+    base: float = math.nan  # sampled: its judged share less its lateness (its stage's)
 
 
 class ComputeModel(Slices):
@@ -184,12 +226,12 @@ class ComputeModel(Slices):
 
     def _shares(
         self, rows: Rows, pos: np.ndarray[Any, Any], width: int, first: int
-    ) -> tuple[dict[Proc, _ProcShare], Callable[[Proc], tuple[list[float], list[float]]]]:
+    ) -> tuple[dict[Proc, _ProcShare], Callable[[Proc, _ProcShare], tuple[list[float], list[float]]]]:
         """Each process's share of the horizon (``width`` slices from slice ``first``: ``rows``, each in slice ``pos``)
         spent outside collectives, overall, and the function giving it per slice, counted from its first record where
         that lies within the horizon."""
         if not len(rows.key):
-            return {}, lambda proc: ([], [])
+            return {}, lambda proc, judged: ([], [])
         slice_us = self.params.slice_s * 1e6
         span_proc = self._span_procs()
         procs, spans = self._procs.keys, len(self._spans.keys)
@@ -261,23 +303,157 @@ class ComputeModel(Slices):
         share = share_of.tolist()
         ops_of, lived_of, step_of = ops.astype(I64).tolist(), (width - start).tolist(), step_rate.tolist()
         mask = present.tolist()
-        made = map(_ProcShare, *(compress(values, mask)
-                                 for values in (share, ops_of, lived_of, step_of, recorded.tolist())))  # fmt: skip
+        lateness = self._lateness(rows, span, span_rate) if span_rate is not None else None
+        unknown = np.full(len(procs), math.nan)
+        late, waits, error = ((lateness.late, lateness.waits, lateness.error) if lateness is not None
+                              else (unknown, unknown, unknown))  # fmt: skip
+        made = (_ProcShare(x, n, lived, rate, written, late=ahead, waits=wait, late_error=sd, outside=x)
+                for x, n, lived, rate, written, ahead, wait, sd in zip(*(compress(values, mask) for values in (
+                    share, ops_of, lived_of, step_of, recorded.tolist(), late.tolist(), waits.tolist(),
+                    error.tolist())), strict=True))  # fmt: skip
         shares = dict(zip(compress(procs, mask), made, strict=True))
-        per_slice: list[tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = []
+        # per method (by lateness or not): busy and covered cells
+        per_slice: dict[bool, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
 
-        def slices_of(proc: Proc) -> tuple[list[float], list[float]]:
-            """Its busy time and the time it covers (µs) per slice, from its first record."""
-            if not per_slice:
+        def slices_of(proc: Proc, judged: _ProcShare) -> tuple[list[float], list[float]]:
+            """Its busy time and the time it covers (µs) per slice, from its first record, as ``judged`` (by
+            lateness where its ``base`` is set)."""
+            by_lateness = lateness is not None and judged.base == judged.base
+            if by_lateness not in per_slice:
                 if span_rate is None:
-                    per_slice.append((busy_cells, covered_cells))
+                    per_slice[by_lateness] = (busy_cells, covered_cells)
+                elif lateness is not None and by_lateness:
+                    per_slice[by_lateness] = self._late_cells(rows, pos, width, span, span_rate, lateness)
                 else:
-                    per_slice.append(self._slice_shares(rows, pos, width, span, span_proc, span_rate))
+                    per_slice[by_lateness] = self._slice_shares(rows, pos, width, span, span_proc, span_rate)
             i = self._procs.ids[proc]
-            busy_of, covered_of = per_slice[0]
+            busy_of, covered_of = per_slice[by_lateness]
+            if by_lateness:
+                # the cells hold its lateness: its busy time is what its judged share leaves
+                late_of, covered_of = busy_of[start[i] :, i], covered_of[start[i] :, i]
+                busy = (1 - judged.base) * covered_of - late_of * self.slice_us
+                return busy.tolist(), covered_of.tolist()
             return busy_of[start[i] :, i].tolist(), covered_of[start[i] :, i].tolist()
 
         return shares, slices_of
+
+    def _lateness(self, rows: Rows, span: np.ndarray[Any, Any], span_rate: np.ndarray[Any, Any]) -> _Lateness:
+        """Sampled: per process number, how much later than the other ranks of its communicators it arrives, as a
+        share of the time (NaN where unknown). Single-slot samples of a collective are rare and their exec times
+        heavy-tailed (a peer's hiccup makes one sample a whole step long), so a process's time in collectives estimated
+        from them spreads widely, and its unrecorded Send/Recv waits count as compute. What the samples do tell: a
+        rank's exec time is its wait for the last arriver plus the transfer, so within a communicator the late rank's
+        exec times are short and its peers' long, whatever the sampled ops were (the ranks of a communicator complete
+        each op together, so each is sampled as often on every rank). Per (comm, coll, rank) the median exec time of
+        its samples (each slice's row: about one sample), against the median of its communicator's ranks, times the
+        op rate; summed over the comm's collective types; per process the most of its communicators of three ranks or
+        more (with two, which one is late cannot be told from which one is early)."""
+        procs = len(self._procs.keys)
+        out = _Lateness(
+            np.full(procs, math.nan),
+            np.full(procs, -1, I64),
+            np.full(len(self._rate_keys.keys), math.nan),
+            np.full(procs, math.nan),
+            np.full(procs, math.nan),
+        )
+        if not len(span):
+            return out
+        value = rows.total / np.maximum(rows.n, 1)
+        order = np.lexsort((value, span))
+        spans_sorted, values = span[order], value[order]
+        starts = run_starts(spans_sorted)
+        counts = np.diff(np.append(starts, len(order)))
+        enough = counts >= _LATE_SAMPLES
+        starts, counts = starts[enough], counts[enough]
+        if not len(starts):
+            return out
+        keys = spans_sorted[starts]
+        medians = (values[starts + (counts - 1) // 2] + values[starts + counts // 2]) / 2
+        # the standard error of each median, from the samples' interquartile range
+        quartiles = (
+            values[starts + np.ceil(0.75 * (counts - 1)).astype(I64)] - values[starts + (counts - 1) // 4]
+        )
+        errors = quartiles / IQR_TO_SIGMA * math.sqrt(math.pi / 2) / np.sqrt(counts)
+        rate_key = self._span_rate.values[keys]
+        comm_of = self._span_comm.values[keys]
+        sizes = np.array([len(c.members) if c is not None else 0 for c in self._comm_of], I64)
+        wide = sizes[comm_of] >= 3
+        keys, medians, rate_key, comm_of, errors = (
+            keys[wide],
+            medians[wide],
+            rate_key[wide],
+            comm_of[wide],
+            errors[wide],
+        )
+        if not len(keys):
+            return out
+        by_rate = np.lexsort((medians, rate_key))
+        rk, md = rate_key[by_rate], medians[by_rate]
+        rate_starts = run_starts(rk)
+        rate_counts = np.diff(np.append(rate_starts, len(rk)))
+        key_median = out.key_median
+        key_median[rk[rate_starts]] = (
+            md[rate_starts + (rate_counts - 1) // 2] + md[rate_starts + rate_counts // 2]
+        ) / 2
+        key_median[rk[rate_starts[rate_counts < 3]]] = math.nan
+        key_least = np.full(len(self._rate_keys.keys), math.nan)
+        key_least[rk[rate_starts]] = md[rate_starts]  # the latest rank's (sorted by median: the first)
+        # the comparison's error: the rank's own median's and a typical rank's of the same key (the key's median is
+        # made of such)
+        by_error = np.lexsort((errors, rate_key))
+        key_error = np.full(len(self._rate_keys.keys), math.nan)
+        key_error[rk[rate_starts]] = errors[by_error][rate_starts + (rate_counts - 1) // 2]
+        errors = np.hypot(errors, key_error[rate_key])
+        late = span_rate[keys] * (key_median[rate_key] - medians)
+        wait = span_rate[keys] * (medians - key_least[rate_key])
+        proc = self._span_procs()[keys]
+        known = (late == late) & (proc >= 0)
+        # per (comm, process): summed over the comm's collective types; per process: its latest comm, and the comm it
+        # waits most in
+        pair = comm_of[known] * procs + proc[known]
+        pairs, inverse = np.unique(pair, return_inverse=True)
+        summed = np.bincount(inverse, late[known], len(pairs))
+        # a comm counts only where the process has enough samples of every collective type its peers were compared
+        # on: the type carrying the waits is often the rarest sampled, and without it the lateness reads low
+        rate_comm, compared = comm_of[by_rate][rate_starts], rate_counts >= 3
+        types = np.bincount(rate_comm[compared], minlength=len(self._comm_of))
+        complete = np.bincount(inverse, minlength=len(pairs)) == types[pairs // procs]
+        most = np.full(procs, -np.inf)
+        np.maximum.at(most, pairs[complete] % procs, summed[complete])
+        out.late[:] = np.where(np.isfinite(most), most, math.nan)
+        error = np.sqrt(np.bincount(inverse, (span_rate[keys] * errors)[known] ** 2, len(pairs)))
+        waited = np.full(procs, -np.inf)
+        np.maximum.at(waited, pairs % procs, np.bincount(inverse, wait[known], len(pairs)))
+        out.waits[:] = np.where(np.isfinite(waited), waited, math.nan)
+        latest = np.flatnonzero(complete & (summed == most[pairs % procs]))
+        out.comm[pairs[latest] % procs] = pairs[latest] // procs
+        out.error[pairs[latest] % procs] = error[latest]
+        return out
+
+    def _late_cells(self, rows: Rows, pos: np.ndarray[Any, Any], width: int, span: np.ndarray[Any, Any],
+                    span_rate: np.ndarray[Any, Any],
+                    lateness: _Lateness) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]:  # fmt: skip
+        """Sampled: per slice and process (slice x process number) its lateness in its latest communicator
+        (:meth:`_lateness`) from the samples of the slice, and the time that covers (a slice with such a sample).
+        Each sample weighs as much as the slices it stands for (a rarely sampled collective type stands for many), so
+        the slices' mean is its lateness over the horizon; its difference from the communicator's median is bounded
+        by that median (a peer's hiccup makes one sample a whole step long)."""
+        procs = len(self._procs.keys)
+        proc = self._span_procs()[span]
+        median = lateness.key_median[self._span_rate.values[span]]
+        mine = (proc >= 0) & (median == median)
+        mine &= self._span_comm.values[span] == lateness.comm[np.maximum(proc, 0)]
+        at = np.flatnonzero(mine)
+        cell = pos[at] * procs + proc[at]
+        covered = np.zeros(width * procs)
+        covered[cell] = self.slice_us
+        covered_slices = (covered.reshape(width, procs) > 0).sum(axis=0)
+        samples = np.bincount(span[at], minlength=len(self._spans.keys))
+        value = rows.total[at] / np.maximum(rows.n[at], 1)
+        late = np.clip(median[at] - value, -median[at], median[at]) * span_rate[span[at]]
+        weight = covered_slices[proc[at]] / samples[span[at]]
+        cells = np.bincount(cell, late * weight, width * procs)
+        return cells.reshape(width, procs), covered.reshape(width, procs)
 
     def _slice_shares(self, rows: Rows, pos: np.ndarray[Any, Any], width: int, span: np.ndarray[Any, Any],
                       span_proc: np.ndarray[Any, Any],
@@ -397,71 +573,13 @@ class ComputeModel(Slices):
             skipped = sorted(set(everyone) - set(job))
             if len(job) < p.min_group:
                 continue
-            # the slices since the job's last process began (all of them, for a job older than the horizon), pooled
-            # from the end so every process's pools cover the same time
-            lived = min(shares[proc].lived for proc in job)
-            if lived * self.slice_us * self._step_rate < p.min_window_steps:
-                continue  # a job that began within the horizon: too few steps of it yet
-            med, spread = _robust([shares[proc].share for proc in job], p.spread_floor * max(
-                statistics.median(shares[proc].share for proc in job), 0.05))  # fmt: skip
-            if med <= 0.05:
-                continue  # collectives fill the whole time (overlapped or mis-timed): no compute to compare
-            suspects = [proc for proc in job if not (
-                shares[proc].ops < p.min_ops or shares[proc].share / med < 1 + p.min_excess
-                or (shares[proc].share - med) / spread < p.z_threshold / 2)]  # fmt: skip
-            if not suspects:
-                continue
-            for proc in job:
-                busy_of, covered_of = slices_of(proc)
-                busy_of, covered_of = busy_of[-lived:], covered_of[-lived:]
-                # pooled from the end (so every process's pools cover the same time), each pool's share from the
-                # time it covers: a pool without a tick of the process holds no measure (NaN)
-                shares[proc].slices = _pooled(busy_of, covered_of, pool)
-            # each pool against the same pool of the peers: their waits during a burst lower their share then
-            pools = len(shares[job[0]].slices)
-            slice_meds = [_nan_median([shares[proc].slices[i] for proc in job]) for i in range(pools)]
-            resolution_s = pool * self.slice_us / 1e6
-            suspected = set(suspects)
-            # the peers' own pool-to-pool spread: how far one pool's factor strays by noise alone
-            calm = [x / m - 1 for proc in job if proc not in suspected
-                    for x, m in zip(shares[proc].slices, slice_meds, strict=True) if x == x and m > 0]  # fmt: skip
-            pool_sd = _robust(calm, 0.01)[1] if len(calm) >= 8 else math.inf
-            # strict: flagged on its own; leaning: as slow but with half the evidence, enough to join a node-wide
-            # finding on its host (its processes cross the bar one by one while the node slows down)
-            strict: dict[str, list[Finding]] = defaultdict(list)
-            leaning: dict[str, list[Finding]] = defaultdict(list)
-            for proc in suspects:
-                ps = shares[proc]
-                factor, z, cost = ps.share / med, (ps.share - med) / spread, ps.share - med
-                factors = [
-                    x / m if x == x and m > 0 else math.nan
-                    for x, m in zip(ps.slices, slice_meds, strict=True)
-                ]
-                per_slice = [x for x in factors if x == x]
-                # a one-step hiccup is not a straggler: the excess must span several pools and several steps
-                hot = sum(x >= 1 + p.min_excess for x in per_slice)
-                if hot < 3 or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
-                    continue
-                pattern = PoolPattern.judge(self._remember(proc, factors, first + width, pool), pool_sd,
-                                         p.min_excess, resolution_s)  # fmt: skip
-                if pattern.kind != "intermittent":
-                    pattern = dataclasses.replace(pattern, burst=factor)
-                f = self._proc_finding(proc, factor, z, cost, pattern, len(job), med, ps)
-                leaning[proc[0]].append(f)
-                if z >= p.z_threshold and cost >= p.min_cost:
-                    strict[proc[0]].append(f)
-            per_host: dict[str, int] = defaultdict(int)
-            for proc in job:
-                per_host[proc[0]] += 1
-            found: list[Finding] = []
-            for host, parts in strict.items():
-                node = leaning[host]
-                # node-wide slowness slows its processes alike; one far slower than the rest is a straggler itself
-                alike = min(f.slowdown for f in node) - 1 >= 0.5 * (max(f.slowdown for f in node) - 1)
-                if len(node) >= 2 and len(node) >= p.node_share * per_host[host] and alike:
-                    found.append(self._node_finding(host, node, per_host[host]))
-                else:
-                    found += parts
+            found = self._judge_stage(job, shares, slices_of, width, first, pool)
+            if self.sampled > self.ring and (by_lateness := self._by_lateness(job, shares)):
+                # sampled: what the estimated time in collectives misses, how late a process arrives tells
+                named = {f.hostname for f in found if f.pid is None} | {f.key for f in found}
+                found = without_victims(found + [
+                    f for f in self._judge_stage(job, by_lateness, slices_of, width, first, pool, late=True)
+                    if f.key not in named and f.hostname not in named])  # fmt: skip
             if staged:
                 for f in found:
                     f.evidence += (f"; compared only with its pipeline stage ({len(everyone)} processes connected by "
@@ -478,11 +596,109 @@ class ComputeModel(Slices):
             out += found
         return out
 
-    def _remember(self, proc: Proc, factors: list[float], end: int, pool: int) -> list[float]:
+    def _judge_stage(self, job: list[Proc], shares: dict[Proc, _ProcShare],
+                     slices_of: Callable[[Proc, _ProcShare], tuple[list[float], list[float]]], width: int, first: int,
+                     pool: int, late: bool = False) -> list[Finding]:  # fmt: skip
+        """The findings of one stage's processes, judged by their ``shares`` (``late``: sampled, by lateness)."""
+        p = self.params
+        # the slices since the job's last process began (all of them, for a job older than the horizon), pooled
+        # from the end so every process's pools cover the same time
+        lived = min(shares[proc].lived for proc in job)
+        if lived * self.slice_us * self._step_rate < p.min_window_steps:
+            return []  # a job that began within the horizon: too few steps of it yet
+        med, spread = _robust([shares[proc].share for proc in job], p.spread_floor * max(
+            statistics.median(shares[proc].share for proc in job), 0.05))  # fmt: skip
+        if med <= 0.05:
+            return []  # collectives fill the whole time (overlapped or mis-timed): no compute to compare
+        suspects = [proc for proc in job if not (
+            shares[proc].ops < p.min_ops or shares[proc].share / med < 1 + p.min_excess
+            or (shares[proc].share - med) / spread < p.z_threshold / 2)]  # fmt: skip
+        if not suspects:
+            return []
+        for proc in job:
+            busy_of, covered_of = slices_of(proc, shares[proc])
+            busy_of, covered_of = busy_of[-lived:], covered_of[-lived:]
+            # pooled from the end (so every process's pools cover the same time), each pool's share from the
+            # time it covers: a pool without a tick of the process holds no measure (NaN)
+            shares[proc].slices = _pooled(busy_of, covered_of, pool)
+        # each pool against the same pool of the peers: their waits during a burst lower their share then
+        pools = len(shares[job[0]].slices)
+        slice_meds = [_nan_median([shares[proc].slices[i] for proc in job]) for i in range(pools)]
+        resolution_s = pool * self.slice_us / 1e6
+        suspected = set(suspects)
+        # the peers' own pool-to-pool spread: how far one pool's factor strays by noise alone
+        calm = [x / m - 1 for proc in job if proc not in suspected
+                for x, m in zip(shares[proc].slices, slice_meds, strict=True) if x == x and m > 0]  # fmt: skip
+        pool_sd = _robust(calm, 0.01)[1] if len(calm) >= 8 else math.inf
+        # strict: flagged on its own; leaning: as slow but with half the evidence, enough to join a node-wide
+        # finding on its host (its processes cross the bar one by one while the node slows down)
+        strict: dict[str, list[Finding]] = defaultdict(list)
+        leaning: dict[str, list[Finding]] = defaultdict(list)
+        for proc in suspects:
+            ps = shares[proc]
+            # by lateness, the evidence is as strong as its samples make it: its excess in their standard errors
+            error = max(spread, ps.late_error) if late and ps.late_error == ps.late_error else spread
+            factor, z, cost = ps.share / med, (ps.share - med) / error, ps.share - med
+            factors = [
+                x / m if x == x and m > 0 else math.nan for x, m in zip(ps.slices, slice_meds, strict=True)
+            ]
+            per_slice = [x for x in factors if x == x]
+            # a one-step hiccup is not a straggler: the excess must span several pools and several steps
+            hot = sum(x >= 1 + p.min_excess for x in per_slice)
+            if hot < 3 or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
+                continue
+            pattern = PoolPattern.judge(self._remember(proc, factors, first + width, pool, late), pool_sd,
+                                     p.min_excess, resolution_s)  # fmt: skip
+            if pattern.kind != "intermittent":
+                pattern = dataclasses.replace(pattern, burst=factor)
+            f = self._proc_finding(proc, factor, z, cost, pattern, len(job), med, ps)
+            leaning[proc[0]].append(f)
+            if z >= p.z_threshold and cost >= p.min_cost:
+                strict[proc[0]].append(f)
+        per_host: dict[str, int] = defaultdict(int)
+        for proc in job:
+            per_host[proc[0]] += 1
+        found: list[Finding] = []
+        for host, parts in strict.items():
+            node = leaning[host]
+            # node-wide slowness slows its processes alike; one far slower than the rest is a straggler itself
+            alike = min(f.slowdown for f in node) - 1 >= 0.5 * (max(f.slowdown for f in node) - 1)
+            if len(node) >= 2 and len(node) >= p.node_share * per_host[host] and alike:
+                found.append(self._node_finding(host, node, per_host[host]))
+            else:
+                found += parts
+        return found
+
+    @staticmethod
+    def _by_lateness(job: list[Proc], shares: dict[Proc, _ProcShare]) -> dict[Proc, _ProcShare]:
+        """Sampled: the stage's processes judged by lateness (:meth:`_lateness`): each one's share outside
+        collectives as its stage's median plus its lateness above the typical one (none where unknown), the excess
+        being what its peers wait for it (its own estimate misses its peers' unrecorded waits, and spreads widely
+        where rare collectives carry the waits); empty where no lateness is known."""
+        lates = [x for proc in job if (x := shares[proc].late) == x]
+        if not lates:
+            return {}
+        typical = statistics.median(lates)
+        base = statistics.median(shares[proc].share for proc in job) - typical
+        judged = {}
+        for proc in job:
+            ps = shares[proc]
+            # a late rank waits for nobody: in none of its comms does it wait for the latest rank half as long as it
+            # is late (a victim, late at its next collectives, waits in the comm of the rank it waited for); and it is
+            # late beyond what its samples' spread explains
+            late = ps.late if (ps.late == ps.late and ps.waits <= _VICTIM_WAIT * ps.late
+                               and ps.late - typical >= _LATE_Z * ps.late_error) else typical  # fmt: skip
+            judged[proc] = dataclasses.replace(ps, share=base + late, base=base, late=late)
+        return judged
+
+    def _remember(
+        self, proc: Proc, factors: list[float], end: int, pool: int, late: bool = False
+    ) -> list[float]:
         """Add a suspect's pool factors (ending at slice ``end``, exclusive) to its memory of the last
         ``pattern_memory_windows`` horizons, where the pools lie on the grid of ``pool`` slices; its memory's factors
-        in time order, pools that overlap an earlier one left out (the pool length follows the step rate)."""
-        memory = self._pools.setdefault(proc, {})
+        in time order, pools that overlap an earlier one left out (the pool length follows the step rate). ``late``:
+        its factors by lateness (sampled), remembered apart."""
+        memory = (self._late_pools if late else self._pools).setdefault(proc, {})
         if end % pool == 0:
             for i, x in enumerate(reversed(factors)):
                 if x == x:
@@ -523,7 +739,14 @@ class ComputeModel(Slices):
             f"sd); costs the job {cost:.1%} of its time{shape}; arrives last in its {len(memberships)} comm(s), "
             f"e.g. rank {rank}/{len(comm.members)} of {self.describe(comm)}"
         )
-        coverage = self._coverage(1 - med, 1 - ps.share, ps.recorded)
+        if ps.base == ps.base:
+            evidence += (f"; sampled capture: judged by how much later than the other ranks of its communicators it "
+                         f"arrives (their exec times longer than its own by {ps.late:.1%} of the time, median of each "
+                         "rank's samples against its communicator's, times the op rate), not by its estimated time "
+                         "in collectives")  # fmt: skip
+        outside = ps.outside if ps.outside == ps.outside else ps.share
+        coverage = self._coverage(1 - med, 1 - outside, ps.recorded)
+        coverage["compared_by"] = "lateness" if ps.base == ps.base else "time outside collectives"
         return Finding(proc[0], proc[1], "compute", comm.label, rank, factor, 1.0, evidence, cost=cost,
                        duty_cycle=pattern.duty, burst_slowdown=pattern.burst, z=z, comm_ids=comm_ids,
                        pattern=pattern.kind, pattern_resolution_s=pattern.resolution_s, coverage=coverage)  # fmt: skip

@@ -9,7 +9,7 @@ from bisect import bisect_left
 from collections.abc import Iterable
 
 from ranksight.aggregator.models.straggler.comms import CommsModel
-from ranksight.aggregator.models.straggler.compute import ComputeModel, PoolPattern
+from ranksight.aggregator.models.straggler.compute import ComputeModel, PoolPattern, without_victims
 from ranksight.aggregator.models.straggler.findings import (
     Analysis,
     Candidate,
@@ -110,7 +110,9 @@ class StragglerEngine(ComputeModel, CommsModel):
             else:
                 prev.first_ts_us = min(f.first_ts_us, prev.first_ts_us)
                 prev.last_ts_us = max(f.last_ts_us, prev.last_ts_us)
-        findings = ranked(list(merged.values()))
+        findings = ranked(
+            without_victims(list(merged.values())) if self.sampled > self.ring else list(merged.values())
+        )
         ops = len(self._ops)
         return Analysis(self.records, ops, self.capture_model, findings, bw_mismatches=self.bw_mismatches)
 

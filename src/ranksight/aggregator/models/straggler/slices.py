@@ -101,6 +101,7 @@ class Slices:
         self._ops: set[tuple[str, str, int]] = set()  # (offline)
         # suspects' pool factors by the slice their pool ends at, with the pool's length
         self._pools: dict[Proc, dict[int, tuple[float, int]]] = {}
+        self._late_pools: dict[Proc, dict[int, tuple[float, int]]] = {}  # sampled, judged by lateness
         self._horizon_now = self.horizon  # slices judged, stretched for long steps
         self._late_from: int | None = None  # earliest judged slice that received records since
         # slices (first, last) of each process that miss records its agent got after their window had closed
@@ -352,6 +353,7 @@ class Slices:
             del self.proc_last[proc]
             self.proc_first.pop(proc, None)
             self._pools.pop(proc, None)
+            self._late_pools.pop(proc, None)
         if ended:
             self._procs.reset()
         for proc, spans in list(self._incomplete.items()):

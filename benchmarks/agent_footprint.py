@@ -44,9 +44,8 @@ if TYPE_CHECKING:
 # imported where it is used, so the baseline's memory holds nothing it does not use.
 
 CLUSTER = "bench"
-# 50 MiB, not 40: the agent process reads its settings as the pydantic models that declare them (pydantic,
-# pydantic-settings and the settings classes: about 11 MiB) rather than generated twins (issue #48): one declaration
-# per type is worth the 10 MiB.
+# 50 MiB, not 40: the agent process reads its settings as the pydantic models that declare them (pydantic and the
+# settings classes: about 11 MiB) rather than a generated second form of them: one declaration per type is worth it.
 TARGET_RSS = 50 * MiB
 TARGET_CPU = 0.03
 TICK_S = 0.1

@@ -196,11 +196,11 @@ def test_no_sampled_hang_at_job_ends_short_or_long_steps() -> None:
             assert replay(HangFinder(3.0), records(sampled(long_steps, dump_ms))) == set()
 
 
-def test_a_sampled_hang_is_named_from_summary_parts() -> None:
+def test_a_sampled_hang_is_named_from_summary_parts_and_whole_windows() -> None:
     recs = records(sampled(HUNG, 1000.0))
-    assert replay_summaries(HangFinder(3.0), summarize(recs, publish_s=1.0))[0] == {
-        ("node002", HUNG.pid(2, 1))
-    }
+    hung = {("node002", HUNG.pid(2, 1))}
+    assert replay_summaries(HangFinder(3.0), summarize(recs, publish_s=1.0))[0] == hung
+    assert replay_summaries(HangFinder(3.0), whole_windows(recs))[0] == hung
     healthy_end = records(sampled(healthy("sampled", 1), 1000.0))
     assert replay_summaries(HangFinder(3.0), summarize(healthy_end, publish_s=1.0))[0] == set()
 

@@ -226,13 +226,16 @@ class HangFinder:
         """Sampled capture: once every communicator of a job (those linked by shared processes) is quiet, on each the
         ranks whose latest record is not the op its latest-dumped record holds, silent since; named where the ranks
         behind anywhere are a minority of the job's processes."""
+
+        def quiet(c: _CommSlots) -> bool:
+            return now_ns - c.changed_ns >= self.quiet_ns + c.gap_us * 1000 and len(c.latest) >= c.n_ranks
+
+        if not any(quiet(c) for c in self.slots.values()):
+            return []  # the common case, checked in one pass
         comms = list(self.slots.items())
         out = []
         for job in _jobs([{slot.proc for slot in c.latest.values()} for _, c in comms]):
-            if any(
-                now_ns - c.changed_ns < self.quiet_ns + c.gap_us * 1000 or len(c.latest) < c.n_ranks
-                for c in (comms[i][1] for i in job)
-            ):
+            if not all(quiet(comms[i][1]) for i in job):
                 continue  # part of the job still runs (or is yet unseen): judged once all of it is quiet
             procs: set[Proc] = set()
             behind: set[Proc] = set()

@@ -10,9 +10,10 @@ engine's findings over the whole run (what ``ranksight analyze inspector`` print
 finding is right when host, process (None for a node) and kind (compute / communication) match.
 
 Hangs (class ``hang``: one rank's process stops, every rank then blocks) are scored apart, on the hang finder
-(:mod:`aggregator.models.hangs`, Inspector silence) fed the same replay, evaluated on for 15 s of silence after the
-last record: the ranks it names against the truth, the time from the hang (the step the process stopped) to the first
-evaluation naming the culprit, and false hangs on every other run (healthy job ends included).
+(:mod:`aggregator.models.hangs`, Inspector silence) fed the same replay, evaluated on for 25 s of silence after the
+last record: the ranks it names against the truth (recall, precision per capture model), the time from the hang (the
+step the process stopped) to the first evaluation naming the culprit, and false hangs on every other run (healthy job
+ends included); the summaries' figures go to the result file as ``hang (<capture>).<figure>`` and ``false_hang_runs``.
 
 Every run is replayed twice through a fresh engine: fed the raw records at their dump time, and fed the
 ``inspector_summary`` records the agents would publish for them (through the agent's own summarizer, defaults of
@@ -286,7 +287,7 @@ def report(name: str, s: Score) -> dict[str, float]:
             "pattern_undetermined": s.pattern_undetermined, "slowdown_error_mean": mean_err}  # fmt: skip
 
 
-def report_hangs(name: str, s: Score) -> None:
+def report_hangs(name: str, s: Score) -> dict[str, float]:
     precision = s.hang_right / s.hang_named if s.hang_named else float("nan")
     recall = s.hang_found / s.hang_truths if s.hang_truths else float("nan")
     tta = f"p50 {_pct(s.hang_tta_s, 0.5):4.1f}s p90 {_pct(s.hang_tta_s, 0.9):4.1f}s" if s.hang_tta_s else "-"
@@ -294,6 +295,8 @@ def report_hangs(name: str, s: Score) -> None:
         f"  {name:<16} runs {s.hang_runs:3d}  hung ranks named {s.hang_found}/{s.hang_truths} (recall "
         f"{recall:5.3f})  ranks named {s.hang_named} (precision {precision:5.3f})  time from hang to alert {tta}"
     )
+    return {"runs": s.hang_runs, "recall": recall, "precision": precision, "tta_p50_s": _pct(s.hang_tta_s, 0.5),
+            "tta_p90_s": _pct(s.hang_tta_s, 0.9)}  # fmt: skip
 
 
 def main() -> None:
@@ -357,6 +360,31 @@ def main() -> None:
         figures[feed]["settings"] = {name: report(name, score) for name, score in per_setting[feed].items()}  # type: ignore[index]
         overall[feed] = report("overall", total)
         figures[feed]["overall"] = overall[feed]  # type: ignore[index]
+    if classes:
+        print_targets(figures, overall, base, classes)
+    for feed in FEEDS:
+        hang_figures: dict[str, object] = {}
+        if hang_scores[feed]:
+            print(f"hang localization from Inspector silence, {FEED_NAMES[feed]} (the ranks that went silent behind "
+                  "their peers):")  # fmt: skip
+            hang_figures = {
+                label: report_hangs(label, hang_scores[feed][label]) for label in sorted(hang_scores[feed])
+            }
+        without = len(runs) - sum(s.hang_runs for s in hang_scores[feed].values())
+        print(f"  false hangs on runs without one, {FEED_NAMES[feed]}: {false_hangs[feed].false_hang_runs}/{without} "
+              "(target 0)")  # fmt: skip
+        figures.setdefault(feed, {})["hangs"] = hang_figures | {  # type: ignore[index]
+            "false_hang_runs": false_hangs[feed].false_hang_runs,
+            "runs_without_hang": without,
+        }
+    if args.out:
+        write_figures(Path(args.out), figures, classes, " ".join(sys.argv[1:]))
+
+
+def print_targets(
+    figures: dict[str, Any], overall: dict[str, dict[str, float]], base: dict[str, Score], classes: list[str]
+) -> None:
+    """The naive rule's figures and the straggler targets (on summaries, the online path)."""
     naive_total = Score()
     print("naive rule (lowest bus bandwidth is the straggler, raw records):")
     for cls in classes:
@@ -389,17 +417,6 @@ def main() -> None:
     for feed in FEEDS:
         print(f"  false alarms on healthy runs, {FEED_NAMES[feed]}: {overall[feed]['false_alarms']:.0f} (target 0; "
               f"naive {naive_overall['false_alarms']:.0f})")  # fmt: skip
-    for feed in FEEDS:
-        if hang_scores[feed]:
-            print(f"hang localization from Inspector silence, {FEED_NAMES[feed]} (the ranks that went silent behind "
-                  "their peers):")  # fmt: skip
-            for label in sorted(hang_scores[feed]):
-                report_hangs(label, hang_scores[feed][label])
-        without = len(runs) - sum(s.hang_runs for s in hang_scores[feed].values())
-        print(f"  false hangs on runs without one, {FEED_NAMES[feed]}: {false_hangs[feed].false_hang_runs}/{without} "
-              "(target 0)")  # fmt: skip
-    if args.out:
-        write_figures(Path(args.out), figures, classes, " ".join(sys.argv[1:]))
 
 
 def write_figures(path: Path, figures: dict[str, object], classes: list[str], argv: str) -> None:
@@ -422,6 +439,13 @@ def write_figures(path: Path, figures: dict[str, object], classes: list[str], ar
     for cap, target in TTA_TARGET_S.items():
         if f"{cap} 1 s dumps.tta_p90_s" in flat:
             targets[f"{cap} 1 s dumps.tta_p90_s"] = {"max": target}
+    hangs: dict[str, Any] = summary["hangs"]
+    for label, cell in hangs.items():
+        if isinstance(cell, dict):  # a capture model's hang runs: "hang (ring)", "hang (sampled)"
+            for key in ("recall", "precision", "tta_p90_s"):
+                flat[f"{label}.{key}"] = cell[key]
+    flat["false_hang_runs"] = hangs["false_hang_runs"]
+    targets["false_hang_runs"] = {"max": 0}
     written = write_result(
         path.stem, _finite(flat), targets, f"python benchmarks/diagnosis.py {argv}".strip()
     )  # type: ignore[arg-type]

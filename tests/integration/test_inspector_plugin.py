@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from ranksight.agent.collectors.inspector.dumps import DumpReader
+from ranksight.aggregator.models.hangs import HangFinder
 from ranksight.aggregator.models.straggler.engine import analyze_records
 from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.schemas.records import InspectorRecord
@@ -29,6 +30,7 @@ from ranksight.simulate.inspector_plugin import (
     PluginError,
 )
 from ranksight.simulate.plugin_job import FAKETIME_LIB, PluginRun, run_job_through_plugin
+from ranksight.simulate.scenarios import hang, truth
 
 pytestmark = [
     pytest.mark.skipif(
@@ -223,3 +225,24 @@ def test_a_straggler_under_sampled_capture_is_named_by_how_late_it_arrives(
 def test_an_unknown_plugin_version_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(PluginError, match=r"unknown plugin version '2\.31\.0'"):
         run_job_through_plugin(dataclasses.replace(_job("2.30.7", 1000.0), steps=1), "2.31.0", tmp_path)
+
+
+def test_a_hung_process_is_named_from_the_sampled_plugins_files(tmp_path: Path) -> None:
+    """A rank's process stops (its dump thread with it) while every other rank blocks behind it: from the 2.29.3
+    plugin's own files at 1 s dumps, the hang finder names that process and no other."""
+    spec = dataclasses.replace(hang("sampled", 1), dump_interval_ms=1000.0)
+    run, records = _run(spec, "2.29.3", tmp_path)
+    [hung] = truth(spec)
+    records.sort(key=lambda r: r.dump_ts_us)
+    finder = HangFinder(3.0)
+    for r in records:
+        finder.add(r, r.dump_ts_us * 1000, r.hostname)
+    named = {
+        (x.hostname, x.pid)
+        for h in finder.hangs((records[-1].dump_ts_us + 5_000_000) * 1000)
+        for x in h.lagging
+    }
+    member = next(
+        m for m in run.processes if (spec.hostname(m[0]), spec.pid(*m)) == (hung.hostname, hung.pid)
+    )
+    assert named == {run.processes[member]}

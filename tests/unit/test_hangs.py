@@ -3,6 +3,8 @@ pause, both capture models) and the ``collective_hang`` rule through the live tr
 
 from __future__ import annotations
 
+import dataclasses
+
 from msgspec.structs import replace
 
 from ranksight.aggregator.alerts import AlertEngine
@@ -20,8 +22,8 @@ from ranksight.schemas.records import (
     InspectorSummaryRecord,
 )
 from ranksight.schemas.wire import event_type
-from ranksight.simulate.inspector import Fault, JobSpec, simulate_timed, summarize
-from ranksight.simulate.scenarios import hang, healthy, truth
+from ranksight.simulate.inspector import Fault, JobSpec, comms_of, simulate_timed, summarize
+from ranksight.simulate.scenarios import hang, healthy, noisy_healthy, truth
 from tests.previous_summaries import whole_windows
 
 HUNG = JobSpec(
@@ -122,7 +124,7 @@ def test_ring_hang_names_the_hung_process_with_its_communicators_after_quiet_s()
         assert h.collective in ("AllReduce", "AllGather", "ReduceScatter")
 
 
-def test_scenario_hangs_are_named_in_ring_and_never_in_sampled() -> None:
+def test_scenario_hangs_are_named_in_ring() -> None:
     for seed in (1, 2, 3, 4, 5):
         ring = hang("ring", seed)
         [hung] = truth(ring)
@@ -130,8 +132,77 @@ def test_scenario_hangs_are_named_in_ring_and_never_in_sampled() -> None:
         # seed 4: the process's last dump tick came after its last completed collective, so its last coll_sn equals
         # its peers' and nothing tells it apart (RAS does): nothing is named, never a wrong rank
         assert named == (set() if seed == 4 else {(hung.hostname, hung.pid)})
-        # a sample's coll_sn is only a lower bound of progress: no culprit can be named from it
-        assert replay(HangFinder(3.0), records(hang("sampled", seed))) == set()
+
+
+def sampled(spec: JobSpec, dump_ms: float) -> JobSpec:
+    return dataclasses.replace(spec, capture="sampled", dump_interval_ms=dump_ms)
+
+
+def test_sampled_hangs_are_named_from_the_peers_that_caught_up_never_a_wrong_rank() -> None:
+    """The sampled plugin writes a communicator's slot only when an op completed since the last tick: the ranks that
+    live on write their last op once more, the hung one lost what it completed after its last tick."""
+    named_right = 0
+    for dump_ms in (1000.0, 2000.0):
+        for seed in range(1, 9):
+            spec = sampled(hang("sampled", seed), dump_ms)
+            [hung] = truth(spec)
+            named = replay(HangFinder(3.0), records(spec))
+            assert named <= {(hung.hostname, hung.pid)}
+            named_right += bool(named)
+    # unnamed: the last tick came after all but the last of its ops, as a process exiting at a job's end loses
+    assert named_right >= 14
+
+
+def test_a_sampled_hang_names_the_communicators_and_what_the_rank_last_reported() -> None:
+    spec = sampled(HUNG, 1000.0)
+    recs = records(spec)
+    finder = HangFinder(3.0)
+    for rec in recs:
+        finder.add(rec, rec.dump_ts_us * 1000, rec.hostname)
+    last_ns = recs[-1].dump_ts_us * 1000
+    assert finder.hangs(last_ns + 2 * NS) == []  # not quiet yet
+    hangs = finder.hangs(last_ns + 4 * NS)
+    assert {(r.hostname, r.pid) for h in hangs for r in h.lagging} == {("node002", HUNG.pid(2, 1))}
+    assert {h.comm_id for h in hangs} <= {c.comm_id for c in comms_of(HUNG) if (2, 1) in c.members}
+    for h in hangs:
+        [rank] = h.lagging
+        assert rank.collective == h.collective and rank.coll_sn <= h.peers_sn - 2
+
+
+def test_a_repeated_sample_is_no_progress() -> None:
+    """Should a plugin write the waiting ranks' slots at every tick, their last op again and again, the communicator
+    is still quiet and the hung process still the one behind."""
+    spec = sampled(HUNG, 1000.0)
+    recs = records(spec)
+    latest = {(r.hostname, r.pid, r.comm_id): r for r in recs}
+    last_us = recs[-1].dump_ts_us
+    again = sorted(
+        (replace(r, dump_ts_us=last_us + k * 1_000_000)
+         for k in range(1, 20) for r in latest.values() if r.hostname != "node002" or r.pid != HUNG.pid(2, 1)),
+        key=lambda r: r.dump_ts_us,
+    )  # fmt: skip
+    assert replay(HangFinder(3.0), recs + again) == {("node002", HUNG.pid(2, 1))}
+
+
+def test_no_sampled_hang_at_job_ends_short_or_long_steps() -> None:
+    """At a job's end each process loses what it completed after its last tick: most are behind somewhere (short
+    steps), or a few are behind by one op (steps about a dump interval), as a hung process would be."""
+    for seed in (1, 2, 3):
+        for dump_ms in (1000.0, 2000.0):
+            assert replay(HangFinder(3.0), records(sampled(noisy_healthy("sampled", seed), dump_ms))) == set()
+            long_steps = JobSpec(
+                nodes=4, gpus_per_node=4, layout="moe", steps=40, compute_ms=800.0, seed=seed
+            )
+            assert replay(HangFinder(3.0), records(sampled(long_steps, dump_ms))) == set()
+
+
+def test_a_sampled_hang_is_named_from_summary_parts_and_whole_windows() -> None:
+    recs = records(sampled(HUNG, 1000.0))
+    hung = {("node002", HUNG.pid(2, 1))}
+    assert replay_summaries(HangFinder(3.0), summarize(recs, publish_s=1.0))[0] == hung
+    assert replay_summaries(HangFinder(3.0), whole_windows(recs))[0] == hung
+    healthy_end = records(sampled(healthy("sampled", 1), 1000.0))
+    assert replay_summaries(HangFinder(3.0), summarize(healthy_end, publish_s=1.0))[0] == set()
 
 
 def test_no_hang_at_a_healthy_job_end_in_either_capture_model() -> None:

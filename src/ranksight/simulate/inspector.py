@@ -386,8 +386,9 @@ def run_job(spec: JobSpec) -> tuple[dict[tuple[str, int], list[tuple[int, str]]]
                         _Line(dump, format_line(spec, comm, rank, sn, exec_us, dump))
                     )
     else:
-        # the waiting ranks' dump threads still write what they completed
-        last = run.end + 2 * tick if run.blocked else run.end
+        # the waiting ranks' dump threads still write what they completed, up to their last op (long steps complete
+        # some after the last step's start)
+        last = max(op[4] for mine in run.ops.values() for op in mine) + 2 * tick if run.blocked else run.end
         _dump_sampled(spec, run, tick, last, out)
     for member, at in run.frozen_at.items():
         stopped = spec.start_us + at

@@ -110,6 +110,9 @@ def run_job_through_plugin(
     end_us = max((op.end_us for ops in timeline.values() for op in ops), default=spec.start_us)
     drain_s = 2 * interval_s + 0.2  # the plugin does not drain at finalize
     job_real_s = ((end_us - spec.start_us) / 1e6 + drain_s) / speedup + lead_real_s
+    hung = {
+        (f.node, f.gpu) for f in spec.faults if f.kind == "hang"
+    }  # the process stops, its dump thread with it
     procs: dict[tuple[int, int], subprocess.Popen[bytes]] = {}
     started = time.perf_counter()
     try:
@@ -117,7 +120,8 @@ def run_job_through_plugin(
             node, gpu = member
             plan = plans / f"n{node}g{gpu}.json"
             plan.write_text(json.dumps({
-                "hostname": spec.hostname(node), "plugin": str(path), "device": gpu, "drain_s": drain_s,
+                "hostname": spec.hostname(node), "plugin": str(path), "device": gpu,
+                "drain_s": 0.0 if member in hung else drain_s,
                 "comms": _comm_inits(spec, member), "ops": [_plan_op(op, shift_us) for op in ops],
             }))  # fmt: skip
             procs[member] = subprocess.Popen(

@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from msgspec.structs import replace
 
 from ranksight.agent.collectors.inspector.otlp import OtlpLimits, OtlpReceiver
 from ranksight.core.config import Settings
@@ -142,10 +141,12 @@ async def test_verbose_operations_of_a_ranked_process_feed_summaries_and_raw_rec
     """The source dump's rank 0 (pid 3027, 4 ranks) posts its verbose export from a process started with torchrun's
     variables: the aggregator gets the same 12 operations as summaries and raw records, under the poster's pid."""
     port = free_port()
-    cfg = replace(settings.agent.collectors.inspector,
-                  **{"otlp_port": port, "dump_dir": None, "summary_publish_s": 0.2, "raw_rate_per_s": 1000.0})  # fmt: skip
-    collectors = replace(settings.agent.collectors, **{"inspector": cfg})
-    configured = replace(settings, **{"agent": settings.agent.model_copy(update={"collectors": collectors})})
+    cfg = settings.agent.collectors.inspector.model_copy(
+        update={"otlp_port": port, "dump_dir": None, "summary_publish_s": 0.2, "raw_rate_per_s": 1000.0})  # fmt: skip
+    collectors = settings.agent.collectors.model_copy(update={"inspector": cfg})
+    configured = settings.model_copy(
+        update={"agent": settings.agent.model_copy(update={"collectors": collectors})}
+    )
     body = tmp_path / "body.json"
     body.write_bytes(plugin_request(port, VERBOSE))
     sender = ("import socket, sys\ns = socket.create_connection(('127.0.0.1', int(sys.argv[1])))\n"

@@ -106,8 +106,10 @@ def torch_dump_pipe(prefix: str, rank: int, dump_file: Path, stop: threading.Eve
                 got = os.read(fd, 128)
             except BlockingIOError:
                 got = b""
-            if got:
-                shutil.copy(FIXTURES / "stopped" / f"trace_rank_{rank}", dump_file)
+            if got:  # whole or not at all: the test removes the files between two requests
+                partial = dump_file.parent.parent / f"{dump_file.name}.partial"
+                shutil.copy(FIXTURES / "stopped" / f"trace_rank_{rank}", partial)
+                partial.replace(dump_file)
             time.sleep(0.05)
     finally:
         os.close(fd)
@@ -133,7 +135,9 @@ async def test_debug_pipe_asks_torch_to_write_its_dump(tmp_path: Path) -> None:
         # the agent's way: the pipes, a wait, then the files (with the reasons of the pipes it could not ask)
         for dump in dumps.iterdir():
             dump.unlink()
-        settings = app_settings(torch_debug_pipe_prefix=prefix, torch_dump_dir=dumps, torch_pipe_wait_s=1.0)
+        settings = app_settings(
+            torch_debug_pipe_prefix=prefix, torch_dump_dir=dumps, torch_pipe_wait_s=3.0
+        )  # time for the readers on a loaded machine
         found = await AppCollector._torch_dumps(SimpleNamespace(app_settings=settings), None, 64)  # type: ignore[arg-type]
     finally:
         stop.set()

@@ -37,7 +37,7 @@ class StragglerEngine(ComputeModel, CommsModel):
         # weak finding flickers in and out, under sampled capture most)
         self._flagged: dict[tuple[str, int | None, Kind], tuple[int, int]] = {}
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
-        # offline: each culprit's finding from its most complete window (:func:`_completeness`)
+        # offline, sampled: each culprit's finding judged by lateness from its most complete window (:func:`_completeness`)
         self._fullest: dict[tuple[str, int | None, Kind], Finding] = {}
 
     def extend(self, records: Iterable[InspectorRecord]) -> StragglerEngine:
@@ -162,8 +162,10 @@ class StragglerEngine(ComputeModel, CommsModel):
             cand.evidence += f.z
             f.first_ts_us = cand.finding.first_ts_us
             cand.finding = f
-            if self.offline and (
-                f.key not in self._fullest or _completeness(f) > _completeness(self._fullest[f.key])
+            if (
+                self.offline
+                and "compared_collectives" in f.coverage
+                and (f.key not in self._fullest or _completeness(f) > _completeness(self._fullest[f.key]))
             ):
                 self._fullest[f.key] = f
             needed = min(self.params.confirm_windows, math.ceil(self.params.evidence_z / max(f.z, 1e-9)))

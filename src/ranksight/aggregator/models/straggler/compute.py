@@ -28,8 +28,10 @@ _INTERVAL_PROCS = 64
 _LATE_SAMPLES = 2
 # sampled: a flagged process is a pipeline neighbour's victim where one sharing a comm with it costs this many times more
 _VICTIM_RATIO = 3.0
-# sampled: a process waiting in one of its comms by this share of its lateness in another is not judged by lateness
-_VICTIM_WAIT = 0.5
+# sampled: a process waiting in one of its comms (two-rank ones included: a pipeline neighbour, late after an unrecorded
+# Recv from a straggler, waits for it in the EP/DP comm they share) by this share of its lateness in another is not
+# judged by lateness: its lateness is the straggler's delay passed on, and a straggler waits in none of its comms
+_VICTIM_WAIT = 0.25
 # sampled: standard errors (from its samples' spread) a process's lateness must exceed to count
 _LATE_Z = 4.0
 
@@ -152,6 +154,9 @@ class _Lateness:
     # per process number: the most it waits, in one of its comms, for that comm's latest rank (share of the time)
     waits: np.ndarray[Any, Any]
     error: np.ndarray[Any, Any]  # per process number: the standard error of its lateness, from its samples
+    # per process number: the collective types its lateness was compared on (a type carrying the waits may be
+    # missing from a horizon's samples, and the lateness then reads low)
+    types: np.ndarray[Any, Any]
 
 
 @dataclass
@@ -172,6 +177,7 @@ class _ProcShare:
         math.nan
     )  # sampled: the most it waits for the latest rank of one of its comms (share of the time)
     late_error: float = math.nan  # sampled: the standard error of ``late``
+    late_types: int = 0  # sampled: the collective types ``late`` was compared on
     outside: float = (
         math.nan
     )  # sampled: its estimated share of the time outside recorded ops, as first computed
@@ -305,12 +311,14 @@ class ComputeModel(Slices):
         mask = present.tolist()
         lateness = self._lateness(rows, span, span_rate) if span_rate is not None else None
         unknown = np.full(len(procs), math.nan)
-        late, waits, error = ((lateness.late, lateness.waits, lateness.error) if lateness is not None
-                              else (unknown, unknown, unknown))  # fmt: skip
-        made = (_ProcShare(x, n, lived, rate, written, late=ahead, waits=wait, late_error=sd, outside=x)
-                for x, n, lived, rate, written, ahead, wait, sd in zip(*(compress(values, mask) for values in (
+        late, waits, error, types = (
+            (lateness.late, lateness.waits, lateness.error, lateness.types) if lateness is not None
+            else (unknown, unknown, unknown, np.zeros(len(procs), I64)))  # fmt: skip
+        made = (_ProcShare(x, n, lived, rate, written, late=ahead, waits=wait, late_error=sd, late_types=kinds,
+                           outside=x)
+                for x, n, lived, rate, written, ahead, wait, sd, kinds in zip(*(compress(values, mask) for values in (
                     share, ops_of, lived_of, step_of, recorded.tolist(), late.tolist(), waits.tolist(),
-                    error.tolist())), strict=True))  # fmt: skip
+                    error.tolist(), types.tolist())), strict=True))  # fmt: skip
         shares = dict(zip(compress(procs, mask), made, strict=True))
         # per method (by lateness or not): busy and covered cells
         per_slice: dict[bool, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
@@ -347,7 +355,8 @@ class ComputeModel(Slices):
         each op together, so each is sampled as often on every rank). Per (comm, coll, rank) the median exec time of
         its samples (each slice's row: about one sample), against the median of its communicator's ranks, times the
         op rate; summed over the comm's collective types; per process the most of its communicators of three ranks or
-        more (with two, which one is late cannot be told from which one is early)."""
+        more (with two, which one is late cannot be told from which one is early, but which one waits can: its waits
+        count every comm of two ranks or more)."""
         procs = len(self._procs.keys)
         out = _Lateness(
             np.full(procs, math.nan),
@@ -355,6 +364,7 @@ class ComputeModel(Slices):
             np.full(len(self._rate_keys.keys), math.nan),
             np.full(procs, math.nan),
             np.full(procs, math.nan),
+            np.zeros(procs, I64),
         )
         if not len(span):
             return out
@@ -377,13 +387,15 @@ class ComputeModel(Slices):
         rate_key = self._span_rate.values[keys]
         comm_of = self._span_comm.values[keys]
         sizes = np.array([len(c.members) if c is not None else 0 for c in self._comm_of], I64)
-        wide = sizes[comm_of] >= 3
+        # two ranks: which one is late cannot be told from which one is early, but the early one waits for the
+        # other (its exec times the longer): those comms tell waits, not lateness
+        shared = sizes[comm_of] >= 2
         keys, medians, rate_key, comm_of, errors = (
-            keys[wide],
-            medians[wide],
-            rate_key[wide],
-            comm_of[wide],
-            errors[wide],
+            keys[shared],
+            medians[shared],
+            rate_key[shared],
+            comm_of[shared],
+            errors[shared],
         )
         if not len(keys):
             return out
@@ -407,6 +419,12 @@ class ComputeModel(Slices):
         late = span_rate[keys] * (key_median[rate_key] - medians)
         wait = span_rate[keys] * (medians - key_least[rate_key])
         proc = self._span_procs()[keys]
+        # per process: the most it waits in one comm (summed over the comm's collective types) for its latest rank
+        timed = (wait == wait) & (proc >= 0)
+        waiting, waited_in = np.unique(comm_of[timed] * procs + proc[timed], return_inverse=True)
+        waited = np.full(procs, -np.inf)
+        np.maximum.at(waited, waiting % procs, np.bincount(waited_in, wait[timed], len(waiting)))
+        out.waits[:] = np.where(np.isfinite(waited), waited, math.nan)
         known = (late == late) & (proc >= 0)
         # per (comm, process): summed over the comm's collective types; per process: its latest comm, and the comm it
         # waits most in
@@ -422,12 +440,10 @@ class ComputeModel(Slices):
         np.maximum.at(most, pairs[complete] % procs, summed[complete])
         out.late[:] = np.where(np.isfinite(most), most, math.nan)
         error = np.sqrt(np.bincount(inverse, (span_rate[keys] * errors)[known] ** 2, len(pairs)))
-        waited = np.full(procs, -np.inf)
-        np.maximum.at(waited, pairs % procs, np.bincount(inverse, wait[known], len(pairs)))
-        out.waits[:] = np.where(np.isfinite(waited), waited, math.nan)
         latest = np.flatnonzero(complete & (summed == most[pairs % procs]))
         out.comm[pairs[latest] % procs] = pairs[latest] // procs
         out.error[pairs[latest] % procs] = error[latest]
+        out.types[pairs[latest] % procs] = types[pairs[latest] // procs]
         return out
 
     def _late_cells(self, rows: Rows, pos: np.ndarray[Any, Any], width: int, span: np.ndarray[Any, Any],
@@ -747,6 +763,8 @@ class ComputeModel(Slices):
         outside = ps.outside if ps.outside == ps.outside else ps.share
         coverage = self._coverage(1 - med, 1 - outside, ps.recorded)
         coverage["compared_by"] = "lateness" if ps.base == ps.base else "time outside collectives"
+        if ps.base == ps.base:
+            coverage["compared_collectives"] = ps.late_types
         return Finding(proc[0], proc[1], "compute", comm.label, rank, factor, 1.0, evidence, cost=cost,
                        duty_cycle=pattern.duty, burst_slowdown=pattern.burst, z=z, comm_ids=comm_ids,
                        pattern=pattern.kind, pattern_resolution_s=pattern.resolution_s, coverage=coverage)  # fmt: skip

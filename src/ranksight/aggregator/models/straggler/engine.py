@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Iterable
+from typing import cast
 
 from ranksight.aggregator.models.straggler.comms import CommsModel
 from ranksight.aggregator.models.straggler.compute import ComputeModel, PoolPattern, without_victims
@@ -36,6 +37,8 @@ class StragglerEngine(ComputeModel, CommsModel):
         # weak finding flickers in and out, under sampled capture most)
         self._flagged: dict[tuple[str, int | None, Kind], tuple[int, int]] = {}
         self.history: list[Finding] = []  # confirmed findings that resolved (offline)
+        # offline, sampled: each culprit's finding judged by lateness from its most complete window (:func:`_completeness`)
+        self._fullest: dict[tuple[str, int | None, Kind], Finding] = {}
 
     def extend(self, records: Iterable[InspectorRecord]) -> StragglerEngine:
         for rec in records:
@@ -100,9 +103,12 @@ class StragglerEngine(ComputeModel, CommsModel):
         """Offline: judge every slice; every finding confirmed at some point, merged per culprit."""
         self.evaluate(final=True)
         merged: dict[tuple[str, int | None, Kind], Finding] = {}
-        for f in [*self.history, *self.active()]:
+        confirmed = [*self.history, *self.active()]
+        # a confirmed culprit's figures from its most complete window, confirmed or not
+        fullest = [f for f in self._fullest.values() if any(f.key == c.key for c in confirmed)]
+        for f in [*confirmed, *fullest]:
             prev = merged.get(f.key)
-            if prev is None or f.z > prev.z:
+            if prev is None or _completeness(f) > _completeness(prev):
                 if prev is not None:
                     f.first_ts_us = min(f.first_ts_us, prev.first_ts_us)
                     f.last_ts_us = max(f.last_ts_us, prev.last_ts_us)
@@ -156,6 +162,12 @@ class StragglerEngine(ComputeModel, CommsModel):
             cand.evidence += f.z
             f.first_ts_us = cand.finding.first_ts_us
             cand.finding = f
+            if (
+                self.offline
+                and "compared_collectives" in f.coverage
+                and (f.key not in self._fullest or _completeness(f) > _completeness(self._fullest[f.key]))
+            ):
+                self._fullest[f.key] = f
             needed = min(self.params.confirm_windows, math.ceil(self.params.evidence_z / max(f.z, 1e-9)))
             # consecutive horizons share most of their data: a weak finding must stay flagged over part of a horizon of
             # fresh records (a run of unlucky samples or of hiccups does not)
@@ -180,6 +192,13 @@ class StragglerEngine(ComputeModel, CommsModel):
             for proc, spans in self._incomplete.items()
             if any(a <= last and b >= first for a, b in spans)
         }
+
+
+def _completeness(f: Finding) -> tuple[int, float]:
+    """How complete a window's finding is: sampled, judged by lateness, the window compared on the most collective
+    types first (a type carrying the waits missing from a window's samples makes its lateness, and slowdown, read
+    low), then the strongest."""
+    return cast(int, f.coverage.get("compared_collectives", 0)) if f.coverage else 0, f.z
 
 
 def analyze_records(records: Iterable[InspectorRecord], params: StragglerParams | None = None) -> Analysis:

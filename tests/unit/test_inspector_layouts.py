@@ -6,6 +6,7 @@ The layout fixtures are the real NCCL 2.28.9 plugin's v4.0 lines rewritten as ea
 from __future__ import annotations
 
 import gzip
+import json
 from pathlib import Path
 
 import msgspec
@@ -15,11 +16,12 @@ from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.agent.collectors.inspector.tailer import Tailer
 from ranksight.aggregator.models.straggler.engine import analyze_records
 from ranksight.aggregator.models.straggler.findings import StragglerParams
+from ranksight.cli import build_parser
 from ranksight.formats.inspector import DumpContext, InspectorParseError, parse_lines
 from ranksight.schemas.records import InspectorDumpStatsRecord, InspectorRecord
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 from tests.conftest import FIXTURES
-from tests.inspector_layouts import FIXTURE_DROPS, LAYOUTS, fixture_path, render, rewrite, source_lines
+from tests.inspector_layouts import FIXTURE_DROPS, LAYOUTS, Drops, fixture_path, render, rewrite, source_lines
 
 # what a newer writer changes about the same operation: the header always names the communicator ("unknown"), which
 # also makes it the ring capture model (v4.1 and later writers are the ring plugin)
@@ -208,3 +210,23 @@ def test_the_real_2289_job_rewritten_as_v43_names_the_same_straggler(tmp_path: P
         (f.hostname, f.pid, f.kind) for f in b.stragglers
     ]
     assert [(f.hostname, f.pid) for f in b.stragglers] == [("vm", 3030)]
+
+
+def test_analyze_inspector_cites_the_dump_markers_drop_counters_in_a_findings_coverage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Offline as live: the straggler of the real 2.28.9 job, rewritten as v4.3 with drops in its second dump of each
+    communicator, carries ``coverage.ring_drops`` from its own markers, and the drops among what was left out."""
+    source = FIXTURES / "inspector/nccl-2.28.9-h100-4rank"
+    for path in sorted(source.glob("*.log.gz")):
+        with gzip.open(path, "rb") as fh:
+            lines = rewrite(fh.read().splitlines(), "v4.3", drops={1: Drops(coll=5)})
+        (tmp_path / path.name.removesuffix(".gz")).write_bytes(b"".join(lines))
+    argv = ["analyze", "inspector", str(tmp_path), "--json"]
+    args = build_parser(argv).parse_args(argv)
+    assert args.func(args) == 0
+    (finding,) = json.loads(capsys.readouterr().out)["stragglers"]
+    drops = finding["coverage"]["ring_drops"]
+    assert (finding["pid"], drops["processes"], drops["dropped"]) == (3030, 1, 5 * drops["communicators"])
+    assert drops["records"] > 0 and 0 < drops["dropped_share"] < 1
+    assert any("dropped" in item for item in finding["coverage"]["left_out"])

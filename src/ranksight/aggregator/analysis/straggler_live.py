@@ -8,7 +8,7 @@ counters of its processes (``ring_drops``, from the plugins' dump markers) where
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import cast
 
 from ranksight.aggregator.alerts import Condition, RuleDoc
@@ -18,6 +18,7 @@ from ranksight.aggregator.models.hangs import Hang, comm_hash, lagging_evidence
 from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.devices import link_up
+from ranksight.aggregator.state.inspector_drops import CommDrops
 from ranksight.aggregator.state.jobs import JobState
 from ranksight.schemas.records import GpuRecord
 
@@ -116,12 +117,12 @@ def ras_comms(job: JobState | None, comm_ids: list[str]) -> list[dict[str, objec
             for key, comm in job.comms.items() if comm_hash(key) in wanted]  # fmt: skip
 
 
-def drop_coverage(state: LiveState, cluster: str, f: Finding) -> dict[str, object]:
+def drop_coverage(markers: Mapping[tuple[str, int, str], CommDrops], f: Finding) -> dict[str, object]:
     """The finding's coverage with the Inspector drop counters of its processes and communicators (``ring_drops``:
     markers seen, records they announced, operations the plugin's rings dropped meanwhile and since the process
     started), and what was dropped named among what was left out; unchanged where no marker came (plugins before
     output format v4.1 write none)."""
-    drops = [c for (host, pid, comm_id), c in state.inspector_drops.coverage(cluster).items()
+    drops = [c for (host, pid, comm_id), c in markers.items()
              if host == f.hostname and (f.pid is None or (pid == f.pid and comm_id in f.comm_ids))]  # fmt: skip
     if not drops:
         return f.coverage
@@ -173,7 +174,7 @@ class StragglerRule:
                     summary=summary(f, notes),
                     evidence={
                         **f.as_dict(),
-                        "coverage": drop_coverage(state, cluster, f),
+                        "coverage": drop_coverage(state.inspector_drops.coverage(cluster), f),
                         "corroboration": notes,
                         "gpu": gpu_of(state, cluster, f.hostname, f.pid),
                         "ras_comms": ras_comms(job, f.comm_ids),

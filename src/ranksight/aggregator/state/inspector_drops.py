@@ -70,16 +70,20 @@ class InspectorDropTracker:
             return
         for rec in env.records:
             assert isinstance(rec, InspectorDumpStatsRecord)
-            key = (env.cluster, env.node, rec.hostname, rec.pid, rec.comm_id)
-            state = self.comms.get(key)
-            if state is not None and rec.dump_ts_us <= state.latest.dump_ts_us:
-                continue  # a marker seen already (redelivered) or older never replaces a newer one nor counts twice
-            if state is None:
-                state = self.comms[key] = CommDrops(rec, expires)
-            state.latest, state.expires_ns = rec, expires
-            state.dumps += 1
-            state.records += rec.coll_records + rec.p2p_records
-            state.dropped += rec.coll_dropped_since_last_dump + rec.p2p_dropped_since_last_dump
+            self.add_marker(env.cluster, env.node, rec, expires)
+
+    def add_marker(self, cluster: str, node: str, rec: InspectorDumpStatsRecord, expires_ns: int) -> None:
+        """One dump marker of a process's communicator (published by an agent, or read from dump files offline)."""
+        key = (cluster, node, rec.hostname, rec.pid, rec.comm_id)
+        state = self.comms.get(key)
+        if state is not None and rec.dump_ts_us <= state.latest.dump_ts_us:
+            return  # a marker seen already (redelivered) or older never replaces a newer one nor counts twice
+        if state is None:
+            state = self.comms[key] = CommDrops(rec, expires_ns)
+        state.latest, state.expires_ns = rec, expires_ns
+        state.dumps += 1
+        state.records += rec.coll_records + rec.p2p_records
+        state.dropped += rec.coll_dropped_since_last_dump + rec.p2p_dropped_since_last_dump
 
     def tick(self, now_ns: int) -> None:
         self.now_ns = now_ns

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import gzip
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ranksight.formats.inspector import InspectorParseError, parse_lines
-from ranksight.schemas.records import InspectorRecord
+from ranksight.schemas.records import InspectorDumpStatsRecord, InspectorRecord
 
 SUFFIXES = (".log", ".jsonl", ".log.gz", ".jsonl.gz")
 
@@ -31,13 +31,14 @@ class DumpReader:
     directory: Path
     bad_lines: int = 0
     files: int = 0  # dump files read
+    dump_stats: list[InspectorDumpStatsRecord] = field(default_factory=list)  # the v4.1+ dump markers read
 
     def records(self) -> Iterator[InspectorRecord]:
         for path in dump_files(self.directory):
             self.files += 1
             opener = gzip.open if path.name.endswith(".gz") else open
             with opener(path, "rb") as fh:
-                yield from parse_lines(fh, self._bad)
+                yield from parse_lines(fh, self._bad, on_stats=self.dump_stats.append)
 
     def _bad(self, _error: InspectorParseError) -> None:
         self.bad_lines += 1

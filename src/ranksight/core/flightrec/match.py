@@ -243,16 +243,7 @@ def _first_mismatch(group: _Group, by_rank: dict[int, RankDump], answered: list[
         finding.waiting_s = _waited(finding.created_ns, [by_rank[r] for r in calls])
         for rank, verdict in verdicts.items():
             call = calls[rank]
-            finding.verdicts[rank] = {
-                "verdict": verdict,
-                "collective": call.collective,
-                "input_sizes": [list(s) for s in call.input_sizes],
-                "output_sizes": [list(s) for s in call.output_sizes],
-                "input_dtypes": list(call.input_dtypes),
-                "expected": {"collective": reference.collective,
-                             "input_sizes": [list(s) for s in reference.input_sizes],
-                             "input_dtypes": list(reference.input_dtypes)},
-            }  # fmt: skip
+            finding.verdicts[rank] = _verdict_of(verdict, call, reference)
             finding.frames[rank] = _where(by_rank[rank], call)
         return finding
     return None
@@ -312,17 +303,7 @@ def _p2p_mismatch(
                           seq_kind="p2p")  # fmt: skip
         finding.waiting_s = _waited(finding.created_ns, [by_rank[r] for r in ends if r in by_rank])
         for rank, (call, peer) in ends.items():
-            finding.verdicts[rank] = {
-                "verdict": verdict,
-                "collective": call.collective,
-                "input_sizes": [list(s) for s in call.input_sizes],
-                "output_sizes": [list(s) for s in call.output_sizes],
-                "input_dtypes": list(call.input_dtypes),
-                "expected": {"collective": peer.collective,
-                             "input_sizes": [list(s) for s in peer.input_sizes],
-                             "output_sizes": [list(s) for s in peer.output_sizes],
-                             "input_dtypes": list(peer.input_dtypes)},
-            }  # fmt: skip
+            finding.verdicts[rank] = _verdict_of(verdict, call, peer, peer_outputs=True)
             if rank in by_rank:
                 finding.frames[rank] = _where(by_rank[rank], call)
         return finding
@@ -378,6 +359,22 @@ def _verdict(reference: Entry, call: Entry) -> str | None:
     if _dtypes(call) != _dtypes(reference):
         return DTYPE_MISMATCH
     return None
+
+
+def _verdict_of(verdict: str, call: Entry, expected: Entry, peer_outputs: bool = False) -> dict[str, Any]:
+    """A named rank's call and what it was judged against (the peer's output sizes too, for a send or recv)."""
+    against: dict[str, Any] = {"collective": expected.collective,
+                               "input_sizes": [list(s) for s in expected.input_sizes]}  # fmt: skip
+    if peer_outputs:
+        against["output_sizes"] = [list(s) for s in expected.output_sizes]
+    return {
+        "verdict": verdict,
+        "collective": call.collective,
+        "input_sizes": [list(s) for s in call.input_sizes],
+        "output_sizes": [list(s) for s in call.output_sizes],
+        "input_dtypes": list(call.input_dtypes),
+        "expected": {**against, "input_dtypes": list(expected.input_dtypes)},
+    }
 
 
 def _dtypes(entry: Entry) -> frozenset[str]:

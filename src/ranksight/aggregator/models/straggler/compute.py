@@ -519,22 +519,7 @@ class ComputeModel(Slices):
         return self._jobs_of[1]
 
     def _group(self, procs: Iterable[Proc]) -> list[list[Proc]]:
-        parent: dict[Proc, Proc] = {proc: proc for proc in procs}
-
-        def find(x: Proc) -> Proc:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        for comm in self.comms.values():
-            members = [m for m in comm.members.values() if m in parent]
-            for other in members[1:]:
-                parent[find(other)] = find(members[0])
-        groups: dict[Proc, list[Proc]] = defaultdict(list)
-        for proc in parent:
-            groups[find(proc)].append(proc)
-        return list(groups.values())
+        return connected(list(procs), [list(comm.members.values()) for comm in self.comms.values()])
 
     def _stages(self, job: list[Proc]) -> list[list[Proc]]:
         """A job's processes that are comparable: connected by collectives other than point-to-point ones and those
@@ -545,24 +530,10 @@ class ComputeModel(Slices):
         key = (self._members_version, tuple(job))
         if self._stages_of[0] == key:
             return self._stages_of[1]
-        parent = {proc: proc for proc in job}
-
-        def find(x: Proc) -> Proc:
-            while parent[x] != x:
-                parent[x] = parent[parent[x]]
-                x = parent[x]
-            return x
-
-        for comm in self.comms.values():
-            members = [m for m in comm.members.values() if m in parent]
-            if comm.p2p or len(members) >= len(job):
-                continue
-            for other in members[1:]:
-                parent[find(other)] = find(members[0])
-        groups: dict[Proc, list[Proc]] = defaultdict(list)
-        for proc in job:
-            groups[find(proc)].append(proc)
-        stages = list(groups.values())
+        in_job = set(job)
+        links = [members for comm in self.comms.values() if not comm.p2p
+                 and len(members := [m for m in comm.members.values() if m in in_job]) < len(job)]  # fmt: skip
+        stages = connected(job, links)
         if len(stages) < 2 or min(map(len, stages)) < self.params.min_group:
             stages = [job]
         self._stages_of = (key, stages)
@@ -808,3 +779,24 @@ class ComputeModel(Slices):
                        comm_ids=sorted({cid for f in parts for cid in f.comm_ids}),
                        pattern=max(set(kinds), key=kinds.count), pattern_resolution_s=parts[0].pattern_resolution_s,
                        coverage=parts[0].coverage)  # fmt: skip
+
+
+def connected(procs: list[Proc], links: Iterable[list[Proc]]) -> list[list[Proc]]:
+    """``procs`` grouped by the ``links`` (lists of processes that belong together; others in them are ignored), each
+    group in the order of ``procs``: union-find with path halving."""
+    parent = {proc: proc for proc in procs}
+
+    def find(x: Proc) -> Proc:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for link in links:
+        members = [m for m in link if m in parent]
+        for other in members[1:]:
+            parent[find(other)] = find(members[0])
+    groups: dict[Proc, list[Proc]] = defaultdict(list)
+    for proc in procs:
+        groups[find(proc)].append(proc)
+    return list(groups.values())

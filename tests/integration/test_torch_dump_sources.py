@@ -94,12 +94,15 @@ def test_gloo_makes_no_debug_pipe(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def torch_dump_pipe(prefix: str, rank: int, dump_file: Path, stop: threading.Event) -> None:
+def torch_dump_pipe(
+    prefix: str, rank: int, dump_file: Path, stop: threading.Event, reading: threading.Semaphore
+) -> None:
     """What ProcessGroupNCCL's DumpPipe and heartbeat monitor do: a FIFO ``<prefix><rank>.pipe`` (0666) opened
     read-only, non-blocking, polled; on a byte, the Flight Recorder pickle goes to ``<temp file><rank>``."""
     name = f"{prefix}{rank}.pipe"
     os.mkfifo(name, 0o666)
     fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK)
+    reading.release()  # the pipe has a reader from here on
     try:
         while not stop.is_set():
             try:
@@ -118,13 +121,15 @@ def torch_dump_pipe(prefix: str, rank: int, dump_file: Path, stop: threading.Eve
 async def test_debug_pipe_asks_torch_to_write_its_dump(tmp_path: Path) -> None:
     prefix, dumps = str(tmp_path / "pipe_"), tmp_path / "dumps"
     dumps.mkdir()
-    stop = threading.Event()
-    readers = [threading.Thread(target=torch_dump_pipe, args=(prefix, r, dumps / f"nccl_trace_rank_{r}", stop))
+    stop, reading = threading.Event(), threading.Semaphore(0)
+    readers = [threading.Thread(target=torch_dump_pipe,
+                                args=(prefix, r, dumps / f"nccl_trace_rank_{r}", stop, reading))
                for r in range(3)]  # fmt: skip
     for reader in readers:
         reader.start()
     try:
-        wait_for_sync(lambda: len(list(tmp_path.glob("pipe_*.pipe"))) == 3)
+        for _ in readers:
+            assert reading.acquire(timeout=30)
         os.mkfifo(f"{prefix}7.pipe")  # a process that is gone: nobody reads its pipe
         (tmp_path / "pipe_8.pipe").write_text("not a fifo")
         asked, unasked = trigger_debug_pipes(prefix, max_files=100)

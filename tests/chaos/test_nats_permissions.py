@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import re
 import time
@@ -24,7 +25,7 @@ import nats.js.errors
 import pytest
 
 from ranksight.agent.collectors.ras.lease import Lease
-from ranksight.api.client import query
+from ranksight.api.client import ApiUnavailable, query
 from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.core.natsserver import NatsCluster, NatsServer
@@ -108,6 +109,14 @@ async def refusals(
     return found
 
 
+async def _answered(user: Settings) -> bool:
+    try:
+        await query(user, "status", timeout=5)
+    except ApiUnavailable:
+        return False
+    return True
+
+
 async def _node_does_its_job(node: Settings, subjects: Subjects, within_s: float = 30.0) -> None:
     """A heartbeat into the event stream and the RAS lease taken and renewed. On a loaded cluster the streams the
     aggregator just made may have no leader yet (an agent's next poll tries again): no answer, or none in time, is
@@ -159,6 +168,8 @@ async def test_each_role_can_do_its_job_and_nothing_else(
             if sharded:
                 await wait_for(lambda: agg.shards is not None and agg.shards.ingesting == [0, 1], timeout=30)
             for user in (agg_cfg, operator):
+                # the aggregator's service interest reaches every server of a cluster a moment after it starts
+                await wait_for(functools.partial(_answered, user), timeout=30, interval=0.5)
                 for _ in range(3):
                     answer = await query(user, "status", timeout=10)
                     assert answer.ok and answer.meta["health"] == "ok" and answer.meta["problems"] == [], (

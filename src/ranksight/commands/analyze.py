@@ -12,11 +12,10 @@ from ranksight.agent.collectors.inspector.dumps import SUFFIXES, DumpReader, oth
 from ranksight.aggregator.analysis.straggler_live import drop_coverage
 from ranksight.aggregator.hang_cli import register_hang
 from ranksight.aggregator.models.straggler.engine import analyze_records
-from ranksight.aggregator.models.straggler.findings import Finding, StragglerParams
+from ranksight.aggregator.models.straggler.findings import StragglerParams
 from ranksight.aggregator.state.inspector_drops import InspectorDropTracker
 from ranksight.api.endpoints import STRAGGLER_COLUMNS
 from ranksight.core.cliutil import EXIT_FAILED, EXIT_OK, EXIT_USAGE, print_json, print_table
-from ranksight.schemas.records import InspectorDumpStatsRecord
 
 MAX_NAMED = 5  # files named in the note on files not read
 OFFLINE = ""  # the cluster and node of markers read from files: one of each
@@ -43,10 +42,13 @@ def analyze_inspector(args: argparse.Namespace) -> int:
     if not args.window_s > 0:
         print("ranksight: --window-s must be positive", file=sys.stderr)
         return EXIT_USAGE
-    reader = DumpReader(args.directory)
+    drops = InspectorDropTracker()
+    reader = DumpReader(args.directory, on_stats=lambda marker: drops.add_marker(OFFLINE, OFFLINE, marker, 0))
     result = analyze_records(reader.records(), StragglerParams(window_s=args.window_s))
     result.bad_lines = reader.bad_lines
-    cite_drops(result.stragglers, reader.dump_stats)
+    cited = drops.coverage(OFFLINE)
+    for finding in result.stragglers:  # as a live straggler alert's coverage does
+        finding.coverage = drop_coverage(cited, finding)
     others = other_files(args.directory)
     if others:
         named = ", ".join(str(p.relative_to(args.directory)) for p in others[:MAX_NAMED])
@@ -73,16 +75,3 @@ def analyze_inspector(args: argparse.Namespace) -> int:
     else:
         print(f"no stragglers found in {result.records} records of {reader.files} files")
     return EXIT_OK
-
-
-def cite_drops(findings: list[Finding], markers: list[InspectorDumpStatsRecord]) -> None:
-    """Each finding's coverage cites the drop counters of the dump markers (v4.1+) of its processes and communicators,
-    as a live straggler alert's does."""
-    if not markers:
-        return
-    drops = InspectorDropTracker()
-    for marker in markers:
-        drops.add_marker(OFFLINE, OFFLINE, marker, 0)
-    cited = drops.coverage(OFFLINE)
-    for finding in findings:
-        finding.coverage = drop_coverage(cited, finding)

@@ -7,8 +7,8 @@ Lines are streamed (memory stays flat on big files); bad lines are counted, neve
 from __future__ import annotations
 
 import gzip
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from ranksight.formats.inspector import InspectorParseError, parse_lines
@@ -31,14 +31,15 @@ class DumpReader:
     directory: Path
     bad_lines: int = 0
     files: int = 0  # dump files read
-    dump_stats: list[InspectorDumpStatsRecord] = field(default_factory=list)  # the v4.1+ dump markers read
+    # each v4.1+ dump marker read, as it is read (folded by the caller: a directory's markers are never all held)
+    on_stats: Callable[[InspectorDumpStatsRecord], None] | None = None
 
     def records(self) -> Iterator[InspectorRecord]:
         for path in dump_files(self.directory):
             self.files += 1
             opener = gzip.open if path.name.endswith(".gz") else open
             with opener(path, "rb") as fh:
-                yield from parse_lines(fh, self._bad, on_stats=self.dump_stats.append)
+                yield from parse_lines(fh, self._bad, on_stats=self.on_stats)
 
     def _bad(self, _error: InspectorParseError) -> None:
         self.bad_lines += 1

@@ -50,7 +50,7 @@ from ranksight.aggregator.store import Store, out_of_memory
 from ranksight.core.aio import cancel_all
 from ranksight.core.config import Settings
 from ranksight.core.kvlease import LEASE_VALUE_BYTES, key_value
-from ranksight.core.natsconn import NatsProblems, connect, disconnect
+from ranksight.core.natsconn import NatsProblems, connect, disconnect, once_jetstream_answers
 from ranksight.core.version import ranksight_version
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.envelope import Envelope
@@ -135,20 +135,35 @@ async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
         duplicate_window=cfg.duplicate_window_s,
         num_replicas=settings.nats.jetstream_replicas,
     )
-    try:
-        await js.stream_info(cfg.stream)
-        await js.update_stream(stream)
-    except nats.js.errors.NotFoundError:
-        await js.add_stream(stream)
+
+    async def create_or_update() -> None:
+        try:
+            await js.stream_info(cfg.stream)
+            await js.update_stream(stream)
+        except nats.js.errors.NotFoundError:
+            await js.add_stream(stream)
+
+    await once_jetstream_answers(
+        create_or_update, f"stream {cfg.stream}", settings.nats.jetstream_ready_timeout_s
+    )
 
 
 async def ensure_buckets(js: JetStreamContext, settings: Settings) -> None:
     """The KV buckets agents use but may not create (deploy/nats/nats-server.conf): the RAS status-poll lease bucket,
     its TTL the agents' lease time, its size bounded."""
     ras = settings.agent.collectors.ras
-    await key_value(js, RAS_LEASE_BUCKET, ttl=ras.lease_ttl_s or 3 * ras.interval_s,
-                    replicas=settings.nats.jetstream_replicas, max_bytes=ras.lease_bucket_max_bytes,
-                    max_value_size=LEASE_VALUE_BYTES)  # fmt: skip
+    await once_jetstream_answers(
+        lambda: key_value(
+            js,
+            RAS_LEASE_BUCKET,
+            ttl=ras.lease_ttl_s or 3 * ras.interval_s,
+            replicas=settings.nats.jetstream_replicas,
+            max_bytes=ras.lease_bucket_max_bytes,
+            max_value_size=LEASE_VALUE_BYTES,
+        ),
+        f"KV bucket {RAS_LEASE_BUCKET}",
+        settings.nats.jetstream_ready_timeout_s,
+    )
 
 
 async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:

@@ -62,6 +62,12 @@ class NatsSettings(Section):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     connect_timeout_s: float = 5.0
+    jetstream_ready_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="how long the aggregator retries creating its stream and buckets while JetStream does not answer "
+        "yet (a cluster still electing leaders)",
+    )
     jetstream_replicas: int = Field(
         1,
         ge=1,

@@ -8,9 +8,11 @@ import logging
 import re
 import ssl
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
+import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
 
@@ -18,7 +20,11 @@ from ranksight.core.redact import redact
 from ranksight.errors import RanksightError, UsageError
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from ranksight.core.config import NatsSettings
+
+T = TypeVar("T")
 
 
 NATS_SCHEMES = ("nats", "tls", "ws", "wss")
@@ -202,6 +208,30 @@ async def disconnect(nc: Client, timeout: float, drain: bool = False) -> None:
     if not nc.is_closed:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(nc.close(), timeout)
+
+
+# what JetStream answers (or fails to) while a cluster elects its meta and stream leaders
+JETSTREAM_SETTLING = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.ServiceUnavailableError,
+)
+
+
+async def once_jetstream_answers(action: Callable[[], Awaitable[T]], what: str, timeout_s: float) -> T:
+    """``action`` (a JetStream API call), tried again while JetStream is still settling (no answer, no responders,
+    503) for up to ``timeout_s``; a refusal or any other error is raised at once, and so is the last try's."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    pause = 0.2
+    while True:
+        try:
+            return await action()
+        except JETSTREAM_SETTLING as exc:
+            if asyncio.get_running_loop().time() + pause >= deadline:
+                raise
+            log.warning("%s: JetStream does not answer yet (%s); trying again", what, _describe(exc))
+        await asyncio.sleep(pause)
+        pause = min(2 * pause, 2.0)
 
 
 def _describe(exc: BaseException) -> str:

@@ -6,15 +6,36 @@ parser; those that need no running aggregator run and exit as the line says (``#
 ``parse``, ``--help``, and the history commands (``sql``, ``alerts``, ``incidents``, ``series``), which run with ``--db``
 on a fresh history database, so their SQL meets the real tables. Every fenced SQL block runs there too, and every
 Python block compiles.
+
+Every inline code span of the prose (outside fenced blocks) that starts with ``ranksight `` parses with the real
+parser, read as a synopsis by these rules and no others:
+
+- capitals stand for a value (``DIR``, ``JOB``, ``N``, ``HOST:PORT``) and so does a lone ``...`` right after an option
+  (``--reason ...``): a placeholder is taken as is where the parser would convert the value or hold it to choices;
+- ``[...]`` is optional: the span is parsed without its optional parts, with each of them alone, and with all of them;
+- ``a|b`` (``\\|`` in a table) offers alternatives, each parsed in turn: of one word (``--state firing|all``), or of the
+  whole bracket where one starts with an option (``[--duration 1h|--until T]``);
+- ``NODE...`` is ``NODE``; a lone ``...`` elsewhere (``--allow CIDR ...``, ``[...]``) means "more of the same" and
+  is dropped;
+- a span of command words only (``ranksight analyze hang``) names a command: its words must be a real command path,
+  its required arguments may be left out;
+- left out: ``ranksight`` alone (the program, not a command line), a span with a ``<name>`` template
+  (``ranksight <endpoint>``), and the commands of :data:`HYPOTHETICAL` (a worked example's command yet to be written).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import functools
+import io
 import re
 import shlex
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +50,14 @@ OFFLINE = ("analyze", "parse")  # commands that read files given to them, nothin
 HISTORY = ("sql", "alerts", "incidents", "series")  # commands that answer from a history file with --db
 PROGRAM = re.compile(r"(\S*/bin/)?ranksight")  # ranksight, .venv/bin/ranksight
 EXPECTED_EXIT = re.compile(r"#.*\bexit (\d+)")
+# A CommonMark code span: a run of backticks, closed by a run as long, within one paragraph.
+SPAN = re.compile(r"(?<!`)(?P<ticks>`+)(?!`)(?P<code>(?:(?!\n\s*\n).)+?)(?<!`)(?P=ticks)(?!`)", re.S)
+OPTIONAL = re.compile(r"\[([^\[\]]*)\]")
+OPTION_ALTERNATIVES = re.compile(r"\s*\|\s*(?=-)")  # [--duration 1h|--until T]
+WORD_ALTERNATIVES = re.compile(r"[\w.-]+(?:\|[\w.-]+)+")  # on|off|MASK
+PLACEHOLDER = re.compile(r"[A-Z][A-Z0-9_]*(?::[A-Z][A-Z0-9_]*)*|\.\.\.")  # DIR, HOST:PORT, N, ...
+TEMPLATE = re.compile(r"<\w+>")  # ranksight <endpoint>
+HYPOTHETICAL = {"fans"}  # docs/extending.md walks through adding this endpoint
 
 
 @dataclass(frozen=True)
@@ -85,12 +114,161 @@ def _command_lines() -> list[CommandLine]:
 COMMAND_LINES = _command_lines()
 
 
+@dataclass(frozen=True)
+class InlineCommand:
+    where: str
+    text: str  # the span, on one line
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.text}"
+
+
+def _prose(text: str) -> str:
+    """``text`` with its fenced blocks blanked out, line for line."""
+    return FENCE.sub(lambda block: "\n" * block[0].count("\n"), text)
+
+
+def _inline_commands() -> list[InlineCommand]:
+    out = []
+    for page in PAGES:
+        prose = _prose(page.read_text())
+        for span in SPAN.finditer(prose):
+            text = " ".join(span["code"].split())
+            words = text.split()
+            if len(words) < 2 or words[0] != "ranksight" or words[1] in HYPOTHETICAL or TEMPLATE.search(text):
+                continue
+            line = prose.count("\n", 0, span.start()) + 1
+            out.append(InlineCommand(f"{page.relative_to(REPO)}:{line}", text))
+    return out
+
+
+INLINE_COMMANDS = _inline_commands()
+
+
+def _words(text: str) -> list[list[str]]:
+    """The words of a stretch of a synopsis, each as its alternatives (the first is the default)."""
+    out: list[list[str]] = []
+    for word in shlex.split(text):
+        if word == "..." and not (out and out[-1][0].startswith("-")):
+            continue  # more of the same; after an option it is the option's value
+        if word.endswith("...") and PLACEHOLDER.fullmatch(word[:-3]):
+            word = word[:-3]  # NODE...
+        out.append(word.split("|") if WORD_ALTERNATIVES.fullmatch(word) else [word])
+    return out
+
+
+def _one_at_a_time(words: list[list[str]]) -> list[list[str]]:
+    """The defaults, then each other alternative of each word in turn."""
+    defaults = [alternatives[0] for alternatives in words]
+    return [defaults] + [
+        [*defaults[:at], other, *defaults[at + 1 :]]
+        for at, alternatives in enumerate(words)
+        for other in alternatives[1:]
+    ]
+
+
+def _variants(synopsis: str) -> list[list[str]]:
+    """The argument lists a synopsis span stands for (the module docstring's rules), ``ranksight`` left off."""
+    synopsis = synopsis.replace("\\|", "|").removeprefix("ranksight ")
+    # Stretches of required words and optional groups in turn, each as its alternatives (one for a stretch).
+    slots: list[tuple[bool, list[list[list[str]]]]] = []
+    at = 0
+    for group in OPTIONAL.finditer(synopsis):
+        slots.append((False, [_words(synopsis[at : group.start()])]))
+        slots.append((True, [_words(alternative) for alternative in OPTION_ALTERNATIVES.split(group[1])]))
+        at = group.end()
+    slots.append((False, [_words(synopsis[at:])]))
+    every = [_one_at_a_time(alternatives[0])[0] for _, alternatives in slots]
+    bare = [[] if optional else words for (optional, _), words in zip(slots, every, strict=True)]
+    lines = [bare, every] + [
+        [*bare[:at], variant, *bare[at + 1 :]]
+        for at, (_, alternatives) in enumerate(slots)
+        for alternative in alternatives
+        for variant in _one_at_a_time(alternative)
+    ]
+    flat = [[word for slot in line for word in slot] for line in lines]
+    return [argv for at, argv in enumerate(flat) if argv not in flat[:at]]
+
+
+def _is_placeholder(value: object) -> bool:
+    return isinstance(value, str) and PLACEHOLDER.fullmatch(value) is not None
+
+
+class _ChoicesOrPlaceholder(list[Any]):
+    def __contains__(self, value: object) -> bool:
+        return _is_placeholder(value) or super().__contains__(value)
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(found[0].choices) if found else {}
+
+
+def _taking_placeholders(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``parser`` with every argument that converts its value or has choices also taking a placeholder as is."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for subcommand in action.choices.values():
+                _taking_placeholders(subcommand)
+            continue
+        if callable(action.type):
+            action.type = _or_placeholder(action.type)
+        if action.choices is not None:
+            action.choices = _ChoicesOrPlaceholder(action.choices)
+    return parser
+
+
+def _or_placeholder(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    def converted(value: str) -> Any:
+        return value if _is_placeholder(value) else convert(value)
+
+    # argparse's "invalid <name> value" names the conversion
+    converted.__name__ = getattr(convert, "__name__", "value")
+    return converted
+
+
+def _synopsis_parser(argv: list[str]) -> argparse.ArgumentParser:
+    """The parser for ``argv``, taking placeholders: one per command (or per command line without one)."""
+    command = next((word for word in argv if not word.startswith("-")), None)
+    return _placeholder_parser((command,) if command else tuple(argv))
+
+
+@functools.cache
+def _placeholder_parser(argv: tuple[str, ...]) -> argparse.ArgumentParser:
+    return _taking_placeholders(build_parser(argv))
+
+
+def _command_path(argv: list[str]) -> list[str]:
+    """The words of ``argv`` that name its command: ``analyze hang`` of ``analyze hang DIR --json``."""
+    parser = _synopsis_parser(argv)
+    path: list[str] = []
+    while len(path) < len(argv) and argv[len(path)] in (subcommands := _subcommands(parser)):
+        parser = subcommands[argv[len(path)]]
+        path.append(argv[len(path)])
+    return path
+
+
+def _parse_error(argv: list[str]) -> str | None:
+    """Why ``argv`` does not parse as a synopsis (None when it does, or when it names a command)."""
+    if len(_command_path(argv)) == len(argv):
+        return None
+    err = io.StringIO()
+    try:
+        # --help and --version print and exit 0; a usage error prints why and exits 2
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+            _synopsis_parser(argv).parse_args(argv)
+    except SystemExit as exc:
+        return None if exc.code == 0 else err.getvalue().strip().splitlines()[-1]
+    return None
+
+
 def test_the_docs_have_examples_of_each_kind() -> None:
     """The collection itself works: a change of fence or prompt style would otherwise test nothing."""
     assert sum(e.lang == "toml" for e in EXAMPLES) >= 3 and sum(e.lang == "sql" for e in EXAMPLES) >= 2
     assert sum(e.lang == "python" for e in EXAMPLES) >= 2
     assert len(COMMAND_LINES) >= 10
     assert {c.argv[0] for c in COMMAND_LINES} >= {"analyze", "sql", "status", "demo"}
+    assert len(INLINE_COMMANDS) >= 100 and any("[" in c.text for c in INLINE_COMMANDS)
 
 
 @pytest.mark.parametrize("example", [e for e in EXAMPLES if e.lang == "toml"], ids=str)
@@ -131,12 +309,14 @@ def offline(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("RANKSIGHT_NATS__URL", "nats://127.0.0.1:1")
 
 
-def _run(argv: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str]:
+def _run(argv: list[str], capfd: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    """The exit status, stdout and stderr of ``ranksight argv``."""
     try:
         code = main(argv)
     except SystemExit as exc:  # --help, usage errors
         code = exc.code if isinstance(exc.code, int) else 2
-    return code, capfd.readouterr().err
+    out, err = capfd.readouterr()
+    return code, out, err
 
 
 def _with_db(argv: list[str], db: Path) -> list[str]:
@@ -147,17 +327,23 @@ def _with_db(argv: list[str], db: Path) -> list[str]:
     return [*argv, "--db", str(db)]
 
 
+def _answers_offline(argv: list[str]) -> bool:
+    return argv[0] in OFFLINE or (argv[0] in HISTORY and "--follow" not in argv)
+
+
 def _runs_offline(line: CommandLine) -> bool:
-    help_asked = "--help" in line.argv or "-h" in line.argv
-    return help_asked or line.argv[0] in OFFLINE or (line.argv[0] in HISTORY and "--follow" not in line.argv)
+    return "--help" in line.argv or "-h" in line.argv or _answers_offline(line.argv)
+
+
+def _offline_argv(argv: list[str], history: Path) -> list[str]:
+    return _with_db(argv, history) if argv[0] in HISTORY else argv
 
 
 @pytest.mark.parametrize("line", [c for c in COMMAND_LINES if _runs_offline(c)], ids=str)
 def test_offline_command_lines_run(
     line: CommandLine, history: Path, offline: None, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    argv = _with_db(line.argv, history) if line.argv[0] in HISTORY else line.argv
-    code, err = _run(argv, capfd)
+    code, _, err = _run(_offline_argv(line.argv, history), capfd)
     assert code == line.exit, f"{line}: exit {code}, said {line.exit}; stderr: {err[-2000:]}"
     assert "Traceback" not in err, f"{line}: {err}"
 
@@ -167,5 +353,77 @@ def test_sql_examples_run_on_the_history_tables(
     example: Example, history: Path, offline: None, capfd: pytest.CaptureFixture[str]
 ) -> None:
     for statement in filter(str.strip, example.text.split(";")):
-        code, err = _run(["sql", "--db", str(history), statement.strip()], capfd)
+        code, _, err = _run(["sql", "--db", str(history), statement.strip()], capfd)
         assert code == 0, f"{example}: {statement.strip()}: {err[-2000:]}"
+
+
+@pytest.mark.parametrize("span", INLINE_COMMANDS, ids=str)
+def test_inline_command_lines_parse(span: InlineCommand) -> None:
+    for argv in _variants(span.text):
+        error = _parse_error(argv)
+        assert error is None, f"{span}: as `ranksight {shlex.join(argv)}`: {error}"
+
+
+# The checkers themselves, on made-up examples: each rule reads a synopsis as documented, each wrong one is caught.
+
+
+@pytest.mark.parametrize(
+    ("synopsis", "argvs"),
+    [
+        (
+            "ranksight alerts --state firing|all [--since AGO] [--json|--csv]",
+            [
+                ["alerts", "--state", "firing"],
+                ["alerts", "--state", "firing", "--since", "AGO", "--json"],
+                ["alerts", "--state", "all"],
+                ["alerts", "--state", "firing", "--since", "AGO"],
+                ["alerts", "--state", "firing", "--json"],
+                ["alerts", "--state", "firing", "--csv"],
+            ],
+        ),
+        (
+            "ranksight node drain NODE... [--reason ...] [--allow CIDR ...] [...]",
+            [
+                ["node", "drain", "NODE"],
+                ["node", "drain", "NODE", "--reason", "...", "--allow", "CIDR"],
+                ["node", "drain", "NODE", "--reason", "..."],
+                ["node", "drain", "NODE", "--allow", "CIDR"],
+            ],
+        ),
+        (
+            "ranksight silence add [--duration 1h\\|--until T]",
+            [["silence", "add"], ["silence", "add", "--duration", "1h"], ["silence", "add", "--until", "T"]],
+        ),
+    ],
+)
+def test_a_synopsis_stands_for_these_command_lines(synopsis: str, argvs: list[list[str]]) -> None:
+    assert _variants(synopsis) == argvs
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["analyze", "inspector", "DIR", "--jsn"],  # no such option
+        ["analyze", "hung"],  # no such command
+        ["alerts", "--state", "sometimes"],  # not one of the choices
+        ["analyze", "hang", "DIR", "--world-size", "many"],  # not a number, nor a placeholder
+        ["analyze", "hang", "--json"],  # an option shown, the required DIR left out
+        ["silence", "add", "--matcher", "rule=x", "--comment"],  # an option without its value
+    ],
+)
+def test_a_wrong_synopsis_is_found(argv: list[str]) -> None:
+    assert _parse_error(argv)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["analyze", "hang", "DIR", "--world-size", "N", "--json"],
+        ["alerts", "--state", "S"],
+        ["analyze", "hang"],  # names the command
+        ["sql", "--help"],
+        ["--version"],
+    ],
+)
+def test_a_synopsis_with_placeholders_parses(argv: list[str]) -> None:
+    assert _parse_error(argv) is None

@@ -21,6 +21,11 @@ parser, read as a synopsis by these rules and no others:
   its required arguments may be left out;
 - left out: ``ranksight`` alone (the program, not a command line), a span with a ``<name>`` template
   (``ranksight <endpoint>``), and the commands of :data:`HYPOTHETICAL` (a worked example's command yet to be written).
+
+Every fenced JSON block parses, as one document or as JSON Lines (one value a line). When the paragraph before it
+shows the command whose ``--json`` output it is (a span ``ranksight ... --json``) and a shell block of the same page
+runs that command offline, the command runs with ``--json`` and what it prints has the block's keys: the top-level ones
+and those of the first object of each list.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import argparse
 import contextlib
 import functools
 import io
+import json
 import re
 import shlex
 import tomllib
@@ -65,6 +71,7 @@ class Example:
     where: str  # page:line
     lang: str
     text: str
+    lead: str  # the paragraph before the block
 
     def __str__(self) -> str:
         return self.where
@@ -76,7 +83,8 @@ def _examples() -> list[Example]:
         text = page.read_text()
         for block in FENCE.finditer(text):
             line = text.count("\n", 0, block.start("body")) + 1
-            out.append(Example(f"{page.relative_to(REPO)}:{line}", block["lang"], block["body"]))
+            lead = text[: block.start()].rstrip().rsplit("\n\n", 1)[-1]
+            out.append(Example(f"{page.relative_to(REPO)}:{line}", block["lang"], block["body"], lead))
     return out
 
 
@@ -269,6 +277,7 @@ def test_the_docs_have_examples_of_each_kind() -> None:
     assert len(COMMAND_LINES) >= 10
     assert {c.argv[0] for c in COMMAND_LINES} >= {"analyze", "sql", "status", "demo"}
     assert len(INLINE_COMMANDS) >= 100 and any("[" in c.text for c in INLINE_COMMANDS)
+    assert any(_documented_run(e) for e in EXAMPLES if e.lang == "json")
 
 
 @pytest.mark.parametrize("example", [e for e in EXAMPLES if e.lang == "toml"], ids=str)
@@ -364,6 +373,75 @@ def test_inline_command_lines_parse(span: InlineCommand) -> None:
         assert error is None, f"{span}: as `ranksight {shlex.join(argv)}`: {error}"
 
 
+def _json_values(text: str) -> list[Any]:
+    """The block's value, or its values one a line (JSON Lines); when neither reads, the whole block's error."""
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError as whole:
+        try:
+            return [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError:
+            raise whole from None
+
+
+def _documented_run(example: Example) -> list[str] | None:
+    """The command line of the block's page that prints what the block shows, with ``--json``: one that answers
+    offline, of the command the paragraph before the block names with ``--json``."""
+    page = example.where.rsplit(":", 1)[0]
+    for span in SPAN.finditer(example.lead):
+        text = " ".join(span["code"].split())
+        if text.split()[:1] != ["ranksight"] or "--json" not in text.split():
+            continue
+        path = _command_path(_variants(text)[0])
+        for line in COMMAND_LINES:
+            if (
+                line.where.startswith(f"{page}:")
+                and line.argv[: len(path)] == path
+                and _answers_offline(line.argv)
+            ):
+                return line.argv if "--json" in line.argv else [*line.argv, "--json"]
+    return None
+
+
+def _key_differences(documented: Any, printed: Any) -> list[str]:
+    """Where ``documented`` has other keys than ``printed``: at the top level, and in the first object of each list
+    both hold under a key."""
+    pairs = [("the top level", documented, printed)]
+    if isinstance(documented, dict) and isinstance(printed, dict):
+        pairs += [
+            (f"{key}[0]", documented[key][0], printed[key][0])
+            for key in documented.keys() & printed.keys()
+            if isinstance(documented[key], list)
+            and isinstance(printed[key], list)
+            and documented[key]
+            and printed[key]
+        ]
+    return [
+        f"{where}: documented {_keys(ours)}, printed {_keys(theirs)}"
+        for where, ours, theirs in pairs
+        if _keys(ours) != _keys(theirs)
+    ]
+
+
+def _keys(value: Any) -> list[str] | None:
+    return sorted(value) if isinstance(value, dict) else None
+
+
+@pytest.mark.parametrize("example", [e for e in EXAMPLES if e.lang == "json"], ids=str)
+def test_json_examples_parse_and_have_the_keys_their_command_prints(
+    example: Example, history: Path, offline: None, capfd: pytest.CaptureFixture[str]
+) -> None:
+    documented = _json_values(example.text)  # a JSONDecodeError names the line within the block
+    if (run := _documented_run(example)) is None:
+        return
+    code, out, err = _run(_offline_argv(run, history), capfd)
+    assert out.strip(), (
+        f"{example}: `ranksight {shlex.join(run)}` printed nothing (exit {code}): {err[-2000:]}"
+    )
+    differences = _key_differences(documented[0], _json_values(out)[0])
+    assert not differences, f"{example}: not what `ranksight {shlex.join(run)}` prints: {differences}"
+
+
 # The checkers themselves, on made-up examples: each rule reads a synopsis as documented, each wrong one is caught.
 
 
@@ -427,3 +505,18 @@ def test_a_wrong_synopsis_is_found(argv: list[str]) -> None:
 )
 def test_a_synopsis_with_placeholders_parses(argv: list[str]) -> None:
     assert _parse_error(argv) is None
+
+
+def test_json_blocks_are_one_document_or_json_lines() -> None:
+    assert _json_values('{"a": [1,\n 2]}') == [{"a": [1, 2]}]
+    assert _json_values('{"a": 1}\n{"a": 2}\n') == [{"a": 1}, {"a": 2}]
+    with pytest.raises(json.JSONDecodeError):
+        _json_values('{"stack": [...]}')
+
+
+def test_documented_keys_are_compared_with_the_printed_ones() -> None:
+    printed = {"findings": [{"kind": "k", "seq": 1}], "errors": []}
+    assert not _key_differences({"findings": [{"seq": 2, "kind": "x"}], "errors": ["e"]}, printed)
+    assert _key_differences({"findings": [], "error": []}, printed)  # a top-level key renamed
+    assert _key_differences({"findings": [{"kind": "k"}], "errors": []}, printed)  # a record's key left out
+    assert _key_differences(["findings"], printed)

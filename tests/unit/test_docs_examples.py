@@ -7,8 +7,8 @@ parser; those that need no running aggregator run and exit as the line says (``#
 on a fresh history database, so their SQL meets the real tables. Every fenced SQL block runs there too, and every
 Python block compiles.
 
-Every inline code span of the prose (outside fenced blocks) that starts with ``ranksight `` parses with the real
-parser, read as a synopsis by these rules and no others:
+Every inline code span of the prose (outside fenced blocks) that starts with ``ranksight `` (or
+``.venv/bin/ranksight ``) parses with the real parser, read as a synopsis by these rules and no others:
 
 - capitals stand for a value (``DIR``, ``JOB``, ``N``, ``HOST:PORT``) and so does a lone ``...`` right after an option
   (``--reason ...``): a placeholder is taken as is where the parser would convert the value or hold it to choices;
@@ -126,6 +126,7 @@ COMMAND_LINES = _command_lines()
 class InlineCommand:
     where: str
     text: str  # the span, on one line
+    synopsis: str  # what follows the program's name
 
     def __str__(self) -> str:
         return f"{self.where}: {self.text}"
@@ -136,17 +137,23 @@ def _prose(text: str) -> str:
     return FENCE.sub(lambda block: "\n" * block[0].count("\n"), text)
 
 
+def _synopsis(span: str) -> str | None:
+    """What follows the program's name in a span that is a command line of it (not one the docstring leaves out)."""
+    program, _, synopsis = span.partition(" ")
+    if not PROGRAM.fullmatch(program) or not synopsis or TEMPLATE.search(synopsis):
+        return None
+    return None if synopsis.split()[0] in HYPOTHETICAL else synopsis
+
+
 def _inline_commands() -> list[InlineCommand]:
     out = []
     for page in PAGES:
         prose = _prose(page.read_text())
         for span in SPAN.finditer(prose):
             text = " ".join(span["code"].split())
-            words = text.split()
-            if len(words) < 2 or words[0] != "ranksight" or words[1] in HYPOTHETICAL or TEMPLATE.search(text):
-                continue
-            line = prose.count("\n", 0, span.start()) + 1
-            out.append(InlineCommand(f"{page.relative_to(REPO)}:{line}", text))
+            if (synopsis := _synopsis(text)) is not None:
+                line = prose.count("\n", 0, span.start()) + 1
+                out.append(InlineCommand(f"{page.relative_to(REPO)}:{line}", text, synopsis))
     return out
 
 
@@ -176,8 +183,8 @@ def _one_at_a_time(words: list[list[str]]) -> list[list[str]]:
 
 
 def _variants(synopsis: str) -> list[list[str]]:
-    """The argument lists a synopsis span stands for (the module docstring's rules), ``ranksight`` left off."""
-    synopsis = synopsis.replace("\\|", "|").removeprefix("ranksight ")
+    """The argument lists a synopsis stands for (the module docstring's rules)."""
+    synopsis = synopsis.replace("\\|", "|")
     # Stretches of required words and optional groups in turn, each as its alternatives (one for a stretch).
     slots: list[tuple[bool, list[list[list[str]]]]] = []
     at = 0
@@ -368,7 +375,7 @@ def test_sql_examples_run_on_the_history_tables(
 
 @pytest.mark.parametrize("span", INLINE_COMMANDS, ids=str)
 def test_inline_command_lines_parse(span: InlineCommand) -> None:
-    for argv in _variants(span.text):
+    for argv in _variants(span.synopsis):
         error = _parse_error(argv)
         assert error is None, f"{span}: as `ranksight {shlex.join(argv)}`: {error}"
 
@@ -389,10 +396,10 @@ def _documented_run(example: Example) -> list[str] | None:
     offline, of the command the paragraph before the block names with ``--json``."""
     page = example.where.rsplit(":", 1)[0]
     for span in SPAN.finditer(example.lead):
-        text = " ".join(span["code"].split())
-        if text.split()[:1] != ["ranksight"] or "--json" not in text.split():
+        synopsis = _synopsis(" ".join(span["code"].split()))
+        if synopsis is None or "--json" not in synopsis.split():
             continue
-        path = _command_path(_variants(text)[0])
+        path = _command_path(_variants(synopsis)[0])
         for line in COMMAND_LINES:
             if (
                 line.where.startswith(f"{page}:")
@@ -449,7 +456,7 @@ def test_json_examples_parse_and_have_the_keys_their_command_prints(
     ("synopsis", "argvs"),
     [
         (
-            "ranksight alerts --state firing|all [--since AGO] [--json|--csv]",
+            "alerts --state firing|all [--since AGO] [--json|--csv]",
             [
                 ["alerts", "--state", "firing"],
                 ["alerts", "--state", "firing", "--since", "AGO", "--json"],
@@ -460,7 +467,7 @@ def test_json_examples_parse_and_have_the_keys_their_command_prints(
             ],
         ),
         (
-            "ranksight node drain NODE... [--reason ...] [--allow CIDR ...] [...]",
+            "node drain NODE... [--reason ...] [--allow CIDR ...] [...]",
             [
                 ["node", "drain", "NODE"],
                 ["node", "drain", "NODE", "--reason", "...", "--allow", "CIDR"],
@@ -469,7 +476,7 @@ def test_json_examples_parse_and_have_the_keys_their_command_prints(
             ],
         ),
         (
-            "ranksight silence add [--duration 1h\\|--until T]",
+            "silence add [--duration 1h\\|--until T]",
             [["silence", "add"], ["silence", "add", "--duration", "1h"], ["silence", "add", "--until", "T"]],
         ),
     ],

@@ -452,6 +452,14 @@ def test_json_examples_parse_and_have_the_keys_their_command_prints(
 # The checkers themselves, on made-up examples: each rule reads a synopsis as documented, each wrong one is caught.
 
 
+def test_only_the_spans_the_docstring_names_are_left_out() -> None:
+    assert _synopsis(".venv/bin/ranksight demo --nodes N") == "demo --nodes N"
+    assert _synopsis("ranksight fanz") == "fanz"  # a misspelt command is checked, not left out
+    assert [
+        _synopsis(span) for span in ("ranksight", "ranksight <endpoint>", "ranksight fans", "make up")
+    ] == [None] * 4
+
+
 @pytest.mark.parametrize(
     ("synopsis", "argvs"),
     [

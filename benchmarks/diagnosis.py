@@ -1,8 +1,10 @@
 """Diagnosis quality of the straggler engine: fault class x capture model x seed, against the naive rule, fed raw
 records and fed the agents' summaries side by side.
 
-Every run is a simulated job (``ranksight.simulate.scenarios``: MoE and dense layouts, noisy healthy runs, stragglers
-from 1.1x to 2x, late onset, a slow node, a NIC at 40 % bandwidth, an intermittent straggler, two stragglers at once)
+Every run is a simulated job (``ranksight.simulate.scenarios``: noisy healthy runs, stragglers from 1.1x to 2x, late
+onset, a slow node, a NIC at 40 % bandwidth, an intermittent straggler, two stragglers at once), each class in every
+``--layouts`` job shape (``moe``: TP, EP, EDP and DP collectives; ``hybrid``: TP collectives of several types and sizes,
+PP Send/Recv between nodes, EP, DP gradient buckets of three sizes; ``dense_straggler`` keeps its TP/DP/PP one),
 written as real Inspector lines and parsed by the agent's parser. The records are replayed in dump-time order through
 the live engine, evaluated every ``evaluate_every_s`` as the aggregator does: the first evaluation that reports a true
 culprit gives the time to alert (from the fault's onset; agent and bus delays not included). At the end the same
@@ -29,8 +31,8 @@ process's dump thread at its own phase. Longer intervals get longer jobs (a samp
 finding's stated resolution can tell (a burst and the gap after it each at least twice the resolution; a steady
 fault always): right when it says so; "undetermined" is never wrong but not right either.
 
-    python benchmarks/diagnosis.py [--seeds 10] [--quick] [--classes a,b] [--jobs 2] [--dump-ms 100,1000,2000]
-        [--sampled-dump-ms 1000,2000,5000] [--out benchmarks/results/diagnosis.json]
+    python benchmarks/diagnosis.py [--seeds 10] [--quick] [--classes a,b] [--layouts moe,hybrid] [--jobs 2]
+        [--dump-ms 100,1000,2000] [--sampled-dump-ms 1000,2000,5000] [--out benchmarks/results/diagnosis.json]
 """
 
 from __future__ import annotations
@@ -168,23 +170,23 @@ def naive(records: list[InspectorRecord]) -> list[Row]:
     return [(host, pid, "compute", 1.0, "undetermined", 0.0)]
 
 
-def job_spec(cls: str, capture: Capture, seed: int, dump_ms: float) -> JobSpec:
-    """The class's job at this dump interval, long enough to judge at it: ~40 s past the onset, and a sampled job at
-    1 s dumps and beyond ~130 s, at 5 s ~260 s (a weak straggler shows only in the statistics of many single-slot
-    samples)."""
+def job_spec(cls: str, capture: Capture, seed: int, dump_ms: float, layout: str = "") -> JobSpec:
+    """The class's job at this dump interval (in ``layout`` when given, else the class's own), long enough to judge
+    at it: ~40 s past the onset, and a sampled job at 1 s dumps and beyond ~130 s, at 5 s ~260 s (a weak straggler
+    shows only in the statistics of many single-slot samples)."""
     spec = CLASSES[cls](capture, seed)
-    # sampled: the horizon holds 24 ticks (24 s at 1 s dumps, 120 s at 5 s), and a weak finding must stay flagged over
+    # sampled: the horizon holds 48 ticks (48 s at 1 s dumps; at 5 s its 120 s cap, 24), and a weak finding must stay flagged over
     # half of one before it alerts
     past_onset = round(2600 * max(1.0, dump_ms / 2500)) if capture == "sampled" and dump_ms >= 1000 else (
         800 if dump_ms >= 1000 else 0)  # fmt: skip
     steps = max(spec.steps, ONSET_STEP + past_onset) if cls != "late_onset" else spec.steps + past_onset
-    return dataclasses.replace(spec, dump_interval_ms=dump_ms, steps=steps)
+    return dataclasses.replace(spec, dump_interval_ms=dump_ms, steps=steps, layout=layout or spec.layout)
 
 
 def run_one(
-    cls: str, capture: Capture, dump_ms: float, seed: int
+    cls: str, capture: Capture, dump_ms: float, seed: int, layout: str = ""
 ) -> tuple[str, dict[str, Score], Score, float]:
-    spec = job_spec(cls, capture, seed, dump_ms)
+    spec = job_spec(cls, capture, seed, dump_ms, layout)
     timed, step_us = run_job(spec)
     records = sorted(
         (parse_op(line) for lines in timed.values() for _, line in lines), key=lambda r: r.dump_ts_us
@@ -308,6 +310,12 @@ def main() -> None:
     )
     ap.add_argument("--dump-ms", default="100,1000,2000", help="ring dump intervals (ms), comma-separated")
     ap.add_argument("--sampled-dump-ms", default="1000,2000,5000", help="sampled dump intervals (ms)")
+    ap.add_argument(
+        "--layouts",
+        default="moe,hybrid",
+        help="job layouts, comma-separated: moe (TP, EP, EDP, DP), hybrid (TP, PP Send/Recv, EP, DP buckets); "
+        "dense_straggler runs once, in its own (TP, DP, PP)",
+    )
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     ap.add_argument(
         "--out", default="", help="write the figures as JSON here (benchmarks/results/diagnosis.json)"
@@ -318,7 +326,15 @@ def main() -> None:
     ring_ms = [1000.0] if args.quick else [float(x) for x in args.dump_ms.split(",") if x]
     sampled_ms = [1000.0] if args.quick else [float(x) for x in args.sampled_dump_ms.split(",") if x]
     settings = [("ring", ms) for ms in ring_ms] + [("sampled", ms) for ms in sampled_ms]
-    runs = [(cls, cap, ms, seed) for cls in classes for cap, ms in settings for seed in seeds]
+    layouts = [x for x in args.layouts.split(",") if x]
+    runs = [
+        (cls, cap, ms, seed, "dense" if cls == "dense_straggler" else layout)
+        for i, layout in enumerate(layouts)
+        for cls in classes
+        for cap, ms in settings
+        for seed in seeds
+        if cls != "dense_straggler" or i == 0  # its own layout, once
+    ]
     started = time.perf_counter()
     ours: dict[str, dict[str, Score]] = {feed: defaultdict(Score) for feed in FEEDS}
     per_setting: dict[str, dict[str, Score]] = {feed: defaultdict(Score) for feed in FEEDS}
@@ -327,7 +343,7 @@ def main() -> None:
     hang_scores: dict[str, dict[str, Score]] = {feed: defaultdict(Score) for feed in FEEDS}
     false_hangs = {feed: Score() for feed in FEEDS}
     with ProcessPoolExecutor(args.jobs) as pool:
-        for (_, cap, ms, _), (label, mine, theirs, seconds) in zip(
+        for (_, cap, ms, _, layout), (label, mine, theirs, seconds) in zip(
             runs, pool.map(run_one, *zip(*runs, strict=True)), strict=True
         ):
             for feed in FEEDS:
@@ -336,6 +352,7 @@ def main() -> None:
                 else:
                     ours[feed][label].merge(mine[feed])
                     per_setting[feed][f"{cap} {ms / 1000:g} s dumps"].merge(mine[feed])
+                    per_setting[feed][f"{layout} {cap} {ms / 1000:g} s dumps"].merge(mine[feed])
                     false_hangs[feed].merge(mine[feed])
             if not mine["raw"].hang_runs:
                 base[label].merge(theirs)

@@ -41,6 +41,26 @@ def only(findings: list[Finding], spec: JobSpec) -> Finding:
     return f
 
 
+def first_alert_s(
+    spec: JobSpec, records: list[InspectorRecord], t: scenarios.Truth
+) -> tuple[float | None, set[tuple[str, int | None, str]]]:
+    """The live engine evaluated every 2 s of dump time, as the aggregator does: seconds from the fault's onset to the
+    first finding naming its culprit (None: never), and every finding's culprit."""
+    onset = records[0].dump_ts_us + (spec.compute_ms * 1.15 * t.onset_step) * 1000
+    engine, alerted, seen = StragglerEngine(offline=False), None, set()
+    next_eval = records[0].dump_ts_us + 2_000_000
+    for rec in records:
+        while rec.dump_ts_us >= next_eval:
+            engine.clock_us = next_eval
+            for f in engine.evaluate():
+                seen.add((f.hostname, f.pid, f.kind))
+                if alerted is None and (f.hostname, f.pid) == (t.hostname, t.pid):
+                    alerted = (next_eval - onset) / 1e6
+            next_eval += 2_000_000
+        engine.add(rec)
+    return alerted, seen
+
+
 @pytest.mark.parametrize("dump_ms", [100.0, 1000.0, 2000.0])
 @pytest.mark.parametrize("seed", [2, 6])
 def test_a_steady_straggler_is_never_called_intermittent_at_any_dump_interval(
@@ -89,23 +109,38 @@ def test_sampled_capture_finds_a_weak_straggler_from_many_single_slot_samples(
     spec = spec_at(f"compute_{factor}", "sampled", 2, 1000.0, steps=2800)
     records = records_of(spec)
     [t] = scenarios.truth(spec)
-    onset = records[0].dump_ts_us + (spec.compute_ms * 1.15 * t.onset_step) * 1000
-    engine, alerted, seen = StragglerEngine(offline=False), None, set()
-    next_eval = records[0].dump_ts_us + 2_000_000
-    for rec in records:
-        while rec.dump_ts_us >= next_eval:
-            engine.clock_us = next_eval
-            for f in engine.evaluate():
-                seen.add((f.hostname, f.pid, f.kind))
-                if alerted is None and (f.hostname, f.pid) == (t.hostname, t.pid):
-                    alerted = (next_eval - onset) / 1e6
-            next_eval += 2_000_000
-        engine.add(rec)
+    alerted, seen = first_alert_s(spec, records, t)
     assert alerted is not None and alerted <= within_s
     assert seen == {(t.hostname, t.pid, "compute")}
     f = only(analyze_records(records).stragglers, spec)
     assert f.coverage["capture_model"] == "sampled"
     assert any("Send/Recv" in note for note in f.coverage["left_out"])  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("seed", [1, 3])
+def test_sampled_capture_finds_a_slow_node_where_it_is_later_than_every_partner(seed: int) -> None:
+    """A node slow as a whole has no late rank in its node's own communicator; in its two-rank EP and EDP comms each
+    of its GPUs is later than its partner on two other nodes, and a victim is early in the comm it waited in. Those
+    comms name the node within 60 s of its onset at 1 s sampled dumps (the four-rank DP comm alone took up to 100 s),
+    and nothing else is named."""
+    spec = spec_at("slow_node", "sampled", seed, 1000.0, steps=2000)
+    records = records_of(spec)
+    [t] = scenarios.truth(spec)
+    alerted, seen = first_alert_s(spec, records, t)
+    assert alerted is not None and alerted <= 60
+    assert seen == {(t.hostname, None, "compute")}
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_weak_straggler_judged_by_lateness_claims_no_pattern_finer_than_its_samples(seed: int) -> None:
+    """Sampled hybrid job, 1.1x: the collective carrying the straggler's waits (TP AllGather, after its compute) is the
+    rarest in its communicator's slot, so most pools hold no sample of it and read on time. Judged pool by pool the
+    steady straggler read as intermittent; its pattern is undetermined at the coarser resolution its samples give."""
+    spec = spec_at("compute_1.1", "sampled", seed, 1000.0, steps=2680, layout="hybrid")
+    f = only(analyze_records(records_of(spec)).stragglers, spec)
+    assert f.coverage["compared_by"] == "lateness"
+    assert f.pattern != "intermittent" and f.duty_cycle == 1.0
+    assert f.pattern_resolution_s >= 3.0  # three 1 s ticks at the least
 
 
 def test_noisy_healthy_sampled_jobs_raise_nothing() -> None:

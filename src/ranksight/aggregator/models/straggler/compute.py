@@ -151,12 +151,18 @@ class _Lateness:
     late: np.ndarray[Any, Any]
     comm: np.ndarray[Any, Any]
     key_median: np.ndarray[Any, Any]
+    # per (comm, coll) number: what a rank's distance below the median counts for (2 in a comm of two ranks: its
+    # partner's exec time less its own is twice its distance from their midpoint)
+    key_scale: np.ndarray[Any, Any]
     # per process number: the most it waits, in one of its comms, for that comm's latest rank (share of the time)
     waits: np.ndarray[Any, Any]
     error: np.ndarray[Any, Any]  # per process number: the standard error of its lateness, from its samples
     # per process number: the collective types its lateness was compared on (a type carrying the waits may be
     # missing from a horizon's samples, and the lateness then reads low)
     types: np.ndarray[Any, Any]
+    # per process number: its fewest samples of one of those types in the horizon (its lateness changes only where
+    # such a sample falls: the time resolution of its lateness)
+    samples: np.ndarray[Any, Any]
 
 
 @dataclass
@@ -178,6 +184,7 @@ class _ProcShare:
     )  # sampled: the most it waits for the latest rank of one of its comms (share of the time)
     late_error: float = math.nan  # sampled: the standard error of ``late``
     late_types: int = 0  # sampled: the collective types ``late`` was compared on
+    late_samples: int = 0  # sampled: its fewest samples of one of those types in the horizon
     outside: float = (
         math.nan
     )  # sampled: its estimated share of the time outside recorded ops, as first computed
@@ -311,14 +318,15 @@ class ComputeModel(Slices):
         mask = present.tolist()
         lateness = self._lateness(rows, span, span_rate) if span_rate is not None else None
         unknown = np.full(len(procs), math.nan)
-        late, waits, error, types = (
-            (lateness.late, lateness.waits, lateness.error, lateness.types) if lateness is not None
-            else (unknown, unknown, unknown, np.zeros(len(procs), I64)))  # fmt: skip
+        none = np.zeros(len(procs), I64)
+        late, waits, error, types, samples = (
+            (lateness.late, lateness.waits, lateness.error, lateness.types, lateness.samples)
+            if lateness is not None else (unknown, unknown, unknown, none, none))  # fmt: skip
         made = (_ProcShare(x, n, lived, rate, written, late=ahead, waits=wait, late_error=sd, late_types=kinds,
-                           outside=x)
-                for x, n, lived, rate, written, ahead, wait, sd, kinds in zip(*(compress(values, mask) for values in (
-                    share, ops_of, lived_of, step_of, recorded.tolist(), late.tolist(), waits.tolist(),
-                    error.tolist(), types.tolist())), strict=True))  # fmt: skip
+                           late_samples=fewest, outside=x)
+                for x, n, lived, rate, written, ahead, wait, sd, kinds, fewest in zip(*(compress(values, mask)
+                    for values in (share, ops_of, lived_of, step_of, recorded.tolist(), late.tolist(),
+                                   waits.tolist(), error.tolist(), types.tolist(), samples.tolist())), strict=True))  # fmt: skip
         shares = dict(zip(compress(procs, mask), made, strict=True))
         # per method (by lateness or not): busy and covered cells
         per_slice: dict[bool, tuple[np.ndarray[Any, Any], np.ndarray[Any, Any]]] = {}
@@ -355,15 +363,18 @@ class ComputeModel(Slices):
         each op together, so each is sampled as often on every rank). Per (comm, coll, rank) the median exec time of
         its samples (each slice's row: about one sample), against the median of its communicator's ranks, times the
         op rate; summed over the comm's collective types; per process the most of its communicators of three ranks or
-        more (with two, which one is late cannot be told from which one is early, but which one waits can: its waits
-        count every comm of two ranks or more)."""
+        more, or where it is later than every partner of its two-rank comms (two partners or more), the least of
+        those (with one, which one is late cannot be told from which one is early). Which one waits can: its waits
+        count every comm of two ranks or more."""
         procs = len(self._procs.keys)
         out = _Lateness(
             np.full(procs, math.nan),
             np.full(procs, -1, I64),
             np.full(len(self._rate_keys.keys), math.nan),
+            np.ones(len(self._rate_keys.keys)),
             np.full(procs, math.nan),
             np.full(procs, math.nan),
+            np.zeros(procs, I64),
             np.zeros(procs, I64),
         )
         if not len(span):
@@ -390,12 +401,13 @@ class ComputeModel(Slices):
         # two ranks: which one is late cannot be told from which one is early, but the early one waits for the
         # other (its exec times the longer): those comms tell waits, not lateness
         shared = sizes[comm_of] >= 2
-        keys, medians, rate_key, comm_of, errors = (
+        keys, medians, rate_key, comm_of, errors, counts = (
             keys[shared],
             medians[shared],
             rate_key[shared],
             comm_of[shared],
             errors[shared],
+            counts[shared],
         )
         if not len(keys):
             return out
@@ -407,7 +419,11 @@ class ComputeModel(Slices):
         key_median[rk[rate_starts]] = (
             md[rate_starts + (rate_counts - 1) // 2] + md[rate_starts + rate_counts // 2]
         ) / 2
-        key_median[rk[rate_starts[rate_counts < 3]]] = math.nan
+        # compared where every rank of a two-rank comm, or three ranks or more of a larger one, has its samples
+        rate_size = sizes[comm_of[by_rate][rate_starts]]
+        compared = rate_counts >= np.minimum(rate_size, 3)
+        key_median[rk[rate_starts[~compared]]] = math.nan
+        out.key_scale[rk[rate_starts[rate_size == 2]]] = 2.0
         key_least = np.full(len(self._rate_keys.keys), math.nan)
         key_least[rk[rate_starts]] = md[rate_starts]  # the latest rank's (sorted by median: the first)
         # the comparison's error: the rank's own median's and a typical rank's of the same key (the key's median is
@@ -416,7 +432,7 @@ class ComputeModel(Slices):
         key_error = np.full(len(self._rate_keys.keys), math.nan)
         key_error[rk[rate_starts]] = errors[by_error][rate_starts + (rate_counts - 1) // 2]
         errors = np.hypot(errors, key_error[rate_key])
-        late = span_rate[keys] * (key_median[rate_key] - medians)
+        late = span_rate[keys] * out.key_scale[rate_key] * (key_median[rate_key] - medians)
         wait = span_rate[keys] * (medians - key_least[rate_key])
         proc = self._span_procs()[keys]
         # per process: the most it waits in one comm (summed over the comm's collective types) for its latest rank
@@ -433,17 +449,39 @@ class ComputeModel(Slices):
         summed = np.bincount(inverse, late[known], len(pairs))
         # a comm counts only where the process has enough samples of every collective type its peers were compared
         # on: the type carrying the waits is often the rarest sampled, and without it the lateness reads low
-        rate_comm, compared = comm_of[by_rate][rate_starts], rate_counts >= 3
+        rate_comm = comm_of[by_rate][rate_starts]
         types = np.bincount(rate_comm[compared], minlength=len(self._comm_of))
         complete = np.bincount(inverse, minlength=len(pairs)) == types[pairs // procs]
-        most = np.full(procs, -np.inf)
-        np.maximum.at(most, pairs[complete] % procs, summed[complete])
-        out.late[:] = np.where(np.isfinite(most), most, math.nan)
         error = np.sqrt(np.bincount(inverse, (span_rate[keys] * errors)[known] ** 2, len(pairs)))
-        latest = np.flatnonzero(complete & (summed == most[pairs % procs]))
-        out.comm[pairs[latest] % procs] = pairs[latest] // procs
-        out.error[pairs[latest] % procs] = error[latest]
-        out.types[pairs[latest] % procs] = types[pairs[latest] // procs]
+        pair_comm, pair_proc = pairs // procs, pairs % procs
+        # comms of three ranks or more: the one it is latest in
+        large = complete & (sizes[pair_comm] >= 3)
+        most = np.full(procs, -np.inf)
+        np.maximum.at(most, pair_proc[large], summed[large])
+        chosen = large & (summed == most[pair_proc])
+        # comms of two ranks: a process later than its partner may be either late itself or the partner early; one
+        # later than every partner, in comms with two different partners or more, is late (a whole slow node is late
+        # only in such comms: its other ranks are as late as it is). The least it is later by counts; a victim, late
+        # after waiting in one comm, is early in that one
+        in_two = sizes[pair_comm] == 2
+        two = complete & in_two
+        members = np.bincount(pair_comm[in_two], pair_proc[in_two], len(self._comm_of)).astype(I64)
+        partner = members[pair_comm] - pair_proc
+        partners = np.bincount(np.unique(pair_proc[two] * procs + partner[two]) // procs, minlength=procs)
+        least = np.full(procs, np.inf)
+        np.minimum.at(least, pair_proc[two], summed[two])
+        least = np.where(partners >= 2, least, -np.inf)
+        later = least > most
+        most = np.maximum(most, least)
+        chosen |= two & later[pair_proc] & (summed == least[pair_proc])
+        out.late[:] = np.where(np.isfinite(most), most, math.nan)
+        latest = np.flatnonzero(chosen)
+        out.comm[pair_proc[latest]] = pair_comm[latest]
+        out.error[pair_proc[latest]] = error[latest]
+        out.types[pair_proc[latest]] = types[pair_comm[latest]]
+        fewest = np.full(len(pairs), np.iinfo(I64).max, I64)
+        np.minimum.at(fewest, inverse, counts[known])
+        out.samples[pairs[latest] % procs] = fewest[latest]
         return out
 
     def _late_cells(self, rows: Rows, pos: np.ndarray[Any, Any], width: int, span: np.ndarray[Any, Any],
@@ -466,7 +504,8 @@ class ComputeModel(Slices):
         covered_slices = (covered.reshape(width, procs) > 0).sum(axis=0)
         samples = np.bincount(span[at], minlength=len(self._spans.keys))
         value = rows.total[at] / np.maximum(rows.n[at], 1)
-        late = np.clip(median[at] - value, -median[at], median[at]) * span_rate[span[at]]
+        scale = lateness.key_scale[self._span_rate.values[span[at]]]
+        late = np.clip(median[at] - value, -median[at], median[at]) * span_rate[span[at]] * scale
         weight = covered_slices[proc[at]] / samples[span[at]]
         cells = np.bincount(cell, late * weight, width * procs)
         return cells.reshape(width, procs), covered.reshape(width, procs)
@@ -634,8 +673,14 @@ class ComputeModel(Slices):
             hot = sum(x >= 1 + p.min_excess for x in per_slice)
             if hot < 3 or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
                 continue
-            pattern = PoolPattern.judge(self._remember(proc, factors, first + width, pool, late), pool_sd,
-                                     p.min_excess, resolution_s)  # fmt: skip
+            remembered = self._remember(proc, factors, first + width, pool, late)
+            if late and ps.late_samples < p.pool_samples * pools:
+                # by lateness, a pool without a sample of the collective carrying its waits reads on time: its
+                # lateness is known only at the pace of those samples
+                horizon_s = width * self.slice_us / 1e6
+                pattern = PoolPattern("undetermined", horizon_s * p.pool_samples / max(1, ps.late_samples))
+            else:
+                pattern = PoolPattern.judge(remembered, pool_sd, p.min_excess, resolution_s)
             if pattern.kind != "intermittent":
                 pattern = dataclasses.replace(pattern, burst=factor)
             f = self._proc_finding(proc, factor, z, cost, pattern, len(job), med, ps)

@@ -33,7 +33,10 @@ class StragglerParams:
     min_window_steps: float = 60.0  # steps the horizon must hold (long steps stretch it beyond window_s)
     comm_slow_ratio: float = 1.3
     pool_samples: int = 3  # sampled: dump ticks per pool of the compute-share series
-    sampled_window_samples: int = 24  # sampled: dump ticks the horizon holds (one sample per comm each)
+    # sampled: dump ticks the horizon holds (one sample per comm each). The collective carrying a straggler's waits is
+    # often the rarest sampled (the slot holds a communicator's last op): with 24, a 1.1-1.2x straggler of the hybrid
+    # job had too few samples of it and was missed in 2 of 5 runs
+    sampled_window_samples: int = 48
     confirm_share: float = 0.5  # share of the horizon a weak finding must stay flagged before it is confirmed
     pattern_memory_windows: int = 8  # horizons of a suspect's pools kept to tell steady from intermittent
     max_stretch: int = (

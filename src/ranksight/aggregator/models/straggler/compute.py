@@ -102,6 +102,7 @@ class PoolPattern:
     burst: float = 1.0
 
     average: float = 1.0  # the mean factor from its first slow pool to its last
+    why: str = ""  # undetermined: why, where other than pools too few or too noisy
 
     MIN_POOLS: ClassVar[int] = 6
 
@@ -678,7 +679,12 @@ class ComputeModel(Slices):
                 # by lateness, a pool without a sample of the collective carrying its waits reads on time: its
                 # lateness is known only at the pace of those samples
                 horizon_s = width * self.slice_us / 1e6
-                pattern = PoolPattern("undetermined", horizon_s * p.pool_samples / max(1, ps.late_samples))
+                pattern = PoolPattern(
+                    "undetermined",
+                    horizon_s * p.pool_samples / max(1, ps.late_samples),
+                    why=f"its lateness is known only where a sample of the collective carrying its waits falls: "
+                    f"{ps.late_samples} in {horizon_s:g} s",
+                )
             else:
                 pattern = PoolPattern.judge(remembered, pool_sd, p.min_excess, resolution_s)
             if pattern.kind != "intermittent":
@@ -761,10 +767,10 @@ class ComputeModel(Slices):
         elif pattern.kind == "steady":
             shape = f"; steady at {pattern.resolution_s:g} s resolution"
         else:
-            shape = (
-                f"; steady or intermittent undetermined (pools of {pattern.resolution_s:g} s too few or too "
-                "noisy against the excess)"
+            why = (
+                pattern.why or f"pools of {pattern.resolution_s:g} s too few or too noisy against the excess"
             )
+            shape = f"; steady or intermittent undetermined ({why})"
         evidence = (
             f"computes {factor:.2f}x longer between collectives than the median of its {peers - 1} peers "
             f"({med * factor:.0%} of the time outside recorded collectives vs {med:.0%}; lateness {z:.1f} robust "

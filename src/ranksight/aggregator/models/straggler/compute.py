@@ -152,9 +152,6 @@ class _Lateness:
     late: np.ndarray[Any, Any]
     comm: np.ndarray[Any, Any]
     key_median: np.ndarray[Any, Any]
-    # per (comm, coll) number: what a rank's distance below the median counts for (2 in a comm of two ranks: its
-    # partner's exec time less its own is twice its distance from their midpoint)
-    key_scale: np.ndarray[Any, Any]
     # per process number: the most it waits, in one of its comms, for that comm's latest rank (share of the time)
     waits: np.ndarray[Any, Any]
     error: np.ndarray[Any, Any]  # per process number: the standard error of its lateness, from its samples
@@ -364,15 +361,13 @@ class ComputeModel(Slices):
         each op together, so each is sampled as often on every rank). Per (comm, coll, rank) the median exec time of
         its samples (each slice's row: about one sample), against the median of its communicator's ranks, times the
         op rate; summed over the comm's collective types; per process the most of its communicators of three ranks or
-        more, or where it is later than every partner of its two-rank comms (two partners or more), the least of
-        those (with one, which one is late cannot be told from which one is early). Which one waits can: its waits
-        count every comm of two ranks or more."""
+        more (with two, which one is late cannot be told from which one is early, but which one waits can: its waits
+        count every comm of two ranks or more)."""
         procs = len(self._procs.keys)
         out = _Lateness(
             np.full(procs, math.nan),
             np.full(procs, -1, I64),
             np.full(len(self._rate_keys.keys), math.nan),
-            np.ones(len(self._rate_keys.keys)),
             np.full(procs, math.nan),
             np.full(procs, math.nan),
             np.zeros(procs, I64),
@@ -420,11 +415,8 @@ class ComputeModel(Slices):
         key_median[rk[rate_starts]] = (
             md[rate_starts + (rate_counts - 1) // 2] + md[rate_starts + rate_counts // 2]
         ) / 2
-        # compared where every rank of a two-rank comm, or three ranks or more of a larger one, has its samples
-        rate_size = sizes[comm_of[by_rate][rate_starts]]
-        compared = rate_counts >= np.minimum(rate_size, 3)
+        compared = rate_counts >= 3
         key_median[rk[rate_starts[~compared]]] = math.nan
-        out.key_scale[rk[rate_starts[rate_size == 2]]] = 2.0
         key_least = np.full(len(self._rate_keys.keys), math.nan)
         key_least[rk[rate_starts]] = md[rate_starts]  # the latest rank's (sorted by median: the first)
         # the comparison's error: the rank's own median's and a typical rank's of the same key (the key's median is
@@ -433,7 +425,7 @@ class ComputeModel(Slices):
         key_error = np.full(len(self._rate_keys.keys), math.nan)
         key_error[rk[rate_starts]] = errors[by_error][rate_starts + (rate_counts - 1) // 2]
         errors = np.hypot(errors, key_error[rate_key])
-        late = span_rate[keys] * out.key_scale[rate_key] * (key_median[rate_key] - medians)
+        late = span_rate[keys] * (key_median[rate_key] - medians)
         wait = span_rate[keys] * (medians - key_least[rate_key])
         proc = self._span_procs()[keys]
         # per process: the most it waits in one comm (summed over the comm's collective types) for its latest rank
@@ -453,33 +445,14 @@ class ComputeModel(Slices):
         rate_comm = comm_of[by_rate][rate_starts]
         types = np.bincount(rate_comm[compared], minlength=len(self._comm_of))
         complete = np.bincount(inverse, minlength=len(pairs)) == types[pairs // procs]
-        error = np.sqrt(np.bincount(inverse, (span_rate[keys] * errors)[known] ** 2, len(pairs)))
-        pair_comm, pair_proc = pairs // procs, pairs % procs
-        # comms of three ranks or more: the one it is latest in
-        large = complete & (sizes[pair_comm] >= 3)
         most = np.full(procs, -np.inf)
-        np.maximum.at(most, pair_proc[large], summed[large])
-        chosen = large & (summed == most[pair_proc])
-        # comms of two ranks: a process later than its partner may be either late itself or the partner early; one
-        # later than every partner, in comms with two different partners or more, is late (a whole slow node is late
-        # only in such comms: its other ranks are as late as it is). The least it is later by counts; a victim, late
-        # after waiting in one comm, is early in that one
-        in_two = sizes[pair_comm] == 2
-        two = complete & in_two
-        members = np.bincount(pair_comm[in_two], pair_proc[in_two], len(self._comm_of)).astype(I64)
-        partner = members[pair_comm] - pair_proc
-        partners = np.bincount(np.unique(pair_proc[two] * procs + partner[two]) // procs, minlength=procs)
-        least = np.full(procs, np.inf)
-        np.minimum.at(least, pair_proc[two], summed[two])
-        least = np.where(partners >= 2, least, -np.inf)
-        later = least > most
-        most = np.maximum(most, least)
-        chosen |= two & later[pair_proc] & (summed == least[pair_proc])
+        np.maximum.at(most, pairs[complete] % procs, summed[complete])
         out.late[:] = np.where(np.isfinite(most), most, math.nan)
-        latest = np.flatnonzero(chosen)
-        out.comm[pair_proc[latest]] = pair_comm[latest]
-        out.error[pair_proc[latest]] = error[latest]
-        out.types[pair_proc[latest]] = types[pair_comm[latest]]
+        error = np.sqrt(np.bincount(inverse, (span_rate[keys] * errors)[known] ** 2, len(pairs)))
+        latest = np.flatnonzero(complete & (summed == most[pairs % procs]))
+        out.comm[pairs[latest] % procs] = pairs[latest] // procs
+        out.error[pairs[latest] % procs] = error[latest]
+        out.types[pairs[latest] % procs] = types[pairs[latest] // procs]
         fewest = np.full(len(pairs), np.iinfo(I64).max, I64)
         np.minimum.at(fewest, inverse, counts[known])
         out.samples[pairs[latest] % procs] = fewest[latest]
@@ -505,8 +478,7 @@ class ComputeModel(Slices):
         covered_slices = (covered.reshape(width, procs) > 0).sum(axis=0)
         samples = np.bincount(span[at], minlength=len(self._spans.keys))
         value = rows.total[at] / np.maximum(rows.n[at], 1)
-        scale = lateness.key_scale[self._span_rate.values[span[at]]]
-        late = np.clip(median[at] - value, -median[at], median[at]) * span_rate[span[at]] * scale
+        late = np.clip(median[at] - value, -median[at], median[at]) * span_rate[span[at]]
         weight = covered_slices[proc[at]] / samples[span[at]]
         cells = np.bincount(cell, late * weight, width * procs)
         return cells.reshape(width, procs), covered.reshape(width, procs)

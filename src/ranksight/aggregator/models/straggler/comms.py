@@ -62,6 +62,15 @@ class CommsModel(Slices):
         hosts, members = self._comm_sizes()
         bus = self._low_bus.values[low]
         cross = (hosts[comm] >= 2) & (bus != 0)
+        if self.sampled > self.ring:
+            # sampled, only a collective's sizes sampled on every rank: the shortest time is the last arriver's (its
+            # transfer) only where its samples are in, and one op per comm and tick leaves a rarely sampled size with
+            # its waiting ranks' samples alone. A Send or a Recv is recorded by one rank
+            ranks_seen = np.bincount(
+                self._agg_low.values[np.unique(rows.key)], minlength=len(self._lows.keys)
+            )
+            one_rank = np.array([coll in self._p2p_ops for coll in self._colls.keys], bool)
+            cross &= ranks_seen[low] >= np.where(one_rank[self._low_op.values[low]], 1, members[comm])
         low, comm, bus = low[cross], comm[cross], bus[cross]
         bw = bus / shortest[low]
         # comms of the same shape: the upper quartile of their bandwidths, once per shape

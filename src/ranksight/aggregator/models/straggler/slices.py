@@ -134,6 +134,7 @@ class Slices:
         # bandwidth so far (NaN: none)
         self._lows: Index[LowKey] = Index()
         self._colls: Index[str] = Index()
+        self._p2p_ops: set[str] = set()  # ops seen as point-to-point (Send, Recv): each recorded by one rank
         self._low_aggs, self._low_comm = Column(I64, 0), Column(I64, -1)
         self._low_op, self._low_size = Column(I64, -1), Column(I64, 0)
         self._low_bus, self._low_best = Column(F64, 0.0), Column(F64, math.nan)
@@ -240,6 +241,8 @@ class Slices:
     def _agg_number(self, comm: Comm, key: AggKey, p2p: bool, n_ranks: int) -> int:
         number = self._aggs.ids.get(key)
         if number is None:
+            if p2p:
+                self._p2p_ops.add(key[1])
             # Send/Recv: the bytes moved, so a point-to-point comm's bandwidth is its algorithm bandwidth
             number = self._register(
                 comm, key, lambda: float(key[2]) if p2p else bus_bytes(key[1], n_ranks, key[2])

@@ -15,19 +15,16 @@ import contextlib
 import functools
 import logging
 import re
-import time
 import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import nats.errors
-import nats.js.errors
 import pytest
 
 from ranksight.agent.collectors.ras.lease import Lease
 from ranksight.api.client import ApiUnavailable, query
 from ranksight.core.config import Settings
-from ranksight.core.natsconn import connect
+from ranksight.core.natsconn import connect, once_jetstream_answers
 from ranksight.core.natsserver import NatsCluster, NatsServer
 from ranksight.deploy.nats_permissions import roles, server_conf
 from ranksight.schemas.subjects import RAS_LEASE_BUCKET, Subjects, inbox_prefix
@@ -121,14 +118,9 @@ async def _node_does_its_job(node: Settings, subjects: Subjects, within_s: float
     """A heartbeat into the event stream and the RAS lease taken and renewed. On a loaded cluster the streams the
     aggregator just made may have no leader yet (an agent's next poll tries again): no answer, or none in time, is
     retried; a refusal is not."""
-    deadline = time.monotonic() + within_s
-    while True:
-        try:
-            return await _node_job_once(node, subjects)
-        except (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.5)
+    await once_jetstream_answers(
+        lambda: _node_job_once(node, subjects), "the node's first heartbeat", within_s
+    )
 
 
 async def _node_job_once(node: Settings, subjects: Subjects) -> None:

@@ -210,17 +210,19 @@ async def disconnect(nc: Client, timeout: float, drain: bool = False) -> None:
             await asyncio.wait_for(nc.close(), timeout)
 
 
-# what JetStream answers (or fails to) while a cluster elects its meta and stream leaders
+# what JetStream answers (or fails to) while a cluster elects its meta and stream leaders: API requests time out,
+# find no responder or get a 503; a publish into a stream without a leader yet gets no stream response
 JETSTREAM_SETTLING = (
     nats.errors.TimeoutError,
     nats.errors.NoRespondersError,
     nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.NoStreamResponseError,
 )
 
 
 async def once_jetstream_answers(action: Callable[[], Awaitable[T]], what: str, timeout_s: float) -> T:
-    """``action`` (a JetStream API call), tried again while JetStream is still settling (no answer, no responders,
-    503) for up to ``timeout_s``; a refusal or any other error is raised at once, and so is the last try's."""
+    """``action`` (JetStream API calls or publishes), tried again while JetStream is still settling
+    (:data:`JETSTREAM_SETTLING`) for up to ``timeout_s``; a refusal or any other error is raised at once, and so is the last try's."""
     deadline = asyncio.get_running_loop().time() + timeout_s
     pause = 0.2
     while True:

@@ -7,7 +7,9 @@ from collections.abc import Awaitable, Callable
 import nats.errors
 import nats.js.errors
 import pytest
+from nats.js.api import ConsumerConfig
 
+from ranksight.aggregator.runtime import ensure_consumer
 from ranksight.core.natsconn import once_jetstream_answers
 
 
@@ -56,3 +58,26 @@ async def test_the_last_no_answer_is_raised_when_time_is_up() -> None:
     with pytest.raises(nats.errors.TimeoutError):
         await once_jetstream_answers(call, "stream", timeout_s=0.5)
     assert 2 <= tries[0] <= 4
+
+
+class ConsumerApi:
+    """The two JetStream calls :func:`ensure_consumer` makes: no consumer yet, and ``add_consumer`` answering as
+    :func:`answering`'s call does."""
+
+    def __init__(self, add: Callable[[], Awaitable[str]]) -> None:
+        self.add = add
+        self.added: list[tuple[str, str | None]] = []
+
+    async def consumer_info(self, stream: str, durable: str) -> None:
+        raise nats.js.errors.NotFoundError(code=404, description="consumer not found")
+
+    async def add_consumer(self, stream: str, config: ConsumerConfig) -> None:
+        await self.add()
+        self.added.append((stream, config.durable_name))
+
+
+async def test_ingest_waits_for_its_consumer_while_the_stream_leader_is_elected() -> None:
+    add, tries = answering(nats.errors.TimeoutError(), nats.errors.TimeoutError())
+    js = ConsumerApi(add)
+    await ensure_consumer(js, "EVENTS", ConsumerConfig(durable_name="aggregator"), timeout_s=10)  # type: ignore[arg-type]
+    assert tries == [3] and js.added == [("EVENTS", "aggregator")]

@@ -166,6 +166,23 @@ async def ensure_buckets(js: JetStreamContext, settings: Settings) -> None:
     )
 
 
+async def ensure_consumer(
+    js: JetStreamContext, stream: str, consumer: ConsumerConfig, timeout_s: float
+) -> None:
+    """The durable consumer ingest reads, made unless it exists. A server lost or a stream leader still being elected
+    leaves the consumer API silent for a while (seconds on a loaded cluster): that is waited out, not fatal to ingest."""
+    durable = consumer.durable_name
+    assert durable is not None
+
+    async def find_or_add() -> None:
+        try:
+            await js.consumer_info(stream, durable)
+        except nats.js.errors.NotFoundError:
+            await js.add_consumer(stream, consumer)
+
+    await once_jetstream_answers(find_or_add, f"consumer {durable}", timeout_s)
+
+
 async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
     """Wait for ``stop``; re-raise the first task that fails. A task that returns (a part disabled by its ``enabled``
     setting, e.g. the probe planner) leaves the others running."""
@@ -412,10 +429,7 @@ class Aggregator:
             max_ack_pending=max(cfg.fetch_batch * 4, 1000),
             max_deliver=-1,
         )
-        try:
-            await js.consumer_info(cfg.stream, durable)
-        except nats.js.errors.NotFoundError:
-            await js.add_consumer(cfg.stream, consumer)
+        await ensure_consumer(js, cfg.stream, consumer, self.settings.nats.jetstream_ready_timeout_s)
         assert self.nc is not None
         pull = await BoundedPull(
             self.nc, cfg.stream, durable, cfg.fetch_batch, cfg.ingest.fetch_max_bytes

@@ -65,8 +65,8 @@ class NatsSettings(Section):
     jetstream_ready_timeout_s: float = Field(
         60.0,
         gt=0,
-        description="how long the aggregator retries creating its stream and buckets while JetStream does not answer "
-        "yet (a cluster still electing leaders)",
+        description="how long the aggregator retries creating its stream, buckets and consumers while JetStream does "
+        "not answer yet (a cluster still electing leaders)",
     )
     jetstream_replicas: int = Field(
         1,

@@ -19,10 +19,23 @@ from tests.inspector_layouts import fixture_path
 RECV = 1_800_000_000 * NS
 
 
-def _markers() -> list[InspectorDumpStatsRecord]:
+def _markers(lines: list[bytes] | None = None) -> list[InspectorDumpStatsRecord]:
     stats: list[InspectorDumpStatsRecord] = []
-    list(parse_lines(fixture_path("v4.3").read_bytes().splitlines(), lambda e: None, on_stats=stats.append))
+    lines = fixture_path("v4.3").read_bytes().splitlines() if lines is None else lines
+    list(parse_lines(lines, lambda e: None, on_stats=stats.append))
     return stats
+
+
+# the v4.4 writer's proxy counters of a marker, as the layout fixture has them (proxy tracing on, nothing lost) ...
+_PROXY_NOTHING_LOST = (b'"proxy_ops_dropped_total":0,"proxy_ops_dropped_since_last_dump":0,'
+                       b'"proxy_steps_overwritten_total":0,"proxy_steps_overwritten_since_last_dump":0,'
+                       b'"proxy_output_mode":"flat","proxy_segment_step_capacity":8,'
+                       b'"proxy_pxn_skipped_process_total":0')  # fmt: skip
+# ... and as its last marker is rewritten here: 3 operations lost outside the ring, 11 steps overwritten, 2 PXN skips
+_PROXY_LOST = (b'"proxy_ops_dropped_total":3,"proxy_ops_dropped_since_last_dump":3,'
+               b'"proxy_steps_overwritten_total":11,"proxy_steps_overwritten_since_last_dump":11,'
+               b'"proxy_output_mode":"flat","proxy_segment_step_capacity":8,'
+               b'"proxy_pxn_skipped_process_total":2')  # fmt: skip
 
 
 def _envelope(records: list[InspectorDumpStatsRecord], seq: int = 1) -> Envelope:
@@ -58,6 +71,37 @@ def test_drops_in_metrics() -> None:
     assert by_kind == {"coll": 9.0, "p2p": 0.0}  # no proxy series: the plugin's proxy tracing was off
     assert dropped[0].labels["hostname"] == "vm" and dropped[0].labels["pid"] == "3027"
     assert [s.value for s in families.families["ranksight_inspector_dumped_records"].samples] == [60.0]
+
+
+def test_the_v44_proxy_counters_are_kept_and_in_metrics() -> None:
+    """v4.4 markers (proxy tracing on) also count proxy operations lost outside the ring and proxy steps overwritten
+    in it: kept in the record (history) and exported as op_kind proxy_op and proxy_step."""
+    lines = fixture_path("v4.4").read_bytes().splitlines()
+    last = max(i for i, line in enumerate(lines) if b'"dump_stats"' in line)
+    assert lines[last].count(_PROXY_NOTHING_LOST) == 1
+    lines[last] = lines[last].replace(_PROXY_NOTHING_LOST, _PROXY_LOST)
+    markers = _markers(lines)
+    assert {(m.proxy_steps_overwritten_total, m.proxy_pxn_skipped_process_total) for m in markers[:-1]} == {
+        (0, 0)
+    }
+    latest = markers[-1]
+    assert (latest.proxy_ops_dropped_total, latest.proxy_ops_dropped_since_last_dump) == (3, 3)
+    assert (latest.proxy_steps_overwritten_total, latest.proxy_steps_overwritten_since_last_dump) == (11, 11)
+    assert latest.proxy_pxn_skipped_process_total == 2
+    state = LiveState()
+    state.observe(_envelope(markers), RECV)
+    state.tick(RECV + NS)
+    collector = ClusterCollector(cast(Any, SimpleNamespace(state=state)), cast(Any, None), max_series=100)
+    families = _Families(100)
+    collector._inspector_drops(families, device_jobs(state))
+    dropped = families.families["ranksight_inspector_dropped_operations"].samples
+    assert {s.labels["op_kind"]: s.value for s in dropped} == {
+        "coll": 9.0,
+        "p2p": 0.0,
+        "proxy": 0.0,
+        "proxy_op": 3.0,
+        "proxy_step": 11.0,
+    }
 
 
 def test_gpu_counters_of_the_metric_outputs_in_metrics() -> None:

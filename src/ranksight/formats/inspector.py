@@ -106,6 +106,9 @@ class _DumpStats(msgspec.Struct, gc=False):
     proxy_dropped_since_last_dump: int | None = None
     proxy_ops_dropped_total: int | None = None
     proxy_ops_dropped_since_last_dump: int | None = None
+    proxy_steps_overwritten_total: int | None = None  # v4.4
+    proxy_steps_overwritten_since_last_dump: int | None = None
+    proxy_pxn_skipped_process_total: int | None = None
 
 
 # A double of the plugin: a number, or "nan" (checked after decoding)

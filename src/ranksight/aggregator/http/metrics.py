@@ -282,7 +282,8 @@ class ClusterCollector(Collector):
         communicator, and the records the markers announced."""
         labels = ["cluster", "node", "hostname", "pid", "comm", "comm_name", "job_id"]
         dropped = f.counter("ranksight_inspector_dropped_operations", "completed operations the Inspector plugin's "
-                            "rings dropped, never dumped (op_kind: coll, p2p, proxy)", [*labels, "op_kind"])  # fmt: skip
+                            "rings dropped, never dumped (op_kind: coll, p2p, proxy; v4.4: proxy_op lost outside the "
+                            "ring, proxy_step overwritten)", [*labels, "op_kind"])  # fmt: skip
         dumped = f.counter("ranksight_inspector_dumped_records",
                            "coll and p2p records the Inspector dump markers seen announced", labels)  # fmt: skip
         for (cluster, node, host, pid, comm), state in sorted(self.agg.state.inspector_drops.live().items()):
@@ -298,9 +299,10 @@ class ClusterCollector(Collector):
             ]
             f.add(dropped, [*values, "coll"], rec.coll_dropped_total)
             f.add(dropped, [*values, "p2p"], rec.p2p_dropped_total)
-            f.add(
-                dropped, [*values, "proxy"], rec.proxy_dropped_total
-            )  # None (no series) without proxy tracing
+            # None (no series) without proxy tracing, or before v4.4 for the last two
+            f.add(dropped, [*values, "proxy"], rec.proxy_dropped_total)
+            f.add(dropped, [*values, "proxy_op"], rec.proxy_ops_dropped_total)
+            f.add(dropped, [*values, "proxy_step"], rec.proxy_steps_overwritten_total)
             f.add(dumped, values, state.records)
         glabels = ["cluster", "node", "hostname", "gpu", "job_id", "op_kind"]
         gpu_dropped = f.counter("ranksight_inspector_gpu_dropped_operations", "operations the Inspector plugin's "

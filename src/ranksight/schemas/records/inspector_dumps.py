@@ -4,7 +4,10 @@ From output format v4.1 the plugin begins each communicator's dump with a ``dump
 dump holds, and how many completed operations its rings dropped since the process started (``*_dropped_total``) and
 since the previous dump (``*_dropped_since_last_dump``). Drops are what a straggler finding cannot see: a rank whose
 ring overflowed has fewer records than its peers, so coverage statements need them. The proxy counters exist only
-when the plugin's proxy tracing is on (v4.4); they are None otherwise.
+when the plugin's proxy tracing is on (v4.4); they are None otherwise. v4.4 adds, besides the proxy ring's own
+drops, the proxy operations lost for want of a pool slot (``proxy_ops_dropped_*``), the proxy steps overwritten in
+the ring (``proxy_steps_overwritten_*``) and the process's proxy operations skipped as PXN
+(``proxy_pxn_skipped_process_total``, one counter per process, repeated in each communicator's marker).
 """
 
 from __future__ import annotations
@@ -33,6 +36,9 @@ class InspectorDumpStatsRecord(Record, kw_only=True, frozen=True):
     proxy_dropped_since_last_dump: Count | None = None
     proxy_ops_dropped_total: Count | None = None
     proxy_ops_dropped_since_last_dump: Count | None = None
+    proxy_steps_overwritten_total: Count | None = None
+    proxy_steps_overwritten_since_last_dump: Count | None = None
+    proxy_pxn_skipped_process_total: Count | None = None
 
 
 KINDS = [

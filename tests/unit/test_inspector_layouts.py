@@ -155,6 +155,47 @@ def test_tailer_resumes_mid_dump_with_the_saved_marker(tmp_path: Path) -> None:
     assert third.poll()[0].bad_lines == 40 - len(chunk.records)
 
 
+def _one_dump(records: int, ts: bytes) -> list[bytes]:
+    """One v4.3 dump of ``records`` copies of the fixture's first operation, dumped at ``ts`` (16 digits)."""
+    merged = [line.replace(b'"dump_timestamp_us":1795505128933568', b'"dump_timestamp_us":' + ts)
+              for line in source_lines()[:1]] * records  # fmt: skip
+    return rewrite(merged, "v4.3")
+
+
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_file_rewritten_in_place_past_the_offset_is_read_again_from_its_start(
+    tmp_path: Path, restart: bool
+) -> None:
+    """Hostile: the offset falls inside a dump (its marker and 1 of 3 payloads read); before the next read the file is
+    truncated in place (same inode) and a new dump is written, longer than the offset, whose payloads lie at the
+    offset. Resuming there would read them under the old dump's marker (its timestamp) and lose the new marker."""
+    dumps = tmp_path / "dumps"
+    dumps.mkdir()
+    log = dumps / "vm-pid3027.log"
+    old, new = _one_dump(3, b"1795505128933568"), _one_dump(3, b"1795505129999999")
+    assert len(old[0]) == len(new[0]) and old[1:] == new[1:]  # same layout: the offset lands on a new payload
+    log.write_bytes(b"".join(old[:2]))  # the writer is mid-dump
+    state = tmp_path / "offsets.json"
+    tailer = Tailer(dumps, state)
+    [chunk] = tailer.poll()
+    assert len(chunk.records) == 1 and len(chunk.dump_stats) == 1
+    tailer.acked(chunk.path, chunk.inode, chunk.end)
+    tailer.save()
+    inode = log.stat().st_ino
+    with log.open("r+b") as fh:  # rewritten in place: truncated, then written past the old offset
+        fh.truncate(0)
+        fh.write(b"".join(new))
+    assert log.stat().st_ino == inode and log.stat().st_size > chunk.end
+    if restart:
+        tailer = Tailer(dumps, state)
+        tailer.load()
+    [again] = tailer.poll()
+    assert again.bad_lines == 0 and again.first_error is None
+    assert [s.dump_ts_us for s in again.dump_stats] == [1795505129999999]
+    assert [r.dump_ts_us for r in again.records] == [1795505129999999] * 3
+    assert again.end == log.stat().st_size
+
+
 def test_a_simulated_job_dumped_as_v40_and_v43_gives_the_same_findings(tmp_path: Path) -> None:
     spec = JobSpec(nodes=2, gpus_per_node=4, steps=80, faults=[Fault("gpu", node=1, gpu=2, factor=1.5)])
     v40, v43 = tmp_path / "v40", tmp_path / "v43"

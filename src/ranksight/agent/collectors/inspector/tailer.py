@@ -3,7 +3,11 @@
 A file is identified by its path and inode. Each poll reads at most ``chunk_bytes`` per file from the last offset and
 keeps only complete lines (the rest is re-read next time), so memory stays flat on multi-GB files and a line being
 written is never parsed half-way. A smaller size than the offset means truncation, another inode means the file was
-replaced (rotation): both restart at 0. A dump-named path that is not a regular file (a FIFO would block the read
+replaced (rotation): both restart at 0. A file rewritten in place and grown past the offset between two reads (a
+truncation the size no longer shows, or a new file that got the old one's inode) is told by a fingerprint of the
+bytes read so far (:func:`fingerprint`: the file's first and last ``FINGERPRINT_BYTES`` before the offset), checked
+before each read and saved with the offset: it restarts at 0 too, never in the middle of another dump under the old
+one's marker. A dump-named path that is not a regular file (a FIFO would block the read
 forever, a device never end) is skipped and listed in ``skipped``.
 
 Offsets advance in two steps: ``read`` moves the *read* offset; :meth:`Tailer.acked` moves the *committed* offset once
@@ -18,18 +22,20 @@ beside it: a restart resumes mid-dump with its marker, never with bare payloads 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ranksight.formats.inspector import DumpContext, InspectorParseError, parse_lines
 from ranksight.schemas.records import InspectorDumpStatsRecord, InspectorRecord
 
 LIVE_SUFFIXES = (".log", ".jsonl")
+FINGERPRINT_BYTES = 1024  # of the file's start and of what precedes the offset: what tells a rewritten file
 
 
 @dataclass
@@ -44,6 +50,11 @@ class FileState:
     context: DumpContext = field(default_factory=DumpContext)  # the dump open at ``read``
     dumps: dict[int, dict[str, Any] | None] = field(default_factory=dict)  # the open dump at each pending end
     committed_dump: dict[str, Any] | None = None  # the open dump at ``committed``: saved with it
+    fingerprint: str | None = (
+        None  # of the bytes before ``read`` (None: not known, a state file of an older agent)
+    )
+    fingerprints: dict[int, str] = field(default_factory=dict)  # at each pending end
+    committed_fingerprint: str | None = None  # at ``committed``: saved with it
     bad_lines: int = 0
     records: int = 0
 
@@ -85,12 +96,15 @@ class Tailer:
                 and isinstance(entry.get("inode"), int)
                 and isinstance(entry.get("offset"), int)
             ):
-                off, dump = entry["offset"], entry.get("dump")
+                off, dump, mark = entry["offset"], entry.get("dump"), entry.get("fingerprint")
+                mark = mark if isinstance(mark, str) else None
                 self.files[path] = FileState(entry["inode"], committed=off, read=off,
-                                             context=DumpContext.restore(dump), committed_dump=dump)  # fmt: skip
+                                             context=DumpContext.restore(dump), committed_dump=dump,
+                                             fingerprint=mark, committed_fingerprint=mark)  # fmt: skip
 
     def save(self) -> None:
-        data = {"files": {p: {"inode": f.inode, "offset": f.committed, "dump": f.committed_dump}
+        data = {"files": {p: {"inode": f.inode, "offset": f.committed, "dump": f.committed_dump,
+                              "fingerprint": f.committed_fingerprint}
                           for p, f in self.files.items()}}  # fmt: skip
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(".tmp")
@@ -132,11 +146,15 @@ class Tailer:
                 self.dirty = True
             if st.st_size <= state.read:
                 return None
+            if state.fingerprint is not None and fingerprint(fh, state.read) != state.fingerprint:
+                state = self.files[path] = FileState(st.st_ino)  # rewritten in place, grown past the offset
+                self.dirty = True
             fh.seek(state.read)
             data = fh.read(self.chunk_bytes)
-        end = data.rfind(b"\n")
-        if end < 0 and len(data) < self.chunk_bytes:
-            return None  # no complete line yet
+            end = data.rfind(b"\n")
+            if end < 0 and len(data) < self.chunk_bytes:
+                return None  # no complete line yet
+            mark = fingerprint(fh, state.read + (end + 1 if end >= 0 else len(data)))
         records: list[InspectorRecord]
         stats: list[InspectorDumpStatsRecord] = []
         first_error: str | None
@@ -148,6 +166,7 @@ class Tailer:
         state.read += end + 1
         state.pending.append(state.read)
         state.dumps[state.read] = state.context.snapshot()
+        state.fingerprint = state.fingerprints[state.read] = mark
         state.records += len(records)
         state.bad_lines += bad
         self.records += len(records)
@@ -166,6 +185,7 @@ class Tailer:
             state.committed = state.pending.pop(0)
             state.acked.discard(state.committed)
             state.committed_dump = state.dumps.pop(state.committed, None)
+            state.committed_fingerprint = state.fingerprints.pop(state.committed, None)
             self.dirty = True
 
     def status(self) -> dict[str, Any]:
@@ -189,6 +209,17 @@ class Tailer:
             "bad_lines": self.bad_lines,
             "skipped": dict(self.skipped),
         }
+
+
+def fingerprint(fh: BinaryIO, offset: int) -> str:
+    """What identifies the first ``offset`` bytes of an open file: a hash of its first and of its last
+    :data:`FINGERPRINT_BYTES` before ``offset`` (two small reads, whatever the file's size)."""
+    fh.seek(0)
+    head = fh.read(min(offset, FINGERPRINT_BYTES))
+    start = max(0, offset - FINGERPRINT_BYTES)
+    fh.seek(start)
+    tail = fh.read(offset - start)
+    return hashlib.blake2b(head + b"|" + tail, digest_size=16).hexdigest()
 
 
 def _kind(mode: int) -> str:

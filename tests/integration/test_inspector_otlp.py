@@ -7,10 +7,12 @@ verbose operations as the summaries and raw records the dump files give."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import socket
 import sys
+import zlib
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -50,6 +52,13 @@ async def post(port: int, request: bytes, host: str = "127.0.0.1") -> int:
     return int(answer.split(b" ", 2)[1])
 
 
+def gzip_bomb(mib: int) -> bytes:
+    """``mib`` MiB of zeros, gzip-compressed a MiB at a time (never held whole)."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)  # wbits 31: the gzip container
+    zeros = bytes(1 << 20)
+    return b"".join(packer.compress(zeros) for _ in range(mib)) + packer.flush()
+
+
 @pytest.fixture
 async def receiver() -> AsyncIterator[tuple[OtlpReceiver, list[InspectorMetricsRecord]]]:
     got: list[InspectorMetricsRecord] = []
@@ -85,6 +94,12 @@ async def test_what_the_receiver_refuses(receiver: tuple[OtlpReceiver, list[Insp
     assert await post(port, too_big[: too_big.index(b"\r\n\r\n") + 4]) == 413  # refused before any body byte
     assert await post(port, b"POST /v1/metrics HTTP/1.1\r\nContent-Type: application/json\r\n\r\n") == 411
     assert await post(port, b"GET /v1/metrics HTTP/1.1\r\nContent-Type: application/json\r\n\r\n") == 405
+    # a compressed body is refused, never inflated: a gzip bomb, 256 MiB of zeros in a body under the byte bound
+    bomb = gzip_bomb(256)
+    assert len(bomb) < LIMITS.max_body_bytes
+    gzipped = plugin_request(port, bomb).replace(b"\r\n\r\n", b"\r\nContent-Encoding: gzip\r\n\r\n", 1)
+    assert await post(port, gzipped) == 415
+    assert server.last_error is not None and "Content-Encoding gzip" in server.last_error
     assert got == []
     # a connection that sends nothing is closed after the read timeout, answered 408
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -97,6 +112,34 @@ async def test_what_the_receiver_refuses(receiver: tuple[OtlpReceiver, list[Insp
     for _, w in idle:
         w.close()
     await asyncio.sleep(0.1)
+
+
+async def test_a_slow_client_is_cut_at_the_read_timeout(
+    receiver: tuple[OtlpReceiver, list[InspectorMetricsRecord]],
+) -> None:
+    """Slowloris: headers dripped a byte at a time, then a body trickling under a huge (allowed) length: each is
+    answered 408 once ``read_timeout_s`` has passed since the connection opened, however the bytes keep coming."""
+    server, got = receiver
+    request = plugin_request(server.port, AGGREGATED)
+    head = request[: request.index(b"\r\n\r\n") + 4]
+    for slow_part in ("headers", "body"):
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        if slow_part == "body":
+            writer.write(head)
+        drip = iter(head if slow_part == "headers" else AGGREGATED)
+        answer = b""
+        while not answer and loop.time() - started < 3 * LIMITS.read_timeout_s:
+            with contextlib.suppress(ConnectionError):
+                writer.write(bytes([next(drip)]))
+            with contextlib.suppress(TimeoutError):
+                answer = await asyncio.wait_for(reader.read(), 0.1)
+        elapsed = loop.time() - started
+        writer.close()
+        assert answer.startswith(b"HTTP/1.1 408"), (slow_part, answer[:40])
+        assert LIMITS.read_timeout_s <= elapsed < LIMITS.read_timeout_s + 1.5
+    assert server.counts["refused_408"] == 2 and server.open == 0 and got == []
 
 
 async def test_more_requests_per_second_than_the_bound_get_429() -> None:

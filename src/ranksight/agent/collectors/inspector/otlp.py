@@ -4,7 +4,9 @@ a node can give Inspector data with no dump files at all.
 What the plugin sends (``inspector_otel.cc``): one ``POST <path>`` (default ``http://localhost:4318/v1/metrics``)
 per dump interval with ``Content-Type: application/json``, ``Connection: close`` and a ``Content-Length``; it reads
 only the status line of the answer. So the receiver speaks that much HTTP/1.1 and no more: one request per
-connection, JSON bodies only (an OTLP protobuf body is answered 415), a length always given (411 without one).
+connection, JSON bodies only (an OTLP protobuf body is answered 415), never compressed (the plugin does not compress;
+a ``Content-Encoding`` other than identity is answered 415 and nothing is ever inflated, so no small body can expand
+past the byte bound), a length always given (411 without one).
 
 Bounded, as everything the agent opens: it listens on loopback only; open connections, bytes per request and
 requests per second (a one-second token bucket) are settings; a request not read within ``otlp_read_timeout_s`` is
@@ -155,6 +157,11 @@ class OtlpReceiver:
         if "json" not in headers.get("content-type", "").lower():
             raise OtlpRefused(
                 415, "only OTLP JSON (application/json) bodies; set the exporter's protocol to http/json"
+            )
+        encoding = headers.get("content-encoding", "identity").lower()
+        if encoding not in ("", "identity"):
+            raise OtlpRefused(
+                415, f"Content-Encoding {encoding}: only uncompressed bodies (as the plugin sends)"
             )
         if "transfer-encoding" in headers:
             raise OtlpRefused(411, "a Content-Length is needed (no chunked bodies)")

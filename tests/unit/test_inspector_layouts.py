@@ -253,6 +253,31 @@ def test_the_real_2289_job_rewritten_as_v43_names_the_same_straggler(tmp_path: P
     assert [(f.hostname, f.pid) for f in b.stragglers] == [("vm", 3030)]
 
 
+@pytest.mark.parametrize("version", ["v4.3", "v4.4"])
+def test_the_real_2307_plugin_job_rewritten_as_v43_gives_the_same_findings(
+    tmp_path: Path, version: str
+) -> None:
+    """The job run through the real 2.30.7 plugin (ring capture, 1 s dumps, a steady 1.5x straggler; see the
+    fixture's PROVENANCE.md), as the plugin wrote it (v4.0) and rewritten as the newer writer prints the same records:
+    every record read back, and the same findings, field for field (slowdown, pattern, confidence, coverage)."""
+    source = FIXTURES / "inspector/real-plugin-2.30.7-1s-compute_1.5"
+    for path in sorted(source.glob("*.log.gz")):
+        with gzip.open(path, "rb") as fh:
+            (tmp_path / path.name.removesuffix(".gz")).write_bytes(
+                b"".join(rewrite(fh.read().splitlines(), version))
+            )
+    old, new = DumpReader(source), DumpReader(tmp_path)
+    a, b = (
+        analyze_records(old.records(), StragglerParams()),
+        analyze_records(new.records(), StragglerParams()),
+    )
+    assert old.bad_lines == new.bad_lines == 0 and a.records == b.records > 1000
+    assert (a.capture_model, b.capture_model) == ("ring", "ring")
+    assert len(a.stragglers) == 1 and [f.as_dict() for f in a.stragglers] == [
+        f.as_dict() for f in b.stragglers
+    ]
+
+
 def test_analyze_inspector_cites_the_dump_markers_drop_counters_in_a_findings_coverage(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -182,7 +182,8 @@ async def test_verbose_operations_of_a_ranked_process_feed_summaries_and_raw_rec
     settings: Settings, tmp_path: Path
 ) -> None:
     """The source dump's rank 0 (pid 3027, 4 ranks) posts its verbose export from a process started with torchrun's
-    variables: the aggregator gets the same 12 operations as summaries and raw records, under the poster's pid."""
+    variables: the aggregator gets the same 12 operations as summaries and raw records, under the poster's pid, and its
+    GPU's counters with that pid (a straggler finding's coverage about the process)."""
     port = free_port()
     cfg = settings.agent.collectors.inspector.model_copy(
         update={"otlp_port": port, "dump_dir": None, "summary_publish_s": 0.2, "raw_rate_per_s": 1000.0})  # fmt: skip
@@ -206,8 +207,10 @@ async def test_verbose_operations_of_a_ranked_process_feed_summaries_and_raw_rec
         [row] = agg.store.rows("SELECT count(DISTINCT pid) AS pids, min(pid) AS pid, min(rank) AS rank, "
                                "count(DISTINCT (op, sn)) AS ops FROM inspector")  # fmt: skip
         assert (row["pids"], row["pid"], row["rank"], row["ops"]) == (1, proc.pid, 0, 12)
-        # what is not an operation of a known rank stays a metrics record: the device counters
+        # what is not an operation of a known rank stays a metrics record: the device counters, of the poster
         assert _stored(agg) == 1
+        [row] = agg.store.rows("SELECT shape, pid FROM inspector_metrics")
+        assert (row["shape"], row["pid"]) == ("device", proc.pid)
 
 
 def _count(agg: object, table: str, what: str = "count(*)") -> int:

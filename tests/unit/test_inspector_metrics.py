@@ -161,7 +161,7 @@ def test_verbose_operations_of_a_known_rank_are_the_dump_records() -> None:
     but for what the export does not carry (the timing source) and the capture model it states (a drained ring)."""
     ops, rest = as_operations(_verbose_records(), 3027, Sender(3027, (0, 4)).rank_in)
     dumped = source_ops(12)
-    assert [r.shape for r in rest] == ["device"]
+    assert [(r.shape, r.pid) for r in rest] == [("device", 3027)]  # the process's counters: its coverage
     assert [replace(op, capture_model="sampled", timing_source="kernel_gpu") for op in ops] == dumped
     # so the summaries the straggler engine reads are the dump's
     from_dump, from_otlp = Summarizer(), Summarizer()
@@ -176,7 +176,7 @@ def test_verbose_operations_of_an_unknown_rank_stay_metrics_records() -> None:
     records = _verbose_records()
     for world in (None, (5, 8)):  # no launcher variables; a world larger than the communicator
         ops, rest = as_operations(records, 3027, Sender(3027, world).rank_in)
-        assert ops == [] and rest == records
+        assert ops == [] and rest == [replace(r, pid=3027) for r in records]
     unknown_comm = [replace(r, comm_id="unknown") for r in records]
     assert as_operations(unknown_comm, 3027, Sender(3027, (0, 4)).rank_in)[0] == []
 

@@ -311,3 +311,41 @@ def test_a_finding_s_coverage_cites_the_drop_counters_of_its_processes() -> None
                                       "dropped_share": round(10 / 70, 4), "dropped_total": 10}  # fmt: skip
     assert any("10 operations the plugin's rings dropped" in x for x in coverage["left_out"])
     assert "capture_model" in coverage  # the engine's own coverage stays
+
+
+def test_a_finding_s_coverage_cites_the_gpu_counters_its_process_exported() -> None:
+    """A process that exports verbose OTLP writes no dump markers: its GPU's counters (recorded, dropped), which the
+    agent tied to the posting process, are its coverage (``gpu_drops``); another process's are not cited."""
+    from ranksight.schemas.records import InspectorMetricsRecord
+
+    state = LiveState()
+    state.stragglers.configure(
+        StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0, retain_windows=10)
+    )
+    t0 = 1_000 * NS
+    records = {proc: [parse_op(x) for x in lines] for proc, lines in simulate(SPEC).items()}
+    for seq, ((host, _pid), recs) in enumerate(records.items(), start=1):
+        state.observe(envelope("inspector", host, seq, recs), t0)
+    straggler = ("node001", SPEC.pid(1, 2))
+
+    def device(gpu: str, pid: int | None, total: int, dropped: int) -> InspectorMetricsRecord:
+        return InspectorMetricsRecord(source="otlp", shape="device", hostname="node001", gpu=gpu, pid=pid,
+                                      coll_total=total, coll_dropped_total=dropped, p2p_total=0,
+                                      p2p_dropped_total=0)  # fmt: skip
+
+    counters = [
+        device("GPU2", straggler[1], 400, 40),
+        device("GPU0", SPEC.pid(1, 0), 900, 300),
+        device("GPU1", None, 9, 9),
+    ]
+    state.observe(envelope("inspector_metrics", "node001", 99, counters), t0)
+    state.tick(t0)
+    [alert] = [a for a in AlertEngine().evaluate(default_rules(), state, t0) if a.rule == "straggler"]
+    assert alert.evidence["pid"] == straggler[1]
+    coverage = alert.evidence["coverage"]
+    assert coverage["gpu_drops"] == {"gpus": ["GPU2"], "operations": 400, "dropped": 40, "dropped_share": 0.1}
+    assert "ring_drops" not in coverage
+    assert any(
+        "40 operations the plugin's rings of its GPU dropped (10.0%" in x for x in coverage["left_out"]
+    )
+    assert "capture_model" in coverage

@@ -20,7 +20,7 @@ from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.devices import link_up
 from ranksight.aggregator.state.inspector_drops import CommDrops
 from ranksight.aggregator.state.jobs import JobState
-from ranksight.schemas.records import GpuRecord
+from ranksight.schemas.records import GpuRecord, InspectorMetricsRecord
 
 
 def corroboration(state: LiveState, cluster: str, hostname: str) -> list[str]:
@@ -117,25 +117,43 @@ def ras_comms(job: JobState | None, comm_ids: list[str]) -> list[dict[str, objec
             for key, comm in job.comms.items() if comm_hash(key) in wanted]  # fmt: skip
 
 
-def drop_coverage(markers: Mapping[tuple[str, int, str], CommDrops], f: Finding) -> dict[str, object]:
+def drop_coverage(
+    markers: Mapping[tuple[str, int, str], CommDrops],
+    f: Finding,
+    gpus: Mapping[tuple[str, int], list[InspectorMetricsRecord]] | None = None,
+) -> dict[str, object]:
     """The finding's coverage with the Inspector drop counters of its processes and communicators (``ring_drops``:
     markers seen, records they announced, operations the plugin's rings dropped meanwhile and since the process
-    started), and what was dropped named among what was left out; unchanged where no marker came (plugins before
-    output format v4.1 write none)."""
+    started) and, for a process whose export the agent received (OTLP verbose, which has no markers), the counters of
+    its GPUs (``gpu_drops``: operations its rings recorded and dropped since the process started); what was dropped
+    is named among what was left out. Unchanged where neither came (plugins before output format v4.1 write no
+    markers)."""
+    coverage, left_out = dict(f.coverage), list(cast(list[str], f.coverage.get("left_out", [])))
     drops = [c for (host, pid, comm_id), c in markers.items()
              if host == f.hostname and (f.pid is None or (pid == f.pid and comm_id in f.comm_ids))]  # fmt: skip
-    if not drops:
+    if drops:
+        records, dropped = sum(c.records for c in drops), sum(c.dropped for c in drops)
+        share = dropped / (records + dropped) if records + dropped else 0.0
+        coverage["ring_drops"] = {"processes": len({c.latest.pid for c in drops}), "communicators": len(drops),
+                                  "dumps": sum(c.dumps for c in drops), "records": records, "dropped": dropped,
+                                  "dropped_share": round(share, 4),
+                                  "dropped_total": sum(c.dropped_total for c in drops)}  # fmt: skip
+        if dropped:
+            left_out.append(f"{dropped} operations the plugin's rings dropped ({share:.1%} of those its dump markers "
+                            "counted): their time counts as compute")  # fmt: skip
+    counters = [] if f.pid is None else (gpus or {}).get((f.hostname, f.pid), [])
+    if counters:
+        total = sum((g.coll_total or 0) + (g.p2p_total or 0) for g in counters)
+        lost = sum((g.coll_dropped_total or 0) + (g.p2p_dropped_total or 0) for g in counters)
+        share = lost / total if total else 0.0
+        coverage["gpu_drops"] = {"gpus": sorted(g.gpu for g in counters), "operations": total, "dropped": lost,
+                                 "dropped_share": round(share, 4)}  # fmt: skip
+        if lost:
+            left_out.append(f"{lost} operations the plugin's rings of its GPU dropped ({share:.1%} of those they "
+                            "recorded since the process started, per its OTLP export)")  # fmt: skip
+    if not drops and not counters:
         return f.coverage
-    records, dropped = sum(c.records for c in drops), sum(c.dropped for c in drops)
-    share = dropped / (records + dropped) if records + dropped else 0.0
-    ring_drops = {"processes": len({c.latest.pid for c in drops}), "communicators": len(drops),
-                  "dumps": sum(c.dumps for c in drops), "records": records, "dropped": dropped,
-                  "dropped_share": round(share, 4), "dropped_total": sum(c.dropped_total for c in drops)}  # fmt: skip
-    left_out = list(cast(list[str], f.coverage.get("left_out", [])))
-    if dropped:
-        left_out.append(f"{dropped} operations the plugin's rings dropped ({share:.1%} of those its dump markers "
-                        "counted): their time counts as compute")  # fmt: skip
-    return {**f.coverage, "ring_drops": ring_drops, "left_out": left_out}
+    return {**coverage, "left_out": left_out}
 
 
 class StragglerRule:
@@ -174,7 +192,11 @@ class StragglerRule:
                     summary=summary(f, notes),
                     evidence={
                         **f.as_dict(),
-                        "coverage": drop_coverage(state.inspector_drops.coverage(cluster), f),
+                        "coverage": drop_coverage(
+                            state.inspector_drops.coverage(cluster),
+                            f,
+                            state.inspector_drops.gpu_coverage(cluster),
+                        ),
                         "corroboration": notes,
                         "gpu": gpu_of(state, cluster, f.hostname, f.pid),
                         "ras_comms": ras_comms(job, f.comm_ids),

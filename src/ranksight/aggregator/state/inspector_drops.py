@@ -10,7 +10,8 @@ its node is forgotten.
 
 The plugin's other outputs (``inspector_metrics``: Prometheus textfiles, OTLP export) carry per-GPU counters instead
 (operations recorded and dropped since the process started, with the stats option or in verbose OTLP): the latest of
-each GPU is kept in :attr:`InspectorDropTracker.gpus`.
+each GPU is kept in :attr:`InspectorDropTracker.gpus`. Those the agent could tie to the process that posted them
+(OTLP export) are that process's coverage (:meth:`InspectorDropTracker.gpu_coverage`).
 """
 
 from __future__ import annotations
@@ -99,6 +100,15 @@ class InspectorDropTracker:
     def forget(self, nodes: set[NodeKey]) -> None:
         self.comms = without_nodes(self.comms, nodes)
         self.gpus = without_nodes(self.gpus, nodes)
+
+    def gpu_coverage(self, cluster: str) -> dict[tuple[str, int], list[InspectorMetricsRecord]]:
+        """The cluster's per-GPU counters of a known process (OTLP export) by (hostname, pid), live or not: what a
+        straggler finding about a process without dump markers cites."""
+        out: dict[tuple[str, int], list[InspectorMetricsRecord]] = {}
+        for (c, _, host, _), drops in sorted(self.gpus.items()):
+            if c == cluster and drops.latest.pid is not None:
+                out.setdefault((host, drops.latest.pid), []).append(drops.latest)
+        return out
 
     def coverage(self, cluster: str) -> dict[tuple[str, int, str], CommDrops]:
         """The cluster's drop counters by (hostname, pid, comm_id), live or not: what a straggler finding's coverage

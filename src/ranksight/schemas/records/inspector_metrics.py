@@ -16,7 +16,9 @@ One record is one GPU's view of one bucket, or one operation, or the GPU's total
   Prometheus stats option, OTLP verbose mode).
 
 ``job_id`` is the plugin's ``slurm_job_id`` label or the OTLP resource attribute ``slurm.job.id`` (None when it says
-``unknown``); ``source`` says which form it came in.
+``unknown``); ``source`` says which form it came in. ``pid`` is the process that posted an OTLP export, where the agent
+found it (a textfile names no process): a ``device`` record with it is that process's drop counters, which a
+straggler finding about the process cites in its coverage.
 """
 
 from __future__ import annotations
@@ -24,7 +26,16 @@ from __future__ import annotations
 from typing import Literal
 
 from ranksight.schemas.records.base import Record, RecordKind
-from ranksight.schemas.records.quantities import Bytes, Count, Gauge, Micros, Rank, RankCount, TimestampUs
+from ranksight.schemas.records.quantities import (
+    Bytes,
+    Count,
+    Gauge,
+    Micros,
+    Pid,
+    Rank,
+    RankCount,
+    TimestampUs,
+)
 
 InspectorMetricsSource = Literal["prom", "otlp"]
 InspectorMetricsShape = Literal["bucket", "op", "device"]
@@ -37,6 +48,7 @@ class InspectorMetricsRecord(Record, kw_only=True, frozen=True):
     job_id: str | None = None
     hostname: str
     gpu: str  # the plugin's name of the GPU: ``GPU<cuda device>``
+    pid: Pid | None = None  # the posting process (OTLP, where the agent found it)
     ts_us: TimestampUs | None = (
         None  # the point's time (OTLP); a textfile says none (its file's mtime is not the data's)
     )

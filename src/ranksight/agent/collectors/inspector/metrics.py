@@ -275,7 +275,7 @@ def as_operations(
 ) -> tuple[list[InspectorRecord], list[InspectorMetricsRecord]]:
     """The verbose OTLP operations of one process (``pid``; ``rank_in``: its rank in a communicator of n ranks, None
     where unknown) as the records a dump file gives, and the records that cannot be: buckets, device counters, and
-    operations whose communicator id, rank or time is unknown.
+    operations whose communicator id, rank or time is unknown, these with the process's ``pid``.
 
     What a dump record has and these do not: the timing source (None here) and the dump time, for which the
     operation's own completion time stands (the plugin stamps each point with it); the capture model is ``ring``
@@ -286,7 +286,7 @@ def as_operations(
         rank = rank_in(m.n_ranks) if m.n_ranks is not None else None
         if (m.shape != "op" or rank is None or m.comm_id in (None, "unknown") or m.ts_us is None or m.op is None
                 or m.op_kind is None or m.sn is None or m.msg_size_bytes is None):  # fmt: skip
-            rest.append(m)
+            rest.append(msgspec.structs.replace(m, pid=pid))
             continue
         assert m.n_ranks is not None and m.comm_id is not None
         expected, mismatch = busbw_check(m.op, m.n_ranks, m.msg_size_bytes, m.exec_time_us, m.busbw_gbs)

@@ -1,6 +1,7 @@
 """The Inspector plugin's metric outputs for given operations, byte for byte as its writers print them: the
-Prometheus textfile of ``inspector_prom.cc`` and the OTLP/HTTP JSON body of ``inspector_otel.cc`` (NVIDIA/nccl
-``plugins/profiler/inspector``; commits in ``fixtures/inspector/exports/PROVENANCE.md``).
+Prometheus textfile of ``inspector_prom.cc`` (2.30 and later, and the per-operation one of 2.29.3 - 2.29.7) and the
+OTLP/HTTP JSON body of ``inspector_otel.cc`` (NVIDIA/nccl ``plugins/profiler/inspector``; commits in
+``fixtures/inspector/exports/PROVENANCE.md``).
 
 What the writers do, restated: per GPU, the drained operations of every communicator go into buckets keyed (in this
 order, which is also the output order) by ranks, nodes, the function's enum value, the message size's range lower
@@ -20,6 +21,7 @@ import gzip
 import json
 import math
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 
 from ranksight.formats.inspector import parse_op
@@ -90,6 +92,35 @@ def prom_text(ops: Sequence[InspectorRecord], node: str, gpu: str, job_id: str |
                                 "nccl_p2p_dropped_total"), totals, strict=True):  # fmt: skip
             out.append(f"{name}{{{labels}}} {value}\n")
     return "".join(out).encode()
+
+
+def prom_text_2_29(
+    ops: Sequence[InspectorRecord], gpu: str, job_id: str = "unknown", job_name: str = "unknown"
+) -> bytes:
+    """The 2.29.x textfile of one dump: per communicator, its latest sampled collective, three metrics whose labels are
+    the communicator's cached ones, then the operation's (``timestamp``: the write time, UTC, to the second;
+    ``message_size``: ``%zuB`` under 1 KiB, else ``%.2f`` of the largest unit)."""
+    out = []
+    for op in ops:
+        value, unit = float(op.msg_size_bytes), 0
+        while value >= 1024.0 and unit < 4:
+            value /= 1024.0
+            unit += 1
+        size = f"{op.msg_size_bytes}B" if unit == 0 else f"{value:.2f}{UNITS[unit]}"
+        when = datetime.fromtimestamp(op.dump_ts_us // 1_000_000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        labels = (f'comm_id="{op.comm_id}",hostname="{op.hostname}",rank="{op.rank}",slurm_job="{job_name}",'
+                  f'slurm_job_id="{job_id}",nranks="{op.n_ranks}",n_nodes="{op.nnodes}",gpu_device_id="{gpu}",'
+                  f'collective="{op.op}",coll_sn="{op.sn}",timestamp="{when}",message_size="{size}"')  # fmt: skip
+        out.append(f"nccl_algorithm_bandwidth_gbs{{{labels}}} {op.algobw_gbs or 0.0:.6g}\n"
+                   f"nccl_bus_bandwidth_gbs{{{labels}}} {op.busbw_gbs or 0.0:.6g}\n"
+                   f"nccl_collective_exec_time_microseconds{{{labels}}} {float(op.exec_time_us or 0):.6g}\n")  # fmt: skip
+    return "".join(out).encode()
+
+
+def last_dump(ops: Sequence[InspectorRecord]) -> list[InspectorRecord]:
+    """The operations of the last dump time among ``ops`` (the sampled plugin writes one per communicator)."""
+    newest = max(op.dump_ts_us for op in ops)
+    return [op for op in ops if op.dump_ts_us == newest and op.op_kind == "coll"]
 
 
 _DESCRIPTIONS = {
@@ -196,6 +227,8 @@ def render() -> dict[Path, bytes]:
     return {
         TARGET / "nccl_2.32_prom_from_2.28.9_vm-pid3027.prom": prom_text(ops, "vm", "GPU0", "4242",
                                                                         totals=(120, 7, 0, 0)),
+        TARGET / "nccl_2.29.3_prom_from_2.28.9_vm-pid3027.prom": prom_text_2_29(last_dump(ops), "GPU0", "4242",
+                                                                            "train"),
         TARGET / "nccl_2.32.3_otlp_aggregated_from_2.28.9_vm-pid3027.json": otlp_body(ops, "vm", "GPU0", RESOURCE,
                                                                                       NOW_US),
         TARGET / "nccl_2.32.3_otlp_verbose_from_2.28.9_vm-pid3027.json": otlp_body(ops[:12], "vm", "GPU0", RESOURCE,

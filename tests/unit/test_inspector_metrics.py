@@ -22,12 +22,14 @@ from ranksight.agent.collectors.inspector.senders import Sender, SenderFinder, w
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.schemas.records import InspectorMetricsRecord
 from tests.conftest import FIXTURES
-from tests.inspector_exports import NOW_US, render, source_ops
+from tests.inspector_exports import NOW_US, last_dump, render, source_ops
 
 FILES = render()
-PROM, AGGREGATED, VERBOSE = (
-    FILES[p] for p in sorted(FILES, key=lambda p: ("prom" not in p.name, "verbose" in p.name))
-)
+BY_NAME = {p.name: data for p, data in FILES.items()}
+PROM = BY_NAME["nccl_2.32_prom_from_2.28.9_vm-pid3027.prom"]
+PROM_2_29 = BY_NAME["nccl_2.29.3_prom_from_2.28.9_vm-pid3027.prom"]
+AGGREGATED = BY_NAME["nccl_2.32.3_otlp_aggregated_from_2.28.9_vm-pid3027.json"]
+VERBOSE = BY_NAME["nccl_2.32.3_otlp_verbose_from_2.28.9_vm-pid3027.json"]
 
 
 def _expected_buckets() -> dict[tuple[str, str], tuple[float, float, int]]:
@@ -64,6 +66,38 @@ def test_prom_textfile_buckets_and_device_counters() -> None:
         )
     [device] = [r for r in records if r.shape == "device"]
     assert (device.coll_total, device.coll_dropped_total, device.p2p_total) == (120, 7, 0)
+
+
+def test_the_2_29_textfile_gives_each_sampled_operation_with_its_rank() -> None:
+    """The per-operation textfile of 2.29.3 - 2.29.7 (no ``version`` label): one ``op`` record per communicator's
+    latest operation, with its rank, communicator id, sequence number and the write time to the second."""
+    records, errors = parse_prom(PROM_2_29)
+    assert errors == []
+    [source] = last_dump(source_ops())
+    [r] = records
+    assert (r.source, r.shape, r.format_version, r.job_id, r.hostname, r.gpu) == ("prom", "op", None, "4242", "vm",
+                                                                                  "GPU0")  # fmt: skip
+    assert (r.comm_id, r.rank, r.n_ranks, r.n_nodes, r.op_kind, r.op, r.sn, r.size_range) == (
+        source.comm_id, 0, 4, 4, "coll", source.op, source.sn, "1.00MB")  # fmt: skip
+    assert r.ts_us == source.dump_ts_us // 1_000_000 * 1_000_000
+    assert (r.exec_time_us, r.busbw_gbs, r.algobw_gbs) == tuple(
+        float(f"{v:.6g}") for v in (source.exec_time_us, source.busbw_gbs, source.algobw_gbs)
+    )
+
+
+def test_the_real_2_29_3_plugins_textfile() -> None:
+    """What the unmodified 2.29.3 plugin wrote (fixtures/inspector/real-plugin-2.29.3-prom): its three communicators'
+    latest operations, each bandwidth pair consistent with the collective's bus factor."""
+    [path] = (FIXTURES / "inspector/real-plugin-2.29.3-prom").glob("*.prom")
+    records, errors = parse_prom(path.read_bytes())
+    assert errors == [] and len(records) == 3
+    assert {(r.shape, r.hostname, r.gpu, r.rank, r.job_id, r.format_version) for r in records} == {
+        ("op", "node000", "GPU0", 0, None, None)
+    }
+    assert len({r.comm_id for r in records}) == 3 and {r.ts_us for r in records} == {1750000064000000}
+    allgather = next(r for r in records if r.op == "AllGather")
+    assert (allgather.n_ranks, allgather.sn, allgather.size_range) == (2, 166, "2.00MB")
+    assert allgather.busbw_gbs == pytest.approx(allgather.algobw_gbs * (2 - 1) / 2, rel=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,8 @@ One record is one GPU's view of one bucket, or one operation, or the GPU's total
 - ``bucket``: per communicator name, collective or p2p operation, message-size range (``size_range``, e.g.
   ``4-5GB``; ``size_lo_bytes`` its lower bound) and, for collectives, ``algo_proto``, over one dump interval: the
   mean exec time and the geometric-mean bus bandwidth (Prometheus textfile, default OTLP mode).
-- ``op``: one operation (OTLP verbose mode): its communicator id, sequence number, exact size, peer (p2p), exec
-  time and both bandwidths. The plugin does not say the rank or the process; where the agent can tell both (the
+- ``op``: one operation (OTLP verbose mode; the 2.29.x textfile, with its rank and a rounded size): its communicator
+  id, sequence number, exact size, peer (p2p), exec time and both bandwidths. The plugin does not say the rank or the process; where the agent can tell both (the
   posting process, and its launcher's rank in a communicator as large as the job, or a one-rank communicator), it
   publishes the operation as the ``inspector`` record and summary a dump file would give instead, so it joins the
   per-rank straggler analysis. The operations left here are history and evidence.
@@ -49,6 +49,7 @@ class InspectorMetricsRecord(Record, kw_only=True, frozen=True):
     hostname: str
     gpu: str  # the plugin's name of the GPU: ``GPU<cuda device>``
     pid: Pid | None = None  # the posting process (OTLP, where the agent found it)
+    rank: Rank | None = None  # op: its rank in the communicator (the 2.29.x textfile's per-operation labels)
     ts_us: TimestampUs | None = (
         None  # the point's time (OTLP); a textfile says none (its file's mtime is not the data's)
     )

@@ -2,7 +2,7 @@
 bytes in, :class:`~schemas.records.InspectorMetricsRecord` out (what each record shape means is in that module).
 
 Both forms come from the same per-GPU aggregation in the plugin (NVIDIA/nccl ``plugins/profiler/inspector``,
-``inspector_prom.cc`` from 2.29.3 and ``inspector_otel.cc`` from 2.32.3):
+``inspector_prom.cc`` from 2.30 and ``inspector_otel.cc`` from 2.32.3):
 
 - metric names: ``nccl_bus_bandwidth_gbs`` and ``nccl_collective_exec_time_microseconds`` (collectives),
   ``nccl_p2p_bus_bandwidth_gbs`` and ``nccl_p2p_exec_time_microseconds`` (p2p), in verbose OTLP also
@@ -14,6 +14,14 @@ Both forms come from the same per-GPU aggregation in the plugin (NVIDIA/nccl ``p
   the range. A textfile may also carry labels the plugin does not write (RCCL's docs show ``cluster``) and ``#``
   comment lines: both are ignored.
 
+The textfile of 2.29.3 - 2.29.7 (``ext-profiler/inspector/inspector_prom.cc`` at v2.29.3-1, the same at v2.29.7-1)
+is per operation instead, one communicator's latest sampled operation per dump: ``nccl_algorithm_bandwidth_gbs``,
+``nccl_bus_bandwidth_gbs`` and ``nccl_collective_exec_time_microseconds`` labelled ``comm_id``, ``hostname``,
+``rank``, ``slurm_job``, ``slurm_job_id``, ``nranks``, ``n_nodes``, ``gpu_device_id``, ``collective``, ``coll_sn``,
+``timestamp`` (the write time, UTC, to the second) and ``message_size`` (rounded: ``2.00GB``, ``512B``); it has no
+``version`` label. Each becomes an ``op`` record with its rank and communicator id (no process: it stays a metrics
+record).
+
 The metrics of one label set (a bucket, an operation, a device) become one record. The plugin prints label values
 unescaped (``%s``); standard Prometheus escapes (``\\"``, ``\\\\``, ``\\n``) are undone where present.
 """
@@ -23,6 +31,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -41,6 +50,7 @@ _METRICS: dict[str, tuple[str, str | None, str]] = {
     "nccl_bus_bandwidth_gbs": ("bucket", "coll", "busbw_gbs"),
     "nccl_collective_exec_time_microseconds": ("bucket", "coll", "exec_time_us"),
     "nccl_collective_algobw_gbs": ("bucket", "coll", "algobw_gbs"),
+    "nccl_algorithm_bandwidth_gbs": ("bucket", "coll", "algobw_gbs"),  # the 2.29.x textfile
     "nccl_p2p_bus_bandwidth_gbs": ("bucket", "p2p", "busbw_gbs"),
     "nccl_p2p_exec_time_microseconds": ("bucket", "p2p", "exec_time_us"),
     "nccl_p2p_algobw_gbs": ("bucket", "p2p", "algobw_gbs"),
@@ -77,6 +87,16 @@ def _int(value: str | None) -> int | None:
         return None
 
 
+def _utc_us(text: str | None) -> int | None:
+    """The 2.29.x textfile's ``timestamp`` label (``2025-10-17T03:31:47Z``) in microseconds (None: not one)."""
+    if text is None:
+        return None
+    try:
+        return int(datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()) * 1_000_000
+    except ValueError:
+        return None
+
+
 def _record(source: str, labels: dict[str, str], values: dict[str, float], job_id: str | None,
             ts_us: int | None) -> InspectorMetricsRecord:  # fmt: skip
     shape = "device" if "collective" not in labels and "p2p_operation" not in labels else "bucket"
@@ -93,9 +113,10 @@ def _record(source: str, labels: dict[str, str], values: dict[str, float], job_i
         shape=shape,  # type: ignore[arg-type]
         format_version=labels.get("version"),
         job_id=job_id,
-        hostname=labels.get("node", "unknown"),
-        gpu=labels.get("gpu", "unknown"),
-        ts_us=ts_us,
+        hostname=labels.get("node", labels.get("hostname", "unknown")),
+        gpu=labels.get("gpu", labels.get("gpu_device_id", "unknown")),
+        rank=_int(labels.get("rank")),
+        ts_us=ts_us if ts_us is not None else _utc_us(labels.get("timestamp")),
         comm_name=labels.get("comm_name"),
         comm_id=labels.get("comm_id"),
         n_nodes=_int(labels.get("n_nodes")),

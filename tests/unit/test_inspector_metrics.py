@@ -85,19 +85,30 @@ def test_the_2_29_textfile_gives_each_sampled_operation_with_its_rank() -> None:
     )
 
 
-def test_the_real_2_29_3_plugins_textfile() -> None:
-    """What the unmodified 2.29.3 plugin wrote (fixtures/inspector/real-plugin-2.29.3-prom): its three communicators'
-    latest operations, each bandwidth pair consistent with the collective's bus factor."""
-    [path] = (FIXTURES / "inspector/real-plugin-2.29.3-prom").glob("*.prom")
+@pytest.mark.parametrize("version", ["2.29.3", "2.30.7"])
+def test_the_real_plugins_textfiles(version: str) -> None:
+    """What the unmodified plugins wrote (fixtures/inspector/real-plugin-<version>-prom, ``tests/real_plugin_prom.py``:
+    a job of three communicators per process, the second dump): 2.29.3 one sampled operation per communicator with its
+    rank and sequence number, 2.30.7 one ``v5.1`` bucket per communicator; each bandwidth consistent with the
+    collective's bus factor where the textfile has both."""
+    [path] = (FIXTURES / f"inspector/real-plugin-{version}-prom").glob("*.prom")
     records, errors = parse_prom(path.read_bytes())
     assert errors == [] and len(records) == 3
-    assert {(r.shape, r.hostname, r.gpu, r.rank, r.job_id, r.format_version) for r in records} == {
-        ("op", "node000", "GPU0", 0, None, None)
-    }
-    assert len({r.comm_id for r in records}) == 3 and {r.ts_us for r in records} == {1750000064000000}
-    allgather = next(r for r in records if r.op == "AllGather")
-    assert (allgather.n_ranks, allgather.sn, allgather.size_range) == (2, 166, "2.00MB")
-    assert allgather.busbw_gbs == pytest.approx(allgather.algobw_gbs * (2 - 1) / 2, rel=1e-5)
+    # one process's file: both processes' CUDA stand-ins report one device UUID, whichever wrote last is in it
+    [(host, gpu, job)] = {(r.hostname, r.gpu, r.job_id) for r in records}
+    assert host in ("node000", "node001") and (gpu, job) == ("GPU0", None)
+    assert len({r.comm_name if version == "2.30.7" else r.comm_id for r in records}) == 3
+    if version == "2.29.3":
+        assert {(r.shape, r.rank, r.format_version) for r in records} == {("op", 0, None)}
+        assert all(r.sn and r.ts_us and r.ts_us % 1_000_000 == 0 and r.size_range for r in records)
+        allgather = next(r for r in records if r.op == "AllGather")
+        assert allgather.n_ranks == 2 and allgather.algobw_gbs
+        assert allgather.busbw_gbs == pytest.approx(allgather.algobw_gbs * (2 - 1) / 2, rel=1e-5)
+    else:
+        assert {(r.shape, r.rank, r.format_version, r.algo_proto) for r in records} == {
+            ("bucket", None, "v5.1", "RING_SIMPLE")
+        }
+        assert all(r.size_lo_bytes and r.exec_time_us is not None for r in records)
 
 
 @pytest.mark.parametrize(

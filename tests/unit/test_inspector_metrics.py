@@ -18,6 +18,7 @@ from ranksight.agent.collectors.inspector.metrics import (
     parse_prom,
     size_lower_bound,
 )
+from ranksight.agent.collectors.inspector.promfiles import PromFiles
 from ranksight.agent.collectors.inspector.senders import Sender, SenderFinder, world_of
 from ranksight.agent.collectors.inspector.summary import Summarizer
 from ranksight.schemas.records import InspectorMetricsRecord
@@ -275,3 +276,28 @@ def test_the_sender_of_a_connection_is_found_in_proc(tmp_path: Path) -> None:
     assert finder.find(40000, 4318) == Sender(4242, (1, 2))
     now[0] = 10.0
     assert finder.find(40001, 4318) == Sender(77, None)
+
+
+def test_a_229_textfile_read_mid_dump_gives_each_operation_once(tmp_path: Path) -> None:
+    """The 2.29.x plugin truncates its textfile and writes it one communicator at a time: a look between two
+    communicators finds part of the dump, the next all of it; each operation is given once. A ``v5.1`` file rewritten
+    with the same buckets (a one-rank communicator's bucket is the same every dump) gives them again: they carry no
+    sequence number or time, each dump's are new measurements."""
+    [real] = (FIXTURES / "inspector/real-plugin-2.29.3-prom").glob("*.prom")
+    lines = real.read_bytes().splitlines(keepends=True)
+    path = tmp_path / real.name
+    files = PromFiles(tmp_path, 1 << 20)
+    path.write_bytes(b"".join(lines[:3]))  # the first communicator's three metrics
+    first = files.poll()
+    path.write_bytes(b"".join(lines))  # the whole dump
+    os.utime(path, ns=(1, 2))
+    rest = files.poll()
+    assert len(first) == 1 and len(rest) == 2 and first[0] not in rest
+    assert {r.comm_id for r in first + rest} == {r.comm_id for r in parse_prom(real.read_bytes())[0]}
+    [buckets] = (FIXTURES / "inspector/real-plugin-2.30.7-prom").glob("*.prom")
+    path.unlink()
+    again = tmp_path / buckets.name
+    again.write_bytes(buckets.read_bytes())
+    assert len(files.poll()) == 3
+    os.utime(again, ns=(3, 4))  # the next dump, the same values
+    assert len(files.poll()) == 3

@@ -136,7 +136,7 @@ def test_tailer_resumes_mid_dump_with_the_saved_marker(tmp_path: Path) -> None:
     first = Tailer(dumps, state, chunk_bytes=4096)
     chunk = first.poll()[0]
     assert chunk.more and len(chunk.dump_stats) == 1 and 0 < len(chunk.records) < 40
-    first.acked(chunk.path, chunk.inode, chunk.end)
+    first.acked(chunk)
     first.save()
     second = Tailer(dumps, state, chunk_bytes=1 << 20)
     second.load()
@@ -179,7 +179,7 @@ def test_a_file_rewritten_in_place_past_the_offset_is_read_again_from_its_start(
     tailer = Tailer(dumps, state)
     [chunk] = tailer.poll()
     assert len(chunk.records) == 1 and len(chunk.dump_stats) == 1
-    tailer.acked(chunk.path, chunk.inode, chunk.end)
+    tailer.acked(chunk)
     tailer.save()
     inode = log.stat().st_ino
     with log.open("r+b") as fh:  # rewritten in place: truncated, then written past the old offset

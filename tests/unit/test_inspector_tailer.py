@@ -19,7 +19,7 @@ def lines(n: int, seed: int = 0) -> list[str]:
 
 def ack_all(tailer: Tailer, chunks: list[Chunk]) -> None:
     for c in chunks:
-        tailer.acked(c.path, c.inode, c.end)
+        tailer.acked(c)
 
 
 def test_reads_only_complete_lines_and_resumes_a_partial_write(tmp_path: Path) -> None:
@@ -127,3 +127,24 @@ def test_non_regular_files_named_like_dumps_are_skipped(tmp_path: Path) -> None:
     os.unlink(tmp_path / "a-pid1.log")
     tailer.poll()
     assert list(tailer.skipped) == [str(tmp_path / "b-pid2.log")]  # gone: forgotten
+
+
+def test_a_late_ack_of_an_earlier_reading_commits_nothing(tmp_path: Path) -> None:
+    """Hostile: a chunk is read, the file is truncated and written again (same inode), and the new reading's second
+    chunk happens to end where the old chunk did; the old chunk's ack arriving late must not stand for the new one."""
+    data = [x + "\n" for x in lines(6)]
+    log = tmp_path / "h-pid7.log"
+    log.write_text("".join(data[:3]))
+    tailer = Tailer(tmp_path, tmp_path / "state.json")
+    [old] = tailer.poll()
+    log.write_text(data[3])  # truncated: a new reading from 0
+    [first] = tailer.poll()
+    with log.open("a") as fh:  # grown to exactly the old chunk's end
+        rest = "".join(data[4:6])
+        fh.write((rest + " " * (old.end - first.end - len(rest) - 1))[: old.end - first.end - 1] + "\n")
+    [second] = tailer.poll()
+    assert (second.inode, second.end) == (old.inode, old.end) and second.generation != old.generation
+    tailer.acked(old)  # late
+    tailer.acked(first)
+    tailer.save()
+    assert json.loads((tmp_path / "state.json").read_text())["files"][str(log)]["offset"] == first.end

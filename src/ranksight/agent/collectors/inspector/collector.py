@@ -159,7 +159,7 @@ class InspectorCollector(StreamingCollector):
         def acked() -> None:
             left[0] -= 1
             if left[0] == 0:
-                tailer.acked(chunk.path, chunk.inode, chunk.end)
+                tailer.acked(chunk)
 
         return acked
 

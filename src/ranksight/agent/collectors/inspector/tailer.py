@@ -41,6 +41,7 @@ FINGERPRINT_BYTES = 1024  # of the file's start and of what precedes the offset:
 @dataclass
 class FileState:
     inode: int
+    generation: int = 0  # which reading of the path this is (each restart at 0 is a new one)
     committed: int = 0  # acknowledged up to here: what the state file keeps
     read: int = 0  # read (and handed out) up to here
     pending: list[int] = field(
@@ -63,6 +64,7 @@ class FileState:
 class Chunk:
     path: str
     inode: int
+    generation: int  # of the reading it belongs to: a late ack of an earlier one commits nothing
     end: int
     records: list[InspectorRecord]
     bad_lines: int
@@ -81,6 +83,7 @@ class Tailer:
         self.bad_lines = 0  # since start, across rotations
         self.records = 0
         self.skipped: dict[str, str] = {}  # dump-named paths that are not regular files -> what they are
+        self.generations = 0  # readings started (a path read again from 0 is a new one)
 
     # -- state file -----------------------------------------------------------------------------------------------
     def load(self) -> None:
@@ -142,13 +145,11 @@ class Tailer:
         with open(fd, "rb") as fh:
             state = self.files.get(path)
             if state is None or state.inode != st.st_ino or st.st_size < state.read:
-                state = self.files[path] = FileState(st.st_ino)  # new, replaced (rotated) or truncated
-                self.dirty = True
+                state = self._restart(path, st.st_ino)  # new, replaced (rotated) or truncated
             if st.st_size <= state.read:
                 return None
             if state.fingerprint is not None and fingerprint(fh, state.read) != state.fingerprint:
-                state = self.files[path] = FileState(st.st_ino)  # rewritten in place, grown past the offset
-                self.dirty = True
+                state = self._restart(path, st.st_ino)  # rewritten in place, grown past the offset
             fh.seek(state.read)
             data = fh.read(self.chunk_bytes)
             end = data.rfind(b"\n")
@@ -171,15 +172,24 @@ class Tailer:
         state.bad_lines += bad
         self.records += len(records)
         self.bad_lines += bad
-        return Chunk(
-            path, state.inode, state.read, records, bad, first_error, len(data) == self.chunk_bytes, stats
-        )
+        return Chunk(path, state.inode, state.generation, state.read, records, bad, first_error,
+                     len(data) == self.chunk_bytes, stats)  # fmt: skip
 
-    def acked(self, path: str, inode: int, end: int) -> None:
-        """Records up to ``end`` of ``path`` are in the stream: advance the committed offset over contiguous acks."""
-        state = self.files.get(path)
-        if state is None or state.inode != inode or end not in state.pending:
-            return  # the file was replaced since: nothing to commit
+    def _restart(self, path: str, inode: int) -> FileState:
+        self.generations += 1
+        self.dirty = True
+        state = self.files[path] = FileState(inode, self.generations)
+        return state
+
+    def acked(self, chunk: Chunk) -> None:
+        """The chunk's records are in the stream: advance the committed offset over contiguous acks."""
+        state, end = self.files.get(chunk.path), chunk.end
+        if (
+            state is None
+            or (state.inode, state.generation) != (chunk.inode, chunk.generation)
+            or end not in state.pending
+        ):
+            return  # the file was replaced, truncated or rewritten since: nothing to commit
         state.acked.add(end)
         while state.pending and state.pending[0] in state.acked:
             state.committed = state.pending.pop(0)

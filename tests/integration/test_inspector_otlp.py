@@ -142,6 +142,31 @@ async def test_a_slow_client_is_cut_at_the_read_timeout(
     assert server.counts["refused_408"] == 2 and server.open == 0 and got == []
 
 
+async def test_a_flood_of_connections_holds_at_most_twice_the_bound(
+    receiver: tuple[OtlpReceiver, list[InspectorMetricsRecord]],
+) -> None:
+    """Beyond the open connections (all held idle here), as many again are answered 503; the rest of a flood opened
+    meanwhile is closed at once, unanswered: what the receiver holds stays bounded whatever the flood."""
+    server, _ = receiver
+    bound = LIMITS.max_connections
+    idle = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(bound)]
+    await asyncio.sleep(0.05)
+    flood = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(4 * bound)]
+
+    async def answer(reader: asyncio.StreamReader) -> bytes:
+        with contextlib.suppress(ConnectionError):
+            return await asyncio.wait_for(reader.read(), 5)
+        return b""
+
+    answers = await asyncio.gather(*(answer(r) for r, _ in flood))
+    answered = sum(a.startswith(b"HTTP/1.1 503") for a in answers)
+    assert 1 <= answered and server.counts["refused_503"] == answered
+    assert server.counts["refused_flood"] == 4 * bound - answered > 0
+    for _, w in [*idle, *flood]:
+        w.close()
+    await wait_for(lambda: server.refusing == server.open == 0, timeout=5)
+
+
 async def test_more_requests_per_second_than_the_bound_get_429() -> None:
     async def keep(records: list[InspectorMetricsRecord], client_port: int) -> None:
         pass

@@ -10,7 +10,8 @@ past the byte bound), a length always given (411 without one).
 
 Bounded, as everything the agent opens: it listens on loopback only; open connections, bytes per request and
 requests per second (a one-second token bucket) are settings; a request not read within ``otlp_read_timeout_s`` is
-dropped. Every refusal is answered with its status and counted in :attr:`OtlpReceiver.counts`; a body that is not an
+dropped. A connection beyond ``otlp_max_connections`` is answered 503 (briefly lingering, so the client reads it);
+beyond as many again being answered so, a flood, it is closed at once unanswered (``refused_flood``). Every refusal is answered with its status and counted in :attr:`OtlpReceiver.counts`; a body that is not an
 OTLP metrics request gets 400, and records are handed on only for bodies that parse.
 """
 
@@ -67,6 +68,7 @@ class OtlpReceiver:
         self.on_records = on_records
         self.servers: list[asyncio.Server] = []
         self.open = 0
+        self.refusing = 0  # connections beyond the bound being answered 503
         self.tokens = limits.max_requests_per_s
         self.refilled = time.monotonic()
         self.counts: Counter[str] = Counter()  # requests, records, and each refusal by status
@@ -109,8 +111,16 @@ class OtlpReceiver:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.open >= self.limits.max_connections:
+            if self.refusing >= self.limits.max_connections:
+                self.counts["refused_flood"] += 1
+                writer.transport.abort()
+                return
             self.counts["refused_503"] += 1
-            await _answer(reader, writer, 503, "too many connections")
+            self.refusing += 1
+            try:
+                await _answer(reader, writer, 503, "too many connections")
+            finally:
+                self.refusing -= 1
             return
         self.open += 1
         try:

@@ -17,11 +17,20 @@ from ranksight.agent.collectors.inspector.tailer import Tailer
 from ranksight.aggregator.models.straggler.engine import analyze_records
 from ranksight.aggregator.models.straggler.findings import StragglerParams
 from ranksight.cli import build_parser
-from ranksight.formats.inspector import DumpContext, InspectorParseError, parse_lines
+from ranksight.formats.inspector import DumpContext, InspectorParseError, parse_lines, parse_op
 from ranksight.schemas.records import InspectorDumpStatsRecord, InspectorRecord
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 from tests.conftest import FIXTURES
-from tests.inspector_layouts import FIXTURE_DROPS, LAYOUTS, Drops, fixture_path, render, rewrite, source_lines
+from tests.inspector_layouts import (
+    FIXTURE_DROPS,
+    LAYOUTS,
+    PROXY_OP,
+    Drops,
+    fixture_path,
+    render,
+    rewrite,
+    source_lines,
+)
 
 # what a newer writer changes about the same operation: the header always names the communicator ("unknown"), which
 # also makes it the ring capture model (v4.1 and later writers are the ring plugin)
@@ -75,6 +84,28 @@ def test_a_proxy_trace_is_counted_never_an_error() -> None:
     ctx = DumpContext()
     records = list(parse_lines(fixture_path("v4.4").read_bytes().splitlines(), _no_error, ctx))
     assert len(records) == 60 and ctx.proxy_traces == 1 and ctx.cut_short == 0
+
+
+def test_the_earlier_v43_writer_with_self_contained_lines_reads_the_same() -> None:
+    """An earlier "v4.3" writer (stored ``inspector_json.cc`` file id 65782884225) still wrote every line with its own
+    header and metadata, and a communicator's ``proxy_trace`` lines before its marker: read as the v4.4 layout is, the
+    same records, no bad line, no dump cut short."""
+    source = source_lines()[:6]
+    lines: list[bytes] = []
+    for line in rewrite(source, "v4.2"):
+        line = line.replace(
+            b'"inspector_output_format_version":"v4.2"', b'"inspector_output_format_version":"v4.3"'
+        )
+        if b'"dump_stats"' in line:  # the comm's proxy traces come first, self-contained
+            head = line[: line.index(b',"dump_stats"')]
+            lines.append(head + b',"proxy_trace":' + PROXY_OP + b"}\n")
+        lines.append(line)
+    ctx = DumpContext()
+    records = list(parse_lines(lines, _no_error, ctx))
+    assert [_plain(r, _LAYOUT_FIELDS) for r in records] == [
+        _plain(r, _LAYOUT_FIELDS) for r in map(parse_op, source)
+    ]
+    assert (ctx.proxy_traces, ctx.cut_short) == (6, 0)
 
 
 def test_a_dump_cut_short_keeps_its_records_and_is_reported() -> None:

@@ -92,10 +92,9 @@ def gpu_rows(settings: Settings) -> tuple[int, int]:
     """GPU rows in history, and how many are distinct (agent, counter): equal when nothing was stored twice."""
     con = duckdb.connect(str(settings.db_path()), read_only=True)
     try:
-        total, distinct = con.execute(
-            "SELECT count(*), count(DISTINCT (agent, memory_used_bytes)) FROM gpu"
-        ).fetchone()
-        return int(total), int(distinct)
+        row = con.execute("SELECT count(*), count(DISTINCT (agent, memory_used_bytes)) FROM gpu").fetchone()
+        assert row is not None  # an aggregate answers one row
+        return int(row[0]), int(row[1])
     finally:
         con.close()
 

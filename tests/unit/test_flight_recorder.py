@@ -117,6 +117,7 @@ class Hostile:
         ),
         (pickle.dumps({"version": "2.10", "entries": [Path("/")]}), "refused: the pickle names pathlib"),
         ((FIXTURES / "stopped" / "trace_rank_0").read_bytes()[:700], "not a readable pickle"),
+        (b"\x80\x04\x8e" + (1 << 30).to_bytes(8, "little") + b"abc", "not a readable pickle"),  # claims 1 GiB
         (b'{"version": "2.10", "entries": [', "not valid JSON"),
         (b"[" * 100_000 + b"]" * 100_000, "neither a pickle nor a JSON object"),
         (b'{"version": "2.10", "entries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not valid JSON"),
@@ -140,8 +141,9 @@ class Hostile:
     ],
 )
 def test_bad_input_gets_a_clear_error(data: bytes, message: str) -> None:
-    with pytest.raises(DumpError, match=message):
+    with pytest.raises(DumpError, match=message) as caught:
         parse_dump(data, "rank0.pkl")
+    assert str(caught.value).startswith("rank0.pkl: "), "the error names the file it is about"
 
 
 def test_self_referencing_pickle_is_refused_not_followed() -> None:

@@ -191,7 +191,10 @@ def _parse_dump(data: bytes, source: str, rank: int | None, max_bytes: int | Non
         raise DumpError(f"{source}: {len(data)} bytes, over the {max_bytes}-byte limit")
     head = data[:1]
     if head == b"\x80":
-        raw, form = load_plain_pickle(data), "torch-pickle"
+        try:
+            raw, form = load_plain_pickle(data), "torch-pickle"
+        except DumpError as exc:
+            raise DumpError(f"{source}: {exc}") from None
     elif data.lstrip()[:1] == b"{":
         try:
             raw = json.loads(data)

@@ -78,6 +78,31 @@ def test_killed_rank_has_no_dump() -> None:
     assert finding["collective"] == "gloo:all_reduce"
 
 
+def test_hang_in_a_subgroup_names_its_cause_not_the_rank_it_holds_up() -> None:
+    """Four ranks; rank 1 stops before the broadcast of the subgroup [0, 1]. Rank 0 waits in that broadcast; ranks 2
+    and 3 wait in the default group's next all_reduce, which ranks 0 and 1 never entered. These dumps were taken with
+    that all_reduce created before the broadcast, so creation time alone would call it the first divergence."""
+    first, then = report("subgroup")["findings"]  # type: ignore[misc]
+    assert (first["process_group"], first["collective"], first["seq"]) == ("1", "gloo:broadcast", 4)
+    assert first["first_divergence"] and first["missing_ranks"] == [1] and first["waiting_ranks"] == [0]
+    assert first["blocked_ranks"] == {} and first["frames"]["1"]["where"].startswith("wait_for_results at ")
+    assert (then["process_group"], then["collective"], then["seq"]) == ("0:default_pg", "gloo:all_reduce", 5)
+    assert then["missing_ranks"] == [0, 1] and then["waiting_ranks"] == [2, 3]
+    assert not then["first_divergence"]
+    held = {"process_group": "1", "collective": "gloo:broadcast", "seq": 4, "seq_kind": "collective"}
+    assert then["blocked_ranks"] == {"0": held}  # rank 1, which waits nowhere, stays blamed
+    assert then["frames"]["0"]["stack"][-1]["name"] == "broadcast"  # its own stack agrees
+
+
+def test_deadlock_across_groups_names_both_ranks() -> None:
+    """Rank 1 enters the subgroup's broadcast before the default group's all_reduce, rank 0 the other way round: each
+    is missing from the op the other waits in, and neither is held up by a hang with a cause of its own."""
+    findings = report("crossed")["findings"]
+    assert isinstance(findings, list)
+    named = {(f["process_group"], f["seq"]): (f["missing_ranks"], f["blocked_ranks"]) for f in findings}
+    assert named == {("0:default_pg", 4): ([1], {}), ("1", 4): ([0], {})}
+
+
 def test_world_size_flag_names_ranks_without_dumps() -> None:
     result = report("healthy", world_size=4)
     assert result["ranks_missing_dump"] == [3] and [f["kind"] for f in result["findings"]] == [

@@ -56,6 +56,15 @@ def test_mismatch_and_killed_rank_summaries() -> None:
     assert cond.rank == 2 and "rank 2 gave no dump (dead or unreachable)" in cond.summary
 
 
+def test_a_subgroup_hang_alerts_once_for_its_cause_never_for_the_rank_it_holds_up() -> None:
+    # rank 1 never entered the subgroup's broadcast (seq 4) nor, after it, the default group's all_reduce (seq 5);
+    # rank 0 is missing from that all_reduce only because it waits in the broadcast
+    (cond,) = FlightRecorderHangRule().evaluate(state_with("subgroup"), NOW)
+    assert (cond.rank, cond.evidence["process_group"], cond.evidence["seq"]) == (1, "1", 4)
+    assert "never entered gloo:broadcast seq 4 of group 1" in cond.summary
+    assert "at wait_for_results at " in cond.summary
+
+
 def test_resolves_when_the_job_moves_on() -> None:
     state = state_with("stopped")
     assert list(FlightRecorderHangRule().evaluate(state, NOW))

@@ -1,7 +1,7 @@
 """``ranksight analyze hang DIR``: the cross-rank Flight Recorder match, offline, on a directory of dumps.
 
 ``--json`` prints one object: ``{"findings": [{"kind", "process_group", "collective", "seq", "missing_ranks",
-"mismatched_ranks", "waiting_s", "frames", ...}], "ranks_seen", "ranks_missing_dump", "world_size", "errors"}``.
+"mismatched_ranks", "waiting_s", "frames", "blocked_ranks", ...}], "ranks_seen", "ranks_missing_dump", "world_size", "errors"}``.
 Exit 1 when a finding names a hang, 0 when every rank is consistent, 2 when nothing readable was found.
 """
 
@@ -72,6 +72,9 @@ def print_report(report: HangReport) -> None:
               f"seq {finding.seq}{waited}")  # fmt: skip
         if finding.missing_ranks:
             print(f"  never arrived: ranks {finding.missing_ranks}")
+        for rank, held in sorted(finding.blocked_ranks.items()):
+            print(f"  rank {rank} is held up in group {_text(held['process_group'])}, {_text(held['collective'])} "
+                  f"seq {held['seq']}: not the cause here")  # fmt: skip
         for rank, verdict in sorted(finding.verdicts.items()):
             print(f"  rank {rank}: {verdict['verdict']}, called {_text(verdict['collective'])} "
                   f"{verdict['input_sizes']} {verdict['input_dtypes']}")  # fmt: skip

@@ -174,7 +174,7 @@ class HangForensics:
                 by_rank.setdefault(st.rank, st.node)
         s = self.stats
         s.jobs, s.dumps, s.errors = s.jobs + 1, s.dumps + len(dumps), s.errors + len(errors)
-        named = {r for f in report.findings for r in (*f.missing_ranks, *f.mismatched_ranks)}
+        named = {r for f in report.findings for r in f.culprits}
         procs = processes_of(dumps, ranks)
         ras_comms = {f.process_group: joined for f in report.findings
                      if (joined := join_ras_comm(state, cluster, job, f.group_ranks, procs)) is not None}  # fmt: skip

@@ -59,11 +59,16 @@ class FlightRecorderHangRule:
 
 
 def named_ranks(report: JobReport) -> Iterator[tuple[Finding, int, dict[str, Any]]]:
-    """Each rank a finding names (one per rank), with what the operator needs of it: where it runs (host, pid, GPU,
-    node), its process group and that group's RAS communicator, the op, sequence id and wait, its frame, what RAS and
-    Inspector say of it, and a one-line summary."""
+    """Each rank the findings blame (once, at the first finding that does; a rank held up in another group's hung op
+    is not blamed), with what the operator needs of it: where it runs (host, pid, GPU, node), its process group and
+    that group's RAS communicator, the op, sequence id and wait, its frame, what RAS and Inspector say of it, and a
+    one-line summary."""
+    named: set[int] = set()
     for finding in report.report.findings:
-        for rank in finding.missing_ranks or finding.mismatched_ranks:
+        for rank in finding.culprits:
+            if rank in named:
+                continue
+            named.add(rank)
             frame = finding.frames.get(rank, {})
             seen = report.corroboration.get(rank, {})
             yield finding, rank, {

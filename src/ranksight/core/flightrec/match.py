@@ -60,6 +60,14 @@ class Finding:
     seq_kind: str = "collective"
     first_divergence: bool = False
     group_ranks: list[int] = field(default_factory=list)  # the group's members (global ranks) as far as known
+    # missing ranks that are waiting in another group's hung op: held up there, not the cause here
+    blocked_ranks: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def culprits(self) -> list[int]:
+        """The ranks this finding blames: those that never arrived (or called something else) and are not held up
+        in another finding's op."""
+        return [r for r in self.missing_ranks or self.mismatched_ranks if r not in self.blocked_ranks]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +82,7 @@ class Finding:
             "waiting_s": None if self.waiting_s is None else round(self.waiting_s, 3),
             "first_divergence": self.first_divergence,
             "group_ranks": self.group_ranks,
+            "blocked_ranks": {str(r): v for r, v in sorted(self.blocked_ranks.items())},
             "verdicts": {str(r): v for r, v in sorted(self.verdicts.items())},
             "frames": {str(r): v for r, v in sorted(self.frames.items())},
         }
@@ -136,10 +145,40 @@ def analyze(dumps: Sequence[RankDump], world_size: int | None = None, min_wait_s
         for finding in _group_findings(group, by_rank, missing_dump, min_wait_s):
             finding.group_ranks = sorted(group.members)
             findings.append(finding)
-    findings.sort(key=lambda f: (f.created_ns is None, f.created_ns or 0, f.kind))
+    _mark_blocked(findings)
+    # a finding whose ranks are all where they are by their own doing comes before one they hold up
+    findings.sort(key=lambda f: (bool(f.blocked_ranks), f.created_ns is None, f.created_ns or 0, f.kind))
     if findings:
         findings[0].first_divergence = True
     return HangReport(findings, sorted(by_rank), missing_dump, world or None)
+
+
+def _mark_blocked(findings: list[Finding]) -> None:
+    """Fill in each finding's ``blocked_ranks``: a rank missing from one group's op because it waits in another
+    group's hung op (a member of both, held up there). It is blocked only where that other op's hang has a cause
+    of its own, a rank that waits nowhere (or one blocked in turn, followed to such a rank); ranks that only wait
+    on each other across groups (a deadlock) all stay named."""
+    waits_in: dict[int, list[Finding]] = defaultdict(list)
+    for finding in findings:
+        for rank in finding.waiting_ranks:
+            waits_in[rank].append(finding)
+
+    def elsewhere(finding: Finding, rank: int) -> list[Finding]:
+        return [other for other in waits_in.get(rank, []) if other is not finding]
+
+    caused = [f for f in findings if any(not elsewhere(f, r) for r in f.missing_ranks or f.mismatched_ranks)]
+    while True:
+        more = [f for f in findings if f not in caused and any(
+            any(other in caused for other in elsewhere(f, r)) for r in f.missing_ranks)]  # fmt: skip
+        if not more:
+            break
+        caused.extend(more)
+    for finding in findings:
+        for rank in finding.missing_ranks:
+            held = next((other for other in elsewhere(finding, rank) if other in caused), None)
+            if held is not None:
+                finding.blocked_ranks[rank] = {"process_group": held.process_group, "collective": held.collective,
+                                               "seq": held.seq, "seq_kind": held.seq_kind}  # fmt: skip
 
 
 def _groups(by_rank: dict[int, RankDump], world: int) -> dict[str, _Group]:

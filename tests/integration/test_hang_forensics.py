@@ -147,8 +147,10 @@ async def test_job_dump_and_evidence_commands(hang_settings: Settings, job, tmp_
         names = set(tar.getnames())
         report = json.load(tar.extractfile("evidence/hang_report.json"))  # type: ignore[arg-type]
         alerts = json.load(tar.extractfile("evidence/alerts.json"))  # type: ignore[arg-type]
-    assert {"evidence/alerts.json", "evidence/ras_jobs.json", "evidence/gpus.json", "evidence/nics.json",
-            "evidence/inspector_tail.json"} <= names  # fmt: skip
+        stacks = tar.extractfile("evidence/stacks.txt").read().decode()  # type: ignore[union-attr]
+    assert {"evidence/alerts.json", "evidence/ras_jobs.json", "evidence/ras_comms.json", "evidence/gpus.json",
+            "evidence/nics.json", "evidence/inspector_tail.json"} <= names  # fmt: skip
+    assert ", in wait_for_results\n" in stacks.split("rank 2, pid ")[1] and stacks.count("(main):") == 3
     assert len([n for n in names if n.startswith("evidence/dumps/rank")]) == 3
     assert report["findings"][0]["missing_ranks"] == [2]
     assert {a["rule"] for a in alerts} >= {"flight_recorder_hang", "rank_heartbeat_overdue"}

@@ -221,6 +221,16 @@ def test_cli_exit_codes_and_json_shape(tmp_path: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert "no Flight Recorder dump found" in err and "\x1b" not in err and "\\x1b" in err
     assert run(str(tmp_path / "absent")) == EXIT_USAGE
+    # a world of 100,000 with two dumps: the ranks without one are a range, not 99,998 numbers on a line
+    assert run(str(FIXTURES / "killed"), "--world-size", "100000") == EXIT_FAILED
+    text = capsys.readouterr().out
+    assert (
+        "no dump from ranks 2-99999\n" in text
+        and "never arrived: ranks 2-99999\n" in text
+        and len(text) < 1000
+    )
+    assert run(str(FIXTURES / "killed"), "--world-size", "100000", "--json") == EXIT_FAILED
+    assert len(json.loads(capsys.readouterr().out)["ranks_missing_dump"]) == 99_998  # --json lists every one
 
 
 def test_command_line_end_to_end() -> None:

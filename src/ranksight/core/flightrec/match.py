@@ -18,8 +18,9 @@ Within one process group every member enqueues the same collectives in the same 
   differ are a ``collective_mismatch`` with ``seq_kind`` ``p2p`` (fr_trace: the send's input sizes against the recv's
   output sizes), naming both ends.
 
-The findings are ordered by the time their op was created: the first is where the ranks diverged first. A rank named
-by a finding comes with where it is: its main thread's innermost frame of its own code when its dump carries Python
+A rank missing from one group's op because it waits in another group's hung op is held up there, not a cause
+(``blocked_ranks``). The findings none of whose ranks is held up come first, each part ordered by the time its op was
+created: the first is where the ranks diverged first. A rank named by a finding comes with where it is: its main thread's innermost frame of its own code when its dump carries Python
 stacks (ranksight's dumps do), else the call site of its entry at that sequence id, else of the last op it entered.
 Pure: dumps in, a report out.
 """

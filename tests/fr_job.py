@@ -7,6 +7,7 @@ Each rank runs ``STEPS`` steps of an all_reduce on the default group plus a broa
 * ``healthy``: no fault; every rank finishes and idles;
 * ``stopped``: the faulty rank leaves the loop early and waits for a result queue that never fills;
 * ``mismatch``: rank 1 calls broadcast where the others call all_reduce (another collective at the same seq id);
+  ``size_mismatch``, ``dtype_mismatch``: its all_reduce has twice the elements, or float64 elements;
 * ``python_stuck``: the faulty rank's data loader sleeps;
 * ``killed``: the faulty rank kills itself (SIGKILL); its peers' collective fails or waits;
 * ``subgroup``: the faulty rank (1) stops before the subgroup's broadcast: rank 0 waits in it, held up there, while
@@ -36,7 +37,16 @@ from pathlib import Path
 
 STEPS = 6
 FAULT_STEP = 3
-FAULTY = {"stopped": 2, "python_stuck": 2, "killed": 2, "mismatch": 1, "subgroup": 1, "crossed": 1}
+FAULTY = {
+    "stopped": 2,
+    "python_stuck": 2,
+    "killed": 2,
+    "mismatch": 1,
+    "subgroup": 1,
+    "crossed": 1,
+    "size_mismatch": 1,
+    "dtype_mismatch": 1,
+}
 STEP_S = 0.2  # live: seconds between steps
 REACHED_FAULT_STEP = threading.Event()  # the dump waits for it: startup time varies a lot on a busy machine
 
@@ -83,8 +93,13 @@ def train(args: argparse.Namespace) -> None:
         try:
             if args.scenario == "crossed" and rank == FAULTY["crossed"] and step == FAULT_STEP:
                 dist.broadcast(tensor, src=0, group=pair)  # before the all_reduce rank 0 waits in: a deadlock
-            if args.scenario == "mismatch" and rank == FAULTY["mismatch"] and step == FAULT_STEP:
+            odd = rank == FAULTY.get(args.scenario) and step == FAULT_STEP
+            if odd and args.scenario == "mismatch":
                 dist.broadcast(tensor, src=0)
+            elif odd and args.scenario == "size_mismatch":
+                dist.all_reduce(torch.cat([tensor, tensor]))
+            elif odd and args.scenario == "dtype_mismatch":
+                dist.all_reduce(tensor.double())
             else:
                 dist.all_reduce(tensor)
             if args.scenario == "subgroup" and rank == FAULTY["subgroup"] and step == FAULT_STEP:

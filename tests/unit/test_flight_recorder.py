@@ -61,6 +61,35 @@ def test_rank_calling_another_collective() -> None:
     assert finding["frames"]["1"]["where"].endswith(f"{JOB_FILE}:71")  # type: ignore[index]  # the broadcast call
 
 
+@pytest.mark.parametrize(
+    ("scenario", "verdict", "called", "expected"),
+    [
+        ("size_mismatch", "SIZE_OR_SYNTAX_MISMATCH", ([[8]], ["Float"]), ([[4]], ["Float"])),
+        ("dtype_mismatch", "COLLECTIVE_DTYPE_MISMATCH", ([[4]], ["Double"]), ([[4]], ["Float"])),
+    ],
+)
+def test_rank_calling_the_collective_with_other_sizes_or_dtypes(
+    scenario: str, verdict: str, called: tuple[object, object], expected: tuple[object, object]
+) -> None:
+    """Four ranks; rank 1's all_reduce at seq 4 has twice the elements, or float64 ones: it is the one named, against
+    the call the others made (in the dtype job gloo took rank 0's process down with it: its dump is missing)."""
+    first = report(scenario)["findings"][0]  # type: ignore[index]
+    assert (first["kind"], first["process_group"], first["seq"]) == ("collective_mismatch", "0:default_pg", 4)
+    assert first["first_divergence"] and first["mismatched_ranks"] == [1]
+    named = first["verdicts"]["1"]
+    assert named["verdict"] == verdict and (named["input_sizes"], named["input_dtypes"]) == called
+    assert (named["expected"]["input_sizes"], named["expected"]["input_dtypes"]) == expected
+
+
+def test_mismatch_between_as_many_ranks_on_each_side_names_both() -> None:
+    """Rank 0 died in the op, rank 1 called it with 8 elements and rank 2 with 4: no majority says which is odd."""
+    first = report("size_tie")["findings"][0]  # type: ignore[index]
+    assert first["kind"] == "collective_mismatch" and first["mismatched_ranks"] == [1, 2]
+    verdicts = first["verdicts"]
+    assert [verdicts[r]["input_sizes"] for r in ("1", "2")] == [[[8]], [[4]]]
+    assert [verdicts[r]["expected"]["input_sizes"] for r in ("1", "2")] == [[[4]], [[8]]]
+
+
 def test_rank_stuck_in_python_named_with_its_frame() -> None:
     finding = only_finding("python_stuck")
     assert finding["kind"] == "collective_hang" and finding["missing_ranks"] == [2]

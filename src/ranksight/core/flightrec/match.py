@@ -7,7 +7,8 @@ Within one process group every member enqueues the same collectives in the same 
   while others' last enqueued is below ``s``: those never arrived. The lowest such ``s`` is the op the others wait in.
 * **collective_mismatch**: at one sequence id members enqueued calls that cannot meet: another op, other sizes, other
   dtypes. The verdicts are Flight Recorder's own classes (``COLLECTIVE_TYPE_MISMATCH``, ``SIZE_OR_SYNTAX_MISMATCH``,
-  ``COLLECTIVE_DTYPE_MISMATCH``); the reference call is the one most members made, so the odd rank out is named.
+  ``COLLECTIVE_DTYPE_MISMATCH``); the reference call is the one most members made, so the odd rank out is named; when
+  as many members made another call (two ranks of a two-rank group), both sides are named.
 * **rank_without_dump**: a member whose dump is missing (a dead process, an unreachable node); the finding names the
   last op the members that answered had entered.
 * **p2p_hang**: a send on rank A to B that B never posted the matching recv for (or a recv on B from A that A never
@@ -268,9 +269,19 @@ def _first_mismatch(group: _Group, by_rank: dict[int, RankDump], answered: list[
         if len(calls) < 2:
             continue
         reference = _most_common_call(calls)
+        against = dict.fromkeys(calls, reference)
         verdicts = {r: v for r, e in calls.items() if (v := _verdict(reference, e)) is not None}
         if not verdicts:
             continue
+        counts = Counter(_signature(e) for e in calls.values())
+        rival = next((calls[r] for r in sorted(verdicts)
+                      if counts[_signature(calls[r])] == counts[_signature(reference)]), None)  # fmt: skip
+        if (
+            rival is not None
+        ):  # as many members made another call: nothing says which side is odd, both are named
+            for rank, call in calls.items():
+                if rank not in verdicts and (v := _verdict(rival, call)) is not None:
+                    verdicts[rank], against[rank] = v, rival
         finding = Finding(
             kind="collective_mismatch",
             process_group=group.label,
@@ -283,7 +294,7 @@ def _first_mismatch(group: _Group, by_rank: dict[int, RankDump], answered: list[
         finding.waiting_s = _waited(finding.created_ns, [by_rank[r] for r in calls])
         for rank, verdict in verdicts.items():
             call = calls[rank]
-            finding.verdicts[rank] = _verdict_of(verdict, call, reference)
+            finding.verdicts[rank] = _verdict_of(verdict, call, against[rank])
             finding.frames[rank] = _where(by_rank[rank], call)
         return finding
     return None

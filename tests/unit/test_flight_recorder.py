@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.aggregator.hang_cli import analyze_hang
+from ranksight.aggregator.hang_cli import analyze_hang, print_report
 from ranksight.core.cliutil import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ranksight.core.flightrec import DumpError, analyze, parse_dump, read_directory
 from ranksight.core.flightrec.load import rank_from_name
@@ -149,6 +149,21 @@ def test_pickle_and_json_forms_read_the_same() -> None:
     from_json = parse_dump(as_json.encode(), "rank0.json")
     assert pickled.form == "torch-pickle" and from_json.form == "torch-json"
     assert pickled.entries == from_json.entries and pickled.pg_status == from_json.pg_status
+
+
+def test_text_report_says_when_a_rank_has_no_frame(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for path in (
+        FIXTURES / "stopped"
+    ).iterdir():  # torch's JSON form of the same dumps: no call sites, no stacks
+        raw = pickle.loads(path.read_bytes())
+        for entry in raw["entries"]:
+            entry.pop("frames")
+        (tmp_path / f"{path.name}.json").write_text(json.dumps(raw, default=list))
+    read = read_directory(tmp_path, 1 << 20, 100)
+    print_report(analyze(read.dumps))
+    assert "  rank 2: no frame (its dump carries no Python stack or call site)\n" in capsys.readouterr().out
 
 
 def test_rank_from_torch_file_names() -> None:

@@ -79,7 +79,10 @@ def print_report(report: HangReport) -> None:
             print(f"  rank {rank}: {verdict['verdict']}, called {_text(verdict['collective'])} "
                   f"{verdict['input_sizes']} {verdict['input_dtypes']}")  # fmt: skip
         for rank, frame in sorted(finding.frames.items()):
-            print(f"  rank {rank} is at {_text(frame.get('where'))} ({frame['source']})")
+            if frame.get("where") is None:
+                print(f"  rank {rank}: no frame (its dump carries no Python stack or call site)")
+            else:
+                print(f"  rank {rank} is at {_text(frame['where'])} ({frame['source']})")
 
 
 def _ranks(ranks: list[int]) -> str:

@@ -168,16 +168,18 @@ def _mark_blocked(findings: list[Finding]) -> None:
     def elsewhere(finding: Finding, rank: int) -> list[Finding]:
         return [other for other in waits_in.get(rank, []) if other is not finding]
 
-    caused = [f for f in findings if any(not elsewhere(f, r) for r in f.missing_ranks or f.mismatched_ranks)]
+    caused = {
+        id(f) for f in findings if any(not elsewhere(f, r) for r in f.missing_ranks or f.mismatched_ranks)
+    }
     while True:
-        more = [f for f in findings if f not in caused and any(
-            any(other in caused for other in elsewhere(f, r)) for r in f.missing_ranks)]  # fmt: skip
+        more = {id(f) for f in findings if id(f) not in caused and any(
+            any(id(other) in caused for other in elsewhere(f, r)) for r in f.missing_ranks)}  # fmt: skip
         if not more:
             break
-        caused.extend(more)
+        caused |= more
     for finding in findings:
         for rank in finding.missing_ranks:
-            held = next((other for other in elsewhere(finding, rank) if other in caused), None)
+            held = next((other for other in elsewhere(finding, rank) if id(other) in caused), None)
             if held is not None:
                 finding.blocked_ranks[rank] = {"process_group": held.process_group, "collective": held.collective,
                                                "seq": held.seq, "seq_kind": held.seq_kind}  # fmt: skip

@@ -35,7 +35,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks.results import write_result  # noqa: E402
 from tests.fr_job import FAULTY, start_ranks  # noqa: E402  (the job the tests run)
 
-SCENARIOS = ("stopped", "python_stuck", "mismatch", "killed")
+SCENARIOS = ("stopped", "python_stuck", "mismatch", "killed", "subgroup")
 
 
 async def started(component: Aggregator | AgentRuntime, stop: asyncio.Event) -> asyncio.Task[None]:

@@ -7,8 +7,13 @@ Each rank runs ``STEPS`` steps of an all_reduce on the default group plus a broa
 * ``healthy``: no fault; every rank finishes and idles;
 * ``stopped``: the faulty rank leaves the loop early and waits for a result queue that never fills;
 * ``mismatch``: rank 1 calls broadcast where the others call all_reduce (another collective at the same seq id);
+  ``size_mismatch``, ``dtype_mismatch``: its all_reduce has twice the elements, or float64 elements;
 * ``python_stuck``: the faulty rank's data loader sleeps;
-* ``killed``: the faulty rank kills itself (SIGKILL); its peers' collective fails or waits.
+* ``killed``: the faulty rank kills itself (SIGKILL); its peers' collective fails or waits;
+* ``subgroup``: the faulty rank (1) stops before the subgroup's broadcast: rank 0 waits in it, held up there, while
+  the others wait for ranks 0 and 1 in the default group's next all_reduce;
+* ``crossed``: rank 1 calls the subgroup's broadcast before the default group's all_reduce, rank 0 the other way
+  round: each waits for the other (a deadlock across groups).
 
 With ``--out`` each rank writes its own dump after ``--dump-after`` seconds past the fault step from a thread of its own, in the ``--form``
 torch gives (``pickle``: ``_dump_fr_trace()``; ``json``: ``_dump_fr_trace_json()``) or ranksight's (``ranksight``: the
@@ -32,7 +37,16 @@ from pathlib import Path
 
 STEPS = 6
 FAULT_STEP = 3
-FAULTY = {"stopped": 2, "python_stuck": 2, "killed": 2, "mismatch": 1}
+FAULTY = {
+    "stopped": 2,
+    "python_stuck": 2,
+    "killed": 2,
+    "mismatch": 1,
+    "subgroup": 1,
+    "crossed": 1,
+    "size_mismatch": 1,
+    "dtype_mismatch": 1,
+}
 STEP_S = 0.2  # live: seconds between steps
 REACHED_FAULT_STEP = threading.Event()  # the dump waits for it: startup time varies a lot on a busy machine
 
@@ -77,10 +91,19 @@ def train(args: argparse.Namespace) -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         tensor = torch.tensor(next_batch(args.scenario, rank, step))
         try:
-            if args.scenario == "mismatch" and rank == FAULTY["mismatch"] and step == FAULT_STEP:
+            if args.scenario == "crossed" and rank == FAULTY["crossed"] and step == FAULT_STEP:
+                dist.broadcast(tensor, src=0, group=pair)  # before the all_reduce rank 0 waits in: a deadlock
+            odd = rank == FAULTY.get(args.scenario) and step == FAULT_STEP
+            if odd and args.scenario == "mismatch":
                 dist.broadcast(tensor, src=0)
+            elif odd and args.scenario == "size_mismatch":
+                dist.all_reduce(torch.cat([tensor, tensor]))
+            elif odd and args.scenario == "dtype_mismatch":
+                dist.all_reduce(tensor.double())
             else:
                 dist.all_reduce(tensor)
+            if args.scenario == "subgroup" and rank == FAULTY["subgroup"] and step == FAULT_STEP:
+                wait_for_results(queue.Queue())
             if rank in (0, 1):
                 dist.broadcast(tensor, src=0, group=pair)
         except RuntimeError:  # a dead peer: gloo fails the op, NCCL would wait; idle like a hung rank

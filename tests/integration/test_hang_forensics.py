@@ -66,18 +66,21 @@ def job(hang_settings: Settings, tmp_path: Path):  # type: ignore[no-untyped-def
         proc.wait(timeout=10)
 
 
+DEFAULT_GROUP = ("0:default_pg", "gloo:all_reduce", 4)
 EXPECTED = {
-    # scenario: (kind, rank, frame function of the named rank)
-    "stopped": ("collective_hang", 2, "wait_for_results"),
-    "python_stuck": ("collective_hang", 2, "next_batch"),
-    "mismatch": ("collective_mismatch", 1, "train"),
-    "killed": ("rank_without_dump", 2, None),
+    # scenario: (kind, rank, frame function of the named rank, (group, collective, seq) it is named in)
+    "stopped": ("collective_hang", 2, "wait_for_results", DEFAULT_GROUP),
+    "python_stuck": ("collective_hang", 2, "next_batch", DEFAULT_GROUP),
+    "mismatch": ("collective_mismatch", 1, "train", DEFAULT_GROUP),
+    "killed": ("rank_without_dump", 2, None, DEFAULT_GROUP),
+    # rank 1 never enters the subgroup [0, 1]'s broadcast; rank 0, held up in it, misses the next all_reduce too
+    "subgroup": ("collective_hang", 1, "wait_for_results", ("1", "gloo:broadcast", 4)),
 }
 
 
 @pytest.mark.parametrize("scenario", sorted(EXPECTED))
 async def test_failure_shape_named_live(scenario: str, hang_settings: Settings, job) -> None:  # type: ignore[no-untyped-def]
-    kind, rank, function = EXPECTED[scenario]
+    kind, rank, function, (group, collective, seq) = EXPECTED[scenario]
     async with aggregator(hang_settings) as agg, agent(hang_settings, only=["app"]):
         mark = job(scenario)
         await started(agg)
@@ -86,8 +89,8 @@ async def test_failure_shape_named_live(scenario: str, hang_settings: Settings, 
         latency_s = time.time() - int(mark.read_text()) / 1e9
         alerts = firing(agg, "flight_recorder_hang")
     ev = alert.evidence
-    assert (alert.job, ev["kind"], ev["process_group"], ev["seq"]) == ("J7", kind, "0:default_pg", 4)
-    assert ev["collective"] == "gloo:all_reduce" and alert.node == "node-a"
+    assert (alert.job, ev["kind"], ev["process_group"], ev["seq"]) == ("J7", kind, group, seq)
+    assert ev["collective"] == collective and alert.node == "node-a"
     if scenario != "killed":  # a gloo peer's death may take a second rank down with it (NCCL's would wait)
         assert ev["ranks_seen"] == [0, 1, 2] and len(alerts) == 1
     if function is not None:
@@ -144,8 +147,10 @@ async def test_job_dump_and_evidence_commands(hang_settings: Settings, job, tmp_
         names = set(tar.getnames())
         report = json.load(tar.extractfile("evidence/hang_report.json"))  # type: ignore[arg-type]
         alerts = json.load(tar.extractfile("evidence/alerts.json"))  # type: ignore[arg-type]
-    assert {"evidence/alerts.json", "evidence/ras_jobs.json", "evidence/gpus.json", "evidence/nics.json",
-            "evidence/inspector_tail.json"} <= names  # fmt: skip
+        stacks = tar.extractfile("evidence/stacks.txt").read().decode()  # type: ignore[union-attr]
+    assert {"evidence/alerts.json", "evidence/ras_jobs.json", "evidence/ras_comms.json", "evidence/gpus.json",
+            "evidence/nics.json", "evidence/inspector_tail.json"} <= names  # fmt: skip
+    assert ", in wait_for_results\n" in stacks.split("rank 2, pid ")[1] and stacks.count("(main):") == 3
     assert len([n for n in names if n.startswith("evidence/dumps/rank")]) == 3
     assert report["findings"][0]["missing_ranks"] == [2]
     assert {a["rule"] for a in alerts} >= {"flight_recorder_hang", "rank_heartbeat_overdue"}

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -21,6 +22,7 @@ import pytest
 from ranksight.agent.collectors.app import AppCollector
 from ranksight.agent.collectors.torch_sources import parse_http_head, trigger_debug_pipes, worker_server_dumps
 from ranksight.core.flightrec import DumpError, analyze, parse_dump
+from ranksight.core.flightrec.bundle import bundle_from_reply
 from tests.fr_job import start_ranks
 from tests.integration.test_hang_forensics import free_port
 from tests.support import wait_for
@@ -210,3 +212,32 @@ def test_gloo_flight_recorder_does_not_see_a_send_that_waits(tmp_path: Path) -> 
     assert not any(e.is_p2p for d in dumps for e in d.entries)
     assert [(d.pg_status[0].last_enqueued, d.pg_status[0].last_completed) for d in dumps] == [(1, 1), (1, 1)]
     assert analyze(dumps).findings == []  # type: ignore[arg-type]
+
+
+CLIENT_JOB = """
+import sys, torch, torch.distributed as dist
+from ranksight.client.dumps import build_dump
+port, out = sys.argv[1], sys.argv[2]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+dist.all_reduce(torch.ones(4))
+open(f"{out}/plain", "wb").write(build_dump(1 << 26)["flight_recorder"])
+open(f"{out}/frames", "wb").write(build_dump(1 << 26, collective_frames=True)["flight_recorder"])
+"""
+
+
+def test_client_sends_torch_json_and_its_pickle_only_for_call_sites(tmp_path: Path) -> None:
+    """A real gloo process: ``ranksight.client`` hands the agent torch's JSON, which needs no unpickling; torch's
+    pickle only when the collectives' call sites are asked for (only it carries them). The agent reads both."""
+    proc = subprocess.run([sys.executable, "-c", CLIENT_JOB, str(free_port()), str(tmp_path)],
+                          env={**os.environ, "TORCH_FR_BUFFER_SIZE": "16"}, capture_output=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plain, frames = (tmp_path / "plain").read_bytes(), (tmp_path / "frames").read_bytes()
+    assert plain.startswith(b"{") and frames.startswith(b"\x80")
+    identity = {"rank": 0, "world_size": 1, "pid": 1, "host": "h", "job": "j"}
+    (_, from_json), (_, from_pickle) = (
+        bundle_from_reply(identity, {"flight_recorder": data, "time_ns": 1}, name)
+        for name, data in (("plain", plain), ("frames", frames))
+    )
+    assert [e.collective for e in from_json.entries] == ["gloo:all_reduce"]
+    assert not from_json.entries[0].frames and from_pickle.entries[0].frames
+    assert [replace(e, frames=()) for e in from_pickle.entries] == list(from_json.entries)

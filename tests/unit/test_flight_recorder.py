@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.aggregator.hang_cli import analyze_hang
+from ranksight.aggregator.hang_cli import analyze_hang, print_report
 from ranksight.core.cliutil import EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from ranksight.core.flightrec import DumpError, analyze, parse_dump, read_directory
 from ranksight.core.flightrec.load import rank_from_name
@@ -61,6 +61,35 @@ def test_rank_calling_another_collective() -> None:
     assert finding["frames"]["1"]["where"].endswith(f"{JOB_FILE}:71")  # type: ignore[index]  # the broadcast call
 
 
+@pytest.mark.parametrize(
+    ("scenario", "verdict", "called", "expected"),
+    [
+        ("size_mismatch", "SIZE_OR_SYNTAX_MISMATCH", ([[8]], ["Float"]), ([[4]], ["Float"])),
+        ("dtype_mismatch", "COLLECTIVE_DTYPE_MISMATCH", ([[4]], ["Double"]), ([[4]], ["Float"])),
+    ],
+)
+def test_rank_calling_the_collective_with_other_sizes_or_dtypes(
+    scenario: str, verdict: str, called: tuple[object, object], expected: tuple[object, object]
+) -> None:
+    """Four ranks; rank 1's all_reduce at seq 4 has twice the elements, or float64 ones: it is the one named, against
+    the call the others made (in the dtype job gloo took rank 0's process down with it: its dump is missing)."""
+    first = report(scenario)["findings"][0]  # type: ignore[index]
+    assert (first["kind"], first["process_group"], first["seq"]) == ("collective_mismatch", "0:default_pg", 4)
+    assert first["first_divergence"] and first["mismatched_ranks"] == [1]
+    named = first["verdicts"]["1"]
+    assert named["verdict"] == verdict and (named["input_sizes"], named["input_dtypes"]) == called
+    assert (named["expected"]["input_sizes"], named["expected"]["input_dtypes"]) == expected
+
+
+def test_mismatch_between_as_many_ranks_on_each_side_names_both() -> None:
+    """Rank 0 died in the op, rank 1 called it with 8 elements and rank 2 with 4: no majority says which is odd."""
+    first = report("size_tie")["findings"][0]  # type: ignore[index]
+    assert first["kind"] == "collective_mismatch" and first["mismatched_ranks"] == [1, 2]
+    verdicts = first["verdicts"]
+    assert [verdicts[r]["input_sizes"] for r in ("1", "2")] == [[[8]], [[4]]]
+    assert [verdicts[r]["expected"]["input_sizes"] for r in ("1", "2")] == [[[4]], [[8]]]
+
+
 def test_rank_stuck_in_python_named_with_its_frame() -> None:
     finding = only_finding("python_stuck")
     assert finding["kind"] == "collective_hang" and finding["missing_ranks"] == [2]
@@ -76,6 +105,31 @@ def test_killed_rank_has_no_dump() -> None:
     finding = only_finding("killed")
     assert finding["kind"] == "rank_without_dump" and finding["missing_ranks"] == [2]
     assert finding["collective"] == "gloo:all_reduce"
+
+
+def test_hang_in_a_subgroup_names_its_cause_not_the_rank_it_holds_up() -> None:
+    """Four ranks; rank 1 stops before the broadcast of the subgroup [0, 1]. Rank 0 waits in that broadcast; ranks 2
+    and 3 wait in the default group's next all_reduce, which ranks 0 and 1 never entered. These dumps were taken with
+    that all_reduce created before the broadcast, so creation time alone would call it the first divergence."""
+    first, then = report("subgroup")["findings"]  # type: ignore[misc]
+    assert (first["process_group"], first["collective"], first["seq"]) == ("1", "gloo:broadcast", 4)
+    assert first["first_divergence"] and first["missing_ranks"] == [1] and first["waiting_ranks"] == [0]
+    assert first["blocked_ranks"] == {} and first["frames"]["1"]["where"].startswith("wait_for_results at ")
+    assert (then["process_group"], then["collective"], then["seq"]) == ("0:default_pg", "gloo:all_reduce", 5)
+    assert then["missing_ranks"] == [0, 1] and then["waiting_ranks"] == [2, 3]
+    assert not then["first_divergence"]
+    held = {"process_group": "1", "collective": "gloo:broadcast", "seq": 4, "seq_kind": "collective"}
+    assert then["blocked_ranks"] == {"0": held}  # rank 1, which waits nowhere, stays blamed
+    assert then["frames"]["0"]["stack"][-1]["name"] == "broadcast"  # its own stack agrees
+
+
+def test_deadlock_across_groups_names_both_ranks() -> None:
+    """Rank 1 enters the subgroup's broadcast before the default group's all_reduce, rank 0 the other way round: each
+    is missing from the op the other waits in, and neither is held up by a hang with a cause of its own."""
+    findings = report("crossed")["findings"]
+    assert isinstance(findings, list)
+    named = {(f["process_group"], f["seq"]): (f["missing_ranks"], f["blocked_ranks"]) for f in findings}
+    assert named == {("0:default_pg", 4): ([1], {}), ("1", 4): ([0], {})}
 
 
 def test_world_size_flag_names_ranks_without_dumps() -> None:
@@ -95,6 +149,21 @@ def test_pickle_and_json_forms_read_the_same() -> None:
     from_json = parse_dump(as_json.encode(), "rank0.json")
     assert pickled.form == "torch-pickle" and from_json.form == "torch-json"
     assert pickled.entries == from_json.entries and pickled.pg_status == from_json.pg_status
+
+
+def test_text_report_says_when_a_rank_has_no_frame(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for path in (
+        FIXTURES / "stopped"
+    ).iterdir():  # torch's JSON form of the same dumps: no call sites, no stacks
+        raw = pickle.loads(path.read_bytes())
+        for entry in raw["entries"]:
+            entry.pop("frames")
+        (tmp_path / f"{path.name}.json").write_text(json.dumps(raw, default=list))
+    read = read_directory(tmp_path, 1 << 20, 100)
+    print_report(analyze(read.dumps))
+    assert "  rank 2: no frame (its dump carries no Python stack or call site)\n" in capsys.readouterr().out
 
 
 def test_rank_from_torch_file_names() -> None:
@@ -117,6 +186,7 @@ class Hostile:
         ),
         (pickle.dumps({"version": "2.10", "entries": [Path("/")]}), "refused: the pickle names pathlib"),
         ((FIXTURES / "stopped" / "trace_rank_0").read_bytes()[:700], "not a readable pickle"),
+        (b"\x80\x04\x8e" + (1 << 30).to_bytes(8, "little") + b"abc", "not a readable pickle"),  # claims 1 GiB
         (b'{"version": "2.10", "entries": [', "not valid JSON"),
         (b"[" * 100_000 + b"]" * 100_000, "neither a pickle nor a JSON object"),
         (b'{"version": "2.10", "entries": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", "not valid JSON"),
@@ -140,8 +210,9 @@ class Hostile:
     ],
 )
 def test_bad_input_gets_a_clear_error(data: bytes, message: str) -> None:
-    with pytest.raises(DumpError, match=message):
+    with pytest.raises(DumpError, match=message) as caught:
         parse_dump(data, "rank0.pkl")
+    assert str(caught.value).startswith("rank0.pkl: "), "the error names the file it is about"
 
 
 def test_self_referencing_pickle_is_refused_not_followed() -> None:
@@ -194,6 +265,16 @@ def test_cli_exit_codes_and_json_shape(tmp_path: Path, capsys: pytest.CaptureFix
     err = capsys.readouterr().err
     assert "no Flight Recorder dump found" in err and "\x1b" not in err and "\\x1b" in err
     assert run(str(tmp_path / "absent")) == EXIT_USAGE
+    # a world of 100,000 with two dumps: the ranks without one are a range, not 99,998 numbers on a line
+    assert run(str(FIXTURES / "killed"), "--world-size", "100000") == EXIT_FAILED
+    text = capsys.readouterr().out
+    assert (
+        "no dump from ranks 2-99999\n" in text
+        and "never arrived: ranks 2-99999\n" in text
+        and len(text) < 1000
+    )
+    assert run(str(FIXTURES / "killed"), "--world-size", "100000", "--json") == EXIT_FAILED
+    assert len(json.loads(capsys.readouterr().out)["ranks_missing_dump"]) == 99_998  # --json lists every one
 
 
 def test_command_line_end_to_end() -> None:

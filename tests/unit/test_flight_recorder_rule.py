@@ -4,17 +4,19 @@ what the operator needs in its summary and evidence; it resolves once every rank
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
-from ranksight.aggregator.analysis.forensics import FlightRecorderHangRule
+from ranksight.aggregator.analysis.forensics import FlightRecorderHangRule, merged_evidence
 from ranksight.aggregator.hang_forensics import HangForensics, job_nodes, jobs_of, join_ras_comm
 from ranksight.aggregator.models.hangs import HangFinder, _CommOp
+from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.app import RankKey, RankState
 from ranksight.aggregator.state.forensics import JobReport
 from ranksight.aggregator.state.jobs import CommState, JobState
-from ranksight.core.config import HangForensicsSettings
+from ranksight.core.config import HangForensicsSettings, load_settings
 from ranksight.core.flightrec import analyze, read_directory
 from ranksight.schemas.alerts import Alert
 
@@ -54,6 +56,42 @@ def test_mismatch_and_killed_rank_summaries() -> None:
     assert cond.evidence["verdicts"]["1"]["verdict"] == "COLLECTIVE_TYPE_MISMATCH"
     (cond,) = FlightRecorderHangRule().evaluate(state_with("killed"), NOW)
     assert cond.rank == 2 and "rank 2 gave no dump (dead or unreachable)" in cond.summary
+
+
+def test_a_subgroup_hang_alerts_once_for_its_cause_never_for_the_rank_it_holds_up() -> None:
+    # rank 1 never entered the subgroup's broadcast (seq 4) nor, after it, the default group's all_reduce (seq 5);
+    # rank 0 is missing from that all_reduce only because it waits in the broadcast
+    (cond,) = FlightRecorderHangRule().evaluate(state_with("subgroup"), NOW)
+    assert (cond.rank, cond.evidence["process_group"], cond.evidence["seq"]) == (1, "1", 4)
+    assert "never entered gloo:broadcast seq 4 of group 1" in cond.summary
+    assert "at wait_for_results at " in cond.summary
+
+
+def test_a_hang_of_a_huge_world_stays_a_few_small_alerts() -> None:
+    """A world size of 100,000 (a job's claim, or a job beyond the nodes the aggregator asks): the ranks without a dump
+    are counted, not each alerted with a copy of every list."""
+    state = state_with("killed")
+    read = read_directory(FIXTURES / "killed", 1 << 20, 100)
+    report = JobReport("c", "J", NOW, analyze(read.dumps, world_size=100_000), {}, max_named=10)
+    state.forensics.put(report)
+    conditions = list(FlightRecorderHangRule().evaluate(state, NOW))
+    assert [c.rank for c in conditions] == [2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+    ev = conditions[0].evidence
+    assert ev["missing_ranks"] == list(range(2, 12)) and ev["totals"]["missing_ranks"] == 99_998
+    assert ev["ranks_missing_dump"] == list(range(2, 12)) and ev["ranks_not_named"] == 99_998 - 10
+    assert max(len(json.dumps(c.evidence)) for c in conditions) < 4096
+    merged = merged_evidence(report)
+    assert len(merged["ranks"]) == 10 and len(json.dumps(merged)) < 16384
+
+
+def test_reports_are_kept_as_long_as_the_setting_says(tmp_path: Path) -> None:
+    agg = Aggregator(load_settings(None, state_dir=tmp_path, aggregator={"http": {"port": 0},
+                                                                       "hang_forensics": {"retain_s": 5}}))  # fmt: skip
+    agg.state.forensics.put(JobReport("c", "J", NOW, analyze([]), {}))
+    agg.state.tick(NOW + 4 * 10**9)
+    assert agg.state.forensics.reports
+    agg.state.tick(NOW + 6 * 10**9)
+    assert not agg.state.forensics.reports
 
 
 def test_resolves_when_the_job_moves_on() -> None:

@@ -1,7 +1,7 @@
 """``ranksight analyze hang DIR``: the cross-rank Flight Recorder match, offline, on a directory of dumps.
 
 ``--json`` prints one object: ``{"findings": [{"kind", "process_group", "collective", "seq", "missing_ranks",
-"mismatched_ranks", "waiting_s", "frames", ...}], "ranks_seen", "ranks_missing_dump", "world_size", "errors"}``.
+"mismatched_ranks", "waiting_s", "frames", "blocked_ranks", ...}], "ranks_seen", "ranks_missing_dump", "world_size", "errors"}``.
 Exit 1 when a finding names a hang, 0 when every rank is consistent, 2 when nothing readable was found.
 """
 
@@ -60,7 +60,7 @@ def analyze_hang(args: argparse.Namespace) -> int:
 
 
 def print_report(report: HangReport) -> None:
-    missing = f", no dump from ranks {report.ranks_missing_dump}" if report.ranks_missing_dump else ""
+    missing = f", no dump from ranks {_ranks(report.ranks_missing_dump)}" if report.ranks_missing_dump else ""
     print(f"{len(report.ranks_seen)} ranks' dumps read (world size {report.world_size}){missing}")
     if not report.findings:
         print("consistent: every process group's ranks entered the same collectives")
@@ -71,12 +71,29 @@ def print_report(report: HangReport) -> None:
         print(f"{finding.kind}{first}: group {_text(finding.process_group)}, {_text(finding.collective)} "
               f"seq {finding.seq}{waited}")  # fmt: skip
         if finding.missing_ranks:
-            print(f"  never arrived: ranks {finding.missing_ranks}")
+            print(f"  never arrived: ranks {_ranks(finding.missing_ranks)}")
+        for rank, held in sorted(finding.blocked_ranks.items()):
+            print(f"  rank {rank} is held up in group {_text(held['process_group'])}, {_text(held['collective'])} "
+                  f"seq {held['seq']}: not the cause here")  # fmt: skip
         for rank, verdict in sorted(finding.verdicts.items()):
             print(f"  rank {rank}: {verdict['verdict']}, called {_text(verdict['collective'])} "
                   f"{verdict['input_sizes']} {verdict['input_dtypes']}")  # fmt: skip
         for rank, frame in sorted(finding.frames.items()):
-            print(f"  rank {rank} is at {_text(frame.get('where'))} ({frame['source']})")
+            if frame.get("where") is None:
+                print(f"  rank {rank}: no frame (its dump carries no Python stack or call site)")
+            else:
+                print(f"  rank {rank} is at {_text(frame['where'])} ({frame['source']})")
+
+
+def _ranks(ranks: list[int]) -> str:
+    """Sorted ranks with runs written as ranges (``0, 2-5``): a job of thousands of ranks stays one short line."""
+    runs: list[list[int]] = []
+    for rank in ranks:
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _text(value: Any) -> str:

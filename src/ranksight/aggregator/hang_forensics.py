@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import nats.errors
 
-from ranksight.aggregator.analysis.forensics import merged_evidence
+from ranksight.aggregator.analysis.forensics import blamed, merged_evidence
 from ranksight.aggregator.models.hangs import comm_hash
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.app import RankState
@@ -174,13 +174,13 @@ class HangForensics:
                 by_rank.setdefault(st.rank, st.node)
         s = self.stats
         s.jobs, s.dumps, s.errors = s.jobs + 1, s.dumps + len(dumps), s.errors + len(errors)
-        named = {r for f in report.findings for r in (*f.missing_ranks, *f.mismatched_ranks)}
+        named = {rank for _, rank in blamed(report.findings)[: self.settings.max_named_ranks]}
         procs = processes_of(dumps, ranks)
         ras_comms = {f.process_group: joined for f in report.findings
                      if (joined := join_ras_comm(state, cluster, job, f.group_ranks, procs)) is not None}  # fmt: skip
         return JobReport(cluster, job, time.time_ns(), report, by_rank, errors,
                          {r: corroborate(state, cluster, job, r, dumps) for r in sorted(named)}, raw_dumps,
-                         ras_comms, procs)  # fmt: skip
+                         ras_comms, procs, max_named=self.settings.max_named_ranks)  # fmt: skip
 
     async def _ask(
         self, agg: Aggregator, cluster: str, node: str, job: str

@@ -233,6 +233,7 @@ class Aggregator:
         cfg = self.settings.aggregator
         state = LiveState(cfg.node_gone_after_s, cfg.ingest.node_forget_after_s, cfg.hardware)
         state.stragglers.configure(cfg.stragglers, background=True)
+        state.forensics.configure(cfg.hang_forensics)
         return state
 
     @property

@@ -60,16 +60,15 @@ def write_evidence(args: argparse.Namespace) -> int:
         print(f"ranksight: {dump.error}", file=sys.stderr)
         return EXIT_FAILED
     nodes = sorted(set(dump.meta.get("nodes", {}).values()))
-    pids = sorted(
-        {d["ranksight"]["pid"] for d in dump.meta.get("dumps", []) if d.get("ranksight", {}).get("pid")}
-    )
+    procs = sorted({(str(meta["host"]), int(meta["pid"])) for d in dump.meta.get("dumps", [])
+                    if (meta := d.get("ranksight") or {}).get("host") and isinstance(meta.get("pid"), int)})  # fmt: skip
     asks: dict[str, tuple[str, dict[str, Any]]] = {
         "alerts.json": ("alerts", {"cluster": args.cluster}),
         "ras_jobs.json": ("jobs", {"cluster": args.cluster}),
         "ras_comms.json": ("comms", {"cluster": args.cluster}),
         "gpus.json": ("gpus", {"cluster": args.cluster}),
         "nics.json": ("nics", {"cluster": args.cluster}),
-        "inspector_tail.json": ("sql", {"sql": _inspector_tail_sql(pids)}),
+        "inspector_tail.json": ("sql", {"sql": inspector_tail_sql(procs)}),
         "markers.json": ("markers", {"job": args.job, "cluster": args.cluster}),
     }
     files: dict[str, Any] = {"hang_report.json": {"findings": dump.rows, **{k: v for k, v in dump.meta.items()
@@ -77,6 +76,7 @@ def write_evidence(args: argparse.Namespace) -> int:
     for d in dump.meta.get("dumps", []):
         meta = d.get("ranksight", {})
         files[f"dumps/rank{meta.get('rank')}-pid{meta.get('pid')}.json"] = d
+    files["stacks.txt"] = stacks_text(dump.meta.get("dumps", []))
     for name, (endpoint, endpoint_params) in asks.items():
         try:
             answer = asyncio.run(
@@ -99,17 +99,41 @@ def write_evidence(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _inspector_tail_sql(pids: list[int]) -> str:
-    # the last Inspector records of the job's processes (pids are numbers from checked dumps)
-    where = f"WHERE pid IN ({', '.join(str(int(p)) for p in pids)})" if pids else "WHERE false"
-    return f"SELECT * FROM inspector {where} ORDER BY dump_ts_us DESC LIMIT 1000"
+def inspector_tail_sql(procs: list[tuple[str, int]]) -> str:
+    """The last Inspector records of the job's processes, each by its host and pid (a pid alone recurs across nodes);
+    the host names come from the dumps, so they are written as SQL string literals with their quotes doubled."""
+    if not procs:
+        return "SELECT * FROM inspector WHERE false"
+    where = " OR ".join(
+        f"(hostname = '{host.replace(chr(39), chr(39) * 2)}' AND pid = {pid})" for host, pid in procs
+    )
+    return f"SELECT * FROM inspector WHERE {where} ORDER BY dump_ts_us DESC LIMIT 1000"
+
+
+def stacks_text(dumps: list[dict[str, Any]]) -> str:
+    """Every thread's Python stack of every process that answered, read as a traceback (innermost call last)."""
+    lines = []
+    for d in sorted(dumps, key=lambda d: str(d.get("ranksight", {}).get("rank"))):
+        meta = d.get("ranksight") or {}
+        lines.append(f"rank {meta.get('rank')}, pid {meta.get('pid')} on {meta.get('host')}")
+        threads = meta.get("threads") or []
+        if not threads:
+            lines.append("  no Python stacks (a dump torch wrote or served itself)")
+        for thread in threads:
+            lines.append(f"  thread {thread.get('name')}{' (main)' if thread.get('main') else ''}:")
+            lines += [f'    File "{f.get("filename")}", line {f.get("line")}, in {f.get("name")}'
+                      for f in thread.get("frames") or []]  # fmt: skip
+        lines.append("")
+    return "\n".join(lines)
 
 
 def _write_tar(path: str, files: dict[str, Any]) -> None:
     now = time.time()
     with tarfile.open(path, "w:gz") as tar:
         for name, content in files.items():
-            data = json.dumps(content, indent=1, default=str).encode()
+            data = (
+                content if isinstance(content, str) else json.dumps(content, indent=1, default=str)
+            ).encode()
             info = tarfile.TarInfo(f"evidence/{name}")
             info.size, info.mtime, info.mode = len(data), now, 0o644
             tar.addfile(info, io.BytesIO(data))

@@ -4,8 +4,9 @@ The training code does nothing: the first ``ranksight.client`` call (``start``, 
 thread, ``ranksight-dump``, that opens a second connection to the agent's socket, says ``listen`` and then sleeps in
 ``recv`` until the agent asks. It needs nothing from the thread that may be stuck: it reads every thread's Python stack
 (``sys._current_frames``) and, when the job has imported torch, torch's Flight Recorder
-(``torch._C._distributed_c10d._dump_fr_trace()``, torch's own pickle bytes, passed on as they are: the agent reads them
-with a loader that admits plain data only). It never imports torch itself and never raises into the job.
+(``torch._C._distributed_c10d._dump_fr_trace_json()``, or ``_dump_fr_trace()``'s pickle when the collectives' call sites
+are asked for: torch's own bytes, passed on as they are; the agent parses the JSON and reads a pickle with a loader that
+admits plain data only). It never imports torch itself and never raises into the job.
 
 Wire (same framing as :mod:`ranksight.client`: one msgpack map per seqpacket packet, ``v`` = 1):
 
@@ -59,13 +60,19 @@ def thread_stacks(max_frames: int = MAX_STACK_FRAMES) -> list[dict[str, Any]]:
 
 
 def flight_recorder(collective_frames: bool = False) -> bytes | None:
-    """torch's Flight Recorder pickle when the job has imported torch.distributed (None otherwise). The call sites of
-    the recorded collectives (``collective_frames``) cost seconds of CPU the first time a process asks (torch
-    symbolizes its captured stacks), so they are left out unless asked for: the thread stacks say where a rank is."""
+    """torch's Flight Recorder when the job has imported torch.distributed (None otherwise): its JSON, or its pickle
+    when the call sites of the recorded collectives are asked for (``collective_frames``; only the pickle carries
+    them). They cost seconds of CPU the first time a process asks (torch symbolizes its captured stacks), so they are
+    left out unless asked for: the thread stacks say where a rank is."""
     torch = sys.modules.get("torch")
     if torch is None or "torch.distributed" not in sys.modules:
         return None
-    dump: bytes = torch._C._distributed_c10d._dump_fr_trace(includeStackTraces=collective_frames)
+    c10d = torch._C._distributed_c10d
+    dump: bytes = (
+        c10d._dump_fr_trace(includeStackTraces=True)
+        if collective_frames
+        else c10d._dump_fr_trace_json(includeCollectives=True)
+    )
     return dump
 
 

@@ -895,6 +895,13 @@ class HangForensicsSettings(Section):
     retain_s: float = Field(
         1800.0, gt=0, description="a job's hang report is kept (and its alert firing) at most this long"
     )
+    max_named_ranks: int = Field(
+        64,
+        ge=1,
+        description="ranks one hang report names one by one (a flight_recorder_hang alert, a job dump row, an entry "
+        "of the RAS / Inspector alert's evidence each), and the most ranks any list in that evidence holds; the rest "
+        "are counted (ranks_not_named, totals)",
+    )
 
 
 class HardwareAlertSettings(Section):

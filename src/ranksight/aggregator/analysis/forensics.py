@@ -51,40 +51,79 @@ class FlightRecorderHangRule:
                     rule=self.name, severity="critical", cluster=report.cluster, summary=evidence["summary"],
                     node=report.nodes.get(rank), job=report.job, rank=rank,
                     key=f"{finding.process_group} {finding.seq_kind} {finding.seq} {finding.kind}",
-                    evidence={**finding.as_dict(), **{k: v for k, v in evidence.items() if k != "summary"},
-                              "ranks_seen": report.report.ranks_seen,
-                              "ranks_missing_dump": report.report.ranks_missing_dump,
-                              "dump_errors": report.errors, "collected": iso(report.collected_ns)},
+                    evidence=report_evidence(report, {**finding_evidence(finding, {rank}, report.max_named),
+                                                      **{k: v for k, v in evidence.items() if k != "summary"}}),
                 )  # fmt: skip
 
 
+def blamed(findings: list[Finding]) -> list[tuple[Finding, int]]:
+    """The ranks the findings blame, each once at the first finding that does (a rank held up in another group's
+    hung op is not blamed)."""
+    first: dict[int, Finding] = {}
+    for finding in findings:
+        for rank in finding.culprits:
+            first.setdefault(rank, finding)
+    return [(finding, rank) for rank, finding in first.items()]
+
+
 def named_ranks(report: JobReport) -> Iterator[tuple[Finding, int, dict[str, Any]]]:
-    """Each rank a finding names (one per rank), with what the operator needs of it: where it runs (host, pid, GPU,
-    node), its process group and that group's RAS communicator, the op, sequence id and wait, its frame, what RAS and
-    Inspector say of it, and a one-line summary."""
-    for finding in report.report.findings:
-        for rank in finding.missing_ranks or finding.mismatched_ranks:
-            frame = finding.frames.get(rank, {})
-            seen = report.corroboration.get(rank, {})
-            yield finding, rank, {
-                "rank": rank, "kind": finding.kind, "process_group": finding.process_group,
-                "ras_comm": report.ras_comms.get(finding.process_group),
-                "collective": finding.collective, "seq": finding.seq, "seq_kind": finding.seq_kind,
-                "waiting_s": finding.as_dict()["waiting_s"], "node": report.nodes.get(rank),
-                "host": frame.get("host") or seen.get("host"), "pid": frame.get("pid") or seen.get("pid"),
-                "gpu": frame.get("gpu") if frame.get("gpu") is not None else seen.get("gpu"),
-                "where": frame.get("where"), "corroboration": seen,
-                "summary": _summary(report, rank, finding.kind, finding.collective, finding.seq,
-                                    finding.process_group, finding.waiting_s, frame),
-            }  # fmt: skip
+    """Each rank the findings blame (:func:`blamed`, at most ``max_named``), with what the operator needs of it: where
+    it runs (host, pid, GPU, node), its process group and that group's RAS communicator, the op, sequence id and wait,
+    its frame, what RAS and Inspector say of it, and a one-line summary."""
+    for finding, rank in blamed(report.report.findings)[: report.max_named]:
+        frame = finding.frames.get(rank, {})
+        seen = report.corroboration.get(rank, {})
+        yield finding, rank, {
+            "rank": rank, "kind": finding.kind, "process_group": finding.process_group,
+            "ras_comm": report.ras_comms.get(finding.process_group),
+            "collective": finding.collective, "seq": finding.seq, "seq_kind": finding.seq_kind,
+            "waiting_s": finding.as_dict()["waiting_s"], "node": report.nodes.get(rank),
+            "host": frame.get("host") or seen.get("host"), "pid": frame.get("pid") or seen.get("pid"),
+            "gpu": frame.get("gpu") if frame.get("gpu") is not None else seen.get("gpu"),
+            "where": frame.get("where"), "corroboration": seen,
+            "summary": _summary(report, rank, finding.kind, finding.collective, finding.seq,
+                                finding.process_group, finding.waiting_s, frame),
+        }  # fmt: skip
 
 
 def merged_evidence(report: JobReport) -> dict[str, Any]:
     """What a report adds to the RAS / Inspector hang alert of the same hang (``evidence.flight_recorder``)."""
-    return {"ranks": [evidence for _, _, evidence in named_ranks(report)],
-            "findings": report.report.as_dict()["findings"], "job": report.job,
-            "ranks_seen": report.report.ranks_seen, "ranks_missing_dump": report.report.ranks_missing_dump,
-            "dump_errors": report.errors, "collected": iso(report.collected_ns)}  # fmt: skip
+    ranks = [evidence for _, _, evidence in named_ranks(report)]
+    named = {r["rank"] for r in ranks}
+    return report_evidence(report, {"ranks": ranks, "job": report.job, "findings": [
+        finding_evidence(f, named, report.max_named) for f in report.report.findings]})  # fmt: skip
+
+
+_RANK_LISTS = ("missing_ranks", "mismatched_ranks", "waiting_ranks", "group_ranks")
+
+
+def finding_evidence(finding: Finding, named: set[int], limit: int) -> dict[str, Any]:
+    """A finding as an alert's evidence holds it: the frames and verdicts of the ``named`` ranks only, each list of
+    ranks cut to ``limit`` (its length in ``totals`` when cut): a hang of thousands of ranks stays a small alert."""
+    out = finding.as_dict()
+    keep = {str(r) for r in named}
+    for key in ("frames", "verdicts", "blocked_ranks"):
+        out[key] = {r: v for r, v in out[key].items() if r in keep}
+    return _cut(out, _RANK_LISTS, limit)
+
+
+def report_evidence(report: JobReport, out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with the report's own part of an alert's evidence: which ranks answered, which did not and why (lists
+    cut to ``max_named``), when, and how many blamed ranks were not named one by one."""
+    out.update(ranks_seen=report.report.ranks_seen, ranks_missing_dump=report.report.ranks_missing_dump,
+               dump_errors=report.errors, collected=iso(report.collected_ns),
+               ranks_not_named=max(0, len(blamed(report.report.findings)) - report.max_named))  # fmt: skip
+    return _cut(out, ("ranks_seen", "ranks_missing_dump", "dump_errors"), report.max_named)
+
+
+def _cut(out: dict[str, Any], keys: tuple[str, ...], limit: int) -> dict[str, Any]:
+    """``out`` with each list of ``keys`` cut to ``limit``; the length of each cut one in ``totals``."""
+    totals = {key: len(out[key]) for key in keys if len(out[key]) > limit}
+    for key in totals:
+        out[key] = out[key][:limit]
+    if totals:
+        out["totals"] = {**out.get("totals", {}), **totals}
+    return out
 
 
 def _summary(report: JobReport, rank: int, kind: str, collective: str, seq: int, group: str,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ranksight.aggregator.analysis.forensics import named_ranks
+from ranksight.aggregator.analysis.forensics import finding_evidence, named_ranks
 from ranksight.aggregator.api.endpoint import handles
 from ranksight.aggregator.hang_forensics import job_nodes
 from ranksight.api.contract import RequestError
@@ -28,8 +28,9 @@ async def job_dump(agg: Aggregator, p: JobDumpParams) -> ApiResponse:
                            "job of that id")  # fmt: skip
     report = await agg.hang_forensics.dump_now(agg, cluster, p.job)
     # a row per named rank: the finding, and where the rank runs (host, pid, GPU, node, its group's RAS communicator)
-    rows = [{**finding.as_dict(), **{k: v for k, v in named.items() if k not in ("summary", "corroboration")}}
-            for finding, _, named in named_ranks(report)]  # fmt: skip
+    rows = [{**finding_evidence(finding, {rank}, report.max_named),
+             **{k: v for k, v in named.items() if k not in ("summary", "corroboration")}}
+            for finding, rank, named in named_ranks(report)]  # fmt: skip
     meta: dict[str, Any] = {
         "job": p.job, "cluster": cluster, "ranks_seen": report.report.ranks_seen,
         "ranks_missing_dump": report.report.ranks_missing_dump, "world_size": report.report.world_size,

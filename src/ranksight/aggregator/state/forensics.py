@@ -8,7 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ranksight.aggregator.forgetting import NodeKey
+from ranksight.core.config import HangForensicsSettings
 from ranksight.core.flightrec import HangReport
+
+_DEFAULTS = HangForensicsSettings()
 
 
 @dataclass
@@ -35,12 +38,17 @@ class JobReport:
     # the comm_hang / collective_hang alert of the same hang whose evidence this report went into ({"rule",
     # "fingerprint"}): that alert is the hang's one alert, flight_recorder_hang stays quiet
     merged_into: dict[str, str] | None = None
+    # ranks named one by one, and the most ranks a list in an alert's evidence holds (max_named_ranks)
+    max_named: int = _DEFAULTS.max_named_ranks
 
 
 class ForensicsTracker:
-    def __init__(self, retain_s: float = 1800.0) -> None:
+    def __init__(self, retain_s: float = _DEFAULTS.retain_s) -> None:
         self.retain_ns = int(retain_s * 1e9)
         self.reports: dict[tuple[str, str], JobReport] = {}
+
+    def configure(self, settings: HangForensicsSettings) -> None:
+        self.retain_ns = int(settings.retain_s * 1e9)
 
     def put(self, report: JobReport) -> None:
         self.reports[(report.cluster, report.job)] = report

@@ -1,8 +1,9 @@
 """ranksight's per-process dump file: torch's Flight Recorder keys plus a ``ranksight`` key (who, when, every thread's
 Python stack), written as JSON by the agent from a ``ranksight.client`` dump reply (:mod:`ranksight.client.dumps`).
 
-The reply's Flight Recorder bytes are torch's pickle: read here with :class:`~.load.PlainUnpickler` only, then checked
-by :func:`~.load.parse_dump` before the file is kept, so a dump that reaches the aggregator is already known to parse.
+The reply's Flight Recorder bytes are torch's JSON, or its pickle where the call sites were asked for (the JSON has
+none): read here as JSON or with :class:`~.load.PlainUnpickler` only, then checked by :func:`~.load.parse_dump` before
+the file is kept, so a dump that reaches the aggregator is already known to parse.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ranksight.core.flightrec.load import DumpError, RankDump, check_plain_size, load_plain_pickle, parse_dump
+from ranksight.core.flightrec.load import DumpError, RankDump, check_plain_size, load_plain, parse_dump
 
 _IDENTITY_KEYS = ("rank", "local_rank", "world_size", "job", "pid", "host")
 
@@ -29,12 +30,10 @@ def bundle_from_reply(identity: dict[str, Any], reply: dict[str, Any], source: s
     if recorded is None:
         torch_part: dict[str, Any] = {"version": "", "entries": [], "pg_status": {}, "pg_config": {}}
     elif isinstance(recorded, bytes):
-        torch_part = load_plain_pickle(recorded)
+        torch_part, _ = load_plain(recorded, source)
         check_plain_size(torch_part, len(recorded) + 4096)
         if not isinstance(torch_part, dict):
-            raise DumpError(
-                f"{source}: the Flight Recorder pickle is a {type(torch_part).__name__}, not a map"
-            )
+            raise DumpError(f"{source}: the Flight Recorder dump is a {type(torch_part).__name__}, not a map")
     else:
         raise DumpError(f"{source}: flight_recorder is a {type(recorded).__name__}, not bytes")
     meta = {key: identity.get(key) for key in _IDENTITY_KEYS}
@@ -53,7 +52,7 @@ def bundle_from_torch_file(data: bytes, source: str, host: str, time_ns: int, ra
     file: its rank ``rank``, else from the file's name; ``time_ns`` (the file's time) as the dump time; ``identity``
     (``pid``, ``world_size``, ``job``) where the caller knows it."""
     dump = parse_dump(data, source, rank=rank)
-    raw = load_plain_pickle(data) if dump.form == "torch-pickle" else json.loads(data)
+    raw, _ = load_plain(data, source)
     check_plain_size(raw, len(data) + 4096)
     meta = {"rank": dump.rank, "host": host, "time_ns": time_ns, "source": source, "threads": [],
             **{k: v for k, v in identity.items() if k in _IDENTITY_KEYS and v is not None}}  # fmt: skip

@@ -186,22 +186,29 @@ def parse_dump(data: bytes, source: str, rank: int | None = None, max_bytes: int
         _BUDGET.reset(token)
 
 
-def _parse_dump(data: bytes, source: str, rank: int | None, max_bytes: int | None) -> RankDump:
-    if max_bytes is not None and len(data) > max_bytes:
-        raise DumpError(f"{source}: {len(data)} bytes, over the {max_bytes}-byte limit")
-    head = data[:1]
-    if head == b"\x80":
-        raw, form = load_plain_pickle(data), "torch-pickle"
-    elif data.lstrip()[:1] == b"{":
+def load_plain(data: bytes, source: str) -> tuple[Any, str]:
+    """A dump's bytes as plain data and their form, told by content: JSON is parsed, a pickle is loaded by
+    :class:`PlainUnpickler` only; anything else is a :class:`DumpError` naming ``source``."""
+    if data[:1] == b"\x80":
+        try:
+            return load_plain_pickle(data), "torch-pickle"
+        except DumpError as exc:
+            raise DumpError(f"{source}: {exc}") from None
+    if data.lstrip()[:1] == b"{":
         try:
             raw = json.loads(data)
         except (ValueError, RecursionError) as exc:
             raise DumpError(f"{source}: not valid JSON: {str(exc)[:200]}") from None
-        form = "ranksight" if isinstance(raw, dict) and "ranksight" in raw else "torch-json"
-    elif not data:
+        return raw, "ranksight" if isinstance(raw, dict) and "ranksight" in raw else "torch-json"
+    if not data:
         raise DumpError(f"{source}: empty")
-    else:
-        raise DumpError(f"{source}: neither a pickle nor a JSON object (starts with {data[:8]!r})")
+    raise DumpError(f"{source}: neither a pickle nor a JSON object (starts with {data[:8]!r})")
+
+
+def _parse_dump(data: bytes, source: str, rank: int | None, max_bytes: int | None) -> RankDump:
+    if max_bytes is not None and len(data) > max_bytes:
+        raise DumpError(f"{source}: {len(data)} bytes, over the {max_bytes}-byte limit")
+    raw, form = load_plain(data, source)
     try:
         return _dump_from(raw, source, form, rank)
     except DumpError as exc:

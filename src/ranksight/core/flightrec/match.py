@@ -7,7 +7,8 @@ Within one process group every member enqueues the same collectives in the same 
   while others' last enqueued is below ``s``: those never arrived. The lowest such ``s`` is the op the others wait in.
 * **collective_mismatch**: at one sequence id members enqueued calls that cannot meet: another op, other sizes, other
   dtypes. The verdicts are Flight Recorder's own classes (``COLLECTIVE_TYPE_MISMATCH``, ``SIZE_OR_SYNTAX_MISMATCH``,
-  ``COLLECTIVE_DTYPE_MISMATCH``); the reference call is the one most members made, so the odd rank out is named.
+  ``COLLECTIVE_DTYPE_MISMATCH``); the reference call is the one most members made, so the odd rank out is named; when
+  as many members made another call (two ranks of a two-rank group), both sides are named.
 * **rank_without_dump**: a member whose dump is missing (a dead process, an unreachable node); the finding names the
   last op the members that answered had entered.
 * **p2p_hang**: a send on rank A to B that B never posted the matching recv for (or a recv on B from A that A never
@@ -18,8 +19,9 @@ Within one process group every member enqueues the same collectives in the same 
   differ are a ``collective_mismatch`` with ``seq_kind`` ``p2p`` (fr_trace: the send's input sizes against the recv's
   output sizes), naming both ends.
 
-The findings are ordered by the time their op was created: the first is where the ranks diverged first. A rank named
-by a finding comes with where it is: its main thread's innermost frame of its own code when its dump carries Python
+A rank missing from one group's op because it waits in another group's hung op is held up there, not a cause
+(``blocked_ranks``). The findings none of whose ranks is held up come first, each part ordered by the time its op was
+created: the first is where the ranks diverged first. A rank named by a finding comes with where it is: its main thread's innermost frame of its own code when its dump carries Python
 stacks (ranksight's dumps do), else the call site of its entry at that sequence id, else of the last op it entered.
 Pure: dumps in, a report out.
 """
@@ -60,6 +62,14 @@ class Finding:
     seq_kind: str = "collective"
     first_divergence: bool = False
     group_ranks: list[int] = field(default_factory=list)  # the group's members (global ranks) as far as known
+    # missing ranks that are waiting in another group's hung op: held up there, not the cause here
+    blocked_ranks: dict[int, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def culprits(self) -> list[int]:
+        """The ranks this finding blames: those that never arrived (or called something else) and are not held up
+        in another finding's op."""
+        return [r for r in self.missing_ranks or self.mismatched_ranks if r not in self.blocked_ranks]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +84,7 @@ class Finding:
             "waiting_s": None if self.waiting_s is None else round(self.waiting_s, 3),
             "first_divergence": self.first_divergence,
             "group_ranks": self.group_ranks,
+            "blocked_ranks": {str(r): v for r, v in sorted(self.blocked_ranks.items())},
             "verdicts": {str(r): v for r, v in sorted(self.verdicts.items())},
             "frames": {str(r): v for r, v in sorted(self.frames.items())},
         }
@@ -136,10 +147,42 @@ def analyze(dumps: Sequence[RankDump], world_size: int | None = None, min_wait_s
         for finding in _group_findings(group, by_rank, missing_dump, min_wait_s):
             finding.group_ranks = sorted(group.members)
             findings.append(finding)
-    findings.sort(key=lambda f: (f.created_ns is None, f.created_ns or 0, f.kind))
+    _mark_blocked(findings)
+    # a finding whose ranks are all where they are by their own doing comes before one they hold up
+    findings.sort(key=lambda f: (bool(f.blocked_ranks), f.created_ns is None, f.created_ns or 0, f.kind))
     if findings:
         findings[0].first_divergence = True
     return HangReport(findings, sorted(by_rank), missing_dump, world or None)
+
+
+def _mark_blocked(findings: list[Finding]) -> None:
+    """Fill in each finding's ``blocked_ranks``: a rank missing from one group's op because it waits in another
+    group's hung op (a member of both, held up there). It is blocked only where that other op's hang has a cause
+    of its own, a rank that waits nowhere (or one blocked in turn, followed to such a rank); ranks that only wait
+    on each other across groups (a deadlock) all stay named."""
+    waits_in: dict[int, list[Finding]] = defaultdict(list)
+    for finding in findings:
+        for rank in finding.waiting_ranks:
+            waits_in[rank].append(finding)
+
+    def elsewhere(finding: Finding, rank: int) -> list[Finding]:
+        return [other for other in waits_in.get(rank, []) if other is not finding]
+
+    caused = {
+        id(f) for f in findings if any(not elsewhere(f, r) for r in f.missing_ranks or f.mismatched_ranks)
+    }
+    while True:
+        more = {id(f) for f in findings if id(f) not in caused and any(
+            any(id(other) in caused for other in elsewhere(f, r)) for r in f.missing_ranks)}  # fmt: skip
+        if not more:
+            break
+        caused |= more
+    for finding in findings:
+        for rank in finding.missing_ranks:
+            held = next((other for other in elsewhere(finding, rank) if id(other) in caused), None)
+            if held is not None:
+                finding.blocked_ranks[rank] = {"process_group": held.process_group, "collective": held.collective,
+                                               "seq": held.seq, "seq_kind": held.seq_kind}  # fmt: skip
 
 
 def _groups(by_rank: dict[int, RankDump], world: int) -> dict[str, _Group]:
@@ -228,9 +271,19 @@ def _first_mismatch(group: _Group, by_rank: dict[int, RankDump], answered: list[
         if len(calls) < 2:
             continue
         reference = _most_common_call(calls)
+        against = dict.fromkeys(calls, reference)
         verdicts = {r: v for r, e in calls.items() if (v := _verdict(reference, e)) is not None}
         if not verdicts:
             continue
+        counts = Counter(_signature(e) for e in calls.values())
+        rival = next((calls[r] for r in sorted(verdicts)
+                      if counts[_signature(calls[r])] == counts[_signature(reference)]), None)  # fmt: skip
+        if (
+            rival is not None
+        ):  # as many members made another call: nothing says which side is odd, both are named
+            for rank, call in calls.items():
+                if rank not in verdicts and (v := _verdict(rival, call)) is not None:
+                    verdicts[rank], against[rank] = v, rival
         finding = Finding(
             kind="collective_mismatch",
             process_group=group.label,
@@ -243,7 +296,7 @@ def _first_mismatch(group: _Group, by_rank: dict[int, RankDump], answered: list[
         finding.waiting_s = _waited(finding.created_ns, [by_rank[r] for r in calls])
         for rank, verdict in verdicts.items():
             call = calls[rank]
-            finding.verdicts[rank] = _verdict_of(verdict, call, reference)
+            finding.verdicts[rank] = _verdict_of(verdict, call, against[rank])
             finding.frames[rank] = _where(by_rank[rank], call)
         return finding
     return None

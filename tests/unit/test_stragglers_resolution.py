@@ -150,6 +150,31 @@ def test_noisy_healthy_sampled_jobs_raise_nothing() -> None:
         assert analyze_records(records_of(spec)).stragglers == []
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_noisy_healthy_hybrid_ring_jobs_at_1s_dumps_raise_nothing(seed: int) -> None:
+    """Ring capture at 1 s dumps, hybrid layout, 2-4 % healthy speed spread and a 3x hiccup every ~100 rank-steps: a
+    hiccup fills one 1 s pool of a process (~1.2x), and a few landing on one process within a horizon read as an
+    intermittent 1.1x straggler against its peers' pool-to-pool noise. As often as its peers' pools are that slow,
+    they come by chance on one of 16 processes: nothing is reported."""
+    spec = spec_at("noisy_healthy", "ring", seed, 1000.0, steps=880, layout="hybrid")
+    assert analyze_records(records_of(spec)).stragglers == []
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_an_intermittent_straggler_in_a_noisy_hybrid_job_is_found_and_alone(seed: int) -> None:
+    """The same noisy job, one GPU 1.5x slower in bursts of 30 steps in every 200 (~1.4 s in ~9 s, 15 % of the steps):
+    its bursts recur far more often than its peers' hiccups would bring them, so it is found, intermittent, at its
+    burst size; no healthy process beside it."""
+    spec = dataclasses.replace(
+        spec_at("noisy_healthy", "ring", seed, 1000.0, steps=1400, layout="hybrid"),
+        faults=[
+            Fault("gpu", seed % 4, 1, 1.5, start_step=scenarios.ONSET_STEP, burst_steps=30, every_steps=200)
+        ],
+    )
+    f = only(analyze_records(records_of(spec)).stragglers, spec)
+    assert f.pattern == "intermittent" and abs(f.burst_slowdown - 1.5) <= 0.15
+
+
 def test_the_simulators_sampled_capture_is_the_plugins() -> None:
     """2.28/2.29: one slot per communicator holding the last op completed (of any type), written at a tick only when
     one completed since the last, ``coll_sn`` per type from 0, each process ticking at its own phase."""

@@ -757,6 +757,15 @@ class StragglerSettings(Section):
         gt=0,
         description="summed robust z-score that confirms a finding (a strong one confirms at once)",
     )
+    hiccup_chance: float = Field(
+        1e-3,
+        gt=0,
+        le=1,
+        description="a process whose excess compute comes in slow pools among quiet ones is reported only where that "
+        "many slow pools would come by chance at most this often: at the rate its healthy peers' pools are as slow, "
+        "times the processes compared (a noisy healthy job's hiccups clustering on one process for a few seconds are "
+        "not a straggler; a steady one, or an intermittent one recurring over its remembered windows, is far rarer)",
+    )
     catch_up_windows: int = Field(
         4,
         ge=1,

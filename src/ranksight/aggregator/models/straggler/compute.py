@@ -76,6 +76,16 @@ def _dump_interval(rows: Rows, proc: np.ndarray[Any, Any], known: float) -> floa
     return float(np.percentile(steps, 20)) if len(steps) >= 3 else known
 
 
+def chance_slow(factors: list[float], background: list[float], hot_at: float, pools: int = 0) -> float:
+    """The chance that ``factors`` (of ``pools`` pools, those missing quiet) hold as many pools at or above ``hot_at``
+    as they do were each pool as likely to be that slow as a healthy peer's (``background``): the binomial tail at the
+    peers' rate, counted with one such pool more than they show (a rate never seen is rare, not impossible)."""
+    slow = sum(x >= hot_at for x in factors)
+    rate = (sum(x >= hot_at for x in background) + 1) / (len(background) + 2)
+    n = max(len(factors), pools)
+    return min(1.0, math.fsum(math.comb(n, i) * rate**i * (1 - rate) ** (n - i) for i in range(slow, n + 1)))
+
+
 def without_victims(findings: list[Finding]) -> list[Finding]:
     """Sampled: a process judged by its lateness that shares a communicator with a finding costing the job
     ``_VICTIM_RATIO`` times as much is left out: it waited for that one in a Send/Recv the plugin does not record (a
@@ -106,6 +116,15 @@ class PoolPattern:
 
     MIN_POOLS: ClassVar[int] = 6
 
+    @staticmethod
+    def hot_at(factors: list[float], pool_sd: float, min_excess: float) -> float:
+        """The factor from which a pool counts as slow: at least half the typical excess of the pools clearly above
+        noise (a hiccup before an onset is not a burst); infinite where none is."""
+        above = sorted(x for x in factors if x >= 1 + max(min_excess, 4 * pool_sd))
+        if not above:
+            return math.inf
+        return 1 + max(min_excess, 4 * pool_sd, (above[(3 * len(above)) // 4] - 1) / 2)
+
     @classmethod
     def judge(
         cls, factors: list[float], pool_sd: float, min_excess: float, resolution_s: float
@@ -114,11 +133,9 @@ class PoolPattern:
         than one horizon: bursts longer than a horizon fill some horizons whole); ``pool_sd`` how far a healthy
         process's pool strays by noise alone. Only the pools from its first slow one to its last count: quiet pools
         before an onset or after a fault ended say nothing of bursts, quiet pools between slow ones do."""
-        above = sorted(x for x in factors if x >= 1 + max(min_excess, 4 * pool_sd))
-        if not above:
+        hot_at = cls.hot_at(factors, pool_sd, min_excess)
+        if hot_at == math.inf:
             return cls("undetermined", resolution_s)
-        # slow: at least half the typical excess of its slow pools (a hiccup before an onset is not a burst)
-        hot_at = 1 + max(min_excess, 4 * pool_sd, (above[(3 * len(above)) // 4] - 1) / 2)
         slow = [i for i, x in enumerate(factors) if x >= hot_at]
         if len(slow) < 2:
             return cls("undetermined", resolution_s)
@@ -625,8 +642,9 @@ class ComputeModel(Slices):
         slice_meds = [_nan_median([shares[proc].slices[i] for proc in job]) for i in range(pools)]
         resolution_s = pool * self.slice_us / 1e6
         suspected = set(suspects)
-        # the peers' own pool-to-pool spread: how far one pool's factor strays by noise alone
-        calm = [x / m - 1 for proc in job if proc not in suspected
+        # the peers' pool factors: how far one pool strays by noise alone (their spread), and how often a hiccup
+        # makes one slow
+        calm = [x / m for proc in job if proc not in suspected
                 for x, m in zip(shares[proc].slices, slice_meds, strict=True) if x == x and m > 0]  # fmt: skip
         pool_sd = _robust(calm, 0.01)[1] if len(calm) >= 8 else math.inf
         # strict: flagged on its own; leaning: as slow but with half the evidence, enough to join a node-wide
@@ -647,7 +665,11 @@ class ComputeModel(Slices):
             if hot < 3 or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
                 continue
             remembered = self._remember(proc, factors, first + width, pool, late)
-            if late and ps.late_samples < p.pool_samples * pools:
+            resolved = not (late and ps.late_samples < p.pool_samples * pools)
+            if resolved and self._by_chance(remembered, calm, pool_sd, len(job),
+                                            self._memory_pools(proc, first + width, pool, late)):  # fmt: skip
+                continue
+            if not resolved:
                 # by lateness, a pool without a sample of the collective carrying its waits reads on time: its
                 # lateness is known only at the pace of those samples
                 horizon_s = width * self.slice_us / 1e6
@@ -723,6 +745,24 @@ class ComputeModel(Slices):
                 kept.append(x)
                 reached = at
         return kept or [x for x in factors if x == x]
+
+    def _by_chance(
+        self, factors: list[float], calm: list[float], pool_sd: float, procs: int, pools: int
+    ) -> bool:
+        """Whether a suspect's slow pools are no rarer than its peers' would make them on one of the stage's
+        ``procs`` processes by chance (``calm``: the peers' pool factors): a noisy healthy job's hiccups clustering on
+        one process for a few seconds. Its ``factors`` are counted over its memory's time (``pools``), the pools
+        between its spells as a suspect (not remembered) quiet: bursts must recur, a steady excess last."""
+        hot_at = PoolPattern.hot_at(factors, pool_sd, self.params.min_excess)
+        if hot_at == math.inf or len(calm) < 8:
+            return False  # no pool stands out of the noise, or too few peers' pools to know their hiccups
+        return procs * chance_slow(factors, calm, hot_at, pools) > self.params.hiccup_chance
+
+    def _memory_pools(self, proc: Proc, end: int, pool: int, late: bool = False) -> int:
+        """Pools of ``pool`` slices from the start of its memory's oldest pool to slice ``end``."""
+        memory = (self._late_pools if late else self._pools).get(proc, {})
+        start = min((at - length for at, (_, length) in memory.items()), default=end)
+        return (end - start) // pool
 
     def _proc_finding(self, proc: Proc, factor: float, z: float, cost: float, pattern: PoolPattern, peers: int,
                       med: float, ps: _ProcShare) -> Finding:  # fmt: skip

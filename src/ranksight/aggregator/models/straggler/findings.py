@@ -42,6 +42,9 @@ class StragglerParams:
     max_stretch: int = (
         20  # the horizon is stretched (long steps, long dump intervals) to at most this many windows
     )
+    # a suspect is reported only where its slow pools would come by chance (its peers' rate of as slow pools, times
+    # the stage's processes) at most this often
+    hiccup_chance: float = 1e-3
     node_share: float = 0.5  # share of a host's processes flagged before the host itself is reported
 
 

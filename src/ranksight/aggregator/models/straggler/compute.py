@@ -76,14 +76,21 @@ def _dump_interval(rows: Rows, proc: np.ndarray[Any, Any], known: float) -> floa
     return float(np.percentile(steps, 20)) if len(steps) >= 3 else known
 
 
-def chance_slow(factors: list[float], background: list[float], hot_at: float, pools: int = 0) -> float:
-    """The chance that ``factors`` (of ``pools`` pools, those missing quiet) hold as many pools at or above ``hot_at``
-    as they do were each pool as likely to be that slow as a healthy peer's (``background``): the binomial tail at the
-    peers' rate, counted with one such pool more than they show (a rate never seen is rare, not impossible)."""
-    slow = sum(x >= hot_at for x in factors)
-    rate = (sum(x >= hot_at for x in background) + 1) / (len(background) + 2)
+def chance_slow(factors: list[float], background: list[float], floor: float, pools: int = 0) -> float:
+    """The chance that ``factors`` (of ``pools`` pools, those missing quiet) hold as many pools as slow as they do,
+    were each pool as likely to be that slow as a healthy peer's (``background``): at each of their own factors above
+    ``floor`` as the bar, the binomial tail at the peers' rate of pools that slow (counted with one such pool more
+    than they show: a rate never seen is rare, not impossible); the least, times the bars tried."""
+    bars = sorted({x for x in factors if x >= floor})
     n = max(len(factors), pools)
-    return min(1.0, math.fsum(math.comb(n, i) * rate**i * (1 - rate) ** (n - i) for i in range(slow, n + 1)))
+    least = 1.0
+    for bar in bars:
+        slow = sum(x >= bar for x in factors)
+        rate = (sum(x >= bar for x in background) + 1) / (len(background) + 2)
+        least = min(
+            least, math.fsum(math.comb(n, i) * rate**i * (1 - rate) ** (n - i) for i in range(slow, n + 1))
+        )
+    return min(1.0, least * len(bars))
 
 
 def without_victims(findings: list[Finding]) -> list[Finding]:
@@ -644,9 +651,15 @@ class ComputeModel(Slices):
         suspected = set(suspects)
         # the peers' pool factors: how far one pool strays by noise alone (their spread), and how often a hiccup
         # makes one slow
-        calm = [x / m for proc in job if proc not in suspected
-                for x, m in zip(shares[proc].slices, slice_meds, strict=True) if x == x and m > 0]  # fmt: skip
+        calm_of = [[x / m for x, m in zip(shares[proc].slices, slice_meds, strict=True) if x == x and m > 0]
+                   for proc in job if proc not in suspected]  # fmt: skip
+        calm = [x for of in calm_of for x in of]
         pool_sd = _robust(calm, 0.01)[1] if len(calm) >= 8 else math.inf
+        # each peer's typical pool (a healthy GPU a few % slower than another), and its pools against that one
+        typicals = [statistics.median(of) for of in calm_of if of]
+        hiccups = [
+            x / typical for of, typical in zip(filter(None, calm_of), typicals, strict=True) for x in of
+        ]
         # strict: flagged on its own; leaning: as slow but with half the evidence, enough to join a node-wide
         # finding on its host (its processes cross the bar one by one while the node slows down)
         strict: dict[str, list[Finding]] = defaultdict(list)
@@ -666,9 +679,10 @@ class ComputeModel(Slices):
                 continue
             remembered = self._remember(proc, factors, first + width, pool, late)
             resolved = not (late and ps.late_samples < p.pool_samples * pools)
-            if resolved and self._by_chance(remembered, calm, pool_sd, len(job),
-                                            self._memory_pools(proc, first + width, pool, late)):  # fmt: skip
-                continue
+            memory = self._memory_pools(proc, first + width, pool, late)
+            chance = (
+                self._chance(remembered, typicals, hiccups, pool_sd, len(job), memory) if resolved else 0.0
+            )
             if not resolved:
                 # by lateness, a pool without a sample of the collective carrying its waits reads on time: its
                 # lateness is known only at the pace of those samples
@@ -684,6 +698,7 @@ class ComputeModel(Slices):
             if pattern.kind != "intermittent":
                 pattern = dataclasses.replace(pattern, burst=factor)
             f = self._proc_finding(proc, factor, z, cost, pattern, len(job), med, ps)
+            f.chance = chance
             leaning[proc[0]].append(f)
             if z >= p.z_threshold and cost >= p.min_cost:
                 strict[proc[0]].append(f)
@@ -746,17 +761,23 @@ class ComputeModel(Slices):
                 reached = at
         return kept or [x for x in factors if x == x]
 
-    def _by_chance(
-        self, factors: list[float], calm: list[float], pool_sd: float, procs: int, pools: int
-    ) -> bool:
-        """Whether a suspect's slow pools are no rarer than its peers' would make them on one of the stage's
-        ``procs`` processes by chance (``calm``: the peers' pool factors): a noisy healthy job's hiccups clustering on
-        one process for a few seconds. Its ``factors`` are counted over its memory's time (``pools``), the pools
-        between its spells as a suspect (not remembered) quiet: bursts must recur, a steady excess last."""
-        hot_at = PoolPattern.hot_at(factors, pool_sd, self.params.min_excess)
-        if hot_at == math.inf or len(calm) < 8:
-            return False  # no pool stands out of the noise, or too few peers' pools to know their hiccups
-        return procs * chance_slow(factors, calm, hot_at, pools) > self.params.hiccup_chance
+    def _chance(self, factors: list[float], typicals: list[float], hiccups: list[float], pool_sd: float,
+                procs: int, pools: int) -> float:  # fmt: skip
+        """How likely a suspect's excess comes by chance on one of the stage's ``procs`` processes (0: not weighed, or
+        steady): a healthy GPU a few % slower than the rest with a noisy healthy job's hiccups clustering on it for a
+        few seconds. Steady: its typical pool (its ``factors``' median) slower than its peers' ``typicals`` by
+        ``z_threshold`` of their spread. Else bursts: its pools slow against its typical one no rarer than the
+        peers' pools against theirs (``hiccups``) make them; counted over its memory's time (``pools``), the pools
+        between its spells as a suspect (not remembered) quiet: bursts must recur."""
+        p = self.params
+        if len(hiccups) < 8 or pool_sd == math.inf:
+            return 0.0  # too few peers' pools to know their hiccups
+        typical = statistics.median(factors)
+        med, spread = _robust(typicals, p.spread_floor)
+        if typical >= 1 + p.min_excess and (typical - med) / spread >= p.z_threshold:
+            return 0.0
+        own = [x / typical for x in factors]
+        return min(1.0, procs * chance_slow(own, hiccups, 1 + max(p.min_excess, 4 * pool_sd), pools))
 
     def _memory_pools(self, proc: Proc, end: int, pool: int, late: bool = False) -> int:
         """Pools of ``pool`` slices from the start of its memory's oldest pool to slice ``end``."""
@@ -841,7 +862,7 @@ class ComputeModel(Slices):
                        z=statistics.median(f.z for f in parts),
                        comm_ids=sorted({cid for f in parts for cid in f.comm_ids}),
                        pattern=max(set(kinds), key=kinds.count), pattern_resolution_s=parts[0].pattern_resolution_s,
-                       coverage=parts[0].coverage)  # fmt: skip
+                       coverage=parts[0].coverage, chance=statistics.median(f.chance for f in parts))  # fmt: skip
 
 
 def connected(procs: list[Proc], links: Iterable[list[Proc]]) -> list[list[Proc]]:

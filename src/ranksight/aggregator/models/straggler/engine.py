@@ -150,6 +150,9 @@ class StragglerEngine(ComputeModel, CommsModel):
         held = {key for host, pid in unjudged
                 for key in ((host, pid, "compute"), (host, None, "compute"), (host, None, "communication"))}  # fmt: skip
         seen = set()
+        # a compute finding whose slow pools its peers' hiccups would bring by chance is not flagged: the time it
+        # lasts counts from when they no longer would
+        flagged = [f for f in flagged if f.chance <= self.params.hiccup_chance]
         for f in flagged:
             f.first_ts_us, f.last_ts_us = start_us, end_us
             seen.add(f.key)

@@ -42,7 +42,7 @@ class StragglerParams:
     max_stretch: int = (
         20  # the horizon is stretched (long steps, long dump intervals) to at most this many windows
     )
-    # a finding is confirmed only where its slow pools would come by chance (its peers' rate of as slow pools, times
+    # a compute finding is flagged only where its slow pools would come by chance (its peers' rate of as slow pools, times
     # the stage's processes) at most this often
     hiccup_chance: float = 1e-3
     node_share: float = 0.5  # share of a host's processes flagged before the host itself is reported
@@ -74,7 +74,7 @@ class Finding:
         default_factory=dict
     )  # what the data covered (Finding.as_dict documents it)
     # compute: how likely its slow pools come by chance, as often as its peers' are as slow, on one of the processes
-    # compared (0: not weighed); confirmed only at most hiccup_chance
+    # compared (0: not weighed, or steady); flagged only at most hiccup_chance
     chance: float = 0.0
 
     @property

@@ -175,8 +175,8 @@ def job_spec(cls: str, capture: Capture, seed: int, dump_ms: float, layout: str 
     at it: ~40 s past the onset, and a sampled job at 1 s dumps and beyond ~130 s, at 5 s ~260 s (a weak straggler
     shows only in the statistics of many single-slot samples)."""
     spec = CLASSES[cls](capture, seed)
-    # sampled: the horizon holds 48 ticks (48 s at 1 s dumps; at 5 s its 120 s cap, 24), and a weak finding must stay
-    # flagged over half of one before it alerts
+    # sampled: the horizon holds 48 ticks (48 s at 1 s dumps, 240 s at 5 s), and a weak finding must stay flagged over
+    # half of one before it alerts (at 5 s most are found by the end of the run, not yet online)
     past_onset = round(2600 * max(1.0, dump_ms / 2500)) if capture == "sampled" and dump_ms >= 1000 else (
         800 if dump_ms >= 1000 else 0)  # fmt: skip
     steps = max(spec.steps, ONSET_STEP + past_onset) if cls != "late_onset" else spec.steps + past_onset

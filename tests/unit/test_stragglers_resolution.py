@@ -16,7 +16,7 @@ import msgspec
 import pytest
 
 from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
-from ranksight.aggregator.models.straggler.findings import Finding
+from ranksight.aggregator.models.straggler.findings import Finding, StragglerParams
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate import plugin_scenarios, scenarios
@@ -142,6 +142,28 @@ def test_a_weak_straggler_judged_by_lateness_claims_no_pattern_finer_than_its_sa
         f.pattern == "steady"
         or "known only where a sample of the collective carrying its waits" in f.evidence
     )
+
+
+@pytest.mark.parametrize("cls", ["compute_1.2", "straggler"])
+def test_sampled_capture_at_5_s_dumps_holds_enough_ticks_to_find_a_straggler(cls: str) -> None:
+    """Hybrid job, sampled at 5 s dumps: the horizon holds the ticks a weak straggler needs (48, over 240 s) instead of
+    stopping at the ring's stretch cap (120 s: 24 ticks, and the straggler went unseen)."""
+    spec = spec_at(cls, "sampled", 1, 5000.0, steps=scenarios.ONSET_STEP + 5200, layout="hybrid")
+    f = only(analyze_records(records_of(spec)).stragglers, spec)
+    assert f.coverage["dump_interval_s"] == pytest.approx(5.0, rel=0.05)
+
+
+def test_the_sampled_horizon_spans_no_more_dump_time_than_its_bound() -> None:
+    """Ticks far apart (a long dump interval, or a peer's clock) stretch the sampled horizon only up to
+    ``sampled_max_window_s`` (every judgement walks the horizon's slices); below it, the ring's stretch cap holds."""
+    spec = spec_at("compute_1.2", "sampled", 1, 5000.0, steps=scenarios.ONSET_STEP + 2000, layout="hybrid")
+    records = records_of(spec)
+    params = StragglerParams()
+    ring_cap_s = params.max_stretch * params.window_s
+    for bound_s, span_s in ((60.0, ring_cap_s), (200.0, 200.0), (300.0, 240.0)):
+        engine = StragglerEngine(dataclasses.replace(params, sampled_max_window_s=bound_s)).extend(records)
+        engine.analyze()
+        assert engine._horizon_now * engine.slice_us / 1e6 == pytest.approx(span_s, abs=2 * params.slice_s)
 
 
 def test_noisy_healthy_sampled_jobs_raise_nothing() -> None:

@@ -780,6 +780,13 @@ class StragglerSettings(Section):
         "ahead: its processes would be the newest and the job's real slices judged stale); counted per cluster in "
         "the status's stragglers.ahead. Keep it under twice window_s",
     )
+    sampled_max_window_s: float = Field(
+        300.0,
+        gt=0,
+        description="sampled capture (2.28/2.29 plugins): the horizon holds 48 dump ticks (a weak straggler needs "
+        "many single-slot samples) and spans at most this much dump time: 240 s at 5 s dumps; longer intervals get "
+        "fewer ticks. The engine keeps rows only for the samples, so memory follows the ticks, not this span",
+    )
     retain_windows: int = Field(
         6,
         ge=2,

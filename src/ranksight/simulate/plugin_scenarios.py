@@ -20,7 +20,10 @@ Capture = Literal["ring", "sampled"]
 STEP_MS = (50.0, 120.0, 400.0, 2000.0)  # a seed's step length: (seed - 1) % 4
 ONSET_S = 8.0
 LATE_ONSET_S = 25.0
+# how long a job runs past its faults' onset: sampled, long enough for the 48 ticks a weak straggler needs and half
+# a horizon more to confirm it (130 s at 1-2.5 s dumps, beyond in proportion: 260 s at 5 s)
 PAST_ONSET_S = {"ring": 40.0, "sampled": 130.0}
+SAMPLED_TICKS_PAST_ONSET = 52
 NODES, GPUS = 4, 4
 
 
@@ -61,7 +64,10 @@ def _base(capture: Capture, seed: int, dump_ms: float, onset_s: float = ONSET_S,
     Compute is ~90 % of a step (before the first collective and in the gaps between them), collectives the rest."""
     rng = random.Random(seed * 7919)
     step = step_ms(seed)
-    steps = round((onset_s + PAST_ONSET_S[capture]) * 1000 / step)
+    past_s = PAST_ONSET_S[capture]
+    if capture == "sampled":
+        past_s = max(past_s, SAMPLED_TICKS_PAST_ONSET * dump_ms / 1000)
+    steps = round((onset_s + past_s) * 1000 / step)
     base: dict[str, object] = dict(
         nodes=NODES, gpus_per_node=GPUS, pp=2, ep_nodes=2, layout="hybrid", steps=steps, compute_ms=0.6 * step,
         capture=capture, seed=seed, dump_interval_ms=dump_ms, noise=0.025, gpu_speed_noise=rng.uniform(0.01, 0.025),

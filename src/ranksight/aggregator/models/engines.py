@@ -55,7 +55,8 @@ def params_of(settings: config.StragglerSettings) -> StragglerParams:
                            judge_every=max(1, round(settings.judge_every_s / settings.slice_s)),
                            confirm_windows=settings.confirm_windows, evidence_z=settings.evidence_z,
                            catch_up_windows=settings.catch_up_windows,
-                           clock_ahead_s=settings.clock_ahead_s, hiccup_chance=settings.hiccup_chance)  # fmt: skip
+                           clock_ahead_s=settings.clock_ahead_s, hiccup_chance=settings.hiccup_chance,
+                           sampled_max_window_s=settings.sampled_max_window_s)  # fmt: skip
 
 
 class ClusterEngines:

@@ -124,16 +124,20 @@ class StragglerEngine(ComputeModel, CommsModel):
 
     def _judge(self, index: int, behind: set[Proc]) -> None:
         # long steps stretch the horizon to ``min_window_steps`` steps (a few ops give no stable share), long dump
-        # intervals to enough pools to tell a steady straggler from an intermittent one and, sampled, to
-        # ``sampled_window_samples`` samples per key
+        # intervals to enough pools to tell a steady straggler from an intermittent one, at most ``max_stretch``
+        # windows. Sampled, it holds ``sampled_window_samples`` ticks however long they are: a slice keeps rows only
+        # for the keys sampled in it, so the memory is that of the samples, not of the time they span (at 5 s dumps the
+        # cap left 24 ticks, too few to find a weak straggler), up to ``sampled_max_window_s`` (a peer whose dump
+        # ticks lie hours apart would have every judgement walk hours of empty slices)
         p = self.params
         steps_per_slice = self._step_rate * self.slice_us
         need = (PoolPattern.MIN_POOLS + 2) * self._pool_slices() if self._step_rate else 0
-        if self.sampled > self.ring:
-            need = max(need, math.ceil(p.sampled_window_samples * self._interval_us / self.slice_us))
         if steps_per_slice > 0:
             need = max(need, math.ceil(p.min_window_steps / steps_per_slice))
         horizon = max(self.horizon, min(p.max_stretch * self.horizon, need))
+        if self.sampled > self.ring:
+            ticks = min(p.sampled_window_samples * self._interval_us, p.sampled_max_window_s * 1e6)
+            horizon = max(horizon, math.ceil(ticks / self.slice_us))
         self._horizon_now = horizon
         # slices with no record are time too (long ops complete less often than a slice): kept, empty
         first = max(index - horizon + 1, min(self.slices))

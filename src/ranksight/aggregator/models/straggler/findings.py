@@ -37,6 +37,7 @@ class StragglerParams:
     # often the rarest sampled (the slot holds a communicator's last op): with 24, a 1.1-1.2x straggler of the hybrid
     # job had too few samples of it and was missed in 2 of 5 runs
     sampled_window_samples: int = 48
+    sampled_max_window_s: float = 300.0  # sampled: the horizon spans at most this much dump time
     confirm_share: float = 0.5  # share of the horizon a weak finding must stay flagged before it is confirmed
     pattern_memory_windows: int = 8  # horizons of a suspect's pools kept to tell steady from intermittent
     max_stretch: int = (

@@ -123,15 +123,6 @@ class PoolPattern:
 
     MIN_POOLS: ClassVar[int] = 6
 
-    @staticmethod
-    def hot_at(factors: list[float], pool_sd: float, min_excess: float) -> float:
-        """The factor from which a pool counts as slow: at least half the typical excess of the pools clearly above
-        noise (a hiccup before an onset is not a burst); infinite where none is."""
-        above = sorted(x for x in factors if x >= 1 + max(min_excess, 4 * pool_sd))
-        if not above:
-            return math.inf
-        return 1 + max(min_excess, 4 * pool_sd, (above[(3 * len(above)) // 4] - 1) / 2)
-
     @classmethod
     def judge(
         cls, factors: list[float], pool_sd: float, min_excess: float, resolution_s: float
@@ -140,9 +131,11 @@ class PoolPattern:
         than one horizon: bursts longer than a horizon fill some horizons whole); ``pool_sd`` how far a healthy
         process's pool strays by noise alone. Only the pools from its first slow one to its last count: quiet pools
         before an onset or after a fault ended say nothing of bursts, quiet pools between slow ones do."""
-        hot_at = cls.hot_at(factors, pool_sd, min_excess)
-        if hot_at == math.inf:
+        above = sorted(x for x in factors if x >= 1 + max(min_excess, 4 * pool_sd))
+        if not above:
             return cls("undetermined", resolution_s)
+        # slow: at least half the typical excess of its slow pools (a hiccup before an onset is not a burst)
+        hot_at = 1 + max(min_excess, 4 * pool_sd, (above[(3 * len(above)) // 4] - 1) / 2)
         slow = [i for i, x in enumerate(factors) if x >= hot_at]
         if len(slow) < 2:
             return cls("undetermined", resolution_s)
@@ -678,12 +671,8 @@ class ComputeModel(Slices):
             if hot < 3 or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
                 continue
             remembered = self._remember(proc, factors, first + width, pool, late)
-            resolved = not (late and ps.late_samples < p.pool_samples * pools)
-            memory = self._memory_pools(proc, first + width, pool, late)
-            chance = (
-                self._chance(remembered, typicals, hiccups, pool_sd, len(job), memory) if resolved else 0.0
-            )
-            if not resolved:
+            chance = 0.0
+            if late and ps.late_samples < p.pool_samples * pools:
                 # by lateness, a pool without a sample of the collective carrying its waits reads on time: its
                 # lateness is known only at the pace of those samples
                 horizon_s = width * self.slice_us / 1e6
@@ -694,6 +683,8 @@ class ComputeModel(Slices):
                     f"{ps.late_samples} in {horizon_s:g} s",
                 )
             else:
+                memory = self._memory_pools(proc, first + width, pool, late)
+                chance = self._chance(remembered, typicals, hiccups, pool_sd, len(job), memory)
                 pattern = PoolPattern.judge(remembered, pool_sd, p.min_excess, resolution_s)
             if pattern.kind != "intermittent":
                 pattern = dataclasses.replace(pattern, burst=factor)

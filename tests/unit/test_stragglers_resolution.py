@@ -9,12 +9,15 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
+import math
 from collections import Counter, defaultdict
+from fractions import Fraction
 from typing import cast
 
 import msgspec
 import pytest
 
+from ranksight.aggregator.models.straggler.compute import chance_slow
 from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
 from ranksight.aggregator.models.straggler.findings import Finding, StragglerParams
 from ranksight.formats.inspector import parse_op
@@ -341,3 +344,18 @@ def test_sampled_hybrid_healthy_jobs_raise_nothing(cls: str, dump_ms: float) -> 
     for seed in (2, 3):
         spec = plugin_scenarios.CLASSES[cls]("sampled", seed, dump_ms)
         assert analyze_records(records_of(spec)).stragglers == []
+
+
+def test_the_chance_of_slow_pools_holds_over_a_long_memory() -> None:
+    """The binomial tail over thousands of pools (a suspect's memory after its pool length shrank) is the exact
+    probability, not an overflow: ``math.comb`` of 1,100 pools is beyond a float."""
+    quiet, background = [1.0] * 1094, [1.0] * 200 + [1.3] * 2
+    rate = Fraction(3, 204)  # (2 peers' pools that slow + 1) / (202 + 2)
+
+    def exact(n: int, k: int) -> float:
+        return float(1 - sum(math.comb(n, i) * rate**i * (1 - rate) ** (n - i) for i in range(k)))  # exact
+
+    assert chance_slow(quiet + [1.3] * 6, background, 1.1) == pytest.approx(exact(1100, 6), rel=1e-9)
+    assert chance_slow(quiet[:600] + [1.3] * 40, background, 1.1) == pytest.approx(exact(640, 40), rel=1e-9)
+    assert chance_slow([1.3] * 30, background, 1.1, pools=5000) == pytest.approx(exact(5000, 30), rel=1e-9)
+    assert chance_slow(quiet[:600] + [1.3] * 500, background, 1.1) == 0.0  # below the smallest float

@@ -87,10 +87,18 @@ def chance_slow(factors: list[float], background: list[float], floor: float, poo
     for bar in bars:
         slow = sum(x >= bar for x in factors)
         rate = (sum(x >= bar for x in background) + 1) / (len(background) + 2)
-        least = min(
-            least, math.fsum(math.comb(n, i) * rate**i * (1 - rate) ** (n - i) for i in range(slow, n + 1))
-        )
+        least = min(least, _binomial_tail(n, slow, rate))
     return min(1.0, least * len(bars))
+
+
+def _binomial_tail(n: int, k: int, rate: float) -> float:
+    """P(X >= k) for X ~ Binomial(n, rate), 0 < rate < 1, its terms in logarithms: the binomial coefficient of a
+    thousand pools or more is beyond a float."""
+    log_n, log_rate, log_rest = math.lgamma(n + 1), math.log(rate), math.log1p(-rate)
+    return math.fsum(
+        math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_rate + (n - i) * log_rest)
+        for i in range(k, n + 1)
+    )
 
 
 def without_victims(findings: list[Finding]) -> list[Finding]:

@@ -227,9 +227,9 @@ async def main(args: argparse.Namespace) -> None:
     import nats
 
     from ranksight.aggregator.runtime import ensure_stream
-    from ranksight.core.config import load_settings
     from ranksight.core.natsserver import NatsServer
     from ranksight.schemas.subjects import Subjects
+    from ranksight.settings import load_settings
     from ranksight.simulate.cluster import NodeSysfs
     from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 

@@ -53,11 +53,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.results
 
 from benchmarks.results import write_result
+from ranksight.agent.collectors.inspector.settings import InspectorSettings
 from ranksight.aggregator.models.engines import params_of
 from ranksight.aggregator.models.hangs import HangFinder
 from ranksight.aggregator.models.straggler.engine import StragglerEngine
 from ranksight.aggregator.models.straggler.findings import Finding
-from ranksight.core.config import InspectorSettings, StragglerSettings
+from ranksight.aggregator.models.straggler.settings import StragglerSettings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import JobSpec, run_job, summarize

@@ -47,7 +47,7 @@ from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.models.engines import params_of
 from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
 from ranksight.aggregator.models.straggler.findings import Finding
-from ranksight.core.config import StragglerSettings
+from ranksight.aggregator.models.straggler.settings import StragglerSettings
 from ranksight.schemas.records import InspectorRecord
 from ranksight.simulate.inspector import JobSpec, step_starts
 from ranksight.simulate.inspector_plugin import PLUGIN_VERSIONS, SAMPLED_VERSIONS

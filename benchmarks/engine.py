@@ -92,7 +92,7 @@ def measure(nodes: int, template_file: Path, onset_s: float, result: Any) -> Non
         process_start,
         queue_entry,
     )
-    from ranksight.core.config import StragglerSettings
+    from ranksight.aggregator.models.straggler.settings import StragglerSettings
 
     settings = StragglerSettings.model_validate({})
     every_us = int(settings.evaluate_every_s * US)

@@ -26,9 +26,9 @@ import nats
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.core.config import load_settings
 from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import load_settings
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))

@@ -32,10 +32,11 @@ import nats
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from ranksight.aggregator.ingest.settings import IngestSettings
 from ranksight.aggregator.runtime import ensure_stream
-from ranksight.core.config import IngestSettings, Settings, load_settings
 from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings, load_settings
 
 MiB = 1 << 20
 CLUSTER = "bench"

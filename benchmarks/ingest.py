@@ -34,13 +34,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from ranksight.agent.publisher import Outgoing, Publisher
 from ranksight.aggregator.runtime import Aggregator, ensure_stream
-from ranksight.core.config import Settings, load_settings
 from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.wire import event_type
+from ranksight.settings import Settings, load_settings
 
 
 def _payloads(cluster: str, agents: int, batches: int, records: int) -> list[tuple[str, str, bytes]]:

@@ -22,8 +22,8 @@ from typing import Any
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.store import Store
 from ranksight.api.client import query
-from ranksight.core.config import load_settings
 from ranksight.core.natsserver import NatsServer
+from ranksight.settings import load_settings
 
 RANKS, NODES, COMMS = 512, 64, 16
 

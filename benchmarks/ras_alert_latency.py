@@ -23,10 +23,10 @@ import nats
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.core.config import Settings, load_settings
 from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.records.ras import RasEvent
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings, load_settings
 from ranksight.simulate.cluster import LiveJob, ras_status_json, ras_status_text
 from ranksight.simulate.inspector import JobSpec
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer

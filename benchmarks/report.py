@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.browser dr
 from benchmarks.results import write_result
 from ranksight.aggregator.api.offline import OfflineHistory
 from ranksight.aggregator.report import job_report
-from ranksight.core.config import load_settings
+from ranksight.settings import load_settings
 from ranksight.simulate.history import write_job_history
 from tests.browser import CHROMIUM, Browser
 

@@ -84,7 +84,7 @@ def build_templates(seconds: float, onset_s: float) -> tuple[int, dict[bool, lis
     """The healthy and the faulted block, each node through the agent's summarizer and raw sampler; their start time
     (µs, a window boundary) and the simulated collectives/s per rank."""
     from ranksight.agent.collectors.inspector.sampler import RawSampler
-    from ranksight.core.config import InspectorSettings
+    from ranksight.agent.collectors.inspector.settings import InspectorSettings
     from ranksight.formats.inspector import parse_op
     from ranksight.simulate.inspector import Fault, JobSpec, run_job, summarize
 
@@ -218,7 +218,7 @@ def _placed(record: Any, shift_us: int, summary: bool) -> Any:
 def inspector_schedule(node: NodeTemplate, shift_us: int) -> list[tuple[int, Template]]:
     """A template node's Inspector envelopes with the wall-clock µs each is due: the summaries a window closes in one
     envelope (as the agent emits them), each raw batch in one."""
-    from ranksight.core.config import InspectorSettings
+    from ranksight.agent.collectors.inspector.settings import InspectorSettings
 
     ttl = InspectorSettings.model_validate({}).summary_ttl()
     by_time: dict[int, list[Any]] = defaultdict(list)
@@ -273,7 +273,7 @@ def gauge_templates(nic_source: str) -> list[tuple[float, list[Template]]]:
     """Per node: (interval s, the envelopes sent in turn) of the GPU, NIC and heartbeat collectors at their defaults
     (``wire.py``'s batches: an A100's ``nvidia-smi`` sample x 8, a heartbeat; :func:`nic_cycle`)."""
     from benchmarks.wire import gpu, heartbeat
-    from ranksight.core.config import CollectorsSettings
+    from ranksight.agent.collectors.settings import CollectorsSettings
 
     cfg = CollectorsSettings()
     beat = [replace(r, **{"hostname": HOST_MARK}) for r in heartbeat()]
@@ -297,7 +297,7 @@ class RasJob:
         from ranksight.agent.collectors.ras.parse_json import parse_status_json
         from ranksight.agent.collectors.ras.parse_text import parse_status_text
         from ranksight.agent.collectors.ras.poll import merge_detail
-        from ranksight.core.config import CollectorsSettings
+        from ranksight.agent.collectors.settings import CollectorsSettings
         from ranksight.simulate.cluster import ras_status_json, ras_status_text
         from ranksight.simulate.inspector import JobSpec, comms
 
@@ -431,9 +431,9 @@ async def _lag_s(js: Any, stream: str, durable: str) -> float:
 async def run_size(n: int, template_file: Path, args: argparse.Namespace) -> SizeResult:
     import nats
 
-    from ranksight.core.config import load_settings
     from ranksight.core.natsserver import NatsServer
     from ranksight.schemas.subjects import Subjects
+    from ranksight.settings import load_settings
 
     blocks = max(1, n // BLOCK)
     with tempfile.TemporaryDirectory(prefix="ranksight-scale-") as tmp:

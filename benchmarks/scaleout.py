@@ -41,13 +41,14 @@ from msgspec.structs import replace
 
 from benchmarks.alert_continuity import AlertContinuity
 from benchmarks.scale import SLOW, SimulatedNode, build_templates, inspector_schedule
+from ranksight.agent.collectors.inspector.settings import InspectorSettings
 from ranksight.aggregator.lead import LEAD_KEY
-from ranksight.core.config import InspectorSettings, Settings, load_settings
 from ranksight.core.kvlease import NATS_ERRORS
 from ranksight.core.natsconn import connect
 from ranksight.core.natsserver import NatsCluster
 from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings, load_settings
 from tests.loadgen import SyntheticAgent
 from tests.shard_topology import ShardTopology, failover
 from tests.support import wait_for

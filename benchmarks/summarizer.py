@@ -14,8 +14,8 @@ import argparse
 import time
 
 from ranksight.agent.collectors.inspector.sampler import RawSampler
+from ranksight.agent.collectors.inspector.settings import InspectorSettings
 from ranksight.agent.collectors.inspector.summary import Summarizer
-from ranksight.core.config import InspectorSettings
 from ranksight.formats.inspector import parse_op
 from ranksight.simulate.inspector import JobSpec, format_line
 from ranksight.simulate.inspector import comms as job_comms

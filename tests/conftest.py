@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.core.config import Settings, load_settings
 from ranksight.core.natsserver import NatsCluster, NatsServer
+from ranksight.settings import Settings, load_settings
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "fixtures"

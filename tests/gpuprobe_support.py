@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ranksight.core.config import GpuProbeSettings
+from ranksight.agent.gpuprobe.settings import GpuProbeSettings
 
 
 def fake_command(*args: str) -> list[str]:

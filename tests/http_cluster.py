@@ -18,7 +18,6 @@ import msgspec
 import nats
 
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
-from ranksight.core.config import Settings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.envelope import Envelope
@@ -26,6 +25,7 @@ from ranksight.schemas.records import AppRecord, GpuRecord, HeartbeatRecord, Nic
 from ranksight.schemas.records.ras import RasCommunicator
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.wire import event_type
+from ranksight.settings import Settings
 from ranksight.simulate.inspector import Fault, JobSpec, comms, simulate, summarize
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "ras"

@@ -15,10 +15,10 @@ from nats.aio.client import Client
 
 from ranksight.agent.batcher import Batcher
 from ranksight.agent.publisher import Publisher
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 
 
 class SyntheticAgent:

@@ -12,9 +12,9 @@ import nats
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 from ranksight.aggregator.runtime import ensure_stream
-from ranksight.core.config import Settings
 from ranksight.schemas.records import HeartbeatRecord
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.http_cluster import Publisher
 
 SHARDS = ("a", "b", "c")

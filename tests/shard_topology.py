@@ -25,9 +25,9 @@ import nats.js.errors
 
 from ranksight.aggregator.runtime import ensure_stream
 from ranksight.aggregator.shards import MEMBER, PARTITION
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.core.natsserver import NatsCluster, NatsServer
+from ranksight.settings import Settings
 from tests.loadgen import SyntheticAgent
 from tests.support import ranksight_cmd, settings_env, wait_for
 

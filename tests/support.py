@@ -17,8 +17,8 @@ import nats.js.errors
 
 from ranksight.agent.runtime import AgentRuntime
 from ranksight.aggregator.runtime import Aggregator, ensure_buckets
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
+from ranksight.settings import Settings
 
 
 async def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:

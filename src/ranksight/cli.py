@@ -9,8 +9,12 @@ import os
 import signal
 import sys
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ranksight.errors import EXIT_INTERRUPTED, exit_status
+
+if TYPE_CHECKING:
+    from ranksight.core.config import CommonSettings
 
 # Each command and the module that registers it (``register(subparsers)``). Only the module of the command being run is
 # imported, so a process loads what its command needs: the agent never loads DuckDB, pyarrow, the aiohttp server or the
@@ -69,10 +73,20 @@ def _parser(modules: Iterable[str]) -> argparse.ArgumentParser:
         prog="ranksight", description="Live diagnosis of RCCL/NCCL training jobs."
     )
     parser.add_argument("--version", action=_Version)
+    # how every command loads its settings (core.cliutil.settings_from_args): the root, which sits above every command
+    parser.set_defaults(load_settings=_load_settings)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in dict.fromkeys(modules):
         importlib.import_module(name).register(sub)
     return parser
+
+
+def _load_settings(path: str | None, **overrides: Any) -> CommonSettings:
+    """The root of the settings (every component's sections), loaded: imported when a command loads its settings, not
+    to build the parser (``--version`` and help load no settings)."""
+    from ranksight.settings import load_settings
+
+    return load_settings(path, **overrides)
 
 
 def _commands_of(parser: argparse.ArgumentParser) -> set[str]:

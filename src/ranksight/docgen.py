@@ -100,7 +100,7 @@ def _sections(model: type[BaseModel], path: str) -> Iterator[tuple[str, type[Bas
 
 
 def configuration_page() -> str:
-    from ranksight.core.config import Settings
+    from ranksight.settings import Settings
 
     out = [
         "# Configuration reference\n",
@@ -254,8 +254,8 @@ def records_page() -> str:
 
 def rules_page() -> str:
     from ranksight.aggregator.actions.planner import ActionBreakerRule, ActionPlanner
+    from ranksight.aggregator.actions.settings import ActionSettings
     from ranksight.aggregator.analysis.rules import default_rules
-    from ranksight.core.config import ActionSettings
 
     rules = [*default_rules(), ActionBreakerRule(ActionPlanner(ActionSettings()))]
     out = [

@@ -16,9 +16,9 @@ import nats
 
 from ranksight.aggregator.runtime import ensure_stream
 from ranksight.api.client import ApiUnavailable, query
-from ranksight.core.config import Settings
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import RECORD_KINDS
+from ranksight.settings import Settings
 from tests.support import ranksight_cmd, settings_env, wait_for
 
 MiB = 1 << 20

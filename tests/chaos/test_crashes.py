@@ -12,9 +12,9 @@ import duckdb
 import pytest
 
 from ranksight.aggregator.store import Store
-from ranksight.core.config import Settings
 from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.chaos.support import RSS_BOUND, AggregatorProcess, db_rows, good_once, poison_pills, publish_raw
 from tests.loadgen import SyntheticAgent
 from tests.support import consumer_drained, wait_for

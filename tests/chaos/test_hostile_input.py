@@ -11,10 +11,10 @@ from collections import Counter
 
 import pytest
 
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.chaos.support import (
     RSS_BOUND,
     AggregatorProcess,

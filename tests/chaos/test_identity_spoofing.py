@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 from ranksight.api.client import query
-from ranksight.core.config import NatsSettings, Settings
+from ranksight.core.config import NatsSettings
 from ranksight.core.natsconn import connect
 from ranksight.core.natsserver import NatsServer
 from ranksight.schemas.subjects import Subjects, inbox_prefix
+from ranksight.settings import Settings
 from ranksight.simulate.inspector import JobSpec, write_job
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES, REPO

@@ -23,11 +23,11 @@ import pytest
 
 from ranksight.agent.collectors.ras.lease import Lease
 from ranksight.api.client import ApiUnavailable, query
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect, once_jetstream_answers
 from ranksight.core.natsserver import NatsCluster, NatsServer
 from ranksight.deploy.nats_permissions import roles, server_conf
 from ranksight.schemas.subjects import RAS_LEASE_BUCKET, Subjects, inbox_prefix
+from ranksight.settings import Settings
 from tests.chaos.support import envelope
 from tests.conftest import REPO, fast_settings
 from tests.support import aggregator, wait_for

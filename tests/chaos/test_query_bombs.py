@@ -13,8 +13,8 @@ import pytest
 
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.api.client import query
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
+from ranksight.settings import Settings
 from tests.loadgen import SyntheticAgent
 from tests.support import agent, aggregator, wait_for
 

@@ -13,10 +13,10 @@ import nats.aio.msg
 import pytest
 
 from ranksight.aggregator.raw_evidence import EvidenceAsk
-from ranksight.core.config import Settings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.support import aggregator
 

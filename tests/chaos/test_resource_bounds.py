@@ -19,11 +19,12 @@ from ranksight.agent.collectors.app import MarkerLimit, peer_pid
 from ranksight.agent.probe.server import parse_networks
 from ranksight.agent.probe.targets import ProbeTargets, TargetRefused
 from ranksight.aggregator.ingest.pipeline import Incoming
+from ranksight.aggregator.ingest.settings import IngestSettings
 from ranksight.aggregator.store import Store
-from ranksight.core.config import IngestSettings, Settings
 from ranksight.schemas.records.probe import ProbeCommand
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.wire import event_type
+from ranksight.settings import Settings
 
 pytestmark = pytest.mark.chaos
 

@@ -14,9 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ranksight.aggregator.actions.settings import ActionSettings
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.core.config import ActionSettings, Settings
 from ranksight.schemas.records import GpuRecord, HeartbeatRecord
+from ranksight.settings import Settings
 from tests.browser import CHROMIUM, Browser
 from tests.http_cluster import Publisher, http_settings
 from tests.support import aggregator, run_cli_async, settings_env, wait_for

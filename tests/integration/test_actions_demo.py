@@ -9,7 +9,7 @@ from pathlib import Path
 
 import duckdb
 
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from tests.support import run_cli, settings_env
 
 LEDGER_SCRIPT = """import json, sys

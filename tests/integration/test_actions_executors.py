@@ -23,7 +23,7 @@ from ranksight.aggregator.actions.executors import KubernetesExecutor
 from ranksight.aggregator.actions.model import Action, ActionRefused
 from ranksight.aggregator.actions.planner import ActionPlanner
 from ranksight.aggregator.actions.runner import ActionRunner
-from ranksight.core.config import ActionSettings
+from ranksight.aggregator.actions.settings import ActionSettings
 from tests.k8s_fake import FakeApiServer
 
 SECRET = "s3cret-key"

@@ -14,11 +14,12 @@ from typing import Any
 from ranksight.aggregator.actions.model import Action
 from ranksight.aggregator.actions.planner import ActionPlanner
 from ranksight.aggregator.actions.runner import ActionRunner
+from ranksight.aggregator.actions.settings import ActionPolicy, ActionSettings
 from ranksight.aggregator.lead import AlertBook
 from ranksight.aggregator.timefmt import iso
-from ranksight.core.config import ActionPolicy, ActionSettings, Settings
 from ranksight.core.natsconn import connect
 from ranksight.schemas.alerts import Alert
+from ranksight.settings import Settings
 
 SCRIPT = "import json, sys; open(sys.argv[1], 'a').write(json.load(sys.stdin)['id'] + '\\n')"
 

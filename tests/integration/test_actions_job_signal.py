@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.core.config import ActionSettings, Settings
+from ranksight.aggregator.actions.settings import ActionSettings
+from ranksight.settings import Settings
 from tests.support import agent, aggregator, wait_for
 
 TRAINER = """

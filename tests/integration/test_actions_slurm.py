@@ -13,10 +13,10 @@ import pytest
 from ranksight.aggregator.actions.desk import ActionDesk
 from ranksight.aggregator.actions.executors import SlurmExecutor, parse_show_node
 from ranksight.aggregator.actions.model import Action, ActionRefused
+from ranksight.aggregator.actions.settings import ActionSettings
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import iso
-from ranksight.core.config import ActionSettings
 from ranksight.schemas.alerts import Alert
 from tests.slurm_support import SlurmCluster, start_slurm
 

@@ -19,10 +19,10 @@ from ranksight.aggregator.analysis.nodes import NodeSilentRule
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import LiveState
 from ranksight.api.client import query
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.conftest import REPO
 from tests.support import agent, aggregator, run_cli_async, running, settings_env, wait_for
 

@@ -20,9 +20,10 @@ from aiohttp import web
 
 from ranksight.aggregator.alertmanager import AlertmanagerPush
 from ranksight.aggregator.alerts import INHIBITIONS
+from ranksight.aggregator.component_settings import AlertmanagerSettings
 from ranksight.core.aio import cancel_all
-from ranksight.core.config import AlertmanagerSettings, Settings
 from ranksight.schemas.alerts import Alert
+from ranksight.settings import Settings
 from tests.conftest import REPO
 from tests.deploy_support import free_port
 from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for

@@ -17,6 +17,7 @@ from pathlib import Path
 import nats
 
 from ranksight.aggregator.alerts import AlertEngine, Condition
+from ranksight.aggregator.component_settings import AlertSettings
 from ranksight.aggregator.lead import LEAD_KEY, AlertBook, LeadFeed, drain_key
 from ranksight.aggregator.runtime import Aggregator, ensure_stream
 from ranksight.aggregator.state import NS, LiveState
@@ -24,7 +25,6 @@ from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import iso
 from ranksight.api.client import query
 from ranksight.core.aio import cancel_all
-from ranksight.core.config import AlertSettings, Settings
 from ranksight.core.kvlease import key_value
 from ranksight.core.natsconn import connect
 from ranksight.schemas.alerts import Alert, Matcher, Silence
@@ -33,6 +33,7 @@ from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.wire import event_type
+from ranksight.settings import Settings
 from tests.shard_topology import ShardTopology
 from tests.support import aggregator, wait_for
 

@@ -11,7 +11,7 @@ import duckdb
 import pytest
 
 from ranksight.client import Client
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for
 
 

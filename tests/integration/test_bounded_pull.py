@@ -11,8 +11,8 @@ from nats.js.api import AckPolicy, ConsumerConfig
 
 from ranksight.aggregator.pull import BoundedPull
 from ranksight.aggregator.runtime import ensure_stream
-from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.loadgen import SyntheticAgent
 from tests.support import aggregator, consumer_drained, gpu_rows, wait_for
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.core.config import Settings
 from ranksight.schemas.records import HeartbeatRecord
+from ranksight.settings import Settings
 from tests.http_cluster import NODES, Publisher, http_settings, publish_cluster
 from tests.support import aggregator, run_cli_async, settings_env, wait_for
 

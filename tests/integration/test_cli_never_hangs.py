@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.core.config import Settings
 from ranksight.core.natsserver import NatsServer
+from ranksight.settings import Settings
 from tests.conftest import REPO
 from tests.support import ranksight_cmd, settings_env
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.core.config import Settings, load_settings
+from ranksight.settings import Settings, load_settings
 from tests.support import ranksight_cmd, settings_env
 
 

@@ -10,9 +10,9 @@ import nats
 
 from ranksight.aggregator.columns import kind_columns
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.core.config import Settings
 from ranksight.schemas.codec import unpack
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.loadgen import SyntheticAgent
 from tests.support import agent, aggregator, wait_for

@@ -15,8 +15,8 @@ import pytest
 from pydantic import BaseModel
 
 from ranksight.api.client import query
-from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.support import agent, aggregator
 
 OUTLIVE_S = 1.5  # longer than a disabled part takes to return (the probe planner's did at once)

@@ -8,9 +8,9 @@ import duckdb
 import msgpack
 import nats
 
-from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.wire import MAX_RECORDS
+from ranksight.settings import Settings
 from tests.loadgen import SyntheticAgent
 from tests.support import aggregator, wait_for
 

@@ -11,8 +11,8 @@ import nats
 
 from ranksight.aggregator.runtime import ensure_stream
 from ranksight.api.client import ApiUnavailable, query
-from ranksight.core.config import Settings
 from ranksight.core.natsserver import NatsServer
+from ranksight.settings import Settings
 from tests.loadgen import SyntheticAgent
 from tests.support import aggregator, consumer_drained, gpu_rows, ranksight_cmd, settings_env, wait_for
 

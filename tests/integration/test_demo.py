@@ -11,7 +11,8 @@ from pathlib import Path
 
 import duckdb
 
-from ranksight.core.config import InspectorSettings, Settings
+from ranksight.agent.collectors.inspector.settings import InspectorSettings
+from ranksight.settings import Settings
 from tests.support import ranksight_cmd, run_cli, settings_env
 
 

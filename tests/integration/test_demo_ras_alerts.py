@@ -17,8 +17,8 @@ from pathlib import Path
 import duckdb
 import nats
 
-from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.support import ranksight_cmd, settings_env
 
 NODES = 8

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.core.config import Settings
 from ranksight.deploy import wheel as wheels
 from ranksight.deploy.fleet import connect_nats, run_fleet
 from ranksight.deploy.hosts import Host
 from ranksight.deploy.plan import DeployOptions
 from ranksight.deploy.ssh import Node
 from ranksight.deploy.steps import HostResult, deploy_host, status_host
+from ranksight.settings import Settings
 from tests.deploy_support import Faults, keygen, local_shell_server
 
 TOKEN = "tok-faults-5e7a"

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.core.config import Settings
 from ranksight.deploy import wheel as wheels
 from ranksight.deploy.fleet import connect_nats
 from ranksight.deploy.plan import DeployOptions
 from ranksight.deploy.steps import ask_agent_status
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.deploy_support import SSHD, Faults, RealSshd, agent_pid_alive, local_shell_server, real_sshd
 from tests.support import aggregator, run_cli_async, settings_env
 

@@ -10,10 +10,10 @@ from typing import Any
 import duckdb
 
 from ranksight.api.client import query
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
 
 

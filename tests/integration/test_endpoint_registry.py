@@ -10,8 +10,8 @@ import aiohttp
 
 from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.aggregator.api.service import SERVICE_NAME, SHARD_SERVICE_NAME
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
+from ranksight.settings import Settings
 from tests.http_cluster import http_settings
 from tests.support import aggregator
 

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ranksight.aggregator.store import Store
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from tests.support import ranksight_cmd, settings_env
 
 

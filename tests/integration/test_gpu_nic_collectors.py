@@ -13,8 +13,9 @@ import pytest
 
 from ranksight.agent.collectors.base import CollectorUnavailable
 from ranksight.agent.collectors.gpu.collector import GpuCollector
+from ranksight.agent.collectors.gpu.settings import GpuSettings
 from ranksight.api.client import query
-from ranksight.core.config import GpuSettings, Settings
+from ranksight.settings import Settings
 from tests.gpu_nic_support import (
     METRICS,
     SYSFS_TREE,

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from ranksight.agent.collectors.gpu.collector import GpuCollector
+from ranksight.agent.collectors.gpu.settings import GpuSettings
 from ranksight.agent.collectors.nic.collector import NicCollector
-from ranksight.core.config import GpuSettings, NicSettings
+from ranksight.agent.collectors.nic.settings import NicSettings
 from ranksight.schemas.records import GpuLink, NicRecord
 from tests.gpu_nic_support import METRICS, fake_tool, path_with, write_tree
 from tests.support import run_cli

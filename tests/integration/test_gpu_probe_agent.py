@@ -15,7 +15,7 @@ from typing import Any
 import duckdb
 
 from ranksight.api.client import query
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from tests.gpuprobe_support import fake_command, idle_roots, probe_settings
 from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for
 

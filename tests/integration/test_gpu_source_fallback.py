@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from ranksight.agent.collectors.gpu.collector import GpuCollector
-from ranksight.core.config import GpuSettings
+from ranksight.agent.collectors.gpu.settings import GpuSettings
 from tests.gpu_nic_support import METRICS, fake_tool, path_with, printing_tool
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from tests.fr_job import start_ranks
 from tests.support import agent, aggregator, run_cli_async, settings_env, wait_for
 

@@ -20,8 +20,8 @@ from pydantic import SecretStr
 from ranksight.aggregator.http.openapi import HTTP_ENDPOINTS
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.api.client import query, query_http
-from ranksight.core.config import Settings
 from ranksight.schemas.records import AppRecord
+from ranksight.settings import Settings
 from tests.http_cluster import DEAD_PID, DEGRADED, JOB, NODES, Publisher, http_settings, publish_cluster
 from tests.support import aggregator, wait_for
 

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from tests.http_cluster import SLOW, STRAGGLER_JOB, Publisher, http_settings, publish_cluster
 from tests.integration.test_http_api import get
 from tests.support import aggregator, wait_for

@@ -9,7 +9,7 @@ import time
 import aiohttp
 
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from tests.http_cluster import http_settings
 from tests.support import aggregator, wait_for
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import datetime
 
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from tests.http_cluster import DEGRADED, JOB, Publisher, http_settings, publish_cluster
 from tests.integration.test_http_api import _degraded, get
 from tests.support import aggregator, wait_for

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.core.config import Settings
 from ranksight.schemas.records import GpuRecord, HeartbeatRecord, NicRecord, ProbeRecord
+from ranksight.settings import Settings
 from tests.browser import CHROMIUM, Browser
 from tests.http_cluster import (
     DEAD_PID,

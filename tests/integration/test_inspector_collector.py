@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ranksight.aggregator.runtime import Aggregator
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests.inspector_layouts import Drops, rewrite
 from tests.support import agent, aggregator, wait_for

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from ranksight.agent.collectors.inspector.otlp import OtlpLimits, OtlpReceiver
-from ranksight.core.config import Settings
 from ranksight.schemas.records import InspectorMetricsRecord
+from ranksight.settings import Settings
 from tests.inspector_exports import render
 from tests.support import agent, aggregator, wait_for
 

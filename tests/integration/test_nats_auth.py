@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 from nats.aio.msg import Msg
 
-from ranksight.core.config import NatsSettings, Settings
+from ranksight.core.config import NatsSettings
 from ranksight.core.natsconn import NatsUnreachable, connect
 from ranksight.core.natsserver import NatsServer
+from ranksight.settings import Settings
 from tests.nats_auth import Decentralized, user_key
 from tests.support import agent, aggregator, wait_for
 

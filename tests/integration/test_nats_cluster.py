@@ -18,9 +18,9 @@ import nats.errors
 import pytest
 
 from ranksight.aggregator.runtime import ensure_stream
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
 from ranksight.core.natsserver import NatsCluster, NatsServer
+from ranksight.settings import Settings
 from tests.loadgen import SyntheticAgent
 from tests.support import aggregator, consumer_drained, gpu_rows, ranksight_cmd, settings_env, wait_for
 

@@ -11,9 +11,9 @@ import msgspec
 from nats.aio.client import Client
 
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.core.config import Settings
 from ranksight.schemas.records.probe import ProbeCommand
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.integration.test_probe_loopback import _node_settings
 from tests.support import agent, wait_for
 

@@ -11,7 +11,7 @@ import pytest
 
 from ranksight.agent.probe.client import ProbeBudget, ProbeError, ProbeResult, run_probe
 from ranksight.agent.probe.server import ProbeServer, ServerLimits, parse_networks
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from tests.support import agent, aggregator, ranksight_cmd, run_cli_async, settings_env, wait_for
 
 FAST = ProbeBudget(echo_count=20, bytes=8 * 1024**2, seconds=0.2)

@@ -17,8 +17,8 @@ from ranksight.aggregator.api.service import SERVICE_NAME
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import LiveState
 from ranksight.api.client import query
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
+from ranksight.settings import Settings
 from tests.support import agent, ranksight_cmd, run_cli_async, running, settings_env, wait_for
 from tests.unit.test_query_sql import REFUSED
 

@@ -15,8 +15,8 @@ import nats
 
 from ranksight.aggregator.api.endpoints import ENDPOINTS
 from ranksight.api.client import query
-from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.shard_support import NODES, SHARDS, prepare_shards, publish_heartbeats, put_members, shard_settings
 from tests.support import aggregator, run_cli_async, settings_env, wait_for
 

@@ -9,8 +9,8 @@ import aiohttp
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import NS, NodeState
 from ranksight.api.client import query
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
+from ranksight.settings import Settings
 from tests.support import aggregator, run_cli_async, settings_env
 
 WIDE = "SELECT i, repeat('x', 1000) AS pad FROM range(3000) t(i)"  # ~3 MB: four messages

@@ -172,7 +172,7 @@ async def test_client_sends_integer_timeout_and_zero_disables_it() -> None:
 def test_collective_timeout_setting_is_whole_seconds() -> None:
     from pydantic import ValidationError
 
-    from ranksight.core.config import RasSettings
+    from ranksight.agent.collectors.ras.settings import RasSettings
 
     assert RasSettings(collective_timeout_s=0).collective_timeout_s == 0
     with pytest.raises(ValidationError):

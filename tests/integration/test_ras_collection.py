@@ -12,7 +12,7 @@ import nats.errors
 
 from ranksight.agent.collectors.ras.jobid import derived_job_id
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 from tests.ras_support import fake_proc

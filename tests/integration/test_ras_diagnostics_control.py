@@ -18,7 +18,7 @@ from ranksight.agent.collectors.ras.diagnostics import run_diagnostics
 from ranksight.agent.collectors.ras.errors import RasReplyError
 from ranksight.agent.collectors.ras.parse_diagnostics import parse_diagnostics
 from ranksight.aggregator.analysis.ras_diagnostics import diagnostics_rules
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from ranksight.simulate.cluster import ras_status_json
 from ranksight.simulate.inspector import JobSpec, comms
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from ranksight.simulate.ras_server import PROFILES, FakeRasServer
 from tests.conftest import FIXTURES
 from tests.ras_support import fake_proc

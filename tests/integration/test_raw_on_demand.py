@@ -17,8 +17,8 @@ from typing import Any
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.timefmt import ns_of
 from ranksight.api.client import query
-from ranksight.core.config import Settings
 from ranksight.formats.inspector import parse_op
+from ranksight.settings import Settings
 from ranksight.simulate.inspector import Fault, JobSpec, simulate
 from tests.support import agent, aggregator, wait_for
 

@@ -13,8 +13,8 @@ import aiohttp
 import msgspec
 import pytest
 
-from ranksight.core.config import Settings
 from ranksight.schemas.records import RasEventRecord, RasRecord
+from ranksight.settings import Settings
 from ranksight.simulate.history import SLOW, SLOW_LINK, host, write_job_history
 from tests.browser import CHROMIUM, Browser
 from tests.http_cluster import Publisher, http_settings

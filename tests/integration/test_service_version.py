@@ -10,8 +10,8 @@ import pytest
 from ranksight.agent import runtime as agent_runtime
 from ranksight.aggregator import runtime as aggregator_runtime
 from ranksight.aggregator.api.service import SERVICE_NAME
-from ranksight.core.config import Settings
 from ranksight.core.natsconn import connect
+from ranksight.settings import Settings
 from tests.support import agent, aggregator
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ranksight.core.config import Settings
 from ranksight.core.natsserver import NatsCluster
+from ranksight.settings import Settings
 from tests.loadgen import SyntheticAgent
 from tests.shard_topology import ShardTopology, failover
 from tests.support import wait_for

@@ -16,8 +16,8 @@ from ranksight.aggregator.api.sql import SqlFailed, open_exports
 from ranksight.aggregator.history import export_shard, exported_until, prune_export
 from ranksight.aggregator.store import Store
 from ranksight.api.client import query
-from ranksight.core.config import Settings
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.shard_support import NODES, prepare_shards, publish_heartbeats, shard_settings
 from tests.support import aggregator, run_cli_async, settings_env, wait_for
 

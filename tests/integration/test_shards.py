@@ -10,8 +10,8 @@ import nats
 
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.shards import assignment, partition_key
-from ranksight.core.config import Settings
 from ranksight.core.kvlease import KvLeases
+from ranksight.settings import Settings
 from tests.loadgen import SyntheticAgent
 from tests.shard_topology import ShardTopology, published, tally
 from tests.support import running, wait_for

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ranksight.aggregator.api.endpoint import answer
+from ranksight.aggregator.api.settings import QuerySettings
 from ranksight.aggregator.api.sql import SqlFailed, SqlSandbox
 from ranksight.aggregator.store import Store
-from ranksight.core.config import QuerySettings
 from tests.support import wait_for
 
 SLOW = "SELECT count(*) FROM range(100000000) a, range(1000) b"  # seconds of CPU, no memory

@@ -16,9 +16,9 @@ import nats
 import nats.aio.msg
 
 from ranksight.aggregator.state import NS
-from ranksight.core.config import Settings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from ranksight.simulate.inspector import Fault, JobSpec, write_job
 from tests.support import agent, aggregator, run_cli, run_cli_async, settings_env, wait_for
 
@@ -149,8 +149,8 @@ def test_offline_analysis_and_online_alerts_agree_on_the_same_records(tmp_path: 
     through the live tracker and the ``straggler`` rule name the same culprits: a compute straggler and a NIC."""
     from ranksight.aggregator.alerts import AlertEngine
     from ranksight.aggregator.analysis.rules import default_rules
+    from ranksight.aggregator.models.straggler.settings import StragglerSettings
     from ranksight.aggregator.state import LiveState
-    from ranksight.core.config import StragglerSettings
     from ranksight.simulate.inspector import simulate_timed
     from tests.unit.test_stragglers_live import envelope
 
@@ -230,10 +230,11 @@ def test_at_1_s_dumps_the_agents_summaries_alert_on_what_analyze_inspector_finds
     culprits, kinds and steady/intermittent patterns as ``ranksight analyze inspector`` on the dump files."""
     import msgspec
 
+    from ranksight.agent.collectors.inspector.settings import InspectorSettings
     from ranksight.aggregator.alerts import AlertEngine
     from ranksight.aggregator.analysis.rules import default_rules
+    from ranksight.aggregator.models.straggler.settings import StragglerSettings
     from ranksight.aggregator.state import LiveState
-    from ranksight.core.config import InspectorSettings, StragglerSettings
     from ranksight.simulate.inspector import simulate_timed, summarize
     from tests.unit.test_stragglers_live import envelope
 

@@ -12,10 +12,12 @@ import pytest
 from ranksight.aggregator.actions.executors import parse_show_node
 from ranksight.aggregator.actions.model import action_id
 from ranksight.aggregator.actions.planner import ActionPlanner
+from ranksight.aggregator.actions.settings import ActionSettings
 from ranksight.aggregator.analysis.xid import resolution
 from ranksight.aggregator.timefmt import iso
-from ranksight.core.config import ActionSettings, ConfigError, load_settings
+from ranksight.core.config import ConfigError
 from ranksight.schemas.alerts import Alert
+from ranksight.settings import load_settings
 
 NS = 1_000_000_000
 T0 = 1_800_000_000 * NS

@@ -8,9 +8,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from ranksight.agent.collectors.settings import XidSettings
+from ranksight.aggregator.actions.settings import ActionKind, ActionPolicy, ActionSettings, XidResolution
 from ranksight.aggregator.analysis.xid import CATALOG
 from ranksight.aggregator.api.endpoints import ENDPOINTS
-from ranksight.core.config import ActionKind, ActionPolicy, ActionSettings, XidResolution, XidSettings
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "actions.md").read_text()
 

@@ -9,19 +9,22 @@ from dataclasses import dataclass
 import pytest
 
 from ranksight.aggregator.actions.planner import ActionBreakerRule, ActionPlanner
+from ranksight.aggregator.actions.settings import ActionSettings
 from ranksight.aggregator.alerts import INHIBITIONS, AlertEngine, Condition
 from ranksight.aggregator.analysis.hardware import NicErrorsRisingRule
 from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.analysis.nodes import NodeSilentRule
 from ranksight.aggregator.analysis.rules import default_rules
+from ranksight.aggregator.component_settings import AlertSettings
 from ranksight.aggregator.rulebook import check_rule_names, rule_timings
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso
-from ranksight.core.config import ActionSettings, AlertSettings, ConfigError, load_settings
+from ranksight.core.config import ConfigError
 from ranksight.schemas.alerts import Matcher, Silence
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import HeartbeatRecord, NicRecord, ProbeRecord, RasEventRecord, RasRecord
 from ranksight.schemas.wire import event_type
+from ranksight.settings import load_settings
 
 T0 = 1_800_000_000 * NS
 HOUR = 3600

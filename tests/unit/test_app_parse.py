@@ -58,7 +58,7 @@ def test_bad_messages_raise_app_message_error(data: bytes, reason: str) -> None:
 
 
 def test_the_client_socket_variable_is_not_mistaken_for_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from ranksight.core.config import load_settings
+    from ranksight.settings import load_settings
 
     monkeypatch.setenv("RANKSIGHT_APP_SOCKET", "/tmp/elsewhere.sock")
     monkeypatch.setenv("RANKSIGHT_AGENT__COLLECTORS__APP__SECTION_TIMEOUTS", '{"checkpoint_save": 3600}')

@@ -86,8 +86,17 @@ def _loaded_by(argv: list[str]) -> set[str]:
     return set(out.stdout.split())
 
 
+def _settings_modules(modules: set[str]) -> set[str]:
+    """The settings a command loads: each component's sections are declared beside it (a module named ``*settings``)
+    and composed by ``ranksight.settings``; those modules and the packages above them (whose ``__init__`` runs) are
+    not the component's stack."""
+    found = {m for m in modules if m.startswith("ranksight.") and m.rpartition(".")[2].endswith("settings")}
+    return found | {m.rsplit(".", depth)[0] for m in found for depth in range(1, m.count("."))}
+
+
 def _heavy(modules: set[str]) -> list[str]:
-    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY))
+    light = _settings_modules(modules)
+    return sorted(m for m in modules - light if any(m == h or m.startswith(h + ".") for h in HEAVY))
 
 
 def test_a_query_command_loads_no_storage_stack() -> None:

@@ -7,10 +7,11 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+from ranksight.agent.collector_settings import CollectorSettings
 from ranksight.agent.collectors.base import MAX_ERROR_CHARS, Emit, Health, StreamingCollector
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.core.config import CollectorSettings, load_settings
 from ranksight.schemas.records import Record
+from ranksight.settings import load_settings
 
 
 class FailsOnceThenIdles(StreamingCollector):

@@ -14,13 +14,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from msgspec.structs import replace
 
-from ranksight.core.config import load_settings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.codec import DecodeError, decode_event, encode_event
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import RECORD_KINDS, GpuRecord, HeartbeatRecord, InspectorRecord, NicRecord
 from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.wire import MAX_RECORDS, event_type
+from ranksight.settings import load_settings
 from ranksight.simulate.inspector import JobSpec, simulate
 from tests import previous_codec
 from tests.model_values import bounds, number

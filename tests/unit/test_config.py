@@ -6,7 +6,8 @@ import pytest
 
 from ranksight.cli import build_parser
 from ranksight.core.cliutil import settings_from_args
-from ranksight.core.config import ConfigError, load_settings
+from ranksight.core.config import ConfigError
+from ranksight.settings import Settings, load_settings
 
 
 def test_defaults_work_without_a_file() -> None:
@@ -90,7 +91,7 @@ def test_flags_override_environment_which_overrides_file(
 def test_nats_flag_wins_over_environment(argv: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RANKSIGHT_NATS__URL", "nats://env:2")
     monkeypatch.setenv("RANKSIGHT_NATS__USER", "env-user")
-    s = settings_from_args(build_parser().parse_args(argv))
+    s = settings_from_args(build_parser().parse_args(argv), Settings)
     assert (s.nats.url, s.nats.user) == ("nats://flag:1", "env-user")
 
 

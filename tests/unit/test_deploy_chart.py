@@ -113,7 +113,7 @@ def test_aggregator_statefulset_keeps_its_database_on_a_volume() -> None:
 
 def test_settings_the_chart_sets_exist() -> None:
     """Every RANKSIGHT_ variable the chart sets is a setting (the agent and aggregator reject unknown ones at start)."""
-    from ranksight.core.config import load_settings
+    from ranksight.settings import load_settings
 
     objects = render(EXTERNAL)
     for kind, name in (("DaemonSet", "rs-ranksight-agent"), ("StatefulSet", "rs-ranksight-aggregator")):

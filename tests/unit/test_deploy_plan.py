@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.core.config import load_settings
 from ranksight.core.redact import redact, secrets_of
 from ranksight.deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
 from ranksight.deploy.plan import Layout, agent_config, credential_files, fingerprint
 from ranksight.deploy.wheel import Wheel
+from ranksight.settings import load_settings
 
 
 def test_parse_hosts_forms_comments_and_errors() -> None:

@@ -20,8 +20,8 @@ from ranksight import docgen as docs
 from ranksight.aggregator.rulebook import rule_timings
 from ranksight.api.endpoints import SPECS
 from ranksight.cli import build_parser
-from ranksight.core.config import Settings
 from ranksight.schemas.records import RECORD_KINDS
+from ranksight.settings import Settings
 from tests.conftest import REPO
 
 DOCS = REPO / "docs"
@@ -71,8 +71,8 @@ def test_the_references_name_every_command_endpoint_kind_and_section() -> None:
 def test_every_alert_rule_is_listed_with_its_hold_down_and_described() -> None:
     """The rule's own declaration is its row (docs/extending.md: a rule is its code, nothing else to edit)."""
     from ranksight.aggregator.actions.planner import ActionBreakerRule, ActionPlanner
+    from ranksight.aggregator.actions.settings import ActionSettings
     from ranksight.aggregator.analysis.rules import default_rules
-    from ranksight.core.config import ActionSettings
 
     rules = page("reference/alert-rules.md")
     declared = [*default_rules(), ActionBreakerRule(ActionPlanner(ActionSettings()))]

@@ -46,7 +46,7 @@ from typing import Any
 import pytest
 
 from ranksight.cli import build_parser, main
-from ranksight.core.config import Settings
+from ranksight.settings import Settings
 from tests.conftest import REPO
 
 PAGES = [*sorted((REPO / "docs").rglob("*.md")), REPO / "README.md"]

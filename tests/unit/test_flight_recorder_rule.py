@@ -9,6 +9,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from ranksight.aggregator.analysis.forensics import FlightRecorderHangRule, merged_evidence
+from ranksight.aggregator.component_settings import HangForensicsSettings
 from ranksight.aggregator.hang_forensics import HangForensics, job_nodes, jobs_of, join_ras_comm
 from ranksight.aggregator.models.hangs import HangFinder, _CommOp
 from ranksight.aggregator.runtime import Aggregator
@@ -16,9 +17,9 @@ from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.app import RankKey, RankState
 from ranksight.aggregator.state.forensics import JobReport
 from ranksight.aggregator.state.jobs import CommState, JobState
-from ranksight.core.config import HangForensicsSettings, load_settings
 from ranksight.core.flightrec import analyze, read_directory
 from ranksight.schemas.alerts import Alert
+from ranksight.settings import load_settings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "flight_recorder"
 NOW = 1_800_000_000_000_000_000

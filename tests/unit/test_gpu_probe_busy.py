@@ -13,7 +13,7 @@ from ranksight.agent.gpuprobe.busy import (
     gpu_device_users,
     listening_ports,
 )
-from ranksight.core.config import GpuProbeSettings
+from ranksight.agent.gpuprobe.settings import GpuProbeSettings
 from tests.conftest import FIXTURES
 from tests.gpuprobe_support import idle_roots
 

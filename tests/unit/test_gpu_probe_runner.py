@@ -10,7 +10,7 @@ import pytest
 
 from ranksight.agent.collectors.gpu_probe import outcome_records
 from ranksight.agent.gpuprobe.runner import rss_bytes, run_probe, run_worker, worker_command
-from ranksight.core.config import GpuProbeSettings
+from ranksight.agent.gpuprobe.settings import GpuProbeSettings
 from tests.gpuprobe_support import fake_command, probe_settings
 
 

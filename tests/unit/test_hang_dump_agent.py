@@ -19,9 +19,9 @@ import pytest
 
 from ranksight.agent.collectors.app_dumps import DumpChannels, fit_reply, torch_dump_files
 from ranksight.client import dumps as client_dumps
-from ranksight.core.config import Settings
 from ranksight.core.flightrec import analyze, parse_dump
 from ranksight.core.flightrec.bundle import trim_bundle
+from ranksight.settings import Settings
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "flight_recorder"
 

@@ -10,9 +10,9 @@ from msgspec.structs import replace
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.models.hangs import HangFinder
+from ranksight.aggregator.models.straggler.settings import StragglerSettings
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.jobs import CommState, JobState
-from ranksight.core.config import StragglerSettings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import (

@@ -8,10 +8,10 @@ from pydantic import ValidationError
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
 from ranksight.aggregator.state import LiveState
-from ranksight.core.config import Settings, load_settings
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord, NicRecord
 from ranksight.schemas.wire import event_type
+from ranksight.settings import Settings, load_settings
 
 NS = 1_000_000_000
 

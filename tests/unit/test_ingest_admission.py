@@ -18,16 +18,17 @@ import pytest
 from ranksight.aggregator.columns import ColumnBuilder
 from ranksight.aggregator.history import delete_older_than
 from ranksight.aggregator.ingest.pipeline import Incoming
+from ranksight.aggregator.ingest.settings import IngestSettings
 from ranksight.aggregator.runtime import Aggregator
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import naive_utc
-from ranksight.core.config import IngestSettings, load_settings
 from ranksight.schemas.codec import decode_columns, encode_event
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import NicRecord
 from ranksight.schemas.subjects import Subjects
 from ranksight.schemas.wire import event_type
+from ranksight.settings import load_settings
 from tests.unit.test_state_and_alerts import _beat
 
 SUBJECTS = Subjects()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ranksight.aggregator.ingest.pipeline import Admission, Incoming
 from ranksight.aggregator.ingest.sequence import Sequencer
-from ranksight.core.config import IngestSettings
+from ranksight.aggregator.ingest.settings import IngestSettings
 from tests.unit.test_ingest_admission import NOW, SUBJECTS, envelope, incoming
 
 

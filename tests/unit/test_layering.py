@@ -11,6 +11,8 @@ A module's floor comes from its path: the first name under ``src/ranksight/`` (:
                          parsers of the formats node-side tools write (bytes in, wire records out); siblings
     agent | aggregator   the two processes; siblings: neither imports the other
     deploy               the SSH rollout
+    settings             the root of the settings: every component's sections (each declared beside its component)
+                         composed, and its loader
     simulate             the simulated cluster (a test device for the demo and the tests)
     commands             commands that start or gather several components (up, demo, parse, probe, analyze, the
                          query commands with --db on the history ones)
@@ -46,10 +48,11 @@ FLOORS: dict[str, int] = {
     "agent": 4,
     "aggregator": 4,
     "deploy": 5,
-    "simulate": 6,
-    "commands": 7,
-    "cli": 8,
-    "docgen": 9,
+    "settings": 6,
+    "simulate": 7,
+    "commands": 8,
+    "cli": 9,
+    "docgen": 10,
 }
 
 # (importer, imported) -> the rule it breaks ("upward": a higher floor or a sibling; "cycle"); the comment above

@@ -17,9 +17,9 @@ from typing import Any
 import msgpack
 
 from ranksight.aggregator.ingest.pipeline import Incoming
+from ranksight.aggregator.ingest.settings import IngestSettings
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Store
-from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import decode_event
 from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.subjects import Subjects

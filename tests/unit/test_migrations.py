@@ -27,9 +27,9 @@ from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.stragglers import ClusterFindings, StragglerTracker
 from ranksight.aggregator.store import _DEAD_COLUMNS, _SEQ_COLUMNS, Store
 from ranksight.aggregator.tables.alerts import ALERT_SCHEMA
-from ranksight.core.config import load_settings
 from ranksight.schemas.records import RECORD_KINDS
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import load_settings
 from tests.unit.test_record_kinds import matching_columns
 
 ADDED_SINCE = {

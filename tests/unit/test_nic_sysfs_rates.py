@@ -17,8 +17,8 @@ from ranksight.agent.collectors.nic.rates import (
 )
 from ranksight.agent.collectors.nic.sysfs import read_nics
 from ranksight.agent.collectors.nic.tools import parse_ethtool_stats
+from ranksight.aggregator.component_settings import HardwareAlertSettings
 from ranksight.aggregator.state.devices import NicTracker, PortCounters
-from ranksight.core.config import HardwareAlertSettings
 from ranksight.schemas.codec import decode_event, encode_event
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import NicRecord

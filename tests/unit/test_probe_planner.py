@@ -8,10 +8,10 @@ import random
 import pytest
 
 from ranksight.aggregator.analysis.links import LinkDegradedRule
+from ranksight.aggregator.component_settings import ProbePlannerSettings
 from ranksight.aggregator.probes import ProbePlanner, disjoint_rounds, full_mesh_rounds, sampled_pairs
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.links import Endpoint
-from ranksight.core.config import ProbePlannerSettings
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import ProbeEndpointRecord, ProbeRecord, RasRecord
 from ranksight.schemas.wire import event_type

@@ -11,10 +11,10 @@ import duckdb
 import pytest
 
 from ranksight.aggregator.api import sql as sql_module
+from ranksight.aggregator.api.settings import QuerySettings
 from ranksight.aggregator.api.sql import SqlFailed, SqlRefused, SqlSandbox, check_read_only, jsonable
 from ranksight.api.contract import Params, RequestError, parse_params
 from ranksight.api.params import SqlParams
-from ranksight.core.config import QuerySettings
 
 REFUSED = {
     "read_text": "SELECT * FROM read_text('/etc/passwd')",

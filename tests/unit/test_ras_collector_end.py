@@ -15,11 +15,11 @@ import ranksight.agent.collectors.ras.collector as ras_collector
 from ranksight.agent.batcher import Batcher
 from ranksight.agent.collectors.ras.collector import ENDPOINT_CLOSED, RasCollector
 from ranksight.agent.collectors.ras.parse_text import parse_status_text
-from ranksight.core.config import Settings
 from ranksight.schemas.codec import decode_event
 from ranksight.schemas.records import RasRecord
 from ranksight.schemas.records.ras import RasEvent, RasStatus
 from ranksight.schemas.subjects import Subjects
+from ranksight.settings import Settings
 from tests.conftest import FIXTURES
 from tests.ras_support import fake_proc
 from tests.unit.test_batcher import Recorder

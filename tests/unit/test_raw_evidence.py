@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from msgspec.structs import replace
 
+from ranksight.aggregator.component_settings import RawEvidenceSettings
 from ranksight.aggregator.ingest.pipeline import Incoming
 from ranksight.aggregator.models.hangs import HangFinder
 from ranksight.aggregator.raw_evidence import plan
 from ranksight.aggregator.store import Store
 from ranksight.aggregator.timefmt import iso
-from ranksight.core.config import RawEvidenceSettings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.codec import encode_event

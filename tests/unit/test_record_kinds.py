@@ -13,12 +13,13 @@ import msgspec.inspect as mi
 import pytest
 
 from ranksight.agent.collectors.registry import COLLECTORS, collector_modules, declared_collectors
+from ranksight.agent.collectors.settings import CollectorsSettings
 from ranksight.aggregator.columns import kind_columns, table_columns
 from ranksight.aggregator.ingest.pipeline import Incoming
+from ranksight.aggregator.ingest.settings import IngestSettings
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.store import Store
 from ranksight.commands.parse import PARSE_MODULES
-from ranksight.core.config import CollectorsSettings, IngestSettings
 from ranksight.schemas import records
 from ranksight.schemas.records import RECORD_KINDS, declared_kinds
 from ranksight.schemas.subjects import Subjects

@@ -27,7 +27,7 @@ def test_redact(text: str, shown: str) -> None:
 
 
 def test_configured_secret_values_hidden_anywhere() -> None:
-    from ranksight.core.config import Settings
+    from ranksight.settings import Settings
 
     settings = Settings(nats={"password": "pw-123", "token": "tk-456"})
     assert redact("auth pw-123 failed with tk-456", secrets_of(settings)) == "auth *** failed with ***"

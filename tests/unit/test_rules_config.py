@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ranksight.aggregator.analysis.links import LinkDegradedRule
 from ranksight.aggregator.analysis.rules import default_rules
-from ranksight.core.config import load_settings
+from ranksight.settings import load_settings
 
 
 def test_link_rule_uses_configured_thresholds() -> None:

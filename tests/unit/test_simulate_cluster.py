@@ -81,7 +81,7 @@ async def test_demo_status_lists_the_lost_rank_before_peer_dead_is_sent(
 ) -> None:
 
     from ranksight.commands.demo import Demo, _job_spec
-    from ranksight.core.config import load_settings
+    from ranksight.settings import load_settings
     from ranksight.simulate.ras_server import FakeRasServer
 
     demo = Demo(load_settings(None, state_dir=tmp_path), 4, 0.0)

@@ -12,8 +12,8 @@ from pydantic import ValidationError
 
 from ranksight.agent.collectors.nic.rates import ChangedCounters
 from ranksight.aggregator.ingest.pipeline import Incoming
+from ranksight.aggregator.ingest.settings import IngestSettings
 from ranksight.aggregator.store import Store
-from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import encode_event
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord, NicRecord

@@ -9,8 +9,8 @@ import signal
 import time
 
 from ranksight.aggregator.models.engines import EngineProcess
+from ranksight.aggregator.models.straggler.settings import StragglerSettings
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.core.config import StragglerSettings
 from ranksight.formats.inspector import parse_op as parse
 from ranksight.simulate.inspector import run_job, summarize
 from tests.unit.test_stragglers_live import EPOCH_CLOCK_S, SPEC, envelope
@@ -72,7 +72,8 @@ def test_the_engine_process_finds_what_the_engine_thread_finds() -> None:
                 )
                 assert "ranksight.aggregator.models.engines" in modules
                 assert [m for m in modules if m.split(".")[0] in ("pydantic", "duckdb", "pyarrow")
-                        or m in ("ranksight.core.config", "ranksight.aggregator.state")] == []  # fmt: skip
+                        or m in ("ranksight.core.config", "ranksight.aggregator.models.straggler.settings",
+                                 "ranksight.aggregator.state")] == []  # fmt: skip
         finally:
             state.stragglers.close()
     assert results[True] == results[False]
@@ -136,7 +137,7 @@ import sys, time
 sys.path.insert(0, {root!r})
 from tests.unit.test_straggler_process import EPOCH_CLOCK_S, job_envelopes, evaluated
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.core.config import StragglerSettings
+from ranksight.aggregator.models.straggler.settings import StragglerSettings
 state = LiveState()
 state.stragglers.configure(StragglerSettings(clock_ahead_s=EPOCH_CLOCK_S, window_s=2.0, evaluate_every_s=1.0), background=True)
 state.tick(1 * NS)

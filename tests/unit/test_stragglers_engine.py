@@ -245,7 +245,7 @@ def test_online_the_horizon_is_judged_every_judge_every_slices_offline_every_sli
 
 def test_judge_every_s_is_whole_slices_at_least_one() -> None:
     from ranksight.aggregator.models.engines import params_of
-    from ranksight.core.config import StragglerSettings
+    from ranksight.aggregator.models.straggler.settings import StragglerSettings
 
     def every(**values: float) -> int:
         return params_of(StragglerSettings.model_validate(values)).judge_every

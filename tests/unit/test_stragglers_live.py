@@ -9,8 +9,8 @@ from msgspec.structs import replace
 from ranksight.agent.collectors.ras.parse_json import parse_status_json
 from ranksight.aggregator.alerts import AlertEngine
 from ranksight.aggregator.analysis.rules import default_rules
+from ranksight.aggregator.models.straggler.settings import StragglerSettings
 from ranksight.aggregator.state import NS, LiveState
-from ranksight.core.config import StragglerSettings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord, InspectorRecord, RasEventRecord, RasRecord

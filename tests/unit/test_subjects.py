@@ -9,8 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ranksight.agent.runtime import AgentRuntime
-from ranksight.core.config import AgentSettings, load_settings
+from ranksight.agent.settings import AgentSettings
 from ranksight.schemas.subjects import SubjectError, Subjects, require_token, sanitize_token
+from ranksight.settings import load_settings
 from tests.support import run_cli, settings_env
 
 

@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 
+from ranksight.agent.settings import AgentView
 from ranksight.core.aio import run_until_signalled
 from ranksight.core.config import decode_settings
 from ranksight.core.redact import setup_logging
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     # what the process was started as, kept in its command line for ps and for `ranksight deploy status`
     parser.add_argument("started_as", nargs="*")
     args = parser.parse_args(argv)
-    settings = decode_settings(read_settings(args.settings_fd))
+    settings = decode_settings(AgentView, read_settings(args.settings_fd))
     skip_websocket_transport(settings.nats.url)  # before nats-py is imported
     from ranksight.agent.runtime import AgentRuntime  # after: it imports nats-py
     from ranksight.core.natsconn import NatsUnreachable

@@ -8,6 +8,7 @@ import sys
 
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.agent.runtime import AgentRuntime
+from ranksight.agent.settings import AgentView
 from ranksight.core.cliutil import EXIT_USAGE, add_config_flags, settings_from_args
 from ranksight.core.config import encode_settings
 from ranksight.schemas.subjects import SubjectError
@@ -32,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         overrides["cluster"] = args.cluster
     if args.node:
         overrides["agent"] = {"node": args.node}
-    settings = settings_from_args(args, **overrides)
+    settings = settings_from_args(args, AgentView, **overrides)
     only = [n.strip() for n in args.only.split(",")] if args.only else []
     try:
         AgentRuntime(settings, only=only)
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     fd = os.memfd_create("ranksight-agent-settings", 0)  # inherited by the exec; no file, no environment
     with open(fd, "wb", closefd=False) as settings_file:
-        settings_file.write(encode_settings(settings))
+        settings_file.write(encode_settings(settings, AgentView))
     os.lseek(fd, 0, os.SEEK_SET)
     os.set_inheritable(fd, True)
     argv = [sys.executable, "-m", "ranksight.agent", "--settings-fd", str(fd)]

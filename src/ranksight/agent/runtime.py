@@ -22,6 +22,7 @@ from nats.micro.request import Request
 
 from ranksight.agent.backoff import backoff_s
 from ranksight.agent.batcher import Batcher
+from ranksight.agent.collector_settings import CollectorSettings
 from ranksight.agent.collectors.base import (
     Collector,
     CollectorUnavailable,
@@ -31,8 +32,8 @@ from ranksight.agent.collectors.base import (
 )
 from ranksight.agent.collectors.registry import COLLECTORS
 from ranksight.agent.publisher import Publisher
+from ranksight.agent.settings import AgentView
 from ranksight.core.aio import cancel_all
-from ranksight.core.config import CollectorSettings, Settings
 from ranksight.core.natsconn import NatsProblems, connect, disconnect
 from ranksight.core.version import ranksight_version, service_version
 from ranksight.schemas.records import CollectorHealth, PublisherStats, Record
@@ -48,7 +49,7 @@ class AgentContext:
     """What collectors may use: identity, settings, the NATS connection, and command registration."""
 
     def __init__(
-        self, settings: Settings, nc: Client, publisher: Publisher, batcher: Batcher, incarnation: str
+        self, settings: AgentView, nc: Client, publisher: Publisher, batcher: Batcher, incarnation: str
     ):
         self.settings = settings
         self.subjects = Subjects(settings.subject_prefix)
@@ -75,7 +76,7 @@ class AgentContext:
 
 
 class AgentRuntime:
-    def __init__(self, settings: Settings, only: Sequence[str] | None = None) -> None:
+    def __init__(self, settings: AgentView, only: Sequence[str] | None = None) -> None:
         require_token("cluster", settings.cluster)
         require_token("agent.node", settings.agent.node)
         self.settings = settings

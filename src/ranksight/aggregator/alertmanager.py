@@ -26,9 +26,9 @@ from typing import Any
 
 import aiohttp
 
+from ranksight.aggregator.component_settings import AlertmanagerSettings
 from ranksight.aggregator.timefmt import NS, iso, ns_of
 from ranksight.core.cliutil import printable
-from ranksight.core.config import AlertmanagerSettings
 from ranksight.schemas.alerts import Alert, Silence
 
 log = logging.getLogger(__name__)

@@ -29,9 +29,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ranksight.aggregator.component_settings import AlertSettings
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso, ns_of
-from ranksight.core.config import AlertSettings
 from ranksight.schemas.alerts import Alert, Severity, Silence
 
 log = logging.getLogger(__name__)

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from ranksight.aggregator.runtime import Aggregator
+from ranksight.aggregator.settings import AggregatorView
 from ranksight.core.aio import run_until_signalled
 from ranksight.core.cliutil import (
     EXIT_FAILED,
@@ -32,8 +33,8 @@ def run(args: argparse.Namespace) -> int:
     overrides = http_port_override(args)
     if args.db:
         overrides.setdefault("aggregator", {})["db_path"] = args.db
-    settings = settings_from_args(args, **overrides)
-    if problem := ports_in_use(settings):
+    settings = settings_from_args(args, AggregatorView, **overrides)
+    if problem := ports_in_use(settings.aggregator.http):
         print(f"ranksight aggregator: {problem}", file=sys.stderr)
         return EXIT_FAILED
     keep_private(settings.state_dir)

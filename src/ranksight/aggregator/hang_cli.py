@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ranksight.aggregator.settings import AggregatorView
 from ranksight.core.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
@@ -38,7 +39,7 @@ def register_hang(what: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def analyze_hang(args: argparse.Namespace) -> int:
-    app = settings_from_args(args).agent.collectors.app
+    app = settings_from_args(args, AggregatorView).agent.collectors.app
     if not args.directory.is_dir():
         print(f"ranksight: not a directory: {_text(str(args.directory))}", file=sys.stderr)
         return EXIT_USAGE

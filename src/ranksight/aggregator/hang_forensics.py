@@ -23,12 +23,12 @@ from typing import TYPE_CHECKING, Any
 import nats.errors
 
 from ranksight.aggregator.analysis.forensics import blamed, merged_evidence
+from ranksight.aggregator.component_settings import HangForensicsSettings
 from ranksight.aggregator.models.hangs import comm_hash
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.app import RankState
 from ranksight.aggregator.state.forensics import JobReport
 from ranksight.aggregator.timefmt import iso
-from ranksight.core.config import HangForensicsSettings
 from ranksight.core.flightrec import DumpError, RankDump, analyze, parse_dump
 from ranksight.schemas.alerts import Alert
 

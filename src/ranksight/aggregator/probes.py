@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from ranksight.aggregator.component_settings import ProbePlannerSettings
 from ranksight.aggregator.state.links import Endpoint, LinkTracker
-from ranksight.core.config import ProbePlannerSettings
 from ranksight.schemas.records.probe import ProbeCommand
 
 if TYPE_CHECKING:

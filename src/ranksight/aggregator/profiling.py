@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import nats.errors
 
-from ranksight.core.config import ProfileOnDemandSettings
+from ranksight.aggregator.component_settings import ProfileOnDemandSettings
 from ranksight.schemas.alerts import Alert
 
 if TYPE_CHECKING:

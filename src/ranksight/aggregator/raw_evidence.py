@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 import nats.errors
 
+from ranksight.aggregator.component_settings import RawEvidenceSettings
 from ranksight.aggregator.models.hangs import HangFinder, Proc
 from ranksight.aggregator.timefmt import iso, ns_of
-from ranksight.core.config import RawEvidenceSettings
 from ranksight.errors import RanksightError
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.records.inspector import RawCursor, RawRecordsPage, RawRecordsRequest

@@ -4,13 +4,18 @@ these rules."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ranksight.aggregator.actions.planner import ActionBreakerRule, ActionPlanner
 from ranksight.aggregator.alerts import Rule
 from ranksight.aggregator.analysis.rules import default_rules
-from ranksight.core.config import ConfigError, Settings
+from ranksight.core.config import ConfigError
+
+if TYPE_CHECKING:
+    from ranksight.aggregator.settings import AggregatorView
 
 
-def every_rule(settings: Settings, planner: ActionPlanner) -> list[Rule]:
+def every_rule(settings: AggregatorView, planner: ActionPlanner) -> list[Rule]:
     return [*default_rules(settings), ActionBreakerRule(planner)]
 
 
@@ -21,7 +26,7 @@ def rule_timings() -> dict[str, tuple[float, float]]:
     return timings
 
 
-def check_rule_names(settings: Settings) -> None:
+def check_rule_names(settings: AggregatorView) -> None:
     """A :class:`ConfigError` naming each rule that a hold-down override or an action policy names but no rule is:
     a misspelt name would otherwise never match anything, silently."""
     known = rule_timings()

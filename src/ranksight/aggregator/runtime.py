@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 import nats.errors
@@ -48,13 +48,15 @@ from ranksight.aggregator.shards import NodeKey, ShardOwner
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.store import Store, out_of_memory
 from ranksight.core.aio import cancel_all
-from ranksight.core.config import Settings
 from ranksight.core.kvlease import LEASE_VALUE_BYTES, key_value
 from ranksight.core.natsconn import NatsProblems, connect, disconnect, once_jetstream_answers
 from ranksight.core.version import ranksight_version
 from ranksight.schemas.alerts import Alert
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.subjects import RAS_LEASE_BUCKET, Subjects
+
+if TYPE_CHECKING:
+    from ranksight.aggregator.settings import AggregatorView
 
 log = logging.getLogger(__name__)
 OOM_RETRY_S = 0.5
@@ -120,7 +122,7 @@ class IngestGc:
         )
 
 
-async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
+async def ensure_stream(js: JetStreamContext, settings: AggregatorView) -> None:
     cfg = settings.aggregator
     subjects = Subjects(settings.subject_prefix)
     partitions = cfg.shards.partitions
@@ -148,7 +150,7 @@ async def ensure_stream(js: JetStreamContext, settings: Settings) -> None:
     )
 
 
-async def ensure_buckets(js: JetStreamContext, settings: Settings) -> None:
+async def ensure_buckets(js: JetStreamContext, settings: AggregatorView) -> None:
     """The KV buckets agents use but may not create (deploy/nats/nats-server.conf): the RAS status-poll lease bucket,
     its TTL the agents' lease time, its size bounded."""
     ras = settings.agent.collectors.ras
@@ -199,7 +201,7 @@ async def _until_stopped(stop: asyncio.Event, tasks: list[asyncio.Task[None]]) -
 
 
 class Aggregator:
-    def __init__(self, settings: Settings, rules: list[Rule] | None = None) -> None:
+    def __init__(self, settings: AggregatorView, rules: list[Rule] | None = None) -> None:
         check_rule_names(settings)
         self.settings = settings
         self.subjects = Subjects(settings.subject_prefix)

@@ -26,13 +26,15 @@ import logging
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
-from ranksight.core.config import Settings
 from ranksight.core.kvlease import NATS_ERRORS, KvLeases, live_entries
+
+if TYPE_CHECKING:
+    from ranksight.aggregator.settings import AggregatorView
 
 log = logging.getLogger(__name__)
 NodeKey = tuple[str, str]  # cluster, node
@@ -101,7 +103,7 @@ class ShardOwner:
     def __init__(
         self,
         js: JetStreamContext,
-        settings: Settings,
+        settings: AggregatorView,
         ingest: IngestFactory,
         forget: Callable[[set[NodeKey]], None],
     ) -> None:

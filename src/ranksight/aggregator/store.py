@@ -31,11 +31,11 @@ from ranksight.aggregator.columns import ENVELOPE_FIELDS, ColumnBuilder, row_to_
 from ranksight.aggregator.ingest.admission import NS, check_times
 from ranksight.aggregator.ingest.pipeline import Admission, BatchResult, Incoming
 from ranksight.aggregator.ingest.sequence import AgentSeq, Marks, NodeKey, Sequencer
+from ranksight.aggregator.ingest.settings import IngestSettings
 from ranksight.aggregator.tables.alerts import AlertTable
 from ranksight.aggregator.tables.drains import DrainTable
 from ranksight.aggregator.tables.silences import SilenceTable
 from ranksight.aggregator.timefmt import naive_utc
-from ranksight.core.config import IngestSettings
 from ranksight.core.private import DIR_MODE, private_files
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import RECORD_KINDS

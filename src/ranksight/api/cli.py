@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 from ranksight.api.client import ApiUnavailable, MalformedAnswer, query, query_http
 from ranksight.api.contract import EndpointSpec, Flag, timestamp
 from ranksight.api.endpoints import COMMAND_GROUPS, SPECS
+from ranksight.api.settings import ApiView
 from ranksight.core.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
@@ -142,7 +143,7 @@ def call_api(
     args: argparse.Namespace, endpoint: str, params: dict[str, Any] | None = None
 ) -> ApiResponse | None:
     """The aggregator's answer, or None after printing why there is none (unreachable, refused, failed)."""
-    settings = settings_from_args(args)
+    settings = settings_from_args(args, ApiView)
     # An endpoint that may use the whole SQL time limit on the server: wait a little longer than that.
     timeout = settings.aggregator.query.sql_time_limit_s + 5 if SPECS[endpoint].sql_time else 10.0
     if (wait_s := SPECS[endpoint].wait_s) is not None:

@@ -20,7 +20,7 @@ from ranksight.schemas.api import NEXT, ApiResponse
 if TYPE_CHECKING:
     from nats.aio.client import Client
 
-    from ranksight.core.config import Settings
+    from ranksight.api.settings import ApiView
 
 
 class ApiUnavailable(RanksightError, RuntimeError):
@@ -42,7 +42,7 @@ def parse_answer(subject: str, data: bytes) -> ApiResponse:
                               f"problem{'s' if exc.error_count() > 1 else ''}, {len(data)} bytes)") from None  # fmt: skip
 
 
-async def query(settings: Settings, endpoint: str, params: dict[str, Any] | None = None,
+async def query(settings: ApiView, endpoint: str, params: dict[str, Any] | None = None,
                 timeout: float = 10.0) -> ApiResponse:  # fmt: skip
     import nats.errors
 
@@ -81,7 +81,7 @@ async def request_pages(nc: Client, subject: str, params: dict[str, Any], timeou
     return response if not response.ok else response.model_copy(update={"rows": rows})
 
 
-def query_http(settings: Settings, endpoint: str, params: dict[str, Any] | None = None,
+def query_http(settings: ApiView, endpoint: str, params: dict[str, Any] | None = None,
                timeout: float = 10.0) -> ApiResponse:  # fmt: skip
     """The answer of the aggregator's HTTP API at ``settings.api_url`` (``GET /api/<endpoint>``, the parameters in
     the query string, the bearer token of ``aggregator.http.token``): the same response shape as over NATS."""

@@ -22,7 +22,7 @@ from ranksight.errors import UsageError
 from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
-    from ranksight.core.config import Settings
+    from ranksight.api.settings import ApiView
 
 
 class RequestError(UsageError, ValueError):
@@ -147,7 +147,7 @@ class EndpointSpec(Generic[P]):
     command: Command
     http: bool = True
     sql_time: bool = False
-    wait_s: Callable[[Settings], float] | None = None  # how long a client waits, when not the usual
+    wait_s: Callable[[ApiView], float] | None = None  # how long a client waits, when not the usual
 
     @property
     def command_path(self) -> tuple[str, ...]:

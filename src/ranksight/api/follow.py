@@ -7,12 +7,12 @@ import json
 import sys
 from typing import TYPE_CHECKING
 
+from ranksight.api.settings import ApiView
 from ranksight.core.cliutil import interrupted_exit, print_line, settings_from_args
 
 if TYPE_CHECKING:
     import asyncio
 
-    from ranksight.core.config import Settings
     from ranksight.schemas.alerts import Alert
 
 
@@ -31,14 +31,14 @@ def follow_if_asked(args: argparse.Namespace) -> int | None:
     # here, not above: parsing a query command loads no NATS client
     from ranksight.core.aio import run_until_signalled
 
-    settings = settings_from_args(args)
+    settings = settings_from_args(args, ApiView)
     signum = run_until_signalled(
         lambda stop: _follow(settings, args.cluster, args.json, stop), settings.shutdown_timeout_s
     )
     return interrupted_exit(signum)
 
 
-async def _follow(settings: Settings, cluster: str | None, as_json: bool, stop: asyncio.Event) -> None:
+async def _follow(settings: ApiView, cluster: str | None, as_json: bool, stop: asyncio.Event) -> None:
     """Print every alert published on the alert subjects until ``stop``; one JSON object per line with ``as_json``."""
     from ranksight.core.natsconn import connect, disconnect
     from ranksight.schemas.alerts import Alert

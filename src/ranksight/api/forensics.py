@@ -10,20 +10,18 @@ import json
 import sys
 import tarfile
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ranksight.api.contract import Flag
+from ranksight.api.settings import ApiView
 from ranksight.core.cliutil import EXIT_FAILED, EXIT_OK, settings_from_args
 from ranksight.schemas.api import ApiResponse
-
-if TYPE_CHECKING:
-    from ranksight.core.config import Settings
 
 JOB_FLAG = Flag(positional=True, metavar="JOB", help="the job id (as its ranks' ranksight.client reports it)")
 FINDING_COLUMNS = ["kind", "rank", "process_group", "collective", "seq", "waiting_s", "where"]
 
 
-def wait_s(settings: Settings) -> float:
+def wait_s(settings: ApiView) -> float:
     """How long a client waits: the agents' answer time, and a margin."""
     return settings.aggregator.hang_forensics.request_timeout_s + 5
 
@@ -49,7 +47,7 @@ def write_evidence(args: argparse.Namespace) -> int:
 
     from ranksight.api.client import query
 
-    settings = settings_from_args(args)
+    settings = settings_from_args(args, ApiView)
     params = {"job": args.job, "cluster": args.cluster, "include_dumps": True}
     try:
         dump = asyncio.run(query(settings, "job_dump", params, timeout=wait_s(settings)))

@@ -35,8 +35,8 @@ from ranksight.core.cliutil import (
     port_number,
     settings_from_args,
 )
-from ranksight.core.config import Settings
 from ranksight.schemas.records.ras import RasEvent
+from ranksight.settings import Settings
 from ranksight.simulate.cluster import (
     COUNTER_PERIOD_S,
     US,
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, state_dir: Path) -> int:
-    settings = settings_from_args(args, state_dir=state_dir, cluster="demo")
+    settings = settings_from_args(args, Settings, state_dir=state_dir, cluster="demo")
     if settings.aggregator.http.enabled and port_busy(settings.aggregator.http.port):
         print(
             f"ranksight demo: HTTP port {settings.aggregator.http.port} is in use; using a free one",

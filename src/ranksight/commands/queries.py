@@ -18,6 +18,7 @@ from ranksight.api import cli as api_cli
 from ranksight.api.contract import EndpointSpec
 from ranksight.api.endpoints import SPECS
 from ranksight.core.cliutil import EXIT_FAILED, EXIT_OK, settings_from_args
+from ranksight.settings import Settings
 
 
 def register(sub: api_cli.SubParsers) -> None:
@@ -55,7 +56,7 @@ def run_history_command(endpoint: EndpointSpec[Any], args: argparse.Namespace) -
 
     response = asyncio.run(
         answer_offline(
-            settings_from_args(args), args.db, endpoint.name, api_cli.command_params(endpoint, args)
+            settings_from_args(args, Settings), args.db, endpoint.name, api_cli.command_params(endpoint, args)
         )
     )
     if not response.ok:

@@ -27,9 +27,9 @@ from ranksight.core.cliutil import (
     ports_in_use,
     settings_from_args,
 )
-from ranksight.core.config import Settings
 from ranksight.core.natsserver import NatsCluster, NatsServer, NatsServerError
 from ranksight.core.private import keep_private
+from ranksight.settings import Settings
 
 DEFAULT_NATS_PORT = 4222
 
@@ -59,8 +59,8 @@ def cluster_size(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     overrides = {"state_dir": args.state_dir} if args.state_dir else {}
-    settings = settings_from_args(args, **overrides, **http_port_override(args))
-    if problem := ports_in_use(settings, args.nats_port, agent=True):
+    settings = settings_from_args(args, Settings, **overrides, **http_port_override(args))
+    if problem := ports_in_use(settings.aggregator.http, args.nats_port, settings.agent.collectors.probe):
         print(f"ranksight up: {problem}", file=sys.stderr)
         return EXIT_FAILED
     return with_embedded_nats("up", settings, args.nats_port, _serve, cluster=args.nats_cluster)

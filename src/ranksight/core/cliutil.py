@@ -11,9 +11,9 @@ import signal
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
-from ranksight.core.config import ConfigError, Settings, load_settings
+from ranksight.core.config import ConfigError, View
 from ranksight.core.redact import setup_logging
 
 # The exit statuses are declared beside the errors they map from; command modules take them from here.
@@ -52,28 +52,41 @@ def port_busy(port: int) -> bool:
         return s.connect_ex(("127.0.0.1", port)) == 0
 
 
-def ports_in_use(settings: Settings, nats_port: int | None = None, agent: bool = False) -> str | None:
-    """Why this instance cannot start, when a fixed port it would listen on is taken (None: all free). Said at once,
+class Listener(Protocol):
+    """A section of something that listens on a port: the aggregator's HTTP server, the agent's probe server."""
+
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def port(self) -> int: ...
+
+
+def ports_in_use(http: Listener, nats_port: int | None = None, probe: Listener | None = None) -> str | None:
+    """Why this instance cannot start, when a fixed port it would listen on is taken (None: all free): its HTTP server's
+    (``aggregator.http``), its NATS server's, its agent's probe server's (``agent.collectors.probe``). Said at once,
     rather than running without the part that could not bind."""
-    http, probe = settings.aggregator.http, settings.agent.collectors.probe
     wanted = [(nats_port, "--nats-port 0 picks a free one"),
               (http.port if http.enabled else None, "aggregator.http.port; --http-port 0 picks a free one"),
-              (probe.port if agent and probe.enabled else None, "agent.collectors.probe.port; 0 picks a free one")]  # fmt: skip
+              (probe.port if probe and probe.enabled else None, "agent.collectors.probe.port; 0 picks a free one")]  # fmt: skip
     for port, how in wanted:
         if port and port_busy(port):
             return f"port {port} in use ({how})"
     return None
 
 
-def settings_from_args(args: argparse.Namespace, **overrides: Any) -> Settings:
-    """Load settings or exit 2 with the config error on stderr."""
+def settings_from_args(args: argparse.Namespace, view: type[View], **overrides: Any) -> View:
+    """Load settings or exit 2 with the config error on stderr. Every command loads the root of the settings, which
+    sits above every component: the dispatcher hands its loader in (``args.load_settings``, :mod:`ranksight.cli`);
+    ``view`` is the part of it the command reads."""
     if getattr(args, "nats", None):
         overrides.setdefault("nats", {})["url"] = args.nats
     try:
-        settings = load_settings(getattr(args, "config", None), **overrides)
+        settings = args.load_settings(getattr(args, "config", None), **overrides)
     except ConfigError as exc:
         print(f"ranksight: configuration error: {exc}", file=sys.stderr)
         raise SystemExit(exit_status(exc)) from None
+    if not isinstance(settings, view):
+        raise TypeError(f"the root settings {type(settings).__name__} is not a {view.__name__}")
     setup_logging(settings.log_level)
     return settings
 

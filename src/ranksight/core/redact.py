@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ranksight.core.config import Settings
+    from ranksight.core.config import CommonSettings
 
 
 MASK = "***"
@@ -31,7 +31,7 @@ def _userinfo(match: re.Match[str]) -> str:
     return f"{match['scheme']}{user + ':' + MASK if has_password else MASK}@"
 
 
-def secrets_of(settings: Settings) -> tuple[str, ...]:
+def secrets_of(settings: CommonSettings) -> tuple[str, ...]:
     """The secret values of the NATS settings (password, token), to be hidden wherever they appear."""
     values = [settings.nats.password, settings.nats.token]
     return tuple(v.get_secret_value() for v in values if v is not None and v.get_secret_value())

@@ -26,6 +26,7 @@ from ranksight.deploy import wheel as wheels
 from ranksight.deploy.fleet import Progress, connect_nats, run_fleet
 from ranksight.deploy.hosts import Host, HostsFileError, parse_host, parse_hosts
 from ranksight.deploy.plan import DeployOptions, dry_run_plan
+from ranksight.deploy.settings import DeployView
 from ranksight.deploy.ssh import Node
 from ranksight.deploy.steps import HostResult, deploy_host, status_host, uninstall_host
 from ranksight.schemas.api import ApiResponse
@@ -85,7 +86,7 @@ def _overrides(args: argparse.Namespace) -> dict[str, object]:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args, **_overrides(args))
+    settings = settings_from_args(args, DeployView, **_overrides(args))
     logging.getLogger("asyncssh").setLevel(
         logging.WARNING
     )  # per-channel INFO lines would drown the progress bar

@@ -23,7 +23,9 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ranksight.core.config import Settings
+from ranksight.aggregator.settings import AggregatorSettings
+from ranksight.core.config import CommonSettings
+from ranksight.deploy.settings import DeployView
 from ranksight.schemas.subjects import RAS_LEASE_BUCKET, RAS_LEASE_KEY_PREFIX, Subjects, inbox_prefix
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -63,13 +65,13 @@ def _stream_api(stream: str, *calls: str) -> list[str]:
 
 
 def roles(
-    settings: Settings | None = None, cluster: str = EXAMPLE_CLUSTER, node: str = EXAMPLE_NODE
+    settings: DeployView | None = None, cluster: str = EXAMPLE_CLUSTER, node: str = EXAMPLE_NODE
 ) -> list[Role]:
     """Every role's grants, with the subject prefix, stream and bucket names of ``settings``."""
-    settings = settings or Settings()
-    subjects = Subjects(settings.subject_prefix)
-    prefix, stream = subjects.prefix, settings.aggregator.stream
-    shards = settings.aggregator.shards
+    sections = settings.aggregator if settings else AggregatorSettings()
+    subjects = Subjects(settings.subject_prefix if settings else CommonSettings().subject_prefix)
+    prefix, stream = subjects.prefix, sections.stream
+    shards = sections.shards
     lease_stream = f"KV_{RAS_LEASE_BUCKET}"
     lease_keys = f"$KV.{RAS_LEASE_BUCKET}.{RAS_LEASE_KEY_PREFIX}.*"
     node_user = node
@@ -193,7 +195,7 @@ def _block(role: Role) -> list[str]:
     return lines
 
 
-def server_conf(settings: Settings | None = None, table: list[Role] | None = None) -> str:
+def server_conf(settings: DeployView | None = None, table: list[Role] | None = None) -> str:
     """The server config of ``table`` (default: :func:`roles` of ``settings``)."""
     table = table if table is not None else roles(settings)
     lines = [_HEAD.rstrip("\n"), "", "authorization {"]
@@ -210,7 +212,7 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
-def permissions_doc(settings: Settings | None = None) -> str:
+def permissions_doc(settings: DeployView | None = None) -> str:
     """The permissions section of docs/security.md: per role, every grant and why."""
     out = [DOC_BEGIN]
     for role in roles(settings):
@@ -225,7 +227,7 @@ def permissions_doc(settings: Settings | None = None) -> str:
     return "\n".join(out)
 
 
-def doc_with_permissions(text: str, settings: Settings | None = None) -> str:
+def doc_with_permissions(text: str, settings: DeployView | None = None) -> str:
     begin, end = text.index(DOC_BEGIN), text.index(DOC_END) + len(DOC_END)
     return text[:begin] + permissions_doc(settings) + text[end:]
 

@@ -16,9 +16,9 @@ from typing import Any
 
 import tomli_w
 
-from ranksight.core.config import Settings
 from ranksight.core.redact import redact
 from ranksight.deploy.hosts import Host
+from ranksight.deploy.settings import DeployView
 from ranksight.deploy.wheel import Wheel
 from ranksight.schemas.subjects import inbox_prefix
 
@@ -35,7 +35,7 @@ USER_UNIT_DIR = ".config/systemd/user"
 
 @dataclass(frozen=True)
 class DeployOptions:
-    settings: Settings
+    settings: DeployView
     wheel: Wheel | None  # None only for --dry-run before a wheel exists
     jump: Host | None = None
     accept_new_host_keys: bool = False
@@ -100,7 +100,7 @@ class Layout:
 CREDENTIAL_FILES = ("creds_file", "nkey_seed_file", "tls_ca_file", "tls_cert_file", "tls_key_file")
 
 
-def credential_files(settings: Settings, layout: Layout) -> dict[str, tuple[Path, str]]:
+def credential_files(settings: DeployView, layout: Layout) -> dict[str, tuple[Path, str]]:
     """Setting -> (local file, its path on the node) for every credential file the settings name."""
     out = {}
     for key in CREDENTIAL_FILES:
@@ -110,7 +110,7 @@ def credential_files(settings: Settings, layout: Layout) -> dict[str, tuple[Path
     return out
 
 
-def agent_config(settings: Settings, host: Host, layout: Layout) -> bytes:
+def agent_config(settings: DeployView, host: Host, layout: Layout) -> bytes:
     """The node's ``agent.toml``: cluster, NATS URL and credentials, node name, its own state folder."""
     nats: dict[str, Any] = {
         k: v
@@ -153,7 +153,7 @@ def user_start_command(layout: Layout) -> str:
     )
 
 
-def fingerprint(wheel: Wheel, config: bytes, unit: str, settings: Settings) -> str:
+def fingerprint(wheel: Wheel, config: bytes, unit: str, settings: DeployView) -> str:
     """Changes when anything deploy would write or run changes; equal fingerprints mean the host can be skipped."""
     digest = hashlib.sha256()
     deploy = settings.deploy

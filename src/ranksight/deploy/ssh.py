@@ -19,8 +19,8 @@ from typing import Any
 
 import asyncssh
 
-from ranksight.core.config import DeploySettings
 from ranksight.deploy.hosts import Host
+from ranksight.deploy.settings import DeploySettings
 from ranksight.errors import RanksightError
 
 

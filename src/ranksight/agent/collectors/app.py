@@ -27,9 +27,9 @@ import msgpack
 from ranksight.agent.collectors.app_dumps import DumpChannels, fit_reply, torch_dump_files
 from ranksight.agent.collectors.app_parse import AppMessageError, Timeouts, dump_hello, parse_message
 from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
+from ranksight.agent.collectors.settings import AppSettings
 from ranksight.agent.collectors.torch_sources import trigger_debug_pipes, worker_server_dumps
 from ranksight.client import ACTIONS, MAX_MESSAGE, WIRE_VERSION
-from ranksight.core.config import AppSettings
 from ranksight.schemas.records import AppRecord
 
 if TYPE_CHECKING:

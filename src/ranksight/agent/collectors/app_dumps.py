@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ranksight.core.config import AppSettings
+from ranksight.agent.collectors.settings import AppSettings
 from ranksight.core.flightrec.bundle import bundle_from_reply, bundle_from_torch_file, trim_bundle
 from ranksight.core.flightrec.load import DumpError
 from ranksight.schemas.codec import DecodeError, pack, unpack

@@ -22,8 +22,8 @@ from ranksight.errors import RanksightError
 from ranksight.schemas.records import CollectorHealth, Record
 
 if TYPE_CHECKING:
+    from ranksight.agent.collector_settings import CollectorSettings
     from ranksight.agent.runtime import AgentContext
-    from ranksight.core.config import CollectorSettings
 
 
 class Emit(Protocol):

@@ -18,13 +18,13 @@ from ranksight.agent.collectors.base import CollectorUnavailable, Emit, Streamin
 from ranksight.agent.gpuprobe.busy import check_busy
 from ranksight.agent.gpuprobe.runner import ProbeOutcome, run_probe
 from ranksight.agent.gpuprobe.schedule import LastAttempt, load_last, next_due_s, save_last, stagger_offset_s
-from ranksight.core.config import GpuProbeSettings
+from ranksight.agent.gpuprobe.settings import GpuProbeSettings
 from ranksight.schemas.records import GpuProbeRecord
 from ranksight.schemas.subjects import sanitize_token
 
 if TYPE_CHECKING:
+    from ranksight.agent.collector_settings import CollectorSettings
     from ranksight.agent.runtime import AgentContext
-    from ranksight.core.config import CollectorSettings
 
 NODE_INDEX = -1  # a record about the node, not one GPU
 

@@ -9,8 +9,8 @@ import socket
 from collections.abc import Sequence
 
 from ranksight.agent.collectors.base import PolledCollector
+from ranksight.agent.collectors.settings import HeartbeatSettings
 from ranksight.agent.collectors.slurm_jobs import read_jobs
-from ranksight.core.config import HeartbeatSettings
 from ranksight.schemas.records import HeartbeatRecord, Record
 
 

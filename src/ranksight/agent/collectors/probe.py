@@ -35,8 +35,8 @@ from ranksight.schemas.wire import event_type
 SERVER_LIMITS = {f.name for f in dataclasses.fields(ServerLimits)}
 
 if TYPE_CHECKING:
+    from ranksight.agent.collectors.settings import ProbeSettings
     from ranksight.agent.runtime import AgentContext
-    from ranksight.core.config import ProbeSettings
 
 
 class ProbeCollector(StreamingCollector):

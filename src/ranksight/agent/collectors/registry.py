@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator
 
 from ranksight.agent import collectors
 from ranksight.agent.collectors.base import Collector
-from ranksight.core.config import CollectorsSettings
+from ranksight.agent.collectors.settings import CollectorsSettings
 
 
 def collector_modules(package: str, path: Iterable[str]) -> Iterator[str]:

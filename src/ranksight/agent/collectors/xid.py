@@ -16,12 +16,12 @@ import os
 from typing import TYPE_CHECKING
 
 from ranksight.agent.collectors.base import CollectorUnavailable, Emit, StreamingCollector
+from ranksight.agent.collectors.settings import XidSettings
 from ranksight.agent.collectors.xid_parse import KmsgParseError, parse_lines
-from ranksight.core.config import XidSettings
 
 if TYPE_CHECKING:
+    from ranksight.agent.collector_settings import CollectorSettings
     from ranksight.agent.runtime import AgentContext
-    from ranksight.core.config import CollectorSettings
 
 READ_BYTES = 64 * 1024
 MAX_READS = 10_000  # per interval: a flood of kernel messages waits for the next one

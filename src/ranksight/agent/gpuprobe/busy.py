@@ -20,7 +20,7 @@ import re
 import time
 from pathlib import Path
 
-from ranksight.core.config import GpuProbeSettings
+from ranksight.agent.gpuprobe.settings import GpuProbeSettings
 
 _GPU_DEVICE = re.compile(r"^/dev/(kfd|nvidia\d+)$")
 _TCP_LISTEN = "0A"

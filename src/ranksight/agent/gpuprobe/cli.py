@@ -11,9 +11,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
+from typing import TYPE_CHECKING, cast
 
 from ranksight.agent.gpuprobe.busy import check_busy
 from ranksight.agent.gpuprobe.runner import ProbeOutcome, run_probe
+from ranksight.agent.gpuprobe.settings import GpuProbeSettings
 from ranksight.core.cliutil import (
     EXIT_FAILED,
     EXIT_OK,
@@ -22,7 +24,10 @@ from ranksight.core.cliutil import (
     print_table,
     settings_from_args,
 )
-from ranksight.core.config import GpuProbeSettings
+from ranksight.core.config import CommonSettings
+
+if TYPE_CHECKING:
+    from ranksight.agent.settings import AgentView
 
 GPU_FIELDS = ["index", "name", "tflops_bf16", "tflops_fp16", "mem_bandwidth_bps", "duration_s"]
 
@@ -44,7 +49,8 @@ async def measure(cfg: GpuProbeSettings, force: bool) -> ProbeOutcome:
 
 
 def probe_gpu(args: argparse.Namespace) -> int:
-    cfg = settings_from_args(args).agent.collectors.gpu_probe
+    # The agent's view composes this package's section: imported for the type checker only (a cycle otherwise).
+    cfg = cast("AgentView", settings_from_args(args, CommonSettings)).agent.collectors.gpu_probe
     outcome = asyncio.run(measure(cfg, args.force))
     gpus = [{name: getattr(g, name) for name in GPU_FIELDS} for g in outcome.gpus]
     errors = [{"index": e.index, "error": e.error} for e in outcome.errors]

@@ -29,7 +29,7 @@ from ranksight.agent.gpuprobe.protocol import (
     Unavailable,
     parse_line,
 )
-from ranksight.core.config import GpuProbeSettings
+from ranksight.agent.gpuprobe.settings import GpuProbeSettings
 
 OutcomeStatus = Literal["ok", "unavailable", "error"]
 RSS_POLL_S = 0.1

@@ -17,9 +17,9 @@ from ranksight.aggregator.actions.executors import AskAgent
 from ranksight.aggregator.actions.model import Action
 from ranksight.aggregator.actions.planner import ActionPlanner
 from ranksight.aggregator.actions.runner import ActionRunner, audit_rows
+from ranksight.aggregator.actions.settings import ActionSettings
 from ranksight.aggregator.state import NS
 from ranksight.aggregator.timefmt import iso, ns_of
-from ranksight.core.config import ActionSettings
 from ranksight.schemas.alerts import Alert
 
 if TYPE_CHECKING:

@@ -37,7 +37,7 @@ import aiohttp
 
 from ranksight.aggregator.actions import nvrx
 from ranksight.aggregator.actions.model import Action, ActionFailed, ActionRefused
-from ranksight.core.config import ActionSettings
+from ranksight.aggregator.actions.settings import ActionSettings
 
 MAX_OUTPUT = 2000  # characters of a command's output kept in the audit
 MAX_REASON = 200  # characters of a Slurm reason (it shows in sinfo -R)

@@ -22,11 +22,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ranksight.aggregator.actions.model import ACTED, FINAL, Action, action_id
+from ranksight.aggregator.actions.settings import ActionPolicy, ActionSettings
 from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.analysis.xid import resolution
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.timefmt import iso, ns_of
-from ranksight.core.config import ActionPolicy, ActionSettings
 from ranksight.schemas.alerts import Alert
 
 

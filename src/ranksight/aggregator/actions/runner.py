@@ -22,9 +22,9 @@ from typing import Any, Literal
 from ranksight.aggregator.actions.executors import AskAgent, Executor, executors
 from ranksight.aggregator.actions.model import Action, ActionFailed, ActionRefused, Status
 from ranksight.aggregator.actions.planner import ActionPlanner
+from ranksight.aggregator.actions.settings import ActionSettings
 from ranksight.aggregator.timefmt import iso
 from ranksight.core.aio import cancel_all
-from ranksight.core.config import ActionSettings
 
 log = logging.getLogger(__name__)
 WORKERS = 4  # actions run at once: one slow API server must not hold up a drain elsewhere

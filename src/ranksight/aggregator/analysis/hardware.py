@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from typing import Any
 
 from ranksight.aggregator.alerts import Condition, RuleDoc
+from ranksight.aggregator.component_settings import HardwareAlertSettings
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.devices import DeviceState, link_up
 from ranksight.aggregator.timefmt import NS, iso
-from ranksight.core.config import HardwareAlertSettings
 from ranksight.schemas.records import GpuRecord, NicRecord
 
 

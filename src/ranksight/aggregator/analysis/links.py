@@ -17,10 +17,10 @@ import statistics
 from collections.abc import Iterator
 
 from ranksight.aggregator.alerts import Condition, RuleDoc
+from ranksight.aggregator.component_settings import ProbePlannerSettings
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.state.links import Link, stall_share
 from ranksight.aggregator.timefmt import iso
-from ranksight.core.config import ProbePlannerSettings
 
 DIRECTIONS = ("upload_bps", "download_bps")
 

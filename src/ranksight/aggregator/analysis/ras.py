@@ -23,11 +23,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from ranksight.aggregator.alerts import Condition, Rule, RuleDoc
+from ranksight.aggregator.component_settings import RasAlertSettings
 from ranksight.aggregator.models.hangs import comm_hash, lagging_evidence
 from ranksight.aggregator.state import NS, LiveState
 from ranksight.aggregator.state.jobs import JobState, process_key
 from ranksight.aggregator.timefmt import iso
-from ranksight.core.config import RasAlertSettings
 from ranksight.schemas.records.ras import RasProcess
 from ranksight.schemas.structs import to_builtins
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from ranksight.aggregator.alerts import Rule
 from ranksight.aggregator.analysis.app import RankHeartbeatOverdueRule, RankSectionOverdueRule
 from ranksight.aggregator.analysis.forensics import FlightRecorderHangRule
@@ -14,23 +16,29 @@ from ranksight.aggregator.analysis.ras import ras_rules
 from ranksight.aggregator.analysis.ras_diagnostics import diagnostics_rules
 from ranksight.aggregator.analysis.straggler_live import CollectiveHangRule, StragglerRule
 from ranksight.aggregator.analysis.xid import GpuXidRule
-from ranksight.core.config import Settings
+from ranksight.aggregator.component_settings import (
+    HardwareAlertSettings,
+    ProbePlannerSettings,
+    RasAlertSettings,
+)
+
+if TYPE_CHECKING:
+    from ranksight.aggregator.settings import AggregatorView
 
 
-def default_rules(settings: Settings | None = None) -> list[Rule]:
+def default_rules(settings: AggregatorView | None = None) -> list[Rule]:
     """Every rule, configured from ``settings`` where a rule has knobs (defaults otherwise)."""
-    settings = settings or Settings()
     return [
         NodeSilentRule(),
-        *ras_rules(settings.aggregator.ras),
+        *ras_rules(settings.aggregator.ras if settings else RasAlertSettings()),
         *diagnostics_rules(),
         StragglerRule(),
         CollectiveHangRule(),
-        *hardware_rules(settings.aggregator.hardware),
-        LinkDegradedRule(settings.aggregator.probes),
+        *hardware_rules(settings.aggregator.hardware if settings else HardwareAlertSettings()),
+        LinkDegradedRule(settings.aggregator.probes if settings else ProbePlannerSettings()),
         GpuUnderperformingRule(),
         RankHeartbeatOverdueRule(),
         RankSectionOverdueRule(),
-        GpuXidRule(settings.aggregator.actions.xid),
+        GpuXidRule(settings.aggregator.actions.xid if settings else None),
         FlightRecorderHangRule(),
     ]

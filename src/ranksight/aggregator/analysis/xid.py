@@ -14,11 +14,14 @@ reset_gpu, reboot and drain, warning for restart_app and investigate; ``ignore``
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from ranksight.aggregator.alerts import Condition, RuleDoc
 from ranksight.aggregator.state import LiveState
 from ranksight.aggregator.timefmt import iso
-from ranksight.core.config import XidResolution
+
+if TYPE_CHECKING:
+    from ranksight.aggregator.actions.settings import XidResolution
 
 CATALOG: dict[int, XidResolution] = {
     8: "restart_app",  # GPU stopped processing (a kernel timeout)

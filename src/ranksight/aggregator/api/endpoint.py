@@ -20,7 +20,7 @@ from ranksight.schemas.api import ApiResponse
 
 if TYPE_CHECKING:
     from ranksight.aggregator.runtime import Aggregator
-    from ranksight.core.config import Settings
+    from ranksight.aggregator.settings import AggregatorView
 
 log = logging.getLogger(__name__)
 Handler = Callable[["Aggregator", Any], Awaitable[ApiResponse]]
@@ -56,7 +56,7 @@ class Endpoint(Generic[P]):
     spec: EndpointSpec[P]
     handler: Callable[[Aggregator, P], Awaitable[ApiResponse]]
     merge: Merge[P] | None = None
-    wait_s: Callable[[Settings], float] | None = None  # how long a client waits, when not the usual
+    wait_s: Callable[[AggregatorView], float] | None = None  # how long a client waits, when not the usual
 
     @property
     def name(self) -> str:

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ranksight.core.config import Settings
+    from ranksight.aggregator.settings import AggregatorView
     from ranksight.schemas.api import ApiResponse
 
 
-async def answer_offline(settings: Settings, path: Path, name: str, params: dict[str, Any]) -> ApiResponse:
+async def answer_offline(
+    settings: AggregatorView, path: Path, name: str, params: dict[str, Any]
+) -> ApiResponse:
     """Endpoint ``name``'s answer from the history file at ``path``; a failure response (never an exception) when the
     file cannot be read or the query is refused or fails."""
     import duckdb
@@ -47,7 +49,7 @@ class OfflineHistory:
     """What a history endpoint handler reads of an aggregator, from a file: settings, the sandbox, empty live state,
     and the alerts firing at the end of the history."""
 
-    def __init__(self, settings: Settings, path: Path) -> None:
+    def __init__(self, settings: AggregatorView, path: Path) -> None:
         from ranksight.aggregator.api.sql import SqlSandbox
         from ranksight.aggregator.state import LiveState
         from ranksight.aggregator.store import Store

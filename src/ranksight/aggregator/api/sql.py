@@ -44,9 +44,9 @@ from typing import Any, TypeVar
 
 import duckdb
 
+from ranksight.aggregator.api.settings import QuerySettings
 from ranksight.aggregator.history import history_tables
 from ranksight.aggregator.store import Store, sql_text
-from ranksight.core.config import QuerySettings
 from ranksight.errors import QueryFailed, RanksightError, RefusedError
 
 T = TypeVar("T")

@@ -19,8 +19,8 @@ from functools import cache
 
 import msgspec
 
+from ranksight.aggregator.ingest.settings import IngestSettings
 from ranksight.aggregator.timefmt import NS
-from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import DecodeError
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import RECORD_KINDS

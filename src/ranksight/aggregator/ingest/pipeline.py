@@ -9,7 +9,7 @@ from typing import Any
 
 from ranksight.aggregator.ingest.admission import admit
 from ranksight.aggregator.ingest.sequence import Marks, Sequencer
-from ranksight.core.config import IngestSettings
+from ranksight.aggregator.ingest.settings import IngestSettings
 from ranksight.schemas.codec import DecodeError, decode_columns
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.subjects import Subjects

@@ -2,7 +2,7 @@
 and incarnation id, so one node cannot touch another's marks) the highest sequence committed and the ranges never seen
 (gaps). A message at or below the high-water mark that does not fill a gap is a duplicate (redelivery after a crash, or
 a re-publish after a lost ack) and is skipped; one whose bytes differ from the message first committed under that
-number is refused as ``seq_conflict``. Every resource is bounded by :class:`~ranksight.core.config.IngestSettings`: a
+number is refused as ``seq_conflict``. Every resource is bounded by :class:`~ranksight.aggregator.ingest.settings.IngestSettings`: a
 seq jump beyond ``max_seq_jump`` opens no gap, a node keeps at most ``max_incarnations_per_node`` incarnations, at most
 ``max_nodes`` nodes are tracked, idle ones are forgotten.
 
@@ -17,8 +17,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ranksight.aggregator.ingest.settings import IngestSettings
 from ranksight.aggregator.timefmt import NS
-from ranksight.core.config import IngestSettings
 from ranksight.schemas.codec import DecodeError
 from ranksight.schemas.envelope import Envelope
 

@@ -31,7 +31,7 @@ from ranksight.aggregator.models.straggler.findings import Finding, StragglerPar
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 
 if TYPE_CHECKING:
-    from ranksight.core import config
+    from ranksight.aggregator.models.straggler.settings import StragglerSettings
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ class ClusterFindings:
     ahead: int = 0  # records not judged: dumped past the clock (StragglerParams.clock_ahead_s)
 
 
-def params_of(settings: config.StragglerSettings) -> StragglerParams:
+def params_of(settings: StragglerSettings) -> StragglerParams:
     return StragglerParams(window_s=settings.window_s, slice_s=settings.slice_s,
                            judge_every=max(1, round(settings.judge_every_s / settings.slice_s)),
                            confirm_windows=settings.confirm_windows, evidence_z=settings.evidence_z,

@@ -9,9 +9,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ranksight.aggregator.component_settings import ReportSettings
 from ranksight.aggregator.report.data import JobNotFound, collect
 from ranksight.aggregator.report.page import render
-from ranksight.core.config import ReportSettings
 
 if TYPE_CHECKING:
     from ranksight.aggregator.api.sql import SqlSandbox

@@ -15,9 +15,13 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
 
 from ranksight.core.cliutil import EXIT_FAILED, EXIT_OK, add_config_flags, settings_from_args
-from ranksight.core.config import Settings
+from ranksight.core.config import CommonSettings
+
+if TYPE_CHECKING:
+    from ranksight.aggregator.settings import AggregatorView
 
 HTTP_TIMEOUT_S = 60.0
 
@@ -37,7 +41,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)
+    # The aggregator's view composes the HTTP server's section, which serves reports: imported for the type checker
+    # only (a cycle otherwise).
+    settings = cast("AggregatorView", settings_from_args(args, CommonSettings))
     text = _offline(settings, args) if args.db is not None else _from_aggregator(settings, args)
     if text is None:
         return EXIT_FAILED
@@ -53,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _offline(settings: Settings, args: argparse.Namespace) -> str | None:
+def _offline(settings: AggregatorView, args: argparse.Namespace) -> str | None:
     from ranksight.aggregator.api.offline import OfflineHistory
     from ranksight.aggregator.api.sql import SqlError
     from ranksight.aggregator.report import JobNotFound, job_report
@@ -80,7 +86,7 @@ def _offline(settings: Settings, args: argparse.Namespace) -> str | None:
     return asyncio.run(read())
 
 
-def _from_aggregator(settings: Settings, args: argparse.Namespace) -> str | None:
+def _from_aggregator(settings: AggregatorView, args: argparse.Namespace) -> str | None:
     http = settings.aggregator.http
     host = "127.0.0.1" if http.host in ("0.0.0.0", "::", "") else http.host
     query = urllib.parse.urlencode({"cluster": args.cluster} if args.cluster else {})

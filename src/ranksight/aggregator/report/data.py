@@ -2,7 +2,7 @@
 window and communicators (RAS), step time, per-rank compute share and bus bandwidth per communicator (the agents'
 Inspector summaries, which cover every record), the findings (alerts, straggler runs), GPU-hours lost per cause,
 hardware evidence (GPU and NIC samples), the link map (probes) and what the data covered. Every list is bounded by
-:class:`~ranksight.core.config.ReportSettings`; what a bound leaves out is counted, never dropped silently.
+:class:`~ranksight.aggregator.component_settings.ReportSettings`; what a bound leaves out is counted, never dropped silently.
 
 GPU-hours lost per cause (each clipped to the job's window):
 
@@ -24,7 +24,7 @@ from typing import Any
 
 import duckdb
 
-from ranksight.core.config import ReportSettings
+from ranksight.aggregator.component_settings import ReportSettings
 from ranksight.errors import QueryFailed
 
 US = 1_000_000

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from ranksight.aggregator.component_settings import HardwareAlertSettings
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.models.hangs import Hang
 from ranksight.aggregator.state.app import AppTracker
@@ -29,7 +30,6 @@ from ranksight.aggregator.state.nodes import NodeState, NodeTracker
 from ranksight.aggregator.state.stragglers import StragglerTracker
 from ranksight.aggregator.state.xids import XidTracker
 from ranksight.aggregator.timefmt import NS
-from ranksight.core.config import HardwareAlertSettings
 from ranksight.schemas.envelope import Envelope
 
 __all__ = ["NS", "LiveState", "NodeState", "Tracker"]

@@ -20,9 +20,9 @@ from typing import Any, Generic, Literal, TypeVar
 import numpy as np
 from msgspec.structs import replace
 
+from ranksight.aggregator.component_settings import HardwareAlertSettings
 from ranksight.aggregator.forgetting import NodeKey, without_nodes
 from ranksight.aggregator.timefmt import NS
-from ranksight.core.config import HardwareAlertSettings
 from ranksight.schemas.envelope import Envelope
 from ranksight.schemas.records import GpuRecord, NicRecord
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ranksight.aggregator.component_settings import HangForensicsSettings
 from ranksight.aggregator.forgetting import NodeKey
-from ranksight.core.config import HangForensicsSettings
 from ranksight.core.flightrec import HangReport
 
 _DEFAULTS = HangForensicsSettings()

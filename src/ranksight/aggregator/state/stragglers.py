@@ -47,8 +47,8 @@ from ranksight.aggregator.models.engines import (
     queue_entry,
 )
 from ranksight.aggregator.models.hangs import Hang, HangFinder
+from ranksight.aggregator.models.straggler.settings import StragglerSettings
 from ranksight.aggregator.timefmt import NS, iso
-from ranksight.core.config import StragglerSettings
 from ranksight.schemas.envelope import Envelope
 
 __all__ = ["ClusterFindings", "StragglerTracker", "params_of"]

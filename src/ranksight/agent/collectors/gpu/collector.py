@@ -31,8 +31,8 @@ from ranksight.agent.collectors.gpu.sysfs import read_amdgpu_sysfs
 from ranksight.schemas.records import GpuRecord, Record
 
 if TYPE_CHECKING:
+    from ranksight.agent.collectors.gpu.settings import GpuSettings
     from ranksight.agent.runtime import AgentContext
-    from ranksight.core.config import GpuSettings
 
 ROCM_SMI_ARGS = (
     "--showid", "--showuniqueid", "--showbus", "--showproductname", "--showtemp", "--showuse", "--showmeminfo",

@@ -39,8 +39,8 @@ from ranksight.schemas.records.inspector import RawRecordsPage, RawRecordsReques
 from ranksight.schemas.structs import to_builtins
 
 if TYPE_CHECKING:
+    from ranksight.agent.collectors.inspector.settings import InspectorSettings
     from ranksight.agent.runtime import AgentContext
-    from ranksight.core.config import InspectorSettings
 
 log = logging.getLogger(__name__)
 

@@ -22,8 +22,8 @@ from ranksight.agent.collectors.nic.tool_counters import fill_missing_counters
 from ranksight.schemas.records import Record
 
 if TYPE_CHECKING:
+    from ranksight.agent.collectors.nic.settings import NicSettings
     from ranksight.agent.runtime import AgentContext
-    from ranksight.core.config import NicSettings
 
 
 class NicCollector(PolledCollector):

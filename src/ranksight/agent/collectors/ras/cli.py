@@ -14,7 +14,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import nats.errors
 
@@ -36,6 +36,7 @@ from ranksight.core.cliutil import (
     print_table,
     settings_from_args,
 )
+from ranksight.core.config import CommonSettings
 from ranksight.core.natsconn import NatsUnreachable, connect
 from ranksight.errors import exit_status
 from ranksight.schemas.api import ApiResponse
@@ -43,7 +44,7 @@ from ranksight.schemas.structs import to_builtins
 from ranksight.schemas.subjects import Subjects
 
 if TYPE_CHECKING:
-    from ranksight.core.config import Settings
+    from ranksight.agent.settings import AgentView
 
 
 def register_parse(sources: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -138,8 +139,13 @@ def print_result(result: dict[str, Any], verbose: bool = False) -> None:
                 print("\n".join(item["evidence"]))
 
 
-def _client(args: argparse.Namespace, settings: Settings | None = None) -> Any:
-    settings = settings or settings_from_args(args)
+def _settings(args: argparse.Namespace) -> AgentView:
+    # The agent's view composes this package's section: imported for the type checker only (a cycle otherwise).
+    return cast("AgentView", settings_from_args(args, CommonSettings))
+
+
+def _client(args: argparse.Namespace, settings: AgentView | None = None) -> Any:
+    settings = settings or _settings(args)
     try:
         return client_for(settings.agent.collectors.ras, args.addr)
     except ValueError as exc:
@@ -224,7 +230,7 @@ def ras_diagnostics(args: argparse.Namespace) -> int:
 
 
 def ras_profile(args: argparse.Namespace) -> int:
-    settings = settings_from_args(args)  # a bad configuration is reported first, as by every command
+    settings = _settings(args)  # a bad configuration is reported first, as by every command
     value = profile_value(args.value)
     mask = parse_profiler_mask(value)
     if mask is None:
@@ -250,7 +256,7 @@ def ras_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def _profile_through_agent(args: argparse.Namespace, settings: Settings, mask: int) -> int:
+def _profile_through_agent(args: argparse.Namespace, settings: AgentView, mask: int) -> int:
     """Find the agent that polls the job (the aggregator's ``jobs``) and ask it (its ``ras_profile`` command)."""
     subjects = Subjects(settings.subject_prefix)
 

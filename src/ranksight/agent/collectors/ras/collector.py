@@ -42,8 +42,8 @@ from ranksight.schemas.records.ras import RasEvent, RasStatus
 from ranksight.schemas.structs import to_builtins
 
 if TYPE_CHECKING:
+    from ranksight.agent.collectors.ras.settings import RasSettings
     from ranksight.agent.runtime import AgentContext
-    from ranksight.core.config import RasSettings
 
 ENDPOINT_CLOSED = "ENDPOINT_CLOSED"
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from ranksight.agent.collectors.ras.parse_text import parse_status_text
 from ranksight.schemas.records.ras import RasStatus
 
 if TYPE_CHECKING:
-    from ranksight.core.config import RasSettings
+    from ranksight.agent.collectors.ras.settings import RasSettings
 
 
 def client_for(settings: RasSettings, addr: str | None = None) -> RasClient:

@@ -17,7 +17,7 @@ from typing import cast
 import msgspec
 import pytest
 
-from ranksight.aggregator.models.straggler.compute import chance_slow
+from ranksight.aggregator.models.straggler.compute import ComputeModel, PoolPattern, chance_slow
 from ranksight.aggregator.models.straggler.engine import StragglerEngine, analyze_records
 from ranksight.aggregator.models.straggler.findings import Finding, StragglerParams
 from ranksight.formats.inspector import parse_op
@@ -47,11 +47,11 @@ def only(findings: list[Finding], spec: JobSpec) -> Finding:
 def first_alert_s(
     spec: JobSpec, records: list[InspectorRecord], t: scenarios.Truth
 ) -> tuple[float | None, set[tuple[str, int | None, str]]]:
-    """The live engine evaluated every 2 s of dump time, as the aggregator does: seconds from the fault's onset to the
+    """The live engine evaluated every second of dump time, as the aggregator does: seconds from the fault's onset to the
     first finding naming its culprit (None: never), and every finding's culprit."""
     onset = records[0].dump_ts_us + (spec.compute_ms * 1.15 * t.onset_step) * 1000
     engine, alerted, seen = StragglerEngine(offline=False), None, set()
-    next_eval = records[0].dump_ts_us + 2_000_000
+    next_eval = records[0].dump_ts_us + 1_000_000
     for rec in records:
         while rec.dump_ts_us >= next_eval:
             engine.clock_us = next_eval
@@ -59,7 +59,7 @@ def first_alert_s(
                 seen.add((f.hostname, f.pid, f.kind))
                 if alerted is None and (f.hostname, f.pid) == (t.hostname, t.pid):
                     alerted = (next_eval - onset) / 1e6
-            next_eval += 2_000_000
+            next_eval += 1_000_000
         engine.add(rec)
     return alerted, seen
 
@@ -359,3 +359,36 @@ def test_the_chance_of_slow_pools_holds_over_a_long_memory() -> None:
     assert chance_slow(quiet[:600] + [1.3] * 40, background, 1.1) == pytest.approx(exact(640, 40), rel=1e-9)
     assert chance_slow([1.3] * 30, background, 1.1, pools=5000) == pytest.approx(exact(5000, 30), rel=1e-9)
     assert chance_slow(quiet[:600] + [1.3] * 500, background, 1.1) == 0.0  # below the smallest float
+
+
+def test_a_steady_straggler_stays_steady_through_a_hiccup_before_its_onset_and_a_few_stray_pools() -> None:
+    """Pools judged as they come from a steady 1.1x straggler: one hiccup pool before its onset (then quiet pools) and,
+    sampled, a few single pools read far off (too few samples in them) are not pauses; a pause the pools resolve (two
+    quiet pools in a row, again and again) is."""
+    sd, resolution = 0.01, 1.0
+    steady = [1.11, 1.10, 1.12] * 15
+    hiccup_first = [1.07, 1.00, 1.01, 1.02, *steady]
+    assert PoolPattern.judge(hiccup_first, sd, 0.05, resolution).kind == "steady"
+    stray = list(steady)
+    for i in (5, 17, 29, 38):  # isolated pools far below its peers' and at theirs: measures astray
+        stray[i] = (0.75, 1.0, 0.96, 1.01)[(i // 5) % 4]
+    assert PoolPattern.judge(stray, sd, 0.05, resolution).kind == "steady"
+    paused = [1.11, 1.11, 1.11, 1.11, 1.0, 1.0] * 8
+    judged = PoolPattern.judge(paused, sd, 0.05, resolution)
+    assert judged.kind == "intermittent" and 0.6 <= judged.duty <= 0.75
+    once = [*steady[:20], 1.0, 1.0, 1.0, *steady[20:]]  # one pause of three pools in 48: neither
+    assert PoolPattern.judge(once, sd, 0.05, resolution).kind == "undetermined"
+
+
+def test_an_onset_weighs_its_slow_pools_from_where_they_begin_and_a_hiccup_cluster_does_not() -> None:
+    """Right after an onset a suspect's memory is mostly quiet pools from before it: its slow pools since the onset,
+    counted at any of the memory's places, already come by chance far less than ``hiccup_chance``. A healthy
+    process's few hiccups clustered at the end do not, however its memory is cut."""
+    model = ComputeModel(StragglerParams())
+    peers = [1.0 + 0.01 * (i % 5 - 2) for i in range(300)] + [1.25] * 9  # hiccups in 3 % of pools
+    typicals = [1.0 + 0.005 * (i % 5 - 2) for i in range(31)]
+    memory = [1.0] * 30 + [1.2] * 7
+    onset = model._chance(memory, memory[-8:], typicals, peers, 0.01, 32, len(memory))
+    assert onset <= StragglerParams().hiccup_chance
+    cluster = [1.0] * 30 + [1.25, 1.0, 1.25, 1.25]  # as slow as the peers' hiccups
+    assert model._chance(cluster, cluster[-8:], typicals, peers, 0.01, 32, len(cluster)) > 0.01

@@ -137,8 +137,10 @@ class PoolPattern:
     ) -> PoolPattern:
         """``factors``: the process's compute share per pool against its peers', in time order (a longer memory
         than one horizon: bursts longer than a horizon fill some horizons whole); ``pool_sd`` how far a healthy
-        process's pool strays by noise alone. Only the pools from its first slow one to its last count: quiet pools
-        before an onset or after a fault ended say nothing of bursts, quiet pools between slow ones do."""
+        process's pool strays by noise alone. Only the pools from its first run of slow ones to its last slow one
+        count: quiet pools before an onset or after a fault ended say nothing of bursts (nor does one hiccup before
+        the onset), quiet pools between slow ones do. A quiet pool alone between slower ones is a pause shorter than
+        the resolution or a noisy measure: up to a few of them do not keep a fault from being steady."""
         above = sorted(x for x in factors if x >= 1 + max(min_excess, 4 * pool_sd))
         if not above:
             return cls("undetermined", resolution_s)
@@ -147,24 +149,33 @@ class PoolPattern:
         slow = [i for i, x in enumerate(factors) if x >= hot_at]
         if len(slow) < 2:
             return cls("undetermined", resolution_s)
-        span = factors[slow[0] : slow[-1] + 1]
+        # from the first of two slow pools in a row (one slow pool alone before them is a hiccup)
+        slow_set = set(slow)
+        first = next((i for i in slow if i + 1 in slow_set), slow[0])
+        span = factors[first : slow[-1] + 1]
         average = statistics.fmean(span)
         # a burst's edges fall inside pools, which then read part slow: the slow pools' upper quartile is its size
         slow_factors = sorted(x for x in span if x >= hot_at)
         burst = slow_factors[min(len(slow_factors) - 1, (3 * len(slow_factors)) // 4)]
         if len(span) < cls.MIN_POOLS or burst - 1 < 4 * pool_sd:
             return cls("undetermined", resolution_s, burst=burst, average=average)
-        quiet = sum(x < 1 + 2 * pool_sd for x in span)
+        # quiet: as its peers' pools, within their noise (a pool far faster than its peers' is a measure astray,
+        # sampled: too few samples in it, not a pause)
+        is_quiet = [1 - 4 * pool_sd <= x < 1 + 2 * pool_sd for x in span]
+        quiet = sum(is_quiet)
+        # quiet pools with a quiet neighbour: a pause the pools resolve
+        paused = sum(q and ((i > 0 and is_quiet[i - 1]) or (i + 1 < len(span) and is_quiet[i + 1]))
+                     for i, q in enumerate(is_quiet))  # fmt: skip
         if quiet >= max(2, 0.15 * len(span)):
             # whole cycles: from its first slow pool to the start of its last run of slow pools
             last_run = slow[-1]
-            while last_run - 1 >= slow[0] and factors[last_run - 1] >= hot_at:
+            while last_run - 1 >= first and factors[last_run - 1] >= hot_at:
                 last_run -= 1
-            cycles = factors[slow[0] : last_run] or span
+            cycles = factors[first:last_run] or span
             average = statistics.fmean(cycles)
             duty = min(1.0, max(0.0, (average - 1) / (burst - 1)))
             return cls("intermittent", resolution_s, duty, burst, average)
-        if quiet <= 0.05 * len(span):
+        if paused <= 0.05 * len(span):
             return cls("steady", resolution_s, burst=burst, average=average)
         return cls("undetermined", resolution_s, burst=burst, average=average)
 
@@ -692,7 +703,7 @@ class ComputeModel(Slices):
                 )
             else:
                 memory = self._memory_pools(proc, first + width, pool, late)
-                chance = self._chance(remembered, typicals, hiccups, pool_sd, len(job), memory)
+                chance = self._chance(remembered, factors, typicals, hiccups, pool_sd, len(job), memory)
                 pattern = PoolPattern.judge(remembered, pool_sd, p.min_excess, resolution_s)
             if pattern.kind != "intermittent":
                 pattern = dataclasses.replace(pattern, burst=factor)
@@ -760,14 +771,16 @@ class ComputeModel(Slices):
                 reached = at
         return kept or [x for x in factors if x == x]
 
-    def _chance(self, factors: list[float], typicals: list[float], hiccups: list[float], pool_sd: float,
-                procs: int, pools: int) -> float:  # fmt: skip
+    def _chance(self, factors: list[float], recent: list[float], typicals: list[float], hiccups: list[float],
+                pool_sd: float, procs: int, pools: int) -> float:  # fmt: skip
         """How likely a suspect's excess comes by chance on one of the stage's ``procs`` processes (0: not weighed, or
         steady): a healthy GPU a few % slower than the rest with a noisy healthy job's hiccups clustering on it for a
         few seconds. Steady: its typical pool (its ``factors``' median) slower than its peers' ``typicals`` by
         ``z_threshold`` of their spread. Else bursts: its pools slow against its typical one no rarer than the
         peers' pools against theirs (``hiccups``) make them; counted over its memory's time (``pools``), the pools
-        between its spells as a suspect (not remembered) quiet: bursts must recur."""
+        between its spells as a suspect (not remembered) quiet: bursts must recur. Or an onset: the horizon's pools
+        (``recent``, in time order) slow from one on, as rarely, at any of those ``pools`` places (a straggler that
+        just began has its memory's quiet pools from before it, and no bursts to recur yet)."""
         p = self.params
         if len(hiccups) < 8 or pool_sd == math.inf:
             return 0.0  # too few peers' pools to know their hiccups
@@ -775,8 +788,12 @@ class ComputeModel(Slices):
         med, spread = _robust(typicals, p.spread_floor)
         if typical >= 1 + p.min_excess and (typical - med) / spread >= p.z_threshold:
             return 0.0
-        own = [x / typical for x in factors]
-        return min(1.0, procs * chance_slow(own, hiccups, 1 + max(p.min_excess, 4 * pool_sd), pools))
+        floor = 1 + max(p.min_excess, 4 * pool_sd)
+        bursts = chance_slow([x / typical for x in factors], hiccups, floor, pools)
+        own = [x / typical for x in recent if x == x]
+        onset = next((i for i, x in enumerate(own) if x >= floor), len(own))
+        since = chance_slow(own[onset:], hiccups, floor) * max(1, pools) if onset < len(own) else 1.0
+        return min(1.0, procs * min(bursts, since))
 
     def _memory_pools(self, proc: Proc, end: int, pool: int, late: bool = False) -> int:
         """Pools of ``pool`` slices from the start of its memory's oldest pool to slice ``end``."""
@@ -821,7 +838,8 @@ class ComputeModel(Slices):
             coverage["compared_collectives"] = ps.late_types
         return Finding(proc[0], proc[1], "compute", comm.label, rank, factor, 1.0, evidence, cost=cost,
                        duty_cycle=pattern.duty, burst_slowdown=pattern.burst, z=z, comm_ids=comm_ids,
-                       pattern=pattern.kind, pattern_resolution_s=pattern.resolution_s, coverage=coverage)  # fmt: skip
+                       pattern=pattern.kind, pattern_resolution_s=pattern.resolution_s, pattern_note=shape,
+                       coverage=coverage)  # fmt: skip
 
     def _coverage(self, job_recorded: float, proc_recorded: float, ops_written: float) -> dict[str, object]:
         """What a compute finding's data covered: the share of time in recorded ops (the process's, its peers'

@@ -104,6 +104,11 @@ class StragglerEngine(ComputeModel, CommsModel):
         self.evaluate(final=True)
         merged: dict[tuple[str, int | None, Kind], Finding] = {}
         confirmed = [*self.history, *self.active()]
+        # its pattern from its latest judgement: judged on the longest memory of its pools
+        latest: dict[tuple[str, int | None, Kind], Finding] = {}
+        for f in confirmed:
+            if f.key not in latest or f.last_ts_us >= latest[f.key].last_ts_us:
+                latest[f.key] = f
         # a confirmed culprit's figures from its most complete window, confirmed or not
         fullest = [f for f in self._fullest.values() if any(f.key == c.key for c in confirmed)]
         for f in [*confirmed, *fullest]:
@@ -116,6 +121,9 @@ class StragglerEngine(ComputeModel, CommsModel):
             else:
                 prev.first_ts_us = min(f.first_ts_us, prev.first_ts_us)
                 prev.last_ts_us = max(f.last_ts_us, prev.last_ts_us)
+        for key, f in merged.items():
+            if latest[key].pattern_note and f.pattern_note:
+                _take_pattern(f, latest[key])
         findings = ranked(
             without_victims(list(merged.values())) if self.sampled > self.ring else list(merged.values())
         )
@@ -199,6 +207,18 @@ class StragglerEngine(ComputeModel, CommsModel):
             for proc, spans in self._incomplete.items()
             if any(a <= last and b >= first for a, b in spans)
         }
+
+
+def _take_pattern(f: Finding, latest: Finding) -> None:
+    """``f``'s pattern (and its clause of the evidence) as ``latest`` judged it."""
+    f.evidence = f.evidence.replace(f.pattern_note, latest.pattern_note, 1)
+    f.pattern, f.pattern_resolution_s, f.pattern_note = (
+        latest.pattern,
+        latest.pattern_resolution_s,
+        latest.pattern_note,
+    )
+    f.duty_cycle = latest.duty_cycle
+    f.burst_slowdown = latest.burst_slowdown if latest.pattern == "intermittent" else f.slowdown
 
 
 def _completeness(f: Finding) -> tuple[int, float]:

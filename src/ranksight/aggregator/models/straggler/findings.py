@@ -71,6 +71,7 @@ class Finding:
     # steady / intermittent / undetermined, judged on pools of pattern_resolution_s (faster alternation averages out)
     pattern: Pattern = "undetermined"  # (communication findings are not judged for it)
     pattern_resolution_s: float = 0.0
+    pattern_note: str = ""  # the clause of ``evidence`` that states the pattern (a process's own finding)
     coverage: dict[str, object] = field(
         default_factory=dict
     )  # what the data covered (Finding.as_dict documents it)

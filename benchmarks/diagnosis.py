@@ -19,8 +19,8 @@ ends included); the summaries' figures go to the result file as ``hang (<capture
 
 Every run is replayed twice through a fresh engine: fed the raw records at their dump time, and fed the
 ``inspector_summary`` records the agents would publish for them (through the agent's own summarizer, defaults of
-``agent.collectors.inspector``: 5 s windows published in parts every second, each node's agent at its own phase of
-that second; the wait for the next part is in the time to alert).
+``agent.collectors.inspector``: 5 s windows published in parts every ``summary_publish_s``, each node's agent at its
+own phase of that period; the wait for the next part is in the time to alert).
 
 The naive rule, measured on the same records: "the process with the lowest bus bandwidth is the straggler" (lowest
 median busbw relative to its comms' medians), one finding per run.
@@ -28,8 +28,9 @@ median busbw relative to its comms' medians), one finding per run.
 Dump intervals: each run is made at every ``--dump-ms`` (ring) and ``--sampled-dump-ms`` (sampled) interval, each
 process's dump thread at its own phase. Longer intervals get longer jobs (a sampled job at 1 s and beyond runs some
 130 s past the onset: a weak straggler needs many single-slot samples). Steady vs intermittent is scored where the
-finding's stated resolution can tell (a burst and the gap after it each at least twice the resolution; a steady
-fault always): right when it says so; "undetermined" is never wrong but not right either.
+finding's stated resolution can tell (the fault lasts ``PoolPattern.MIN_POOLS`` pools of that resolution, and a burst
+and the gap after it each at least twice the resolution): right when it says so; "undetermined" is never wrong but not
+right either. A finding's resolution is its own claim: the report prints how many compute findings it left unscored.
 
     python benchmarks/diagnosis.py [--seeds 10] [--quick] [--classes a,b] [--layouts moe,hybrid] [--jobs 2]
         [--dump-ms 100,1000,2000] [--sampled-dump-ms 1000,2000,5000] [--out benchmarks/results/diagnosis.json]
@@ -56,6 +57,7 @@ from benchmarks.results import write_result
 from ranksight.agent.collectors.inspector.settings import InspectorSettings
 from ranksight.aggregator.models.engines import params_of
 from ranksight.aggregator.models.hangs import HangFinder
+from ranksight.aggregator.models.straggler.compute import PoolPattern
 from ranksight.aggregator.models.straggler.engine import StragglerEngine
 from ranksight.aggregator.models.straggler.findings import Finding
 from ranksight.aggregator.models.straggler.settings import StragglerSettings
@@ -94,7 +96,8 @@ class Score:
     hang_truths: int = 0
     hang_tta_s: list[float] = field(default_factory=list)
     false_hang_runs: int = 0  # runs without a hang where a hang was named
-    pattern_judgeable: int = 0  # culprits named where the stated resolution can tell steady from intermittent
+    pattern_named: int = 0  # compute culprits named (a pattern scored or not)
+    pattern_judgeable: int = 0  # of them, where the stated resolution can tell steady from intermittent
     pattern_right: int = 0
     pattern_wrong: int = 0  # said steady for a fault in resolvable bursts, or intermittent for a steady one
     pattern_undetermined: int = 0
@@ -119,7 +122,7 @@ def score_hangs(named: set[tuple[str, int]], hung: list[Truth], s: Score) -> Non
 Row = tuple[str, int | None, str, float, str, float]  # host, pid, kind, slowdown, pattern, its resolution (s)
 
 
-def score(findings: list[Row], truths: list[Truth], step_s: float = 0.0) -> Score:
+def score(findings: list[Row], truths: list[Truth], step_s: float = 0.0, steps: int = 0) -> Score:
     s = Score(findings=len(findings), truths=len(truths), healthy_runs=0 if truths else 1)
     s.false_alarm_runs = int(not truths and bool(findings))
     for host, pid, kind, slowdown, pattern, resolution_s in findings:
@@ -132,19 +135,25 @@ def score(findings: list[Row], truths: list[Truth], step_s: float = 0.0) -> Scor
             expected = 1 + hit[0].duty * (hit[0].factor - 1)  # average over the fault's time
             s.slowdown_errors.append(abs(slowdown - expected) / expected)
             if hit[0].kind == "compute" and step_s:
-                score_pattern(s, hit[0], pattern, resolution_s, step_s)
+                score_pattern(s, hit[0], pattern, resolution_s, step_s, (steps - hit[0].onset_step) * step_s)
     s.found = sum(any(_matches(f[:3], t) for f in findings) for t in truths)
     return s
 
 
-def score_pattern(s: Score, t: Truth, pattern: str, resolution_s: float, step_s: float) -> None:
-    """Steady vs intermittent against the truth, where the finding's resolution can tell them apart."""
+def score_pattern(
+    s: Score, t: Truth, pattern: str, resolution_s: float, step_s: float, fault_s: float
+) -> None:
+    """Steady vs intermittent against the truth, where the finding's resolution can tell them apart: its fault
+    (``fault_s`` long, to the job's end) spans ``PoolPattern.MIN_POOLS`` pools of that resolution, and each of its
+    bursts and pauses two."""
     bursts = t.every_steps > 0 or t.duty < 1
     if bursts and t.every_steps:
         shortest = min(t.burst_steps, t.every_steps - t.burst_steps) * step_s
         judgeable = shortest >= 2 * resolution_s
     else:
         judgeable = not bursts  # random single slow steps: never resolvable at a dump tick
+    judgeable = judgeable and fault_s >= PoolPattern.MIN_POOLS * resolution_s
+    s.pattern_named += 1
     s.pattern_undetermined += pattern == "undetermined"
     if judgeable:
         s.pattern_judgeable += 1
@@ -248,7 +257,7 @@ def replay(spec: JobSpec, records: list[InspectorRecord], step_us: list[int], fe
         next_eval += every_us
     result = engine.analyze()
     step_s = (step_us[-1] - step_us[0]) / max(1, len(step_us) - 1) / 1e6
-    ours = score([_row(f) for f in result.stragglers], truths, step_s)
+    ours = score([_row(f) for f in result.stragglers], truths, step_s, len(step_us))
     ours.tta_s = [s for t, s in alerted.items() if t.kind != "hang"]
     ours.missed_online = len(truths) - sum(t.kind != "hang" for t in alerted)
     score_hangs(named, hung, ours)
@@ -279,14 +288,15 @@ def report(name: str, s: Score) -> dict[str, float]:
     fa = f"{s.false_alarm_runs}/{s.healthy_runs}" if s.healthy_runs else "-"
     print(f"  {name:<22} precision {precision:5.3f}  recall {recall:5.3f}  attribution {attribution:5.3f}  "
           f"slowdown err mean {mean_err:5.1%} max {err:5.1%}  false alarms {fa:>5}"
-          + (f"  steady/intermittent right {s.pattern_right}/{s.pattern_judgeable}, wrong {s.pattern_wrong}, "
-             f"undetermined {s.pattern_undetermined}" if s.pattern_judgeable or s.pattern_wrong
+          + (f"  steady/intermittent right {s.pattern_right}/{s.pattern_judgeable} (of {s.pattern_named} named), "
+             f"wrong {s.pattern_wrong}, undetermined {s.pattern_undetermined}" if s.pattern_judgeable or s.pattern_wrong
              or s.pattern_undetermined else "")
           + (f"  time-to-alert p50 {_pct(s.tta_s, 0.5):4.1f}s p90 {_pct(s.tta_s, 0.9):4.1f}s" if s.tta_s else "")
           + (f" (not alerted online: {s.missed_online})" if s.missed_online else ""))  # fmt: skip
     return {"precision": precision, "recall": recall, "slowdown_error": err, "tta_p90_s": _pct(s.tta_s, 0.9),
             "tta_p50_s": _pct(s.tta_s, 0.5), "false_alarms": s.false_alarm_runs, "healthy_runs": s.healthy_runs,
-            "pattern_right": pattern, "pattern_judgeable": s.pattern_judgeable, "pattern_wrong": s.pattern_wrong,
+            "pattern_right": pattern, "pattern_judgeable": s.pattern_judgeable, "pattern_named": s.pattern_named,
+            "pattern_wrong": s.pattern_wrong,
             "pattern_undetermined": s.pattern_undetermined, "slowdown_error_mean": mean_err}  # fmt: skip
 
 
@@ -423,7 +433,9 @@ def print_targets(
     pattern = overall["summary"]["pattern_right"]
     print(
         f"  steady vs intermittent right where resolvable {pattern:.3f} target >= {PATTERN_TARGET} "
-        f"(wrong {overall['summary']['pattern_wrong']:.0f}, undetermined {overall['summary']['pattern_undetermined']:.0f})"
+        f"(wrong {overall['summary']['pattern_wrong']:.0f}, undetermined {overall['summary']['pattern_undetermined']:.0f}; "
+        f"resolvable {overall['summary']['pattern_judgeable']:.0f} of {overall['summary']['pattern_named']:.0f} compute "
+        "culprits named)"
     )
     for cap, target in TTA_TARGET_S.items():
         at_1s = figures["summary"]["settings"].get(f"{cap} 1 s dumps")  # type: ignore[index]

@@ -64,6 +64,7 @@ from ranksight.aggregator.models.straggler.settings import StragglerSettings
 from ranksight.formats.inspector import parse_op
 from ranksight.schemas.records import InspectorRecord, InspectorSummaryRecord
 from ranksight.simulate.inspector import JobSpec, run_job, summarize
+from ranksight.simulate.plugin_scenarios import Truth as PluginTruth
 from ranksight.simulate.scenarios import CLASSES, ONSET_STEP, Capture, Truth, truth
 
 TARGETS = {"precision": 0.97, "recall": 0.97, "slowdown_error": 0.15, "tta_p90_s": 15.0}
@@ -140,19 +141,24 @@ def score(findings: list[Row], truths: list[Truth], step_s: float = 0.0, steps: 
     return s
 
 
+def pattern_judgeable(t: Truth | PluginTruth, resolution_s: float, step_s: float, fault_s: float) -> bool:
+    """Whether a finding's pattern stated at ``resolution_s`` can tell steady from intermittent for this fault: it
+    lasts (``fault_s``, to the job's end) ``PoolPattern.MIN_POOLS`` pools of that resolution, and each of its bursts
+    and pauses two (random single slow steps: never, no dump tick resolves them)."""
+    if t.every_steps:
+        shortest = min(t.burst_steps, t.every_steps - t.burst_steps) * step_s
+        resolvable = shortest >= 2 * resolution_s
+    else:
+        resolvable = t.duty >= 1
+    return resolvable and fault_s >= PoolPattern.MIN_POOLS * resolution_s
+
+
 def score_pattern(
     s: Score, t: Truth, pattern: str, resolution_s: float, step_s: float, fault_s: float
 ) -> None:
-    """Steady vs intermittent against the truth, where the finding's resolution can tell them apart: its fault
-    (``fault_s`` long, to the job's end) spans ``PoolPattern.MIN_POOLS`` pools of that resolution, and each of its
-    bursts and pauses two."""
+    """Steady vs intermittent against the truth, where the finding's resolution can tell them apart."""
     bursts = t.every_steps > 0 or t.duty < 1
-    if bursts and t.every_steps:
-        shortest = min(t.burst_steps, t.every_steps - t.burst_steps) * step_s
-        judgeable = shortest >= 2 * resolution_s
-    else:
-        judgeable = not bursts  # random single slow steps: never resolvable at a dump tick
-    judgeable = judgeable and fault_s >= PoolPattern.MIN_POOLS * resolution_s
+    judgeable = pattern_judgeable(t, resolution_s, step_s, fault_s)
     s.pattern_named += 1
     s.pattern_undetermined += pattern == "undetermined"
     if judgeable:

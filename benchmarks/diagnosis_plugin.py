@@ -13,8 +13,9 @@ are read with the agent's parser (every line counted: bad lines are reported) an
   its time), false alarms on healthy runs;
 - steady vs intermittent: the finding's ``pattern`` (``steady`` / ``intermittent`` / ``undetermined``, at its stated
   ``pattern_resolution_s``) where the engine states one, else ``intermittent`` when its duty cycle is under 0.75 (the
-  engine's own rule) at the dump interval's resolution. A fault is judgeable when it is steady, or slow in bursts whose
-  bursts and gaps each last at least twice that resolution; ``undetermined`` is never wrong, nor right;
+  engine's own rule) at the dump interval's resolution. A fault is judgeable when it lasts ``PoolPattern.MIN_POOLS``
+  pools of that resolution and is steady, or slow in bursts whose bursts and gaps each last at least twice that
+  resolution (:func:`benchmarks.diagnosis.pattern_judgeable`); ``undetermined`` is never wrong, nor right;
 - time to alert: the same records replayed in dump-time order through the live engine (the aggregator's, evaluated
   every ``evaluate_every_s``; agent and bus delays not included), from the fault's onset to the first evaluation that
   names it.
@@ -42,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks.results
 
+from benchmarks.diagnosis import pattern_judgeable
 from benchmarks.results import write_result
 from ranksight.agent.collectors.inspector.dumps import DumpReader
 from ranksight.aggregator.models.engines import params_of
@@ -104,14 +106,12 @@ def _pattern(f: Finding) -> tuple[str, float | None]:
     return ("intermittent" if f.duty_cycle < 0.75 else "steady"), None
 
 
-def _judge_pattern(t: Truth, pattern: str, resolution_s: float, step_s: float) -> tuple[bool, bool, bool]:
+def _judge_pattern(
+    t: Truth, pattern: str, resolution_s: float, step_s: float, fault_s: float
+) -> tuple[bool, bool, bool]:
     """(judgeable, right, wrong) for a compute fault's pattern as stated at ``resolution_s``."""
     bursts = t.every_steps > 0 or t.duty < 1
-    if t.every_steps:
-        shortest = min(t.burst_steps, t.every_steps - t.burst_steps) * step_s
-        judgeable = shortest >= 2 * resolution_s
-    else:
-        judgeable = not bursts  # random single slow steps: no dump tick resolves them
+    judgeable = pattern_judgeable(t, resolution_s, step_s, fault_s)
     right = judgeable and pattern == ("intermittent" if bursts else "steady")
     wrong = (pattern == "intermittent" and not bursts) or (pattern == "steady" and bursts and judgeable)
     return judgeable, right, wrong
@@ -160,7 +160,8 @@ def run_case(version: str, dump_ms: float, cls: str, seed: int, work: Path) -> C
         errors.append(abs(f.slowdown - hit[0].expected_slowdown) / hit[0].expected_slowdown)
         if hit[0].kind == "compute":
             pattern, stated = _pattern(f)
-            can, ok, wrong = _judge_pattern(hit[0], pattern, stated or dump_ms / 1000, step_s)
+            fault_s = (len(steps) - hit[0].onset_step) * step_s
+            can, ok, wrong = _judge_pattern(hit[0], pattern, stated or dump_ms / 1000, step_s, fault_s)
             judgeable, right_pattern, wrong_pattern = (
                 judgeable + can,
                 right_pattern + ok,

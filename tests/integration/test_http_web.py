@@ -103,9 +103,11 @@ async def test_every_view_shows_the_trouble(settings: Settings, tmp_path: Path) 
         await browser.wait_js("document.getElementById('view').dataset.view === 'node'")
         assert await browser.js("location.hash") == "#node/node001"
 
-        # where exactly: the straggler's alert names its rank and GPU; the map and node page mark that GPU alone
+        # where exactly: the straggler's alert names its rank and GPU (learnt once the training clients' heartbeats,
+        # published after the Inspector records, are in); the map and node page mark that GPU alone
         straggler = await wait_for(lambda: next((a for a in agg.engine.active.values() if a.rule == "straggler"
-                                                 and a.node == slow_host), None), timeout=30)  # fmt: skip
+                                                 and a.node == slow_host and a.evidence.get("gpu") is not None),
+                                                None), timeout=30)  # fmt: skip
         assert straggler.rank is not None and straggler.evidence["gpu"] == SLOW[1]
         await pub.send(slow_host, "gpu", [GpuRecord(index=g, name="MI300X", utilization_pct=90.0, sclk_hz=2.1e9, power_w=600.0,
                                                     memory_used_bytes=1 << 34, temperature_edge_c=55.0,

@@ -182,8 +182,17 @@ class AlertEngine:
         for fp, cond in seen.items():
             if fp in self.active:
                 self.last_seen[fp] = now_ns
-                if self.active[fp].rank is None and cond.about_rank is not None:
-                    self.active[fp].rank = cond.about_rank  # learnt later (a MONITOR PEER_DEAD names no rank)
+                active = self.active[fp]
+                if active.rank is None and cond.about_rank is not None:
+                    active.rank = cond.about_rank  # learnt later (a MONITOR PEER_DEAD names no rank)
+                # evidence learnt later (a straggler's GPU, once its training client has reported its local rank)
+                learnt = {
+                    k: v
+                    for k, v in cond.evidence.items()
+                    if v is not None and active.evidence.get(k, v) is None
+                }
+                if learnt:
+                    active.evidence = {**active.evidence, **learnt}
                 continue
             for_ns, _ = self._timing_ns(cond.rule)
             first = self.pending.setdefault(fp, now_ns)

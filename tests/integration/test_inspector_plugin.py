@@ -222,6 +222,21 @@ def test_a_straggler_under_sampled_capture_is_named_by_how_late_it_arrives(
     assert abs(f.slowdown - 1.5) / 1.5 <= 0.15
 
 
+def test_a_strong_stragglers_neighbour_waiting_in_ops_2_30_does_not_write_is_not_named(
+    tmp_path: Path,
+) -> None:
+    """2.30 writes no op under 8 KiB: the DP neighbour of a 2x straggler waits for it in the 4 KiB gradient bucket,
+    time that reads as its own compute (some 3 % of a step). It shares a communicator with a finding costing the job
+    far more, so it is that one's victim, not a straggler: only the straggler is named."""
+    spec = plugin_scenarios.CLASSES["compute_2.0"]("ring", 2, 1000.0)
+    [t] = plugin_scenarios.truth(spec)
+    assert t.gpu is not None
+    run, records = _run(spec, "2.30.7", tmp_path, speedup=None)
+    found = analyze_records(records).stragglers
+    assert [(f.hostname, f.pid, f.kind) for f in found] == [(*run.processes[(t.node, t.gpu)], "compute")]
+    assert found[0].coverage["ops_written_share"] < 0.99  # the neighbour's waits went unwritten
+
+
 def test_an_unknown_plugin_version_is_refused_by_name(tmp_path: Path) -> None:
     with pytest.raises(PluginError, match=r"unknown plugin version '2\.31\.0'"):
         run_job_through_plugin(dataclasses.replace(_job("2.30.7", 1000.0), steps=1), "2.31.0", tmp_path)

@@ -34,6 +34,8 @@ _VICTIM_RATIO = 3.0
 _VICTIM_WAIT = 0.25
 # sampled: standard errors (from its samples' spread) a process's lateness must exceed to count
 _LATE_Z = 4.0
+# ring: the share of its numbered ops a process's plugin wrote, under which some of its waits may be unrecorded
+_ALL_WRITTEN = 0.99
 
 
 def _robust(values: list[float], floor: float) -> tuple[float, float]:
@@ -102,12 +104,21 @@ def _binomial_tail(n: int, k: int, rate: float) -> float:
 
 
 def without_victims(findings: list[Finding]) -> list[Finding]:
-    """Sampled: a process judged by its lateness that shares a communicator with a finding costing the job
-    ``_VICTIM_RATIO`` times as much is left out: it waited for that one in a Send/Recv the plugin does not record (a
-    pipeline neighbour), and so arrives late at its next collectives too."""
-    return [f for f in findings if f.coverage.get("compared_by") != "lateness" or not any(
+    """A process whose excess may be waits the plugin did not record, sharing a communicator with a finding costing
+    the job ``_VICTIM_RATIO`` times as much, is left out: it waited for that one in an op the plugin does not write
+    and so arrives late at its next collectives too. Such waits are possible where the process was judged by lateness
+    (sampled: no Send/Recv recorded, a pipeline neighbour's waits) or where the plugin numbered ops it did not write
+    (ring: under 8 KiB, without kernel timing, or dropped)."""
+    return [f for f in findings if not _unrecorded_waits(f) or not any(
         other is not f and other.cost >= _VICTIM_RATIO * f.cost and set(other.comm_ids) & set(f.comm_ids)
         for other in findings)]  # fmt: skip
+
+
+def _unrecorded_waits(f: Finding) -> bool:
+    written = f.coverage.get("ops_written_share", 1.0)
+    return f.coverage.get("compared_by") == "lateness" or (
+        isinstance(written, float) and written < _ALL_WRITTEN
+    )
 
 
 def _nan_median(values: Iterable[float]) -> float:
@@ -612,9 +623,9 @@ class ComputeModel(Slices):
             if self.sampled > self.ring and (by_lateness := self._by_lateness(job, shares)):
                 # sampled: what the estimated time in collectives misses, how late a process arrives tells
                 named = {f.hostname for f in found if f.pid is None} | {f.key for f in found}
-                found = without_victims(found + [
-                    f for f in self._judge_stage(job, by_lateness, slices_of, width, first, pool, late=True)
-                    if f.key not in named and f.hostname not in named])  # fmt: skip
+                found += [f for f in self._judge_stage(job, by_lateness, slices_of, width, first, pool, late=True)
+                          if f.key not in named and f.hostname not in named]  # fmt: skip
+            found = without_victims(found)
             if staged:
                 for f in found:
                     f.evidence += (f"; compared only with its pipeline stage ({len(everyone)} processes connected by "

@@ -36,6 +36,8 @@ _VICTIM_WAIT = 0.25
 _LATE_Z = 4.0
 # ring: the share of its numbered ops a process's plugin wrote, under which some of its waits may be unrecorded
 _ALL_WRITTEN = 0.99
+# slow pools a suspect needs: a one-step hiccup is not a straggler
+_HOT_POOLS = 3
 
 
 def _robust(values: list[float], floor: float) -> tuple[float, float]:
@@ -698,7 +700,10 @@ class ComputeModel(Slices):
             per_slice = [x for x in factors if x == x]
             # a one-step hiccup is not a straggler: the excess must span several pools and several steps
             hot = sum(x >= 1 + p.min_excess for x in per_slice)
-            if hot < 3 or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
+            # by lateness, only a pool with a sample of the collective carrying its waits can read slow: where fewer
+            # samples fell than the evidence asks for, each must (two at least)
+            enough = max(2, min(_HOT_POOLS, ps.late_samples)) if late else _HOT_POOLS
+            if hot < enough or hot * pool * self.slice_us * ps.step_rate < p.min_steps:
                 continue
             remembered = self._remember(proc, factors, first + width, pool, late)
             chance = 0.0

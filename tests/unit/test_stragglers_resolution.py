@@ -357,6 +357,44 @@ def test_sampled_hybrid_healthy_jobs_raise_nothing(cls: str, dump_ms: float) -> 
         assert analyze_records(records_of(spec)).stragglers == []
 
 
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_a_sampled_job_shorter_than_a_horizon_names_its_straggler_and_a_noisy_one_nothing(seed: int) -> None:
+    """Sampled at 1 s dumps, a job with ~27 s of dumps (the horizon holds 48 ticks), one GPU 1.5x slower from its 6th
+    second on. A weak finding must stay flagged until part of the window judged is fresh records: counted against a
+    whole horizon, 24 s, the job ended first and its straggler went unreported. The same short job, noisy and healthy,
+    raises nothing."""
+    spec = spec_at("compute_1.5", "sampled", seed, 1000.0, steps=369, layout="moe")
+    records = records_of(spec)
+    assert (records[-1].dump_ts_us - records[0].dump_ts_us) / 1e6 < 30
+    f = only(analyze_records(records).stragglers, spec)
+    assert abs(f.slowdown - 1.5) / 1.5 <= 0.15
+    noisy = spec_at("noisy_healthy", "sampled", seed, 1000.0, steps=369, layout="moe")
+    assert analyze_records(records_of(noisy)).stragglers == []
+
+
+@pytest.mark.parametrize(
+    ("dump_ms", "layout", "seed", "steps"), [(1000.0, "moe", 8, 1521), (2000.0, "hybrid", 3, 760)]
+)
+def test_hiccups_in_most_of_a_few_pools_are_not_a_steady_straggler(
+    dump_ms: float, layout: str, seed: int, steps: int
+) -> None:
+    """Noisy healthy ring jobs: hiccups fall in most of one process's few pools (at 1 s, 4 of 7), so its typical pool
+    reads slow (1.12x), far above its peers' typical ones. Taken as steady, it was not weighed against its peers'
+    hiccups and was reported. As many pools as slow come by chance on one of the job's processes often enough:
+    nothing is reported."""
+    spec = spec_at("noisy_healthy", "ring", seed, dump_ms, steps=steps, layout=layout)
+    assert analyze_records(records_of(spec)).stragglers == []
+
+
+@pytest.mark.parametrize("seed", [10, 12])
+def test_a_sampled_cross_node_comm_is_not_judged_on_a_sample_or_two(seed: int) -> None:
+    """Sampled at 2 s dumps, a noisy healthy job's first ticks: each rank of a two-rank cross-node comm has one sample of
+    a size, each of another op and both waits (warm-up), so their shortest read as a link 5-11x slow through two comms
+    of one host. A (comm, coll, size) is judged only with enough samples that one is its last arriver's."""
+    spec = spec_at("noisy_healthy", "sampled", seed, 2000.0, layout="moe")
+    assert analyze_records(records_of(spec)).stragglers == []
+
+
 def test_the_chance_of_slow_pools_holds_over_a_long_memory() -> None:
     """The binomial tail over thousands of pools (a suspect's memory after its pool length shrank) is the exact
     probability, not an overflow: ``math.comb`` of 1,100 pools is beyond a float."""

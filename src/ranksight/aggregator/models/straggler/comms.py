@@ -16,6 +16,10 @@ from ranksight.aggregator.models.straggler.findings import Finding, Proc, Stragg
 from ranksight.aggregator.models.straggler.ledger import I64, Rows, run_starts
 from ranksight.aggregator.models.straggler.slices import Slices
 
+# sampled: the chance that none of a (comm, coll, size)'s samples is its last arriver's (its transfer time alone) that
+# its shortest time is judged at
+_NO_TRANSFER = 0.01
+
 
 def _bytes(size: int) -> str:
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -70,7 +74,14 @@ class CommsModel(Slices):
                 self._agg_low.values[np.unique(rows.key)], minlength=len(self._lows.keys)
             )
             one_rank = np.array([coll in self._p2p_ops for coll in self._colls.keys], bool)
-            cross &= ranks_seen[low] >= np.where(one_rank[self._low_op.values[low]], 1, members[comm])
+            p2p = one_rank[self._low_op.values[low]]
+            cross &= ranks_seen[low] >= np.where(p2p, 1, members[comm])
+            # and enough samples that one of them is the last arriver's: each rank's sample is another op, and is
+            # that op's last arriver's about once in as many as the op has parties (at the start of the data, one
+            # sample per rank, each a wait, read as a link 10x slow)
+            samples = np.bincount(self._agg_low.values[rows.key], rows.n, minlength=len(self._lows.keys))
+            parties = np.maximum(np.where(p2p, 2, members[comm]), 2)
+            cross &= samples[low] >= np.ceil(math.log(_NO_TRANSFER) / np.log1p(-1 / parties))
         low, comm, bus = low[cross], comm[cross], bus[cross]
         bw = bus / shortest[low]
         # comms of the same shape: the upper quartile of their bandwidths, once per shape

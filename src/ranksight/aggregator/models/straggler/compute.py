@@ -789,24 +789,25 @@ class ComputeModel(Slices):
 
     def _chance(self, factors: list[float], recent: list[float], typicals: list[float], hiccups: list[float],
                 pool_sd: float, procs: int, pools: int) -> float:  # fmt: skip
-        """How likely a suspect's excess comes by chance on one of the stage's ``procs`` processes (0: not weighed, or
-        steady): a healthy GPU a few % slower than the rest with a noisy healthy job's hiccups clustering on it for a
-        few seconds. Steady: its typical pool (its ``factors``' median) slower than its peers' ``typicals`` by
-        ``z_threshold`` of their spread. Else bursts: its pools slow against its typical one no rarer than the
-        peers' pools against theirs (``hiccups``) make them; counted over its memory's time (``pools``), the pools
-        between its spells as a suspect (not remembered) quiet: bursts must recur. Or an onset: the horizon's pools
-        (``recent``, in time order) slow from one on, as rarely, at any of those ``pools`` places (a straggler that
-        just began has its memory's quiet pools from before it, and no bursts to recur yet)."""
+        """How likely a suspect's excess comes by chance on one of the stage's ``procs`` processes (0: not weighed): a
+        healthy GPU a few % slower than the rest with a noisy healthy job's hiccups clustering on it for a few seconds.
+        Its pools are taken against its typical one (its ``factors``' median), or where that is slower than its peers'
+        ``typicals`` by ``z_threshold`` of their spread (steady), against its peers' (a typical pool of a few is a
+        hiccup where most of them are). Bursts: its pools that slow no rarer than the peers' pools against theirs
+        (``hiccups``) make them; counted over its memory's time (``pools``), the pools between its spells as a
+        suspect (not remembered) quiet: bursts must recur. Or an onset: the horizon's pools (``recent``, in time order)
+        slow from one on, as rarely, at any of those ``pools`` places (a straggler that just began has its memory's
+        quiet pools from before it, and no bursts to recur yet)."""
         p = self.params
         if len(hiccups) < 8 or pool_sd == math.inf:
             return 0.0  # too few peers' pools to know their hiccups
         typical = statistics.median(factors)
         med, spread = _robust(typicals, p.spread_floor)
-        if typical >= 1 + p.min_excess and (typical - med) / spread >= p.z_threshold:
-            return 0.0
         floor = 1 + max(p.min_excess, 4 * pool_sd)
-        bursts = chance_slow([x / typical for x in factors], hiccups, floor, pools)
-        own = [x / typical for x in recent if x == x]
+        steady = typical >= 1 + p.min_excess and (typical - med) / spread >= p.z_threshold
+        scale = 1.0 if steady else typical
+        bursts = chance_slow([x / scale for x in factors], hiccups, floor, pools)
+        own = [x / scale for x in recent if x == x]
         onset = next((i for i, x in enumerate(own) if x >= floor), len(own))
         since = chance_slow(own[onset:], hiccups, floor) * max(1, pools) if onset < len(own) else 1.0
         return min(1.0, procs * min(bursts, since))

@@ -184,9 +184,10 @@ class StragglerEngine(ComputeModel, CommsModel):
             ):
                 self._fullest[f.key] = f
             needed = min(self.params.confirm_windows, math.ceil(self.params.evidence_z / max(f.z, 1e-9)))
-            # consecutive horizons share most of their data: a weak finding must stay flagged over part of a horizon of
-            # fresh records (a run of unlucky samples or of hiccups does not)
-            lasting = (index - self._flagged[f.key][0] >= self.params.confirm_share * horizon
+            # consecutive horizons share most of their data: a weak finding must stay flagged until part of the window
+            # judged is fresh records (a run of unlucky samples or of hiccups does not). Part of the window, not of a
+            # whole horizon: at the start of the data (a job shorter than a sampled horizon) the window is shorter
+            lasting = (index - self._flagged[f.key][0] >= self.params.confirm_share * (index - first + 1)
                        or f.z >= 2 * self.params.evidence_z)  # fmt: skip
             if cand.evals >= needed and lasting:
                 cand.confirmed = True

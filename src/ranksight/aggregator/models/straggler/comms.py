@@ -54,7 +54,8 @@ class CommsModel(Slices):
         p = self.params
         # each (comm, coll, size)'s shortest time over the horizon
         shortest = np.full(len(self._lows.keys), math.inf)
-        np.minimum.at(shortest, self._agg_low.values[rows.key], rows.low)
+        row_low = self._agg_low.values[rows.key]
+        np.minimum.at(shortest, row_low, rows.low)
         low = np.flatnonzero(shortest < math.inf)
         comm = self._low_comm.values[low]
         if unjudged:
@@ -79,7 +80,7 @@ class CommsModel(Slices):
             # and enough samples that one of them is the last arriver's: each rank's sample is another op, and is
             # that op's last arriver's about once in as many as the op has parties (at the start of the data, one
             # sample per rank, each a wait, read as a link 10x slow)
-            samples = np.bincount(self._agg_low.values[rows.key], rows.n, minlength=len(self._lows.keys))
+            samples = np.bincount(row_low, rows.n, minlength=len(self._lows.keys))
             parties = np.maximum(np.where(p2p, 2, members[comm]), 2)
             cross &= samples[low] >= np.ceil(math.log(_NO_TRANSFER) / np.log1p(-1 / parties))
         low, comm, bus = low[cross], comm[cross], bus[cross]

@@ -155,9 +155,8 @@ class StragglerEngine(ComputeModel, CommsModel):
         # first seen: the slice whose evaluation first flagged it (its horizon reaches further back, into healthy time)
         start_us, end_us = index * self.slice_us, (index + 1) * self.slice_us
         unjudged = self._unjudged(first, index) | behind
-        flagged = self._compute(rows, pos, index - first + 1, first, unjudged) + self._communication(
-            rows, unjudged
-        )
+        width = index - first + 1
+        flagged = self._compute(rows, pos, width, first, unjudged) + self._communication(rows, unjudged)
         # an unjudged process (and its node's network) keeps its standing until its records are complete again
         held = {key for host, pid in unjudged
                 for key in ((host, pid, "compute"), (host, None, "compute"), (host, None, "communication"))}  # fmt: skip
@@ -187,7 +186,7 @@ class StragglerEngine(ComputeModel, CommsModel):
             # consecutive horizons share most of their data: a weak finding must stay flagged until part of the window
             # judged is fresh records (a run of unlucky samples or of hiccups does not). Part of the window, not of a
             # whole horizon: at the start of the data (a job shorter than a sampled horizon) the window is shorter
-            lasting = (index - self._flagged[f.key][0] >= self.params.confirm_share * (index - first + 1)
+            lasting = (index - self._flagged[f.key][0] >= self.params.confirm_share * width
                        or f.z >= 2 * self.params.evidence_z)  # fmt: skip
             if cand.evals >= needed and lasting:
                 cand.confirmed = True
